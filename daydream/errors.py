@@ -1,0 +1,40 @@
+"""One error family for everything daydream refuses to do.
+
+Adapters, the graph builder and the CLI raise these; the CLI turns any of them into one line on
+stderr and exit status 2. Anything else escaping is a bug in daydream (exit status 1).
+"""
+
+from __future__ import annotations
+
+
+class DaydreamError(Exception):
+    """Base class: a clear, user-facing, one-line reason."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class TraceFormatError(DaydreamError):
+    """A trace file that cannot be read.
+
+    Args:
+        path: the file, as the user named it.
+        where: the place in the file: ``"byte offset 1234"``, ``"table CUPTI_ACTIVITY_KIND_KERNEL"``,
+            ``"line 17"``, ``"traceEvents[42]"``; empty when the whole file is at fault.
+        reason: what is wrong, in words a user can act on.
+    """
+
+    def __init__(self, path: str, where: str, reason: str) -> None:
+        self.path = str(path)
+        self.where = where
+        self.reason = reason
+        loc = f"{self.path}: {where}: " if where else f"{self.path}: "
+        super().__init__(loc + reason)
+
+
+class UsageError(DaydreamError):
+    """A bad command line: unknown optimization, bad parameter value, unwritable output."""
