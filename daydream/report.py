@@ -1,0 +1,253 @@
+"""Reports: measured vs replayed time for the traced window and each ProfilerStep, GPU busy/idle
+time, a breakdown by task kind, and what the adapter and graph builder skipped or flagged.
+
+The report is a msgspec struct (:class:`Report`); the terminal text and the ``--json`` document
+are two renderings of it, and ``schemas/report.schema.json`` is generated from it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import msgspec
+
+from .events import Accounting, Kind, TraceMeta
+from .graph import NODE_CPU, TaskGraph, profiler_steps
+from .simulate import Timeline
+
+REPORT_VERSION = 1
+
+
+class Breakdown(msgspec.Struct, forbid_unknown_fields=True):
+    """Time by task kind in a window (ns, summed over lanes, so it can exceed the window)."""
+
+    cpu_runtime_ns: int = 0  #: API calls on CPU threads, excluding time blocked on the GPU
+    cpu_gap_ns: int = 0  #: CPU time between API calls (framework and Python code)
+    sync_wait_ns: int = 0  #: time CPU threads spent blocked in synchronizing calls
+    kernel_ns: int = 0
+    memcpy_ns: int = 0
+    memset_ns: int = 0
+
+
+class WindowStats(msgspec.Struct, forbid_unknown_fields=True):
+    """One window (the whole trace or one ProfilerStep): measured and replayed."""
+
+    name: str
+    measured_ns: int
+    replayed_ns: int
+    error_pct: float  #: (replayed - measured) / measured * 100
+    gpu_busy_measured_ns: int  #: union of GPU task intervals, summed over devices
+    gpu_idle_measured_ns: int  #: devices x window - busy
+    gpu_busy_replayed_ns: int
+    gpu_idle_replayed_ns: int
+    kernels: int
+    breakdown: Breakdown  #: from the replayed timeline
+    note: str = ""
+
+
+class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
+    cpu_tasks: int
+    gpu_tasks: int
+    cpu_lanes: int
+    gpu_lanes: int
+    launch_edges: int
+    sync_edges: int  #: GPU task -> blocking CPU call
+    cross_stream_edges: int
+    launch_latency_ns: int  #: L, measured (docs/model.md rule 5)
+    gpu_gap_ns: int  #: G, measured
+    counts: dict[str, int]  #: artefacts kept and links that could not be made, by reason
+
+
+class Report(msgspec.Struct, forbid_unknown_fields=True):
+    """The whole analysis of one trace."""
+
+    report_version: int
+    trace: TraceMeta
+    accounting: Accounting
+    graph: GraphSummary
+    window: WindowStats
+    steps: list[WindowStats]
+
+
+def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
+    """Length (ns) of the union of intervals clipped to [lo, hi]."""
+    s = np.clip(starts, lo, hi)
+    e = np.clip(ends, lo, hi)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if len(s) == 0:
+        return 0
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    run_end = np.maximum.accumulate(e)
+    # a new merged block starts where s > the running end of everything before it
+    new_block = np.ones(len(s), dtype=bool)
+    new_block[1:] = s[1:] > run_end[:-1]
+    block_id = np.cumsum(new_block) - 1
+    b_start = s[new_block]
+    b_end = np.zeros(block_id[-1] + 1, dtype=np.int64)
+    np.maximum.at(b_end, block_id, e)
+    return int((b_end - b_start).sum())
+
+
+def _gpu_busy(graph: TaskGraph, start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
+    gpu = graph.node_kind != NODE_CPU
+    dev = graph.table.device[graph.row]
+    busy = 0
+    devices = np.unique(dev[gpu])
+    for d in devices.tolist():
+        m = gpu & (dev == d)
+        busy += _union_length(start[m], end[m], lo, hi)
+    return busy, max(len(devices), 1) * max(hi - lo, 0) - busy
+
+
+def _breakdown(graph: TaskGraph, tl: Timeline, members: np.ndarray) -> Breakdown:
+    cpu = (graph.node_kind == NODE_CPU) & members
+    k = graph.node_kind
+    dur = tl.end_ns - tl.start_ns
+    return Breakdown(
+        cpu_runtime_ns=int((dur[cpu] - tl.blocked_ns[cpu]).sum()),
+        cpu_gap_ns=int(graph.gap_ns[cpu].sum()),
+        sync_wait_ns=int(tl.blocked_ns[cpu].sum()),
+        kernel_ns=int(dur[(k == Kind.KERNEL) & members].sum()),
+        memcpy_ns=int(dur[(k == Kind.MEMCPY) & members].sum()),
+        memset_ns=int(dur[(k == Kind.MEMSET) & members].sum()),
+    )
+
+
+def _error_pct(measured: int, replayed: int) -> float:
+    return round((replayed - measured) / measured * 100.0, 4) if measured > 0 else 0.0
+
+
+def _window(name, graph, tl, rec, lo_m, hi_m, lo_r, hi_r, members, note="") -> WindowStats:
+    bm, im = _gpu_busy(graph, rec.start_ns, rec.end_ns, lo_m, hi_m)
+    br, ir = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo_r, hi_r)
+    measured, replayed = hi_m - lo_m, hi_r - lo_r
+    return WindowStats(
+        name=name,
+        measured_ns=int(measured),
+        replayed_ns=int(replayed),
+        error_pct=_error_pct(measured, replayed),
+        gpu_busy_measured_ns=bm,
+        gpu_idle_measured_ns=im,
+        gpu_busy_replayed_ns=br,
+        gpu_idle_replayed_ns=ir,
+        kernels=int(np.count_nonzero((graph.node_kind == Kind.KERNEL) & members)),
+        breakdown=_breakdown(graph, tl, members),
+        note=note,
+    )
+
+
+def step_windows(graph: TaskGraph, tl: Timeline) -> list[tuple[str, int, int, int, int, np.ndarray, str]]:
+    """Each ProfilerStep: (name, measured start, end, replayed start, end, member mask, note).
+
+    A step's replayed bounds follow the CPU tasks of its thread: its start keeps the recorded
+    offset to the first API call inside it, its end the offset from the last one. Members are the
+    nodes whose position (CPU start, or launching call's start) lies in the measured step.
+    """
+    out = []
+    lane_of = {name: i for i, name in enumerate(graph.lanes)}
+    pos = graph.position_ns
+    for name, s, e, pid, tid in profiler_steps(graph.table):
+        members = (pos >= s) & (pos < e)
+        lane = lane_of.get(f"cpu pid {pid} tid {tid}", -1)
+        cpu_in = np.nonzero((graph.lane == lane) & (graph.node_kind == NODE_CPU) & (graph.rec_start_ns >= s) & (graph.rec_end_ns <= e))[0]
+        if len(cpu_in) == 0:
+            out.append((name, s, e, s, e, members, "no API call inside the step on its thread; replayed = measured"))
+            continue
+        f = cpu_in[np.argmin(graph.rec_start_ns[cpu_in])]
+        last = cpu_in[np.argmax(graph.rec_end_ns[cpu_in])]
+        rs = int(tl.start_ns[f]) - (int(graph.rec_start_ns[f]) - s)
+        r_e = int(tl.end_ns[last]) + (e - int(graph.rec_end_ns[last]))
+        out.append((name, s, e, rs, r_e, members, ""))
+    return out
+
+
+def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
+    """Assemble the report of a replay ``tl`` against the recorded timeline ``rec``."""
+    t = graph.table
+    n_cpu = int(np.count_nonzero(graph.node_kind == NODE_CPU))
+    n_gpu_edges_x = int(np.count_nonzero(graph.node_kind[np.repeat(np.arange(graph.n), np.diff(graph.pred_ptr))] != NODE_CPU))
+    g = GraphSummary(
+        cpu_tasks=n_cpu,
+        gpu_tasks=graph.n - n_cpu,
+        cpu_lanes=int(np.count_nonzero(~graph.lane_is_gpu)),
+        gpu_lanes=int(np.count_nonzero(graph.lane_is_gpu)),
+        launch_edges=int(np.count_nonzero(graph.launch >= 0)),
+        sync_edges=len(graph.pred_idx) - n_gpu_edges_x,
+        cross_stream_edges=n_gpu_edges_x,
+        launch_latency_ns=int(graph.launch_latency_ns),
+        gpu_gap_ns=int(graph.gpu_gap_ns),
+        counts=dict(sorted(graph.counts.items())),
+    )
+    all_nodes = np.ones(graph.n, dtype=bool)
+    t0 = graph.t0_ns
+    hi_m = int(rec.end_ns.max()) if graph.n else t0
+    hi_r = int(tl.end_ns.max()) if graph.n else t0
+    window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, all_nodes)
+    steps = [
+        _window(name, graph, tl, rec, s, e, rs, r_e, members, note)
+        for name, s, e, rs, r_e, members, note in step_windows(graph, tl)
+    ]
+    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps)
+
+
+# ---------------------------------------------------------------- rendering ------------------
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+def render_text(r: Report) -> str:
+    """The terminal report (plain text, fixed-width tables)."""
+    lines: list[str] = []
+    m = r.trace
+    dev = ", ".join(f"{d.id}: {d.name}" for d in m.devices) or "unknown"
+    lines.append(f"daydream: {m.source}  [{m.format}]")
+    lines.append(f"  devices: {dev}" + (f"   rank {m.rank} of {m.world_size}" if m.rank >= 0 else ""))
+    g = r.graph
+    lines.append(
+        f"  graph: {g.cpu_tasks:,} CPU tasks on {g.cpu_lanes} threads, {g.gpu_tasks:,} GPU tasks on {g.gpu_lanes} streams; "
+        f"edges: {g.launch_edges:,} launch, {g.sync_edges:,} sync, {g.cross_stream_edges:,} cross-stream"
+    )
+    lines.append(f"  launch latency L = {g.launch_latency_ns / 1e3:.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:.3f} us (measured)")
+    lines.append("")
+    hdr = f"  {'window':<28}{'measured ms':>14}{'replayed ms':>14}{'error %':>9}{'GPU busy ms':>13}{'GPU idle ms':>13}{'kernels':>9}"
+    lines.append(hdr)
+    lines.append("  " + "-" * (len(hdr) - 2))
+    for w in [r.window, *r.steps]:
+        lines.append(
+            f"  {w.name[:27]:<28}{_ms(w.measured_ns):>14}{_ms(w.replayed_ns):>14}{w.error_pct:>9.2f}"
+            f"{_ms(w.gpu_busy_measured_ns):>13}{_ms(w.gpu_idle_measured_ns):>13}{w.kernels:>9,}" + (f"  ({w.note})" if w.note else "")
+        )
+    lines.append("")
+    lines.append("  time by task kind (replayed, ms; summed over threads and streams)")
+    cols = ["cpu_runtime_ns", "cpu_gap_ns", "sync_wait_ns", "kernel_ns", "memcpy_ns", "memset_ns"]
+    heads = ["CPU runtime", "CPU gaps", "sync wait", "kernels", "memcpy", "memset"]
+    lines.append(f"  {'window':<28}" + "".join(f"{h:>13}" for h in heads))
+    for w in [r.window, *r.steps]:
+        b = w.breakdown
+        lines.append(f"  {w.name[:27]:<28}" + "".join(f"{_ms(getattr(b, c)):>13}" for c in cols))
+    a = r.accounting
+    n_read = sum(a.read.values())
+    n_skip = sum(a.skipped.values())
+    lines.append("")
+    lines.append(f"  input: {n_read:,} records read, {sum(a.kept.values()):,} used, {n_skip:,} skipped")
+    for k, v in sorted(a.skipped.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"    skipped {v:>9,}  {k}")
+    for k, v in sorted(a.notes.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"    note    {v:>9,}  {k}")
+    for k, v in sorted(g.counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"    graph   {v:>9,}  {k}")
+    return "\n".join(lines) + "\n"
+
+
+def report_json(r: Report) -> bytes:
+    """The ``--json`` document: deterministic bytes for the same input."""
+    return msgspec.json.format(msgspec.json.encode(r), indent=2) + b"\n"
+
+
+def report_schema() -> dict:
+    """JSON Schema of the ``--json`` report (written to ``schemas/report.schema.json``)."""
+    s = msgspec.json.schema(Report)
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "Daydream report"
+    return s
