@@ -233,8 +233,11 @@ def build_graph(table: EventTable) -> TaskGraph:
 
     # order within lanes and globally: (position, is_gpu, rec_start, row)
     is_gpu_node = node_kind != NODE_CPU
-    order = np.lexsort((row, rec_start, is_gpu_node, position))
-    lo = np.lexsort((row, rec_start, is_gpu_node, position, lane))
+    # ties in position (calls of several threads at the same ns) go in correlation-id order,
+    # which is the order the process issued its calls in
+    launch_corr = np.where(has_launch, table.correlation[row[np.maximum(launch, 0)]], -1)
+    order = np.lexsort((row, rec_start, launch_corr, is_gpu_node, position))
+    lo = np.lexsort((row, rec_start, launch_corr, is_gpu_node, position, lane))
     lane_prev = np.full(n, -1, dtype=np.int64)
     if n:
         same = lane[lo[1:]] == lane[lo[:-1]]
