@@ -1,0 +1,1009 @@
+"""PyTorch profiler / Kineto Chrome-trace JSON adapter (``.json``, ``.json.gz``).
+
+Reads the files written by libkineto's ``ChromeTraceLogger`` (``torch.profiler`` with
+``tensorboard_trace_handler`` or ``export_chrome_trace``), in every spelling seen in real traces
+from 2021 to now (``../shared/docs/formats.md`` section B), into an :class:`EventTable`.
+
+How events become rows
+----------------------
+* ``ph: "X"`` events by category (case-insensitive): ``cpu_op``/``Operator`` -> CPU_OP;
+  ``cuda_runtime``/``Runtime``/``cuda_driver`` -> RUNTIME (``cat_id`` keeps the original string);
+  ``kernel`` -> KERNEL; ``gpu_memcpy``/``Memcpy`` -> MEMCPY; ``gpu_memset``/``Memset`` -> MEMSET;
+  ``cuda_sync`` -> SYNC; ``user_annotation``, ``python_function`` -> RANGE on a CPU thread;
+  ``gpu_user_annotation`` -> RANGE on a GPU stream; ``cpu_instant_event`` -> MARKER.
+  ``Trace`` spans, ``overhead``, ``cuda_event`` and unknown categories are skipped, by reason.
+* ``ph: "i"``/``"I"`` instants (``cpu_instant_event``, ``[memory]``) -> MARKER
+  (``start_ns == end_ns``); the global "Iteration Start"/"Record Window End" instants, which sit on
+  non-numeric pids ("Traces", ""), are skipped as trace structure.
+* ``ph: "B"``/``"E"`` pairs (never written by Kineto, accepted for other producers) are paired per
+  (pid, tid) by nesting depth, vectorized, and become one row each (the ``B`` event's name,
+  category and args); unmatched ones are skipped.
+* Flow events (``s``/``t``/``f``: ``ac2g``, legacy ``async``, ``fwdbwd``), metadata (``M``) and
+  counters (``C``) are not rows; they are counted as skipped with their reason. The launch link
+  the ``ac2g`` flows carry is taken from ``args.correlation`` instead.
+
+Every input event is counted in ``Accounting.read`` under its source category (``cat``, or
+``"ph X"`` when it has none) and then in ``kept`` (same key) or ``skipped`` (by reason), so
+``Accounting.balanced`` always holds. Events that cannot be placed (no numeric ``ts``, no
+numeric ``pid``, an X event without ``dur``) are skipped by reason too.
+
+Columns
+-------
+* CPU rows (CPU_OP, RUNTIME, CPU-side RANGE, MARKER): ``pid``/``tid`` of the event (numeric
+  strings such as ``"25738"`` parsed), ``device = stream = -1``.
+* GPU rows (KERNEL, MEMCPY, MEMSET, SYNC, ``gpu_user_annotation``): ``device = args.device``
+  (else the event pid, which Kineto sets to the device), ``stream = args.stream`` (else the tid,
+  ``"stream N"`` parsed; for SYNC rows a virtual tid >= 1,000,000 has the offset removed; a stream
+  written as 4294967295 becomes -1), ``tid = -1``, ``pid`` = the pid of the RUNTIME row with the
+  same ``args.correlation`` (a sorted-array join), else the trace's only CPU process (the single pid
+  of its runtime rows, or of its CPU ops when it has none), else -1; such rows are counted in
+  ``Accounting.notes``.
+* ``correlation`` on RUNTIME and GPU task/SYNC rows; ``external_id`` from ``External id`` (or the
+  2021 spelling ``external id``); ``bytes`` on MEMCPY/MEMSET; ``copy_kind``/``src_kind``/
+  ``dst_kind`` parsed from the memcpy name (``"Memcpy DtoH (Device -> Pageable)"``, once per
+  distinct name; ROCm's ``Host`` is MemKind.UNKNOWN); SYNC rows: ``sync_kind`` from
+  ``args.cuda_sync_kind`` (string or number) or the name, ``link_stream = args.wait_on_stream``,
+  ``link_correlation = args.wait_on_cuda_event_record_corr_id`` (-1 when absent or -1).
+
+The decode uses msgspec structs that project only these fields; all per-event work is done with
+C-level iteration (``map``/``np.fromiter``) and numpy, with Python loops only over distinct
+values (names, categories, pids).
+
+Times
+-----
+``ts``/``dur`` are microseconds, as JSON integers (old traces) or decimals carrying ns
+(``1234.567``). They are read as the number *text* (``msgspec.Raw``) and converted to int64 ns with
+a vectorized decimal parser, so they are exact whatever their magnitude (no float rounding; more
+than 3 decimals round half away from zero). ``baseTimeNanoseconds`` (newer traces) is added.
+
+Document repairs
+----------------
+With ``strict=False`` (default) the adapter salvages what a crashed or hand-edited file holds:
+a truncated file (no closing ``]}``) keeps the complete events before the cut and warns; ``NaN``/
+``Infinity`` literals are read as null; trailing commas before ``]``/``}`` are dropped. Each repair
+is counted in ``Accounting.notes``. With ``strict=True`` each of them raises
+:class:`TraceFormatError` instead.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import warnings
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any, Optional, Union
+
+import msgspec
+import numpy as np
+
+from ..errors import TraceFormatError
+from ..events import (
+    Accounting,
+    CopyKind,
+    DeviceInfo,
+    EventTable,
+    Kind,
+    MemKind,
+    NameTable,
+    SyncKind,
+    TraceMeta,
+)
+from . import open_maybe_gzip
+
+NAME = "kineto"
+DESCRIPTION = "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz)"
+
+#: int sentinel of a field that is absent (or JSON null)
+_ABSENT = -(2**63)
+#: int sentinel of a field that is present but not a number ("Spans", "PyTorch Profiler")
+_NONNUM = -(2**63) + 1
+#: newest Kineto puts "Stream Sync" cuda_sync events on the virtual tid stream + 1,000,000
+_VIRTUAL_SYNC_TID_OFFSET = 1_000_000
+#: stream ids written as unsigned 32-bit -1 (Context Sync in 2023 traces)
+_UINT32_MAX = 2**32 - 1
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_MAX_US_INT = (_INT64_MAX - 999) // 1000
+#: longest JSON number text parsed column-wise (longer ones take the slow path)
+_MAX_NUMBER_TEXT = 40
+
+_NO_RAW = msgspec.Raw(b"")
+
+
+# ---------------------------------------------------------------------------------------------
+# typed projections: only the fields this adapter uses; everything else is skipped by msgspec
+# ---------------------------------------------------------------------------------------------
+_Num = Union[int, float, str, None]
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    device: _Num = _ABSENT
+    stream: _Num = _ABSENT
+    correlation: _Num = _ABSENT
+    external_id: _Num = msgspec.field(default=_ABSENT, name="External id")
+    external_id_legacy: _Num = msgspec.field(default=_ABSENT, name="external id")
+    bytes: _Num = _ABSENT
+    cuda_sync_kind: _Num = _ABSENT
+    wait_on_stream: _Num = _ABSENT
+    wait_on_cuda_event_record_corr_id: _Num = _ABSENT
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Optional[str] = None
+    cat: Optional[str] = None
+    name: Optional[str] = None
+    pid: _Num = _ABSENT
+    tid: _Num = _ABSENT
+    ts: msgspec.Raw = _NO_RAW
+    dur: msgspec.Raw = _NO_RAW
+    args: _Args = _NO_ARGS
+
+
+class _Doc(msgspec.Struct, gc=False):
+    traceEvents: Optional[list[_Event]] = None
+    deviceProperties: msgspec.Raw = _NO_RAW
+    distributedInfo: msgspec.Raw = _NO_RAW
+    baseTimeNanoseconds: msgspec.Raw = _NO_RAW
+    schemaVersion: msgspec.Raw = _NO_RAW
+    cupti_version: msgspec.Raw = _NO_RAW
+    cuda_runtime_version: msgspec.Raw = _NO_RAW
+    cuda_driver_version: msgspec.Raw = _NO_RAW
+    trace_id: msgspec.Raw = _NO_RAW
+    displayTimeUnit: msgspec.Raw = _NO_RAW
+    record_shapes: msgspec.Raw = _NO_RAW
+    with_stack: msgspec.Raw = _NO_RAW
+    with_modules: msgspec.Raw = _NO_RAW
+    profile_memory: msgspec.Raw = _NO_RAW
+
+
+#: top-level keys copied into TraceMeta.extra as strings
+_EXTRA_KEYS = (
+    "schemaVersion",
+    "cupti_version",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "trace_id",
+    "displayTimeUnit",
+    "baseTimeNanoseconds",
+    "record_shapes",
+    "with_stack",
+    "with_modules",
+    "profile_memory",
+)
+
+
+class _DeviceProp(msgspec.Struct, gc=False):
+    id: Optional[int] = None
+    name: Optional[str] = None
+    computeMajor: Optional[int] = None
+    computeMinor: Optional[int] = None
+    numSms: Optional[int] = None
+    totalGlobalMem: Optional[int] = None
+
+
+# ---------------------------------------------------------------------------------------------
+# categories
+# ---------------------------------------------------------------------------------------------
+#: lower-cased category -> row kind
+_CAT_KIND: dict[str, Kind] = {
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "cuda_runtime": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "cuda_sync": Kind.SYNC,
+    "user_annotation": Kind.RANGE,
+    "gpu_user_annotation": Kind.RANGE,
+    "python_function": Kind.RANGE,
+    "cpu_instant_event": Kind.MARKER,
+}
+#: lower-cased categories whose rows live on a GPU stream
+_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "cuda_sync", "gpu_user_annotation"})
+#: lower-cased categories skipped on purpose, with their reason
+_CAT_SKIP: dict[str, str] = {
+    "trace": "trace span (cat 'Trace')",
+    "overhead": "profiler overhead event (cat 'overhead')",
+    "cuda_event": "cuda_event record (event links come from cuda_sync args)",
+}
+_LAUNCH_FLOW_CATS = frozenset({"ac2g", "async", "async_gpu", "async_cpu_to_gpu"})
+_FWDBWD_FLOW_CATS = frozenset({"fwdbwd", "fwd_bwd", "forward_backward"})
+
+_SYNC_BY_NAME: dict[str, int] = {
+    "stream sync": SyncKind.STREAM_SYNC,
+    "event sync": SyncKind.EVENT_SYNC,
+    "context sync": SyncKind.CONTEXT_SYNC,
+    "stream wait event": SyncKind.STREAM_WAIT_EVENT,
+}
+_COPY_BY_NAME: dict[str, int] = {k.name.lower(): int(k) for k in CopyKind if k != CopyKind.UNKNOWN}  # "htod": 1, ...
+_MEM_BY_NAME: dict[str, int] = {
+    "pageable": MemKind.PAGEABLE,
+    "pinned": MemKind.PINNED,
+    "device": MemKind.DEVICE,
+    "array": MemKind.ARRAY,
+    "managed": MemKind.MANAGED,
+    "device static": MemKind.DEVICE_STATIC,
+    "managed static": MemKind.MANAGED_STATIC,
+}
+_MEMCPY_NAME = re.compile(r"memcpy\s+([a-z]+)(?:\s*\(\s*([a-z ]+?)\s*->\s*([a-z ]+?)\s*\))?", re.I)
+
+# classes of events
+_C_ROW, _C_INSTANT, _C_B, _C_E, _C_SKIP = 0, 1, 2, 3, 4
+
+
+# ---------------------------------------------------------------------------------------------
+# public interface
+# ---------------------------------------------------------------------------------------------
+def sniff(head: bytes, path: str) -> bool:
+    """True when ``head`` (the first bytes of the file, gunzipped) looks like a Kineto/Chrome trace.
+
+    Accepts a JSON object naming ``traceEvents`` (or Kineto's ``schemaVersion`` and
+    ``deviceProperties``, which precede it) in the head, or the Chrome JSON array form: ``[``
+    followed by an event object with a ``"ph"`` key. Never raises.
+    """
+    h = head[3:] if head[:3] == b"\xef\xbb\xbf" else head
+    h = h.lstrip()
+    if h[:1] == b"{":
+        return b'"traceEvents"' in h or (b'"schemaVersion"' in h and b'"deviceProperties"' in h)
+    if h[:1] == b"[":
+        return re.match(rb"\[\s*\{", h) is not None and b'"ph"' in h
+    return False
+
+
+def load(path: str, *, strict: bool = False) -> EventTable:
+    """Read a Kineto Chrome-trace JSON file (plain or gzip) into an :class:`EventTable`.
+
+    Times in the table are int64 nanoseconds on the trace clock (``ts`` microseconds x 1000, plus
+    ``baseTimeNanoseconds`` when the file has it). See the module docstring for how each event
+    is mapped and accounted.
+
+    Args:
+        path: the trace file.
+        strict: refuse to repair the document (truncated file, NaN/Infinity literals, trailing
+            commas) and raise instead.
+
+    Raises:
+        TraceFormatError: unreadable or damaged gzip file, not JSON, no ``traceEvents`` array,
+            a projected field of the wrong JSON type (place: ``traceEvents[i].field``), a
+            truncated file with nothing to salvage, or (``strict=True``) any repair.
+
+    Warns:
+        UserWarning: a truncated file was salvaged (the note names the byte offset of the cut).
+    """
+    path = str(path)
+    data = open_maybe_gzip(path)
+    acct = Accounting()
+    events, doc = _decode(path, data, strict, acct)
+    meta = _meta(path, doc, acct)
+    base_ns = _base_time_ns(path, doc)
+    return _build(events, base_ns, meta, acct)
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding and repairs
+# ---------------------------------------------------------------------------------------------
+_BYTE_OFFSET = re.compile(r"\(byte (\d+)\)")
+_VALIDATION_AT = re.compile(r"^(.*?) - at `\$(.*)`$", re.S)
+_NONFINITE = re.compile(rb"-?(?:NaN|Infinity|nan|inf)(?![A-Za-z0-9_])")
+_BULK_FIX = re.compile(
+    rb'"(?:[^"\\]|\\.)*"|(-?(?:NaN|Infinity|nan|inf)(?![A-Za-z0-9_]))|(,)(?=\s*[\]}])', re.S
+)
+# truncation salvage: where one event ends and the next begins (or the data ends)
+_EVENT_END = re.compile(rb"\}(?=\s*,\s*\{)|\}(?=\s*,?\s*\Z)")
+# the end of the traceEvents array followed by more top-level keys
+_ARRAY_END = re.compile(rb"\}\s*\](?=\s*,)")
+_MAX_TARGETED_FIXES = 8
+_MAX_SALVAGE_TRIES = 12
+
+
+def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[list[_Event], Optional[_Doc]]:
+    """Decode the document into the typed projection, repairing what can be repaired."""
+    if data[:3] == b"\xef\xbb\xbf":
+        data = data[3:]
+    m = re.match(rb"\s*", data)
+    i = m.end() if m else 0
+    if i >= len(data):
+        raise TraceFormatError(path, "", "the file is empty")
+    first = data[i : i + 1]
+    if first == b"{":
+        array_form = False
+        typ: Any = _Doc
+    elif first == b"[":
+        array_form = True
+        typ = list[_Event]
+    else:
+        raise TraceFormatError(path, f"byte offset {i}", "not JSON: a Kineto trace is a JSON object with a traceEvents array")
+    fixes = 0
+    bulk_done = False
+    salvaged = False
+    for _ in range(10_000):
+        try:
+            obj = msgspec.json.decode(data, type=typ)
+            break
+        except msgspec.ValidationError as e:
+            raise _validation_error(path, e) from None
+        except msgspec.DecodeError as e:
+            msg = str(e)
+        except RecursionError:
+            raise TraceFormatError(path, "", "JSON nested too deeply to read") from None
+        off_m = _BYTE_OFFSET.search(msg)
+        off = int(off_m.group(1)) if off_m else None
+        if "truncated" in msg.lower():
+            if strict:
+                raise TraceFormatError(
+                    path, f"byte offset {len(data)}", "the file is truncated (the JSON document does not end); strict mode does not salvage it"
+                )
+            if salvaged:
+                raise TraceFormatError(path, f"byte offset {len(data)}", "the file is truncated and could not be salvaged")
+            got = _salvage_truncated(path, data, array_form, typ)
+            if got is None:
+                raise TraceFormatError(
+                    path, f"byte offset {len(data)}", "the file is truncated and no complete event could be recovered before the cut"
+                )
+            data, cut = got
+            salvaged = True
+            acct.add("notes", f"truncated file: events after byte {cut} lost")
+            warnings.warn(f"{path}: the file is truncated; kept the complete events before byte {cut}", UserWarning, stacklevel=3)
+            continue
+        if off is not None and "trailing comma" in msg and (c := _comma_before(data, off)) is not None:
+            if strict:
+                raise TraceFormatError(path, f"byte offset {c}", "trailing comma (not JSON); strict mode does not repair it")
+            data = data[:c] + data[c + 1 :]
+            acct.add("notes", "trailing comma removed")
+            fixes += 1
+        elif off is not None and (nf := _nonfinite_at(data, off)) is not None:
+            a, b = nf
+            if strict:
+                raise TraceFormatError(path, f"byte offset {a}", f"{data[a:b].decode()} is not JSON; strict mode does not repair it")
+            data = data[:a] + b"null" + data[b:]
+            acct.add("notes", "NaN/Infinity literal read as null")
+            fixes += 1
+        else:
+            where = f"byte offset {off}" if off is not None else ""
+            reason = msg.replace(f" (byte {off})", "") if off is not None else msg
+            raise TraceFormatError(path, where, f"not valid JSON ({reason})")
+        if fixes >= _MAX_TARGETED_FIXES and not bulk_done:
+            data = _bulk_fix(data, acct)
+            bulk_done = True
+    else:  # pragma: no cover - defensive
+        raise TraceFormatError(path, "", "too many JSON errors to repair")
+    if array_form:
+        return obj, None
+    if obj.traceEvents is None:
+        raise TraceFormatError(path, "", "no traceEvents array: not a PyTorch profiler / Kineto trace")
+    return obj.traceEvents, obj
+
+
+def _validation_error(path: str, e: msgspec.ValidationError) -> TraceFormatError:
+    msg = str(e)
+    m = _VALIDATION_AT.match(msg)
+    if m:
+        place = m.group(2).lstrip(".") or "top level"
+        return TraceFormatError(path, place, f"wrong JSON type: {m.group(1)}")
+    return TraceFormatError(path, "", f"wrong JSON type: {msg}")
+
+
+def _comma_before(data: bytes, off: int) -> Optional[int]:
+    """Offset of the comma before ``off`` (msgspec points at the closing bracket), skipping blanks."""
+    j = min(off, len(data)) - 1
+    while j >= 0 and data[j] in b" \t\r\n":
+        j -= 1
+    if j >= 0 and data[j : j + 1] == b",":
+        return j
+    if data[off : off + 1] == b",":
+        return off
+    return None
+
+
+def _nonfinite_at(data: bytes, off: int) -> Optional[tuple[int, int]]:
+    """(start, end) of a NaN/Infinity token at ``off`` (msgspec points after a leading '-')."""
+    for a in (off - 1, off):
+        if a < 0:
+            continue
+        m = _NONFINITE.match(data, a)
+        if m:
+            return m.start(), m.end()
+    return None
+
+
+def _bulk_fix(data: bytes, acct: Accounting) -> bytes:
+    """Replace every NaN/Infinity token outside strings by null and drop trailing commas."""
+    counts = [0, 0]
+
+    def rep(m: re.Match) -> bytes:
+        if m.group(1) is not None:
+            counts[0] += 1
+            return b"null"
+        if m.group(2) is not None:
+            counts[1] += 1
+            return b""
+        return m.group(0)
+
+    out = _BULK_FIX.sub(rep, data)
+    acct.add("notes", "NaN/Infinity literal read as null", counts[0])
+    acct.add("notes", "trailing comma removed", counts[1])
+    return out
+
+
+def _salvage_truncated(path: str, data: bytes, array_form: bool, typ: Any) -> Optional[tuple[bytes, int]]:
+    """Cut ``data`` after the last complete event and close the document.
+
+    Returns (repaired document, byte offset of the cut), or None when nothing could be salvaged.
+    Tries the candidate cut points nearest to the end first, a bounded number of times.
+    """
+    if array_form:
+        start = data.find(b"[")
+    else:
+        k = data.find(b'"traceEvents"')
+        start = data.find(b"[", k) if k >= 0 else -1
+    if start < 0:
+        return None
+    tried: set[int] = set()
+    window = 1 << 16
+    n = len(data)
+    while len(tried) < _MAX_SALVAGE_TRIES:
+        lo = max(start + 1, n - window)
+        cands: list[tuple[int, bytes]] = [(m.end(), b"]" if array_form else b"]}") for m in _EVENT_END.finditer(data, lo)]
+        if not array_form:
+            cands += [(m.end(), b"}") for m in _ARRAY_END.finditer(data, lo)]
+        cands.sort(reverse=True)
+        for cut, closer in cands:
+            if cut in tried:
+                continue
+            if len(tried) >= _MAX_SALVAGE_TRIES:
+                break
+            tried.add(cut)
+            doc = data[:cut] + closer
+            try:
+                msgspec.json.decode(doc, type=typ)
+            except (msgspec.DecodeError, RecursionError):  # incl. ValidationError: not an event-level cut
+                continue
+            return doc, cut
+        if lo <= start + 1:
+            break
+        window *= 8
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# metadata
+# ---------------------------------------------------------------------------------------------
+def _raw_value(raw: msgspec.Raw) -> Any:
+    b = bytes(raw)
+    if not b:
+        return None
+    try:
+        return msgspec.json.decode(b)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def _as_int(v: Any) -> Optional[int]:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(v.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _base_time_ns(path: str, doc: Optional[_Doc]) -> int:
+    if doc is None:
+        return 0
+    b = bytes(doc.baseTimeNanoseconds)
+    if not b or b == b"null":
+        return 0
+    v = _as_int(_raw_value(doc.baseTimeNanoseconds))
+    if v is None or not (_INT64_MIN < v < _INT64_MAX):
+        raise TraceFormatError(path, "baseTimeNanoseconds", "not an integer number of nanoseconds")
+    return v
+
+
+def _meta(path: str, doc: Optional[_Doc], acct: Accounting) -> TraceMeta:
+    meta = TraceMeta(source=path, format=NAME)
+    if doc is None:
+        meta.extra["layout"] = "chrome json array"
+        return meta
+    if bytes(doc.deviceProperties):
+        try:
+            props = msgspec.json.decode(bytes(doc.deviceProperties), type=Optional[list[_DeviceProp]]) or []
+        except (msgspec.DecodeError, RecursionError):
+            props = []
+            acct.add("notes", "deviceProperties unreadable (ignored)")
+        for i, p in enumerate(props):
+            meta.devices.append(
+                DeviceInfo(
+                    id=p.id if p.id is not None else i,
+                    name=p.name or "",
+                    compute_major=p.computeMajor if p.computeMajor is not None else -1,
+                    compute_minor=p.computeMinor if p.computeMinor is not None else -1,
+                    num_sms=p.numSms if p.numSms is not None else -1,
+                    total_memory_bytes=p.totalGlobalMem if p.totalGlobalMem is not None else -1,
+                )
+            )
+    dist = _raw_value(doc.distributedInfo)
+    if isinstance(dist, dict):
+        r = _as_int(dist.get("rank"))
+        w = _as_int(dist.get("world_size"))
+        meta.rank = r if r is not None else -1
+        meta.world_size = w if w is not None else -1
+        if isinstance(dist.get("backend"), str):
+            meta.extra["distributed_backend"] = dist["backend"]
+    for key in _EXTRA_KEYS:
+        v = _raw_value(getattr(doc, key))
+        if v is None:
+            continue
+        meta.extra[key] = v if isinstance(v, str) else msgspec.json.encode(v).decode()
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# vectorized column helpers
+# ---------------------------------------------------------------------------------------------
+_STREAM_TID = re.compile(r"stream\s+(-?\d+)(?:\s*\(.*\))?\s*$", re.I)
+
+
+def _scalar_to_int(v: Any) -> int:
+    """One JSON scalar as int64: _ABSENT for absent/null, _NONNUM for non-numbers."""
+    if v is None:
+        return _ABSENT
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v if (_NONNUM < v <= _INT64_MAX or v == _ABSENT) else _NONNUM
+    if isinstance(v, float):
+        if v.is_integer() and -(2.0**63) < v < 2.0**63:
+            return int(v)
+        return _NONNUM
+    if isinstance(v, str):
+        s = v.strip()
+        for base in (0, 10):
+            try:
+                x = int(s, base)
+                return x if _NONNUM < x <= _INT64_MAX else _NONNUM
+            except ValueError:
+                pass
+        m = _STREAM_TID.match(s)
+        if m:
+            return int(m.group(1))
+    return _NONNUM
+
+
+def _int_column(values: list, n: int) -> np.ndarray:
+    """int64 column from a list of JSON scalars (absent -> _ABSENT, non-number -> _NONNUM).
+
+    Plain ints take the C fast path; anything else is converted once per distinct value.
+    """
+    if n == 0:
+        return np.zeros(0, np.int64)
+    types = set(map(type, values))
+    if types <= {int, bool}:
+        try:
+            return np.fromiter(values, dtype=np.int64, count=n)
+        except OverflowError:
+            pass
+    conv = {v: _scalar_to_int(v) for v in set(values)}
+    return np.fromiter(map(conv.__getitem__, values), dtype=np.int64, count=n)
+
+
+def _missing_to(a: np.ndarray, fill: int = -1) -> np.ndarray:
+    return np.where(a <= _NONNUM, fill, a)
+
+
+def _us_text_to_ns(raws: list) -> tuple[np.ndarray, np.ndarray]:
+    """Exact int64 ns from JSON number texts in microseconds; returns (ns, ok).
+
+    Plain decimals (``-?digits[.digits]``) are parsed column-wise with numpy; the rest
+    (exponents, strings, null, absent) go through ``Decimal`` one by one (rare), absent and
+    non-numbers giving ok=False. More than 3 decimals round half away from zero.
+    """
+    n = len(raws)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    bs = list(map(bytes, raws))
+    lens = np.fromiter(map(len, bs), dtype=np.int64, count=n)
+    too_long = lens > _MAX_NUMBER_TEXT
+    if too_long.any():  # not a plain number (e.g. an object); keep the matrix small, parse below
+        mat_src = [b if len(b) <= _MAX_NUMBER_TEXT else b"?" for b in bs]
+    else:
+        mat_src = bs
+    a = np.array(mat_src, dtype=bytes)
+    w = a.dtype.itemsize
+    mat = a.view(np.uint8).reshape(n, w)
+    neg = mat[:, 0] == 45  # '-'
+    dig = (mat >= 48) & (mat <= 57)
+    dot = mat == 46
+    pad = mat == 0
+    allowed = dig | dot | pad
+    allowed[:, 0] |= neg
+    n_dots = dot.sum(axis=1)
+    dotpos = np.where(n_dots > 0, dot.argmax(axis=1), w)
+    cols = np.arange(w)
+    int_digits = (dig & (cols[None, :] < dotpos[:, None])).sum(axis=1)
+    empty = pad[:, 0]
+    simple = allowed.all(axis=1) & (n_dots <= 1) & (int_digits >= 1) & (int_digits <= 18) & ~empty
+    ip = np.zeros(n, np.int64)
+    for j in range(w):
+        take = dig[:, j] & (j < dotpos)
+        if take.any():
+            ip = np.where(take, ip * 10 + (mat[:, j].astype(np.int64) - 48), ip)
+    rows = np.arange(n)
+    frac = np.zeros(n, np.int64)
+    for k in (1, 2, 3, 4):
+        c = dotpos + k
+        inb = c < w
+        cc = np.minimum(c, w - 1)
+        d_ok = inb & dig[rows, cc]
+        d = np.where(d_ok, mat[rows, cc].astype(np.int64) - 48, 0)
+        if k < 4:
+            frac = frac * 10 + d
+        else:
+            frac = frac + (d >= 5)
+    simple &= ip <= _MAX_US_INT  # ip * 1000 + 999 fits in int64
+    ns = np.where(simple, ip, 0) * 1000 + frac
+    ns = np.where(neg, -ns, ns)
+    ok = simple.copy()
+    for i in np.nonzero(~simple & ~empty)[0].tolist():
+        try:
+            v = (Decimal(bs[i].decode("ascii")) * 1000).to_integral_value(rounding=ROUND_HALF_UP)
+            if v.is_finite() and _INT64_MIN < v < _INT64_MAX:
+                ns[i] = int(v)
+                ok[i] = True
+        except (InvalidOperation, UnicodeDecodeError, ValueError):
+            pass
+    return ns, ok
+
+
+def _lookup(keys: list, table: dict, n: int, dtype) -> np.ndarray:
+    return np.fromiter(map(table.__getitem__, keys), dtype=dtype, count=n)
+
+
+# ---------------------------------------------------------------------------------------------
+# building the table
+# ---------------------------------------------------------------------------------------------
+class _Reasons:
+    """Interned skip reasons -> small int codes."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def __call__(self, s: str) -> int:
+        i = self._ids.get(s)
+        if i is None:
+            i = self._ids[s] = len(self.names)
+            self.names.append(s)
+        return i
+
+
+def _classify(ph: Optional[str], cat: Optional[str], why: _Reasons) -> tuple[int, int, bool, int]:
+    """(class, kind or -1, on a GPU stream, skip reason or -1) of a distinct (ph, cat) pair."""
+    lc = cat.lower() if isinstance(cat, str) else None
+    if ph in ("X", "B"):
+        if lc is None:  # a B without cat still takes part in the pairing, then is skipped
+            return (_C_SKIP if ph == "X" else _C_B), -1, False, why(f"ph {ph} event without cat")
+        if lc in _CAT_KIND:
+            return (_C_ROW if ph == "X" else _C_B), int(_CAT_KIND[lc]), lc in _GPU_CATS, -1
+        if lc in _CAT_SKIP:
+            r = why(_CAT_SKIP[lc])
+        else:
+            r = why(f"unknown category '{cat}'")
+        return (_C_SKIP if ph == "X" else _C_B), -1, False, r
+    if ph == "E":
+        return _C_E, -1, False, -1
+    if ph in ("i", "I"):
+        return _C_INSTANT, int(Kind.MARKER), False, -1
+    if ph in ("s", "t", "f"):
+        if lc in _LAUNCH_FLOW_CATS:
+            return _C_SKIP, -1, False, why(f"flow event ({cat}): link taken from args.correlation")
+        if lc in _FWDBWD_FLOW_CATS:
+            return _C_SKIP, -1, False, why(f"{cat} flow (not used by this version)")
+        return _C_SKIP, -1, False, why(f"flow event (cat '{cat}') not used")
+    if ph == "M":
+        return _C_SKIP, -1, False, why("metadata event (ph M: process/thread names)")
+    if ph == "C":
+        return _C_SKIP, -1, False, why("counter event (ph C) not used")
+    if ph is None:
+        return _C_SKIP, -1, False, why("event without ph")
+    return _C_SKIP, -1, False, why(f"event phase '{ph}' not used")
+
+
+def _pair_be(
+    idx: np.ndarray, is_b: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pair B/E events per (pid, tid) by nesting depth; returns (B indices, matching E indices)."""
+    if len(idx) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    _, thr = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)
+    thr = thr.reshape(-1)
+    o = np.lexsort((idx, ts, thr))
+    thr_o, b_o, idx_o = thr[o], is_b[o], idx[o]
+    step = np.where(b_o, 1, -1)
+    cs = np.cumsum(step)
+    first = np.ones(len(o), bool)
+    first[1:] = thr_o[1:] != thr_o[:-1]
+    grp = np.cumsum(first) - 1
+    start_cs = (cs - step)[first]
+    depth = cs - start_cs[grp]
+    level = np.where(b_o, depth, depth + 1)
+    pos = np.arange(len(o))
+    o2 = np.lexsort((pos, level, thr_o))
+    b2, thr2, lev2, idx2 = b_o[o2], thr_o[o2], level[o2], idx_o[o2]
+    pair = b2[:-1] & ~b2[1:] & (thr2[:-1] == thr2[1:]) & (lev2[:-1] == lev2[1:])
+    k = np.nonzero(pair)[0]
+    return idx2[k], idx2[k + 1]
+
+
+def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
+    n = len(events)
+    g = operator.attrgetter
+    why = _Reasons()
+
+    # ---- classify by distinct (ph, cat) ---------------------------------------------------
+    ph = list(map(g("ph"), events))
+    cat = list(map(g("cat"), events))
+    pairs = list(zip(ph, cat))
+    uniq = list(dict.fromkeys(pairs))
+    pair_ix = {p: i for i, p in enumerate(uniq)}
+    pair_of = _lookup(pairs, pair_ix, n, np.int32)
+    cls_p = np.zeros(len(uniq), np.int8)
+    kind_p = np.zeros(len(uniq), np.int16)
+    gpu_p = np.zeros(len(uniq), bool)
+    reason_p = np.zeros(len(uniq), np.int32)
+    readkey_names: list[str] = []
+    readkey_ids: dict[str, int] = {}
+    readkey_p = np.zeros(len(uniq), np.int32)
+    catname_p: list[str] = []
+    for i, (p, c) in enumerate(uniq):
+        cls_p[i], kind_p[i], gpu_p[i], reason_p[i] = _classify(p, c, why)
+        key = c if isinstance(c, str) and c else f"ph {p}"
+        if key not in readkey_ids:
+            readkey_ids[key] = len(readkey_names)
+            readkey_names.append(key)
+        readkey_p[i] = readkey_ids[key]
+        catname_p.append(c if isinstance(c, str) else "")
+    cls = cls_p[pair_of]
+    reason = reason_p[pair_of].astype(np.int32)
+    del pairs
+
+    # ---- per-event pid, tid, ts, dur ------------------------------------------------------
+    pid = _int_column(list(map(g("pid"), events)), n)
+    tid = _int_column(list(map(g("tid"), events)), n)
+    ts_ns, ts_ok = _us_text_to_ns(list(map(g("ts"), events)))
+    dur_ns, dur_ok = _us_text_to_ns(list(map(g("dur"), events)))
+    pid_ok = pid > _NONNUM
+
+    # ---- complete events -------------------------------------------------------------------
+    x = cls == _C_ROW
+    bad = x & ~ts_ok
+    reason[bad] = why("X event without a numeric ts")
+    x &= ~bad
+    bad = x & (pid == _ABSENT)
+    reason[bad] = why("X event without pid")
+    x &= ~bad
+    bad = x & ~pid_ok
+    reason[bad] = why("X event with a non-numeric pid")
+    x &= ~bad
+    is_marker_x = x & (kind_p[pair_of] == Kind.MARKER)
+    bad = x & ~dur_ok & ~is_marker_x
+    reason[bad] = why("X event without a numeric dur")
+    x &= ~bad
+    x_idx = np.nonzero(x)[0]
+
+    # ---- instants --------------------------------------------------------------------------
+    inst = cls == _C_INSTANT
+    bad = inst & ~ts_ok
+    reason[bad] = why("instant event without a numeric ts")
+    inst &= ~bad
+    bad = inst & ~pid_ok
+    reason[bad] = why("trace structure instant (pid is not a process id)")
+    inst &= ~bad
+    i_idx = np.nonzero(inst)[0]
+
+    # ---- B/E pairs -------------------------------------------------------------------------
+    be = (cls == _C_B) | (cls == _C_E)
+    bad = be & ~(ts_ok & pid_ok)
+    reason[bad] = why("B/E event without a numeric ts or pid")
+    be &= ~bad
+    be_idx = np.nonzero(be)[0]
+    b_idx, e_idx = _pair_be(be_idx, cls[be_idx] == _C_B, pid[be_idx], tid[be_idx], ts_ns[be_idx])
+    unmatched = be.copy()
+    unmatched[b_idx] = False
+    unmatched[e_idx] = False
+    reason[unmatched] = why("unmatched B/E event")
+    # a pair whose B category is skipped: both events skipped with that reason
+    b_skip = reason[b_idx] >= 0
+    reason[e_idx[b_skip]] = reason[b_idx[b_skip]]
+    b_idx, e_idx = b_idx[~b_skip], e_idx[~b_skip]
+
+    # ---- rows ------------------------------------------------------------------------------
+    src = np.concatenate([x_idx, i_idx, b_idx]).astype(np.int64)
+    start = ts_ns[src] + base_ns
+    dur = np.concatenate([dur_ns[x_idx], np.zeros(len(i_idx), np.int64), ts_ns[e_idx] - ts_ns[b_idx]])
+    kind = kind_p[pair_of[src]].astype(np.int64)
+    kind[len(x_idx) : len(x_idx) + len(i_idx)] = Kind.MARKER
+    dur = np.where(kind == Kind.MARKER, 0, dur)
+    neg = dur < 0
+    acct.add("notes", "negative dur clamped to 0", int(neg.sum()))
+    end = start + np.maximum(dur, 0)
+    on_gpu = gpu_p[pair_of[src]]
+    m = len(src)
+
+    ev_rows = np.fromiter(events, dtype=object, count=n)[src]
+    args = np.fromiter(map(g("args"), ev_rows), dtype=object, count=m)
+
+    def arg(name: str) -> np.ndarray:
+        return _int_column(list(map(g(name), args)), m)
+
+    a_dev = arg("device")
+    a_stream = arg("stream")
+    a_corr = _missing_to(arg("correlation"))
+    ext = arg("external_id")
+    ext = np.where(ext <= _NONNUM, arg("external_id_legacy"), ext)
+    ext = _missing_to(ext)
+
+    r_pid = pid[src]
+    r_tid = _missing_to(tid[src])
+    is_sync = kind == Kind.SYNC
+
+    # GPU rows: device from args.device (else pid), stream from args.stream (else tid)
+    device = np.where(on_gpu, np.where(a_dev > _NONNUM, a_dev, r_pid), -1)
+    stream = np.where(a_stream > _NONNUM, a_stream, _ABSENT)
+    from_tid = stream == _ABSENT
+    stream = np.where(from_tid, r_tid, stream)
+    virt = from_tid & is_sync & (stream >= _VIRTUAL_SYNC_TID_OFFSET)
+    stream = np.where(virt, stream - _VIRTUAL_SYNC_TID_OFFSET, stream)
+    stream = np.where(stream == _UINT32_MAX, -1, stream)
+    stream = np.where(on_gpu, stream, -1)
+    device = _missing_to(device)
+
+    linked_kind = on_gpu & (kind != Kind.RANGE)  # kernels, copies, sets, syncs
+    corr_kind = linked_kind | (kind == Kind.RUNTIME)
+    correlation = np.where(corr_kind, a_corr, -1)
+
+    # pid of GPU rows: the runtime/driver call with the same correlation id
+    rt = (kind == Kind.RUNTIME) & (correlation >= 0)
+    rt_corr, rt_pid = correlation[rt], r_pid[rt]
+    o = np.argsort(rt_corr, kind="stable")
+    sc, sp = rt_corr[o], rt_pid[o]
+    cpu_pids = np.unique(r_pid[kind == Kind.RUNTIME])
+    if len(cpu_pids) == 0:
+        cpu_pids = np.unique(r_pid[kind == Kind.CPU_OP])
+    fallback_pid = int(cpu_pids[0]) if len(cpu_pids) == 1 else -1
+    gpu_pid = np.full(m, fallback_pid, np.int64)
+    q = linked_kind & (correlation >= 0)
+    hit = np.zeros(m, bool)
+    if len(sc) and q.any():
+        j = np.searchsorted(sc, correlation[q])
+        jj = np.minimum(j, len(sc) - 1)
+        h = (j < len(sc)) & (sc[jj] == correlation[q])
+        hit[np.nonzero(q)[0][h]] = True
+        gpu_pid[np.nonzero(q)[0][h]] = sp[jj[h]]
+        dup = np.zeros(len(sc), bool)
+        if len(sc) > 1:
+            d = (sc[1:] == sc[:-1]) & (sp[1:] != sp[:-1])
+            dup[1:] |= d
+            dup[:-1] |= d
+        acct.add("notes", "GPU rows whose correlation id matches calls of several processes (first taken)", int(dup[jj[h]].sum()))
+    miss = linked_kind & ~hit
+    if fallback_pid >= 0:
+        acct.add("notes", "GPU rows without a runtime/driver call of the same correlation id (pid: the trace's only process)", int(miss.sum()))
+    else:
+        acct.add("notes", "GPU rows without a runtime/driver call of the same correlation id (pid unknown)", int(miss.sum()))
+    out_pid = np.where(on_gpu, gpu_pid, r_pid)
+    out_tid = np.where(on_gpu, -1, r_tid)
+
+    # ---- names and categories --------------------------------------------------------------
+    names = NameTable()
+    row_names = list(map(g("name"), ev_rows))
+    nid = {v: names.intern(v if isinstance(v, str) else "") for v in dict.fromkeys(row_names)}
+    name_id = _lookup(row_names, nid, m, np.int32)
+    del row_names
+    cat_of_pair = np.fromiter((names.intern(c) for c in catname_p), np.int32, count=len(catname_p))
+    cat_id = cat_of_pair[pair_of[src]]
+
+    # ---- memcpy / memset -------------------------------------------------------------------
+    is_copy = kind == Kind.MEMCPY
+    nbytes = np.where(is_copy | (kind == Kind.MEMSET), _missing_to(arg("bytes")), -1)
+    copy_kind = np.zeros(m, np.int8)
+    src_kind = np.zeros(m, np.int8)
+    dst_kind = np.zeros(m, np.int8)
+    if is_copy.any():
+        ids = np.unique(name_id[is_copy])
+        ck = np.zeros(len(names.names), np.int8)
+        sk = np.zeros(len(names.names), np.int8)
+        dk = np.zeros(len(names.names), np.int8)
+        for i in ids.tolist():
+            ck[i], sk[i], dk[i] = _parse_memcpy_name(names.names[i])
+        copy_kind[is_copy] = ck[name_id[is_copy]]
+        src_kind[is_copy] = sk[name_id[is_copy]]
+        dst_kind[is_copy] = dk[name_id[is_copy]]
+
+    # ---- synchronization -------------------------------------------------------------------
+    sync_kind = np.zeros(m, np.int8)
+    link_stream = np.full(m, -1, np.int64)
+    link_corr = np.full(m, -1, np.int64)
+    if is_sync.any():
+        srows = np.nonzero(is_sync)[0]
+        sargs = args[srows]
+        kinds_raw = list(map(g("cuda_sync_kind"), sargs))
+        conv = {v: _sync_kind_value(v) for v in set(kinds_raw)}
+        sk_arr = np.fromiter(map(conv.__getitem__, kinds_raw), np.int8, count=len(srows))
+        by_name = np.zeros(len(names.names), np.int8)
+        for i in np.unique(name_id[srows]).tolist():
+            by_name[i] = _SYNC_BY_NAME.get(names.names[i].strip().lower(), 0)
+        sk_arr = np.where(sk_arr > 0, sk_arr, by_name[name_id[srows]])
+        sync_kind[srows] = sk_arr
+        ws = _int_column(list(map(g("wait_on_stream"), sargs)), len(srows))
+        ws = np.where((ws <= _NONNUM) | (ws == _UINT32_MAX) | (ws < 0), -1, ws)
+        wc = _int_column(list(map(g("wait_on_cuda_event_record_corr_id"), sargs)), len(srows))
+        wc = np.where((wc <= _NONNUM) | (wc < 0), -1, wc)
+        link_stream[srows] = ws
+        link_corr[srows] = wc
+
+    # ---- accounting ------------------------------------------------------------------------
+    readkey = readkey_p[pair_of]
+    nk = len(readkey_names)
+    read_counts = np.bincount(readkey, minlength=nk)
+    kept_counts = np.bincount(readkey[reason < 0], minlength=nk)
+    skip_counts = np.bincount(reason[reason >= 0], minlength=len(why.names))
+    for k, c in zip(readkey_names, read_counts.tolist()):
+        acct.add("read", k, c)
+    for k, c in zip(readkey_names, kept_counts.tolist()):
+        acct.add("kept", k, c)
+    for k, c in zip(why.names, skip_counts.tolist()):
+        acct.add("skipped", k, c)
+
+    cols = {
+        "kind": kind,
+        "start_ns": start,
+        "end_ns": end,
+        "pid": _missing_to(out_pid),
+        "tid": out_tid,
+        "device": device,
+        "stream": _missing_to(stream),
+        "correlation": correlation,
+        "external_id": ext,
+        "name_id": name_id,
+        "cat_id": cat_id,
+        "bytes": nbytes,
+        "copy_kind": copy_kind,
+        "src_kind": src_kind,
+        "dst_kind": dst_kind,
+        "sync_kind": sync_kind,
+        "link_stream": link_stream,
+        "link_correlation": link_corr,
+    }
+    return EventTable.from_columns(cols, names.names, meta, acct)
+
+
+def _sync_kind_value(v: Any) -> int:
+    if isinstance(v, str):
+        return _SYNC_BY_NAME.get(v.strip().lower(), 0)
+    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= int(SyncKind.CONTEXT_SYNC):
+        return v
+    return 0
+
+
+def _parse_memcpy_name(name: str) -> tuple[int, int, int]:
+    """(CopyKind, src MemKind, dst MemKind) from a name like 'Memcpy DtoH (Device -> Pageable)'."""
+    m = _MEMCPY_NAME.search(name)
+    if not m:
+        return 0, 0, 0
+    ck = _COPY_BY_NAME.get(m.group(1).lower(), 0)
+    sk = _MEM_BY_NAME.get((m.group(2) or "").strip().lower(), 0)
+    dk = _MEM_BY_NAME.get((m.group(3) or "").strip().lower(), 0)
+    return ck, sk, dk
