@@ -79,6 +79,10 @@ class TaskGraph:
     launch_latency_ns: int
     gpu_gap_ns: int
     counts: dict[str, int] = field(default_factory=dict)
+    #: names of nodes that have no table row (row == -1: tasks inserted by a transformation)
+    inserted_names: dict[int, str] = field(default_factory=dict)
+    #: per-node annotation arrays attached by the mapper (phase, layer_id, op_id), if any
+    annotations: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -92,7 +96,18 @@ class TaskGraph:
         return self.pred_idx[self.pred_ptr[v] : self.pred_ptr[v + 1]]
 
     def name(self, v: int) -> str:
-        return self.table.name_of(int(self.row[v]))
+        r = int(self.row[v])
+        return self.table.name_of(r) if r >= 0 else self.inserted_names.get(int(v), "inserted task")
+
+    def node_names(self) -> np.ndarray:
+        """Name of every node, as an object array (inserted nodes by their given name)."""
+        names = np.asarray(self.table.names, dtype=object)
+        out = np.empty(self.n, dtype=object)
+        has = self.row >= 0
+        out[has] = names[self.table.name_id[self.row[has]]] if len(names) else ""
+        for v, s in self.inserted_names.items():
+            out[v] = s
+        return out
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """All edges as (src, dst) arrays: lane order, launch, and the extra predecessors."""
@@ -111,14 +126,13 @@ def _count(counts: dict[str, int], key: str, n) -> None:
         counts[key] = counts.get(key, 0) + n
 
 
-def _search_pairs(keys: np.ndarray, pos: np.ndarray, q_keys: np.ndarray, q_pos: np.ndarray, side: str) -> np.ndarray:
-    """``np.searchsorted`` on (key, pos) pairs: items must be sorted by (key, pos)."""
-    rec = np.empty(len(keys), dtype=[("k", np.int64), ("p", np.int64)])
-    rec["k"] = keys
-    rec["p"] = pos
-    q = np.empty(len(q_keys), dtype=rec.dtype)
-    q["k"] = q_keys
-    q["p"] = q_pos
+def _search_pairs(keys: np.ndarray, pos: np.ndarray, tie: np.ndarray, q_keys: np.ndarray, q_pos: np.ndarray, q_tie: np.ndarray, side: str) -> np.ndarray:
+    """``np.searchsorted`` on (key, pos, tie) triples: items must be sorted by (key, pos, tie)."""
+    dt = [("k", np.int64), ("p", np.int64), ("t", np.int64)]
+    rec = np.empty(len(keys), dtype=dt)
+    rec["k"], rec["p"], rec["t"] = keys, pos, tie
+    q = np.empty(len(q_keys), dtype=dt)
+    q["k"], q["p"], q["t"] = q_keys, q_pos, q_tie
     return np.searchsorted(rec, q, side=side)
 
 
@@ -294,6 +308,7 @@ def build_graph(table: EventTable) -> TaskGraph:
     g_nodes_by_lane = lo[is_gpu_node[lo]]
     gl_lane = lane[g_nodes_by_lane]
     gl_pos = position[g_nodes_by_lane]
+    gl_corr = launch_corr[g_nodes_by_lane]
 
     # lane lookup by (pid, device, stream) and (pid, stream) when the device is unknown
     lane_pid = uniq[:, 1] if len(uniq) else np.zeros(0, np.int64)
@@ -311,23 +326,24 @@ def build_graph(table: EventTable) -> TaskGraph:
             out[m] = L
         return out
 
-    def last_on_lane_before(lanes_q: np.ndarray, t_q: np.ndarray) -> np.ndarray:
-        """Node id of the last GPU task on lane lanes_q launched strictly before t_q; -1 none."""
+    def last_on_lane_before(lanes_q: np.ndarray, t_q: np.ndarray, c_q: np.ndarray) -> np.ndarray:
+        """Node id of the last GPU task on lane lanes_q launched before the call that started at
+        t_q with correlation id c_q (launch (start, correlation) smaller); -1 none."""
         res = np.full(len(lanes_q), -1, dtype=np.int64)
         ok = lanes_q >= 0
         if ok.any() and len(gl_lane):
-            k = _search_pairs(gl_lane, gl_pos, lanes_q[ok], t_q[ok], "left") - 1
+            k = _search_pairs(gl_lane, gl_pos, gl_corr, lanes_q[ok], t_q[ok], c_q[ok], "left") - 1
             found = k >= 0
             found[found] &= gl_lane[k[found]] == lanes_q[ok][found]
             res[np.nonzero(ok)[0][found]] = g_nodes_by_lane[k[found]]
         return res
 
-    def first_on_lane_after(lanes_q: np.ndarray, t_q: np.ndarray) -> np.ndarray:
-        """Node id of the first GPU task on lane lanes_q launched strictly after t_q; -1 none."""
+    def first_on_lane_after(lanes_q: np.ndarray, t_q: np.ndarray, c_q: np.ndarray) -> np.ndarray:
+        """Node id of the first GPU task on lane lanes_q launched after the call (t_q, c_q); -1 none."""
         res = np.full(len(lanes_q), -1, dtype=np.int64)
         ok = lanes_q >= 0
         if ok.any() and len(gl_lane):
-            k = _search_pairs(gl_lane, gl_pos, lanes_q[ok], t_q[ok], "right")
+            k = _search_pairs(gl_lane, gl_pos, gl_corr, lanes_q[ok], t_q[ok], c_q[ok], "right")
             found = k < len(gl_lane)
             found[found] &= gl_lane[k[found]] == lanes_q[ok][found]
             res[np.nonzero(ok)[0][found]] = g_nodes_by_lane[k[found]]
@@ -335,6 +351,7 @@ def build_graph(table: EventTable) -> TaskGraph:
 
     # the stream each thread launched to last, before each CPU call (fallback for missing sync info)
     c_start = rec_start[:n_cpu]
+    c_corr = table.correlation[cpu_rows]
     launched_lane = np.full(n_cpu, -1, dtype=np.int64)
     if n_gpu:
         # last GPU node launched by each CPU node (by lane order of the GPU nodes it launched)
@@ -366,7 +383,7 @@ def build_graph(table: EventTable) -> TaskGraph:
         fallback = st < 0
         ln[fallback] = last_launch_lane_before[m][fallback]
         _count(counts, "stream synchronize without a sync record (waits on the thread's last launch stream)", fallback.sum())
-        w = last_on_lane_before(ln, c_start[m])
+        w = last_on_lane_before(ln, c_start[m], c_corr[m])
         wait_src.append(w)
         wait_dst.append(cpu_ids[m])
 
@@ -376,7 +393,7 @@ def build_graph(table: EventTable) -> TaskGraph:
         for L in np.nonzero(lane_is_gpu)[0].tolist():
             mm = m & (c_pid == lane_pid[L]) & ((s_dev < 0) | (s_dev == lane_dev[L]))
             if mm.any():
-                w = last_on_lane_before(np.full(mm.sum(), L, np.int64), c_start[mm])
+                w = last_on_lane_before(np.full(mm.sum(), L, np.int64), c_start[mm], c_corr[mm])
                 wait_src.append(w)
                 wait_dst.append(cpu_ids[mm])
 
@@ -413,10 +430,11 @@ def build_graph(table: EventTable) -> TaskGraph:
         rc[no_link] = last_rec_before[m][no_link]
         _count(counts, "event synchronize without a record link (binds to the thread's last cudaEventRecord)", no_link.sum())
         ln = find_lane(c_pid[m], s_dev[m], stream_q)
-        need = (ln < 0) & (rc >= 0)
+        need = (stream_q < 0) & (rc >= 0)  # stream unknown: the one the recording thread launched to last
         ln[need] = last_launch_lane_before[rc[need]]
         tq = np.where(rc >= 0, c_start[np.maximum(rc, 0)], np.iinfo(np.int64).min)
-        w = np.where(rc >= 0, last_on_lane_before(ln, tq), -1)
+        cq = np.where(rc >= 0, c_corr[np.maximum(rc, 0)], -1)
+        w = np.where(rc >= 0, last_on_lane_before(ln, tq, cq), -1)
         _count(counts, "event synchronize whose event could not be found (not a dependency)", (w < 0).sum())
         wait_src.append(w)
         wait_dst.append(cpu_ids[m])
@@ -451,8 +469,9 @@ def build_graph(table: EventTable) -> TaskGraph:
         rc = record_call(c_pid[idx], s_lcorr[idx])
         prod_lane = find_lane(c_pid[idx], s_dev[idx], s_lstream[idx])
         cons_lane = find_lane(c_pid[idx], s_dev[idx], s_stream[idx])
-        prod = np.where(rc >= 0, last_on_lane_before(prod_lane, np.where(rc >= 0, c_start[np.maximum(rc, 0)], 0)), -1)
-        cons = first_on_lane_after(cons_lane, c_start[idx])
+        rc0 = np.maximum(rc, 0)
+        prod = np.where(rc >= 0, last_on_lane_before(prod_lane, c_start[rc0], c_corr[rc0]), -1)
+        cons = first_on_lane_after(cons_lane, c_start[idx], c_corr[idx])
         ok = (prod >= 0) & (cons >= 0) & (prod_lane != cons_lane)
         _count(counts, "cross-stream wait with no producer or no consumer task in the trace", (~ok).sum())
         x_src.append(prod[ok])

@@ -127,3 +127,17 @@ def test_orphan_gpu_task_is_kept_and_counted():
     assert g.n == 3
     assert any("without a launching call" in k for k in g.counts)
     assert tl.end_ns.max() == 80
+
+
+def test_event_sync_on_a_stream_without_work_waits_for_nothing():
+    # found by the what-if property: the record's stream is known (7) but has no tasks; the sync
+    # must not fall back to the thread's last launch stream (20)
+    b = TB()
+    c1 = b.call("cudaLaunchKernel", 0, 1000)
+    b.gpu(c1, 2000, 3000, stream=20)
+    rec = b.call("cudaEventRecord", 1000, 2000)
+    s = b.call("cudaEventSynchronize", 2000, 2000)
+    b.sync(s, 2000, 2000, SyncKind.EVENT_SYNC, link_stream=7, link_corr=rec)
+    g = build_graph(b.table())
+    assert not g.blocking.any()
+    assert len(g.pred_idx) == 0
