@@ -27,7 +27,16 @@ def _parser() -> argparse.ArgumentParser:
         "iteration time. Reads Nsight Systems SQLite exports, PyTorch profiler (Kineto) JSON, and "
         "daydream's CUPTI JSON Lines dumps; the format is detected from the content.",
     )
-    p.add_argument("trace", help="trace file (.sqlite, .json, .json.gz, .jsonl[.gz], or a saved table .npz)")
+    p.add_argument("trace", nargs="?", help="trace file (.sqlite, .json, .json.gz, .jsonl[.gz], or a saved table .npz)")
+    p.add_argument(
+        "--opt",
+        action="append",
+        default=[],
+        metavar="NAME[:param=value,...]",
+        help="predict the effect of an optimization; repeat to compose them in order; 'all' ranks every applicable one",
+    )
+    p.add_argument("--list-opts", action="store_true", help="list the optimizations and their parameters")
+    p.add_argument("--timeline", metavar="FILE", help="write the predicted (and baseline) timeline as Chrome-trace JSON for Perfetto (.json or .json.gz)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (schemas/report.schema.json); '-' for stdout")
     p.add_argument("--save-table", metavar="FILE", help="save the parsed event table (.npz) to skip parsing next time")
     p.add_argument("--strict", action="store_true", help="refuse damaged input (e.g. a truncated JSON) instead of salvaging it")
@@ -50,24 +59,42 @@ def _write(path: str, data: bytes) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from .formats import load_trace
-    from .graph import build_graph
-    from .report import build_report, render_text, report_json
-    from .simulate import recorded, simulate
+    from .optimizations import describe_all
 
+    if args.list_opts:
+        sys.stdout.write(describe_all())
+        return 0
+    if not args.trace:
+        raise UsageError("daydream-analyze: a trace file is needed (see --help)")
+    if "all" in args.opt and len(args.opt) > 1:
+        raise UsageError("--opt all ranks each optimization alone; it cannot be combined with other --opt")
+    from .analysis import analyze
+
+    from .formats import load_trace
+
+    specs = [] if args.opt == ["all"] else list(args.opt)
+    if args.opt == ["all"]:
+        specs = None
+    from .optimizations import parse_spec
+
+    opts = [parse_spec(s) for s in specs] if specs else []  # usage errors before the slow load
     table = load_trace(args.trace, strict=args.strict)
     if args.save_table:
         try:
             table.save(args.save_table)
         except OSError as e:
             raise UsageError(f"cannot write {args.save_table}: {e.strerror or e}") from None
-    graph = build_graph(table)
-    tl = simulate(graph)
-    report = build_report(graph, tl, recorded(graph))
+    result = analyze(table, opts, rank_all=specs is None)
+    if args.timeline:
+        result.write_timeline(args.timeline)
     if args.json:
-        _write(args.json, report_json(report))
+        from .report import report_json
+
+        _write(args.json, report_json(result.report))
     if args.json != "-":
-        sys.stdout.write(render_text(report))
+        from .report import render_text
+
+        sys.stdout.write(render_text(result.report))
     return 0
 
 

@@ -64,6 +64,8 @@ class TaskGraph:
     lane: np.ndarray
     lanes: list[str]
     lane_is_gpu: np.ndarray
+    #: (n_lanes, 4) int64: (is_gpu, pid, tid or device, 0 or stream) of each lane
+    lane_keys: np.ndarray
     lane_prev: np.ndarray
     dur_ns: np.ndarray
     gap_ns: np.ndarray
@@ -527,6 +529,7 @@ def build_graph(table: EventTable) -> TaskGraph:
         lane=lane,
         lanes=lanes,
         lane_is_gpu=lane_is_gpu,
+        lane_keys=uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64),
         lane_prev=lane_prev,
         dur_ns=dur,
         gap_ns=gap,

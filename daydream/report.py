@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import msgspec
 
+from .critical_path import CAUSES, CriticalPath, critical_path
 from .events import Accounting, Kind, TraceMeta
 from .graph import NODE_CPU, TaskGraph, profiler_steps
 from .simulate import Timeline
@@ -57,6 +58,44 @@ class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
     counts: dict[str, int]  #: artefacts kept and links that could not be made, by reason
 
 
+class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
+    """One optimization as applied: its parameters and what it changed."""
+
+    name: str
+    params: dict[str, str]
+    note: str
+
+
+class PredictedWindow(msgspec.Struct, forbid_unknown_fields=True):
+    """A window of the predicted timeline next to the baseline."""
+
+    name: str
+    measured_ns: int  #: baseline as recorded
+    replayed_ns: int  #: baseline as replayed (the reference for the speed-up)
+    predicted_ns: int
+    speedup: float  #: replayed / predicted
+    gpu_busy_predicted_ns: int
+    breakdown: Breakdown  #: from the predicted timeline
+
+
+class Prediction(msgspec.Struct, forbid_unknown_fields=True):
+    """The predicted effect of one optimization or a composition of several."""
+
+    optimizations: list[AppliedOpt]
+    window: PredictedWindow
+    steps: list[PredictedWindow]
+    critical_path: CriticalPath
+
+
+class Ranked(msgspec.Struct, forbid_unknown_fields=True):
+    """One row of ``--opt all``: an optimization alone, or why it does not apply."""
+
+    name: str
+    predicted_ns: int  #: -1 when not applicable
+    speedup: float  #: 0 when not applicable
+    note: str
+
+
 class Report(msgspec.Struct, forbid_unknown_fields=True):
     """The whole analysis of one trace."""
 
@@ -66,6 +105,10 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     graph: GraphSummary
     window: WindowStats
     steps: list[WindowStats]
+    critical_path: CriticalPath  #: of the replayed baseline
+    predictions: list[Prediction] = []
+    ranking: list[Ranked] = []
+    not_applicable: dict[str, str] = {}  #: requested optimizations that do not apply: name -> reason
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
@@ -148,7 +191,7 @@ def step_windows(graph: TaskGraph, tl: Timeline) -> list[tuple[str, int, int, in
     lane_of = {name: i for i, name in enumerate(graph.lanes)}
     pos = graph.position_ns
     for name, s, e, pid, tid in profiler_steps(graph.table):
-        members = (pos >= s) & (pos < e)
+        members = (pos >= s) & (pos < e) & (graph.lane_keys[graph.lane, 1] == pid)
         lane = lane_of.get(f"cpu pid {pid} tid {tid}", -1)
         cpu_in = np.nonzero((graph.lane == lane) & (graph.node_kind == NODE_CPU) & (graph.rec_start_ns >= s) & (graph.rec_end_ns <= e))[0]
         if len(cpu_in) == 0:
@@ -188,7 +231,36 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
         _window(name, graph, tl, rec, s, e, rs, r_e, members, note)
         for name, s, e, rs, r_e, members, note in step_windows(graph, tl)
     ]
-    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps)
+    _, cp = critical_path(graph, tl)
+    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps, cp)
+
+
+def _predicted(name, base: WindowStats, graph, tl, lo, hi, members) -> PredictedWindow:
+    busy, _ = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo, hi)
+    pred = hi - lo
+    return PredictedWindow(
+        name=name,
+        measured_ns=base.measured_ns,
+        replayed_ns=base.replayed_ns,
+        predicted_ns=int(pred),
+        speedup=round(base.replayed_ns / pred, 4) if pred > 0 else 0.0,
+        gpu_busy_predicted_ns=busy,
+        breakdown=_breakdown(graph, tl, members),
+    )
+
+
+def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list[AppliedOpt]) -> Prediction:
+    """The prediction made by simulating the transformed ``graph`` (timeline ``tl``)."""
+    t0 = graph.t0_ns
+    hi = int(tl.end_ns.max()) if graph.n else t0
+    window = _predicted("traced window", base.window, graph, tl, t0, hi, np.ones(graph.n, dtype=bool))
+    steps = []
+    by_name = {w.name: w for w in base.steps}
+    for name, _s, _e, rs, r_e, members, _note in step_windows(graph, tl):
+        if name in by_name:
+            steps.append(_predicted(name, by_name[name], graph, tl, rs, r_e, members))
+    _, cp = critical_path(graph, tl)
+    return Prediction(applied, window, steps, cp)
 
 
 # ---------------------------------------------------------------- rendering ------------------
@@ -226,6 +298,30 @@ def render_text(r: Report) -> str:
     for w in [r.window, *r.steps]:
         b = w.breakdown
         lines.append(f"  {w.name[:27]:<28}" + "".join(f"{_ms(getattr(b, c)):>13}" for c in cols))
+    lines.append("")
+    lines.append(_critical_path_text("critical path of the replayed baseline", r.critical_path))
+    for p in r.predictions:
+        lines.append("")
+        lines.append("  prediction: " + " + ".join(f"{o.name}" + (":" + ",".join(f"{k}={v}" for k, v in o.params.items()) if o.params else "") for o in p.optimizations))
+        for o in p.optimizations:
+            lines.append(f"    {o.name}: {o.note}")
+        hdr2 = f"  {'window':<28}{'measured ms':>14}{'replayed ms':>14}{'predicted ms':>14}{'speed-up':>10}"
+        lines.append(hdr2)
+        lines.append("  " + "-" * (len(hdr2) - 2))
+        for w in [p.window, *p.steps]:
+            lines.append(f"  {w.name[:27]:<28}{_ms(w.measured_ns):>14}{_ms(w.replayed_ns):>14}{_ms(w.predicted_ns):>14}{w.speedup:>9.3f}x")
+        lines.append(_critical_path_text("critical path of the prediction", p.critical_path))
+    for name, why in r.not_applicable.items():
+        lines.append("")
+        lines.append(f"  prediction: {name}: not applicable: {why}")
+    if r.ranking:
+        lines.append("")
+        lines.append("  what to try first (each optimization alone, by predicted speed-up of the traced window):")
+        for i, k in enumerate(r.ranking, 1):
+            if k.predicted_ns >= 0:
+                lines.append(f"  {i:>3}. {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms  {k.note}")
+            else:
+                lines.append(f"    -  {k.name:<16}{'':>8}   {'':>12}     not applicable: {k.note}")
     a = r.accounting
     n_read = sum(a.read.values())
     n_skip = sum(a.skipped.values())
@@ -238,6 +334,15 @@ def render_text(r: Report) -> str:
     for k, v in sorted(g.counts.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"    graph   {v:>9,}  {k}")
     return "\n".join(lines) + "\n"
+
+
+def _critical_path_text(title: str, cp: CriticalPath) -> str:
+    parts = [f"{c.replace('_', ' ')} {_ms(cp.by_cause_ns.get(c, 0))} ms ({cp.by_cause_ns.get(c, 0) / cp.length_ns * 100 if cp.length_ns else 0:.0f} %)" for c in CAUSES]
+    out = [f"  {title}: {_ms(cp.length_ns)} ms over {cp.tasks:,} tasks", "    " + ", ".join(parts)]
+    for phase, d in cp.by_phase_ns.items():
+        tot = sum(d.values())
+        out.append(f"    {phase:<14}{_ms(tot):>12} ms: " + ", ".join(f"{c.replace('_', ' ')} {_ms(v)}" for c, v in d.items() if v))
+    return "\n".join(out)
 
 
 def report_json(r: Report) -> bytes:

@@ -1,0 +1,116 @@
+"""Optimizations: each one a module in this package that registers itself with :func:`register`.
+
+An optimization changes a :class:`~daydream.graph.TaskGraph` the way the real optimization would
+change the program, using only the primitives of :mod:`daydream.transform`. Its model constants
+are named parameters with a default, a unit and the source of the default, overridable on the
+command line: ``--opt NAME:param=value,param=value``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import DaydreamError, UsageError
+from ..graph import TaskGraph
+
+
+class NotApplicable(DaydreamError):
+    """The optimization does not apply to this trace; the message says why."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One model parameter of an optimization."""
+
+    default: Any
+    help: str  #: meaning, unit and the source of the default
+    type: Callable[[str], Any] = float
+    check: Callable[[Any], bool] | None = None  #: validity test of a value
+    check_help: str = ""
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """A registered optimization.
+
+    ``apply(graph, params) -> (graph, note)`` returns the transformed graph and a one-line note on
+    what it changed; it raises :class:`NotApplicable` with the reason when nothing applies.
+    """
+
+    name: str
+    summary: str
+    apply: Callable[[TaskGraph, dict[str, Any]], tuple[TaskGraph, str]]
+    params: dict[str, Param] = field(default_factory=dict)
+
+    def resolve(self, overrides: dict[str, str]) -> dict[str, Any]:
+        """Defaults overridden by ``overrides`` (strings from the command line), type-checked.
+
+        Raises:
+            UsageError: unknown parameter or a value of the wrong type or range.
+        """
+        out = {k: p.default for k, p in self.params.items()}
+        for k, raw in overrides.items():
+            p = self.params.get(k)
+            if p is None:
+                known = ", ".join(self.params) or "none"
+                raise UsageError(f"--opt {self.name}: unknown parameter {k!r} (parameters: {known})")
+            try:
+                v = p.type(raw)
+            except (TypeError, ValueError):
+                raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a valid {getattr(p.type, '__name__', 'value')}") from None
+            if p.check is not None and not p.check(v):
+                raise UsageError(f"--opt {self.name}: {k}={raw!r} out of range ({p.check_help})")
+            out[k] = v
+        return out
+
+
+REGISTRY: dict[str, Optimization] = {}
+
+
+def register(opt: Optimization) -> Optimization:
+    if opt.name in REGISTRY:
+        raise RuntimeError(f"optimization {opt.name!r} registered twice")
+    REGISTRY[opt.name] = opt
+    return opt
+
+
+def load_all() -> dict[str, Optimization]:
+    """Import every module of this package (each registers its optimizations); the registry."""
+    for m in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{m.name}")
+    return dict(sorted(REGISTRY.items()))
+
+
+def parse_spec(spec: str) -> tuple[Optimization, dict[str, Any]]:
+    """``"name:p=v,q=w"`` -> (optimization, resolved parameters).
+
+    Raises:
+        UsageError: unknown optimization, malformed spec, or bad parameters.
+    """
+    opts = load_all()
+    name, _, rest = spec.partition(":")
+    name = name.strip()
+    opt = opts.get(name)
+    if opt is None:
+        raise UsageError(f"unknown optimization {name!r}; --list-opts shows the available ones ({', '.join(opts)})")
+    overrides: dict[str, str] = {}
+    if rest.strip():
+        for item in rest.split(","):
+            k, eq, v = item.partition("=")
+            if not eq or not k.strip():
+                raise UsageError(f"--opt {spec!r}: parameters are written name=value, separated by commas")
+            overrides[k.strip()] = v.strip()
+    return opt, opt.resolve(overrides)
+
+
+def describe_all() -> str:
+    """The ``--list-opts`` text: one line per optimization, then its parameters."""
+    lines = []
+    for name, opt in load_all().items():
+        lines.append(f"{name:<16} {opt.summary}")
+        for k, p in opt.params.items():
+            lines.append(f"    {k}={p.default!s:<10} {p.help}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,97 @@
+"""The facade: table -> graph -> (optimizations) -> simulation -> report, in one call.
+
+    from daydream.formats import load_trace
+    from daydream.analysis import analyze
+    result = analyze(load_trace("trace.json.gz"), [parse_spec("scale-kernels:factor=0.5")])
+    print(result.report.predictions[0].window.speedup)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import UsageError
+from .events import EventTable
+from .graph import TaskGraph, build_graph
+from .optimizations import NotApplicable, Optimization, load_all
+from .report import AppliedOpt, Ranked, Report, build_prediction, build_report
+from .simulate import Timeline, recorded, simulate
+
+
+@dataclass
+class Result:
+    """Everything one analysis produced: the report, and the graphs and timelines behind it."""
+
+    report: Report
+    graph: TaskGraph
+    replay: Timeline
+    predicted_graph: TaskGraph | None = None
+    predicted: Timeline | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def write_timeline(self, path: str) -> None:
+        """Chrome-trace JSON of the prediction beside the baseline (or the baseline alone)."""
+        from .critical_path import critical_path
+        from .timeline import write_timeline
+
+        base = (self.graph, self.replay)
+        try:
+            if self.predicted_graph is not None:
+                crit = {0: critical_path(self.predicted_graph, self.predicted)[0], 1: critical_path(*base)[0]}
+                write_timeline(path, (self.predicted_graph, self.predicted), base, critical=crit)
+            else:
+                write_timeline(path, base, critical={0: critical_path(*base)[0]})
+        except OSError as e:
+            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def apply_all(graph: TaskGraph, opts: list[tuple[Optimization, dict[str, Any]]]) -> tuple[TaskGraph, list[AppliedOpt]]:
+    """Apply optimizations in order (each sees the graph the previous one made).
+
+    Raises:
+        NotApplicable: one of them does not apply (its message says why).
+    """
+    applied = []
+    for opt, params in opts:
+        graph, note = opt.apply(graph, params)
+        applied.append(AppliedOpt(opt.name, {k: str(v) for k, v in params.items()}, note))
+    return graph, applied
+
+
+def analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]] = (), *, rank_all: bool = False) -> Result:
+    """Replay ``table``'s graph, apply ``opts`` (composed in order) and predict; with
+    ``rank_all``, predict every registered optimization alone with its defaults and rank them.
+
+    An optimization in ``opts`` that does not apply is reported in ``report.not_applicable`` with
+    its reason (and there is no prediction).
+    """
+    graph = build_graph(table)
+    tl = simulate(graph)
+    report = build_report(graph, tl, recorded(graph))
+    result = Result(report, graph, tl)
+    if opts:
+        try:
+            g2, applied = apply_all(graph, list(opts))
+        except NotApplicable as e:
+            names = " + ".join(o.name for o, _ in opts)
+            report.not_applicable[names] = str(e)
+            return result
+        tl2 = simulate(g2)
+        report.predictions.append(build_prediction(report, g2, tl2, applied))
+        result.predicted_graph, result.predicted = g2, tl2
+    if rank_all:
+        rows = []
+        for name, opt in load_all().items():
+            params = {k: p.default for k, p in opt.params.items()}
+            try:
+                g2, applied = apply_all(graph, [(opt, params)])
+            except NotApplicable as e:
+                rows.append(Ranked(name, -1, 0.0, str(e)))
+                continue
+            tl2 = simulate(g2)
+            pred = build_prediction(report, g2, tl2, applied)
+            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note))
+        rows.sort(key=lambda r: (r.predicted_ns < 0, -r.speedup, r.name))
+        report.ranking = rows
+    return result
