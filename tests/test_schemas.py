@@ -15,3 +15,39 @@ def test_schema_file_is_current(name):
     path = ROOT / "schemas" / name
     assert path.exists(), f"{path} missing: run python scripts/write_schemas.py"
     assert json.loads(path.read_text()) == SCHEMAS[name](), f"{name} is stale: run python scripts/write_schemas.py"
+
+
+def test_saved_table_round_trip_through_the_cli(tmp_path, capsys):
+    from daydream.cli import main
+    from daydream.formats import load_trace
+
+    fixture = ROOT / "fixtures" / "train_step.json.gz"
+    saved = tmp_path / "t.npz"
+    assert main([str(fixture), "--save-table", str(saved)]) == 0
+    first = capsys.readouterr().out
+    assert load_trace(str(saved)).equals(load_trace(str(fixture)))
+    assert main([str(saved)]) == 0
+    second = capsys.readouterr().out
+    # same report apart from the source line
+    assert first.splitlines()[1:] == second.splitlines()[1:]
+
+
+def test_saved_table_of_another_version_is_refused(tmp_path):
+    import msgspec
+    import numpy as np
+
+    from daydream.errors import TraceFormatError
+    from daydream.events import EventTable
+    from daydream.formats import load_trace
+
+    t = load_trace(str(ROOT / "fixtures" / "train_step.json.gz"))
+    p = tmp_path / "t.npz"
+    t.save(str(p))
+    with np.load(p) as z:
+        arrays = {k: z[k] for k in z.files}
+    hdr = msgspec.json.decode(arrays["__header__"].tobytes())
+    hdr["schema_version"] = 999
+    arrays["__header__"] = np.frombuffer(msgspec.json.encode(hdr), dtype=np.uint8)
+    np.savez(p, **arrays)
+    with pytest.raises(TraceFormatError, match="schema version 999"):
+        EventTable.load(str(p))

@@ -22,7 +22,7 @@ from ..errors import TraceFormatError
 from ..events import EventTable
 
 #: adapter modules, in sniffing order
-ADAPTER_MODULES = ("nsys", "cupti_jsonl", "kineto")
+ADAPTER_MODULES = ("nsys", "saved", "cupti_jsonl", "kineto")
 
 HEAD_BYTES = 65536
 GZIP_MAGIC = b"\x1f\x8b"
