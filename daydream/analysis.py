@@ -66,7 +66,9 @@ def analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]] =
     An optimization in ``opts`` that does not apply is reported in ``report.not_applicable`` with
     its reason (and there is no prediction).
     """
-    graph = build_graph(table)
+    from .mapping import map_events
+
+    graph = build_graph(table, map_events(table))
     tl = simulate(graph)
     report = build_report(graph, tl, recorded(graph))
     result = Result(report, graph, tl)

@@ -163,8 +163,11 @@ def _lower_median(x: np.ndarray) -> int:
     return int(np.partition(x, k)[k])
 
 
-def build_graph(table: EventTable) -> TaskGraph:
+def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     """Build the task graph of ``table`` following ``docs/model.md``.
+
+    ``mapping`` (a :class:`daydream.mapping.Mapping` of the same table) attaches each node's
+    phase, layer and op as ``TaskGraph.annotations``.
 
     Never raises for odd but readable input: artefacts (GPU tasks that start before their launch,
     GPU tasks with no launching call, nested or overlapping API calls on a thread, blocking calls
@@ -545,6 +548,7 @@ def build_graph(table: EventTable) -> TaskGraph:
         launch_latency_ns=L,
         gpu_gap_ns=G,
         counts=counts,
+        annotations=mapping.annotations_for_rows(row) if mapping is not None else {},
     )
 
 

@@ -96,6 +96,15 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     note: str
 
 
+class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
+    """Time of one phase or layer in the replayed baseline (ns, summed over lanes)."""
+
+    name: str
+    gpu_ns: int  #: kernels, copies and sets launched from it
+    cpu_ns: int  #: its API calls and the CPU gaps before them
+    launches: int  #: GPU tasks launched from it
+
+
 class Report(msgspec.Struct, forbid_unknown_fields=True):
     """The whole analysis of one trace."""
 
@@ -109,6 +118,8 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     predictions: list[Prediction] = []
     ranking: list[Ranked] = []
     not_applicable: dict[str, str] = {}  #: requested optimizations that do not apply: name -> reason
+    phases: list[GroupStats] = []  #: forward / backward / optimizer / communication / other / unmapped
+    layers: list[GroupStats] = []  #: top layers by GPU time
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
@@ -231,8 +242,48 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
         _window(name, graph, tl, rec, s, e, rs, r_e, members, note)
         for name, s, e, rs, r_e, members, note in step_windows(graph, tl)
     ]
-    _, cp = critical_path(graph, tl)
-    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps, cp)
+    phases, layers = _groups(graph, tl)
+    _, cp = critical_path(graph, tl, *_phase_args(graph))
+    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps, cp, phases=phases, layers=layers)
+
+
+TOP_LAYERS = 10
+
+
+def _phase_args(graph: TaskGraph):
+    ann = graph.annotations
+    if not ann:
+        return None, None
+    from .mapping import PHASES
+
+    return list(PHASES), ann["phase"]
+
+
+def _groups(graph: TaskGraph, tl: Timeline) -> tuple[list[GroupStats], list[GroupStats]]:
+    """Per-phase and top-layer time of a mapped graph (empty lists when unmapped)."""
+    ann = graph.annotations
+    if not ann or graph.n == 0:
+        return [], []
+    from .mapping import PHASES
+
+    cpu = graph.node_kind == NODE_CPU
+    dur = tl.end_ns - tl.start_ns - tl.blocked_ns
+    gpu_ns = np.where(cpu, 0, dur)
+    cpu_ns = np.where(cpu, dur + graph.gap_ns, 0)
+    launched = (~cpu) & (graph.launch >= 0)
+
+    def table(codes: np.ndarray, names: list[str]) -> list[GroupStats]:
+        k = len(names)
+        c = np.where(codes >= 0, codes, k).astype(np.int64)
+        g = np.bincount(c, weights=gpu_ns, minlength=k + 1)
+        u = np.bincount(c, weights=cpu_ns, minlength=k + 1)
+        lc = np.bincount(c[launched], minlength=k + 1)
+        return [GroupStats(names[i] if i < k else "(no layer)", int(g[i]), int(u[i]), int(lc[i])) for i in range(k + 1) if g[i] or u[i]]
+
+    phases = [p for p in table(ann["phase"].astype(np.int64), list(PHASES)) if p.name != "(no layer)"]
+    labels = ann.get("labels", [])
+    layers = sorted(table(ann["layer_id"].astype(np.int64), list(labels)), key=lambda x: (-x.gpu_ns, -x.cpu_ns, x.name))
+    return phases, layers[:TOP_LAYERS]
 
 
 def _predicted(name, base: WindowStats, graph, tl, lo, hi, members) -> PredictedWindow:
@@ -259,7 +310,7 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
     for name, _s, _e, rs, r_e, members, _note in step_windows(graph, tl):
         if name in by_name:
             steps.append(_predicted(name, by_name[name], graph, tl, rs, r_e, members))
-    _, cp = critical_path(graph, tl)
+    _, cp = critical_path(graph, tl, *_phase_args(graph))
     return Prediction(applied, window, steps, cp)
 
 
@@ -298,6 +349,18 @@ def render_text(r: Report) -> str:
     for w in [r.window, *r.steps]:
         b = w.breakdown
         lines.append(f"  {w.name[:27]:<28}" + "".join(f"{_ms(getattr(b, c)):>13}" for c in cols))
+    if r.phases:
+        lines.append("")
+        total_gpu = sum(p.gpu_ns for p in r.phases) or 1
+        lines.append(f"  {'phase':<28}{'GPU ms':>12}{'GPU %':>8}{'CPU ms':>12}{'launches':>10}")
+        for p in r.phases:
+            lines.append(f"  {p.name:<28}{_ms(p.gpu_ns):>12}{p.gpu_ns / total_gpu * 100:>8.1f}{_ms(p.cpu_ns):>12}{p.launches:>10,}")
+    if r.layers:
+        lines.append("")
+        lines.append(f"  {'top layers by GPU time':<60}{'GPU ms':>12}{'CPU ms':>12}{'launches':>10}")
+        for p in r.layers:
+            name = p.name if len(p.name) <= 58 else "..." + p.name[-55:]
+            lines.append(f"  {name:<60}{_ms(p.gpu_ns):>12}{_ms(p.cpu_ns):>12}{p.launches:>10,}")
     lines.append("")
     lines.append(_critical_path_text("critical path of the replayed baseline", r.critical_path))
     for p in r.predictions:

@@ -169,51 +169,33 @@ def remove(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
     else:  # pragma: no cover - chains longer than 2**64 cannot happen
         raise DaydreamError("internal: removal chain did not resolve")
 
-    # GPU predecessors of removed GPU nodes, resolved to kept nodes (for transitive deps)
+    # Dependencies through removed GPU tasks (docs/model.md semantics):
+    # * a call waiting for a removed task, or a cross-stream consumer of one, now waits for the
+    #   task before it on its stream (waiting for a stream position covers what is before it);
+    # * the next kept task on the stream also inherits the removed tasks' cross-stream producers
+    #   (it becomes the first task launched after their cudaStreamWaitEvent).
     ptr, idx = graph.pred_ptr, graph.pred_idx
-    preds_of: dict[int, set[int]] = {}
-
-    def kept_gpu_preds(v: int) -> set[int]:
-        """Kept GPU nodes standing in for removed GPU node v."""
-        got = preds_of.get(v)
-        if got is not None:
-            return got
-        out: set[int] = set()
-        stack = [v]
-        seen = set()
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            cands = [int(lane_prev[u])] if lane_prev[u] >= 0 else []
-            cands += idx[ptr[u] : ptr[u + 1]].tolist()
-            for c in cands:
-                if removed[c]:
-                    stack.append(c)
-                else:
-                    out.add(c)
-        preds_of[v] = out
-        return out
-
-    # new extra predecessors: replace removed preds by their kept stand-ins
-    new_preds: list[list[int]] = []
     pred_lists = np.split(idx, ptr[1:-1]) if n else []
+
+    def stand_in(p: int) -> list[int]:
+        return [int(kept_prev[p])] if kept_prev[p] >= 0 else []
+
+    new_preds: list[list[int]] = []
     for v in range(n):
         if removed[v]:
             new_preds.append([])
             continue
-        ps = pred_lists[v].tolist()
-        if graph.node_kind[v] != NODE_CPU and lane_prev[v] >= 0 and removed[lane_prev[v]]:
-            # the lane predecessor is removed: its own cross-stream producers carry over
-            ps = ps + [int(lane_prev[v])]
-        out = []
-        for p in ps:
-            if removed[p]:
-                out.extend(kept_gpu_preds(p))
-            else:
-                out.append(p)
-        new_preds.append(sorted(set(out) - {int(kept_prev[v])}) if graph.node_kind[v] != NODE_CPU else sorted(set(out)))
+        out: list[int] = []
+        for p in pred_lists[v].tolist():
+            out.extend(stand_in(p) if removed[p] else [p])
+        if graph.node_kind[v] != NODE_CPU:
+            u = int(lane_prev[v])
+            while u >= 0 and removed[u]:  # removed stream predecessors between kept_prev and v
+                for p in pred_lists[u].tolist():
+                    out.extend(stand_in(p) if removed[p] else [p])
+                u = int(lane_prev[u])
+            out = [x for x in out if x != int(kept_prev[v])]
+        new_preds.append(sorted(set(out)))
 
     # launches of kept GPU nodes whose launching call is removed
     launch = graph.launch.copy()

@@ -1,0 +1,589 @@
+"""Map launches and GPU tasks to the layer, framework op and training phase that issued them.
+
+Works on the :class:`~daydream.events.EventTable` alone (formats -> events -> mapping -> graph).
+For every RUNTIME row and every GPU task row (KERNEL, MEMCPY, MEMSET) :func:`map_events` finds
+the *context* of the CPU call that launched it:
+
+* **Context rows** are the CPU-side annotation ranges (``Kind.RANGE`` rows with ``device < 0``:
+  Kineto ``user_annotation`` and ``python_function``, NVTX ranges) and the framework ops
+  (``Kind.CPU_OP``). A context *encloses* a runtime call when it is on the same (pid, tid) and
+  ``ctx.start <= call.start and call.end <= ctx.end`` (the ``nsys`` ``nvtx_kern_sum`` rule; the
+  kernel's own execution time does not enter the test). A GPU row takes the context of its
+  launching runtime row, found by (pid, correlation id) as in :mod:`daydream.graph`.
+* **Layer path**: the chain of enclosing ``nn.Module: <Class>_<k>`` ranges (Kineto
+  ``with_modules``/``with_stack``), outermost to innermost, prefix dropped, joined by ``/``
+  (``BertLMHeadModel_0/BertModel_0/BertEncoder_0/...``). When no module range encloses the call,
+  the chain of enclosing *scope annotations* is used instead: CPU-side ranges that are neither
+  ``python_function`` frames nor op-like NVTX ranges, plus ``#``-named record_function scopes
+  that old traces store as ops (``Optimizer.step#SGD.step``), except those whose phase rule says
+  "structural" (``ProfilerStep#N``).
+* **Op**: the innermost enclosing framework op: a CPU_OP row (except ``#``-named
+  record_function scopes), or an NVTX range that looks like an op (``torch.autograd.profiler.
+  emit_nvtx`` names such as ``aten::mm, seq = 12, op_id = 7`` -> ``aten::mm``; namespaced
+  identifiers ``ns::name``; NCCL API ranges ``ncclSend``).
+* **Phase**: from :data:`PHASE_RULES`, see :func:`map_events` and ``docs/mapping.md``.
+
+"Innermost" among several enclosing contexts is the one that starts last (ties: the shorter),
+which is the innermost for properly nested ranges and stays well defined when ranges overlap.
+
+Everything is vectorized: per thread, contexts are sorted by (start asc, end desc) and a sparse
+table of the running maximum of ends answers "the latest-starting context with start <= s and
+end >= e" for all queries at once by binary lifting (``O((n + q) log n)`` numpy work). Python
+loops run only over threads, priority levels, nesting depths and distinct names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from .events import EventTable, Kind
+
+#: Phase names; ``Mapping.phase`` holds indices into this tuple.
+PHASES: tuple[str, ...] = ("unmapped", "forward", "backward", "optimizer", "communication", "other")
+UNMAPPED, FORWARD, BACKWARD, OPTIMIZER, COMMUNICATION, OTHER = range(len(PHASES))
+PHASE_CODE: dict[str, int] = {p: i for i, p in enumerate(PHASES)}
+
+
+@dataclass(frozen=True)
+class PhaseRule:
+    """One phase rule: contexts whose name matches ``pattern`` (``re.search``) claim ``phase``.
+
+    ``phase`` None marks a structural range that says nothing about the phase (and is never a
+    layer). ``ops_only`` rules apply only to framework-op contexts. Each context name takes the
+    *first* rule of the table that matches it; among the contexts enclosing a call, the one with
+    the highest ``priority`` decides, the innermost of them on ties.
+    """
+
+    pattern: str
+    phase: str | None
+    priority: int
+    ops_only: bool = False
+
+
+_WORD = r"(?<![A-Za-z]){}(?![A-Za-z])"
+
+#: The phase rules, as data. Order matters for classifying one name (first match); priority
+#: decides between enclosing contexts (highest wins). Patterns are matched against the display
+#: name (emit_nvtx suffixes such as ``, seq = 12, op_id = 7`` removed).
+PHASE_RULES: tuple[PhaseRule, ...] = (
+    PhaseRule(r"^ProfilerStep#", None, 0),
+    PhaseRule(r"^nn\.Module: ", "forward", 10),
+    PhaseRule(r"^nccl:|^gloo:|^mpi:|^ucc:|^nccl[A-Z]|^rccl|ncclKernel|ncclDevKernel|c10d::|c10d_functional::"
+              r"|record_param_comms|(?i:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|all2all)",
+              "communication", 40),
+    PhaseRule(r"^Optimizer\.(step|zero_grad)#|(?i:optimizer)", "optimizer", 30),
+    PhaseRule(r"autograd::engine::evaluate_function|Backward\d*$|" + _WORD.format("backward"), "backward", 20),
+    PhaseRule(r"^enumerate\(DataLoader\)|(?i:dataloader)|## data_load", "other", 5),
+    PhaseRule(_WORD.format("forward"), "forward", 10),
+    # any framework op not claimed above: ops outside backward/optimizer scopes run in forward
+    PhaseRule(r"", "forward", 1, ops_only=True),
+)
+
+#: Runtime calls on an autograd thread get this phase at this priority (see :func:`map_events`).
+AUTOGRAD_THREAD_RULE = PhaseRule(r"", "backward", 2)
+#: Share of a thread's enclosed runtime calls that backward contexts must enclose for it to be
+#: treated as an autograd engine thread.
+AUTOGRAD_THREAD_SHARE = 0.5
+#: GPU tasks whose name matches this are communication, whatever launched them.
+COMM_KERNEL_PATTERN = r"(?i)^nccl|^rccl|ncclKernel|ncclDevKernel|^void\s+nccl|\bnccl\w*Kernel"
+
+_MODULE_RE = re.compile(r"^nn\.Module: (.*)$", re.S)
+#: emit_nvtx range names: "<op>, seq = N, op_id = M" / "<op>, op_id = M" / "<op>, sizes = [...]"
+_NVTX_SUFFIX_RE = re.compile(r"^(.*?), (?:seq|op_id|sizes|stashed seq|input_op_ids) = ", re.S)
+#: an identifier, possibly namespaced (``aten::mm``, ``FlashAttnFunc``, ``MulBackward0``)
+_IDENT_RE = re.compile(r"^[A-Za-z_][\w.]*(?:::[\w.]+)*$")
+#: op-like without an emit_nvtx suffix: a namespaced identifier or an NCCL API range (``ncclSend``)
+_NAMESPACED_RE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:::[\w.]+)+|nccl[A-Z]\w*)$")
+_NO_LABEL = -1
+
+
+@dataclass
+class Mapping:
+    """Per-row context of a table (length ``len(table)`` arrays).
+
+    Attributes:
+        phase: uint8 index into :data:`PHASES` for RUNTIME and GPU task rows (``unmapped`` for all
+            other rows).
+        layer_id: int32 index into ``labels`` of the layer path, -1 none.
+        op_id: int32 index into ``labels`` of the innermost framework op, -1 none.
+        launch_row: for GPU task rows, the RUNTIME row that launched them; -1 otherwise.
+        labels: the interned layer paths and op names.
+        autograd_threads: (pid, tid) of the threads treated as autograd engine threads.
+        counts: diagnostics (rows mapped, GPU rows without launch, ...).
+    """
+
+    phase: np.ndarray
+    layer_id: np.ndarray
+    op_id: np.ndarray
+    launch_row: np.ndarray
+    labels: list[str]
+    autograd_threads: list[tuple[int, int]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def phase_of_rows(self, rows) -> np.ndarray:
+        """Phase names (object array of str) of the given rows (indices or bool mask)."""
+        return np.asarray(PHASES, dtype=object)[self.phase[rows]]
+
+    def _label_of(self, ids: np.ndarray, none: str) -> np.ndarray:
+        lab = np.asarray(self.labels + [none], dtype=object)
+        return lab[np.where(ids >= 0, ids, len(self.labels))]
+
+    def layer_of_rows(self, rows, none: str = "") -> np.ndarray:
+        """Layer paths (object array of str, ``none`` where absent) of the given rows."""
+        return self._label_of(self.layer_id[rows], none)
+
+    def op_of_rows(self, rows, none: str = "") -> np.ndarray:
+        """Op names (object array of str, ``none`` where absent) of the given rows."""
+        return self._label_of(self.op_id[rows], none)
+
+    def annotations_for_rows(self, rows) -> dict:
+        """Per-node arrays for ``TaskGraph.annotations``: ``rows`` are table rows (``graph.row``),
+        -1 for nodes without one (unmapped, no layer, no op).
+
+        Returns ``{"phase": uint8, "layer_id": int32, "op_id": int32, "labels": list[str]}``.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        ok = rows >= 0
+        phase = np.full(len(rows), UNMAPPED, dtype=np.uint8)
+        layer = np.full(len(rows), -1, dtype=np.int32)
+        op = np.full(len(rows), -1, dtype=np.int32)
+        phase[ok], layer[ok], op[ok] = self.phase[rows[ok]], self.layer_id[rows[ok]], self.op_id[rows[ok]]
+        return {"phase": phase, "layer_id": layer, "op_id": op, "labels": list(self.labels)}
+
+
+# ---------------------------------------------------------------------------------------------
+# interval machinery
+
+
+class _Enclosers:
+    """Intervals of one thread sorted by (start asc, end desc), with a max-end sparse table.
+
+    :meth:`innermost` answers, for many queries ``[s, e]`` at once, the latest-starting interval
+    with ``start <= s`` and ``end >= e`` (index into the sorted order, -1 none).
+    """
+
+    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
+        o = np.lexsort((-end, start))
+        self.order = o
+        self.start = start[o]
+        self.end = end[o]
+        levels = [self.end]
+        w = 1
+        n = len(o)
+        while 2 * w <= n:
+            prev = levels[-1]
+            levels.append(np.maximum(prev[: len(prev) - w], prev[w:]))  # max of end[i : i + 2w]
+            w *= 2
+        self.levels = levels
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def innermost(self, qs: np.ndarray, qe: np.ndarray, k: np.ndarray | None = None) -> np.ndarray:
+        """Largest sorted index j < k with end[j] >= qe (k defaults to #starts <= qs); -1 none."""
+        if len(self) == 0:
+            return np.full(len(qe), -1, dtype=np.int64)
+        if k is None:
+            k = np.searchsorted(self.start, qs, side="right")
+        cur = np.asarray(k, dtype=np.int64).copy()
+        for lvl in range(len(self.levels) - 1, -1, -1):
+            w = 1 << lvl
+            can = np.flatnonzero(cur >= w)
+            if len(can) == 0:
+                continue
+            blk_max = self.levels[lvl][cur[can] - w]
+            skip = can[blk_max < qe[can]]
+            cur[skip] -= w
+        j = cur - 1
+        ok = j >= 0
+        ok[ok] = self.end[j[ok]] >= qe[ok]
+        return np.where(ok, j, -1)
+
+    def any_enclosing(self, qs: np.ndarray, qe: np.ndarray) -> np.ndarray:
+        """Whether some interval encloses each query (prefix max of ends)."""
+        if len(self) == 0:
+            return np.zeros(len(qe), dtype=bool)
+        k = np.searchsorted(self.start, qs, side="right")
+        pm = np.maximum.accumulate(self.end)
+        ok = k > 0
+        ok[ok] = pm[k[ok] - 1] >= qe[ok]
+        return ok
+
+    def parents(self) -> np.ndarray:
+        """For each sorted interval, the innermost earlier interval enclosing it (-1 none)."""
+        n = len(self)
+        return self.innermost(self.start, self.end, np.arange(n, dtype=np.int64))
+
+
+class _Interner:
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def __call__(self, s: str) -> int:
+        i = self._ids.get(s)
+        if i is None:
+            i = self._ids[s] = len(self.labels)
+            self.labels.append(s)
+        return i
+
+
+def _path_labels(parent: np.ndarray, comp: np.ndarray, comp_names: list[str], intern: _Interner) -> np.ndarray:
+    """Label id of the path root -> ... -> each node (``parent`` indices precede their children)."""
+    n = len(parent)
+    path = np.full(n, _NO_LABEL, dtype=np.int64)
+    if n == 0:
+        return path
+    depth = np.zeros(n, dtype=np.int64)
+    anc = parent.copy()
+    while True:
+        has = np.flatnonzero(anc >= 0)
+        if len(has) == 0:
+            break
+        depth[has] += 1
+        anc[has] = parent[anc[has]]
+    for d in range(int(depth.max()) + 1):
+        idx = np.flatnonzero(depth == d)
+        pp = path[parent[idx]] if d else np.full(len(idx), _NO_LABEL, dtype=np.int64)
+        pairs = np.stack([pp, comp[idx].astype(np.int64)], axis=1)
+        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int64)
+        for u, (p, c) in enumerate(uniq.tolist()):  # one iteration per distinct path
+            name = comp_names[c]
+            ids[u] = intern(name if p < 0 else intern.labels[p] + "/" + name)
+        path[idx] = ids[inv.reshape(-1)]
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# name classification
+
+
+@dataclass
+class _Contexts:
+    """The context rows of a table and what each one says (arrays aligned with ``rows``)."""
+
+    rows: np.ndarray  #: table rows (CPU-side RANGE rows and CPU_OP rows)
+    module: np.ndarray  #: bool: an ``nn.Module:`` range (layer component)
+    op: np.ndarray  #: bool: a framework op
+    scope: np.ndarray  #: bool: a scope annotation (fallback layer component)
+    phase: np.ndarray  #: int: phase code its rule gives, -1 none
+    prio: np.ndarray  #: int: priority of its rule (meaningless where phase is -1)
+    comp: np.ndarray  #: int: index into comp_names of its layer component, -1 none
+    op_name: np.ndarray  #: int: index into op_names of its op label, -1 none
+    comp_names: list[str]
+    op_names: list[str]
+
+
+def _classify_names(names: list[str], used: np.ndarray, rules: Sequence[PhaseRule]):
+    """Per-name facts (arrays over name ids; only ``used`` ids are filled)."""
+    n = len(names)
+    display = list(names)
+    module = np.zeros(n, dtype=bool)
+    nvtx_op = np.zeros(n, dtype=bool)
+    has_hash = np.zeros(n, dtype=bool)
+    rule = np.full(n, -1, dtype=np.int64)
+    op_rule = np.full(n, -1, dtype=np.int64)
+    compiled = [(re.compile(r.pattern), r.ops_only) for r in rules]
+    cache: dict[str, tuple[int, int]] = {}  # emit_nvtx names are unique per op: match each base once
+    for i in np.flatnonzero(used).tolist():  # one iteration per distinct context name
+        s = names[i]
+        m = _NVTX_SUFFIX_RE.match(s) if ", " in s else None
+        base = m.group(1) if m else s
+        display[i] = base
+        module[i] = s.startswith("nn.Module: ")
+        nvtx_op[i] = bool(_IDENT_RE.match(base)) if m else bool(_NAMESPACED_RE.match(s))
+        has_hash[i] = "#" in s
+        hit = cache.get(base)
+        if hit is None:
+            r_any = r_op = -1
+            for j, (rx, ops_only) in enumerate(compiled):
+                if rx.search(base):
+                    if r_op < 0:
+                        r_op = j
+                    if not ops_only:
+                        r_any = j
+                        break
+            hit = cache[base] = (r_any, r_op)
+        rule[i], op_rule[i] = hit
+    return display, module, nvtx_op, has_hash, rule, op_rule
+
+
+def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contexts:
+    """Find the context rows of ``table`` and classify them (module / op / scope, phase rule)."""
+    kind = table.kind
+    names = table.names
+    rows = np.flatnonzero(((kind == Kind.RANGE) & (table.device < 0)) | (kind == Kind.CPU_OP))
+    used = np.zeros(len(names), dtype=bool)
+    used[table.name_id[rows]] = True
+    display, module_n, nvtx_op_n, hash_n, rule_n, op_rule_n = _classify_names(names, used, rules)
+    name = table.name_id[rows].astype(np.int64)
+    is_op_kind = kind[rows] == Kind.CPU_OP
+    py_id = [i for i, s in enumerate(names) if s == "python_function"]
+    python = np.isin(table.cat_id[rows], py_id) if py_id else np.zeros(len(rows), dtype=bool)
+    module = module_n[name] & ~is_op_kind
+    op = np.where(is_op_kind, ~hash_n[name], nvtx_op_n[name] & ~python) & ~module
+    rule = np.where(op, op_rule_n[name], rule_n[name])
+    phase_codes = np.array([PHASE_CODE[r.phase] if r.phase is not None else -1 for r in rules] + [-1], dtype=np.int64)
+    prio = np.array([r.priority for r in rules] + [0], dtype=np.int64)
+    rule_i = np.where(rule >= 0, rule, len(rules))
+    phase = phase_codes[rule_i]
+    structural = (rule >= 0) & (phase < 0)
+    scope = ~module & ~op & ~structural & np.where(is_op_kind, hash_n[name], ~python)
+
+    comp_names: list[str] = []
+    comp_of_name = np.full(len(names), -1, dtype=np.int64)
+    for i in np.unique(name[module | scope]).tolist():  # distinct layer component names
+        m = _MODULE_RE.match(names[i]) if module_n[i] else None
+        comp_of_name[i] = len(comp_names)
+        comp_names.append(m.group(1) if m else display[i])
+    op_names: list[str] = []
+    op_of_name = np.full(len(names), -1, dtype=np.int64)
+    op_ids: dict[str, int] = {}
+    for i in np.unique(name[op]).tolist():  # distinct op names
+        op_of_name[i] = op_ids.setdefault(display[i], len(op_ids))
+    op_names = list(op_ids)
+    comp = np.where(module | scope, comp_of_name[name], -1)
+    op_name = np.where(op, op_of_name[name], -1)
+    return _Contexts(rows, module, op, scope, phase, prio[rule_i], comp, op_name, comp_names, op_names)
+
+
+# ---------------------------------------------------------------------------------------------
+# main entry
+
+
+def _link_gpu_to_runtime(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray) -> np.ndarray:
+    """Launching runtime row of each GPU row by (pid, correlation), as in graph.build_graph."""
+    out = np.full(len(gpu_rows), -1, dtype=np.int64)
+    if len(gpu_rows) == 0 or len(rt_rows) == 0:
+        return out
+    rt_pid = table.pid[rt_rows].astype(np.int64)
+    g_pid = table.pid[gpu_rows].astype(np.int64).copy()
+    cpu_pids = np.unique(rt_pid)
+    if len(cpu_pids) == 1:
+        g_pid[g_pid < 0] = cpu_pids[0]
+    rt_corr = table.correlation[rt_rows].astype(np.int64)
+    g_corr = table.correlation[gpu_rows].astype(np.int64)
+
+    def key(pid, corr):
+        return (pid << np.int64(40)) ^ (corr & np.int64((1 << 40) - 1))
+
+    valid = rt_corr >= 0
+    rk = key(rt_pid, rt_corr)
+    o = np.lexsort((table.start_ns[rt_rows], rk))
+    o = o[valid[o]]
+    rk_sorted = rk[o]
+    gk = key(g_pid, g_corr)
+    j = np.searchsorted(rk_sorted, gk)
+    ok = (j < len(rk_sorted)) & (g_corr >= 0) & (g_pid >= 0)
+    ok[ok] &= rk_sorted[j[ok]] == gk[ok]
+    out[ok] = rt_rows[o[j[ok]]]
+    return out
+
+
+def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> Mapping:
+    """Layer path, framework op and phase of every RUNTIME and GPU task row of ``table``.
+
+    Phase of a runtime call (GPU rows take their launching call's phase):
+
+    1. Each context name takes the first rule of ``rules`` whose pattern it matches (``ops_only``
+       rules only for framework ops). Among the contexts enclosing the call whose rule gives a
+       phase, the highest priority wins; on equal priority the innermost.
+    2. A thread where backward contexts enclose more than :data:`AUTOGRAD_THREAD_SHARE` of the
+       enclosed runtime calls is an autograd engine thread: every call on it counts as enclosed
+       by a backward context of priority ``AUTOGRAD_THREAD_RULE.priority`` (2: above the "any op
+       is forward" default, below every named rule).
+    3. No phase from 1-2: ``other`` when some context (or rule 2) encloses the call, else
+       ``unmapped``.
+    4. GPU tasks whose name matches :data:`COMM_KERNEL_PATTERN` (NCCL/RCCL kernels) are
+       ``communication`` whatever launched them; GPU tasks without a launching call are otherwise
+       ``unmapped``.
+
+    Other rows (CPU_OP, RANGE, SYNC, MARKER) stay ``unmapped`` with no layer or op. Never raises
+    for a readable table; a table without annotations maps every row ``unmapped``.
+    """
+    n_rows = len(table)
+    kind = table.kind
+    phase = np.zeros(n_rows, dtype=np.uint8)
+    layer_id = np.full(n_rows, -1, dtype=np.int32)
+    op_id = np.full(n_rows, -1, dtype=np.int32)
+    launch_row = np.full(n_rows, -1, dtype=np.int64)
+    counts: dict[str, int] = {}
+    intern = _Interner()
+    autograd_threads: list[tuple[int, int]] = []
+
+    rt_rows = np.flatnonzero(kind == Kind.RUNTIME)
+    gpu_rows = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET))
+    ctx = _classify_contexts(table, rules) if len(rt_rows) else None
+
+    if ctx is not None and len(ctx.rows):
+        op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
+        levels = sorted({r.priority for r in rules if r.phase is not None} | {AUTOGRAD_THREAD_RULE.priority}, reverse=True)
+        start, end = table.start_ns, table.end_ns
+        c_start, c_end = start[ctx.rows], end[ctx.rows]
+        for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows):  # one iteration per thread
+            qs, qe = start[q], end[q]
+            cs, ce = c_start[c], c_end[c]
+
+            def subset(mask: np.ndarray) -> tuple[_Enclosers, np.ndarray]:
+                enc = _Enclosers(cs[mask], ce[mask])
+                return enc, c[mask][enc.order]
+
+            enclosed = _Enclosers(cs, ce).any_enclosing(qs, qe)
+
+            # ---- layer: module chain, else scope-annotation chain
+            lay = np.full(len(q), -1, dtype=np.int64)
+            for mask in (ctx.module[c], ctx.scope[c]):
+                if not mask.any():
+                    continue
+                enc, srt = subset(mask)
+                paths = _path_labels(enc.parents(), ctx.comp[srt], ctx.comp_names, intern)
+                hit = enc.innermost(qs, qe)
+                take = (hit >= 0) & (lay < 0)
+                lay[take] = paths[hit[take]]
+            layer_id[q] = lay
+
+            # ---- op: innermost framework op
+            if ctx.op[c].any():
+                enc, srt = subset(ctx.op[c])
+                hit = enc.innermost(qs, qe)
+                ok = hit >= 0
+                op_id[q[ok]] = op_label[ctx.op_name[srt[hit[ok]]]]
+
+            # ---- phase: the highest priority level with an enclosing context, innermost in it
+            c_phase, c_prio = ctx.phase[c], ctx.prio[c]
+            bw = c_phase == BACKWARD
+            is_autograd = False
+            if bw.any() and enclosed.any():
+                bw_enc = _Enclosers(cs[bw], ce[bw]).any_enclosing(qs, qe)
+                is_autograd = bool(bw_enc.sum() > AUTOGRAD_THREAD_SHARE * enclosed.sum())
+            if is_autograd:
+                autograd_threads.append((pid, tid))
+                enclosed[:] = True
+            ph = np.full(len(q), -1, dtype=np.int64)
+            for p in levels:
+                todo = np.flatnonzero(ph < 0)
+                if len(todo) == 0:
+                    break
+                mask = (c_prio == p) & (c_phase >= 0)
+                if mask.any():
+                    enc, srt = subset(mask)
+                    hit = enc.innermost(qs[todo], qe[todo])
+                    ok = hit >= 0
+                    ph[todo[ok]] = ctx.phase[srt[hit[ok]]]
+                if is_autograd and p == AUTOGRAD_THREAD_RULE.priority:
+                    ph[ph < 0] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
+            phase[q] = np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8)
+
+    # ---- GPU rows: inherit from the launching call; NCCL/RCCL kernels are communication
+    if len(gpu_rows):
+        lr = _link_gpu_to_runtime(table, rt_rows, gpu_rows)
+        launch_row[gpu_rows] = lr
+        has = lr >= 0
+        phase[gpu_rows[has]] = phase[lr[has]]
+        layer_id[gpu_rows[has]] = layer_id[lr[has]]
+        op_id[gpu_rows[has]] = op_id[lr[has]]
+        g_names = table.name_id[gpu_rows]
+        rx = re.compile(COMM_KERNEL_PATTERN)
+        comm_names = np.zeros(len(table.names), dtype=bool)
+        for i in np.unique(g_names).tolist():  # one iteration per distinct GPU task name
+            comm_names[i] = bool(rx.search(table.names[i]))
+        comm = comm_names[g_names]
+        phase[gpu_rows[comm]] = COMMUNICATION
+        counts["GPU tasks without a launching call"] = int(np.count_nonzero(~has))
+        counts["GPU tasks named as NCCL/RCCL kernels (communication)"] = int(np.count_nonzero(comm))
+    counts["runtime calls"] = len(rt_rows)
+    counts["runtime calls unmapped"] = int(np.count_nonzero(phase[rt_rows] == UNMAPPED))
+    counts["GPU tasks"] = len(gpu_rows)
+    counts["GPU tasks unmapped"] = int(np.count_nonzero(phase[gpu_rows] == UNMAPPED))
+    return Mapping(phase, layer_id, op_id, launch_row, intern.labels, autograd_threads, counts)
+
+
+def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):
+    """Yield ((pid, tid), query rows, context indices into c_rows) per thread with queries."""
+    q_pid, q_tid = table.pid[q_rows].astype(np.int64), table.tid[q_rows].astype(np.int64)
+    c_pid, c_tid = table.pid[c_rows].astype(np.int64), table.tid[c_rows].astype(np.int64)
+    qo = np.lexsort((q_tid, q_pid))
+    co = np.lexsort((c_tid, c_pid))
+    qp, qt = q_pid[qo], q_tid[qo]
+    cp, ct = c_pid[co], c_tid[co]
+    new = np.ones(len(qo), dtype=bool)
+    new[1:] = (qp[1:] != qp[:-1]) | (qt[1:] != qt[:-1])
+    firsts = np.flatnonzero(new)
+    bounds = np.append(firsts, len(qo))
+    for k in range(len(firsts)):
+        pid, tid = int(qp[firsts[k]]), int(qt[firsts[k]])
+        lo = np.searchsorted(cp, pid, "left")
+        hi = np.searchsorted(cp, pid, "right")
+        lo2 = lo + np.searchsorted(ct[lo:hi], tid, "left")
+        hi2 = lo + np.searchsorted(ct[lo:hi], tid, "right")
+        q = np.sort(q_rows[qo[bounds[k]:bounds[k + 1]]])
+        c = np.sort(co[lo2:hi2])
+        if len(c):
+            yield (pid, tid), q, c
+
+
+# ---------------------------------------------------------------------------------------------
+# summaries for the report
+
+
+def phase_breakdown(mapping: Mapping, table: EventTable, rows, durations_ns) -> dict[str, int]:
+    """Total of ``durations_ns`` per phase over ``rows`` (every phase of :data:`PHASES` present).
+
+    GPU time whose launch nothing encloses is reported under ``"unmapped"``.
+    """
+    rows = np.asarray(rows)
+    if rows.dtype == bool:
+        rows = np.flatnonzero(rows)
+    if len(rows) and rows.max() >= len(table):
+        raise ValueError("row index beyond the table")
+    d = np.asarray(durations_ns, dtype=np.int64)
+    if d.shape != rows.shape:
+        raise ValueError("rows and durations_ns differ in length")
+    tot = np.zeros(len(PHASES), dtype=np.int64)
+    np.add.at(tot, mapping.phase[rows].astype(np.int64), d)  # exact int64 sums
+    return {p: int(tot[i]) for i, p in enumerate(PHASES)}
+
+
+NO_LAYER = "(no layer)"
+
+
+def top_layers(mapping: Mapping, table: EventTable, gpu_rows, dur_ns, cpu_rows, cpu_dur_ns,
+               n: int = 10, depth: int | None = None) -> list[tuple[str, int, int, int]]:
+    """The ``n`` layers with most GPU time: rows of (layer, gpu_ns, cpu_ns, launches).
+
+    ``gpu_rows``/``dur_ns``: GPU task rows and their durations; ``cpu_rows``/``cpu_dur_ns``: CPU
+    rows (runtime calls) and their durations; ``launches`` counts the GPU tasks of the layer.
+    ``depth`` truncates layer paths to their first ``depth`` components before summing. GPU tasks
+    and calls without a layer are summed under :data:`NO_LAYER`. Sorted by GPU time, then CPU
+    time, then name.
+    """
+    gpu_rows = np.asarray(gpu_rows, dtype=np.int64)
+    cpu_rows = np.asarray(cpu_rows, dtype=np.int64)
+    g_d = np.asarray(dur_ns, dtype=np.int64)
+    c_d = np.asarray(cpu_dur_ns, dtype=np.int64)
+    if g_d.shape != gpu_rows.shape or c_d.shape != cpu_rows.shape:
+        raise ValueError("rows and durations differ in length")
+    labels = list(mapping.labels) + [NO_LAYER]
+    none = len(mapping.labels)
+    remap = np.arange(len(labels), dtype=np.int64)
+    if depth is not None:
+        cut = _Interner()
+        remap = np.array([cut("/".join(s.split("/")[:depth]) if i < none else NO_LAYER) for i, s in enumerate(labels)], dtype=np.int64)
+        labels = cut.labels
+    g_l = remap[np.where(mapping.layer_id[gpu_rows] >= 0, mapping.layer_id[gpu_rows], none)]
+    c_l = remap[np.where(mapping.layer_id[cpu_rows] >= 0, mapping.layer_id[cpu_rows], none)]
+    m = len(labels)
+    g_ns = np.zeros(m, dtype=np.int64)
+    c_ns = np.zeros(m, dtype=np.int64)
+    np.add.at(g_ns, g_l, g_d)  # exact int64 sums
+    np.add.at(c_ns, c_l, c_d)
+    cnt = np.bincount(g_l, minlength=m)
+    present = np.flatnonzero((cnt > 0) | (np.bincount(c_l, minlength=m) > 0))
+    out = [(labels[i], int(g_ns[i]), int(c_ns[i]), int(cnt[i])) for i in present.tolist()]
+    out.sort(key=lambda r: (-r[1], -r[2], r[0]))
+    return out[:n]

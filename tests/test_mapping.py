@@ -1,0 +1,603 @@
+"""Tests of daydream.mapping: launch context -> layer path, op and phase.
+
+Synthetic tables check the exact semantics; the real traces in ``../shared/traces`` (skipped when
+absent) check named kernels found by inspection, the unmapped share of GPU time per trace, the
+run time on the largest trace, and the vectorized sweep against a per-call brute force.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daydream.events import COLUMNS, MISSING, EventTable, Kind, NameTable
+from daydream.mapping import (
+    AUTOGRAD_THREAD_RULE,
+    AUTOGRAD_THREAD_SHARE,
+    BACKWARD,
+    NO_LAYER,
+    OTHER,
+    PHASE_RULES,
+    PHASES,
+    Mapping,
+    _classify_contexts,
+    _Enclosers,
+    map_events,
+    phase_breakdown,
+    top_layers,
+)
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")
+GPU = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+
+
+# ------------------------------------------------------------------------------------------------
+# synthetic tables
+
+
+class T:
+    """Tiny table builder: CPU ranges/ops/calls on (pid, tid), kernels linked by correlation."""
+
+    def __init__(self, pid: int = 10) -> None:
+        self.rows: list[dict] = []
+        self.names = NameTable()
+        self.pid = pid
+        self.corr = 0
+
+    def _row(self, kind, name, cat, s, e, **kw) -> None:
+        r = {c: MISSING[c] for c in COLUMNS}
+        r.update(kind=int(kind), name_id=self.names.intern(name), cat_id=self.names.intern(cat), start_ns=s, end_ns=e, **kw)
+        self.rows.append(r)
+
+    def rng(self, name, s, e, tid=1, cat="user_annotation"):
+        self._row(Kind.RANGE, name, cat, s, e, pid=self.pid, tid=tid)
+        return self
+
+    def op(self, name, s, e, tid=1):
+        self._row(Kind.CPU_OP, name, "cpu_op", s, e, pid=self.pid, tid=tid)
+        return self
+
+    def call(self, s, e, tid=1, kernel: str | None = "k", name="cudaLaunchKernel") -> int:
+        """A runtime call and (unless kernel is None) the kernel it launched; returns the corr id."""
+        self.corr += 1
+        self._row(Kind.RUNTIME, name, "cuda_runtime", s, e, pid=self.pid, tid=tid, correlation=self.corr)
+        if kernel is not None:
+            self._row(Kind.KERNEL, kernel, "kernel", e + 5, e + 15, pid=self.pid, device=0, stream=7, correlation=self.corr)
+        return self.corr
+
+    def table(self) -> EventTable:
+        cols = {c: [r[c] for r in self.rows] for c in COLUMNS}
+        return EventTable.from_columns(cols, self.names.names)
+
+
+def rows_of(tb: EventTable, kind: Kind, corr: int) -> int:
+    r = np.flatnonzero((tb.kind == kind) & (tb.correlation == corr))
+    assert len(r) == 1
+    return int(r[0])
+
+
+def ctx_of(m: Mapping, tb: EventTable, corr: int, kind: Kind = Kind.KERNEL) -> tuple[str, str, str]:
+    r = rows_of(tb, kind, corr)
+    return m.phase_of_rows([r])[0], m.layer_of_rows([r])[0], m.op_of_rows([r])[0]
+
+
+def test_nested_modules_give_exact_layer_paths_and_innermost_op():
+    t = T()
+    t.rng("ProfilerStep#3", 0, 1000)
+    t.rng("nn.Module: Net_0", 0, 500, cat="python_function")
+    t.rng("nn.Module: Block_0", 10, 200, cat="python_function")
+    t.rng("torch/nn/modules/linear.py(124): forward", 11, 60, cat="python_function")
+    t.rng("nn.Module: Linear_0", 12, 50, cat="python_function")
+    t.op("aten::linear", 13, 49)
+    t.op("aten::addmm", 14, 48)
+    a = t.call(15, 16)
+    t.rng("nn.Module: Linear_1", 60, 100, cat="python_function")
+    b = t.call(70, 71)
+    c = t.call(150, 151)  # in Block_0 only
+    d = t.call(300, 301)  # in Net_0 only
+    e = t.call(600, 601)  # in ProfilerStep only
+    f = t.call(2000, 2001)  # nothing
+    g = t.call(20, 21, tid=2)  # other thread: the ranges of tid 1 do not apply
+    tb = t.table()
+    m = map_events(tb)
+    assert ctx_of(m, tb, a) == ("forward", "Net_0/Block_0/Linear_0", "aten::addmm")
+    assert ctx_of(m, tb, a, Kind.RUNTIME) == ("forward", "Net_0/Block_0/Linear_0", "aten::addmm")
+    assert ctx_of(m, tb, b) == ("forward", "Net_0/Block_0/Linear_1", "")
+    assert ctx_of(m, tb, c) == ("forward", "Net_0/Block_0", "")
+    assert ctx_of(m, tb, d) == ("forward", "Net_0", "")
+    assert ctx_of(m, tb, e) == ("other", "", "")  # ProfilerStep# is structural: no phase, no layer
+    assert ctx_of(m, tb, f) == ("unmapped", "", "")
+    assert ctx_of(m, tb, g) == ("unmapped", "", "")
+    k = rows_of(tb, Kind.KERNEL, a)
+    assert m.launch_row[k] == rows_of(tb, Kind.RUNTIME, a)
+    # rows that are neither runtime calls nor GPU tasks are not mapped
+    assert np.all(m.phase[tb.mask(Kind.RANGE, Kind.CPU_OP)] == 0)
+    assert np.all(m.layer_id[tb.mask(Kind.RANGE, Kind.CPU_OP)] == -1)
+
+
+def test_enclosure_is_inclusive_and_uses_the_call_interval_only():
+    t = T()
+    t.rng("nn.Module: A_0", 100, 200)
+    a = t.call(100, 200)  # same interval: enclosed
+    b = t.call(150, 201)  # ends 1 ns after: not enclosed
+    c = t.call(99, 150)  # starts 1 ns before: not enclosed
+    d = t.call(199, 200)  # its kernel (recorded after the range) does not matter
+    tb = t.table()
+    m = map_events(tb)
+    assert ctx_of(m, tb, a)[1] == "A_0"
+    assert ctx_of(m, tb, b) == ("unmapped", "", "")
+    assert ctx_of(m, tb, c) == ("unmapped", "", "")
+    assert ctx_of(m, tb, d)[1] == "A_0"
+
+
+def test_phase_priorities():
+    t = T()
+    t.rng("## forward ##", 0, 100)
+    t.rng("nn.Module: Net_0", 1, 99)
+    t.op("aten::mm", 2, 10)
+    fwd = t.call(3, 4)
+    t.rng("## backward ##", 200, 400)
+    t.rng("nn.Module: Recompute_0", 210, 250)  # activation checkpointing: backward wins
+    t.op("aten::mm", 211, 220)
+    bwd = t.call(212, 213)
+    t.rng("nccl:all_reduce", 300, 350)
+    t.op("record_param_comms", 301, 340)
+    comm = t.call(302, 303, kernel="my_kernel")  # communication beats backward, whatever the kernel
+    t.rng("Optimizer.step#SGD.step", 500, 600)
+    t.op("aten::_foreach_add_", 501, 510)
+    opt = t.call(502, 503)
+    t.rng("Optimizer.zero_grad#SGD.zero_grad", 610, 620)
+    zg = t.call(611, 612)
+    t.rng("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 700, 720)
+    t.op("aten::to", 701, 710)
+    dl = t.call(702, 703, name="cudaMemcpyAsync")
+    t.op("aten::add", 800, 810)
+    plain = t.call(801, 802)  # a framework op and nothing else: forward (lowest priority)
+    tb = t.table()
+    m = map_events(tb)
+    assert ctx_of(m, tb, fwd) == ("forward", "Net_0", "aten::mm")
+    assert ctx_of(m, tb, bwd) == ("backward", "Recompute_0", "aten::mm")
+    assert ctx_of(m, tb, comm) == ("communication", "## backward ##/nccl:all_reduce", "record_param_comms")
+    assert ctx_of(m, tb, opt) == ("optimizer", "Optimizer.step#SGD.step", "aten::_foreach_add_")
+    assert ctx_of(m, tb, zg)[0] == "optimizer"
+    assert ctx_of(m, tb, dl)[0] == "other"
+    assert ctx_of(m, tb, plain) == ("forward", "", "aten::add")
+
+
+def test_equal_priority_takes_the_innermost():
+    from daydream.mapping import PhaseRule
+
+    rules = (PhaseRule("^outer", "forward", 5), PhaseRule("^inner", "backward", 5), PhaseRule("^low", "optimizer", 1))
+    t = T()
+    t.rng("outer", 0, 100)
+    t.rng("inner", 10, 90)
+    t.rng("low", 20, 30)
+    a = t.call(21, 22)
+    t.rng("inner", 200, 300)
+    t.rng("outer", 210, 290)
+    b = t.call(211, 212)
+    tb = t.table()
+    m = map_events(tb, rules)
+    assert ctx_of(m, tb, a)[0] == "backward"
+    assert ctx_of(m, tb, b)[0] == "forward"
+
+
+def test_nccl_kernels_are_communication_whatever_launched_them():
+    t = T()
+    t.op("aten::add", 0, 100)
+    a = t.call(1, 2, kernel="ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)")
+    b = t.call(500, 501, kernel="ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)")
+    t._row(Kind.KERNEL, "gemm", "kernel", 900, 950, pid=t.pid, device=0, stream=7, correlation=999)  # no launch
+    tb = t.table()
+    m = map_events(tb)
+    assert ctx_of(m, tb, a)[0] == "communication"
+    assert ctx_of(m, tb, a, Kind.RUNTIME)[0] == "forward"  # the call keeps its own context
+    assert ctx_of(m, tb, b)[0] == "communication"
+    orphan = rows_of(tb, Kind.KERNEL, 999)
+    assert m.phase_of_rows([orphan])[0] == "unmapped" and m.launch_row[orphan] == -1
+    assert m.counts["GPU tasks without a launching call"] == 1
+
+
+def test_autograd_thread_calls_are_backward():
+    t = T()
+    t.op("aten::mul", 0, 10, tid=1)
+    main = t.call(1, 2, tid=1)
+    for i in range(4):
+        s = 100 + 100 * i
+        t.op("autograd::engine::evaluate_function: MulBackward0", s, s + 50, tid=2)
+        t.op("MulBackward0", s + 1, s + 49, tid=2)
+        t.op("aten::mul", s + 2, s + 40, tid=2)
+        t.call(s + 3, s + 4, tid=2)
+    t.op("aten::fill_", 600, 610, tid=2)
+    seed = t.call(601, 602, tid=2)  # only a plain op encloses it: backward (autograd thread)
+    stray = t.call(700, 701, tid=2, kernel=None, name="cudaStreamWaitEvent")  # nothing encloses it
+    tb = t.table()
+    m = map_events(tb)
+    assert m.autograd_threads == [(10, 2)]
+    assert ctx_of(m, tb, main)[0] == "forward"
+    assert ctx_of(m, tb, seed) == ("backward", "", "aten::fill_")
+    assert ctx_of(m, tb, stray, Kind.RUNTIME)[0] == "backward"
+    assert AUTOGRAD_THREAD_RULE.phase == "backward" and 0 < AUTOGRAD_THREAD_SHARE < 1
+
+
+def test_autograd_thread_rule_does_not_override_named_ranges():
+    t = T()
+    for i in range(3):
+        t.op("autograd::engine::evaluate_function: AddBackward0", 100 * i, 100 * i + 50, tid=2)
+        t.call(100 * i + 1, 100 * i + 2, tid=2)
+    t.rng("## forward ##", 1000, 1100, tid=2)
+    f = t.call(1001, 1002, tid=2)
+    tb = t.table()
+    m = map_events(tb)
+    assert ctx_of(m, tb, f)[0] == "forward"
+
+
+def test_nvtx_ops_and_scope_chain():
+    t = T()
+    nv = "nvtx"
+    t.rng("main", 0, 1000, cat=nv)
+    t.rng("main->phase1", 10, 500, cat=nv)
+    t.rng("aten::linear, seq = 11, op_id = 40", 20, 100, cat=nv)
+    t.rng("aten::mm, seq = 12, op_id = 41", 21, 90, cat=nv)
+    a = t.call(22, 23)
+    t.rng("FSDP::pre_forward (blocks.0._checkpoint_wrapped_module), op_id = 50", 200, 300, cat=nv)
+    t.rng("ncclGroupEnd", 210, 290, cat=nv)
+    b = t.call(211, 212, kernel="ncclDevKernel_SendRecv")
+    tb = t.table()
+    m = map_events(tb)
+    assert ctx_of(m, tb, a) == ("forward", "main/main->phase1", "aten::mm")
+    assert ctx_of(m, tb, b) == (
+        "communication", "main/main->phase1/FSDP::pre_forward (blocks.0._checkpoint_wrapped_module)", "ncclGroupEnd")
+
+
+def test_gpu_side_annotations_and_python_frames_are_not_layers():
+    t = T()
+    t.rng("## fwd ##", 0, 100)
+    t._row(Kind.RANGE, "## gpu ##", "gpu_user_annotation", 0, 10_000, pid=t.pid, tid=-1, device=0, stream=7)
+    t.rng("model.py(10): run", 1, 99, cat="python_function")
+    a = t.call(2, 3)
+    tb = t.table()
+    m = map_events(tb)
+    assert ctx_of(m, tb, a) == ("other", "## fwd ##", "")
+    t2 = T()
+    t2.rng("model.py(10): run", 1, 99, cat="python_function")
+    a2 = t2.call(2, 3)
+    tb2 = t2.table()
+    assert ctx_of(map_events(tb2), tb2, a2) == ("other", "", "")
+
+
+def test_annotation_free_table_is_all_unmapped():
+    t = T()
+    for i in range(5):
+        t.call(10 * i, 10 * i + 2)
+    tb = t.table()
+    m = map_events(tb)
+    assert set(m.phase_of_rows(np.arange(len(tb)))) == {"unmapped"}
+    assert m.labels == [] and np.all(m.layer_id == -1) and np.all(m.op_id == -1)
+    g = np.flatnonzero(tb.mask(*GPU))
+    pb = phase_breakdown(m, tb, g, tb.end_ns[g] - tb.start_ns[g])
+    assert pb == {p: (50 if p == "unmapped" else 0) for p in PHASES}
+    assert top_layers(m, tb, g, np.full(len(g), 10), np.array([], int), np.array([], int)) == [(NO_LAYER, 50, 0, 5)]
+
+
+def test_empty_table():
+    tb = EventTable.from_columns({}, [])
+    m = map_events(tb)
+    assert len(m.phase) == 0 and m.labels == []
+    assert phase_breakdown(m, tb, np.array([], int), np.array([], int)) == {p: 0 for p in PHASES}
+    assert top_layers(m, tb, [], [], [], []) == []
+
+
+def test_phase_breakdown_and_top_layers():
+    t = T()
+    t.rng("nn.Module: Net_0", 0, 1000)
+    t.rng("nn.Module: A_0", 0, 100)
+    t.rng("nn.Module: Lin_0", 0, 50)
+    c1 = t.call(1, 2)
+    c2 = t.call(60, 61)
+    t.rng("nn.Module: B_0", 200, 300)
+    c3 = t.call(201, 202)
+    c4 = t.call(5000, 5001)
+    tb = t.table()
+    m = map_events(tb)
+    g = np.array([rows_of(tb, Kind.KERNEL, c) for c in (c1, c2, c3, c4)])
+    r = np.array([rows_of(tb, Kind.RUNTIME, c) for c in (c1, c2, c3, c4)])
+    gd, rd = np.array([10, 20, 40, 7]), np.array([1, 2, 3, 4])
+    assert phase_breakdown(m, tb, g, gd) == {"unmapped": 7, "forward": 70, "backward": 0, "optimizer": 0, "communication": 0, "other": 0}
+    assert top_layers(m, tb, g, gd, r, rd) == [
+        ("Net_0/B_0", 40, 3, 1), ("Net_0/A_0", 20, 2, 1), ("Net_0/A_0/Lin_0", 10, 1, 1), (NO_LAYER, 7, 4, 1)]
+    assert top_layers(m, tb, g, gd, r, rd, n=2, depth=2) == [("Net_0/B_0", 40, 3, 1), ("Net_0/A_0", 30, 3, 2)]
+    assert top_layers(m, tb, g, gd, r, rd, depth=1) == [("Net_0", 70, 6, 3), (NO_LAYER, 7, 4, 1)]
+    with pytest.raises(ValueError):
+        phase_breakdown(m, tb, g, gd[:2])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), max_size=40),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10)), min_size=1, max_size=20))
+def test_enclosers_match_brute_force(ivs, qs):
+    """Innermost = latest start among enclosing intervals (ties: shorter, then later input)."""
+    s = np.array([a for a, _ in ivs], dtype=np.int64)
+    e = np.array([a + b for a, b in ivs], dtype=np.int64)
+    qs_ = np.array([a for a, _ in qs], dtype=np.int64)
+    qe_ = np.array([a + b for a, b in qs], dtype=np.int64)
+    enc = _Enclosers(s, e)
+    got = enc.innermost(qs_, qe_)
+    anyenc = enc.any_enclosing(qs_, qe_)
+    for k in range(len(qs)):
+        cand = [i for i in range(len(ivs)) if s[i] <= qs_[k] and e[i] >= qe_[k]]
+        want = max(cand, key=lambda i: (s[i], -e[i], i)) if cand else -1
+        assert (enc.order[got[k]] if got[k] >= 0 else -1) == want
+        assert anyenc[k] == bool(cand)
+    par = enc.parents()
+    for j in range(len(ivs)):
+        i = enc.order[j]
+        cand = [enc.order[x] for x in range(j) if e[enc.order[x]] >= e[i]]
+        want = max(cand, key=lambda x: (s[x], -e[x], x)) if cand else -1
+        assert (enc.order[par[j]] if par[j] >= 0 else -1) == want
+
+
+# ------------------------------------------------------------------------------------------------
+# real traces
+
+
+@functools.lru_cache(maxsize=None)
+def load(rel: str) -> tuple[EventTable, Mapping]:
+    from daydream.formats import load_trace
+
+    tb = load_trace(str(TRACES / rel))
+    return tb, map_events(tb)
+
+
+MI250 = "hta/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+NCCL = "hta/nccl_data.json.gz"
+BERT = "tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz"
+OWL = "tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz"
+RESNET = "kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
+MFU = "nsys_ai/mfu_2gpu_before.sqlite"
+PROFILE1 = "extrap/profile1.sqlite"
+
+
+def gpu_launched_inside(tb: EventTable, m: Mapping, ctx_name: str) -> np.ndarray:
+    """GPU rows whose launching call lies inside a context row named ctx_name (brute force)."""
+    ids = [i for i, s in enumerate(tb.names) if s == ctx_name]
+    ctx = np.flatnonzero(np.isin(tb.name_id, ids) & np.isin(tb.kind, [Kind.RANGE, Kind.CPU_OP]) & (tb.device < 0))
+    assert len(ctx), ctx_name
+    g = np.flatnonzero(tb.mask(*GPU) & (m.launch_row >= 0))
+    lr = m.launch_row[g]
+    inside = np.zeros(len(g), dtype=bool)
+    for c in ctx:
+        inside |= (tb.pid[lr] == tb.pid[c]) & (tb.tid[lr] == tb.tid[c]) & (tb.start_ns[lr] >= tb.start_ns[c]) & (tb.end_ns[lr] <= tb.end_ns[c])
+    return g[inside]
+
+
+@needs_traces
+def test_mi250_optimizer_backward_forward_kernels():
+    tb, m = load(MI250)
+    opt = gpu_launched_inside(tb, m, "Optimizer.step#SGD.step")
+    assert len(opt) == 1
+    assert tb.name_of(opt[0]).startswith("void at::native::(anonymous namespace)::multi_tensor_apply_kernel")
+    assert m.phase_of_rows(opt)[0] == "optimizer" and m.op_of_rows(opt)[0] == "aten::_foreach_add_"
+    bwd = gpu_launched_inside(tb, m, "autograd::engine::evaluate_function: MseLossBackward0")
+    assert len(bwd) == 2 and set(m.phase_of_rows(bwd)) == {"backward"}
+    assert list(m.op_of_rows(bwd)) == ["aten::fill_", "aten::mse_loss_backward"]
+    assert len(m.autograd_threads) == 1 and m.autograd_threads[0][1] == 598009
+    g = np.flatnonzero(tb.mask(*GPU))
+    gemm = [r for r in g if tb.name_of(r).startswith("Cijk_Alik_Bljk")]
+    assert len(gemm) == 1 and m.phase_of_rows(gemm)[0] == "forward" and m.op_of_rows(gemm)[0] == "aten::addmm"
+    bw = np.flatnonzero(tb.mask(*GPU) & (m.launch_row >= 0))
+    bw = bw[tb.tid[m.launch_row[bw]] == 598009]
+    assert len(bw) == 7 and set(m.phase_of_rows(bw)) == {"backward"}
+
+
+@needs_traces
+def test_nccl_data_collectives_are_communication():
+    tb, m = load(NCCL)
+    g = np.flatnonzero(tb.mask(*GPU))
+    nccl = [r for r in g if tb.name_of(r).startswith("ncclKernel_")]
+    assert len(nccl) == 21
+    assert set(m.phase_of_rows(nccl)) == {"communication"}
+    assert set(m.op_of_rows(nccl)) == {"record_param_comms"}
+    ar = [r for r in nccl if "AllReduce" in tb.name_of(r)]
+    assert len(ar) == 15 and set(m.layer_of_rows(ar)) == {"nccl:all_reduce"}
+    bc = [r for r in nccl if "Broadcast" in tb.name_of(r)]
+    assert set(m.layer_of_rows(bc)) == {"## forward ##/DistributedDataParallel.forward/nccl:broadcast"}
+    # a backward kernel on the autograd thread
+    assert (2910249, 2919752) in m.autograd_threads
+    bwd = gpu_launched_inside(tb, m, "autograd::engine::evaluate_function: LogSoftmaxBackward0")
+    assert len(bwd) and set(m.phase_of_rows(bwd)) == {"backward"}
+    opt = gpu_launched_inside(tb, m, "Optimizer.step#SGD.step")
+    assert len(opt) and set(m.phase_of_rows(opt)) == {"optimizer"}
+
+
+@needs_traces
+def test_bert_small_layer_paths():
+    tb, m = load(BERT)
+    g = np.flatnonzero(tb.mask(*GPU))
+    layers = m.layer_of_rows(g)
+    assert sum("BertModel_0" in s for s in layers) >= 40
+    head = [r for r, s in zip(g, layers) if s == "BertLMHeadModel_0/BertOnlyMLMHead_0/BertLMPredictionHead_0/Linear_25"]
+    assert len(head) == 1
+    assert m.op_of_rows(head)[0] == "aten::addmm"
+    q = [r for r, s in zip(g, layers) if s == "BertLMHeadModel_0/BertModel_0/BertEncoder_0/BertLayer_0/BertAttention_0/BertSdpaSelfAttention_0/Linear_0"]
+    assert len(q) == 1 and m.op_of_rows(q)[0] == "aten::addmm"
+    assert set(m.phase_of_rows(g)) == {"forward"}
+
+
+@needs_traces
+def test_resnet50_2021_trace_phases():
+    tb, m = load(RESNET)
+    assert m.autograd_threads == [(25738, 25772)]
+    g = np.flatnonzero(tb.mask(*GPU))
+    bwd = gpu_launched_inside(tb, m, "CudnnConvolutionBackward")
+    assert len(bwd) > 300 and set(m.phase_of_rows(bwd)) == {"backward"}
+    opt = gpu_launched_inside(tb, m, "Optimizer.step#SGD.step")
+    assert len(opt) > 100 and set(m.phase_of_rows(opt)) == {"optimizer"}
+    assert set(m.layer_of_rows(opt)) == {"Optimizer.step#SGD.step"}
+    pb = phase_breakdown(m, tb, g, tb.end_ns[g] - tb.start_ns[g])
+    tot = sum(pb.values())
+    assert 0.25 < pb["forward"] / tot < 0.45 and 0.55 < pb["backward"] / tot < 0.75 and 0.005 < pb["optimizer"] / tot < 0.03
+
+
+@needs_traces
+def test_nsys_emit_nvtx_ops_and_nccl():
+    tb, m = load(MFU)
+    g = np.flatnonzero(tb.mask(*GPU))
+    sr = [r for r in g if tb.name_of(r).startswith("ncclDevKernel_SendRecv")]
+    assert len(sr) == 66 and set(m.phase_of_rows(sr)) == {"communication"}
+    fl = [r for r in g if tb.name_of(r).startswith("void flash::flash_fwd_kernel") and m.launch_row[r] >= 0]
+    assert len(fl) > 10 and set(m.op_of_rows(fl)) == {"flash_attn::_flash_attn_forward"}
+    assert set(m.phase_of_rows(fl)) == {"forward"}
+    ops = set(m.op_of_rows(g))
+    assert "aten::copy_" in ops and not any(", op_id = " in s for s in ops)
+
+
+@needs_traces
+def test_profile1_nested_push_pop_ranges():
+    tb, m = load(PROFILE1)
+    g = np.flatnonzero(tb.mask(*GPU))
+    k = [r for r in g if tb.name_of(r).startswith("test") and tb.kind[r] == Kind.KERNEL]
+    paths = set(m.layer_of_rows(k))
+    assert "main/main->process/main->process->phase2/main->process->phase2->kernel2" in paths
+    assert all(p.startswith("main/") for p in paths)
+    assert set(m.phase_of_rows(g)) == {"other"}
+
+
+#: Measured share of GPU time whose launch no context encloses, with the bound asserted.
+#: Traces without any annotation are 100 % unmapped by construction. mfu_2gpu_before is a 0.3 s
+#: window cut from a longer run: its 3.41 % are 29 GPU tasks launched before the cut (no launching
+#: call in the trace).
+UNMAPPED_GPU_SHARE = {  # trace: (measured %, asserted bound %)
+    "extrap/con_kernel.sqlite": (100.0, 100.0),
+    "extrap/ex-gpu.s10.sqlite": (100.0, 100.0),
+    "nsys_ai/mock.sqlite": (100.0, 100.0),
+    "extrap/profile1.sqlite": (0.0, 0.5),
+    "nsys_ai/mfu_2gpu_before.sqlite": (3.41, 4.0),
+    "hta/alexnet_benchmark_result_2869224_1695835535_trace.json.gz": (0.0, 0.5),
+    "hta/df_index_resolver.json.gz": (0.0, 0.5),
+    MI250: (0.0, 0.5),
+    NCCL: (0.0, 0.5),
+    "hta/sampled_rank-0.json.gz": (0.0, 0.5),
+    "hta/sampled_rank-1.json.gz": (0.0, 0.5),
+    RESNET: (0.0, 0.5),
+    "tracelens/b200_eager_trace.json.gz": (0.0, 0.5),
+    BERT: (0.0, 0.5),
+    OWL: (0.0, 0.5),
+}
+
+
+@needs_traces
+@pytest.mark.parametrize("rel", sorted(UNMAPPED_GPU_SHARE))
+def test_unmapped_gpu_share(rel):
+    tb, m = load(rel)
+    g = np.flatnonzero(tb.mask(*GPU))
+    pb = phase_breakdown(m, tb, g, tb.end_ns[g] - tb.start_ns[g])
+    share = 100 * pb["unmapped"] / sum(pb.values())
+    measured, bound = UNMAPPED_GPU_SHARE[rel]
+    assert share <= bound
+    assert share == pytest.approx(measured, abs=0.01)
+
+
+@needs_traces
+def test_map_events_speed_on_largest_trace():
+    from daydream.formats import load_trace
+
+    tb = load_trace(str(TRACES / OWL))
+    assert tb.count(Kind.RANGE) > 60_000
+    best = min(_timed(map_events, tb) for _ in range(3))
+    assert best < 1.0, best
+
+
+def _timed(f, *a) -> float:
+    t = time.perf_counter()
+    f(*a)
+    return time.perf_counter() - t
+
+
+# ---- the vectorized sweep against a per-call brute force on real traces
+
+
+def brute_force(tb: EventTable) -> tuple[np.ndarray, list[str], list[str]]:
+    """Phase code, layer path and op of every runtime row, one call at a time."""
+    ctx = _classify_contexts(tb, PHASE_RULES)
+    rt = np.flatnonzero(tb.kind == Kind.RUNTIME)
+    cs, ce = tb.start_ns[ctx.rows], tb.end_ns[ctx.rows]
+    cp, ct = tb.pid[ctx.rows], tb.tid[ctx.rows]
+    idx = np.arange(len(ctx.rows))
+    enc_of = {}
+    for r in rt:
+        e = np.flatnonzero((cp == tb.pid[r]) & (ct == tb.tid[r]) & (cs <= tb.start_ns[r]) & (ce >= tb.end_ns[r]))
+        # innermost last: (start asc, end desc, row)
+        enc_of[r] = e[np.lexsort((idx[e], -ce[e], cs[e]))]
+    # autograd threads
+    auto = set()
+    for th in {(int(tb.pid[r]), int(tb.tid[r])) for r in rt}:
+        rs = [r for r in rt if (tb.pid[r], tb.tid[r]) == th]
+        n_enc = sum(len(enc_of[r]) > 0 for r in rs)
+        n_bw = sum((ctx.phase[enc_of[r]] == BACKWARD).any() for r in rs)
+        if n_bw and n_bw > AUTOGRAD_THREAD_SHARE * n_enc:
+            auto.add(th)
+    phases, layers, ops = [], [], []
+    for r in rt:
+        e = enc_of[r]
+        chain = e[ctx.module[e]]
+        if not len(chain):
+            chain = e[ctx.scope[e]]
+        layers.append("/".join(ctx.comp_names[ctx.comp[i]] for i in chain))
+        o = e[ctx.op[e]]
+        ops.append(ctx.op_names[ctx.op_name[o[-1]]] if len(o) else "")
+        ph = e[ctx.phase[e] >= 0]
+        best = (-1, -1)  # (priority, phase)
+        for i in ph:  # innermost last, so >= keeps the innermost on ties
+            if ctx.prio[i] >= best[0]:
+                best = (int(ctx.prio[i]), int(ctx.phase[i]))
+        auto_th = (int(tb.pid[r]), int(tb.tid[r])) in auto
+        if auto_th and best[0] < AUTOGRAD_THREAD_RULE.priority:
+            best = (AUTOGRAD_THREAD_RULE.priority, BACKWARD)
+        phases.append(best[1] if best[1] >= 0 else (OTHER if len(e) or auto_th else 0))
+    return np.array(phases, dtype=np.int64), layers, ops
+
+
+@needs_traces
+@pytest.mark.parametrize("rel", [MI250, BERT, PROFILE1, "hta/sampled_rank-0.json.gz", NCCL, MFU])
+def test_vectorized_mapping_matches_brute_force(rel):
+    tb, m = load(rel)
+    rt = np.flatnonzero(tb.kind == Kind.RUNTIME)
+    phases, layers, ops = brute_force(tb)
+    assert np.array_equal(m.phase[rt].astype(np.int64), phases)
+    assert list(m.layer_of_rows(rt)) == layers
+    assert list(m.op_of_rows(rt)) == ops
+
+
+def test_annotations_for_graph_nodes():
+    from daydream.graph import build_graph
+
+    t = T()
+    t.rng("nn.Module: Net_0", 0, 100)
+    t.op("aten::mm", 1, 50)
+    a = t.call(2, 3)
+    b = t.call(200, 201)
+    tb = t.table()
+    m = map_events(tb)
+    g = build_graph(tb)
+    rows = np.append(g.row, -1)  # a node without a table row (as transforms insert)
+    ann = m.annotations_for_rows(rows)
+    assert set(ann) == {"phase", "layer_id", "op_id", "labels"}
+    assert ann["phase"].dtype == np.uint8 and len(ann["phase"]) == g.n + 1
+    lab = np.asarray(ann["labels"] + [""], dtype=object)
+    for v, r in enumerate(g.row):
+        assert PHASES[ann["phase"][v]] == m.phase_of_rows([r])[0]
+        assert lab[ann["layer_id"][v]] == m.layer_of_rows([r])[0]
+    ka = rows_of(tb, Kind.KERNEL, a)
+    v = int(np.flatnonzero(g.row == ka)[0])
+    assert (PHASES[ann["phase"][v]], lab[ann["layer_id"][v]], lab[ann["op_id"][v]]) == ("forward", "Net_0", "aten::mm")
+    kb = int(np.flatnonzero(g.row == rows_of(tb, Kind.KERNEL, b))[0])
+    assert ann["phase"][kb] == 0 and ann["layer_id"][kb] == -1
+    assert ann["phase"][-1] == 0 and ann["layer_id"][-1] == -1 and ann["op_id"][-1] == -1
