@@ -118,6 +118,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     predictions: list[Prediction] = []
     ranking: list[Ranked] = []
     not_applicable: dict[str, str] = {}  #: requested optimizations that do not apply: name -> reason
+    processes: list[WindowStats] = []  #: each process (rank) of a multi-process trace, its own window
     phases: list[GroupStats] = []  #: forward / backward / optimizer / communication / other / unmapped
     layers: list[GroupStats] = []  #: top layers by GPU time
 
@@ -143,9 +144,12 @@ def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int
     return int((b_end - b_start).sum())
 
 
-def _gpu_busy(graph: TaskGraph, start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
+def _gpu_busy(graph: TaskGraph, start: np.ndarray, end: np.ndarray, lo: int, hi: int, members: np.ndarray | None = None) -> tuple[int, int]:
+    """(busy, idle) ns of the GPUs in [lo, hi]; busy is the union of GPU task intervals per device."""
     gpu = graph.node_kind != NODE_CPU
-    dev = graph.table.device[graph.row]
+    if members is not None:
+        gpu = gpu & members
+    dev = graph.lane_keys[graph.lane, 2]
     busy = 0
     devices = np.unique(dev[gpu])
     for d in devices.tolist():
@@ -172,9 +176,9 @@ def _error_pct(measured: int, replayed: int) -> float:
     return round((replayed - measured) / measured * 100.0, 4) if measured > 0 else 0.0
 
 
-def _window(name, graph, tl, rec, lo_m, hi_m, lo_r, hi_r, members, note="") -> WindowStats:
-    bm, im = _gpu_busy(graph, rec.start_ns, rec.end_ns, lo_m, hi_m)
-    br, ir = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo_r, hi_r)
+def _window(name, graph, tl, rec, lo_m, hi_m, lo_r, hi_r, members, note="", busy_members=None) -> WindowStats:
+    bm, im = _gpu_busy(graph, rec.start_ns, rec.end_ns, lo_m, hi_m, busy_members)
+    br, ir = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo_r, hi_r, busy_members)
     measured, replayed = hi_m - lo_m, hi_r - lo_r
     return WindowStats(
         name=name,
@@ -244,7 +248,24 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     ]
     phases, layers = _groups(graph, tl)
     _, cp = critical_path(graph, tl, *_phase_args(graph))
-    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps, cp, phases=phases, layers=layers)
+    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps, cp, processes=_process_windows(graph, tl, rec), phases=phases, layers=layers)
+
+
+def _process_windows(graph: TaskGraph, tl: Timeline, rec: Timeline) -> list[WindowStats]:
+    """One window per process when the trace has several (e.g. one rank per GPU): from the
+    trace start to the end of that process's last task (its API calls and the GPU work it launched)."""
+    pids = graph.lane_keys[graph.lane, 1] if graph.n else np.zeros(0, np.int64)
+    uniq = np.unique(pids)
+    if len(uniq) < 2:
+        return []
+    out = []
+    t0 = graph.t0_ns
+    for p in uniq.tolist():
+        m = pids == p
+        devs = sorted(set(graph.lane_keys[graph.lane[m & (graph.node_kind != NODE_CPU)], 2].tolist()))
+        name = f"process {p}" + (f" (GPU {', '.join(map(str, devs))})" if devs else "")
+        out.append(_window(name, graph, tl, rec, t0, int(rec.end_ns[m].max()), t0, int(tl.end_ns[m].max()), m, busy_members=m))
+    return out
 
 
 TOP_LAYERS = 10
@@ -323,7 +344,7 @@ def render_text(r: Report) -> str:
     """The terminal report (plain text, fixed-width tables)."""
     lines: list[str] = []
     m = r.trace
-    dev = ", ".join(f"{d.id}: {d.name}" for d in m.devices) or "unknown"
+    dev = ", ".join(f"{d.id}: {d.name or 'name not recorded'}" for d in m.devices) or "not recorded"
     lines.append(f"daydream: {m.source}  [{m.format}]")
     lines.append(f"  devices: {dev}" + (f"   rank {m.rank} of {m.world_size}" if m.rank >= 0 else ""))
     g = r.graph
@@ -336,7 +357,7 @@ def render_text(r: Report) -> str:
     hdr = f"  {'window':<28}{'measured ms':>14}{'replayed ms':>14}{'error %':>9}{'GPU busy ms':>13}{'GPU idle ms':>13}{'kernels':>9}"
     lines.append(hdr)
     lines.append("  " + "-" * (len(hdr) - 2))
-    for w in [r.window, *r.steps]:
+    for w in [r.window, *r.processes, *r.steps]:
         lines.append(
             f"  {w.name[:27]:<28}{_ms(w.measured_ns):>14}{_ms(w.replayed_ns):>14}{w.error_pct:>9.2f}"
             f"{_ms(w.gpu_busy_measured_ns):>13}{_ms(w.gpu_idle_measured_ns):>13}{w.kernels:>9,}" + (f"  ({w.note})" if w.note else "")
