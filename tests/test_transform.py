@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from daydream.emulator import Launch, HostWork, emulate, measure_latencies, programs, to_kineto
+from daydream.emulator import HostWork, Launch, RangeBegin, RangeEnd, emulate, measure_latencies, programs, to_kineto
 from daydream.errors import DaydreamError
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
@@ -168,15 +168,24 @@ def test_scaling_kernels_predicts_the_changed_program(tmp_path_factory, prog, pa
     _check_prediction(g, pred, run, changed)
 
 
+def _gap_ops(ops, op_index):
+    """Indices of the host work between the previous API call and ops[op_index] (range markers
+    in between are not calls and stay)."""
+    out = set()
+    j = op_index - 1
+    while j >= 0 and isinstance(ops[j], (HostWork, RangeBegin, RangeEnd)):
+        if isinstance(ops[j], HostWork):
+            out.add(j)
+        j -= 1
+    return out
+
+
 def _drop_launch(prog, thread, op_index):
     """The program without one Launch op and the host work right before it."""
     th = prog.threads[thread]
     ops = list(th.ops)
-    j = op_index
-    del ops[j]
-    while j > 0 and isinstance(ops[j - 1], HostWork):
-        del ops[j - 1]
-        j -= 1
+    drop = _gap_ops(ops, op_index) | {op_index}
+    ops = [op for i, op in enumerate(ops) if i not in drop]
     threads = list(prog.threads)
     threads[thread] = dataclasses.replace(th, ops=tuple(ops))
     return dataclasses.replace(prog, threads=tuple(threads))
@@ -204,11 +213,7 @@ def test_removing_a_kernel_and_its_launch_predicts_the_changed_program(tmp_path_
     calls, tasks = _by_corr(g2, pred)
     shift = {}
     th_ops = prog.threads[victim.thread].ops
-    removed_idx = {victim.op_index}
-    j = victim.op_index
-    while j > 0 and isinstance(th_ops[j - 1], HostWork):
-        j -= 1
-        removed_idx.add(j)
+    removed_idx = {victim.op_index} | _gap_ops(list(th_ops), victim.op_index)
 
     def new_key(k):
         t, i = k
