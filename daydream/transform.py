@@ -2,7 +2,8 @@
 
 Optimizations (``daydream/optimizations/``) and users' own scripts are written only in terms of
 these: :func:`select` tasks by a predicate, :func:`scale` their durations, :func:`remove` tasks
-(keeping their dependencies transitively), :func:`insert` a task with given dependencies. Every
+(keeping their dependencies transitively), :func:`insert` a task with given dependencies,
+:func:`set_priority` to schedule a stream by priority (the paper's reschedule). Every
 primitive returns a new graph; the graph it was given is never changed.
 
 Semantics (they keep ``docs/model.md`` meaningful for the changed program):
@@ -380,6 +381,38 @@ def topological_order(graph: TaskGraph) -> np.ndarray:
     if len(out) != n:
         raise DaydreamError("the transformed graph has a dependency cycle")
     return np.asarray(out, dtype=np.int64)
+
+
+def set_priority(graph: TaskGraph, priority: np.ndarray, lanes: Iterable[int] | None = None) -> TaskGraph:
+    """New graph whose GPU ``lanes`` are scheduled by priority instead of in recorded order.
+
+    On such a lane, a task starts as soon as its own dependencies allow and the lane is free, and
+    among the tasks ready at that moment the one with the largest ``priority`` goes first (ties:
+    recorded order); see :mod:`daydream.schedule`.
+
+    Args:
+        priority: int per node (length ``graph.n``); only tasks on ``lanes`` use it.
+        lanes: lane ids (``graph.lane`` values) to schedule by priority; default: the GPU lanes
+            of the tasks with a non-zero priority.
+
+    Raises:
+        DaydreamError: a wrong-sized priority array, or a lane that is not a GPU stream.
+    """
+    from .schedule import LANES_KEY, PRIORITY_KEY
+
+    pr = np.asarray(priority, dtype=np.int64)
+    if pr.shape != (graph.n,):
+        raise DaydreamError("set_priority: one priority per task is needed")
+    if lanes is None:
+        lanes = np.unique(graph.lane[(pr != 0) & (graph.node_kind != NODE_CPU)]).tolist()
+    lanes = sorted({int(x) for x in lanes})
+    for ln in lanes:
+        if not 0 <= ln < len(graph.lanes) or not graph.lane_is_gpu[ln]:
+            raise DaydreamError(f"set_priority: lane {ln} is not a GPU stream (only streams can be rescheduled)")
+    ann = dict(graph.annotations)
+    ann[PRIORITY_KEY] = pr
+    ann[LANES_KEY] = tuple(lanes)
+    return dataclasses.replace(graph, annotations=ann)
 
 
 def add_kernel_after(graph: TaskGraph, kernel: int, *, dur_ns: int, name: str, call_dur_ns: int) -> tuple[TaskGraph, int]:
