@@ -1,0 +1,186 @@
+"""Read-only helpers shared by the optimization modules: facts about a task graph (API roles,
+annotation ranges, mapped phases, dependents). Nothing here changes a graph; the optimizations
+change graphs only through :mod:`daydream.transform`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..cuda_api import ApiRole, api_role
+from ..events import Kind
+from ..graph import NODE_CPU, TaskGraph
+
+#: API roles that make a CPU call wait for the GPU (they split CUDA-graph regions and are never
+#: removed by an optimization).
+SYNC_ROLES = (ApiRole.MEMCPY_SYNC, ApiRole.DEVICE_SYNC, ApiRole.STREAM_SYNC, ApiRole.EVENT_SYNC)
+
+
+def cpu_roles(graph: TaskGraph) -> np.ndarray:
+    """``ApiRole`` (uint8) of every node; GPU nodes hold ApiRole.OTHER."""
+    out = np.zeros(graph.n, dtype=np.uint8)
+    cpu = graph.node_kind == NODE_CPU
+    has = cpu & (graph.row >= 0)
+    if has.any():
+        t = graph.table
+        nid = t.name_id[graph.row[has]]
+        uniq, inv = np.unique(nid, return_inverse=True)
+        roles = np.fromiter((api_role(t.names[int(i)]) for i in uniq), dtype=np.uint8, count=len(uniq))
+        out[has] = roles[inv.reshape(-1)]
+    for v, s in graph.inserted_names.items():
+        if cpu[v]:
+            out[v] = api_role(s)
+    return out
+
+
+def launch_mask(graph: TaskGraph) -> np.ndarray:
+    """CPU nodes that launched at least one GPU task of the graph."""
+    m = np.zeros(graph.n, dtype=bool)
+    la = graph.launch[graph.launch >= 0]
+    m[la] = True
+    return m
+
+
+def lower_median(x: np.ndarray) -> int:
+    """The lower median of ``x`` (an element of ``x``; 0 when empty): with few samples a slow first
+    call (context or module initialization) does not set it."""
+    if len(x) == 0:
+        return 0
+    k = (len(x) - 1) // 2
+    return int(np.partition(np.asarray(x), k)[k])
+
+
+def median_launch_ns(graph: TaskGraph) -> int:
+    """Lower median of the recorded durations (ns) of the calls that launched a kernel; 0 when
+    there are none."""
+    k = (graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)
+    calls = np.unique(graph.launch[k])
+    return lower_median(graph.dur_ns[calls])
+
+
+def has_dependents(graph: TaskGraph) -> np.ndarray:
+    """Nodes that are an extra predecessor of some node (a blocking call waits for them, or a
+    task of another stream waits for them)."""
+    m = np.zeros(graph.n, dtype=bool)
+    m[graph.pred_idx] = True
+    return m
+
+
+def cpu_ranges(graph: TaskGraph, pattern: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """CPU-side annotation ranges and framework ops whose name matches ``pattern``.
+
+    Returns (pid, tid, start_ns, end_ns) arrays, duplicates (same pid, tid, start, end) removed:
+    Kineto often records a ``ProfilerStep#N`` both as a ``user_annotation`` and as a ``cpu_op``.
+    """
+    t = graph.table
+    m = np.isin(t.kind, [Kind.RANGE, Kind.CPU_OP]) & (t.device < 0)
+    rows = np.nonzero(m)[0]
+    if len(rows) == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    nid = t.name_id[rows]
+    uniq, inv = np.unique(nid, return_inverse=True)
+    rx = re.compile(pattern)
+    hit = np.fromiter((rx.search(t.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
+    rows = rows[hit[inv.reshape(-1)]]
+    key = np.stack([t.pid[rows], t.tid[rows], t.start_ns[rows], t.end_ns[rows]], axis=1).astype(np.int64)
+    key = np.unique(key, axis=0) if len(key) else key.reshape(0, 4)
+    return key[:, 0], key[:, 1], key[:, 2], key[:, 3]
+
+
+def cpu_nodes_in_ranges(graph: TaskGraph, ranges, *, same_thread: bool) -> np.ndarray:
+    """For each node, the index of the range (from :func:`cpu_ranges`) that encloses it, -1 none.
+
+    Only CPU nodes with a table row are placed; a call is inside a range when its recorded
+    interval lies within the range's, on the same process (and thread, with ``same_thread``).
+    Ranges are expected not to overlap on a thread; the last enclosing one wins.
+    """
+    pid, tid, s, e = ranges
+    out = np.full(graph.n, -1, dtype=np.int64)
+    cpu = (graph.node_kind == NODE_CPU) & (graph.row >= 0)
+    if not cpu.any() or len(s) == 0:
+        return out
+    t = graph.table
+    rows = graph.row[cpu]
+    npid, ntid = t.pid[rows], t.tid[rows]
+    ns, ne = graph.rec_start_ns[cpu], graph.rec_end_ns[cpu]
+    idx = np.nonzero(cpu)[0]
+    for i in range(len(s)):  # ranges are few (steps, optimizer steps)
+        m = (npid == pid[i]) & (ns >= s[i]) & (ne <= e[i])
+        if same_thread:
+            m &= ntid == tid[i]
+        out[idx[m]] = i
+    return out
+
+
+def mapped_phase(graph: TaskGraph, phase: str) -> np.ndarray | None:
+    """Mask of nodes mapped to ``phase``, or None when the graph carries no mapping."""
+    ann = graph.annotations
+    if not ann or "phase" not in ann:
+        return None
+    from ..mapping import PHASES
+
+    return np.asarray(ann["phase"]) == PHASES.index(phase)
+
+
+def mapped_labels_match(graph: TaskGraph, key: str, pattern: str) -> np.ndarray:
+    """Mask of nodes whose annotation label ``key`` ("layer_id" or "op_id") matches ``pattern``."""
+    ann = graph.annotations
+    out = np.zeros(graph.n, dtype=bool)
+    if not ann or key not in ann:
+        return out
+    labels = list(ann.get("labels", []))
+    if not labels:
+        return out
+    rx = re.compile(pattern)
+    hit = np.fromiter((rx.search(s) is not None for s in labels), dtype=bool, count=len(labels))
+    ids = np.asarray(ann[key])
+    ok = ids >= 0
+    out[ok] = hit[ids[ok]]
+    return out
+
+
+def runs(lane_sorted_nodes: np.ndarray, lane: np.ndarray, member: np.ndarray, key: np.ndarray | None = None) -> np.ndarray:
+    """Run ids over nodes listed in lane order: consecutive ``member`` nodes of one lane (and one
+    ``key``) share an id; non-members get -1. ``lane_sorted_nodes`` lists one lane's nodes after
+    another, each lane in its own order."""
+    v = lane_sorted_nodes
+    mem = member[v]
+    brk = np.ones(len(v), dtype=bool)
+    if len(v) > 1:
+        same = (lane[v[1:]] == lane[v[:-1]]) & mem[1:] & mem[:-1]
+        if key is not None:
+            same &= key[v[1:]] == key[v[:-1]]
+        brk[1:] = ~same
+    rid = np.cumsum(brk) - 1
+    out = np.full(len(lane), -1, dtype=np.int64)
+    out[v[mem]] = rid[mem]
+    return out
+
+
+def lane_order(graph: TaskGraph, mask: np.ndarray | None = None) -> np.ndarray:
+    """Nodes (optionally only ``mask``) sorted by lane, then by their order along the lane."""
+    rank = np.empty(graph.n, dtype=np.int64)
+    rank[graph.order] = np.arange(graph.n)
+    v = np.arange(graph.n) if mask is None else np.nonzero(mask)[0]
+    return v[np.lexsort((rank[v], graph.lane[v]))]
+
+
+def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) -> np.ndarray:
+    """Nodes (of ``subset``, default all) whose name matches ``pattern`` (``re.search``), decided
+    once per distinct name id (kernel names can be thousands of characters long)."""
+    rx = re.compile(pattern)
+    out = np.zeros(graph.n, dtype=bool)
+    cand = np.ones(graph.n, dtype=bool) if subset is None else np.asarray(subset, dtype=bool)
+    has = cand & (graph.row >= 0)
+    if has.any():
+        t = graph.table
+        uniq, inv = np.unique(t.name_id[graph.row[has]], return_inverse=True)
+        hit = np.fromiter((rx.search(t.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
+        out[has] = hit[inv.reshape(-1)]
+    for v, s in graph.inserted_names.items():
+        if cand[v]:
+            out[v] = rx.search(s) is not None
+    return out

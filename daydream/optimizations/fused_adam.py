@@ -1,0 +1,137 @@
+"""``fused-adam``: run the optimizer step as one fused multi-tensor kernel (apex ``FusedAdam``,
+``torch.optim.Adam(fused=True)``) instead of a few small kernels per parameter.
+
+Model (after the Daydream paper's FusedAdam case study, whose premise is that the gain of a fused
+optimizer is the per-parameter launch overhead while the arithmetic stays the same):
+
+1. Find the optimizer step: with a mapped graph, the CPU calls of phase ``optimizer`` (excluding
+   ``zero_grad`` scopes); otherwise the calls enclosed by ``Optimizer.step#...`` annotation
+   ranges (PyTorch's profiler records one per ``optimizer.step()``), on the range's thread.
+   One *group* is one step on one thread (mapped: a maximal run of consecutive optimizer calls).
+2. In each group, the kernels launched by its calls that are elementwise, copy, set or
+   optimizer kernels (:mod:`daydream.kernels`) on the stream of the group's first such kernel are
+   fused; other GPU work launched in the step (GEMMs of e.g. Shampoo, memcpys) stays.
+3. The first of those kernels becomes the fused kernel: it lasts ``kernel_factor`` x the summed
+   duration of the kernels it replaces, and its launch call (which keeps the CPU gap before it:
+   the work before the step) lasts ``launch_ns``. The other kernels, and the launch calls that
+   launched only them, are removed together with the CPU gaps before those calls (the
+   per-parameter Python work of the step).
+
+When the step already runs fused optimizer kernels (``FusedAdamMathFunctor``,
+``FusedOptimizerTensorListMetadata``, apex ``AdamFunctor``) the optimization does not apply.
+Foreach (``multi_tensor_apply``) steps are fused further and the note says so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels as K
+from ..events import Kind
+from ..graph import NODE_CPU
+from ..transform import remove, set_duration
+from . import NotApplicable, Optimization, Param, register
+from ._common import cpu_nodes_in_ranges, cpu_ranges, lane_order, lower_median, mapped_labels_match, mapped_phase, name_mask, runs
+
+#: Kernel classes a fused optimizer kernel absorbs.
+FUSABLE_CLASSES = ("optimizer", "elementwise", "copy", "set")
+#: Names of kernels that are already a fused optimizer step.
+FUSED_PATTERN = r"Fused\w*(?:Adam|SGD|LAMB|Adagrad|Optimizer)|FusedOptimizerTensorListMetadata|AdamW?Functor|LAMBStage|(?i:fused_?(?:adam|sgd|lamb))"
+
+
+def optimizer_groups(graph) -> tuple[np.ndarray | None, str]:
+    """Group id of every CPU node in an optimizer step (-1 elsewhere) and how they were found."""
+    cpu = graph.node_kind == NODE_CPU
+    ph = mapped_phase(graph, "optimizer")
+    if ph is not None and np.any(ph & cpu):
+        member = cpu & ph & ~mapped_labels_match(graph, "layer_id", r"zero_grad")
+        return runs(lane_order(graph, cpu), graph.lane, member), "the mapped optimizer phase"
+    ranges = cpu_ranges(graph, r"^Optimizer\.step#")
+    if len(ranges[0]):
+        return cpu_nodes_in_ranges(graph, ranges, same_thread=True), "Optimizer.step ranges"
+    return None, ""
+
+
+def _apply(graph, p):
+    gid, how = optimizer_groups(graph)
+    if gid is None or not np.any(gid >= 0):
+        raise NotApplicable("no optimizer step in the trace (no Optimizer.step# ranges and no mapped optimizer phase)")
+    info = K.kernel_info(graph)
+    kern = graph.node_kind == Kind.KERNEL
+    launched_by = np.where(graph.launch >= 0, gid[np.maximum(graph.launch, 0)], -1)
+    launched_by[graph.launch < 0] = -1
+    step_kernels = kern & (launched_by >= 0)
+    already = np.nonzero(name_mask(graph, FUSED_PATTERN, step_kernels))[0]
+    if len(already):
+        raise NotApplicable(f"the optimizer step already runs fused kernels ({len(already):,}, e.g. {graph.name(int(already[0]))[:80]})")
+    fusable = step_kernels & info.is_class(*FUSABLE_CLASSES)
+    foreach = int(np.count_nonzero(fusable & info.is_class("optimizer")))
+
+    rank = np.empty(graph.n, dtype=np.int64)
+    rank[graph.order] = np.arange(graph.n)
+    # tasks launched per call, and fusable ones per call
+    n_launched = np.bincount(graph.launch[graph.launch >= 0], minlength=graph.n)
+    plans = []
+    for g_id in np.unique(launched_by[fusable]).tolist():
+        ks = np.nonzero(fusable & (launched_by == g_id))[0]
+        ks = ks[np.argsort(rank[ks], kind="stable")]
+        ks = ks[graph.lane[ks] == graph.lane[ks[0]]]
+        if len(ks) < 2:
+            continue
+        calls = np.unique(graph.launch[ks])
+        per_call = np.bincount(graph.launch[ks], minlength=graph.n)[calls]
+        calls = calls[per_call == n_launched[calls]]
+        if len(calls) == 0:
+            continue
+        calls = calls[np.argsort(rank[calls], kind="stable")]
+        plans.append((ks, calls))
+    if not plans:
+        raise NotApplicable(f"no optimizer step launches 2 or more elementwise/optimizer kernels on one stream (found by {how})")
+
+    drop = np.zeros(graph.n, dtype=bool)
+    head_k, head_c, k_ns, c_ns = [], [], [], []
+    n_k = n_c = 0
+    before_ns = after_ns = 0
+    for ks, calls in plans:
+        launch_ns = p["launch_ns"] if p["launch_ns"] >= 0 else lower_median(graph.dur_ns[calls])
+        total = int(graph.dur_ns[ks].sum())
+        fused_ns = int(round(total * p["kernel_factor"]))
+        # the first kernel becomes the fused kernel, the first launch call its launch
+        head_k.append(int(ks[0]))
+        head_c.append(int(calls[0]))
+        k_ns.append(fused_ns)
+        c_ns.append(launch_ns)
+        drop[ks[1:]] = True
+        drop[calls[1:]] = True
+        n_k += len(ks)
+        n_c += len(calls)
+        before_ns += total
+        after_ns += fused_ns
+    heads = np.asarray(head_k + head_c, dtype=np.int64)
+    durs = np.asarray(k_ns + c_ns, dtype=np.int64)
+    hm = np.zeros(graph.n, dtype=bool)
+    hm[heads] = True
+    g = set_duration(graph, hm, durs[np.argsort(heads)])
+    g = remove(g, drop)
+    note = (f"{len(plans)} optimizer step(s) ({how}): {n_k:,} kernels and {n_c:,} launch calls -> {len(plans)} fused kernel(s) "
+            f"(GPU {before_ns / 1e6:.3f} -> {after_ns / 1e6:.3f} ms)")
+    if foreach:
+        note += f"; the step already used foreach multi_tensor_apply kernels ({foreach:,}), fused further"
+    return g, note
+
+
+register(
+    Optimization(
+        name="fused-adam",
+        summary="the optimizer step as one fused kernel per step (FusedAdam / Adam(fused=True)): per-parameter launches removed",
+        apply=_apply,
+        params={
+            "kernel_factor": Param(1.0, "fused kernel duration / summed duration of the kernels it replaces; 1.0 = the same "
+                                   "arithmetic on the same bytes, only the launches are saved (the premise of the Daydream "
+                                   "paper's FusedAdam case study; check with scripts/ground_truth)", float,
+                                   lambda v: 0 <= v <= 1, "0..1"),
+            "launch_ns": Param(-1, "CPU duration of the fused kernel's launch call, ns; -1 = lower median of the launch calls "
+                               "it replaces (measured in the trace)", int, lambda v: v >= -1, ">= -1"),
+        },
+    )
+)

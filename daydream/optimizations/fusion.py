@@ -1,0 +1,150 @@
+"""``fusion``: fuse chains of memory-bound kernels into one kernel each (what a fusing compiler
+such as ``torch.compile``/Inductor or XLA does with elementwise, reduction and normalization ops).
+
+Chains. Two kernels are linked when all of these hold:
+
+* both are memory-bound kernels (:mod:`daydream.kernels`: elementwise, reduction,
+  normalization, softmax, copy or set kernels; not optimizer or communication kernels, not
+  memcpy/memset tasks, not GEMMs);
+* the second is the next task on the first one's stream, and no blocking call or other stream
+  waits for the first (nothing observes the intermediate result);
+* both were launched from one CPU thread and, with a mapped graph, in the same layer (same
+  ``layer_id``; the same ``op_id`` when the layer is unknown) and phase, with no blocking call
+  launching the second; without a mapping (or for two kernels that neither a layer nor an op
+  claims), the second launch call directly follows the first on the thread (no other API call
+  between).
+
+A chain is cut after ``max_chain`` kernels.
+
+Duration (a bytes model, since traces carry no tensor shapes). Each member is taken to read
+``reads`` tensors and write ``writes`` tensors of the same size (default 2 and 1: a binary
+elementwise op). Unfused, a chain of ``n`` kernels moves ``n * (reads + writes)`` tensors; fused,
+the intermediates stay on chip: it reads the first member's inputs and one new input per later
+member, and writes the last output, ``reads + (n - 1) * (reads - 1) + writes`` tensors. The fused
+kernel lasts the chain's summed duration times that ratio, but never less than its longest
+member (a fused kernel still does all of that member's work):
+
+    fused_ns = max(max(member_ns), round(sum(member_ns) * (r + (n-1)(r-1) + w) / (n (r + w))))
+
+Transformation: the first kernel of each chain takes the fused duration; the other members are
+removed with their launch calls and the CPU gaps before those calls (the per-op framework work a
+compiled graph no longer does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels as K
+from ..events import Kind
+from ..transform import remove, set_duration
+from . import NotApplicable, Optimization, Param, register
+from ._common import has_dependents, lane_order
+
+FUSABLE_CLASSES = ("elementwise", "reduction", "normalization", "softmax_attention", "copy", "set")
+
+
+def fused_fraction(n: np.ndarray, reads: float, writes: float) -> np.ndarray:
+    """Bytes moved by a fused chain of ``n`` kernels over the unfused chain's (see module doc)."""
+    n = np.asarray(n, dtype=np.float64)
+    return (reads + (n - 1) * (reads - 1) + writes) / (n * (reads + writes))
+
+
+def chains(graph, max_chain: int) -> np.ndarray:
+    """Chain id of every node (-1: not in a chain of 2 or more kernels)."""
+    n = graph.n
+    info = K.kernel_info(graph)
+    kern = (graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)
+    memb = kern & info.is_bound("memory") & info.is_class(*FUSABLE_CLASSES)
+    prev = graph.lane_prev
+    ok = memb & (prev >= 0)
+    p0 = np.maximum(prev, 0)
+    ok &= memb[p0]
+    ok &= ~has_dependents(graph)[p0]  # nothing waits for the intermediate result
+    # the second kernel has no cross-stream producer of its own
+    ok &= np.diff(graph.pred_ptr) == 0
+    la, lp = graph.launch, graph.launch[p0]
+    ok &= (lp >= 0) & (graph.lane[np.maximum(la, 0)] == graph.lane[np.maximum(lp, 0)])
+    adjacent = graph.lane_prev[np.maximum(la, 0)] == lp  # launch calls adjacent on the thread
+    ann = graph.annotations
+    if ann and "layer_id" in ann:
+        layer = np.asarray(ann["layer_id"]).astype(np.int64)
+        op = np.asarray(ann["op_id"]).astype(np.int64) if "op_id" in ann else np.full(n, -1, np.int64)
+        phase = np.asarray(ann["phase"]).astype(np.int64) if "phase" in ann else np.zeros(n, np.int64)
+        key = np.where(layer >= 0, layer, np.where(op >= 0, (1 << 40) + op, -1))
+        both = (key >= 0) & (key[p0] >= 0)
+        neither = (key < 0) & (key[p0] < 0)
+        same_scope = both & (key == key[p0]) & (phase == phase[p0]) & ~graph.blocking[np.maximum(la, 0)]
+        ok &= same_scope | (neither & adjacent)  # unmapped kernels: the unmapped rule
+    else:
+        ok &= adjacent
+    # link i <- prev[i]; chains are maximal runs along the stream
+    order = lane_order(graph, memb)
+    link = ok[order]
+    start = ~link
+    cid = np.cumsum(start) - 1
+    # position within the chain, to cut at max_chain
+    idx = np.arange(len(order))
+    first = np.maximum.accumulate(np.where(start, idx, 0))
+    pos = idx - first
+    if max_chain > 0:
+        cid = np.cumsum(start | (pos % max_chain == 0)) - 1
+    out = np.full(n, -1, dtype=np.int64)
+    out[order] = cid
+    if np.any(out >= 0):
+        size = np.bincount(out[out >= 0])
+        out[(out >= 0) & (size[np.maximum(out, 0)] < 2)] = -1
+    return out
+
+
+def _apply(graph, p):
+    if p["max_chain"] == 1:
+        return graph, "max_chain=1: nothing fused (identity)"
+    cid = chains(graph, p["max_chain"])
+    members = np.nonzero(cid >= 0)[0]
+    if len(members) == 0:
+        raise NotApplicable("no two memory-bound kernels are launched back to back on one stream and thread")
+    rank = np.empty(graph.n, dtype=np.int64)
+    rank[graph.order] = np.arange(graph.n)
+    members = members[np.lexsort((rank[members], cid[members]))]
+    c = cid[members]
+    uniq, first_idx, counts = np.unique(c, return_index=True, return_counts=True)
+    durs = graph.dur_ns[members]
+    total = np.add.reduceat(durs, first_idx)
+    longest = np.maximum.reduceat(durs, first_idx)
+    frac = fused_fraction(counts, p["reads"], p["writes"])
+    fused = np.maximum(longest, np.rint(total * frac).astype(np.int64))
+    heads = members[first_idx]
+    rest = np.ones(len(members), dtype=bool)
+    rest[first_idx] = False
+    drop_k = members[rest]
+    drop = np.zeros(graph.n, dtype=bool)
+    drop[drop_k] = True
+    # a launch call goes when every GPU task it launched goes
+    la = graph.launch[graph.launch >= 0]
+    n_launched = np.bincount(la, minlength=graph.n)
+    n_dropped = np.bincount(graph.launch[drop_k], minlength=graph.n)
+    calls = np.unique(graph.launch[drop_k])
+    drop[calls[n_dropped[calls] == n_launched[calls]]] = True
+    head_mask = np.zeros(graph.n, dtype=bool)
+    head_mask[heads] = True
+    g = set_duration(graph, head_mask, fused[np.argsort(heads)])
+    g = remove(g, drop)
+    return g, (f"{len(uniq):,} chains of {len(members):,} memory-bound kernels fused (mean {len(members) / len(uniq):.1f} per chain); "
+               f"{len(drop_k):,} kernels and launches removed; chain GPU time {int(total.sum()) / 1e6:.3f} -> {int(fused.sum()) / 1e6:.3f} ms")
+
+
+register(
+    Optimization(
+        name="fusion",
+        summary="fuse chains of memory-bound kernels launched back to back (torch.compile-style), bytes model",
+        apply=_apply,
+        params={
+            "reads": Param(2.0, "tensors each chain member reads, default 2 (binary elementwise op; shapes are not in "
+                           "traces); sets the fused kernel's bytes, see docs/optimizations.md", float, lambda v: v >= 1, ">= 1"),
+            "writes": Param(1.0, "tensors each chain member writes, default 1", float, lambda v: v >= 0, ">= 0"),
+            "max_chain": Param(64, "most kernels fused into one (default 64 = torch._inductor.config.max_fusion_size); "
+                               "1 fuses nothing", int, lambda v: v >= 1, ">= 1"),
+        },
+    )
+)

@@ -1,0 +1,106 @@
+"""``reconbn``: restructured batch normalization (BN fission-and-fusion, Jung et al., "Restructuring
+Batch Normalization to Accelerate CNN Training", SysML 2019, arXiv 1807.01702), the Daydream
+paper's "Reconstructing Batchnorm" case study.
+
+The restructuring splits each BN layer in two: the statistics (mean/variance) are computed while
+the preceding convolution writes its output, and the normalization is fused with the following
+ReLU (and the next convolution's input). The saving is memory traffic: BN and ReLU are
+memory-bound, so their time follows the activation-sized passes they make over DRAM.
+
+Pass counting (one pass = reading or writing one activation-sized tensor):
+
+* forward, training: BN reads ``x`` for the statistics, then reads ``x`` and writes ``y``
+  (3 passes); ReLU reads ``y`` and writes ``z`` (2). Restructured: the statistics come from the
+  convolution's epilogue, and one kernel reads ``x`` and writes ``z`` (2 passes). So the BN
+  forward kernels take ``fw_factor`` = 2/3 of their time and the ReLU kernel that follows
+  disappears.
+* backward: ReLU backward reads ``dz`` and ``z``, writes ``dy`` (3 passes); BN backward reads
+  ``dy`` and ``x`` for the dgamma/dbeta reduction, then reads ``dy`` and ``x`` and writes ``dx``
+  (5). Restructured: the reduction moves into the epilogue of the convolution backward that
+  produces ``dz``, and one kernel reads ``dz`` and ``x`` (the ReLU mask is recomputed from the
+  normalized ``x``) and writes ``dx`` (3 passes). So BN backward kernels take ``bw_factor`` = 3/5
+  and the ReLU backward kernel before them disappears.
+
+Which tasks: BN kernels by name (cuDNN ``bn_fw_tr_*``/``bn_bw_*``, ATen
+``batch_norm_collect_statistics``/``batch_norm_transform_input``/``batch_norm_backward_*``,
+MIOpen ``BatchNorm*``; inference-mode BN kernels are not touched); a ReLU kernel (``relu``,
+``clamp_min``, ``threshold``) is fused when it is the next task on a BN forward kernel's stream,
+or the previous task on a BN backward kernel's stream. Fused ReLU kernels are removed with their
+launch calls and the CPU gaps before them. The extra epilogue work in the convolutions is not
+modelled (it is small next to a GEMM; see docs/optimizations.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels as K
+from ..events import Kind
+from ..transform import remove, scale
+from . import NotApplicable, Optimization, Param, register
+from ._common import name_mask
+
+BN_BW = r"(?i)bn_bw|batch_?norm_?backward|batchnorm_?bwd|BatchNormBwd|batch_norm_backward"
+BN_FW = r"(?i)bn_fw_tr|bn_fw(?!_inf)|batch_norm_collect_statistics|batch_norm_transform_input|batch_norm_elemt|batch_norm_stats|batchnorm_?fwd_?train|BatchNormFwdTrain|batch_norm_update_stats"
+BN_INFER = r"(?i)_inf_|inference|BatchNormFwdInfer"
+RELU = r"(?i)relu|clamp_min|threshold"
+
+
+def bn_masks(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(BN forward kernels, BN backward kernels, fusable ReLU after BN fw, ReLU bw before BN bw)."""
+    kern = graph.node_kind == Kind.KERNEL
+    info = K.kernel_info(graph)
+    norm = kern & info.is_class("normalization")
+    bw = name_mask(graph, BN_BW, norm)
+    fw = name_mask(graph, BN_FW, norm & ~bw) & ~name_mask(graph, BN_INFER, norm)
+    relu = name_mask(graph, RELU, kern & info.is_class("elementwise") & (graph.launch >= 0))
+    prev = graph.lane_prev
+    has_prev = prev >= 0
+    relu_fw = relu & has_prev & fw[np.maximum(prev, 0)]
+    # ReLU backward: the task right before a BN backward kernel on its stream
+    relu_bw = np.zeros(graph.n, dtype=bool)
+    nxt_of = prev[bw & has_prev]
+    relu_bw[nxt_of] = True
+    relu_bw &= relu & ~relu_fw
+    return fw, bw, relu_fw, relu_bw
+
+
+def _apply(graph, p):
+    fw, bw, relu_fw, relu_bw = bn_masks(graph)
+    if not (fw.any() or bw.any()):
+        raise NotApplicable("no batch-normalization kernels in the trace (cuDNN bn_fw/bn_bw, ATen batch_norm)")
+    g = scale(graph, fw, p["fw_factor"])
+    g = scale(g, bw, p["bw_factor"])
+    n_relu = 0
+    if p["fuse_relu"]:
+        relu = relu_fw | relu_bw
+        drop = relu.copy()
+        la = graph.launch[relu]
+        n_launched = np.bincount(graph.launch[graph.launch >= 0], minlength=graph.n)
+        n_drop = np.bincount(la, minlength=graph.n)
+        calls = np.unique(la)
+        drop[calls[n_drop[calls] == n_launched[calls]]] = True
+        n_relu = int(relu.sum())
+        g = remove(g, drop)
+    bn_ns = int(graph.dur_ns[fw | bw].sum())
+    relu_ns = int(graph.dur_ns[relu_fw | relu_bw].sum()) if p["fuse_relu"] else 0
+    return g, (f"{int(fw.sum()):,} BN forward kernels x{p['fw_factor']:.3g}, {int(bw.sum()):,} BN backward x{p['bw_factor']:.3g}, "
+               f"{n_relu:,} ReLU kernels fused away (BN {bn_ns / 1e6:.3f} ms, ReLU {relu_ns / 1e6:.3f} ms before)")
+
+
+register(
+    Optimization(
+        name="reconbn",
+        summary="restructured batch norm (BN fission-n-fusion, Jung et al.): fewer memory passes, ReLU fused into BN",
+        apply=_apply,
+        params={
+            "fw_factor": Param(2 / 3, "BN forward duration multiplier: 3 activation passes -> 2 (statistics moved into the "
+                               "conv epilogue; Jung et al. 2019 restructuring, pass count in docs/optimizations.md)", float,
+                               lambda v: 0 <= v <= 1, "0..1"),
+            "bw_factor": Param(3 / 5, "BN backward duration multiplier: 5 activation passes -> 3 (reduction moved into the "
+                               "conv-backward epilogue; same source)", float, lambda v: 0 <= v <= 1, "0..1"),
+            "fuse_relu": Param(1, "1: the ReLU (forward and backward) next to each BN kernel is fused away; 0: kept", int,
+                               lambda v: v in (0, 1), "0 or 1"),
+        },
+    )
+)
