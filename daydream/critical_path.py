@@ -1,6 +1,7 @@
 """The critical path of a simulated timeline, broken down by cause.
 
-Walking back from the task that ends last, each task's start (or, for a blocking call, its end)
+Walking back from the task that ends last (among GPU tasks and the calls of threads that launch or
+wait for GPU work, as the report's traced window), each task's start (or, for a blocking call, its end)
 was set by exactly one constraint of docs/model.md: its thread predecessor plus gap, its launch
 plus the launch latency ``L``, its stream predecessor or cross-stream producer plus ``G``, or the
 GPU task a blocking call waited for. Following the binding constraint gives a chain of segments
@@ -15,8 +16,6 @@ that tiles ``[t0, end]``; each segment is charged to one cause:
 
 from __future__ import annotations
 
-import re
-
 import msgspec
 import numpy as np
 
@@ -25,7 +24,6 @@ from .graph import NODE_CPU, TaskGraph
 from .simulate import Timeline
 
 CAUSES = ("cpu", "gpu_compute", "communication", "launch", "sync")
-_COMM = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.IGNORECASE)
 
 
 class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
@@ -38,14 +36,28 @@ class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def communication_mask(graph: TaskGraph) -> np.ndarray:
-    """GPU tasks that are communication: NCCL/RCCL kernels and peer-to-peer copies."""
-    names = graph.node_names()
-    uniq, inv = np.unique(names.astype(str), return_inverse=True)
-    hit = np.fromiter((_COMM.search(s) is not None for s in uniq), dtype=bool, count=len(uniq))[inv.reshape(-1)]
+    """GPU tasks that are communication: NCCL/RCCL kernels (daydream.kernels) and peer-to-peer copies."""
+    from .kernels import kernel_info
+
     t = graph.table
     rows = np.maximum(graph.row, 0)
     p2p = (graph.node_kind == Kind.MEMCPY) & (graph.row >= 0) & (t.copy_kind[rows] == CopyKind.PTOP)
-    return (graph.node_kind != NODE_CPU) & (hit | p2p)
+    return (graph.node_kind != NODE_CPU) & (kernel_info(graph).is_class("communication") | p2p)
+
+
+def gpu_relevant(graph: TaskGraph) -> np.ndarray:
+    """Nodes that bound the traced window: GPU tasks, and the API calls of threads that launch
+    or wait for GPU work. Threads that only poll or allocate (e.g. an NCCL watchdog calling
+    cudaEventQuery) cannot be changed by a GPU-side optimization and would pin the window's end.
+    All nodes when the trace has no GPU work."""
+    gpu = graph.node_kind != NODE_CPU
+    if not gpu.any():
+        return np.ones(graph.n, dtype=bool)
+    active = np.zeros(len(graph.lanes), dtype=bool)
+    active[graph.lane[gpu]] = True
+    active[graph.lane[graph.launch[graph.launch >= 0]]] = True
+    active[graph.lane[graph.blocking]] = True
+    return active[graph.lane]
 
 
 def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None = None, phase: np.ndarray | None = None) -> tuple[np.ndarray, CriticalPath]:
@@ -78,7 +90,8 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
             d[cause] += ns
 
     path = []
-    v = int(np.argmax(tl.end_ns))
+    rel = gpu_relevant(graph)
+    v = int(np.argmax(np.where(rel, tl.end_ns, np.iinfo(np.int64).min)))
     t = end[v]  # the path is charged from t back to t0
     while v >= 0:
         path.append(v)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import msgspec
 
-from .critical_path import CAUSES, CriticalPath, critical_path
+from .critical_path import CAUSES, CriticalPath, critical_path, gpu_relevant
 from .events import Accounting, Kind, TraceMeta
 from .graph import NODE_CPU, TaskGraph, profiler_steps
 from .simulate import Timeline
@@ -239,9 +239,12 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     )
     all_nodes = np.ones(graph.n, dtype=bool)
     t0 = graph.t0_ns
-    hi_m = int(rec.end_ns.max()) if graph.n else t0
-    hi_r = int(tl.end_ns.max()) if graph.n else t0
-    window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, all_nodes)
+    rel = gpu_relevant(graph)
+    hi_m = int(rec.end_ns[rel].max()) if rel.any() else t0
+    hi_r = int(tl.end_ns[rel].max()) if rel.any() else t0
+    n_out = int(np.count_nonzero(~graph.lane_is_gpu)) - len(np.unique(graph.lane[rel & (graph.node_kind == NODE_CPU)]))
+    note = f"ends with the GPU work; {n_out} thread(s) that never launch or wait for GPU work not counted" if n_out > 0 and rel.any() else ""
+    window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, all_nodes, note)
     steps = [
         _window(name, graph, tl, rec, s, e, rs, r_e, members, note)
         for name, s, e, rs, r_e, members, note in step_windows(graph, tl)
@@ -324,7 +327,8 @@ def _predicted(name, base: WindowStats, graph, tl, lo, hi, members) -> Predicted
 def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list[AppliedOpt]) -> Prediction:
     """The prediction made by simulating the transformed ``graph`` (timeline ``tl``)."""
     t0 = graph.t0_ns
-    hi = int(tl.end_ns.max()) if graph.n else t0
+    rel = gpu_relevant(graph)
+    hi = int(tl.end_ns[rel].max()) if rel.any() else t0
     window = _predicted("traced window", base.window, graph, tl, t0, hi, np.ones(graph.n, dtype=bool))
     steps = []
     by_name = {w.name: w for w in base.steps}

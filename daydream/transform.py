@@ -71,7 +71,7 @@ def select(
             raise DaydreamError(f"unknown task kind {e.args[0]!r}; use one of {sorted(KIND_NAMES)}") from None
         m &= np.isin(graph.node_kind, codes)
     if name is not None:
-        m &= _regex_mask(graph.node_names(), name)
+        m &= name_mask(graph, name)
     t = graph.table
     if stream is not None:
         streams = [stream] if isinstance(stream, int) else list(stream)
@@ -103,6 +103,31 @@ def select(
     if where is not None:
         m &= np.asarray(where(graph), dtype=bool)
     return m
+
+
+def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) -> np.ndarray:
+    """Nodes (of ``subset``, default all) whose name matches ``pattern`` (``re.search``), decided
+    once per distinct name (kernel names can be thousands of characters long).
+
+    Raises:
+        DaydreamError: a bad regular expression.
+    """
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        raise DaydreamError(f"bad regular expression {pattern!r}: {e}") from None
+    out = np.zeros(graph.n, dtype=bool)
+    cand = np.ones(graph.n, dtype=bool) if subset is None else np.asarray(subset, dtype=bool)
+    has = cand & (graph.row >= 0)
+    if has.any():
+        t = graph.table
+        uniq, inv = np.unique(t.name_id[graph.row[has]], return_inverse=True)
+        hit = np.fromiter((rx.search(t.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
+        out[has] = hit[inv.reshape(-1)]
+    for v, s in graph.inserted_names.items():
+        if cand[v]:
+            out[v] = rx.search(s) is not None
+    return out
 
 
 def _regex_mask(strings: np.ndarray, pattern: str) -> np.ndarray:

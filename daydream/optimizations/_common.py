@@ -12,6 +12,7 @@ import numpy as np
 from ..cuda_api import ApiRole, api_role
 from ..events import Kind
 from ..graph import NODE_CPU, TaskGraph
+from ..transform import name_mask  # noqa: F401 - re-exported for the optimizations
 
 #: API roles that make a CPU call wait for the GPU (they split CUDA-graph regions and are never
 #: removed by an optimization).
@@ -168,19 +169,3 @@ def lane_order(graph: TaskGraph, mask: np.ndarray | None = None) -> np.ndarray:
     return v[np.lexsort((rank[v], graph.lane[v]))]
 
 
-def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) -> np.ndarray:
-    """Nodes (of ``subset``, default all) whose name matches ``pattern`` (``re.search``), decided
-    once per distinct name id (kernel names can be thousands of characters long)."""
-    rx = re.compile(pattern)
-    out = np.zeros(graph.n, dtype=bool)
-    cand = np.ones(graph.n, dtype=bool) if subset is None else np.asarray(subset, dtype=bool)
-    has = cand & (graph.row >= 0)
-    if has.any():
-        t = graph.table
-        uniq, inv = np.unique(t.name_id[graph.row[has]], return_inverse=True)
-        hit = np.fromiter((rx.search(t.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
-        out[has] = hit[inv.reshape(-1)]
-    for v, s in graph.inserted_names.items():
-        if cand[v]:
-            out[v] = rx.search(s) is not None
-    return out
