@@ -12,7 +12,7 @@ import sys
 import traceback
 
 from . import __version__
-from .errors import DaydreamError, UsageError
+from .errors import DaydreamError, TraceFormatError, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,6 +57,46 @@ def _write(path: str, data: bytes) -> None:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 
 
+def _one_line(text: str) -> str:
+    """``text`` with every character that is not printable (newlines, control characters quoted
+    from a damaged file) escaped, so a message is one line on any terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _check_output(path: str | None, flag: str, trace: str) -> None:
+    """Refuse, before the slow load, an output that cannot be written or would replace the input."""
+    if not path or path == "-":
+        return
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write {path} ({flag}): it is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"cannot write {path} ({flag}): no such directory {parent}")
+    try:
+        same = os.path.exists(path) and os.path.samefile(path, trace)
+    except OSError:
+        same = False
+    if same:
+        raise UsageError(f"{flag} {path} is the input trace; daydream never overwrites its input")
+
+
+def _load(path: str, strict: bool):
+    """load_trace, with the adapters' warnings (e.g. a salvaged truncated file) as one stderr line each."""
+    import warnings
+
+    from .formats import load_trace
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        table = load_trace(path, strict=strict)
+    for w in caught:
+        kind = "" if issubclass(w.category, UserWarning) else f"{w.category.__name__}: "
+        print(_one_line(f"daydream-analyze: warning: {kind}{w.message}"), file=sys.stderr)
+    return table
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from .optimizations import describe_all
@@ -70,21 +110,26 @@ def run(argv: list[str] | None = None) -> int:
         raise UsageError("--opt all ranks each optimization alone; it cannot be combined with other --opt")
     from .analysis import analyze
 
-    from .formats import load_trace
-
     specs = [] if args.opt == ["all"] else list(args.opt)
     if args.opt == ["all"]:
         specs = None
     from .optimizations import parse_spec
 
     opts = [parse_spec(s) for s in specs] if specs else []  # usage errors before the slow load
-    table = load_trace(args.trace, strict=args.strict)
+    for path, flag in ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table")):
+        _check_output(path, flag, args.trace)
+    table = _load(args.trace, args.strict)
     if args.save_table:
         try:
             table.save(args.save_table)
         except OSError as e:
             raise UsageError(f"cannot write {args.save_table}: {e.strerror or e}") from None
-    result = analyze(table, opts, rank_all=specs is None)
+    try:
+        result = analyze(table, opts, rank_all=specs is None)
+    except TraceFormatError as e:  # found by the replay (e.g. damaged times): name the file the user gave
+        if e.path == args.trace:
+            raise
+        raise TraceFormatError(args.trace, e.where, e.reason) from None
     if args.timeline:
         result.write_timeline(args.timeline)
     if args.json:
@@ -101,11 +146,16 @@ def run(argv: list[str] | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        code = run(argv)
+        try:
+            code = run(argv)
+        except DaydreamError as e:
+            if str(e).startswith("internal"):  # a broken invariant of daydream's own: a bug
+                raise RuntimeError(str(e)) from e
+            raise
     except DaydreamError as e:
         if debug:
             traceback.print_exc()
-        print(f"daydream-analyze: error: {e}" if not str(e).startswith("daydream-analyze") else str(e), file=sys.stderr)
+        print(_one_line(f"daydream-analyze: error: {e}" if not str(e).startswith("daydream-analyze") else str(e)), file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
         print("daydream-analyze: interrupted", file=sys.stderr)
@@ -121,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         else:
             print(
-                f"daydream-analyze: internal error ({type(e).__name__}: {e}); please report it with the trace, and rerun with --debug for details",
+                _one_line(f"daydream-analyze: internal error ({type(e).__name__}: {e}); please report it with the trace, and rerun with --debug for details"),
                 file=sys.stderr,
             )
         code = 1

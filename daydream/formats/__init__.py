@@ -27,6 +27,11 @@ ADAPTER_MODULES = ("nsys", "saved", "cupti_jsonl", "kineto")
 HEAD_BYTES = 65536
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: every time in a table lies strictly within +-TIME_LIMIT_NS (2^62 ns, about 146 years from the
+#: clock's zero: Unix-epoch clocks up to the year 2116), so that the graph, the replay and the
+#: reports can add and subtract times without overflowing int64. Adapters skip (and count) the
+#: events outside; :func:`load_trace` refuses a table that still has one.
+TIME_LIMIT_NS = 2**62
 
 
 def _adapters():
@@ -114,5 +119,29 @@ def detect(path: str):
 
 
 def load_trace(path: str, *, strict: bool = False) -> EventTable:
-    """Read any supported trace into an :class:`EventTable` (format picked by content)."""
-    return detect(path).load(str(path), strict=strict)
+    """Read any supported trace into an :class:`EventTable` (format picked by content).
+
+    Raises:
+        TraceFormatError: the file cannot be read (see each adapter), or its table has a time
+            outside +-:data:`TIME_LIMIT_NS`.
+    """
+    table = detect(path).load(str(path), strict=strict)
+    check_time_range(str(path), table)
+    return table
+
+
+def check_time_range(path: str, table: EventTable) -> None:
+    """Raise TraceFormatError naming the first row whose start or end is not within +-TIME_LIMIT_NS."""
+    if len(table) == 0:
+        return
+    s, e = table.start_ns, table.end_ns
+    bad = (s <= -TIME_LIMIT_NS) | (s >= TIME_LIMIT_NS) | (e <= -TIME_LIMIT_NS) | (e >= TIME_LIMIT_NS)
+    if bad.any():
+        r = int(bad.argmax())
+        i = int(table.name_id[r])
+        name = table.names[i] if 0 <= i < len(table.names) else "?"
+        raise TraceFormatError(
+            path, f"event '{name}' (start {int(s[r])} ns, end {int(e[r])} ns)",
+            f"{int(bad.sum())} event(s) with a time more than 2^62 ns (about 146 years) from the clock's zero; "
+            "the timestamps are damaged",
+        )

@@ -39,6 +39,8 @@ Facts used: ``../shared/docs/formats.md`` sections A and S.
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import os
 import re
 import sqlite3
@@ -63,7 +65,7 @@ from ..events import (
     SyncKind,
     TraceMeta,
 )
-from . import SQLITE_MAGIC
+from . import SQLITE_MAGIC, TIME_LIMIT_NS
 
 NAME = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite)"
@@ -217,10 +219,22 @@ def _u32_id(a: np.ndarray) -> np.ndarray:
     return np.where((a < 0) | (a == _U32_NONE), -1, a)
 
 
+#: rows fetched and converted at a time
+_FETCH_BATCH = 1 << 16
+
+
 def _texts(col, default: str) -> list[str]:
     """Strings of a fetched text column: NULL -> ``default``; blobs decoded; numbers as text."""
     return [default if v is None else v if type(v) is str
             else v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v) for v in col]
+
+
+_FAR = "start or end more than 2^62 ns (about 146 years) from the clock's zero"
+
+
+def _out_of_range(t: np.ndarray) -> np.ndarray:
+    """Times outside +-TIME_LIMIT_NS (see :mod:`daydream.formats`)."""
+    return (t <= -TIME_LIMIT_NS) | (t >= TIME_LIMIT_NS)
 
 
 def _q(name: str) -> str:
@@ -269,6 +283,8 @@ class _Reader:
             return self.con.execute(sql, tuple(params)).fetchall()
         except sqlite3.Error as e:
             raise TraceFormatError(self.path, where, f"cannot read the SQLite database ({e})") from None
+        except UnicodeDecodeError:  # sqlite's message quotes a damaged schema's bytes
+            raise TraceFormatError(self.path, where, "cannot read the SQLite database (damaged: its schema is not valid text)") from None
 
     def columns(self, table: str) -> list[str]:
         """Column names of ``table`` ([] when absent)."""
@@ -288,8 +304,69 @@ class _Reader:
             if c not in have:
                 raise TraceFormatError(self.path, f"table {table}", f"has no column '{c}' (columns: {', '.join(have)})")
 
-    def _fetch(self, table: str, int_exprs: list[str], text_exprs: list[str], tail: str) -> tuple[list[np.ndarray], list]:
-        """``SELECT int_exprs, text_exprs tail``: int64 arrays for the first, object arrays for the rest."""
+    def _fetch(self, table: str, int_exprs: list[str], text_exprs: list[str], tail: str,
+               intern: list[str] | None = None) -> tuple[list[np.ndarray], list]:
+        """``SELECT int_exprs, text_exprs tail``: int64 arrays for the first, object arrays for the rest.
+
+        With ``intern`` (a default string per text expression), each text column comes back as
+        ``(ids, null)`` instead: the ids of its values interned in row order (NULL as the default,
+        as :func:`_texts`) and the mask of its NULLs. Rows are fetched and converted a batch at a
+        time, so they never all exist as Python objects at once. A value that is not an integer
+        sends the query to :meth:`_fetch_all`, which reports it as it always did.
+        """
+        sql = f"SELECT {', '.join(int_exprs + text_exprs)} {tail}"
+        k, nt = len(int_exprs), len(text_exprs)
+        where = f"table {table}"
+        int_parts: list[np.ndarray] = []
+        text_parts: list[list] = [[] for _ in text_exprs]
+        ints_of = operator.itemgetter(slice(0, k))
+        try:
+            cur = self.con.execute(sql)
+            while True:
+                rows = cur.fetchmany(_FETCH_BATCH)
+                if not rows:
+                    break
+                n = len(rows)
+                try:
+                    flat = itertools.chain.from_iterable(map(ints_of, rows) if nt else rows)
+                    int_parts.append(np.fromiter(flat, np.int64, count=n * k).reshape(n, k))
+                except (TypeError, ValueError, OverflowError):
+                    cur.close()
+                    return self._fetch_all(table, int_exprs, text_exprs, tail, intern)
+                for j in range(nt):
+                    col = list(map(operator.itemgetter(k + j), rows))
+                    if intern is None:
+                        arr = np.empty(len(col), dtype=object)
+                        arr[:] = col
+                        text_parts[j].append(arr)
+                    else:
+                        text_parts[j].append(self._intern_texts(col, intern[j]))
+                del rows
+        except sqlite3.Error as e:
+            raise TraceFormatError(self.path, where, f"cannot read the SQLite database ({e})") from None
+        except UnicodeDecodeError:  # sqlite's message quotes a damaged schema's bytes
+            raise TraceFormatError(self.path, where, "cannot read the SQLite database (damaged: its schema is not valid text)") from None
+        ints = [np.concatenate([p[:, i] for p in int_parts]) if int_parts else np.zeros(0, np.int64) for i in range(k)]
+        del int_parts
+        texts: list = []
+        for j in range(nt):
+            parts = text_parts[j]
+            if intern is None:
+                texts.append(np.concatenate(parts) if parts else np.zeros(0, object))
+            else:
+                texts.append((np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int32),
+                              np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, bool)))
+        return ints, texts
+
+    def _intern_texts(self, col: list, default: str) -> tuple[np.ndarray, np.ndarray]:
+        """(interned ids of ``_texts(col, default)``, mask of the NULLs) of one fetched text column."""
+        null = np.fromiter(map(operator.is_, col, itertools.repeat(None)), dtype=bool, count=len(col))
+        strings = col if set(map(type, col)) == {str} else _texts(col, default)
+        return self._intern(strings), null
+
+    def _fetch_all(self, table: str, int_exprs: list[str], text_exprs: list[str], tail: str,
+                   intern: list[str] | None = None) -> tuple[list[np.ndarray], list]:
+        """:meth:`_fetch` with all rows fetched at once (names the column of a non-integer value)."""
         sql = f"SELECT {', '.join(int_exprs + text_exprs)} {tail}"
         rows = self._exec(sql, f"table {table}")
         k = len(int_exprs)
@@ -312,6 +389,8 @@ class _Reader:
                     col = f"column {m.group(1)}" if m else "a column"
                     raise TraceFormatError(self.path, f"table {table}", f"{col} holds a value that is not an integer") from None
             raise TraceFormatError(self.path, f"table {table}", "unreadable values") from None
+        if intern is not None:
+            texts = [self._intern_texts(list(col), d) for col, d in zip(texts, intern)]
         return [np.ascontiguousarray(ints[:, i]) for i in range(k)], texts
 
     def _int_expr(self, table: str, alias: str, col: str, missing: int = -1) -> tuple[str, str]:
@@ -351,6 +430,9 @@ class _Reader:
             self.con.close()
 
     def _read(self) -> EventTable:
+        # data only: no function that is not marked innocuous runs from the file's schema (views,
+        # triggers, generated columns); the file itself is opened read-only and immutable
+        self._exec("PRAGMA trusted_schema = OFF", "")
         rows = self._exec("SELECT name FROM sqlite_master WHERE type = 'table'", "sqlite_master")
         self.tables = {r[0] for r in rows}
         cuda = sorted(t for t in self.tables if t.startswith("CUPTI_ACTIVITY_KIND_"))
@@ -416,6 +498,9 @@ class _Reader:
         bad_end = keep & (end_null != 0)
         self._skip(table, "NULL end", int(np.count_nonzero(bad_end)))
         keep &= ~bad_end
+        far = keep & (_out_of_range(start) | _out_of_range(end))
+        self._skip(table, _FAR, int(np.count_nonzero(far)))
+        keep &= ~far
         back = keep & (end < start)
         if back.any():
             self._note(table, "end before start (end set to start)", np.count_nonzero(back))
@@ -437,17 +522,16 @@ class _Reader:
         e, en = self._int_expr(t, "r", "end")
         g, gn = self._int_expr(t, "r", "globalTid")
         c, _ = self._int_expr(t, "r", "correlationId", 0)
-        (start, start_n, end, end_n, gtid, gtid_n, corr), (name,) = self._fetch(
-            t, [s, sn, e, en, g, gn, c], ["s.value"], f"FROM {t} r LEFT JOIN StringIds s ON s.id = r.nameId")
+        (start, start_n, end, end_n, gtid, gtid_n, corr), ((name_id, unknown),) = self._fetch(
+            t, [s, sn, e, en, g, gn, c], ["s.value"], f"FROM {t} r LEFT JOIN StringIds s ON s.id = r.nameId",
+            intern=["<unknown API>"])
         keep, end = self._times(t, start, start_n, end, end_n)
         pid, tid = _pid_of(gtid, gtid_n != 0), _tid_of(gtid, gtid_n != 0)
         if np.count_nonzero(gtid_n[keep]):
             self._note(t, "no globalTid (pid/tid -1)", np.count_nonzero(gtid_n[keep]))
         corr = self._corr(t, corr, keep)
-        unknown = np.fromiter((v is None for v in name), dtype=bool, count=len(start))
         if unknown.any():
             self._note(t, "nameId not in StringIds", np.count_nonzero(unknown & keep))
-        name_id = self._intern(_texts(name, "<unknown API>"))
         # category by name prefix: cu* driver calls, everything else (cuda*) runtime
         api_names = list(self.names.names)
         cat_of_name = self._intern(
@@ -499,12 +583,11 @@ class _Reader:
         exprs, n = self._gpu_common(t, "k")
         joins = " ".join(f"LEFT JOIN StringIds n{i} ON n{i}.id = k.{_q(c)}" for i, c in enumerate(name_cols))
         name_sql = "COALESCE(" + ", ".join(f"NULLIF(n{i}.value, '')" for i in range(len(name_cols))) + ", NULL)"
-        ints, (name,) = self._fetch(t, exprs, [name_sql], f"FROM {t} k {joins}")
+        ints, ((name_id, unknown),) = self._fetch(t, exprs, [name_sql], f"FROM {t} k {joins}", intern=["<unknown kernel>"])
         keep, cols = self._gpu_rows(t, ints)
-        unknown = np.fromiter((v is None for v in name), dtype=bool, count=len(keep))
         if np.count_nonzero(unknown & keep):
             self._note(t, "kernel name not in StringIds", np.count_nonzero(unknown & keep))
-        cols["name_id"] = self._intern(_texts(name, "<unknown kernel>"))
+        cols["name_id"] = name_id
         cols["cat_id"] = np.int32(self.names.intern(t))
         cols["kind"] = np.uint8(Kind.KERNEL)
         self._emit(t, keep, cols)
@@ -727,7 +810,7 @@ class _Reader:
         exprs.append("COALESCE(n.eventType, -1)")
         exprs.append(self._int_expr(t, "n", "domainId", 0)[0])
         exprs.append("(n.endGlobalTid IS NOT NULL AND n.endGlobalTid != n.globalTid)" if "endGlobalTid" in have and "globalTid" in have else "0")
-        ints, (name,) = self._fetch(t, exprs, [name_sql], f"FROM {t} n {join}")
+        ints, ((name_id, unnamed),) = self._fetch(t, exprs, [name_sql], f"FROM {t} n {join}", intern=["(unnamed)"])
         start, start_n, end, end_n, gtid, gtid_n, etype, domain, cross = ints
         pid, tid = _pid_of(gtid, gtid_n != 0), _tid_of(gtid, gtid_n != 0)
 
@@ -743,6 +826,9 @@ class _Reader:
         null_start = events & (start_n != 0)
         self._skip(t, "NULL start", int(np.count_nonzero(null_start)))
         keep = events & ~null_start
+        far = keep & (_out_of_range(start) | (is_range & (end_n == 0) & _out_of_range(end)))
+        self._skip(t, _FAR, int(np.count_nonzero(far)))
+        keep &= ~far
 
         open_range = keep & is_range & (end_n != 0)
         if open_range.any():
@@ -756,10 +842,8 @@ class _Reader:
         if np.count_nonzero(keep & (cross != 0)):
             self._note(t, "start/end range ended on another thread (kept on the starting thread)", np.count_nonzero(keep & (cross != 0)))
 
-        unnamed = np.fromiter((v is None for v in name), dtype=bool, count=len(start))
         if np.count_nonzero(unnamed & keep):
             self._note(t, "no message (name '(unnamed)')", np.count_nonzero(unnamed & keep))
-        name_id = self._intern(_texts(name, "(unnamed)"))
 
         # domain names: NvtxDomainCreate rows of the same process, joined on (pid, domainId)
         cat_id = np.full(len(start), self.names.intern("nvtx"), np.int32)
@@ -770,7 +854,10 @@ class _Reader:
             hit = named_domain & (idx >= 0)
             if hit.any():
                 src = dom_rows[idx[hit]]
-                cat_id[hit] = self._intern(_texts(name[src], "nvtx"))
+                # the domain's name: the row's text (its interned name), "nvtx" where it has none
+                texts = np.asarray(self.names.names, dtype=object)[name_id[src]]
+                texts[unnamed[src]] = "nvtx"
+                cat_id[hit] = self._intern(texts.tolist())
             if np.count_nonzero(named_domain & ~hit):
                 self._note(t, "domain name unknown (no NvtxDomainCreate row; cat 'nvtx')", np.count_nonzero(named_domain & ~hit))
         kind = np.where(is_range, np.uint8(Kind.RANGE), np.uint8(Kind.MARKER)).astype(np.uint8)

@@ -1,8 +1,21 @@
-"""A saved event table (``daydream-analyze TRACE --save-table FILE.npz``), reloaded without parsing."""
+"""A saved event table (``daydream-analyze TRACE --save-table FILE.npz``), reloaded without parsing.
+
+A saved table is data only: the arrays are read with ``np.load(allow_pickle=False)`` and the header
+is JSON decoded into a msgspec struct, so nothing in the file is ever executed. Because the file
+may have been edited or damaged since it was written, :func:`load` also checks what the rest of
+daydream relies on (the invariants every adapter guarantees) and refuses the file with a
+:class:`TraceFormatError` naming the column when one does not hold.
+"""
 
 from __future__ import annotations
 
-from ..events import EventTable
+import zipfile
+import zlib
+
+import numpy as np
+
+from ..errors import TraceFormatError
+from ..events import COLUMNS, EventTable, Kind
 
 NAME = "saved-table"
 DESCRIPTION = "daydream saved event table (.npz, written by --save-table)"
@@ -13,10 +26,80 @@ def sniff(head: bytes, path: str) -> bool:
     return head[:4] == ZIP_MAGIC
 
 
+def _check_members(path: str) -> None:
+    """Every member daydream reads is a 1-D .npy array of a plain dtype.
+
+    Reads only the zip directory and each member's .npy header: np.load returns the raw bytes of
+    a member that is not a .npy file, and reads a 2-D array as happily as a 1-D one.
+    """
+    try:
+        with zipfile.ZipFile(path) as z:
+            members = set(z.namelist())
+            for key in ("__header__", *COLUMNS):
+                name = key + ".npy"
+                if name not in members:
+                    continue  # EventTable.load names what is missing
+                with z.open(name) as f:
+                    try:
+                        version = np.lib.format.read_magic(f)
+                    except ValueError:
+                        raise TraceFormatError(path, f"column {key}", "not a numpy array (.npy) member") from None
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                if dtype.hasobject:
+                    raise TraceFormatError(path, f"column {key}", "an object array (refused: loading it would need pickle)")
+                if len(shape) != 1:
+                    raise TraceFormatError(path, f"column {key}", f"has {len(shape)} dimensions, not 1")
+                if key == "__header__" and dtype != np.uint8:
+                    raise TraceFormatError(path, "header", "not a JSON header (uint8 bytes)")
+    except TraceFormatError:
+        raise
+    except _READ_ERRORS as e:
+        raise TraceFormatError(path, "", f"not a saved daydream event table ({e or type(e).__name__})") from None
+
+
+#: what zipfile and numpy raise on a damaged, compressed-with-an-unknown-method or encrypted file
+_READ_ERRORS = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, NotImplementedError, RuntimeError, zlib.error)
+
+
+def _check_values(path: str, t: EventTable) -> None:
+    """The invariants the graph builder and the reports rely on."""
+    kinds = {int(k) for k in Kind}
+    bad = ~np.isin(t.kind, np.asarray(sorted(kinds), dtype=t.kind.dtype))
+    if bad.any():
+        raise TraceFormatError(path, "column kind", f"{int(bad.sum())} row(s) with an unknown kind (first: {int(t.kind[bad.argmax()])})")
+    n_names = len(t.names)
+    for c, lowest in (("name_id", 0), ("cat_id", -1)):  # cat_id -1: missing (events.MISSING)
+        a = t.cols[c]
+        bad = (a < lowest) | (a >= n_names)
+        if bad.any():
+            raise TraceFormatError(path, f"column {c}", f"{int(bad.sum())} row(s) index past the {n_names} names (first: {int(a[bad.argmax()])})")
+    bad = t.end_ns < t.start_ns
+    if bad.any():
+        raise TraceFormatError(path, "column end_ns", f"{int(bad.sum())} row(s) end before they start")
+    if not t.accounting.balanced:
+        a = t.accounting
+        raise TraceFormatError(
+            path, "header", f"accounting does not balance: {sum(a.read.values())} records read, "
+            f"{sum(a.kept.values())} kept + {sum(a.skipped.values())} skipped")
+
+
 def load(path: str, *, strict: bool = False) -> EventTable:
     """Load a table written by :meth:`EventTable.save`.
 
     Raises:
-        TraceFormatError: not a saved table, or one of another schema version.
+        TraceFormatError: not a saved table, one of another schema version, or one whose arrays
+            or header break the table's invariants (unknown kinds, name ids past the names, rows
+            that end before they start, unbalanced accounting).
     """
-    return EventTable.load(path)
+    _check_members(path)
+    try:
+        table = EventTable.load(path)
+    except TraceFormatError:
+        raise
+    except _READ_ERRORS as e:  # what EventTable.load does not expect (e.g. a damaged compressed member)
+        raise TraceFormatError(path, "", f"not a saved daydream event table ({e or type(e).__name__})") from None
+    _check_values(path, table)
+    return table
