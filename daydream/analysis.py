@@ -14,7 +14,7 @@ from typing import Any
 from .errors import UsageError
 from .events import EventTable
 from .graph import TaskGraph, build_graph
-from .optimizations import NotApplicable, Optimization, load_all
+from .optimizations import NotApplicable, Optimization, check_composition, load_all
 from .report import AppliedOpt, Ranked, Report, build_prediction, build_report
 from .simulate import Timeline, recorded, simulate
 
@@ -60,6 +60,15 @@ def apply_all(graph: TaskGraph, opts: list[tuple[Optimization, dict[str, Any]]])
 
 
 def analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]] = (), *, rank_all: bool = False) -> Result:
+    if not isinstance(table, EventTable):
+        raise TypeError("analyze() takes an EventTable: analyze(load_trace(path), ...)")
+    opts = list(opts)
+    if any(not (isinstance(o, tuple) and len(o) == 2) for o in opts):
+        raise TypeError("analyze() takes optimizations as parse_spec('name:param=value') results")
+    return _analyze(table, opts, rank_all)
+
+
+def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]], rank_all: bool) -> Result:
     """Replay ``table``'s graph, apply ``opts`` (composed in order) and predict; with
     ``rank_all``, predict every registered optimization alone with its defaults and rank them.
 
@@ -73,6 +82,7 @@ def analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]] =
     report = build_report(graph, tl, recorded(graph))
     result = Result(report, graph, tl)
     if opts:
+        check_composition(list(opts))
         try:
             g2, applied = apply_all(graph, list(opts))
         except NotApplicable as e:
@@ -85,6 +95,8 @@ def analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]] =
     if rank_all:
         rows = []
         for name, opt in load_all().items():
+            if opt.what_if:
+                continue
             params = {k: p.default for k, p in opt.params.items()}
             try:
                 g2, applied = apply_all(graph, [(opt, params)])

@@ -60,12 +60,16 @@ def gpu_relevant(graph: TaskGraph) -> np.ndarray:
     return active[graph.lane]
 
 
-def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None = None, phase: np.ndarray | None = None) -> tuple[np.ndarray, CriticalPath]:
+def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None = None, phase: np.ndarray | None = None,
+                  gap_phase: np.ndarray | None = None) -> tuple[np.ndarray, CriticalPath]:
     """The critical path of ``tl`` (a simulation of ``graph``).
 
     Returns:
         (node ids on the path, from last to first; the summary). ``phase``/``phase_names``
-        (per-node phase codes and their names) add a per-phase breakdown.
+        (per-node phase codes and their names) add a per-phase breakdown. The ``cpu`` segment of a
+        CPU node is split there: the call itself goes to its ``phase``, the CPU gap before it
+        (from the previous task of its thread) to ``gap_phase`` (per-node codes; default
+        ``graph.annotations["gap_phase"]`` when present, else the node's own phase).
     """
     n = graph.n
     by_cause = dict.fromkeys(CAUSES, 0)
@@ -80,14 +84,24 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
     blocking, blocked, gap = graph.blocking.tolist(), tl.blocked_ns.tolist(), graph.gap_ns.tolist()
     comm = communication_mask(graph).tolist()
     ph = phase.tolist() if phase is not None else None
+    if ph is not None and gap_phase is None:
+        a = graph.annotations.get("gap_phase") if graph.annotations else None
+        gap_phase = a if isinstance(a, np.ndarray) and len(a) == n else None
+    gph = gap_phase.tolist() if ph is not None and gap_phase is not None else ph
 
-    def charge(cause: str, ns: int, v: int) -> None:
+    def charge(cause: str, ns: int, v: int, codes=None) -> None:
         if ns <= 0:
             return
         by_cause[cause] += ns
         if ph is not None and phase_names is not None:
-            d = by_phase.setdefault(phase_names[ph[v]], dict.fromkeys(CAUSES, 0))
+            d = by_phase.setdefault(phase_names[(ph if codes is None else codes)[v]], dict.fromkeys(CAUSES, 0))
             d[cause] += ns
+
+    def charge_cpu(t: int, lo: int, v: int) -> None:
+        """The ``cpu`` segment [lo, t] of CPU node v: the call from its start, then the gap before it."""
+        s = min(max(start[v], lo), t)
+        charge("cpu", t - s, v)
+        charge("cpu", s - lo, v, gph)
 
     path = []
     rel = gpu_relevant(graph)
@@ -106,7 +120,7 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
                 continue
             p = lane_prev[v]
             lo = end[p] if p >= 0 else t0
-            charge("cpu", t - lo, v)  # the call (from t back to its start) and its gap
+            charge_cpu(t, lo, v)  # the call (from t back to its start) and its gap
             t = lo
             v = p
         else:
@@ -135,7 +149,7 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
                 p = lane_prev[lch]
                 lo = end[p] if p >= 0 else t0
                 path.append(lch)
-                charge("cpu", t - lo, lch)
+                charge_cpu(t, lo, lch)
                 t = lo
                 v = p
                 continue

@@ -22,6 +22,9 @@ the *context* of the CPU call that launched it:
   emit_nvtx`` names such as ``aten::mm, seq = 12, op_id = 7`` -> ``aten::mm``; namespaced
   identifiers ``ns::name``; NCCL API ranges ``ncclSend``).
 * **Phase**: from :data:`PHASE_RULES`, see :func:`map_events` and ``docs/mapping.md``.
+* **Gap phase / gap layer** of a runtime call: the phase and layer in effect during the CPU gap
+  before it on its thread, from the contexts enclosing the gap's midpoint (``Mapping.gap_phase``,
+  ``Mapping.gap_layer_id``; the report charges ``TaskGraph.gap_ns`` to them).
 
 "Innermost" among several enclosing contexts is the one that starts last (ties: the shorter),
 which is the innermost for properly nested ranges and stays well defined when ranges overlap.
@@ -112,6 +115,10 @@ class Mapping:
         op_id: int32 index into ``labels`` of the innermost framework op, -1 none.
         launch_row: for GPU task rows, the RUNTIME row that launched them; -1 otherwise.
         labels: the interned layer paths and op names.
+        gap_phase: uint8 phase code of the CPU gap *before* each RUNTIME row on its thread (the
+            framework/Python time since the thread's previous call; see :func:`map_events`),
+            ``unmapped`` for all other rows.
+        gap_layer_id: int32 index into ``labels`` of the layer path of that gap, -1 none.
         autograd_threads: (pid, tid) of the threads treated as autograd engine threads.
         counts: diagnostics (rows mapped, GPU rows without launch, ...).
     """
@@ -123,6 +130,15 @@ class Mapping:
     labels: list[str]
     autograd_threads: list[tuple[int, int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    gap_phase: np.ndarray | None = None
+    gap_layer_id: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.phase)
+        if self.gap_phase is None:
+            self.gap_phase = np.zeros(n, dtype=np.uint8)
+        if self.gap_layer_id is None:
+            self.gap_layer_id = np.full(n, -1, dtype=np.int32)
 
     def phase_of_rows(self, rows) -> np.ndarray:
         """Phase names (object array of str) of the given rows (indices or bool mask)."""
@@ -144,15 +160,22 @@ class Mapping:
         """Per-node arrays for ``TaskGraph.annotations``: ``rows`` are table rows (``graph.row``),
         -1 for nodes without one (unmapped, no layer, no op).
 
-        Returns ``{"phase": uint8, "layer_id": int32, "op_id": int32, "labels": list[str]}``.
+        Returns ``{"phase": uint8, "layer_id": int32, "op_id": int32, "gap_phase": uint8,
+        "gap_layer_id": int32, "labels": list[str]}``; ``gap_*`` describe the CPU gap before the
+        node (meaningful for CPU nodes, whose rows are runtime calls).
         """
         rows = np.asarray(rows, dtype=np.int64)
         ok = rows >= 0
+        r = rows[ok]
         phase = np.full(len(rows), UNMAPPED, dtype=np.uint8)
         layer = np.full(len(rows), -1, dtype=np.int32)
         op = np.full(len(rows), -1, dtype=np.int32)
-        phase[ok], layer[ok], op[ok] = self.phase[rows[ok]], self.layer_id[rows[ok]], self.op_id[rows[ok]]
-        return {"phase": phase, "layer_id": layer, "op_id": op, "labels": list(self.labels)}
+        gap_phase = np.full(len(rows), UNMAPPED, dtype=np.uint8)
+        gap_layer = np.full(len(rows), -1, dtype=np.int32)
+        phase[ok], layer[ok], op[ok] = self.phase[r], self.layer_id[r], self.op_id[r]
+        gap_phase[ok], gap_layer[ok] = self.gap_phase[r], self.gap_layer_id[r]
+        return {"phase": phase, "layer_id": layer, "op_id": op, "gap_phase": gap_phase,
+                "gap_layer_id": gap_layer, "labels": list(self.labels)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,6 +426,12 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
        ``communication`` whatever launched them; GPU tasks without a launching call are otherwise
        ``unmapped``.
 
+    Gap phase and gap layer of a runtime call r: the gap is ``[prev_end, r.start]``, ``prev_end``
+    the largest end of the earlier runtime calls of its thread (the table's earliest timestamp for
+    its first call; clamped to ``r.start``). The contexts enclosing the gap's midpoint (a point
+    query, same thread) decide, by rules 1-3 above (rule 2 on the threads the calls made autograd
+    threads).
+
     Other rows (CPU_OP, RANGE, SYNC, MARKER) stay ``unmapped`` with no layer or op. Never raises
     for a readable table; a table without annotations maps every row ``unmapped``.
     """
@@ -420,13 +449,20 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
     gpu_rows = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET))
     ctx = _classify_contexts(table, rules) if len(rt_rows) else None
 
+    gap_phase = np.zeros(n_rows, dtype=np.uint8)
+    gap_layer_id = np.full(n_rows, -1, dtype=np.int32)
     if ctx is not None and len(ctx.rows):
         op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
         levels = sorted({r.priority for r in rules if r.phase is not None} | {AUTOGRAD_THREAD_RULE.priority}, reverse=True)
         start, end = table.start_ns, table.end_ns
         c_start, c_end = start[ctx.rows], end[ctx.rows]
+        gap_mid = np.zeros(n_rows, dtype=np.int64)
+        gap_mid[rt_rows] = _gap_midpoints(table, rt_rows)
         for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows):  # one iteration per thread
-            qs, qe = start[q], end[q]
+            # queries: the calls [start, end], then the midpoints of the gaps before them
+            nq = len(q)
+            qs = np.concatenate([start[q], gap_mid[q]])
+            qe = np.concatenate([end[q], gap_mid[q]])
             cs, ce = c_start[c], c_end[c]
 
             def subset(mask: np.ndarray) -> tuple[_Enclosers, np.ndarray]:
@@ -436,7 +472,7 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
             enclosed = _Enclosers(cs, ce).any_enclosing(qs, qe)
 
             # ---- layer: module chain, else scope-annotation chain
-            lay = np.full(len(q), -1, dtype=np.int64)
+            lay = np.full(len(qs), -1, dtype=np.int64)
             for mask in (ctx.module[c], ctx.scope[c]):
                 if not mask.any():
                     continue
@@ -445,12 +481,13 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
                 hit = enc.innermost(qs, qe)
                 take = (hit >= 0) & (lay < 0)
                 lay[take] = paths[hit[take]]
-            layer_id[q] = lay
+            layer_id[q] = lay[:nq]
+            gap_layer_id[q] = lay[nq:]
 
-            # ---- op: innermost framework op
+            # ---- op: innermost framework op (calls only)
             if ctx.op[c].any():
                 enc, srt = subset(ctx.op[c])
-                hit = enc.innermost(qs, qe)
+                hit = enc.innermost(qs[:nq], qe[:nq])
                 ok = hit >= 0
                 op_id[q[ok]] = op_label[ctx.op_name[srt[hit[ok]]]]
 
@@ -458,13 +495,13 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
             c_phase, c_prio = ctx.phase[c], ctx.prio[c]
             bw = c_phase == BACKWARD
             is_autograd = False
-            if bw.any() and enclosed.any():
-                bw_enc = _Enclosers(cs[bw], ce[bw]).any_enclosing(qs, qe)
-                is_autograd = bool(bw_enc.sum() > AUTOGRAD_THREAD_SHARE * enclosed.sum())
+            if bw.any() and enclosed[:nq].any():  # decided by the calls alone
+                bw_enc = _Enclosers(cs[bw], ce[bw]).any_enclosing(qs[:nq], qe[:nq])
+                is_autograd = bool(bw_enc.sum() > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
             if is_autograd:
                 autograd_threads.append((pid, tid))
                 enclosed[:] = True
-            ph = np.full(len(q), -1, dtype=np.int64)
+            ph = np.full(len(qs), -1, dtype=np.int64)
             for p in levels:
                 todo = np.flatnonzero(ph < 0)
                 if len(todo) == 0:
@@ -477,7 +514,9 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
                     ph[todo[ok]] = ctx.phase[srt[hit[ok]]]
                 if is_autograd and p == AUTOGRAD_THREAD_RULE.priority:
                     ph[ph < 0] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
-            phase[q] = np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8)
+            ph = np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8)
+            phase[q] = ph[:nq]
+            gap_phase[q] = ph[nq:]
 
     # ---- GPU rows: inherit from the launching call; NCCL/RCCL kernels are communication
     if len(gpu_rows):
@@ -500,7 +539,45 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
     counts["runtime calls unmapped"] = int(np.count_nonzero(phase[rt_rows] == UNMAPPED))
     counts["GPU tasks"] = len(gpu_rows)
     counts["GPU tasks unmapped"] = int(np.count_nonzero(phase[gpu_rows] == UNMAPPED))
-    return Mapping(phase, layer_id, op_id, launch_row, intern.labels, autograd_threads, counts)
+    counts["CPU gaps before runtime calls unmapped"] = int(np.count_nonzero(gap_phase[rt_rows] == UNMAPPED))
+    return Mapping(phase, layer_id, op_id, launch_row, intern.labels, autograd_threads, counts, gap_phase, gap_layer_id)
+
+
+def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
+    """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``).
+
+    The gap of call r on thread (pid, tid) is ``[prev_end, start_r]``, ``prev_end`` the largest
+    end of the earlier calls of the thread (in start order, ties by row), or the table's earliest
+    timestamp for the thread's first call. A call that starts before ``prev_end`` (nested in or
+    overlapping an earlier call) has an empty gap: its midpoint is its start.
+    """
+    n = len(rt_rows)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    t0 = int(table.start_ns.min())
+    pid, tid = table.pid[rt_rows].astype(np.int64), table.tid[rt_rows].astype(np.int64)
+    s, e = table.start_ns[rt_rows].astype(np.int64), table.end_ns[rt_rows].astype(np.int64)
+    o = np.lexsort((rt_rows, s, tid, pid))
+    new = np.ones(n, dtype=bool)
+    new[1:] = (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])
+    seg = np.cumsum(new) - 1
+    # running max of ends per thread, exclusive, on ranks (int64 timestamps of any size are safe)
+    eo = e[o]
+    by_end = np.argsort(eo, kind="stable")
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_end] = np.arange(n)
+    span = n + 1
+    shifted = np.empty(n, dtype=np.int64)
+    shifted[0] = -1
+    shifted[1:] = rank[:-1]
+    shifted[new] = -1  # nothing earlier on the thread
+    acc = np.maximum.accumulate(shifted + 1 + seg * span) - seg * span - 1
+    prev_end = np.where(acc >= 0, eo[by_end[np.maximum(acc, 0)]], t0)
+    so = s[o]
+    lo = np.minimum(prev_end, so)
+    mid = np.empty(n, dtype=np.int64)
+    mid[o] = lo + (so - lo) // 2
+    return mid
 
 
 def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):

@@ -56,6 +56,7 @@ class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
     launch_latency_ns: int  #: L, measured (docs/model.md rule 5)
     gpu_gap_ns: int  #: G, measured
     counts: dict[str, int]  #: artefacts kept and links that could not be made, by reason
+    gpus: list[int] = []  #: devices with GPU tasks in the trace
 
 
 class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
@@ -101,7 +102,7 @@ class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
 
     name: str
     gpu_ns: int  #: kernels, copies and sets launched from it
-    cpu_ns: int  #: its API calls and the CPU gaps before them
+    cpu_ns: int  #: its API calls, and the CPU gaps spent in it (gap phase / layer when mapped)
     launches: int  #: GPU tasks launched from it
 
 
@@ -173,7 +174,7 @@ def _breakdown(graph: TaskGraph, tl: Timeline, members: np.ndarray) -> Breakdown
 
 
 def _error_pct(measured: int, replayed: int) -> float:
-    return round((replayed - measured) / measured * 100.0, 4) if measured > 0 else 0.0
+    return round((replayed - measured) / measured * 100.0, 4) + 0.0 if measured > 0 else 0.0  # + 0.0: no -0.0
 
 
 def _window(name, graph, tl, rec, lo_m, hi_m, lo_r, hi_r, members, note="", busy_members=None) -> WindowStats:
@@ -198,25 +199,37 @@ def _window(name, graph, tl, rec, lo_m, hi_m, lo_r, hi_r, members, note="", busy
 def step_windows(graph: TaskGraph, tl: Timeline) -> list[tuple[str, int, int, int, int, np.ndarray, str]]:
     """Each ProfilerStep: (name, measured start, end, replayed start, end, member mask, note).
 
-    A step's replayed bounds follow the CPU tasks of its thread: its start keeps the recorded
-    offset to the first API call inside it, its end the offset from the last one. Members are the
-    nodes whose position (CPU start, or launching call's start) lies in the measured step.
+    A step boundary ``b`` lies on its thread in the CPU gap before some API call ``x`` (the first
+    call starting at or after ``b``). Replayed, it stays ``min(x.start - b, x.gap)`` before ``x``:
+    the recorded distance, but never more than the gap ``x`` still has in the graph, so when a
+    transformation removes calls (and their gaps) a boundary moves with the work that is left,
+    and consecutive steps never overlap. After the thread's last call, a boundary keeps its
+    recorded distance to that call's end. Members are the nodes whose position (CPU start, or
+    launching call's start) lies in the measured step, on the step's process.
     """
     out = []
-    lane_of = {name: i for i, name in enumerate(graph.lanes)}
+    lane_of = {tuple(k): i for i, k in enumerate(graph.lane_keys.tolist())}
     pos = graph.position_ns
+    cpu = graph.node_kind == NODE_CPU
     for name, s, e, pid, tid in profiler_steps(graph.table):
         members = (pos >= s) & (pos < e) & (graph.lane_keys[graph.lane, 1] == pid)
-        lane = lane_of.get(f"cpu pid {pid} tid {tid}", -1)
-        cpu_in = np.nonzero((graph.lane == lane) & (graph.node_kind == NODE_CPU) & (graph.rec_start_ns >= s) & (graph.rec_end_ns <= e))[0]
-        if len(cpu_in) == 0:
+        lane = lane_of.get((0, pid, tid, 0), -1)
+        nodes = np.nonzero((graph.lane == lane) & cpu)[0]
+        if not ((graph.rec_start_ns[nodes] >= s) & (graph.rec_end_ns[nodes] <= e)).any():
             out.append((name, s, e, s, e, members, "no API call inside the step on its thread; replayed = measured"))
             continue
-        f = cpu_in[np.argmin(graph.rec_start_ns[cpu_in])]
-        last = cpu_in[np.argmax(graph.rec_end_ns[cpu_in])]
-        rs = int(tl.start_ns[f]) - (int(graph.rec_start_ns[f]) - s)
-        r_e = int(tl.end_ns[last]) + (e - int(graph.rec_end_ns[last]))
-        out.append((name, s, e, rs, r_e, members, ""))
+        nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
+        rs_sorted = graph.rec_start_ns[nodes]
+
+        def boundary(b: int) -> int:
+            k = int(np.searchsorted(rs_sorted, b, side="left"))
+            if k < len(nodes):
+                x = int(nodes[k])
+                return int(tl.start_ns[x]) - min(int(graph.rec_start_ns[x]) - b, int(graph.gap_ns[x]))
+            y = int(nodes[-1])
+            return int(tl.end_ns[y]) + (b - int(graph.rec_end_ns[y]))
+
+        out.append((name, s, e, boundary(s), boundary(e), members, ""))
     return out
 
 
@@ -236,19 +249,18 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
         launch_latency_ns=int(graph.launch_latency_ns),
         gpu_gap_ns=int(graph.gpu_gap_ns),
         counts=dict(sorted(graph.counts.items())),
+        gpus=sorted(set(graph.lane_keys[graph.lane_is_gpu, 2].tolist())),
     )
     all_nodes = np.ones(graph.n, dtype=bool)
     t0 = graph.t0_ns
     rel = gpu_relevant(graph)
-    hi_m = int(rec.end_ns[rel].max()) if rel.any() else t0
-    hi_r = int(tl.end_ns[rel].max()) if rel.any() else t0
+    sw = step_windows(graph, tl)
+    hi_m = max([int(rec.end_ns[rel].max()) if rel.any() else t0] + [x[2] for x in sw])
+    hi_r = max([int(tl.end_ns[rel].max()) if rel.any() else t0] + [x[4] for x in sw])
     n_out = int(np.count_nonzero(~graph.lane_is_gpu)) - len(np.unique(graph.lane[rel & (graph.node_kind == NODE_CPU)]))
     note = f"ends with the GPU work; {n_out} thread(s) that never launch or wait for GPU work not counted" if n_out > 0 and rel.any() else ""
     window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, all_nodes, note)
-    steps = [
-        _window(name, graph, tl, rec, s, e, rs, r_e, members, note)
-        for name, s, e, rs, r_e, members, note in step_windows(graph, tl)
-    ]
+    steps = [_window(name, graph, tl, rec, s, e, rs, r_e, members, note) for name, s, e, rs, r_e, members, note in sw]
     phases, layers = _groups(graph, tl)
     _, cp = critical_path(graph, tl, *_phase_args(graph))
     return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps, cp, processes=_process_windows(graph, tl, rec), phases=phases, layers=layers)
@@ -293,20 +305,26 @@ def _groups(graph: TaskGraph, tl: Timeline) -> tuple[list[GroupStats], list[Grou
     cpu = graph.node_kind == NODE_CPU
     dur = tl.end_ns - tl.start_ns - tl.blocked_ns
     gpu_ns = np.where(cpu, 0, dur)
-    cpu_ns = np.where(cpu, dur + graph.gap_ns, 0)
+    own_ns = np.where(cpu, dur, 0)  # a CPU node's own call time: its phase / layer
+    gap_ns = np.where(cpu, graph.gap_ns, 0)  # the CPU gap before it: its gap phase / layer when mapped
     launched = (~cpu) & (graph.launch >= 0)
 
-    def table(codes: np.ndarray, names: list[str]) -> list[GroupStats]:
+    def table(codes: np.ndarray, gap_codes: np.ndarray | None, names: list[str]) -> list[GroupStats]:
         k = len(names)
         c = np.where(codes >= 0, codes, k).astype(np.int64)
+        gc = c if gap_codes is None else np.where(gap_codes >= 0, gap_codes, k).astype(np.int64)
         g = np.bincount(c, weights=gpu_ns, minlength=k + 1)
-        u = np.bincount(c, weights=cpu_ns, minlength=k + 1)
+        u = np.bincount(c, weights=own_ns, minlength=k + 1) + np.bincount(gc, weights=gap_ns, minlength=k + 1)
         lc = np.bincount(c[launched], minlength=k + 1)
         return [GroupStats(names[i] if i < k else "(no layer)", int(g[i]), int(u[i]), int(lc[i])) for i in range(k + 1) if g[i] or u[i]]
 
-    phases = [p for p in table(ann["phase"].astype(np.int64), list(PHASES)) if p.name != "(no layer)"]
+    def codes(key: str) -> np.ndarray | None:
+        a = ann.get(key)
+        return a.astype(np.int64) if isinstance(a, np.ndarray) and len(a) == graph.n else None
+
+    phases = [p for p in table(codes("phase"), codes("gap_phase"), list(PHASES)) if p.name != "(no layer)"]
     labels = ann.get("labels", [])
-    layers = sorted(table(ann["layer_id"].astype(np.int64), list(labels)), key=lambda x: (-x.gpu_ns, -x.cpu_ns, x.name))
+    layers = sorted(table(codes("layer_id"), codes("gap_layer_id"), list(labels)), key=lambda x: (-x.gpu_ns, -x.cpu_ns, x.name))
     return phases, layers[:TOP_LAYERS]
 
 
@@ -328,11 +346,12 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
     """The prediction made by simulating the transformed ``graph`` (timeline ``tl``)."""
     t0 = graph.t0_ns
     rel = gpu_relevant(graph)
-    hi = int(tl.end_ns[rel].max()) if rel.any() else t0
+    sw = step_windows(graph, tl)
+    hi = max([int(tl.end_ns[rel].max()) if rel.any() else t0] + [x[4] for x in sw])
     window = _predicted("traced window", base.window, graph, tl, t0, hi, np.ones(graph.n, dtype=bool))
     steps = []
     by_name = {w.name: w for w in base.steps}
-    for name, _s, _e, rs, r_e, members, _note in step_windows(graph, tl):
+    for name, _s, _e, rs, r_e, members, _note in sw:
         if name in by_name:
             steps.append(_predicted(name, by_name[name], graph, tl, rs, r_e, members))
     _, cp = critical_path(graph, tl, *_phase_args(graph))
@@ -340,6 +359,10 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
 
 
 # ---------------------------------------------------------------- rendering ------------------
+def _pct(x: float) -> str:
+    return f"{x:.2f}" if abs(x) >= 0.005 else "0.00"
+
+
 def _ms(ns: int) -> str:
     return f"{ns / 1e6:,.3f}"
 
@@ -348,9 +371,12 @@ def render_text(r: Report) -> str:
     """The terminal report (plain text, fixed-width tables)."""
     lines: list[str] = []
     m = r.trace
-    dev = ", ".join(f"{d.id}: {d.name or 'name not recorded'}" for d in m.devices) or "not recorded"
+    used = [d for d in m.devices if d.id in r.graph.gpus] or ([] if r.graph.gpus else list(m.devices))
+    dev = ", ".join(f"{d.id}: {d.name or 'name not recorded'}" for d in used) or ("GPU " + ", ".join(map(str, r.graph.gpus)) if r.graph.gpus else "no GPU work")
+    if len(m.devices) > len(used) and used:
+        dev += f" (+{len(m.devices) - len(used)} more in the node, without work in the trace)"
     lines.append(f"daydream: {m.source}  [{m.format}]")
-    lines.append(f"  devices: {dev}" + (f"   rank {m.rank} of {m.world_size}" if m.rank >= 0 else ""))
+    lines.append(f"  devices: {dev}" + (f"   rank {m.rank}" + (f" of {m.world_size}" if m.world_size > 0 else "") if m.rank >= 0 else ""))
     g = r.graph
     lines.append(
         f"  graph: {g.cpu_tasks:,} CPU tasks on {g.cpu_lanes} threads, {g.gpu_tasks:,} GPU tasks on {g.gpu_lanes} streams; "
@@ -358,12 +384,13 @@ def render_text(r: Report) -> str:
     )
     lines.append(f"  launch latency L = {g.launch_latency_ns / 1e3:.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:.3f} us (measured)")
     lines.append("")
+    lines.append("  GPU busy/idle: measured, summed over the GPUs of the window; speed-up = replayed / predicted")
     hdr = f"  {'window':<28}{'measured ms':>14}{'replayed ms':>14}{'error %':>9}{'GPU busy ms':>13}{'GPU idle ms':>13}{'kernels':>9}"
     lines.append(hdr)
     lines.append("  " + "-" * (len(hdr) - 2))
     for w in [r.window, *r.processes, *r.steps]:
         lines.append(
-            f"  {w.name[:27]:<28}{_ms(w.measured_ns):>14}{_ms(w.replayed_ns):>14}{w.error_pct:>9.2f}"
+            f"  {w.name[:27]:<28}{_ms(w.measured_ns):>14}{_ms(w.replayed_ns):>14}{_pct(w.error_pct):>9}"
             f"{_ms(w.gpu_busy_measured_ns):>13}{_ms(w.gpu_idle_measured_ns):>13}{w.kernels:>9,}" + (f"  ({w.note})" if w.note else "")
         )
     lines.append("")

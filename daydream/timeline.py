@@ -59,6 +59,8 @@ def _events(graph: TaskGraph, tl: Timeline, base_ns: int, label: str, pid_off: i
     ann = annotations or {}
     ev: list[dict] = []
     starts, ends = tl.start_ns.tolist(), tl.end_ns.tolist()
+    pid_index = np.unique(lk[:, 1], return_inverse=True)[1].reshape(-1)
+    flow_base = (1 << 52) if corr_off else 0  # the baseline copy's flows apart from the prediction's
     for v in range(n):
         args: dict = {"correlation": int(corr[v])} if corr[v] >= 0 else {}
         if crit[v]:
@@ -80,8 +82,10 @@ def _events(graph: TaskGraph, tl: Timeline, base_ns: int, label: str, pid_off: i
             ev.append({"ph": "X", "cat": _GPU_CAT[int(graph.node_kind[v])], "name": names[v], "pid": dev, "tid": stream,
                        "ts": us(starts[v]), "dur": (ends[v] - starts[v]) / 1000.0, "args": args})
             if gl[v] >= 0:
-                ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": int(corr[v]), "pid": int(pid[gl[v]]), "tid": int(lk[gl[v], 2]), "ts": us(starts[gl[v]])})
-                ev.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": int(corr[v]), "bp": "e", "pid": dev, "tid": stream, "ts": us(starts[v])})
+                # flow ids are global in Chrome traces: make (process, correlation) unique
+                fl = int(flow_base + int(pid_index[v]) * (1 << 40) + corr[v])
+                ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": fl, "pid": int(pid[gl[v]]), "tid": int(lk[gl[v], 2]), "ts": us(starts[gl[v]])})
+                ev.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": fl, "bp": "e", "pid": dev, "tid": stream, "ts": us(starts[v])})
     # synchronization records of the calls that had them in the trace
     sy = np.nonzero(t.kind == Kind.SYNC)[0]
     if len(sy):
@@ -102,7 +106,7 @@ def _events(graph: TaskGraph, tl: Timeline, base_ns: int, label: str, pid_off: i
                        "tid": a["stream"], "ts": us(starts[v]), "dur": (ends[v] - starts[v]) / 1000.0, "args": a})
     # dependency arrows (waits and cross-stream) and the critical path chain
     dst = np.repeat(np.arange(n), np.diff(graph.pred_ptr))
-    fid = 1 << 40
+    fid = (1 << 50) + flow_base
     for s_, d_ in zip(graph.pred_idx.tolist(), dst.tolist()):
         for v, ph, tt in ((s_, "s", ends[s_]), (d_, "f", ends[d_] if cpu[d_] else starts[d_])):
             p_, tid_ = (int(pid[v]), int(lk[v, 2])) if cpu[v] else (int(lk[v, 2]) + dev_off, int(lk[v, 3]))

@@ -31,6 +31,10 @@ from .errors import DaydreamError
 from .events import Kind
 from .graph import NODE_CPU, TaskGraph
 
+#: longest task duration a transformation may produce (2^52 ns, about 52 days): keeps every replayed
+#: time far inside int64 and exactly representable as a float
+MAX_DURATION_NS = 2**52
+
 KIND_NAMES = {"cpu": NODE_CPU, "runtime": NODE_CPU, "kernel": int(Kind.KERNEL), "memcpy": int(Kind.MEMCPY), "memset": int(Kind.MEMSET)}
 
 
@@ -158,7 +162,10 @@ def scale(graph: TaskGraph, mask: np.ndarray, factor: float | Callable[[TaskGrap
     if len(f) and (not np.all(np.isfinite(f)) or np.any(f < 0)):
         raise DaydreamError("scale: factors must be finite and >= 0")
     dur = graph.dur_ns.copy()
-    dur[ids] = np.rint(dur[ids] * f).astype(np.int64)
+    scaled = np.rint(dur[ids] * f)
+    if len(scaled) and scaled.max() >= MAX_DURATION_NS:
+        raise DaydreamError(f"scale: a scaled duration would exceed {MAX_DURATION_NS / 1e9 / 86400:.0f} days; use a smaller factor")
+    dur[ids] = scaled.astype(np.int64)
     return dataclasses.replace(graph, dur_ns=dur)
 
 

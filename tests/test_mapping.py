@@ -239,6 +239,89 @@ def test_autograd_thread_rule_does_not_override_named_ranges():
     assert ctx_of(m, tb, f)[0] == "forward"
 
 
+def gap_of(m: Mapping, tb: EventTable, corr: int) -> tuple[str, str]:
+    """(gap phase, gap layer path) of the CPU gap before the runtime call ``corr``."""
+    r = rows_of(tb, Kind.RUNTIME, corr)
+    lab = np.asarray(m.labels + [""], dtype=object)
+    return PHASES[m.gap_phase[r]], lab[m.gap_layer_id[r]]
+
+
+def train_step_table():
+    """One training step: the main thread (tid 1) launches forward, then idles through
+    ``## backward ##`` while the autograd thread (tid 2) launches backward, then steps."""
+    t = T()
+    t.rng("ProfilerStep#1", 0, 2000, tid=1)
+    t.rng("## forward ##", 100, 300, tid=1)
+    t.rng("nn.Module: Net_0", 120, 300, tid=1)
+    f1 = t.call(150, 152, tid=1)  # gap [0, 150]: midpoint 75, in ProfilerStep only
+    f2 = t.call(250, 260, tid=1)  # gap [152, 250]: midpoint 201, in Net_0
+    t.rng("## backward ##", 400, 1200, tid=1)
+    bw = []
+    for i in range(3):
+        s = 500 + 200 * i
+        t.op("autograd::engine::evaluate_function: MulBackward0", s, s + 50, tid=2)
+        bw.append(t.call(s + 10, s + 20, tid=2))
+    t.rng("Optimizer.step#SGD.step", 1250, 1400, tid=1)
+    t.op("aten::add_", 1290, 1310, tid=1)
+    o1 = t.call(1300, 1302, tid=1)  # gap [260, 1300]: midpoint 780, in ## backward ##
+    o2 = t.call(1301, 1302, tid=1, kernel=None, name="cudaGetDevice")  # nested in o1: empty gap at 1301
+    t.rng("nccl:all_reduce", 1450, 1600, tid=1)
+    c = t.call(1700, 1701, tid=1)  # gap [1302, 1700]: midpoint 1501, in nccl:all_reduce
+    x = t.call(50, 51, tid=3)  # a thread without any context
+    t.rng("## forward ##", 1000, 1100, tid=4)
+    y = t.call(1050, 1051, tid=4)  # gap [0, 1050]: midpoint 525, outside the thread's only range
+    return t.table(), dict(f1=f1, f2=f2, bw=bw, o1=o1, o2=o2, c=c, x=x, y=y)
+
+
+def test_gap_phase_of_a_main_thread_idle_through_backward():
+    tb, k = train_step_table()
+    m = map_events(tb)
+    assert m.autograd_threads == [(10, 2)]
+    # the calls keep their own phases
+    assert ctx_of(m, tb, k["o1"], Kind.RUNTIME)[0] == "optimizer"
+    assert ctx_of(m, tb, k["c"], Kind.RUNTIME)[0] == "other"
+    # the gaps before them take the context of the gap's midpoint
+    assert gap_of(m, tb, k["f1"]) == ("other", "")  # ProfilerStep# only: structural
+    assert gap_of(m, tb, k["f2"]) == ("forward", "Net_0")
+    assert gap_of(m, tb, k["o1"]) == ("backward", "## backward ##")  # not optimizer
+    assert gap_of(m, tb, k["o2"]) == ("optimizer", "Optimizer.step#SGD.step")  # empty gap at its start
+    assert gap_of(m, tb, k["c"]) == ("communication", "nccl:all_reduce")
+    assert gap_of(m, tb, k["x"]) == ("unmapped", "")
+    assert gap_of(m, tb, k["y"]) == ("unmapped", "")
+    # autograd thread: gaps outside any op count as backward, like its calls
+    assert [gap_of(m, tb, b)[0] for b in k["bw"]] == ["backward"] * 3
+    # only runtime rows have gaps
+    rt = tb.kind == Kind.RUNTIME
+    assert np.all(m.gap_phase[~rt] == 0) and np.all(m.gap_layer_id[~rt] == -1)
+    assert m.gap_phase.dtype == np.uint8 and m.gap_layer_id.dtype == np.int32
+    assert m.counts["CPU gaps before runtime calls unmapped"] == 2
+
+
+def test_gap_phase_priorities_and_point_enclosure():
+    t = T()
+    t.rng("## backward ##", 0, 1000)
+    t.rng("## optimizer ##", 100, 300)
+    t.rng("nccl:all_reduce", 200, 250)
+    a = t.call(400, 401)  # gap [0, 400]: midpoint 200, enclosed by all three: communication wins
+    t.rng("nn.Module: M_0", 401, 601)
+    b = t.call(801, 802)  # gap [401, 801]: midpoint 601 = M_0's end (inclusive): backward beats forward
+    c = t.call(803, 804)  # gap [802, 803]: midpoint 802, outside M_0
+    tb = t.table()
+    m = map_events(tb)
+    assert gap_of(m, tb, a) == ("communication", "## backward ##/## optimizer ##/nccl:all_reduce")
+    assert gap_of(m, tb, b) == ("backward", "M_0")
+    assert gap_of(m, tb, c) == ("backward", "## backward ##")
+    # a table without annotations: every gap unmapped
+    t2 = T()
+    for i in range(3):
+        t2.call(10 * i, 10 * i + 2)
+    tb2 = t2.table()
+    m2 = map_events(tb2)
+    assert np.all(m2.gap_phase == 0) and np.all(m2.gap_layer_id == -1)
+    m0 = map_events(EventTable.from_columns({}, []))
+    assert len(m0.gap_phase) == 0 and len(m0.gap_layer_id) == 0
+
+
 def test_nvtx_ops_and_scope_chain():
     t = T()
     nv = "nvtx"
@@ -524,19 +607,27 @@ def _timed(f, *a) -> float:
 # ---- the vectorized sweep against a per-call brute force on real traces
 
 
-def brute_force(tb: EventTable) -> tuple[np.ndarray, list[str], list[str]]:
-    """Phase code, layer path and op of every runtime row, one call at a time."""
+def brute_force(tb: EventTable, gaps: bool = False) -> tuple[np.ndarray, list[str], list[str]]:
+    """Phase code, layer path and op of every runtime row, one call at a time. ``gaps``: of the
+    CPU gap before each runtime row instead (point query at its midpoint; ops left empty)."""
     ctx = _classify_contexts(tb, PHASE_RULES)
     rt = np.flatnonzero(tb.kind == Kind.RUNTIME)
     cs, ce = tb.start_ns[ctx.rows], tb.end_ns[ctx.rows]
     cp, ct = tb.pid[ctx.rows], tb.tid[ctx.rows]
     idx = np.arange(len(ctx.rows))
-    enc_of = {}
+    mids = gap_midpoints_brute_force(tb) if gaps else {}
+    enc_of, enc_q = {}, {}
     for r in rt:
-        e = np.flatnonzero((cp == tb.pid[r]) & (ct == tb.tid[r]) & (cs <= tb.start_ns[r]) & (ce >= tb.end_ns[r]))
+        same = (cp == tb.pid[r]) & (ct == tb.tid[r])
+        e = np.flatnonzero(same & (cs <= tb.start_ns[r]) & (ce >= tb.end_ns[r]))
         # innermost last: (start asc, end desc, row)
         enc_of[r] = e[np.lexsort((idx[e], -ce[e], cs[e]))]
-    # autograd threads
+        if gaps:
+            e = np.flatnonzero(same & (cs <= mids[r]) & (ce >= mids[r]))
+            enc_q[r] = e[np.lexsort((idx[e], -ce[e], cs[e]))]
+        else:
+            enc_q[r] = enc_of[r]
+    # autograd threads (decided by the calls, also for gaps)
     auto = set()
     for th in {(int(tb.pid[r]), int(tb.tid[r])) for r in rt}:
         rs = [r for r in rt if (tb.pid[r], tb.tid[r]) == th]
@@ -546,13 +637,13 @@ def brute_force(tb: EventTable) -> tuple[np.ndarray, list[str], list[str]]:
             auto.add(th)
     phases, layers, ops = [], [], []
     for r in rt:
-        e = enc_of[r]
+        e = enc_q[r]
         chain = e[ctx.module[e]]
         if not len(chain):
             chain = e[ctx.scope[e]]
         layers.append("/".join(ctx.comp_names[ctx.comp[i]] for i in chain))
         o = e[ctx.op[e]]
-        ops.append(ctx.op_names[ctx.op_name[o[-1]]] if len(o) else "")
+        ops.append(ctx.op_names[ctx.op_name[o[-1]]] if len(o) and not gaps else "")
         ph = e[ctx.phase[e] >= 0]
         best = (-1, -1)  # (priority, phase)
         for i in ph:  # innermost last, so >= keeps the innermost on ties
@@ -565,6 +656,22 @@ def brute_force(tb: EventTable) -> tuple[np.ndarray, list[str], list[str]]:
     return np.array(phases, dtype=np.int64), layers, ops
 
 
+def gap_midpoints_brute_force(tb: EventTable) -> dict[int, int]:
+    """Runtime row -> midpoint of [prev_end, start] (prev_end: the largest end of the earlier
+    runtime rows of its thread, else the table's first timestamp; clamped to start)."""
+    rt = np.flatnonzero(tb.kind == Kind.RUNTIME)
+    t0 = int(tb.start_ns.min())
+    last: dict[tuple[int, int], int] = {}
+    out = {}
+    for r in sorted(rt.tolist(), key=lambda r: (int(tb.start_ns[r]), r)):
+        th = (int(tb.pid[r]), int(tb.tid[r]))
+        s = int(tb.start_ns[r])
+        lo = min(last.get(th, t0), s)
+        out[r] = lo + (s - lo) // 2
+        last[th] = max(last.get(th, t0), int(tb.end_ns[r]))
+    return out
+
+
 @needs_traces
 @pytest.mark.parametrize("rel", [MI250, BERT, PROFILE1, "hta/sampled_rank-0.json.gz", NCCL, MFU])
 def test_vectorized_mapping_matches_brute_force(rel):
@@ -574,6 +681,19 @@ def test_vectorized_mapping_matches_brute_force(rel):
     assert np.array_equal(m.phase[rt].astype(np.int64), phases)
     assert list(m.layer_of_rows(rt)) == layers
     assert list(m.op_of_rows(rt)) == ops
+
+
+@needs_traces
+@pytest.mark.parametrize("rel", [MI250, PROFILE1, "hta/sampled_rank-0.json.gz", NCCL])
+def test_vectorized_gap_phases_match_brute_force(rel):
+    tb, m = load(rel)
+    rt = np.flatnonzero(tb.kind == Kind.RUNTIME)
+    phases, layers, _ = brute_force(tb, gaps=True)
+    assert np.array_equal(m.gap_phase[rt].astype(np.int64), phases)
+    lab = np.asarray(m.labels + [""], dtype=object)
+    assert list(lab[m.gap_layer_id[rt]]) == layers
+    other = np.setdiff1d(np.arange(len(tb)), rt)
+    assert np.all(m.gap_phase[other] == 0) and np.all(m.gap_layer_id[other] == -1)
 
 
 def test_annotations_for_graph_nodes():
@@ -589,15 +709,23 @@ def test_annotations_for_graph_nodes():
     g = build_graph(tb)
     rows = np.append(g.row, -1)  # a node without a table row (as transforms insert)
     ann = m.annotations_for_rows(rows)
-    assert set(ann) == {"phase", "layer_id", "op_id", "labels"}
+    assert set(ann) == {"phase", "layer_id", "op_id", "gap_phase", "gap_layer_id", "labels"}
+    assert ann["gap_phase"].dtype == np.uint8 and ann["gap_layer_id"].dtype == np.int32
     assert ann["phase"].dtype == np.uint8 and len(ann["phase"]) == g.n + 1
     lab = np.asarray(ann["labels"] + [""], dtype=object)
     for v, r in enumerate(g.row):
         assert PHASES[ann["phase"][v]] == m.phase_of_rows([r])[0]
         assert lab[ann["layer_id"][v]] == m.layer_of_rows([r])[0]
+        assert ann["gap_phase"][v] == m.gap_phase[r] and ann["gap_layer_id"][v] == m.gap_layer_id[r]
+    # the gap before a ([0, 2], from the table start) lies in Net_0: forward, layer Net_0; the one
+    # before b ([3, 200], midpoint 101) lies outside every context: unmapped
+    va, vb = (int(np.flatnonzero(g.row == rows_of(tb, Kind.RUNTIME, c))[0]) for c in (a, b))
+    assert (PHASES[ann["gap_phase"][va]], lab[ann["gap_layer_id"][va]]) == ("forward", "Net_0")
+    assert (PHASES[ann["gap_phase"][vb]], lab[ann["gap_layer_id"][vb]]) == ("unmapped", "")
     ka = rows_of(tb, Kind.KERNEL, a)
     v = int(np.flatnonzero(g.row == ka)[0])
     assert (PHASES[ann["phase"][v]], lab[ann["layer_id"][v]], lab[ann["op_id"][v]]) == ("forward", "Net_0", "aten::mm")
     kb = int(np.flatnonzero(g.row == rows_of(tb, Kind.KERNEL, b))[0])
     assert ann["phase"][kb] == 0 and ann["layer_id"][kb] == -1
     assert ann["phase"][-1] == 0 and ann["layer_id"][-1] == -1 and ann["op_id"][-1] == -1
+    assert ann["gap_phase"][-1] == 0 and ann["gap_layer_id"][-1] == -1

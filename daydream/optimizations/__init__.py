@@ -44,6 +44,8 @@ class Optimization:
     summary: str
     apply: Callable[[TaskGraph, dict[str, Any]], tuple[TaskGraph, str]]
     params: dict[str, Param] = field(default_factory=dict)
+    #: a generic what-if (e.g. scale-kernels): may be given several times, and is not ranked by --opt all
+    what_if: bool = False
 
     def resolve(self, overrides: dict[str, str]) -> dict[str, Any]:
         """Defaults overridden by ``overrides`` (strings from the command line), type-checked.
@@ -61,6 +63,8 @@ class Optimization:
                 v = p.type(raw)
             except (TypeError, ValueError):
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a valid {getattr(p.type, '__name__', 'value')}") from None
+            if isinstance(v, float) and v != v:
+                raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a number")
             if p.check is not None and not p.check(v):
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} out of range ({p.check_help})")
             out[k] = v
@@ -102,15 +106,32 @@ def parse_spec(spec: str) -> tuple[Optimization, dict[str, Any]]:
             k, eq, v = item.partition("=")
             if not eq or not k.strip():
                 raise UsageError(f"--opt {spec!r}: parameters are written name=value, separated by commas")
+            if k.strip() in overrides:
+                raise UsageError(f"--opt {spec!r}: parameter {k.strip()!r} given twice")
             overrides[k.strip()] = v.strip()
     return opt, opt.resolve(overrides)
+
+
+def check_composition(opts: list[tuple[Optimization, dict[str, Any]]]) -> None:
+    """Refuse an optimization given twice (applying AMP twice compounds its model silently);
+    generic what-ifs may repeat.
+
+    Raises:
+        UsageError: the same optimization twice.
+    """
+    seen = set()
+    for o, _ in opts:
+        if o.name in seen and not o.what_if:
+            raise UsageError(f"--opt {o.name} is given twice; an optimization applies once")
+        seen.add(o.name)
 
 
 def describe_all() -> str:
     """The ``--list-opts`` text: one line per optimization, then its parameters."""
     lines = []
     for name, opt in load_all().items():
-        lines.append(f"{name:<16} {opt.summary}")
+        lines.append(f"{name:<16} {opt.summary}" + ("  [what-if; not ranked by --opt all]" if opt.what_if else ""))
         for k, p in opt.params.items():
-            lines.append(f"    {k}={p.default!s:<10} {p.help}")
+            d = f"{p.default:.4g}" if isinstance(p.default, float) else str(p.default)
+            lines.append(f"    {k + '=' + d:<28} {p.help}")
     return "\n".join(lines) + "\n"

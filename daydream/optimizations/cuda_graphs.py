@@ -9,7 +9,10 @@ driver as their dependencies finish. Model:
   window when the trace has none, with a note), or the whole window (``region=window``). Calls
   outside every step are left alone.
 * Within a region, on each CPU thread, the API calls are cut into *runs* at calls that wait for
-  the GPU (device/stream/event synchronize, blocking copies) and at calls that a graph cannot hold
+  the GPU (device/stream/event synchronize, blocking copies), at gaps during which another thread
+  of the process launched GPU work (a hand-over, e.g. the main thread waiting in
+  ``loss.backward()`` while the autograd thread launches: that gap is a wait, not framework
+  overhead, and stays), and at calls that a graph cannot hold
   (allocation, freeing, creating streams/events, loading modules: :data:`NONCAPTURABLE`): the
   program would have to split its graph there too, and those calls stay. Every run with two or more kernel
   launches becomes one graph launch: its first call stays, with duration ``graph_launch_ns``
@@ -51,6 +54,25 @@ def regions(graph, region: str) -> tuple[np.ndarray, str]:
     return np.where(cpu, 0, -1), "the whole window"
 
 
+def _other_thread_launched_between(graph, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For consecutive calls a -> b of one thread: did another thread of the process launch GPU
+    work in the gap between them (recorded times)? Then the thread was handing work over (e.g.
+    the main thread waiting in loss.backward() while the autograd thread launches), the gap is
+    that wait, and a captured region cannot span it."""
+    out = np.zeros(len(a), dtype=bool)
+    launchers = np.unique(graph.launch[graph.launch >= 0])
+    if len(launchers) == 0 or len(a) == 0:
+        return out
+    pid_of = graph.lane_keys[graph.lane, 1]
+    for pid in np.unique(pid_of[launchers]).tolist():
+        starts = np.sort(graph.rec_start_ns[launchers[pid_of[launchers] == pid]])
+        m = pid_of[a] == pid
+        lo = np.searchsorted(starts, graph.rec_end_ns[a[m]], side="right")
+        hi = np.searchsorted(starts, graph.rec_start_ns[b[m]], side="left")
+        out[np.nonzero(m)[0]] = hi > lo
+    return out
+
+
 def _apply(graph, p):
     cpu = graph.node_kind == NODE_CPU
     if not np.any(cpu) or not np.any(graph.launch >= 0):
@@ -65,6 +87,8 @@ def _apply(graph, p):
     brk = np.ones(len(order), dtype=bool)
     if len(order) > 1:
         brk[1:] = ~((graph.lane[order[1:]] == graph.lane[order[:-1]]) & mem[1:] & mem[:-1] & (rid[order[1:]] == rid[order[:-1]]))
+    if len(order) > 1:
+        brk[1:] |= _other_thread_launched_between(graph, order[:-1], order[1:])
     run = np.cumsum(brk) - 1
     run_of = np.full(graph.n, -1, dtype=np.int64)
     run_of[order[mem]] = run[mem]

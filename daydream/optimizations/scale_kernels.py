@@ -25,9 +25,10 @@ register(
         name="scale-kernels",
         summary="kernels whose name matches a regular expression take `factor` times as long",
         apply=_apply,
+        what_if=True,
         params={
             "pattern": Param(".", "regular expression searched in kernel names (default: every kernel)", str),
-            "factor": Param(0.5, "duration multiplier, >= 0 (user's what-if; no default source)", float, lambda v: v >= 0, ">= 0"),
+            "factor": Param(0.5, "duration multiplier, 0..1000 (user's what-if; no default source)", float, lambda v: 0 <= v <= 1000, "0 to 1000"),
         },
     )
 )
