@@ -120,6 +120,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     ranking: list[Ranked] = []
     not_applicable: dict[str, str] = {}  #: requested optimizations that do not apply: name -> reason
     processes: list[WindowStats] = []  #: each process (rank) of a multi-process trace, its own window
+    warnings: list[str] = []  #: what limits the trust in the replay or the predictions
     phases: list[GroupStats] = []  #: forward / backward / optimizer / communication / other / unmapped
     layers: list[GroupStats] = []  #: top layers by GPU time
 
@@ -263,7 +264,35 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     steps = [_window(name, graph, tl, rec, s, e, rs, r_e, members, note) for name, s, e, rs, r_e, members, note in sw]
     phases, layers = _groups(graph, tl)
     _, cp = critical_path(graph, tl, *_phase_args(graph))
-    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps, cp, processes=_process_windows(graph, tl, rec), phases=phases, layers=layers)
+    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps, cp, processes=_process_windows(graph, tl, rec),
+                  phases=phases, layers=layers, warnings=_warnings(graph))
+
+
+#: a measured launch latency above this looks like a one-off (lazy module loading, a cold start)
+#: rather than the launch path (typically 3-30 us on the traces in ../shared/traces)
+SUSPICIOUS_LAUNCH_LATENCY_NS = 1_000_000
+
+
+def _warnings(graph: TaskGraph) -> list[str]:
+    out = []
+    c = graph.counts
+    waits = sum(v for k, v in c.items() if k.startswith("cudaStreamWaitEvent without"))
+    if waits:
+        out.append(
+            f"{waits:,} cross-stream waits (cudaStreamWaitEvent) do not say which event they wait for, so those edges are missing: "
+            "predictions may let streams (e.g. NCCL) overlap more than the program allows. Record with "
+            "torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True) or Nsight Systems for exact edges."
+        )
+    gpu = int(np.count_nonzero(graph.node_kind != NODE_CPU))
+    orphans = sum(v for k, v in c.items() if k.startswith("GPU task without a launching call"))
+    if gpu and orphans > 0.1 * gpu:
+        out.append(f"{orphans:,} of {gpu:,} GPU tasks have no launching call in the trace (a cut or sampled trace?): they are placed by stream order only.")
+    if graph.launch_latency_ns > SUSPICIOUS_LAUNCH_LATENCY_NS:
+        out.append(
+            f"the measured launch latency L = {graph.launch_latency_ns / 1e3:,.0f} us is unusually large (few launches on an idle stream, "
+            "or a cold start such as lazy module loading); replayed GPU start times are uncertain."
+        )
+    return out
 
 
 def _process_windows(graph: TaskGraph, tl: Timeline, rec: Timeline) -> list[WindowStats]:
@@ -383,6 +412,8 @@ def render_text(r: Report) -> str:
         f"edges: {g.launch_edges:,} launch, {g.sync_edges:,} sync, {g.cross_stream_edges:,} cross-stream"
     )
     lines.append(f"  launch latency L = {g.launch_latency_ns / 1e3:.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:.3f} us (measured)")
+    for w in r.warnings:
+        lines.append(f"  warning: {w}")
     lines.append("")
     lines.append("  GPU busy/idle: measured, summed over the GPUs of the window; speed-up = replayed / predicted")
     hdr = f"  {'window':<28}{'measured ms':>14}{'replayed ms':>14}{'error %':>9}{'GPU busy ms':>13}{'GPU idle ms':>13}{'kernels':>9}"
