@@ -312,35 +312,33 @@ class EventTable:
         return cls(cols, header.names, header.meta, header.accounting)
 
 
+class _NameIds(dict):
+    """string -> id; looking up a new string appends it to ``names`` and gives it the next id."""
+
+    __slots__ = ("names",)
+
+    def __missing__(self, s: str) -> int:
+        i = self[s] = len(self.names)
+        self.names.append(s)
+        return i
+
+
 class NameTable:
     """Interns strings to int32 ids while an adapter builds a table."""
 
     def __init__(self, names: Iterable[str] = ()) -> None:
         self.names: list[str] = []
-        self._ids: dict[str, int] = {}
+        self._ids = _NameIds()
+        self._ids.names = self.names
         for s in names:
             self.intern(s)
 
     def intern(self, s: str) -> int:
-        i = self._ids.get(s)
-        if i is None:
-            i = len(self.names)
-            self._ids[s] = i
-            self.names.append(s)
-        return i
+        return self._ids[s]
 
     def intern_many(self, strings: Iterable[str]) -> np.ndarray:
-        ids = self._ids
-        names = self.names
-        out = []
-        for s in strings:
-            i = ids.get(s)
-            if i is None:
-                i = len(names)
-                ids[s] = i
-                names.append(s)
-            out.append(i)
-        return np.asarray(out, dtype=np.int32)
+        # one C-level pass: a dict lookup per string, the new ones added by _NameIds.__missing__
+        return np.fromiter(map(self._ids.__getitem__, strings), dtype=np.int32)
 
 
 def event_table_schema() -> dict:

@@ -180,7 +180,6 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     end = table.end_ns
     n_rows = len(table)
     t0 = int(start.min()) if n_rows else 0
-    roles_by_name = roles_of_names(table.names)
 
     # ---------------- CPU tasks: runtime/driver calls, nested calls folded into their parent ---
     rt_rows = np.nonzero(kind == Kind.RUNTIME)[0]
@@ -261,8 +260,7 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     cpu_lane_keys = np.stack([np.zeros(n_cpu, np.int64), c_pid, c_tid, np.zeros(n_cpu, np.int64)], axis=1)
     gpu_lane_keys = np.stack([np.ones(n_gpu, np.int64), g_pid, g_dev, g_str], axis=1)
     all_keys = np.concatenate([cpu_lane_keys, gpu_lane_keys]) if n else np.zeros((0, 4), np.int64)
-    uniq, lane = np.unique(all_keys, axis=0, return_inverse=True)
-    lane = lane.reshape(-1).astype(np.int64)
+    uniq, lane = _unique_rows(all_keys)
     lane_is_gpu = uniq[:, 0] == 1 if len(uniq) else np.zeros(0, bool)
     lanes = [
         (f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()
@@ -274,7 +272,8 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     # which is the order the process issued its calls in
     launch_corr = np.where(has_launch, table.correlation[row[np.maximum(launch, 0)]], -1)
     order = np.lexsort((row, rec_start, launch_corr, is_gpu_node, position))
-    lo = np.lexsort((row, rec_start, launch_corr, is_gpu_node, position, lane))
+    # the same order grouped by lane (a stable sort of ``order`` by lane: the keys above are unique)
+    lo = order[np.argsort(_small_ints(lane[order], len(uniq)), kind="stable")]
     lane_prev = np.full(n, -1, dtype=np.int64)
     if n:
         same = lane[lo[1:]] == lane[lo[:-1]]
@@ -293,7 +292,12 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     gap[cpu_nodes] = np.maximum(g, 0)
 
     # ---------------- synchronization: who waits for what ---------------------------------
-    cpu_role = roles_by_name[table.name_id[cpu_rows]] if n_cpu else np.zeros(0, np.uint8)
+    # roles of the names CPU calls use (the only ones looked up)
+    c_name = table.name_id[cpu_rows]
+    roles_by_name = np.zeros(len(table.names), np.uint8)
+    used = np.unique(c_name).tolist()
+    roles_by_name[used] = roles_of_names([table.names[i] for i in used])
+    cpu_role = roles_by_name[c_name] if n_cpu else np.zeros(0, np.uint8)
     # SYNC rows by (pid, correlation) -> stream, sync kind, links, device
     sy_rows = np.nonzero(kind == Kind.SYNC)[0]
     sy_pid = table.pid[sy_rows].copy()
@@ -492,8 +496,12 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     dst = np.concatenate([wd, xd])
     # dedupe
     if len(src):
-        pair = np.unique(np.stack([dst, src], axis=1), axis=0)
-        dst, src = pair[:, 0], pair[:, 1]
+        if n < (1 << 31):  # pack (dst, src) into one int64: same lexicographic order
+            pk = np.unique(dst.astype(np.int64) * np.int64(n) + src.astype(np.int64))
+            dst, src = pk // n, pk % n
+        else:
+            pair = np.unique(np.stack([dst, src], axis=1), axis=0)
+            dst, src = pair[:, 0], pair[:, 1]
     pred_ptr = np.zeros(n + 1, dtype=np.int64)
     np.add.at(pred_ptr, dst + 1, 1)
     pred_ptr = np.cumsum(pred_ptr)
@@ -524,6 +532,8 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     queued = is_gpu_node & (launch >= 0) & (lane_prev >= 0)
     queued &= (gl_start + L <= pe) & (xpe <= pe)
     G = max(_trimmed_mean(rec_start[queued] - pe[queued], GAP_TRIM), 0)
+    # tied or inconsistent timestamps (odd input) can put a task before what it waits for
+    order, pred_ptr, pred_idx = _repair_order(order.astype(np.int64), lane_prev, launch, ~is_gpu_node, pred_ptr, pred_idx, counts)
 
     return TaskGraph(
         table=table,
@@ -550,6 +560,95 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
         counts=counts,
         annotations=mapping.annotations_for_rows(row) if mapping is not None else {},
     )
+
+
+def _repair_order(order, lane_prev, launch, is_cpu, pred_ptr, pred_idx, counts):
+    """``order`` made valid for the simulator (every edge forward; a blocking call's awaited
+    tasks before the next task on its thread), or returned as it is when it already is.
+
+    The order sorted by position breaks only on odd input: tasks whose times tie (all at the same
+    ns) or contradict their correlation ids. Then a topological sort that keeps the sorted order
+    wherever it can replaces it; if the waits and cross-stream edges close a cycle, those that
+    point backwards in the sorted order are dropped (counted) and the sorted order is kept.
+    """
+    n = len(order)
+    if n == 0:
+        return order, pred_ptr, pred_idx
+    v = np.arange(n)
+    rank = np.empty(n, np.int64)
+    rank[order] = v
+    lp, la = lane_prev >= 0, launch >= 0
+    lane_next = np.full(n, -1, np.int64)
+    lane_next[lane_prev[lp]] = v[lp]
+    xdst = np.repeat(v, np.diff(pred_ptr))
+    before = np.where(is_cpu[xdst], lane_next[xdst], xdst)  # what each extra predecessor must precede
+    has = before >= 0
+    src = np.concatenate([lane_prev[lp], launch[la], pred_idx[has]])
+    dst = np.concatenate([v[lp], v[la], before[has]])
+    back = rank[src] >= rank[dst]
+    if not back.any():
+        return order, pred_ptr, pred_idx
+    import heapq
+
+    indeg = np.bincount(dst, minlength=n).tolist()
+    o = np.argsort(src, kind="stable")
+    adj_ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).tolist()
+    adj = dst[o].tolist()
+    rk = rank.tolist()
+    heap = [(rk[u], u) for u in range(n) if indeg[u] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, u = heapq.heappop(heap)
+        out.append(u)
+        for i in range(adj_ptr[u], adj_ptr[u + 1]):
+            w = adj[i]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, (rk[w], w))
+    if len(out) == n:
+        _count(counts, "dependencies against the order of the recorded times (tied or inconsistent timestamps): order repaired", back.sum())
+        return np.asarray(out, dtype=np.int64), pred_ptr, pred_idx
+    # a cycle: lane and launch edges always point forward in the sorted order, so dropping the
+    # waits and cross-stream edges that point backwards leaves it valid
+    keep = ~has | (rank[pred_idx] < rank[np.maximum(before, 0)])
+    _count(counts, "wait or cross-stream dependency dropped: it closes a cycle (inconsistent timestamps)", (~keep).sum())
+    pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(xdst[keep], minlength=n))]).astype(np.int64)
+    return order, pred_ptr, pred_idx[keep]
+
+
+def _small_ints(x: np.ndarray, bound: int) -> np.ndarray:
+    """``x`` (values in [0, bound)) in the narrowest integer type: numpy's stable sort is a radix
+    sort for 16-bit and smaller types."""
+    return x.astype(np.int16) if bound < (1 << 15) else x
+
+
+def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, axis=0, return_inverse=True)`` for an (n, k) int64 array (rows sorted
+    lexicographically), without sorting rows as opaque records: each column is ranked on its own
+    and the ranks are packed into one int64 key when they fit."""
+    n, k = keys.shape
+    if n == 0:
+        return np.zeros((0, k), np.int64), np.zeros(0, np.int64)
+    lows = keys.min(axis=0)
+    bits = [max(int(hi) - int(lo), 0).bit_length() for lo, hi in zip(lows.tolist(), keys.max(axis=0).tolist())]
+    if sum(bits) <= 62:  # the columns, shifted to start at 0, fit side by side in one int64
+        packed = np.zeros(n, np.int64)
+        for c in range(k):
+            packed = (packed << np.int64(bits[c])) | (keys[:, c] - lows[c])
+        pk, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+        return keys[first], inv.reshape(-1).astype(np.int64)
+    packed = np.zeros(n, np.int64)
+    span = 1
+    for c in range(k):
+        u, inv = np.unique(keys[:, c], return_inverse=True)
+        span *= len(u)
+        if span >= (1 << 62):
+            uniq, lane = np.unique(keys, axis=0, return_inverse=True)
+            return uniq, lane.reshape(-1).astype(np.int64)
+        packed = packed * np.int64(len(u)) + inv.reshape(-1)
+    pk, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+    return keys[first], inv.reshape(-1).astype(np.int64)
 
 
 def _segmented_cummax(x: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
@@ -591,6 +690,7 @@ def profiler_steps(table: EventTable) -> list[tuple[str, int, int, int, int]]:
     step_names = table.name_ids(lambda s: _STEP.match(s) is not None)
     if not step_names.any():
         return []
-    m = (table.kind == Kind.RANGE) & step_names[table.name_id] & (table.tid >= 0) & (table.device < 0)
+    # 2021 Kineto wrote ProfilerStep as an 'Operator' (cpu_op); newer versions as user_annotation
+    m = ((table.kind == Kind.RANGE) | (table.kind == Kind.CPU_OP)) & step_names[table.name_id] & (table.tid >= 0) & (table.device < 0)
     rows = np.nonzero(m)[0]
     return [(table.name_of(r), int(table.start_ns[r]), int(table.end_ns[r]), int(table.pid[r]), int(table.tid[r])) for r in rows]

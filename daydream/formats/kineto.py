@@ -25,7 +25,8 @@ How events become rows
 Every input event is counted in ``Accounting.read`` under its source category (``cat``, or
 ``"ph X"`` when it has none) and then in ``kept`` (same key) or ``skipped`` (by reason), so
 ``Accounting.balanced`` always holds. Events that cannot be placed (no numeric ``ts``, no
-numeric ``pid``, an X event without ``dur``) are skipped by reason too.
+numeric ``pid``, an X event without ``dur``, a time more than 2^62 ns from the clock's zero:
+``formats.TIME_LIMIT_NS``) are skipped by reason too.
 
 Columns
 -------
@@ -60,17 +61,21 @@ Document repairs
 ----------------
 With ``strict=False`` (default) the adapter salvages what a crashed or hand-edited file holds:
 a truncated file (no closing ``]}``) keeps the complete events before the cut and warns; ``NaN``/
-``Infinity`` literals are read as null; trailing commas before ``]``/``}`` are dropped. Each repair
+``Infinity`` literals are read as null; trailing commas before ``]``/``}`` are dropped; bytes that
+are not UTF-8 (a name copied from a file system in another encoding) become U+FFFD. Each repair
 is counted in ``Accounting.notes``. With ``strict=True`` each of them raises
 :class:`TraceFormatError` instead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import operator
 import re
 import warnings
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+import zlib
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Optional, Union
 
 import msgspec
@@ -78,6 +83,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..events import (
+    DTYPES,
     Accounting,
     CopyKind,
     DeviceInfo,
@@ -88,7 +94,7 @@ from ..events import (
     SyncKind,
     TraceMeta,
 )
-from . import open_maybe_gzip
+from . import GZIP_MAGIC, TIME_LIMIT_NS, open_maybe_gzip
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz)"
@@ -267,7 +273,7 @@ def load(path: str, *, strict: bool = False) -> EventTable:
     Args:
         path: the trace file.
         strict: refuse to repair the document (truncated file, NaN/Infinity literals, trailing
-            commas) and raise instead.
+            commas, invalid UTF-8) and raise instead.
 
     Raises:
         TraceFormatError: unreadable or damaged gzip file, not JSON, no ``traceEvents`` array,
@@ -278,12 +284,179 @@ def load(path: str, *, strict: bool = False) -> EventTable:
         UserWarning: a truncated file was salvaged (the note names the byte offset of the cut).
     """
     path = str(path)
-    data = open_maybe_gzip(path)
+    with _gc_paused():  # millions of short-lived containers: the cyclic GC would only slow us
+        table = _load_streaming(path)
+        if table is not None:
+            return table
+        # anything the streaming reader does not take (repairs, errors, array form, ...): the
+        # whole document at once, repaired and reported as documented
+        data = open_maybe_gzip(path)
+        acct = Accounting()
+        events, doc = _decode(path, data, strict, acct)
+        meta = _meta(path, doc, acct)
+        base_ns = _base_time_ns(path, doc)
+        return _build(events, base_ns, meta, acct)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming: a well-formed document is decoded a slice of events at a time
+# ---------------------------------------------------------------------------------------------
+#: bytes of JSON text decoded at a time by the streaming reader
+_STREAM_CHUNK = 16 << 20
+#: bytes read (or gunzipped) at a time
+_READ_BLOCK = 4 << 20
+#: the traceEvents key must appear within this many bytes of the start
+_HEAD_LIMIT = 64 << 20
+_TE_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: a candidate boundary between two events of the array (checked by decoding what precedes it)
+_EV_SPLIT = re.compile(rb"\}\s*(,)\s*\{")
+_SPLIT_TRIES = 4
+
+
+class _NotStreamable(Exception):
+    """The streaming reader gives up; the whole-document path reads the file instead."""
+
+
+def _blocks(f, gz: bool):
+    """The file's content (gunzipped when ``gz``) in blocks of at most about ``_READ_BLOCK`` bytes."""
+    if not gz:
+        while True:
+            b = f.read(_READ_BLOCK)
+            if not b:
+                return
+            yield b
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    while True:
+        raw = f.read(1 << 20)
+        if not raw:
+            raise _NotStreamable("truncated gzip stream")
+        while raw:
+            out = d.decompress(raw, _READ_BLOCK)
+            raw = d.unconsumed_tail
+            if out:
+                yield out
+        if d.eof:
+            if d.unused_data or f.read(1):
+                raise _NotStreamable("more than one gzip member, or data after the gzip stream")
+            return
+
+
+def _load_streaming(path: str) -> Optional[EventTable]:
+    """The table of a well-formed Kineto document, read a slice of events at a time.
+
+    Memory stays at the table's columns plus one slice of the document (``_STREAM_CHUNK``
+    bytes of JSON and its decoded events), whatever the file's size. Returns None (nothing
+    consumed but time) for anything it does not take: a top-level array, a byte-order mark, a
+    ``traceEvents`` key that is not found early or appears twice, a gzip stream that is damaged,
+    truncated or has several members, and every JSON or type error (the whole-document path then
+    repairs or reports it as documented). The result is the same table as the whole-document path
+    gives: the events are the same, in the same order, and are accumulated into the same columns.
+    """
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return None
+    try:
+        with f:
+            gz = f.read(2) == GZIP_MAGIC
+            f.seek(0)
+            return _stream(path, _blocks(f, gz))
+    except (_NotStreamable, OSError, EOFError, zlib.error, BufferError):
+        return None
+
+
+def _stream(path: str, blocks) -> Optional[EventTable]:
+    dec_events = msgspec.json.Decoder(list[_Event])
+    dec_doc = msgspec.json.Decoder(_Doc)
+    head = b""
+    # ---- the head: everything up to the '[' of traceEvents, decoded on its own
+    while True:
+        blk = next(blocks, None)
+        if blk is None:
+            return None
+        head += blk
+        if head.lstrip(b" \t\r\n")[:1] not in (b"", b"{"):
+            return None
+        m = _TE_KEY.search(head)
+        if m is not None:
+            break
+        if len(head) > _HEAD_LIMIT:
+            return None
+    if b'"traceEvents"' in head[: m.start()]:
+        return None
+    try:
+        head_doc = dec_doc.decode(head[: m.end()] + b"]}")
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    # ---- the events, a slice at a time. ``buf`` always starts with the array's '['; a slice is
+    # cut at the comma after an event (checked by decoding it), the comma turned into ']' for the
+    # decode and into '[' for the next slice, so the text is never copied
+    buf = bytearray(head[m.end() - 1 :])
+    del head
+    cols = _Columns()
+    eof = False
+    need = _STREAM_CHUNK
+    while True:
+        while not eof and len(buf) < need:
+            blk = next(blocks, None)
+            if blk is None:
+                eof = True
+            else:
+                buf += blk
+        if eof:
+            break
+        cands = [mm.start(1) for mm in _EV_SPLIT.finditer(buf, max(0, len(buf) - (1 << 20)))]
+        if not cands:
+            cands = [mm.start(1) for mm in _EV_SPLIT.finditer(buf)]
+        if not cands:  # no event boundary in the buffer yet (a huge event): read on
+            if need >= 8 * _STREAM_CHUNK:
+                return None
+            need = len(buf) + _STREAM_CHUNK
+            continue
+        need = _STREAM_CHUNK
+        events = None
+        for c in reversed(cands[-_SPLIT_TRIES:]):
+            buf[c] = 0x5D  # ']'
+            try:
+                events = dec_events.decode(memoryview(buf)[: c + 1])
+                break
+            except (msgspec.DecodeError, RecursionError):  # a '}, {' inside an event or a string
+                buf[c] = 0x2C  # ','
+        if events is None:  # a JSON or type error: the whole-document path reports or repairs it
+            return None
+        cols.add(events)
+        del events  # the decoded events hold views of ``buf``: free them before it changes
+        buf[c] = 0x5B  # '['
+        del buf[:c]
+    # ---- the last events and the keys after the array
+    if b'"traceEvents"' in buf:
+        return None
+    try:
+        tail_doc = dec_doc.decode(b'{"traceEvents":' + buf)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    del buf
+    cols.add(tail_doc.traceEvents)
+    # a key written both before and after the array: the later one, as a whole-document decode
+    for f in _Doc.__struct_fields__:
+        if f != "traceEvents" and not bytes(getattr(tail_doc, f)):
+            setattr(tail_doc, f, getattr(head_doc, f))
+    tail_doc.traceEvents = None
     acct = Accounting()
-    events, doc = _decode(path, data, strict, acct)
-    meta = _meta(path, doc, acct)
-    base_ns = _base_time_ns(path, doc)
-    return _build(events, base_ns, meta, acct)
+    meta = _meta(path, tail_doc, acct)
+    base_ns = _base_time_ns(path, tail_doc)
+    return cols.build(base_ns, meta, acct)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,9 +493,11 @@ def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[lis
         typ = list[_Event]
     else:
         raise TraceFormatError(path, f"byte offset {i}", "not JSON: a Kineto trace is a JSON object with a traceEvents array")
+    orig = data
     fixes = 0
     bulk_done = False
     salvaged = False
+    utf8_fixed = False
     for _ in range(10_000):
         try:
             obj = msgspec.json.decode(data, type=typ)
@@ -350,7 +525,6 @@ def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[lis
             data, cut = got
             salvaged = True
             acct.add("notes", f"truncated file: events after byte {cut} lost")
-            warnings.warn(f"{path}: the file is truncated; kept the complete events before byte {cut}", UserWarning, stacklevel=3)
             continue
         if off is not None and "trailing comma" in msg and (c := _comma_before(data, off)) is not None:
             if strict:
@@ -358,6 +532,13 @@ def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[lis
             data = data[:c] + data[c + 1 :]
             acct.add("notes", "trailing comma removed")
             fixes += 1
+        elif "utf-8" in msg.lower() and not utf8_fixed and (bad_at := _first_bad_utf8(data)) is not None:
+            if strict:
+                raise TraceFormatError(path, f"byte offset {bad_at}", "invalid UTF-8 bytes (JSON must be UTF-8 text); strict mode does not repair them")
+            before = data.count(b"\xef\xbf\xbd")
+            data = data.decode("utf-8", "replace").encode("utf-8")
+            acct.add("notes", "invalid UTF-8 bytes replaced by U+FFFD", data.count(b"\xef\xbf\xbd") - before)
+            utf8_fixed = True
         elif off is not None and (nf := _nonfinite_at(data, off)) is not None:
             a, b = nf
             if strict:
@@ -374,11 +555,14 @@ def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[lis
             bulk_done = True
     else:  # pragma: no cover - defensive
         raise TraceFormatError(path, "", "too many JSON errors to repair")
-    if array_form:
-        return obj, None
-    if obj.traceEvents is None:
+    events = obj if array_form else obj.traceEvents
+    if events is None:
         raise TraceFormatError(path, "", "no traceEvents array: not a PyTorch profiler / Kineto trace")
-    return obj.traceEvents, obj
+    if salvaged:
+        warnings.warn(
+            f"{path}: the file is truncated at byte {len(orig)}; kept the {len(events):,} complete events "
+            f"before byte {cut}, the rest is lost (--strict refuses such a file)", UserWarning, stacklevel=3)
+    return events, (None if array_form else obj)
 
 
 def _validation_error(path: str, e: msgspec.ValidationError) -> TraceFormatError:
@@ -388,6 +572,15 @@ def _validation_error(path: str, e: msgspec.ValidationError) -> TraceFormatError
         place = m.group(2).lstrip(".") or "top level"
         return TraceFormatError(path, place, f"wrong JSON type: {m.group(1)}")
     return TraceFormatError(path, "", f"wrong JSON type: {msg}")
+
+
+def _first_bad_utf8(data: bytes) -> Optional[int]:
+    """Byte offset of the first byte that is not valid UTF-8, or None."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return None
 
 
 def _comma_before(data: bytes, off: int) -> Optional[int]:
@@ -507,8 +700,10 @@ def _base_time_ns(path: str, doc: Optional[_Doc]) -> int:
     if not b or b == b"null":
         return 0
     v = _as_int(_raw_value(doc.baseTimeNanoseconds))
-    if v is None or not (_INT64_MIN < v < _INT64_MAX):
+    if v is None:
         raise TraceFormatError(path, "baseTimeNanoseconds", "not an integer number of nanoseconds")
+    if not (-TIME_LIMIT_NS < v < TIME_LIMIT_NS):
+        raise TraceFormatError(path, "baseTimeNanoseconds", f"{v} is out of range (more than 2^62 ns, about 146 years, from the clock's zero)")
     return v
 
 
@@ -614,40 +809,35 @@ def _us_text_to_ns(raws: list) -> tuple[np.ndarray, np.ndarray]:
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool)
     bs = list(map(bytes, raws))
-    lens = np.fromiter(map(len, bs), dtype=np.int64, count=n)
-    too_long = lens > _MAX_NUMBER_TEXT
-    if too_long.any():  # not a plain number (e.g. an object); keep the matrix small, parse below
-        mat_src = [b if len(b) <= _MAX_NUMBER_TEXT else b"?" for b in bs]
-    else:
-        mat_src = bs
-    a = np.array(mat_src, dtype=bytes)
+    a = np.array(bs, dtype=bytes)
+    if a.dtype.itemsize > _MAX_NUMBER_TEXT:  # not a plain number (e.g. an object); keep the matrix small
+        a = np.array([b if len(b) <= _MAX_NUMBER_TEXT else b"?" for b in bs], dtype=bytes)
     w = a.dtype.itemsize
-    mat = a.view(np.uint8).reshape(n, w)
-    neg = mat[:, 0] == 45  # '-'
-    dig = (mat >= 48) & (mat <= 57)
+    # column-major: byte j of every text is one contiguous row
+    mat = np.ascontiguousarray(a.view(np.uint8).reshape(n, w).T)
+    del a
+    neg = mat[0] == 45  # '-'
+    allowed = _PLAIN_BYTE[mat]  # digits, '.', padding
+    allowed[0] |= neg
+    dig = _DIGIT_VALUE[mat]  # -1 for other bytes
     dot = mat == 46
-    pad = mat == 0
-    allowed = dig | dot | pad
-    allowed[:, 0] |= neg
-    n_dots = dot.sum(axis=1)
-    dotpos = np.where(n_dots > 0, dot.argmax(axis=1), w)
-    cols = np.arange(w)
-    int_digits = (dig & (cols[None, :] < dotpos[:, None])).sum(axis=1)
-    empty = pad[:, 0]
-    simple = allowed.all(axis=1) & (n_dots <= 1) & (int_digits >= 1) & (int_digits <= 18) & ~empty
+    n_dots = dot.sum(axis=0)
+    dotpos = np.where(n_dots > 0, dot.argmax(axis=0), w)
+    del dot
+    empty = mat[0] == 0
     ip = np.zeros(n, np.int64)
+    int_digits = np.zeros(n, np.int64)
     for j in range(w):
-        take = dig[:, j] & (j < dotpos)
-        if take.any():
-            ip = np.where(take, ip * 10 + (mat[:, j].astype(np.int64) - 48), ip)
+        take = (dig[j] >= 0) & (j < dotpos)
+        int_digits += take
+        ip = np.where(take, ip * 10 + dig[j], ip)
+    simple = allowed.all(axis=0) & (n_dots <= 1) & (int_digits >= 1) & (int_digits <= 18) & ~empty
     rows = np.arange(n)
     frac = np.zeros(n, np.int64)
     for k in (1, 2, 3, 4):
         c = dotpos + k
-        inb = c < w
-        cc = np.minimum(c, w - 1)
-        d_ok = inb & dig[rows, cc]
-        d = np.where(d_ok, mat[rows, cc].astype(np.int64) - 48, 0)
+        d = dig[np.minimum(c, w - 1), rows]
+        d = np.where((c < w) & (d >= 0), d, 0).astype(np.int64)
         if k < 4:
             frac = frac * 10 + d
         else:
@@ -662,9 +852,19 @@ def _us_text_to_ns(raws: list) -> tuple[np.ndarray, np.ndarray]:
             if v.is_finite() and _INT64_MIN < v < _INT64_MAX:
                 ns[i] = int(v)
                 ok[i] = True
-        except (InvalidOperation, UnicodeDecodeError, ValueError):
+        except (ArithmeticError, UnicodeDecodeError, ValueError):  # decimal.InvalidOperation, Overflow, ...
             pass
     return ns, ok
+
+
+#: bytes of a plain decimal text in the matrix of _us_text_to_ns: digits, '.', padding (0)
+_PLAIN_BYTE = np.zeros(256, bool)
+_PLAIN_BYTE[48:58] = True
+_PLAIN_BYTE[46] = True
+_PLAIN_BYTE[0] = True
+#: value of a digit byte, -1 for any other byte
+_DIGIT_VALUE = np.full(256, -1, np.int8)
+_DIGIT_VALUE[48:58] = np.arange(10)
 
 
 def _lookup(keys: list, table: dict, n: int, dtype) -> np.ndarray:
@@ -747,18 +947,159 @@ def _pair_be(
     return idx2[k], idx2[k + 1]
 
 
+class _Ids(dict):
+    """Distinct values -> ids 0, 1, ... in order of first appearance (looking up a new value adds it)."""
+
+    def __missing__(self, key):
+        i = self[key] = len(self)
+        return i
+
+
+def _take(seq, idx: np.ndarray):
+    """The items of ``seq`` at the sorted distinct positions ``idx`` (a tuple, or ``seq`` itself for all)."""
+    k = len(idx)
+    if k == len(seq):
+        return seq
+    if k == 0:
+        return ()
+    if k == 1:
+        return (seq[int(idx[0])],)
+    return operator.itemgetter(*idx.tolist())(seq)
+
+
+class _Columns:
+    """The per-event columns of a document, accumulated one slice of events at a time.
+
+    :meth:`add` turns decoded events into numpy columns (so the events can be freed) and
+    :meth:`build` makes the table from all of them, exactly as one call with all the events would.
+    Dense columns (one entry per event): ``pair`` (id of the distinct (ph, cat)), ``name`` (id of
+    the distinct name value), ``pid``, ``tid``, ``ts``/``ts_ok``. Sparse ones (event index in
+    ``<col>@``, value), taken only from the events they are used for: ``dur`` of X events;
+    ``args.device``/``stream``/``correlation`` of GPU and runtime events; ``External id`` of events
+    that can become rows; ``bytes`` of memcpy/memset events; the ``cuda_sync`` args of sync events.
+    """
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.pair_ix = _Ids()
+        self.name_ix = _Ids()
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self._cls_p = np.zeros(0, np.int8)
+        self._kind_p = np.zeros(0, np.int16)
+        self._gpu_p = np.zeros(0, bool)
+
+    def _put(self, col: str, a: np.ndarray) -> None:
+        self.parts.setdefault(col, []).append(a)
+
+    def column(self, col: str, dtype) -> np.ndarray:
+        parts = self.parts.get(col)
+        if not parts:
+            return np.zeros(0, dtype)
+        if len(parts) > 1:  # keep the whole column only, not the slices too
+            parts[:] = [np.concatenate(parts)]
+        return parts[0]
+
+    def drop(self, *cols: str) -> None:
+        """Free columns that are no longer needed."""
+        for c in cols:
+            self.parts.pop(c, None)
+
+    def sparse(self, col: str, rows: np.ndarray, fill: int, dtype) -> np.ndarray:
+        """Values of sparse column ``col`` at event indices ``rows`` (``fill`` where it has none)."""
+        idx = self.column(col + "@", np.int64)
+        val = self.column(col, dtype)
+        out = np.full(len(rows), fill, dtype)
+        if len(idx) and len(rows):
+            j = np.minimum(np.searchsorted(idx, rows), len(idx) - 1)
+            hit = idx[j] == rows
+            out[hit] = val[j[hit]]
+        return out
+
+    def add(self, events) -> None:
+        n = len(events)
+        if n == 0:
+            return
+        g = operator.attrgetter
+        base = self.n
+        pair_of = np.fromiter(map(self.pair_ix.__getitem__, zip(map(g("ph"), events), map(g("cat"), events))), np.int32, count=n)
+        if len(self.pair_ix) > len(self._cls_p):  # classify the new (ph, cat) pairs
+            info = [_classify(p, c, _Reasons())[:3] for p, c in list(self.pair_ix)[len(self._cls_p) :]]
+            self._cls_p = np.concatenate([self._cls_p, np.array([i[0] for i in info], np.int8)])
+            self._kind_p = np.concatenate([self._kind_p, np.array([i[1] for i in info], np.int16)])
+            self._gpu_p = np.concatenate([self._gpu_p, np.array([i[2] for i in info], bool)])
+        cls = self._cls_p[pair_of]
+        self._put("pair", pair_of)
+        self._put("name", np.fromiter(map(self.name_ix.__getitem__, map(g("name"), events)), np.int32, count=n))
+        self._put("pid", _int_column(list(map(g("pid"), events)), n))
+        self._put("tid", _int_column(list(map(g("tid"), events)), n))
+        ts, ok = _us_text_to_ns(list(map(g("ts"), events)))
+        self._put("ts", ts)
+        self._put("ts_ok", ok)
+        # dur: only X events use it
+        xi = np.flatnonzero(cls == _C_ROW)
+        d, ok = _us_text_to_ns(list(map(g("dur"), _take(events, xi))))
+        self._put("dur@", xi + base)
+        self._put("dur", d)
+        self._put("dur_ok", ok)
+        # args of the events that can become rows
+        ri = np.flatnonzero((cls == _C_ROW) | (cls == _C_INSTANT) | (cls == _C_B))
+        args = list(map(g("args"), _take(events, ri)))
+        m = len(ri)
+        ext = _int_column(list(map(g("external_id"), args)), m)
+        legacy = np.flatnonzero(ext <= _NONNUM)
+        if len(legacy):
+            ext[legacy] = _int_column(list(map(g("external_id_legacy"), _take(args, legacy))), len(legacy))
+        self._put("ext@", ri + base)
+        self._put("ext", ext)
+        kind = self._kind_p[pair_of[ri]]
+        gpu = self._gpu_p[pair_of[ri]]
+        for cols, sel in (
+            (("device", "stream", "correlation"), gpu | (kind == Kind.RUNTIME)),
+            (("bytes",), (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)),
+            (("wait_on_stream", "wait_on_cuda_event_record_corr_id"), kind == Kind.SYNC),
+        ):
+            sel = np.flatnonzero(sel)
+            sub = _take(args, sel)
+            for c in cols:
+                self._put(c + "@", ri[sel] + base)
+                self._put(c, _int_column(list(map(g(c), sub)), len(sel)))
+            if cols[0] == "wait_on_stream":
+                raw = list(map(g("cuda_sync_kind"), sub))
+                conv = {v: _sync_kind_value(v) for v in set(raw)}
+                self._put("cuda_sync_kind@", ri[sel] + base)
+                self._put("cuda_sync_kind", np.fromiter(map(conv.__getitem__, raw), np.int8, count=len(sel)))
+        self.n += n
+
+    def build(self, base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
+        cols, names = _table_columns(self, base_ns, acct)  # its intermediates are freed on return
+        self.parts.clear()
+        # rows sorted as EventTable.from_columns sorts them (same keys, stable), one column at a
+        # time so that the unsorted column is freed as its sorted copy is made
+        for c, a in cols.items():
+            cols[c] = np.asarray(a).astype(DTYPES[c], copy=False)
+        if len(cols["kind"]):
+            order = np.lexsort((cols["end_ns"], cols["kind"], cols["start_ns"]))
+            if not np.all(order[:-1] < order[1:]):
+                for c in list(cols):
+                    cols[c] = cols[c][order]
+        return EventTable.from_columns(cols, names, meta, acct, sort=False)
+
+
 def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
-    n = len(events)
-    g = operator.attrgetter
+    """The table of a whole decoded document."""
+    cols = _Columns()
+    cols.add(events)
+    return cols.build(base_ns, meta, acct)
+
+
+def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The table's columns (rows in event order, not yet sorted) and names."""
+    n = cc.n
     why = _Reasons()
 
     # ---- classify by distinct (ph, cat) ---------------------------------------------------
-    ph = list(map(g("ph"), events))
-    cat = list(map(g("cat"), events))
-    pairs = list(zip(ph, cat))
-    uniq = list(dict.fromkeys(pairs))
-    pair_ix = {p: i for i, p in enumerate(uniq)}
-    pair_of = _lookup(pairs, pair_ix, n, np.int32)
+    uniq = list(cc.pair_ix)
+    pair_of = cc.column("pair", np.int32)
     cls_p = np.zeros(len(uniq), np.int8)
     kind_p = np.zeros(len(uniq), np.int16)
     gpu_p = np.zeros(len(uniq), bool)
@@ -777,17 +1118,27 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
         catname_p.append(c if isinstance(c, str) else "")
     cls = cls_p[pair_of]
     reason = reason_p[pair_of].astype(np.int32)
-    del pairs
 
     # ---- per-event pid, tid, ts, dur ------------------------------------------------------
-    pid = _int_column(list(map(g("pid"), events)), n)
-    tid = _int_column(list(map(g("tid"), events)), n)
-    ts_ns, ts_ok = _us_text_to_ns(list(map(g("ts"), events)))
-    dur_ns, dur_ok = _us_text_to_ns(list(map(g("dur"), events)))
+    pid = cc.column("pid", np.int64)
+    tid = cc.column("tid", np.int64)
+    ts_ns, ts_ok = cc.column("ts", np.int64), cc.column("ts_ok", bool)
+    dur_ns, dur_ok = np.zeros(n, np.int64), np.zeros(n, bool)  # set for X events, the only users
+    x_at = cc.column("dur@", np.int64)
+    dur_ns[x_at] = cc.column("dur", np.int64)
+    dur_ok[x_at] = cc.column("dur_ok", bool)
     pid_ok = pid > _NONNUM
+    # times must stay within +-TIME_LIMIT_NS on the trace clock (base time included), so that
+    # the graph and the replay can add and subtract them without overflowing int64
+    lo_b = max(-TIME_LIMIT_NS + 1 - base_ns, _INT64_MIN)
+    hi_b = min(TIME_LIMIT_NS - 1 - base_ns, _INT64_MAX)
+    in_play = cls != _C_SKIP
+    bad = in_play & ts_ok & ((ts_ns < lo_b) | (ts_ns > hi_b))
+    reason[bad] = why("ts out of range (more than 2^62 ns, about 146 years, from the clock's zero)")
+    in_play &= ~bad
 
     # ---- complete events -------------------------------------------------------------------
-    x = cls == _C_ROW
+    x = (cls == _C_ROW) & in_play
     bad = x & ~ts_ok
     reason[bad] = why("X event without a numeric ts")
     x &= ~bad
@@ -801,10 +1152,13 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
     bad = x & ~dur_ok & ~is_marker_x
     reason[bad] = why("X event without a numeric dur")
     x &= ~bad
+    bad = x & ~is_marker_x & (dur_ns > hi_b - ts_ns)  # ts_ns in [lo_b, hi_b]: no overflow
+    reason[bad] = why("ts + dur out of range (more than 2^62 ns, about 146 years, from the clock's zero)")
+    x &= ~bad
     x_idx = np.nonzero(x)[0]
 
     # ---- instants --------------------------------------------------------------------------
-    inst = cls == _C_INSTANT
+    inst = (cls == _C_INSTANT) & in_play
     bad = inst & ~ts_ok
     reason[bad] = why("instant event without a numeric ts")
     inst &= ~bad
@@ -814,7 +1168,7 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
     i_idx = np.nonzero(inst)[0]
 
     # ---- B/E pairs -------------------------------------------------------------------------
-    be = (cls == _C_B) | (cls == _C_E)
+    be = ((cls == _C_B) | (cls == _C_E)) & in_play
     bad = be & ~(ts_ok & pid_ok)
     reason[bad] = why("B/E event without a numeric ts or pid")
     be &= ~bad
@@ -841,23 +1195,21 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
     end = start + np.maximum(dur, 0)
     on_gpu = gpu_p[pair_of[src]]
     m = len(src)
+    # (memory: per-event arrays that are no longer needed are dropped as the rows are made)
+    del dur_ns, dur_ok, x_at, ts_ok, x, inst, be, unmatched, in_play, bad, is_marker_x, cls, dur, neg
+    cc.drop("dur@", "dur", "dur_ok", "ts", "ts_ok")
 
-    ev_rows = np.fromiter(events, dtype=object, count=n)[src]
-    args = np.fromiter(map(g("args"), ev_rows), dtype=object, count=m)
-
-    def arg(name: str) -> np.ndarray:
-        return _int_column(list(map(g(name), args)), m)
-
-    a_dev = arg("device")
-    a_stream = arg("stream")
-    a_corr = _missing_to(arg("correlation"))
-    ext = arg("external_id")
-    ext = np.where(ext <= _NONNUM, arg("external_id_legacy"), ext)
-    ext = _missing_to(ext)
+    # args: absent where the accumulator did not take them (rows that do not use them)
+    a_dev = cc.sparse("device", src, _ABSENT, np.int64)
+    a_stream = cc.sparse("stream", src, _ABSENT, np.int64)
+    a_corr = _missing_to(cc.sparse("correlation", src, _ABSENT, np.int64))
+    ext = _missing_to(cc.sparse("ext", src, _ABSENT, np.int64))
 
     r_pid = pid[src]
     r_tid = _missing_to(tid[src])
     is_sync = kind == Kind.SYNC
+    del pid, tid, pid_ok, ts_ns
+    cc.drop("pid", "tid", "device@", "device", "stream@", "stream", "correlation@", "correlation", "ext@", "ext")
 
     # GPU rows: device from args.device (else pid), stream from args.stream (else tid)
     device = np.where(on_gpu, np.where(a_dev > _NONNUM, a_dev, r_pid), -1)
@@ -869,6 +1221,7 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
     stream = np.where(stream == _UINT32_MAX, -1, stream)
     stream = np.where(on_gpu, stream, -1)
     device = _missing_to(device)
+    del a_dev, a_stream, from_tid, virt
 
     linked_kind = on_gpu & (kind != Kind.RANGE)  # kernels, copies, sets, syncs
     corr_kind = linked_kind | (kind == Kind.RUNTIME)
@@ -903,21 +1256,32 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
         acct.add("notes", "GPU rows without a runtime/driver call of the same correlation id (pid: the trace's only process)", int(miss.sum()))
     else:
         acct.add("notes", "GPU rows without a runtime/driver call of the same correlation id (pid unknown)", int(miss.sum()))
-    out_pid = np.where(on_gpu, gpu_pid, r_pid)
+    out_pid = _missing_to(np.where(on_gpu, gpu_pid, r_pid))
     out_tid = np.where(on_gpu, -1, r_tid)
+    stream = _missing_to(stream)
+    del a_corr, r_pid, r_tid, gpu_pid, hit, q, miss, rt, linked_kind, corr_kind, on_gpu
 
     # ---- names and categories --------------------------------------------------------------
+    # names interned in order of first appearance among the rows, as a dict over the rows would
     names = NameTable()
-    row_names = list(map(g("name"), ev_rows))
-    nid = {v: names.intern(v if isinstance(v, str) else "") for v in dict.fromkeys(row_names)}
-    name_id = _lookup(row_names, nid, m, np.int32)
-    del row_names
+    row_name = cc.column("name", np.int32)[src]
+    name_id = np.zeros(m, np.int32)
+    if m:
+        values = list(cc.name_ix)
+        u, first = np.unique(row_name, return_index=True)
+        lut = np.zeros(len(values), np.int32)
+        for i in u[np.argsort(first)].tolist():
+            v = values[i]
+            lut[i] = names.intern(v if isinstance(v, str) else "")
+        name_id = lut[row_name]
+    del row_name
+    cc.drop("name")
     cat_of_pair = np.fromiter((names.intern(c) for c in catname_p), np.int32, count=len(catname_p))
     cat_id = cat_of_pair[pair_of[src]]
 
     # ---- memcpy / memset -------------------------------------------------------------------
     is_copy = kind == Kind.MEMCPY
-    nbytes = np.where(is_copy | (kind == Kind.MEMSET), _missing_to(arg("bytes")), -1)
+    nbytes = np.where(is_copy | (kind == Kind.MEMSET), _missing_to(cc.sparse("bytes", src, _ABSENT, np.int64)), -1)
     copy_kind = np.zeros(m, np.int8)
     src_kind = np.zeros(m, np.int8)
     dst_kind = np.zeros(m, np.int8)
@@ -938,18 +1302,16 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
     link_corr = np.full(m, -1, np.int64)
     if is_sync.any():
         srows = np.nonzero(is_sync)[0]
-        sargs = args[srows]
-        kinds_raw = list(map(g("cuda_sync_kind"), sargs))
-        conv = {v: _sync_kind_value(v) for v in set(kinds_raw)}
-        sk_arr = np.fromiter(map(conv.__getitem__, kinds_raw), np.int8, count=len(srows))
+        s_src = src[srows]
+        sk_arr = cc.sparse("cuda_sync_kind", s_src, 0, np.int8)
         by_name = np.zeros(len(names.names), np.int8)
         for i in np.unique(name_id[srows]).tolist():
             by_name[i] = _SYNC_BY_NAME.get(names.names[i].strip().lower(), 0)
         sk_arr = np.where(sk_arr > 0, sk_arr, by_name[name_id[srows]])
         sync_kind[srows] = sk_arr
-        ws = _int_column(list(map(g("wait_on_stream"), sargs)), len(srows))
+        ws = cc.sparse("wait_on_stream", s_src, _ABSENT, np.int64)
         ws = np.where((ws <= _NONNUM) | (ws == _UINT32_MAX) | (ws < 0), -1, ws)
-        wc = _int_column(list(map(g("wait_on_cuda_event_record_corr_id"), sargs)), len(srows))
+        wc = cc.sparse("wait_on_cuda_event_record_corr_id", s_src, _ABSENT, np.int64)
         wc = np.where((wc <= _NONNUM) | (wc < 0), -1, wc)
         link_stream[srows] = ws
         link_corr[srows] = wc
@@ -971,10 +1333,10 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
         "kind": kind,
         "start_ns": start,
         "end_ns": end,
-        "pid": _missing_to(out_pid),
+        "pid": out_pid,
         "tid": out_tid,
         "device": device,
-        "stream": _missing_to(stream),
+        "stream": stream,
         "correlation": correlation,
         "external_id": ext,
         "name_id": name_id,
@@ -987,7 +1349,7 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
         "link_stream": link_stream,
         "link_correlation": link_corr,
     }
-    return EventTable.from_columns(cols, names.names, meta, acct)
+    return cols, names.names
 
 
 def _sync_kind_value(v: Any) -> int:

@@ -329,7 +329,8 @@ class _Reader:
                 n = len(rows)
                 try:
                     flat = itertools.chain.from_iterable(map(ints_of, rows) if nt else rows)
-                    int_parts.append(np.fromiter(flat, np.int64, count=n * k).reshape(n, k))
+                    # column-major per batch, so each column is later one contiguous copy per batch
+                    int_parts.append(np.ascontiguousarray(np.fromiter(flat, np.int64, count=n * k).reshape(n, k).T))
                 except (TypeError, ValueError, OverflowError):
                     cur.close()
                     return self._fetch_all(table, int_exprs, text_exprs, tail, intern)
@@ -346,7 +347,7 @@ class _Reader:
             raise TraceFormatError(self.path, where, f"cannot read the SQLite database ({e})") from None
         except UnicodeDecodeError:  # sqlite's message quotes a damaged schema's bytes
             raise TraceFormatError(self.path, where, "cannot read the SQLite database (damaged: its schema is not valid text)") from None
-        ints = [np.concatenate([p[:, i] for p in int_parts]) if int_parts else np.zeros(0, np.int64) for i in range(k)]
+        ints = [np.concatenate([p[i] for p in int_parts]) if int_parts else np.zeros(0, np.int64) for i in range(k)]
         del int_parts
         texts: list = []
         for j in range(nt):
