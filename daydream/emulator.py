@@ -745,13 +745,14 @@ def measure_latencies(run: Run) -> tuple[int, int]:
             prev, t = tasks[a], tasks[b]
             if calls[t.call].start_ns + L <= prev.end_ns and all(tasks[p].end_ns <= prev.end_ns for p in t.preds if p != a):
                 gaps.append(t.start_ns - prev.end_ns)
-    if gaps:  # rule 5: the 5 %-trimmed mean (all queued gaps equal G in an emulated run)
+    if len(gaps) >= 20:  # rule 5: the 5 %-trimmed mean (all queued gaps equal G in an emulated run)
         gaps.sort()
         k = int(len(gaps) * 0.05)
         kept = gaps[k:len(gaps) - k] or gaps
         G = round(sum(kept) / len(kept))
     else:
-        G = 0
+        G = statistics.median_low(gaps) if gaps else 0
+    G = min(max(G, 0), L)
     return L, G
 
 

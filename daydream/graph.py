@@ -144,6 +144,9 @@ def _search_pairs(keys: np.ndarray, pos: np.ndarray, tie: np.ndarray, q_keys: np
 #: mean (1.3 us) 44 us (measured on ../shared/traces, scripts/accuracy.py). Trimming keeps the
 #: rare long gaps caused by work the trace does not show from dominating.
 GAP_TRIM = 0.05
+#: below this many queued pairs a mean is dominated by one odd gap: use the median (the GTX 1060
+#: export extrap/con_kernel.sqlite has 4 pairs and a trimmed mean of 23 ms)
+GAP_MIN_PAIRS = 20
 
 
 def _trimmed_mean(x: np.ndarray, trim: float) -> int:
@@ -531,7 +534,10 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     L = max(_lower_median(rec_start[idle] - gl_start[idle]), 0)
     queued = is_gpu_node & (launch >= 0) & (lane_prev >= 0)
     queued &= (gl_start + L <= pe) & (xpe <= pe)
-    G = max(_trimmed_mean(rec_start[queued] - pe[queued], GAP_TRIM), 0)
+    gaps = rec_start[queued] - pe[queued]
+    # few pairs (tiny traces): the median; and never above L (the model's G <= L)
+    G = _trimmed_mean(gaps, GAP_TRIM) if len(gaps) >= GAP_MIN_PAIRS else _lower_median(gaps)
+    G = min(max(G, 0), L)
     # tied or inconsistent timestamps (odd input) can put a task before what it waits for
     order, pred_ptr, pred_idx = _repair_order(order.astype(np.int64), lane_prev, launch, ~is_gpu_node, pred_ptr, pred_idx, counts)
 
