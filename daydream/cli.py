@@ -97,6 +97,31 @@ def _load(path: str, strict: bool):
     return table
 
 
+#: files at least this big get progress lines on stderr (when stderr is a terminal)
+PROGRESS_MIN_BYTES = 50 * 1024 * 1024
+
+
+class _Progress:
+    """Stage lines on stderr for long runs: only when stderr is a terminal and the file is big."""
+
+    def __init__(self, path: str) -> None:
+        import time
+
+        self._time = time.perf_counter
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = 0
+        self.on = sys.stderr.isatty() and size >= PROGRESS_MIN_BYTES
+        self.t0 = self._time()
+        if self.on:
+            print(f"daydream-analyze: reading {path} ({size / 2**20:,.0f} MiB) ...", file=sys.stderr, flush=True)
+
+    def stage(self, what: str) -> None:
+        if self.on:
+            print(f"daydream-analyze: {what} ({self._time() - self.t0:,.1f} s)", file=sys.stderr, flush=True)
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from .optimizations import describe_all
@@ -118,7 +143,9 @@ def run(argv: list[str] | None = None) -> int:
     opts = [parse_spec(s) for s in specs] if specs else []  # usage errors before the slow load
     for path, flag in ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table")):
         _check_output(path, flag, args.trace)
+    progress = _Progress(args.trace)
     table = _load(args.trace, args.strict)
+    progress.stage(f"read {len(table):,} events; building the graph and replaying")
     if args.save_table:
         try:
             table.save(args.save_table)
@@ -130,6 +157,7 @@ def run(argv: list[str] | None = None) -> int:
         if e.path == args.trace:
             raise
         raise TraceFormatError(args.trace, e.where, e.reason) from None
+    progress.stage("analysis done")
     if args.timeline:
         result.write_timeline(args.timeline)
     if args.json:

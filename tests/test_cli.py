@@ -151,3 +151,16 @@ def test_every_real_kineto_trace_reports(path, capsys):
     code, out = run_cli(path, capsys=capsys)
     assert code == 0, out.err
     assert "traced window" in out.out
+
+
+def test_progress_lines_only_for_big_files_on_a_terminal(monkeypatch, capsys):
+    import daydream.cli as cli
+
+    monkeypatch.setattr(cli, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code = main([FIXTURE])
+    err = capsys.readouterr().err
+    assert code == 0 and "reading" in err and "analysis done" in err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert main([FIXTURE]) == 0
+    assert "reading" not in capsys.readouterr().err
