@@ -167,7 +167,13 @@ def run(argv: list[str] | None = None) -> int:
     if args.json != "-":
         from .report import render_text
 
-        sys.stdout.write(render_text(result.report))
+        try:
+            sys.stdout.write(render_text(result.report))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise UsageError(f"cannot write the report to standard output: {e.strerror or e}") from None
     return 0
 
 

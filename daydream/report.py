@@ -284,6 +284,8 @@ def _warnings(graph: TaskGraph) -> list[str]:
             "torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True) or Nsight Systems for exact edges."
         )
     gpu = int(np.count_nonzero(graph.node_kind != NODE_CPU))
+    if gpu == 0:
+        out.append("the trace has no GPU kernels, copies or sets: only its CPU side is replayed, and no GPU optimization applies.")
     orphans = sum(v for k, v in c.items() if k.startswith("GPU task without a launching call"))
     if gpu and orphans > 0.1 * gpu:
         out.append(f"{orphans:,} of {gpu:,} GPU tasks have no launching call in the trace (a cut or sampled trace?): they are placed by stream order only.")

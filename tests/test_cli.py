@@ -164,3 +164,8 @@ def test_progress_lines_only_for_big_files_on_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     assert main([FIXTURE]) == 0
     assert "reading" not in capsys.readouterr().err
+
+
+def test_full_stdout_is_a_clean_error():
+    r = subprocess.run([sys.executable, "-m", "daydream.cli", FIXTURE], stdout=open("/dev/full", "w"), stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2 and "cannot write the report" in r.stderr and "Traceback" not in r.stderr
