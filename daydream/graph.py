@@ -568,6 +568,45 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     )
 
 
+def simulation_edges(lane_prev: np.ndarray, launch: np.ndarray, is_cpu: np.ndarray, pred_ptr: np.ndarray, pred_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) of every ordering constraint the simulator needs: lane predecessor, launch,
+    cross-stream producer; a blocking call's awaited task must only precede the call's *next*
+    task on its thread (the call's start is fixed when it is visited, its end when its thread
+    moves on, so a blocking copy can wait for the copy it launched itself)."""
+    n = len(lane_prev)
+    v = np.arange(n)
+    lp, la = lane_prev >= 0, launch >= 0
+    lane_next = np.full(n, -1, np.int64)
+    lane_next[lane_prev[lp]] = v[lp]
+    xdst = np.repeat(v, np.diff(pred_ptr))
+    before = np.where(is_cpu[xdst], lane_next[xdst], xdst)  # what each extra predecessor must precede
+    has = before >= 0
+    return np.concatenate([lane_prev[lp], launch[la], pred_idx[has]]), np.concatenate([v[lp], v[la], before[has]])
+
+
+def kahn_order(n: int, src: np.ndarray, dst: np.ndarray, key: list) -> np.ndarray | None:
+    """A topological order of ``n`` nodes under edges src -> dst, taking ready nodes by smallest
+    ``key`` (deterministic); None when the edges contain a cycle."""
+    import heapq
+
+    indeg = np.bincount(dst, minlength=n).tolist()
+    o = np.argsort(src, kind="stable")
+    adj_ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).tolist()
+    adj = dst[o].tolist()
+    heap = [(key[u], u) for u in range(n) if indeg[u] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, u = heapq.heappop(heap)
+        out.append(u)
+        for i in range(adj_ptr[u], adj_ptr[u + 1]):
+            w = adj[i]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, (key[w], w))
+    return np.asarray(out, dtype=np.int64) if len(out) == n else None
+
+
 def _repair_order(order, lane_prev, launch, is_cpu, pred_ptr, pred_idx, counts):
     """``order`` made valid for the simulator (every edge forward; a blocking call's awaited
     tasks before the next task on its thread), or returned as it is when it already is.
@@ -583,40 +622,22 @@ def _repair_order(order, lane_prev, launch, is_cpu, pred_ptr, pred_idx, counts):
     v = np.arange(n)
     rank = np.empty(n, np.int64)
     rank[order] = v
-    lp, la = lane_prev >= 0, launch >= 0
-    lane_next = np.full(n, -1, np.int64)
-    lane_next[lane_prev[lp]] = v[lp]
-    xdst = np.repeat(v, np.diff(pred_ptr))
-    before = np.where(is_cpu[xdst], lane_next[xdst], xdst)  # what each extra predecessor must precede
-    has = before >= 0
-    src = np.concatenate([lane_prev[lp], launch[la], pred_idx[has]])
-    dst = np.concatenate([v[lp], v[la], before[has]])
+    src, dst = simulation_edges(lane_prev, launch, is_cpu, pred_ptr, pred_idx)
     back = rank[src] >= rank[dst]
     if not back.any():
         return order, pred_ptr, pred_idx
-    import heapq
-
-    indeg = np.bincount(dst, minlength=n).tolist()
-    o = np.argsort(src, kind="stable")
-    adj_ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).tolist()
-    adj = dst[o].tolist()
-    rk = rank.tolist()
-    heap = [(rk[u], u) for u in range(n) if indeg[u] == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        _, u = heapq.heappop(heap)
-        out.append(u)
-        for i in range(adj_ptr[u], adj_ptr[u + 1]):
-            w = adj[i]
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(heap, (rk[w], w))
-    if len(out) == n:
+    out = kahn_order(n, src, dst, rank.tolist())
+    if out is not None:
         _count(counts, "dependencies against the order of the recorded times (tied or inconsistent timestamps): order repaired", back.sum())
-        return np.asarray(out, dtype=np.int64), pred_ptr, pred_idx
+        return out, pred_ptr, pred_idx
     # a cycle: lane and launch edges always point forward in the sorted order, so dropping the
     # waits and cross-stream edges that point backwards leaves it valid
+    lp = lane_prev >= 0
+    lane_next = np.full(n, -1, np.int64)
+    lane_next[lane_prev[lp]] = v[lp]
+    xdst = np.repeat(v, np.diff(pred_ptr))
+    before = np.where(is_cpu[xdst], lane_next[xdst], xdst)
+    has = before >= 0
     keep = ~has | (rank[pred_idx] < rank[np.maximum(before, 0)])
     _count(counts, "wait or cross-stream dependency dropped: it closes a cycle (inconsistent timestamps)", (~keep).sum())
     pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(xdst[keep], minlength=n))]).astype(np.int64)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import DaydreamError, TraceFormatError
-from .graph import NODE_CPU, TaskGraph
+from .graph import NODE_CPU, TaskGraph, simulation_edges
 
 
 @dataclass
@@ -43,25 +43,7 @@ def check_topological(graph: TaskGraph, order: np.ndarray) -> None:
     n = graph.n
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(len(order))
-    v = np.arange(n)
-    lp = graph.lane_prev >= 0
-    la = graph.launch >= 0
-    src = [graph.lane_prev[lp], graph.launch[la]]
-    dst = [v[lp], v[la]]
-    xdst = np.repeat(v, np.diff(graph.pred_ptr))
-    xsrc = graph.pred_idx
-    cpu_dst = graph.node_kind[xdst] == NODE_CPU
-    src.append(xsrc[~cpu_dst])
-    dst.append(xdst[~cpu_dst])
-    # waits: before the waiting call's lane successor
-    lane_next = np.full(n, -1, dtype=np.int64)
-    lane_next[graph.lane_prev[lp]] = v[lp]
-    nxt = lane_next[xdst[cpu_dst]]
-    has = nxt >= 0
-    src.append(xsrc[cpu_dst][has])
-    dst.append(nxt[has])
-    s = np.concatenate(src)
-    d = np.concatenate(dst)
+    s, d = simulation_edges(graph.lane_prev, graph.launch, graph.node_kind == NODE_CPU, graph.pred_ptr, graph.pred_idx)
     if len(s) and np.any(rank[s] >= rank[d]):
         bad = int(np.count_nonzero(rank[s] >= rank[d]))
         raise DaydreamError(f"internal: node order violates {bad} graph edges (the graph has a cycle)")

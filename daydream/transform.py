@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import DaydreamError
 from .events import Kind
-from .graph import NODE_CPU, TaskGraph
+from .graph import NODE_CPU, TaskGraph, kahn_order, simulation_edges
 
 #: longest task duration a transformation may produce (2^52 ns, about 52 days): keeps every replayed
 #: time far inside int64 and exactly representable as a float
@@ -377,42 +377,11 @@ def topological_order(graph: TaskGraph) -> np.ndarray:
     Raises:
         DaydreamError: the dependencies contain a cycle.
     """
-    n = graph.n
-    v = np.arange(n)
-    lp = graph.lane_prev >= 0
-    la = graph.launch >= 0
-    xdst = np.repeat(v, np.diff(graph.pred_ptr))
-    xsrc = graph.pred_idx
-    cpu_dst = graph.node_kind[xdst] == NODE_CPU
-    lane_next = np.full(n, -1, dtype=np.int64)
-    lane_next[graph.lane_prev[lp]] = v[lp]
-    nxt = lane_next[xdst[cpu_dst]]
-    has = nxt >= 0
-    src = np.concatenate([graph.lane_prev[lp], graph.launch[la], xsrc[~cpu_dst], xsrc[cpu_dst][has]])
-    dst = np.concatenate([v[lp], v[la], xdst[~cpu_dst], nxt[has]])
-    indeg = np.bincount(dst, minlength=n).tolist()
-    o = np.argsort(src, kind="stable")
-    s_sorted, d_sorted = src[o], dst[o]
-    starts = np.searchsorted(s_sorted, v).tolist() + [len(s_sorted)]
-    d_list = d_sorted.tolist()
-    # ready nodes in position order for determinism
-    import heapq
-
-    key = graph.position_ns.tolist()
-    heap = [(key[i], i) for i in range(n) if indeg[i] == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        _, u = heapq.heappop(heap)
-        out.append(u)
-        for j in range(starts[u], starts[u + 1]):
-            w = d_list[j]
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(heap, (key[w], w))
-    if len(out) != n:
+    src, dst = simulation_edges(graph.lane_prev, graph.launch, graph.node_kind == NODE_CPU, graph.pred_ptr, graph.pred_idx)
+    out = kahn_order(graph.n, src, dst, graph.position_ns.tolist())
+    if out is None:
         raise DaydreamError("the transformed graph has a dependency cycle")
-    return np.asarray(out, dtype=np.int64)
+    return out
 
 
 def set_priority(graph: TaskGraph, priority: np.ndarray, lanes: Iterable[int] | None = None) -> TaskGraph:
