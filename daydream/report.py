@@ -410,7 +410,8 @@ def render_text(r: Report) -> str:
     lines.append(f"  devices: {dev}" + (f"   rank {m.rank}" + (f" of {m.world_size}" if m.world_size > 0 else "") if m.rank >= 0 else ""))
     g = r.graph
     lines.append(
-        f"  graph: {g.cpu_tasks:,} CPU tasks on {g.cpu_lanes} threads, {g.gpu_tasks:,} GPU tasks on {g.gpu_lanes} streams; "
+        f"  graph: {g.cpu_tasks:,} CPU tasks on {g.cpu_lanes} thread{'s' * (g.cpu_lanes != 1)}, "
+        f"{g.gpu_tasks:,} GPU tasks on {g.gpu_lanes} stream{'s' * (g.gpu_lanes != 1)}; "
         f"edges: {g.launch_edges:,} launch, {g.sync_edges:,} sync, {g.cross_stream_edges:,} cross-stream"
     )
     lines.append(f"  launch latency L = {g.launch_latency_ns / 1e3:.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:.3f} us (measured)")
