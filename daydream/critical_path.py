@@ -81,7 +81,7 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
     lane_prev, launch = graph.lane_prev.tolist(), graph.launch.tolist()
     ptr, idx = graph.pred_ptr.tolist(), graph.pred_idx.tolist()
     is_cpu = (graph.node_kind == NODE_CPU).tolist()
-    blocking, blocked, gap = graph.blocking.tolist(), tl.blocked_ns.tolist(), graph.gap_ns.tolist()
+    blocking, blocked = graph.blocking.tolist(), tl.blocked_ns.tolist()
     comm = communication_mask(graph).tolist()
     ph = phase.tolist() if phase is not None else None
     if ph is not None and gap_phase is None:

@@ -12,8 +12,11 @@ it) and GPU tasks (kernels, memcpys, memsets). Edges:
 
 The exact rules are in ``docs/model.md``. Every edge goes from a smaller to a larger *position*
 (a CPU call's recorded start; a GPU task's launching call's recorded start, or its own start when
-it has no launch), CPU before GPU at equal positions, so the graph is acyclic by construction and
-``order`` (nodes sorted by that key) is a topological order.
+it has no launch), CPU before GPU at equal positions, on consistent timestamps; ``order`` is the
+nodes sorted by that key. Tied or contradictory timestamps (odd input) can break that: the builder
+then repairs ``order`` by a topological sort that keeps the sorted order wherever it can, and if
+waits and cross-stream edges close a cycle, drops those that point backwards (both counted in
+``counts``; see ``_repair_order``). ``order`` is always a valid visiting order for the simulator.
 
 All arrays are numpy, one entry per node (``n`` nodes) unless stated; times are int64 ns.
 """
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cuda_api import ApiRole, roles_of_names
-from .events import CopyKind, EventTable, Kind, MemKind, SyncKind
+from .events import CopyKind, EventTable, Kind, MemKind
 
 NODE_CPU = 0  #: ``node_kind`` value for CPU tasks; GPU tasks keep their events.Kind value (2, 3, 4)
 
@@ -52,7 +55,8 @@ class TaskGraph:
         rec_start_ns, rec_end_ns: the recorded interval (for reports and measurement only; the
             simulator never reads a GPU node's recorded start).
         position_ns: the ordering key described in the module docstring.
-        order: a topological order of all nodes.
+        order: a visiting order of all nodes for the simulator (``simulation_edges`` all point
+            forward in it).
         t0_ns: trace start (the earliest timestamp of the table).
         launch_latency_ns, gpu_gap_ns: L and G of ``docs/model.md`` rule 5, measured.
         counts: what the builder kept as artefacts or could not link, by reason.
@@ -159,11 +163,13 @@ def _trimmed_mean(x: np.ndarray, trim: float) -> int:
     return int(round(float(x.mean())))
 
 
-def _lower_median(x: np.ndarray) -> int:
+def lower_median(x: np.ndarray) -> int:
+    """The lower median of ``x`` (an element of ``x``; 0 when empty): with few samples a slow first
+    call (context or module initialization) does not set it."""
     if len(x) == 0:
         return 0
     k = (len(x) - 1) // 2
-    return int(np.partition(x, k)[k])
+    return int(np.partition(np.asarray(x), k)[k])
 
 
 def build_graph(table: EventTable, mapping=None) -> TaskGraph:
@@ -269,7 +275,7 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
         (f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()
     ]
 
-    # order within lanes and globally: (position, is_gpu, rec_start, row)
+    # order within lanes and globally: (position, is_gpu, launch correlation id, rec_start, row)
     is_gpu_node = node_kind != NODE_CPU
     # ties in position (calls of several threads at the same ns) go in correlation-id order,
     # which is the order the process issued its calls in
@@ -531,15 +537,15 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
         np.maximum.at(xpe, xd, rec_end[xs])
     gl_start = np.where(launch >= 0, rec_start[np.maximum(launch, 0)], 0)
     idle = is_gpu_node & (launch >= 0) & (np.maximum(pe, xpe) <= gl_start)
-    L = max(_lower_median(rec_start[idle] - gl_start[idle]), 0)
+    L = max(lower_median(rec_start[idle] - gl_start[idle]), 0)
     queued = is_gpu_node & (launch >= 0) & (lane_prev >= 0)
     queued &= (gl_start + L <= pe) & (xpe <= pe)
     gaps = rec_start[queued] - pe[queued]
     # few pairs (tiny traces): the median; and never above L (the model's G <= L)
-    G = _trimmed_mean(gaps, GAP_TRIM) if len(gaps) >= GAP_MIN_PAIRS else _lower_median(gaps)
+    G = _trimmed_mean(gaps, GAP_TRIM) if len(gaps) >= GAP_MIN_PAIRS else lower_median(gaps)
     G = min(max(G, 0), L)
     # tied or inconsistent timestamps (odd input) can put a task before what it waits for
-    order, pred_ptr, pred_idx = _repair_order(order.astype(np.int64), lane_prev, launch, ~is_gpu_node, pred_ptr, pred_idx, counts)
+    order, pred_ptr, pred_idx = _repair_order(order, lane_prev, launch, ~is_gpu_node, pred_ptr, pred_idx, counts)
 
     return TaskGraph(
         table=table,
@@ -573,15 +579,24 @@ def simulation_edges(lane_prev: np.ndarray, launch: np.ndarray, is_cpu: np.ndarr
     cross-stream producer; a blocking call's awaited task must only precede the call's *next*
     task on its thread (the call's start is fixed when it is visited, its end when its thread
     moves on, so a blocking copy can wait for the copy it launched itself)."""
+    v = np.arange(len(lane_prev))
+    lp, la = lane_prev >= 0, launch >= 0
+    _, before = _pred_targets(lane_prev, is_cpu, pred_ptr)
+    has = before >= 0
+    return np.concatenate([lane_prev[lp], launch[la], pred_idx[has]]), np.concatenate([v[lp], v[la], before[has]])
+
+
+def _pred_targets(lane_prev: np.ndarray, is_cpu: np.ndarray, pred_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each extra predecessor (entry of ``pred_idx``): the node it belongs to, and the node it
+    must precede in a visiting order (the node itself for a GPU task; the next task on the thread
+    for a blocking call, -1 when it is the last)."""
     n = len(lane_prev)
     v = np.arange(n)
-    lp, la = lane_prev >= 0, launch >= 0
+    lp = lane_prev >= 0
     lane_next = np.full(n, -1, np.int64)
     lane_next[lane_prev[lp]] = v[lp]
     xdst = np.repeat(v, np.diff(pred_ptr))
-    before = np.where(is_cpu[xdst], lane_next[xdst], xdst)  # what each extra predecessor must precede
-    has = before >= 0
-    return np.concatenate([lane_prev[lp], launch[la], pred_idx[has]]), np.concatenate([v[lp], v[la], before[has]])
+    return xdst, np.where(is_cpu[xdst], lane_next[xdst], xdst)
 
 
 def kahn_order(n: int, src: np.ndarray, dst: np.ndarray, key: list) -> np.ndarray | None:
@@ -632,11 +647,7 @@ def _repair_order(order, lane_prev, launch, is_cpu, pred_ptr, pred_idx, counts):
         return out, pred_ptr, pred_idx
     # a cycle: lane and launch edges always point forward in the sorted order, so dropping the
     # waits and cross-stream edges that point backwards leaves it valid
-    lp = lane_prev >= 0
-    lane_next = np.full(n, -1, np.int64)
-    lane_next[lane_prev[lp]] = v[lp]
-    xdst = np.repeat(v, np.diff(pred_ptr))
-    before = np.where(is_cpu[xdst], lane_next[xdst], xdst)
+    xdst, before = _pred_targets(lane_prev, is_cpu, pred_ptr)
     has = before >= 0
     keep = ~has | (rank[pred_idx] < rank[np.maximum(before, 0)])
     _count(counts, "wait or cross-stream dependency dropped: it closes a cycle (inconsistent timestamps)", (~keep).sum())
@@ -663,7 +674,7 @@ def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         packed = np.zeros(n, np.int64)
         for c in range(k):
             packed = (packed << np.int64(bits[c])) | (keys[:, c] - lows[c])
-        pk, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+        _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
         return keys[first], inv.reshape(-1).astype(np.int64)
     packed = np.zeros(n, np.int64)
     span = 1
@@ -674,7 +685,7 @@ def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             uniq, lane = np.unique(keys, axis=0, return_inverse=True)
             return uniq, lane.reshape(-1).astype(np.int64)
         packed = packed * np.int64(len(u)) + inv.reshape(-1)
-    pk, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+    _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
     return keys[first], inv.reshape(-1).astype(np.int64)
 
 

@@ -1,5 +1,7 @@
-"""Reports: measured vs replayed time for the traced window and each ProfilerStep, GPU busy/idle
-time, a breakdown by task kind, and what the adapter and graph builder skipped or flagged.
+"""Reports: measured vs replayed time for the traced window, each ProfilerStep and each process,
+GPU busy/idle time, a breakdown by task kind, the critical path, time by phase and top layers
+(mapped traces), warnings, what the adapter and graph builder skipped or flagged, and the
+predictions (and ``--opt all`` ranking) of optimizations.
 
 The report is a msgspec struct (:class:`Report`); the terminal text and the ``--json`` document
 are two renderings of it, and ``schemas/report.schema.json`` is generated from it.

@@ -3,7 +3,9 @@
 The simulator reads only task durations, CPU gaps, edges, the trace start and the two per-trace
 constants (launch latency ``L`` and GPU gap ``G``). It never reads a GPU task's recorded start:
 GPU tasks are placed by their launch, their stream and their cross-stream producers only, and a
-blocking call lasts until what it waits for has finished, plus its own cost.
+blocking call lasts until what it waits for has finished, plus its own cost. A graph with streams
+scheduled by priority (:func:`daydream.transform.set_priority`) is replayed event by event by
+:mod:`daydream.schedule` instead, which also reads the priorities.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def _events(graph: TaskGraph, tl: Timeline, base_ns: int, label: str, pid_off: i
             ev.append(e)
         fid += 1
     # process / thread names
-    for L, k in enumerate(graph.lane_keys.tolist()):
+    for k in graph.lane_keys.tolist():
         if k[0]:
             p_, tid_, nm = k[2] + dev_off, k[3], f"stream {k[3]}"
             ev.append({"ph": "M", "name": "process_name", "pid": p_, "tid": 0, "args": {"name": f"{label}GPU {k[2]}"}})

@@ -12,8 +12,9 @@ Semantics (they keep ``docs/model.md`` meaningful for the changed program):
 * Removing a CPU task removes the gap before it too (the framework work that issued the call);
   the next task on its thread follows the previous one with its own gap. GPU tasks it launched,
   if kept, become launched by the previous kept call on the thread (or ready at trace start).
-* Removing a GPU task: whoever depended on it (the next task on its stream, cross-stream
-  consumers, calls that waited for it) now depends on its GPU predecessors instead.
+* Removing a GPU task: the next kept task on its stream follows the kept task before it and
+  inherits its cross-stream producers; cross-stream consumers and calls that waited for it now
+  depend on the kept task before it on its stream (none when it was the first).
 * Inserting: a task is placed on a lane right after an anchor task (``after``), with extra
   predecessors (GPU tasks it waits for) and successors; an inserted GPU task may name the CPU
   task that launches it.
@@ -247,7 +248,7 @@ def remove(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
     pred_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     flat = [p for v in kept_ids for p in new_preds[v]]
     pred_idx = new_id[np.asarray(flat, dtype=np.int64)] if flat else np.zeros(0, np.int64)
-    blocking = graph.blocking[keep] & (counts > 0) | (graph.blocking[keep] & (graph.node_kind[keep] == NODE_CPU) & (counts > 0))
+    blocking = graph.blocking[keep] & (counts > 0)  # a call left with nothing to wait for no longer blocks
     order = new_id[graph.order[keep[graph.order]]]
     return dataclasses.replace(
         graph,
@@ -336,7 +337,7 @@ def insert(
         if graph.node_kind[s] == NODE_CPU:
             blocking[s] = True
     pos = int(graph.position_ns[after])
-    # order: right after the anchor (and after its launch, for GPU tasks)
+    # order: right after the anchor; replaced by a topological sort below if that breaks a dependency
     order = graph.order.tolist()
     at = order.index(after) + 1
     order.insert(at, v)

@@ -778,7 +778,7 @@ def build_rows(recs: list[_Line], header_pid: int, acc: Accounting) -> Rows:
 
     # ---- synchronization + CUDA events ----------------------------------------------------
     sb = plain("SYNCHRONIZATION", Kind.SYNC, lambda rs, cols, miss: _names_by_key(sync_name, _or(_ints(rs, "type"), 0)[miss]), gpu=True)
-    ev_idx, ev = sub("CUDA_EVENT")
+    _, ev = sub("CUDA_EVENT")
     ev_used = np.zeros(len(ev), dtype=bool)
     if sb:
         rs = sb["recs"]
@@ -794,7 +794,7 @@ def build_rows(recs: list[_Line], header_pid: int, acc: Accounting) -> Rows:
         open_ranges = _marker_rows(mk_idx, mk, blocks, derive_pid, acc)
 
     # ---- devices ----------------------------------------------------------------------------
-    dv_idx, dv = sub("DEVICE")
+    _, dv = sub("DEVICE")
     devices = []
     for r in dv:
         def opt(v: int) -> int:
@@ -954,7 +954,6 @@ def _marker_rows(idx: np.ndarray, mk: list, blocks: list, derive_pid: list, acc:
 
     The mask is over the concatenation of all blocks (the RANGE block is appended last but one).
     """
-    m = len(mk)
     flags = _or(_ints(mk, "flags"), 0)
     is_start = (flags & MARKER_START) != 0
     is_end = ~is_start & ((flags & MARKER_END) != 0)

@@ -517,7 +517,7 @@ def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[lis
                 )
             if salvaged:
                 raise TraceFormatError(path, f"byte offset {len(data)}", "the file is truncated and could not be salvaged")
-            got = _salvage_truncated(path, data, array_form, typ)
+            got = _salvage_truncated(data, array_form, typ)
             if got is None:
                 raise TraceFormatError(
                     path, f"byte offset {len(data)}", "the file is truncated and no complete event could be recovered before the cut"
@@ -625,7 +625,7 @@ def _bulk_fix(data: bytes, acct: Accounting) -> bytes:
     return out
 
 
-def _salvage_truncated(path: str, data: bytes, array_form: bool, typ: Any) -> Optional[tuple[bytes, int]]:
+def _salvage_truncated(data: bytes, array_form: bool, typ: Any) -> Optional[tuple[bytes, int]]:
     """Cut ``data`` after the last complete event and close the document.
 
     Returns (repaired document, byte offset of the cut), or None when nothing could be salvaged.

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..cuda_api import ApiRole, api_role
 from ..events import Kind
-from ..graph import NODE_CPU, TaskGraph
+from ..graph import NODE_CPU, TaskGraph, lower_median
 from ..transform import name_mask  # noqa: F401 - re-exported for the optimizations
 
 #: API roles that make a CPU call wait for the GPU (they split CUDA-graph regions and are never
@@ -34,23 +34,6 @@ def cpu_roles(graph: TaskGraph) -> np.ndarray:
         if cpu[v]:
             out[v] = api_role(s)
     return out
-
-
-def launch_mask(graph: TaskGraph) -> np.ndarray:
-    """CPU nodes that launched at least one GPU task of the graph."""
-    m = np.zeros(graph.n, dtype=bool)
-    la = graph.launch[graph.launch >= 0]
-    m[la] = True
-    return m
-
-
-def lower_median(x: np.ndarray) -> int:
-    """The lower median of ``x`` (an element of ``x``; 0 when empty): with few samples a slow first
-    call (context or module initialization) does not set it."""
-    if len(x) == 0:
-        return 0
-    k = (len(x) - 1) // 2
-    return int(np.partition(np.asarray(x), k)[k])
 
 
 def median_launch_ns(graph: TaskGraph) -> int:
