@@ -1,9 +1,9 @@
 """Write ``fixtures/train_step.json.gz``: a small, realistic Kineto training trace with known truth.
 
-How it is made: ``daydream.emulator.training_step_program(n_layers=4, steps=3, seed=0)`` (one
+How it is made: ``daydream.testing.emulator.training_step_program(n_layers=4, steps=3, seed=0)`` (one
 Python thread, compute stream 7, all-reduce stream 20, copy stream 24; L = 5000 ns, G = 1000 ns)
-is run by the reference emulator (``daydream.emulator.emulate``, the rules of ``docs/model.md``)
-and written by ``daydream.emulator.to_kineto`` with ``cuda_sync`` events, gzip'd with mtime 0.
+is run by the reference emulator (``daydream.testing.emulator.emulate``, the rules of ``docs/model.md``)
+and written by ``daydream.testing.emulator.to_kineto`` with ``cuda_sync`` events, gzip'd with mtime 0.
 Everything is deterministic: rerunning this script reproduces the file byte for byte, and
 ``emulate(training_step_program())`` gives the exact ns start and end of every call and GPU task
 in it.
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from daydream.emulator import emulate, to_kineto, training_step_program  # noqa: E402
+from daydream.testing.emulator import emulate, to_kineto, training_step_program  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

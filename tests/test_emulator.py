@@ -1,4 +1,4 @@
-"""Tests of the reference emulator itself (daydream/emulator.py): hand-computed schedules, model
+"""Tests of the reference emulator itself (daydream/testing/emulator.py): hand-computed schedules, model
 invariants over random programs, and the exactness of its Kineto output."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from daydream.emulator import (
+from daydream.testing.emulator import (
     DeviceSync, EventRecord, EventSync, HostWork, Launch, Memcpy, MemcpyAsync, MemsetAsync, OtherCall, Program,
     RangeBegin, RangeEnd, StreamSync, StreamWaitEvent, Thread, emulate, measure_latencies, programs, to_kineto,
     training_step_program,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from daydream.emulator import emulate, programs, to_kineto
+from daydream.testing.emulator import emulate, programs, to_kineto
 from daydream.formats import load_trace
 from daydream.graph import build_graph
 from daydream.schedule import simulate_events

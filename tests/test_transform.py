@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from daydream.emulator import HostWork, Launch, RangeBegin, RangeEnd, emulate, measure_latencies, programs, to_kineto
+from daydream.testing.emulator import HostWork, Launch, RangeBegin, RangeEnd, emulate, measure_latencies, programs, to_kineto
 from daydream.errors import DaydreamError
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph

@@ -47,6 +47,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
+from ..cuda_api import ApiRole, api_role
+
 __all__ = [
     "HostWork", "Launch", "MemcpyAsync", "Memcpy", "MemsetAsync", "DeviceSync", "StreamSync",
     "EventRecord", "EventSync", "StreamWaitEvent", "OtherCall", "RangeBegin", "RangeEnd",
@@ -382,8 +384,6 @@ class Program:
 
     def validate(self) -> None:
         """Check the program (called on construction); raises ValueError."""
-        from .cuda_api import ApiRole, api_role
-
         if not (0 <= self.gpu_gap_ns <= self.launch_latency_ns):
             raise ValueError(f"need 0 <= G <= L, got L={self.launch_latency_ns} G={self.gpu_gap_ns}")
         if self.t0_ns < 0:
