@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UsageError
+from .errors import NotApplicable, UsageError
 from .events import EventTable
 from .graph import TaskGraph, build_graph
-from .optimizations import NotApplicable, Optimization, check_composition, load_all
+from .optimizations import Optimization, check_composition, load_all
 from .report import AppliedOpt, Ranked, Report, build_prediction, build_report
 from .simulate import Timeline, recorded, simulate
 

@@ -38,3 +38,7 @@ class TraceFormatError(DaydreamError):
 
 class UsageError(DaydreamError):
     """A bad command line: unknown optimization, bad parameter value, unwritable output."""
+
+
+class NotApplicable(DaydreamError):
+    """The optimization does not apply to this trace; the message says why."""

@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daydream.errors import UsageError
+from daydream.errors import NotApplicable, UsageError
 from daydream.events import DeviceInfo, Kind, TraceMeta
 from daydream.formats import load_trace
 from daydream.gpus import find_gpu, gpu_of_device
 from daydream.gpus import names as gpu_names
 from daydream.graph import NODE_CPU, build_graph
 from daydream.mapping import PHASES, map_events
-from daydream.optimizations import NotApplicable, parse_spec
+from daydream.optimizations import parse_spec
 from daydream.simulate import simulate
 
 from tablebuilder import TB

@@ -13,12 +13,8 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import DaydreamError, UsageError
+from ..errors import NotApplicable, UsageError  # noqa: F401 - NotApplicable re-exported (defined in daydream.errors)
 from ..graph import TaskGraph
-
-
-class NotApplicable(DaydreamError):
-    """The optimization does not apply to this trace; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
+from ..errors import NotApplicable
 from ..events import Kind
 from ..transform import scale
-from . import NotApplicable, Optimization, Param, register
+from . import Optimization, Param, register
 
 
 #: A trace whose compute-bound kernel time (of known precision) is more than this share fp16/bf16/

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import NotApplicable
 from ..graph import NODE_CPU
 from ..events import Kind
 from ..transform import remove, set_duration
-from . import NotApplicable, Optimization, Param, register
+from . import Optimization, Param, register
 from ._common import SYNC_ROLES, cpu_nodes_in_ranges, cpu_ranges, cpu_roles, lane_order, median_launch_ns, name_mask
 
 

@@ -27,10 +27,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
+from ..errors import NotApplicable
 from ..events import Kind
 from ..graph import NODE_CPU
 from ..transform import remove, set_duration
-from . import NotApplicable, Optimization, Param, register
+from . import Optimization, Param, register
 from ._common import cpu_nodes_in_ranges, cpu_ranges, lane_order, lower_median, mapped_labels_match, mapped_phase, name_mask, runs
 
 #: Kernel classes a fused optimizer kernel absorbs.

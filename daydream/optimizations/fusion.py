@@ -36,9 +36,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
+from ..errors import NotApplicable
 from ..events import Kind
 from ..transform import remove, set_duration
-from . import NotApplicable, Optimization, Param, register
+from . import Optimization, Param, register
 from ._common import has_dependents, lane_order
 
 FUSABLE_CLASSES = ("elementwise", "reduction", "normalization", "softmax_attention", "copy", "set")

@@ -20,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
-from ..errors import UsageError
+from ..errors import NotApplicable, UsageError
 from ..events import CopyKind, Kind
 from ..gpus import GPU, find_gpu, gpu_of_device, names
 from ..transform import scale
-from . import NotApplicable, Optimization, Param, register
+from . import Optimization, Param, register
 
 
 def source_gpu(graph, given: str) -> tuple[GPU | None, str]:

@@ -35,9 +35,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
+from ..errors import NotApplicable
 from ..events import Kind
 from ..transform import remove, scale
-from . import NotApplicable, Optimization, Param, register
+from . import Optimization, Param, register
 from ._common import name_mask
 
 BN_BW = r"(?i)bn_bw|batch_?norm_?backward|batchnorm_?bwd|BatchNormBwd|batch_norm_backward"

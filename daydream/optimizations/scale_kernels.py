@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import NotApplicable
 from ..transform import scale, select
-from . import NotApplicable, Optimization, Param, register
+from . import Optimization, Param, register
 
 
 def _apply(graph, p):
