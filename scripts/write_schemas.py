@@ -2,25 +2,23 @@
 
     python scripts/write_schemas.py
 
-tests/test_schemas.py fails when a committed schema differs from what this writes.
+The writing is ``daydream.schemas.write_schemas``; tests/test_schemas.py fails when a committed
+schema differs from what it writes.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daydream.schemas import SCHEMAS  # noqa: E402
+from daydream.schemas import write_schemas  # noqa: E402
 
 
 def main() -> None:
-    for name, make in SCHEMAS.items():
-        path = ROOT / "schemas" / name
-        path.write_text(json.dumps(make(), indent=2, sort_keys=True) + "\n")
+    for path in write_schemas(ROOT / "schemas"):
         print(f"wrote {path.relative_to(ROOT)}")
 
 

@@ -1,11 +1,10 @@
-"""The committed JSON Schemas are exactly what the msgspec definitions generate."""
+"""The committed JSON Schemas are exactly, byte for byte, what the msgspec definitions generate."""
 
-import json
 from pathlib import Path
 
 import pytest
 
-from daydream.schemas import SCHEMAS
+from daydream.schemas import SCHEMA_DIR, SCHEMAS, schema_text, write_schemas
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -14,7 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_schema_file_is_current(name):
     path = ROOT / "schemas" / name
     assert path.exists(), f"{path} missing: run python scripts/write_schemas.py"
-    assert json.loads(path.read_text()) == SCHEMAS[name](), f"{name} is stale: run python scripts/write_schemas.py"
+    assert path.read_bytes() == schema_text(name).encode(), f"{name} is stale: run python scripts/write_schemas.py"
+
+
+def test_schema_writer_writes_every_schema_file(tmp_path):
+    assert SCHEMA_DIR == ROOT / "schemas"
+    written = write_schemas(tmp_path)
+    assert sorted(p.name for p in written) == sorted(SCHEMAS)
+    for p in written:
+        assert p.read_bytes() == (ROOT / "schemas" / p.name).read_bytes()
 
 
 def test_saved_table_round_trip_through_the_cli(tmp_path, capsys):
