@@ -165,7 +165,7 @@ def run(argv: list[str] | None = None) -> int:
 
         _write(args.json, report_json(result.report))
     if args.json != "-":
-        from .report import render_text
+        from .render_text import render_text
 
         try:
             sys.stdout.write(render_text(result.report))

@@ -1,18 +1,23 @@
-"""Reports: measured vs replayed time for the traced window, each ProfilerStep and each process,
-GPU busy/idle time, a breakdown by task kind, the critical path, time by phase and top layers
-(mapped traces), warnings, what the adapter and graph builder skipped or flagged, and the
-predictions (and ``--opt all`` ranking) of optimizations.
+"""The report model and its computation: measured vs replayed time for the traced window, each
+ProfilerStep and each process, GPU busy/idle time, a breakdown by task kind, the critical path,
+time by phase and top layers (mapped traces), warnings, what the adapter and graph builder skipped
+or flagged, and the predictions (and ``--opt all`` ranking) of optimizations.
 
-The report is a msgspec struct (:class:`Report`); the terminal text and the ``--json`` document
-are two renderings of it, and ``schemas/report.schema.json`` is generated from it.
+The report is a msgspec struct (:class:`Report`) built from a graph and its timelines by
+:func:`build_report` and :func:`build_prediction`. Renderers only lay it out: the
+terminal text (:mod:`daydream.render_text`), the ``--json`` document (:func:`report_json`; its
+schema ``schemas/report.schema.json`` is generated from the structs) and, from the same graphs
+and timelines, the Chrome trace (:mod:`daydream.timeline`).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import msgspec
 
-from .critical_path import CAUSES, CriticalPath, critical_path, gpu_relevant
+from .critical_path import CriticalPath, critical_path, gpu_relevant
 from .events import Accounting, Kind, TraceMeta
 from .graph import NODE_CPU, TaskGraph, profiler_steps
 from .simulate import Timeline
@@ -127,6 +132,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     layers: list[GroupStats] = []  #: top layers by GPU time
 
 
+# ---------------------------------------------------------------- computation -----------------
 def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
     """Length (ns) of the union of intervals clipped to [lo, hi]."""
     s = np.clip(starts, lo, hi)
@@ -199,8 +205,21 @@ def _window(name, graph, tl, rec, lo_m, hi_m, lo_r, hi_r, members, note="", busy
     )
 
 
-def step_windows(graph: TaskGraph, tl: Timeline) -> list[tuple[str, int, int, int, int, np.ndarray, str]]:
-    """Each ProfilerStep: (name, measured start, end, replayed start, end, member mask, note).
+class StepWindow(NamedTuple):
+    """One ProfilerStep: where it lies measured and replayed (ns), and the nodes that belong to it."""
+
+    name: str
+    start_ns: int  #: measured
+    end_ns: int
+    replayed_start_ns: int
+    replayed_end_ns: int
+    members: np.ndarray  #: node mask
+    note: str  #: why replayed = measured, when it is
+
+
+def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
+    """Each ProfilerStep as a :class:`StepWindow` (a tuple: name, measured start and end, replayed
+    start and end, member mask, note).
 
     A step boundary ``b`` lies on its thread in the CPU gap before some API call ``x`` (the first
     call starting at or after ``b``). Replayed, it stays ``min(x.start - b, x.gap)`` before ``x``:
@@ -219,7 +238,7 @@ def step_windows(graph: TaskGraph, tl: Timeline) -> list[tuple[str, int, int, in
         lane = lane_of.get((0, pid, tid, 0), -1)
         nodes = np.nonzero((graph.lane == lane) & cpu)[0]
         if not ((graph.rec_start_ns[nodes] >= s) & (graph.rec_end_ns[nodes] <= e)).any():
-            out.append((name, s, e, s, e, members, "no API call inside the step on its thread; replayed = measured"))
+            out.append(StepWindow(name, s, e, s, e, members, "no API call inside the step on its thread; replayed = measured"))
             continue
         nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
         rs_sorted = graph.rec_start_ns[nodes]
@@ -232,16 +251,14 @@ def step_windows(graph: TaskGraph, tl: Timeline) -> list[tuple[str, int, int, in
             y = int(nodes[-1])
             return int(tl.end_ns[y]) + (b - int(graph.rec_end_ns[y]))
 
-        out.append((name, s, e, boundary(s), boundary(e), members, ""))
+        out.append(StepWindow(name, s, e, boundary(s), boundary(e), members, ""))
     return out
 
 
-def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
-    """Assemble the report of a replay ``tl`` against the recorded timeline ``rec``."""
-    t = graph.table
+def _graph_summary(graph: TaskGraph) -> GraphSummary:
     n_cpu = int(np.count_nonzero(graph.node_kind == NODE_CPU))
     n_gpu_edges_x = int(np.count_nonzero(graph.node_kind[np.repeat(np.arange(graph.n), np.diff(graph.pred_ptr))] != NODE_CPU))
-    g = GraphSummary(
+    return GraphSummary(
         cpu_tasks=n_cpu,
         gpu_tasks=graph.n - n_cpu,
         cpu_lanes=int(np.count_nonzero(~graph.lane_is_gpu)),
@@ -254,19 +271,33 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
         counts=dict(sorted(graph.counts.items())),
         gpus=sorted(set(graph.lane_keys[graph.lane_is_gpu, 2].tolist())),
     )
-    all_nodes = np.ones(graph.n, dtype=bool)
+
+
+def _window_end(graph: TaskGraph, end_ns: np.ndarray, rel: np.ndarray, step_ends: list[int]) -> int:
+    """End of the traced window: the last GPU-relevant task's end (see ``gpu_relevant``) or step end."""
+    return max([int(end_ns[rel].max()) if rel.any() else graph.t0_ns] + step_ends)
+
+
+def _window_note(graph: TaskGraph, rel: np.ndarray) -> str:
+    """The traced window's note when threads without GPU work are left out of it."""
+    n_out = int(np.count_nonzero(~graph.lane_is_gpu)) - len(np.unique(graph.lane[rel & (graph.node_kind == NODE_CPU)]))
+    return f"ends with the GPU work; {n_out} thread(s) that never launch or wait for GPU work not counted" if n_out > 0 and rel.any() else ""
+
+
+def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
+    """Assemble the report of a replay ``tl`` against the recorded timeline ``rec``."""
+    t = graph.table
+    summary = _graph_summary(graph)
     t0 = graph.t0_ns
     rel = gpu_relevant(graph)
     sw = step_windows(graph, tl)
-    hi_m = max([int(rec.end_ns[rel].max()) if rel.any() else t0] + [x[2] for x in sw])
-    hi_r = max([int(tl.end_ns[rel].max()) if rel.any() else t0] + [x[4] for x in sw])
-    n_out = int(np.count_nonzero(~graph.lane_is_gpu)) - len(np.unique(graph.lane[rel & (graph.node_kind == NODE_CPU)]))
-    note = f"ends with the GPU work; {n_out} thread(s) that never launch or wait for GPU work not counted" if n_out > 0 and rel.any() else ""
-    window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, all_nodes, note)
-    steps = [_window(name, graph, tl, rec, s, e, rs, r_e, members, note) for name, s, e, rs, r_e, members, note in sw]
+    hi_m = _window_end(graph, rec.end_ns, rel, [w.end_ns for w in sw])
+    hi_r = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
+    window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, np.ones(graph.n, dtype=bool), _window_note(graph, rel))
+    steps = [_window(w.name, graph, tl, rec, w.start_ns, w.end_ns, w.replayed_start_ns, w.replayed_end_ns, w.members, w.note) for w in sw]
     phases, layers = _groups(graph, tl)
     _, cp = critical_path(graph, tl, *_phase_args(graph))
-    return Report(REPORT_VERSION, t.meta, t.accounting, g, window, steps, cp, processes=_process_windows(graph, tl, rec),
+    return Report(REPORT_VERSION, t.meta, t.accounting, summary, window, steps, cp, processes=_process_windows(graph, tl, rec),
                   phases=phases, layers=layers, warnings=_warnings(graph))
 
 
@@ -377,125 +408,17 @@ def _predicted(name, base: WindowStats, graph, tl, lo, hi, members) -> Predicted
 
 def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list[AppliedOpt]) -> Prediction:
     """The prediction made by simulating the transformed ``graph`` (timeline ``tl``)."""
-    t0 = graph.t0_ns
     rel = gpu_relevant(graph)
     sw = step_windows(graph, tl)
-    hi = max([int(tl.end_ns[rel].max()) if rel.any() else t0] + [x[4] for x in sw])
-    window = _predicted("traced window", base.window, graph, tl, t0, hi, np.ones(graph.n, dtype=bool))
-    steps = []
+    hi = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
+    window = _predicted("traced window", base.window, graph, tl, graph.t0_ns, hi, np.ones(graph.n, dtype=bool))
     by_name = {w.name: w for w in base.steps}
-    for name, _s, _e, rs, r_e, members, _note in sw:
-        if name in by_name:
-            steps.append(_predicted(name, by_name[name], graph, tl, rs, r_e, members))
+    steps = [_predicted(w.name, by_name[w.name], graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members) for w in sw if w.name in by_name]
     _, cp = critical_path(graph, tl, *_phase_args(graph))
     return Prediction(applied, window, steps, cp)
 
 
-# ---------------------------------------------------------------- rendering ------------------
-def _pct(x: float) -> str:
-    return f"{x:.2f}" if abs(x) >= 0.005 else "0.00"
-
-
-def _ms(ns: int) -> str:
-    return f"{ns / 1e6:,.3f}"
-
-
-def render_text(r: Report) -> str:
-    """The terminal report (plain text, fixed-width tables)."""
-    lines: list[str] = []
-    m = r.trace
-    used = [d for d in m.devices if d.id in r.graph.gpus] or ([] if r.graph.gpus else list(m.devices))
-    dev = ", ".join(f"{d.id}: {d.name or 'name not recorded'}" for d in used) or ("GPU " + ", ".join(map(str, r.graph.gpus)) if r.graph.gpus else "no GPU work")
-    if len(m.devices) > len(used) and used:
-        dev += f" (+{len(m.devices) - len(used)} more in the node, without work in the trace)"
-    lines.append(f"daydream: {m.source}  [{m.format}]")
-    lines.append(f"  devices: {dev}" + (f"   rank {m.rank}" + (f" of {m.world_size}" if m.world_size > 0 else "") if m.rank >= 0 else ""))
-    g = r.graph
-    lines.append(
-        f"  graph: {g.cpu_tasks:,} CPU tasks on {g.cpu_lanes} thread{'s' * (g.cpu_lanes != 1)}, "
-        f"{g.gpu_tasks:,} GPU tasks on {g.gpu_lanes} stream{'s' * (g.gpu_lanes != 1)}; "
-        f"edges: {g.launch_edges:,} launch, {g.sync_edges:,} sync, {g.cross_stream_edges:,} cross-stream"
-    )
-    lines.append(f"  launch latency L = {g.launch_latency_ns / 1e3:.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:.3f} us (measured)")
-    for w in r.warnings:
-        lines.append(f"  warning: {w}")
-    lines.append("")
-    lines.append("  GPU busy/idle: measured, summed over the GPUs of the window; speed-up = replayed / predicted")
-    hdr = f"  {'window':<28}{'measured ms':>14}{'replayed ms':>14}{'error %':>9}{'GPU busy ms':>13}{'GPU idle ms':>13}{'kernels':>9}"
-    lines.append(hdr)
-    lines.append("  " + "-" * (len(hdr) - 2))
-    for w in [r.window, *r.processes, *r.steps]:
-        lines.append(
-            f"  {w.name[:27]:<28}{_ms(w.measured_ns):>14}{_ms(w.replayed_ns):>14}{_pct(w.error_pct):>9}"
-            f"{_ms(w.gpu_busy_measured_ns):>13}{_ms(w.gpu_idle_measured_ns):>13}{w.kernels:>9,}" + (f"  ({w.note})" if w.note else "")
-        )
-    lines.append("")
-    lines.append("  time by task kind (replayed, ms; summed over threads and streams)")
-    cols = ["cpu_runtime_ns", "cpu_gap_ns", "sync_wait_ns", "kernel_ns", "memcpy_ns", "memset_ns"]
-    heads = ["CPU runtime", "CPU gaps", "sync wait", "kernels", "memcpy", "memset"]
-    lines.append(f"  {'window':<28}" + "".join(f"{h:>13}" for h in heads))
-    for w in [r.window, *r.steps]:
-        b = w.breakdown
-        lines.append(f"  {w.name[:27]:<28}" + "".join(f"{_ms(getattr(b, c)):>13}" for c in cols))
-    if r.phases:
-        lines.append("")
-        total_gpu = sum(p.gpu_ns for p in r.phases) or 1
-        lines.append(f"  {'phase':<28}{'GPU ms':>12}{'GPU %':>8}{'CPU ms':>12}{'launches':>10}")
-        for p in r.phases:
-            lines.append(f"  {p.name:<28}{_ms(p.gpu_ns):>12}{p.gpu_ns / total_gpu * 100:>8.1f}{_ms(p.cpu_ns):>12}{p.launches:>10,}")
-    if r.layers:
-        lines.append("")
-        lines.append(f"  {'top layers by GPU time':<60}{'GPU ms':>12}{'CPU ms':>12}{'launches':>10}")
-        for p in r.layers:
-            name = p.name if len(p.name) <= 58 else "..." + p.name[-55:]
-            lines.append(f"  {name:<60}{_ms(p.gpu_ns):>12}{_ms(p.cpu_ns):>12}{p.launches:>10,}")
-    lines.append("")
-    lines.append(_critical_path_text("critical path of the replayed baseline", r.critical_path))
-    for p in r.predictions:
-        lines.append("")
-        lines.append("  prediction: " + " + ".join(f"{o.name}" + (":" + ",".join(f"{k}={v}" for k, v in o.params.items()) if o.params else "") for o in p.optimizations))
-        for o in p.optimizations:
-            lines.append(f"    {o.name}: {o.note}")
-        hdr2 = f"  {'window':<28}{'measured ms':>14}{'replayed ms':>14}{'predicted ms':>14}{'speed-up':>10}"
-        lines.append(hdr2)
-        lines.append("  " + "-" * (len(hdr2) - 2))
-        for w in [p.window, *p.steps]:
-            lines.append(f"  {w.name[:27]:<28}{_ms(w.measured_ns):>14}{_ms(w.replayed_ns):>14}{_ms(w.predicted_ns):>14}{w.speedup:>9.3f}x")
-        lines.append(_critical_path_text("critical path of the prediction", p.critical_path))
-    for name, why in r.not_applicable.items():
-        lines.append("")
-        lines.append(f"  prediction: {name}: not applicable: {why}")
-    if r.ranking:
-        lines.append("")
-        lines.append("  what to try first (each optimization alone, by predicted speed-up of the traced window):")
-        for i, k in enumerate(r.ranking, 1):
-            if k.predicted_ns >= 0:
-                lines.append(f"  {i:>3}. {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms  {k.note}")
-            else:
-                lines.append(f"    -  {k.name:<16}{'':>8}   {'':>12}     not applicable: {k.note}")
-    a = r.accounting
-    n_read = sum(a.read.values())
-    n_skip = sum(a.skipped.values())
-    lines.append("")
-    lines.append(f"  input: {n_read:,} records read, {sum(a.kept.values()):,} used, {n_skip:,} skipped")
-    for k, v in sorted(a.skipped.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"    skipped {v:>9,}  {k}")
-    for k, v in sorted(a.notes.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"    note    {v:>9,}  {k}")
-    for k, v in sorted(g.counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"    graph   {v:>9,}  {k}")
-    return "\n".join(lines) + "\n"
-
-
-def _critical_path_text(title: str, cp: CriticalPath) -> str:
-    parts = [f"{c.replace('_', ' ')} {_ms(cp.by_cause_ns.get(c, 0))} ms ({cp.by_cause_ns.get(c, 0) / cp.length_ns * 100 if cp.length_ns else 0:.0f} %)" for c in CAUSES]
-    out = [f"  {title}: {_ms(cp.length_ns)} ms over {cp.tasks:,} tasks", "    " + ", ".join(parts)]
-    for phase, d in cp.by_phase_ns.items():
-        tot = sum(d.values())
-        out.append(f"    {phase:<14}{_ms(tot):>12} ms: " + ", ".join(f"{c.replace('_', ' ')} {_ms(v)}" for c, v in d.items() if v))
-    return "\n".join(out)
-
-
+# ---------------------------------------------------------------- JSON ------------------------
 def report_json(r: Report) -> bytes:
     """The ``--json`` document: deterministic bytes for the same input."""
     return msgspec.json.format(msgspec.json.encode(r), indent=2) + b"\n"

@@ -1,0 +1,250 @@
+"""The terminal rendering of a :class:`~daydream.report.Report`: plain text, fixed-width tables.
+
+The report is built elsewhere (:mod:`daydream.report`); this module only lays it out. The text is
+a list of sections separated by one blank line, each rendered by one small function from the
+report alone. A table is a list of :class:`Col`: a new column is one more ``Col`` line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .critical_path import CAUSES, CriticalPath
+from .report import Prediction, Report
+
+
+def _pct(x: float) -> str:
+    return f"{x:.2f}" if abs(x) >= 0.005 else "0.00"
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+# ---------------------------------------------------------------- tables ---------------------
+@dataclass(frozen=True)
+class Col:
+    """One column of a fixed-width table: its heading, its width and how a row's cell reads."""
+
+    head: str
+    width: int
+    cell: Callable[[Any], str]
+    left: bool = False  #: left-aligned (the name column); others are right-aligned
+
+
+def _fit(text: str, col: Col) -> str:
+    return f"{text:<{col.width}}" if col.left else f"{text:>{col.width}}"
+
+
+def _table(cols: list[Col], rows: Iterable[Any], *, rule: bool = False, tail: Callable[[Any], str] | None = None) -> list[str]:
+    """The heading line (and a rule under it), then one line per row; ``tail`` adds text after a row."""
+    head = "  " + "".join(_fit(c.head, c) for c in cols)
+    out = [head] + (["  " + "-" * (len(head) - 2)] if rule else [])
+    for row in rows:
+        out.append("  " + "".join(_fit(c.cell(row), c) for c in cols) + (tail(row) if tail else ""))
+    return out
+
+
+def _ms_col(head: str, width: int, field: str) -> Col:
+    return Col(head, width, lambda row: _ms(getattr(row, field)))
+
+
+_WINDOW_NAME = Col("window", 28, lambda w: w.name[:27], left=True)
+
+WINDOW_COLS = [
+    _WINDOW_NAME,
+    _ms_col("measured ms", 14, "measured_ns"),
+    _ms_col("replayed ms", 14, "replayed_ns"),
+    Col("error %", 9, lambda w: _pct(w.error_pct)),
+    _ms_col("GPU busy ms", 13, "gpu_busy_measured_ns"),
+    _ms_col("GPU idle ms", 13, "gpu_idle_measured_ns"),
+    Col("kernels", 9, lambda w: f"{w.kernels:,}"),
+]
+
+#: (heading, field of :class:`~daydream.report.Breakdown`)
+BREAKDOWN_FIELDS = [
+    ("CPU runtime", "cpu_runtime_ns"),
+    ("CPU gaps", "cpu_gap_ns"),
+    ("sync wait", "sync_wait_ns"),
+    ("kernels", "kernel_ns"),
+    ("memcpy", "memcpy_ns"),
+    ("memset", "memset_ns"),
+]
+
+
+def _breakdown_col(head: str, field: str) -> Col:
+    return Col(head, 13, lambda w: _ms(getattr(w.breakdown, field)))
+
+
+BREAKDOWN_COLS = [_WINDOW_NAME] + [_breakdown_col(h, f) for h, f in BREAKDOWN_FIELDS]
+
+LAYER_COLS = [
+    Col("top layers by GPU time", 60, lambda p: p.name if len(p.name) <= 58 else "..." + p.name[-55:], left=True),
+    _ms_col("GPU ms", 12, "gpu_ns"),
+    _ms_col("CPU ms", 12, "cpu_ns"),
+    Col("launches", 10, lambda p: f"{p.launches:,}"),
+]
+
+PREDICTION_COLS = [
+    _WINDOW_NAME,
+    _ms_col("measured ms", 14, "measured_ns"),
+    _ms_col("replayed ms", 14, "replayed_ns"),
+    _ms_col("predicted ms", 14, "predicted_ns"),
+    Col("speed-up", 10, lambda w: f"{w.speedup:.3f}x"),
+]
+
+
+def _phase_cols(total_gpu_ns: int) -> list[Col]:
+    return [
+        Col("phase", 28, lambda p: p.name, left=True),
+        _ms_col("GPU ms", 12, "gpu_ns"),
+        Col("GPU %", 8, lambda p: f"{p.gpu_ns / total_gpu_ns * 100:.1f}"),
+        _ms_col("CPU ms", 12, "cpu_ns"),
+        Col("launches", 10, lambda p: f"{p.launches:,}"),
+    ]
+
+
+# ---------------------------------------------------------------- sections -------------------
+def _devices(r: Report) -> str:
+    """The devices line: the GPUs with work in the trace, by name when the trace has it."""
+    m, gpus = r.trace, r.graph.gpus
+    used = [d for d in m.devices if d.id in gpus] or ([] if gpus else list(m.devices))
+    if not used:
+        return "GPU " + ", ".join(map(str, gpus)) if gpus else "no GPU work"
+    dev = ", ".join(f"{d.id}: {d.name or 'name not recorded'}" for d in used)
+    more = len(m.devices) - len(used)
+    return dev + (f" (+{more} more in the node, without work in the trace)" if more > 0 else "")
+
+
+def _rank(r: Report) -> str:
+    m = r.trace
+    if m.rank < 0:
+        return ""
+    return f"   rank {m.rank}" + (f" of {m.world_size}" if m.world_size > 0 else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def header_section(r: Report) -> list[str]:
+    """What was read, on which devices, the graph, L and G, and the warnings."""
+    g = r.graph
+    return [
+        f"daydream: {r.trace.source}  [{r.trace.format}]",
+        f"  devices: {_devices(r)}{_rank(r)}",
+        f"  graph: {g.cpu_tasks:,} CPU tasks on {_plural(g.cpu_lanes, 'thread')}, "
+        f"{g.gpu_tasks:,} GPU tasks on {_plural(g.gpu_lanes, 'stream')}; "
+        f"edges: {g.launch_edges:,} launch, {g.sync_edges:,} sync, {g.cross_stream_edges:,} cross-stream",
+        f"  launch latency L = {g.launch_latency_ns / 1e3:.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:.3f} us (measured)",
+        *(f"  warning: {w}" for w in r.warnings),
+    ]
+
+
+def windows_section(r: Report) -> list[str]:
+    """Measured vs replayed time of the traced window, each process and each step."""
+    return [
+        "  GPU busy/idle: measured, summed over the GPUs of the window; speed-up = replayed / predicted",
+        *_table(WINDOW_COLS, [r.window, *r.processes, *r.steps], rule=True, tail=lambda w: f"  ({w.note})" if w.note else ""),
+    ]
+
+
+def breakdown_section(r: Report) -> list[str]:
+    """Time by task kind of the traced window and each step."""
+    return ["  time by task kind (replayed, ms; summed over threads and streams)", *_table(BREAKDOWN_COLS, [r.window, *r.steps])]
+
+
+def phases_section(r: Report) -> list[str]:
+    """Time per phase (mapped traces only)."""
+    if not r.phases:
+        return []
+    return _table(_phase_cols(sum(p.gpu_ns for p in r.phases) or 1), r.phases)
+
+
+def layers_section(r: Report) -> list[str]:
+    """The top layers by GPU time (mapped traces only)."""
+    return _table(LAYER_COLS, r.layers) if r.layers else []
+
+
+def critical_path_section(title: str, cp: CriticalPath) -> list[str]:
+    """The length of a critical path, its time by cause, and by phase when mapped."""
+
+    def share(c: str) -> float:
+        return cp.by_cause_ns.get(c, 0) / cp.length_ns * 100 if cp.length_ns else 0
+
+    causes = ", ".join(f"{c.replace('_', ' ')} {_ms(cp.by_cause_ns.get(c, 0))} ms ({share(c):.0f} %)" for c in CAUSES)
+    out = [f"  {title}: {_ms(cp.length_ns)} ms over {cp.tasks:,} tasks", "    " + causes]
+    for phase, d in cp.by_phase_ns.items():
+        by_cause = ", ".join(f"{c.replace('_', ' ')} {_ms(v)}" for c, v in d.items() if v)
+        out.append(f"    {phase:<14}{_ms(sum(d.values())):>12} ms: " + by_cause)
+    return out
+
+
+def _spec(name: str, params: dict[str, str]) -> str:
+    """``name:k=v,...`` as the optimization was asked for."""
+    return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
+
+
+def prediction_section(p: Prediction) -> list[str]:
+    """One prediction: what was applied, predicted time and speed-up per window, its critical path."""
+    return [
+        "  prediction: " + " + ".join(_spec(o.name, o.params) for o in p.optimizations),
+        *(f"    {o.name}: {o.note}" for o in p.optimizations),
+        *_table(PREDICTION_COLS, [p.window, *p.steps], rule=True),
+        *critical_path_section("critical path of the prediction", p.critical_path),
+    ]
+
+
+def not_applicable_section(name: str, why: str) -> list[str]:
+    return [f"  prediction: {name}: not applicable: {why}"]
+
+
+def ranking_section(r: Report) -> list[str]:
+    """``--opt all``: each optimization alone, best first, then those that do not apply."""
+    if not r.ranking:
+        return []
+    out = ["  what to try first (each optimization alone, by predicted speed-up of the traced window):"]
+    for i, k in enumerate(r.ranking, 1):
+        if k.predicted_ns >= 0:
+            out.append(f"  {i:>3}. {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms  {k.note}")
+        else:
+            out.append(f"    -  {k.name:<16}{'':>8}   {'':>12}     not applicable: {k.note}")
+    return out
+
+
+def _counted(label: str, counts: dict[str, int]) -> list[str]:
+    """One line per reason, most frequent first."""
+    return [f"    {label:<8}{v:>9,}  {k}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def input_section(r: Report) -> list[str]:
+    """What the adapter read, used and skipped, and what the graph builder counted."""
+    a = r.accounting
+    return [
+        f"  input: {sum(a.read.values()):,} records read, {sum(a.kept.values()):,} used, {sum(a.skipped.values()):,} skipped",
+        *_counted("skipped", a.skipped),
+        *_counted("note", a.notes),
+        *_counted("graph", r.graph.counts),
+    ]
+
+
+def sections(r: Report) -> list[list[str]]:
+    """The report's sections in order; an empty one is left out."""
+    return [
+        header_section(r),
+        windows_section(r),
+        breakdown_section(r),
+        phases_section(r),
+        layers_section(r),
+        critical_path_section("critical path of the replayed baseline", r.critical_path),
+        *(prediction_section(p) for p in r.predictions),
+        *(not_applicable_section(name, why) for name, why in r.not_applicable.items()),
+        ranking_section(r),
+        input_section(r),
+    ]
+
+
+def render_text(r: Report) -> str:
+    """The terminal report: its sections, one blank line apart."""
+    return "\n\n".join("\n".join(s) for s in sections(r) if s) + "\n"
