@@ -11,6 +11,11 @@ records that name what each synchronizing call and cross-stream wait depended on
 file back rebuilds the same graph. Layer, phase and op are in ``args`` when the graph is mapped;
 the critical path is marked (``args.critical_path = 1``) and drawn as a chain of flow arrows
 (category ``critical_path``); other dependency edges are flow arrows of category ``dependency``.
+
+Beside the terminal text (:mod:`daydream.render_text`) and the JSON document
+(:func:`daydream.report.report_json`), this is the third rendering of an analysis: it draws the
+graphs and timelines the report was computed from, with the report's step windows
+(:func:`daydream.report.step_windows`). Each kind of event has its own function below.
 """
 
 from __future__ import annotations
@@ -33,89 +38,143 @@ _SYNC_NAME = {int(SyncKind.EVENT_SYNC): "Event Sync", int(SyncKind.STREAM_WAIT_E
               int(SyncKind.STREAM_SYNC): "Stream Sync", int(SyncKind.CONTEXT_SYNC): "Context Sync"}
 
 
-def _events(graph: TaskGraph, tl: Timeline, base_ns: int, label: str, pid_off: int, dev_off: int,
-            critical: np.ndarray | None, annotations: dict | None, corr_off: int = 0) -> list[dict]:
-    t = graph.table
+class _Drawn:
+    """One graph and its timeline as drawn in the file: where each node goes (process or device,
+    thread or stream), the correlation ids it carries, and its times in microseconds from ``base_ns``."""
+
+    def __init__(self, graph: TaskGraph, tl: Timeline, base_ns: int, pid_off: int, dev_off: int, corr_off: int) -> None:
+        self.graph, self.t, self.tl = graph, graph.table, tl
+        self.base_ns, self.pid_off, self.dev_off, self.corr_off = base_ns, pid_off, dev_off, corr_off
+        self.row = graph.row
+        self.r0 = np.maximum(self.row, 0)
+        self.has_row = self.row >= 0
+        self.lk = graph.lane_keys[graph.lane]
+        self.pid = self.lk[:, 1] + pid_off
+        self.cpu = graph.node_kind == NODE_CPU
+        self.corr = self._correlation_ids()
+        self.starts, self.ends = tl.start_ns.tolist(), tl.end_ns.tolist()
+        self.flow_base = (1 << 52) if corr_off else 0  # the baseline copy's flows apart from the prediction's
+
+    def _correlation_ids(self) -> np.ndarray:
+        """Keep the trace's; new ones for inserted calls; a GPU task takes its launching call's id
+        (its launch may have changed by a transformation)."""
+        graph, cpu = self.graph, self.cpu
+        corr = np.where(self.has_row, self.t.correlation[self.r0], -1).astype(np.int64)
+        nxt = int(corr.max()) + 1 if graph.n else 1
+        new = cpu & (corr < 0)
+        corr[new] = np.arange(nxt, nxt + int(new.sum()))
+        gl = graph.launch
+        corr[~cpu] = np.where(gl[~cpu] >= 0, corr[np.maximum(gl[~cpu], 0)], -1)
+        corr[corr >= 0] += self.corr_off
+        return corr
+
+    def us(self, x) -> float:
+        return (int(x) - self.base_ns) / 1000.0  # exact: < 16 significant digits
+
+    def dur(self, v: int) -> float:
+        return (self.ends[v] - self.starts[v]) / 1000.0
+
+    def place(self, v: int) -> tuple[int, int]:
+        """(pid, tid) of node ``v``: its process and thread, or its device and stream."""
+        if self.cpu[v]:
+            return int(self.pid[v]), int(self.lk[v, 2])
+        return int(self.lk[v, 2]) + self.dev_off, int(self.lk[v, 3])
+
+
+def _flow(ph: str, cat: str, name: str, fid: int, place: tuple[int, int], ts: float) -> dict:
+    """One end of a flow arrow: ``s`` (start) or ``f`` (finish, bound to the enclosing slice)."""
+    e = {"ph": ph, "cat": cat, "name": name, "id": fid, "pid": place[0], "tid": place[1], "ts": ts}
+    if ph == "f":
+        e["bp"] = "e"
+    return e
+
+
+def _task_args(d: _Drawn, v: int, crit: np.ndarray, ann: dict) -> dict:
+    args: dict = {"correlation": int(d.corr[v])} if d.corr[v] >= 0 else {}
+    if crit[v]:
+        args["critical_path"] = 1
+    for key, (codes, labels) in ann.items():
+        c = int(codes[v])
+        if c >= 0:
+            args[key] = labels[c]
+    return args
+
+
+def _task_events(d: _Drawn, critical: np.ndarray | None, annotations: dict | None) -> list[dict]:
+    """Each task as a slice (API calls on their thread, GPU tasks on device and stream), and the
+    launch flow (``ac2g``) from a GPU task's launching call to it."""
+    graph, t, lk, cpu, has_row, r0 = d.graph, d.t, d.lk, d.cpu, d.has_row, d.r0
     n = graph.n
     names = graph.node_names()
-    row = graph.row
-    r0 = np.maximum(row, 0)
-    has_row = row >= 0
-    lk = graph.lane_keys[graph.lane]
-    pid = lk[:, 1] + pid_off
-    cpu = graph.node_kind == NODE_CPU
-    # correlation ids: keep the trace's; new ones for inserted calls; a GPU task takes its
-    # launching call's id (its launch may have changed by a transformation)
-    corr = np.where(has_row, t.correlation[r0], -1).astype(np.int64)
-    nxt = int(corr.max()) + 1 if n else 1
-    new = cpu & (corr < 0)
-    corr[new] = np.arange(nxt, nxt + int(new.sum()))
-    gl = graph.launch
-    corr[~cpu] = np.where(gl[~cpu] >= 0, corr[np.maximum(gl[~cpu], 0)], -1)
-    corr[corr >= 0] += corr_off
     cats = np.asarray(t.names, dtype=object)[t.cat_id[r0]] if len(t.names) else np.full(n, "", object)
-    us = lambda x: (int(x) - base_ns) / 1000.0  # noqa: E731 - exact: < 16 significant digits
     crit = critical if critical is not None else np.zeros(n, bool)
     ann = annotations or {}
-    ev: list[dict] = []
-    starts, ends = tl.start_ns.tolist(), tl.end_ns.tolist()
+    gl = graph.launch
     pid_index = np.unique(lk[:, 1], return_inverse=True)[1].reshape(-1)
-    flow_base = (1 << 52) if corr_off else 0  # the baseline copy's flows apart from the prediction's
+    ev: list[dict] = []
     for v in range(n):
-        args: dict = {"correlation": int(corr[v])} if corr[v] >= 0 else {}
-        if crit[v]:
-            args["critical_path"] = 1
-        for key, (codes, labels) in ann.items():
-            c = int(codes[v])
-            if c >= 0:
-                args[key] = labels[c]
+        args = _task_args(d, v, crit, ann)
         if cpu[v]:
             cat = cats[v] if has_row[v] and cats[v] in ("cuda_runtime", "cuda_driver") else "cuda_runtime"
-            ev.append({"ph": "X", "cat": cat, "name": names[v], "pid": int(pid[v]), "tid": int(lk[v, 2]),
-                       "ts": us(starts[v]), "dur": (ends[v] - starts[v]) / 1000.0, "args": args})
-        else:
-            dev = int(lk[v, 2]) + dev_off
-            stream = int(lk[v, 3])
-            args.update({"device": dev, "stream": stream})
-            if has_row[v] and graph.node_kind[v] != Kind.KERNEL and t.bytes[r0[v]] >= 0:
-                args["bytes"] = int(t.bytes[r0[v]])
-            ev.append({"ph": "X", "cat": _GPU_CAT[int(graph.node_kind[v])], "name": names[v], "pid": dev, "tid": stream,
-                       "ts": us(starts[v]), "dur": (ends[v] - starts[v]) / 1000.0, "args": args})
-            if gl[v] >= 0:
-                # flow ids are global in Chrome traces: make (process, correlation) unique
-                fl = int(flow_base + int(pid_index[v]) * (1 << 40) + corr[v])
-                ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": fl, "pid": int(pid[gl[v]]), "tid": int(lk[gl[v], 2]), "ts": us(starts[gl[v]])})
-                ev.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": fl, "bp": "e", "pid": dev, "tid": stream, "ts": us(starts[v])})
-    # synchronization records of the calls that had them in the trace
+            ev.append({"ph": "X", "cat": cat, "name": names[v], "pid": int(d.pid[v]), "tid": int(lk[v, 2]),
+                       "ts": d.us(d.starts[v]), "dur": d.dur(v), "args": args})
+            continue
+        dev, stream = d.place(v)
+        args.update({"device": dev, "stream": stream})
+        if has_row[v] and graph.node_kind[v] != Kind.KERNEL and t.bytes[r0[v]] >= 0:
+            args["bytes"] = int(t.bytes[r0[v]])
+        ev.append({"ph": "X", "cat": _GPU_CAT[int(graph.node_kind[v])], "name": names[v], "pid": dev, "tid": stream,
+                   "ts": d.us(d.starts[v]), "dur": d.dur(v), "args": args})
+        if gl[v] >= 0:
+            # flow ids are global in Chrome traces: make (process, correlation) unique
+            fl = int(d.flow_base + int(pid_index[v]) * (1 << 40) + d.corr[v])
+            ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": fl, "pid": int(d.pid[gl[v]]), "tid": int(lk[gl[v], 2]), "ts": d.us(d.starts[gl[v]])})
+            ev.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": fl, "bp": "e", "pid": dev, "tid": stream, "ts": d.us(d.starts[v])})
+    return ev
+
+
+def _sync_events(d: _Drawn) -> list[dict]:
+    """The synchronization records (``cuda_sync``) of the calls that had them in the trace."""
+    t, row = d.t, d.row
     sy = np.nonzero(t.kind == Kind.SYNC)[0]
-    if len(sy):
-        key = {(int(t.pid[r]), int(t.correlation[r])): r for r in sy.tolist()}
-        # record calls' new correlation ids: same as the trace's (kept rows keep theirs)
-        for v in np.nonzero(cpu & has_row)[0].tolist():
-            r = key.get((int(t.pid[row[v]]), int(t.correlation[row[v]])))
-            if r is None:
-                continue
-            sk = int(t.sync_kind[r])
-            a = {"cuda_sync_kind": _SYNC_NAME.get(sk, "Unknown"), "stream": int(t.stream[r]), "correlation": int(corr[v]),
-                 "device": int(t.device[r]) + dev_off if t.device[r] >= 0 else -1}
-            if sk in (SyncKind.EVENT_SYNC, SyncKind.STREAM_WAIT_EVENT):
-                a["wait_on_stream"] = int(t.link_stream[r])
-                lc = int(t.link_correlation[r])
-                a["wait_on_cuda_event_record_corr_id"] = lc + corr_off if lc >= 0 else -1
-            ev.append({"ph": "X", "cat": "cuda_sync", "name": a["cuda_sync_kind"], "pid": a["device"] if a["device"] >= 0 else 0,
-                       "tid": a["stream"], "ts": us(starts[v]), "dur": (ends[v] - starts[v]) / 1000.0, "args": a})
-    # dependency arrows (waits and cross-stream) and the critical path chain
-    dst = np.repeat(np.arange(n), np.diff(graph.pred_ptr))
-    fid = (1 << 50) + flow_base
+    if not len(sy):
+        return []
+    key = {(int(t.pid[r]), int(t.correlation[r])): r for r in sy.tolist()}
+    ev = []
+    # record calls' new correlation ids: same as the trace's (kept rows keep theirs)
+    for v in np.nonzero(d.cpu & d.has_row)[0].tolist():
+        r = key.get((int(t.pid[row[v]]), int(t.correlation[row[v]])))
+        if r is None:
+            continue
+        sk = int(t.sync_kind[r])
+        a = {"cuda_sync_kind": _SYNC_NAME.get(sk, "Unknown"), "stream": int(t.stream[r]), "correlation": int(d.corr[v]),
+             "device": int(t.device[r]) + d.dev_off if t.device[r] >= 0 else -1}
+        if sk in (SyncKind.EVENT_SYNC, SyncKind.STREAM_WAIT_EVENT):
+            a["wait_on_stream"] = int(t.link_stream[r])
+            lc = int(t.link_correlation[r])
+            a["wait_on_cuda_event_record_corr_id"] = lc + d.corr_off if lc >= 0 else -1
+        ev.append({"ph": "X", "cat": "cuda_sync", "name": a["cuda_sync_kind"], "pid": a["device"] if a["device"] >= 0 else 0,
+                   "tid": a["stream"], "ts": d.us(d.starts[v]), "dur": d.dur(v), "args": a})
+    return ev
+
+
+def _dependency_events(d: _Drawn) -> list[dict]:
+    """A flow arrow per wait and cross-stream edge: from the producer's end to the waiting call's
+    end, or to the waiting GPU task's start."""
+    graph = d.graph
+    dst = np.repeat(np.arange(graph.n), np.diff(graph.pred_ptr))
+    fid = (1 << 50) + d.flow_base
+    ev = []
     for s_, d_ in zip(graph.pred_idx.tolist(), dst.tolist()):
-        for v, ph, tt in ((s_, "s", ends[s_]), (d_, "f", ends[d_] if cpu[d_] else starts[d_])):
-            p_, tid_ = (int(pid[v]), int(lk[v, 2])) if cpu[v] else (int(lk[v, 2]) + dev_off, int(lk[v, 3]))
-            e = {"ph": ph, "cat": "dependency", "name": "dependency", "id": fid, "pid": p_, "tid": tid_, "ts": us(tt)}
-            if ph == "f":
-                e["bp"] = "e"
-            ev.append(e)
+        ev.append(_flow("s", "dependency", "dependency", fid, d.place(s_), d.us(d.ends[s_])))
+        ev.append(_flow("f", "dependency", "dependency", fid, d.place(d_), d.us(d.ends[d_] if d.cpu[d_] else d.starts[d_])))
         fid += 1
-    # process / thread names
+    return ev
+
+
+def _lane_name_events(graph: TaskGraph, label: str, pid_off: int, dev_off: int) -> list[dict]:
+    """Process and thread names: "process P" / "thread T", "GPU D" / "stream S"."""
+    ev = []
     for k in graph.lane_keys.tolist():
         if k[0]:
             p_, tid_, nm = k[2] + dev_off, k[3], f"stream {k[3]}"
@@ -124,10 +183,57 @@ def _events(graph: TaskGraph, tl: Timeline, base_ns: int, label: str, pid_off: i
             p_, tid_, nm = k[1] + pid_off, k[2], f"thread {k[2]}"
             ev.append({"ph": "M", "name": "process_name", "pid": p_, "tid": 0, "args": {"name": f"{label}process {k[1]}"}})
         ev.append({"ph": "M", "name": "thread_name", "pid": p_, "tid": tid_, "args": {"name": nm}})
-    # steps, on the thread of their ProfilerStep
-    for (name, _s, _e, rs, r_e, _m, _note), (_n, _a, _b, spid, stid) in zip(step_windows(graph, tl), profiler_steps(graph.table)):
-        ev.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": spid + pid_off, "tid": stid, "ts": us(rs), "dur": (r_e - rs) / 1000.0, "args": {}})
     return ev
+
+
+def _step_events(d: _Drawn) -> list[dict]:
+    """The replayed ProfilerSteps, on the thread of their ProfilerStep."""
+    ev = []
+    for w, (_n, _a, _b, spid, stid) in zip(step_windows(d.graph, d.tl), profiler_steps(d.t)):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": w.name, "pid": spid + d.pid_off, "tid": stid,
+                   "ts": d.us(w.replayed_start_ns), "dur": (w.replayed_end_ns - w.replayed_start_ns) / 1000.0, "args": {}})
+    return ev
+
+
+def _events(d: _Drawn, label: str, critical: np.ndarray | None, annotations: dict | None) -> list[dict]:
+    """All events of one graph and timeline: tasks and launch flows, synchronization records,
+    dependency arrows, lane names and steps."""
+    return (_task_events(d, critical, annotations) + _sync_events(d) + _dependency_events(d)
+            + _lane_name_events(d.graph, label, d.pid_off, d.dev_off) + _step_events(d))
+
+
+def _critical_path_events(d: _Drawn, path: np.ndarray, fid: int) -> tuple[list[dict], int]:
+    """The critical path (node ids, last first) as a chain of flow arrows from task start to task
+    start, with flow ids from ``fid`` on; and the next free flow id."""
+    chain = path[::-1].tolist()
+    ev = []
+    for a, b in zip(chain, chain[1:]):
+        ev.append(_flow("s", "critical_path", "critical path", fid, d.place(a), d.us(d.starts[a])))
+        ev.append(_flow("f", "critical_path", "critical path", fid, d.place(b), d.us(d.starts[b])))
+        fid += 1
+    return ev, fid
+
+
+def _side_events(side: tuple[TaskGraph, Timeline], base_ns: int, label: str, offsets: tuple[int, int, int],
+                 critical: dict[int, np.ndarray], i: int, annotations: dict | None, fid: int) -> tuple[list[dict], list[dict], int]:
+    """The events of timeline ``i`` (0 predicted, 1 baseline), its critical path flows, and the next free flow id."""
+    d = _Drawn(*side, base_ns, *offsets)
+    mask = np.zeros(d.graph.n, bool)
+    if i in critical:
+        mask[critical[i]] = True
+    events = _events(d, label, mask, annotations)
+    chain: list[dict] = []
+    if i in critical:
+        chain, fid = _critical_path_events(d, critical[i], fid)
+    return events, chain, fid
+
+
+def _write(path: str, doc: dict) -> None:
+    data = orjson.dumps(doc)
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def write_timeline(path: str, predicted: tuple[TaskGraph, Timeline], baseline: tuple[TaskGraph, Timeline] | None = None,
@@ -143,50 +249,23 @@ def write_timeline(path: str, predicted: tuple[TaskGraph, Timeline], baseline: t
     Raises:
         OSError: the file cannot be written (the CLI turns it into a usage error).
     """
-    g, tl = predicted
-    t0 = int(g.t0_ns)
-    base_ns = (t0 // 1_000_000_000) * 1_000_000_000
-    crit_masks = []
-    for i, (gg, _) in enumerate([predicted] + ([baseline] if baseline else [])):
-        m = np.zeros(gg.n, bool)
-        if critical and i in critical:
-            m[critical[i]] = True
-        crit_masks.append(m)
-    ann = annotations or [None, None]
-    events = _events(g, tl, base_ns, "predicted: " if baseline else "", 0, 0, crit_masks[0], ann[0])
+    g = predicted[0]
+    base_ns = (int(g.t0_ns) // 1_000_000_000) * 1_000_000_000
+    sides = [(predicted, "predicted: " if baseline else "", (0, 0, 0))]
     if baseline:
-        bg, btl = baseline
-        events += _events(bg, btl, base_ns, "baseline: ", BASELINE_PID_OFFSET, BASELINE_DEVICE_OFFSET, crit_masks[1],
-                          ann[1] if len(ann) > 1 else None, corr_off=BASELINE_CORRELATION_OFFSET)
-    # critical path chains as flows
-    fid = 1 << 41
-    for i, (gg, gtl) in enumerate([predicted] + ([baseline] if baseline else [])):
-        if not critical or i not in critical:
-            continue
-        off_p, off_d = (0, 0) if i == 0 else (BASELINE_PID_OFFSET, BASELINE_DEVICE_OFFSET)
-        chain = critical[i][::-1].tolist()
-        lk = gg.lane_keys[gg.lane]
-        for a, b in zip(chain, chain[1:]):
-            for v, ph, tt in ((a, "s", gtl.start_ns[a]), (b, "f", gtl.start_ns[b])):
-                if gg.node_kind[v] == NODE_CPU:
-                    p_, tid_ = int(lk[v, 1]) + off_p, int(lk[v, 2])
-                else:
-                    p_, tid_ = int(lk[v, 2]) + off_d, int(lk[v, 3])
-                e = {"ph": ph, "cat": "critical_path", "name": "critical path", "id": fid, "pid": p_, "tid": tid_, "ts": (int(tt) - base_ns) / 1000.0}
-                if ph == "f":
-                    e["bp"] = "e"
-                events.append(e)
-            fid += 1
-    doc = {
+        sides.append((baseline, "baseline: ", (BASELINE_PID_OFFSET, BASELINE_DEVICE_OFFSET, BASELINE_CORRELATION_OFFSET)))
+    ann = annotations or [None, None]
+    events, chains = [], []
+    fid = 1 << 41  # critical path chains: after all other events, flow ids from here on
+    for i, (side, label, offsets) in enumerate(sides):
+        ev, chain, fid = _side_events(side, base_ns, label, offsets, critical or {}, i, ann[i] if i < len(ann) else None, fid)
+        events += ev
+        chains += chain
+    _write(path, {
         "schemaVersion": 1,
         "displayTimeUnit": "ns",
         "baseTimeNanoseconds": base_ns,
         "deviceProperties": [{"id": d.id, "name": d.name} for d in g.table.meta.devices],
         "traceName": f"daydream timeline of {g.table.meta.source}",
-        "traceEvents": events,
-    }
-    data = orjson.dumps(doc)
-    if str(path).endswith(".gz"):
-        data = gzip.compress(data, mtime=0)
-    with open(path, "wb") as f:
-        f.write(data)
+        "traceEvents": events + chains,
+    })
