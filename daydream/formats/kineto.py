@@ -70,6 +70,7 @@ is counted in ``Accounting.notes``. With ``strict=True`` each of them raises
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import operator
 import re
@@ -1093,33 +1094,85 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
 
 
 def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The table's columns (rows in event order, not yet sorted) and names."""
-    n = cc.n
-    why = _Reasons()
+    """The table's columns (rows in event order, not yet sorted) and names.
 
-    # ---- classify by distinct (ph, cat) ---------------------------------------------------
-    uniq = list(cc.pair_ix)
+    Each stage drops from ``cc`` the per-event columns it is the last to use, so that memory
+    stays near the size of the columns still needed.
+    """
+    why = _Reasons()
+    pairs = _classify_pairs(list(cc.pair_ix), why)
     pair_of = cc.column("pair", np.int32)
-    cls_p = np.zeros(len(uniq), np.int8)
-    kind_p = np.zeros(len(uniq), np.int16)
-    gpu_p = np.zeros(len(uniq), bool)
-    reason_p = np.zeros(len(uniq), np.int32)
-    readkey_names: list[str] = []
+    rows, r_pid, r_tid, reason = _choose_rows(cc, pairs, pair_of, base_ns, why, acct)
+    is_sync = rows.kind == Kind.SYNC
+    cols = {"kind": rows.kind, "start_ns": rows.start, "end_ns": rows.end}
+    cols.update(_place_rows(cc, rows, r_pid, r_tid, is_sync, acct))  # pid, tid, device, stream, correlation, external_id
+    del r_pid, r_tid
+    names, cols["name_id"], cols["cat_id"] = _row_names(cc, rows.src, pair_of, pairs.cat_names)
+    cols.update(_copy_columns(cc, rows.src, rows.kind, cols["name_id"], names))
+    cols.update(_sync_columns(cc, rows.src, is_sync, cols["name_id"], names))
+    _count_events(acct, pairs, pair_of, reason, why)
+    return cols, names.names
+
+
+@dataclasses.dataclass
+class _PairInfo:
+    """What each distinct (ph, cat) pair of the document is; every array is indexed by pair id."""
+
+    cls: np.ndarray  #: int8 event class (_C_ROW, _C_INSTANT, _C_B, _C_E, _C_SKIP)
+    kind: np.ndarray  #: int16 row Kind, -1 for none
+    gpu: np.ndarray  #: bool: its rows live on a GPU stream
+    reason: np.ndarray  #: int32 skip reason (a _Reasons code), -1 when the category is not skipped
+    readkey: np.ndarray  #: int32 index into ``readkey_names``
+    readkey_names: list[str]  #: Accounting read/kept keys: the category, else "ph <ph>"
+    cat_names: list[str]  #: the category of each pair ("" when it has none)
+
+
+def _classify_pairs(uniq: list, why: _Reasons) -> _PairInfo:
+    """Classify each distinct (ph, cat) pair once (Python work per distinct pair, not per event)."""
+    k = len(uniq)
+    info = _PairInfo(
+        cls=np.zeros(k, np.int8),
+        kind=np.zeros(k, np.int16),
+        gpu=np.zeros(k, bool),
+        reason=np.zeros(k, np.int32),
+        readkey=np.zeros(k, np.int32),
+        readkey_names=[],
+        cat_names=[],
+    )
     readkey_ids: dict[str, int] = {}
-    readkey_p = np.zeros(len(uniq), np.int32)
-    catname_p: list[str] = []
     for i, (p, c) in enumerate(uniq):
-        cls_p[i], kind_p[i], gpu_p[i], reason_p[i] = _classify(p, c, why)
+        info.cls[i], info.kind[i], info.gpu[i], info.reason[i] = _classify(p, c, why)
         key = c if isinstance(c, str) and c else f"ph {p}"
         if key not in readkey_ids:
-            readkey_ids[key] = len(readkey_names)
-            readkey_names.append(key)
-        readkey_p[i] = readkey_ids[key]
-        catname_p.append(c if isinstance(c, str) else "")
-    cls = cls_p[pair_of]
-    reason = reason_p[pair_of].astype(np.int32)
+            readkey_ids[key] = len(info.readkey_names)
+            info.readkey_names.append(key)
+        info.readkey[i] = readkey_ids[key]
+        info.cat_names.append(c if isinstance(c, str) else "")
+    return info
 
-    # ---- per-event pid, tid, ts, dur ------------------------------------------------------
+
+@dataclasses.dataclass
+class _EventCols:
+    """Per-event columns (one entry per input event) used to choose the events that become rows."""
+
+    cls: np.ndarray  #: int8 event class
+    reason: np.ndarray  #: int32 skip reason code, -1 while kept (the selections write it in place)
+    in_play: np.ndarray  #: bool: not skipped by its class, ts not out of range
+    pid: np.ndarray  #: int64, _ABSENT / _NONNUM when absent / not a number
+    tid: np.ndarray  #: int64, same sentinels
+    pid_ok: np.ndarray  #: bool: pid is a number
+    ts_ns: np.ndarray  #: int64 ns on the trace clock, base time not added
+    ts_ok: np.ndarray  #: bool: ts is a number
+    dur_ns: np.ndarray  #: int64 ns, set for X events only
+    dur_ok: np.ndarray  #: bool: dur is a number (X events only)
+    hi_b: int  #: largest ts (ns, without base time) that keeps the time within TIME_LIMIT_NS
+
+
+def _event_cols(cc: _Columns, pairs: _PairInfo, pair_of: np.ndarray, base_ns: int, why: _Reasons) -> _EventCols:
+    """Gather the per-event columns; events whose ts is out of range are skipped here."""
+    n = cc.n
+    cls = pairs.cls[pair_of]
+    reason = pairs.reason[pair_of].astype(np.int32)
     pid = cc.column("pid", np.int64)
     tid = cc.column("tid", np.int64)
     ts_ns, ts_ok = cc.column("ts", np.int64), cc.column("ts_ok", bool)
@@ -1127,7 +1180,6 @@ def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[s
     x_at = cc.column("dur@", np.int64)
     dur_ns[x_at] = cc.column("dur", np.int64)
     dur_ok[x_at] = cc.column("dur_ok", bool)
-    pid_ok = pid > _NONNUM
     # times must stay within +-TIME_LIMIT_NS on the trace clock (base time included), so that
     # the graph and the replay can add and subtract them without overflowing int64
     lo_b = max(-TIME_LIMIT_NS + 1 - base_ns, _INT64_MIN)
@@ -1136,82 +1188,146 @@ def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[s
     bad = in_play & ts_ok & ((ts_ns < lo_b) | (ts_ns > hi_b))
     reason[bad] = why("ts out of range (more than 2^62 ns, about 146 years, from the clock's zero)")
     in_play &= ~bad
+    return _EventCols(cls, reason, in_play, pid, tid, pid > _NONNUM, ts_ns, ts_ok, dur_ns, dur_ok, hi_b)
 
-    # ---- complete events -------------------------------------------------------------------
-    x = (cls == _C_ROW) & in_play
-    bad = x & ~ts_ok
-    reason[bad] = why("X event without a numeric ts")
-    x &= ~bad
-    bad = x & (pid == _ABSENT)
-    reason[bad] = why("X event without pid")
-    x &= ~bad
-    bad = x & ~pid_ok
-    reason[bad] = why("X event with a non-numeric pid")
-    x &= ~bad
-    is_marker_x = x & (kind_p[pair_of] == Kind.MARKER)
-    bad = x & ~dur_ok & ~is_marker_x
-    reason[bad] = why("X event without a numeric dur")
-    x &= ~bad
-    bad = x & ~is_marker_x & (dur_ns > hi_b - ts_ns)  # ts_ns in [lo_b, hi_b]: no overflow
-    reason[bad] = why("ts + dur out of range (more than 2^62 ns, about 146 years, from the clock's zero)")
-    x &= ~bad
-    x_idx = np.nonzero(x)[0]
 
-    # ---- instants --------------------------------------------------------------------------
-    inst = (cls == _C_INSTANT) & in_play
-    bad = inst & ~ts_ok
-    reason[bad] = why("instant event without a numeric ts")
+def _complete_events(ev: _EventCols, is_marker: np.ndarray, why: _Reasons) -> np.ndarray:
+    """Indices of the X events that become rows (``is_marker``: per event, its kind is MARKER).
+
+    The others get the reason of the first check they fail, in the order below.
+    """
+    x = (ev.cls == _C_ROW) & ev.in_play
+    bad = x & ~ev.ts_ok
+    ev.reason[bad] = why("X event without a numeric ts")
+    x &= ~bad
+    bad = x & (ev.pid == _ABSENT)
+    ev.reason[bad] = why("X event without pid")
+    x &= ~bad
+    bad = x & ~ev.pid_ok
+    ev.reason[bad] = why("X event with a non-numeric pid")
+    x &= ~bad
+    is_marker_x = x & is_marker
+    bad = x & ~ev.dur_ok & ~is_marker_x
+    ev.reason[bad] = why("X event without a numeric dur")
+    x &= ~bad
+    bad = x & ~is_marker_x & (ev.dur_ns > ev.hi_b - ev.ts_ns)  # ts_ns in [lo_b, hi_b]: no overflow
+    ev.reason[bad] = why("ts + dur out of range (more than 2^62 ns, about 146 years, from the clock's zero)")
+    x &= ~bad
+    return np.nonzero(x)[0]
+
+
+def _instant_events(ev: _EventCols, why: _Reasons) -> np.ndarray:
+    """Indices of the instant events that become MARKER rows; the others get their skip reason."""
+    inst = (ev.cls == _C_INSTANT) & ev.in_play
+    bad = inst & ~ev.ts_ok
+    ev.reason[bad] = why("instant event without a numeric ts")
     inst &= ~bad
-    bad = inst & ~pid_ok
-    reason[bad] = why("trace structure instant (pid is not a process id)")
+    bad = inst & ~ev.pid_ok
+    ev.reason[bad] = why("trace structure instant (pid is not a process id)")
     inst &= ~bad
-    i_idx = np.nonzero(inst)[0]
+    return np.nonzero(inst)[0]
 
-    # ---- B/E pairs -------------------------------------------------------------------------
-    be = ((cls == _C_B) | (cls == _C_E)) & in_play
-    bad = be & ~(ts_ok & pid_ok)
-    reason[bad] = why("B/E event without a numeric ts or pid")
+
+def _begin_end_pairs(ev: _EventCols, why: _Reasons) -> tuple[np.ndarray, np.ndarray]:
+    """(B indices, matching E indices) of the B/E pairs that become rows.
+
+    Unpaired events are skipped; a pair whose B category is skipped has both events skipped
+    with that reason.
+    """
+    be = ((ev.cls == _C_B) | (ev.cls == _C_E)) & ev.in_play
+    bad = be & ~(ev.ts_ok & ev.pid_ok)
+    ev.reason[bad] = why("B/E event without a numeric ts or pid")
     be &= ~bad
     be_idx = np.nonzero(be)[0]
-    b_idx, e_idx = _pair_be(be_idx, cls[be_idx] == _C_B, pid[be_idx], tid[be_idx], ts_ns[be_idx])
-    unmatched = be.copy()
+    b_idx, e_idx = _pair_be(be_idx, ev.cls[be_idx] == _C_B, ev.pid[be_idx], ev.tid[be_idx], ev.ts_ns[be_idx])
+    unmatched = be
     unmatched[b_idx] = False
     unmatched[e_idx] = False
-    reason[unmatched] = why("unmatched B/E event")
-    # a pair whose B category is skipped: both events skipped with that reason
-    b_skip = reason[b_idx] >= 0
-    reason[e_idx[b_skip]] = reason[b_idx[b_skip]]
-    b_idx, e_idx = b_idx[~b_skip], e_idx[~b_skip]
+    ev.reason[unmatched] = why("unmatched B/E event")
+    b_skip = ev.reason[b_idx] >= 0
+    ev.reason[e_idx[b_skip]] = ev.reason[b_idx[b_skip]]
+    return b_idx[~b_skip], e_idx[~b_skip]
 
-    # ---- rows ------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Rows:
+    """The rows of the table, in event order: X events, then instants, then B/E pairs."""
+
+    src: np.ndarray  #: int64 index of the event each row comes from (the B event of a pair)
+    start: np.ndarray  #: int64 ns, base time added
+    end: np.ndarray  #: int64 ns, >= start
+    kind: np.ndarray  #: int64 Kind
+    on_gpu: np.ndarray  #: bool: the row lives on a GPU stream
+
+
+def _choose_rows(
+    cc: _Columns, pairs: _PairInfo, pair_of: np.ndarray, base_ns: int, why: _Reasons, acct: Accounting
+) -> tuple[_Rows, np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, pid of their events, tid of their events, skip reason of every event).
+
+    The pids keep the _ABSENT / _NONNUM sentinels, missing tids are -1; the reasons are int32
+    codes, -1 for the events kept.
+
+    Drops the per-event time, pid and tid columns from ``cc``.
+    """
+    ev = _event_cols(cc, pairs, pair_of, base_ns, why)
+    x_idx = _complete_events(ev, pairs.kind[pair_of] == Kind.MARKER, why)
+    i_idx = _instant_events(ev, why)
+    b_idx, e_idx = _begin_end_pairs(ev, why)
     src = np.concatenate([x_idx, i_idx, b_idx]).astype(np.int64)
-    start = ts_ns[src] + base_ns
-    dur = np.concatenate([dur_ns[x_idx], np.zeros(len(i_idx), np.int64), ts_ns[e_idx] - ts_ns[b_idx]])
-    kind = kind_p[pair_of[src]].astype(np.int64)
+    start = ev.ts_ns[src] + base_ns
+    dur = np.concatenate([ev.dur_ns[x_idx], np.zeros(len(i_idx), np.int64), ev.ts_ns[e_idx] - ev.ts_ns[b_idx]])
+    kind = pairs.kind[pair_of[src]].astype(np.int64)
     kind[len(x_idx) : len(x_idx) + len(i_idx)] = Kind.MARKER
     dur = np.where(kind == Kind.MARKER, 0, dur)
-    neg = dur < 0
-    acct.add("notes", "negative dur clamped to 0", int(neg.sum()))
+    acct.add("notes", "negative dur clamped to 0", int((dur < 0).sum()))
     end = start + np.maximum(dur, 0)
-    on_gpu = gpu_p[pair_of[src]]
-    m = len(src)
-    # (memory: per-event arrays that are no longer needed are dropped as the rows are made)
-    del dur_ns, dur_ok, x_at, ts_ok, x, inst, be, unmatched, in_play, bad, is_marker_x, cls, dur, neg
-    cc.drop("dur@", "dur", "dur_ok", "ts", "ts_ok")
+    rows = _Rows(src, start, end, kind, pairs.gpu[pair_of[src]])
+    r_pid, r_tid = ev.pid[src], _missing_to(ev.tid[src])
+    cc.drop("dur@", "dur", "dur_ok", "ts", "ts_ok", "pid", "tid")
+    return rows, r_pid, r_tid, ev.reason
 
-    # args: absent where the accumulator did not take them (rows that do not use them)
+
+def _place_rows(
+    cc: _Columns, rows: _Rows, r_pid: np.ndarray, r_tid: np.ndarray, is_sync: np.ndarray, acct: Accounting
+) -> dict[str, np.ndarray]:
+    """Columns pid, tid, device, stream, correlation and external_id of the rows.
+
+    ``r_pid``/``r_tid``: the pid and tid of each row's event (as :func:`_choose_rows` gives them).
+
+    Reads (then drops) the sparse args columns of ``cc``; args are absent where the accumulator
+    did not take them (rows that do not use them).
+    """
+    src, kind, on_gpu = rows.src, rows.kind, rows.on_gpu
     a_dev = cc.sparse("device", src, _ABSENT, np.int64)
     a_stream = cc.sparse("stream", src, _ABSENT, np.int64)
     a_corr = _missing_to(cc.sparse("correlation", src, _ABSENT, np.int64))
     ext = _missing_to(cc.sparse("ext", src, _ABSENT, np.int64))
+    cc.drop("device@", "device", "stream@", "stream", "correlation@", "correlation", "ext@", "ext")
+    device, stream = _device_and_stream(on_gpu, is_sync, a_dev, a_stream, r_pid, r_tid)
+    del a_dev, a_stream
+    linked_kind = on_gpu & (kind != Kind.RANGE)  # kernels, copies, sets, syncs
+    correlation = np.where(linked_kind | (kind == Kind.RUNTIME), a_corr, -1)
+    del a_corr
+    gpu_pid = _gpu_row_pids(kind, linked_kind, correlation, r_pid, acct)
+    return {
+        "pid": _missing_to(np.where(on_gpu, gpu_pid, r_pid)),
+        "tid": np.where(on_gpu, -1, r_tid),
+        "device": device,
+        "stream": stream,
+        "correlation": correlation,
+        "external_id": ext,
+    }
 
-    r_pid = pid[src]
-    r_tid = _missing_to(tid[src])
-    is_sync = kind == Kind.SYNC
-    del pid, tid, pid_ok, ts_ns
-    cc.drop("pid", "tid", "device@", "device", "stream@", "stream", "correlation@", "correlation", "ext@", "ext")
 
-    # GPU rows: device from args.device (else pid), stream from args.stream (else tid)
+def _device_and_stream(
+    on_gpu: np.ndarray, is_sync: np.ndarray, a_dev: np.ndarray, a_stream: np.ndarray, r_pid: np.ndarray, r_tid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(device, stream) of the rows, -1 for CPU rows and where unknown.
+
+    GPU rows: device from args.device (else the pid), stream from args.stream (else the tid,
+    less the virtual sync tid offset for SYNC rows); a stream of 4294967295 is -1.
+    """
     device = np.where(on_gpu, np.where(a_dev > _NONNUM, a_dev, r_pid), -1)
     stream = np.where(a_stream > _NONNUM, a_stream, _ABSENT)
     from_tid = stream == _ABSENT
@@ -1220,14 +1336,19 @@ def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[s
     stream = np.where(virt, stream - _VIRTUAL_SYNC_TID_OFFSET, stream)
     stream = np.where(stream == _UINT32_MAX, -1, stream)
     stream = np.where(on_gpu, stream, -1)
-    device = _missing_to(device)
-    del a_dev, a_stream, from_tid, virt
+    return _missing_to(device), _missing_to(stream)
 
-    linked_kind = on_gpu & (kind != Kind.RANGE)  # kernels, copies, sets, syncs
-    corr_kind = linked_kind | (kind == Kind.RUNTIME)
-    correlation = np.where(corr_kind, a_corr, -1)
 
-    # pid of GPU rows: the runtime/driver call with the same correlation id
+def _gpu_row_pids(
+    kind: np.ndarray, linked_kind: np.ndarray, correlation: np.ndarray, r_pid: np.ndarray, acct: Accounting
+) -> np.ndarray:
+    """pid of each row as a GPU row: that of the runtime/driver call with the same correlation id.
+
+    A sorted-array join on the correlation ids of the RUNTIME rows. Rows without such a call
+    (``linked_kind``: the GPU tasks and syncs) take the trace's only CPU process, else -1; both
+    cases are counted in ``acct.notes``.
+    """
+    m = len(kind)
     rt = (kind == Kind.RUNTIME) & (correlation >= 0)
     rt_corr, rt_pid = correlation[rt], r_pid[rt]
     o = np.argsort(rt_corr, kind="stable")
@@ -1256,14 +1377,17 @@ def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[s
         acct.add("notes", "GPU rows without a runtime/driver call of the same correlation id (pid: the trace's only process)", int(miss.sum()))
     else:
         acct.add("notes", "GPU rows without a runtime/driver call of the same correlation id (pid unknown)", int(miss.sum()))
-    out_pid = _missing_to(np.where(on_gpu, gpu_pid, r_pid))
-    out_tid = np.where(on_gpu, -1, r_tid)
-    stream = _missing_to(stream)
-    del a_corr, r_pid, r_tid, gpu_pid, hit, q, miss, rt, linked_kind, corr_kind, on_gpu
+    return gpu_pid
 
-    # ---- names and categories --------------------------------------------------------------
-    # names interned in order of first appearance among the rows, as a dict over the rows would
+
+def _row_names(cc: _Columns, src: np.ndarray, pair_of: np.ndarray, cat_names: list[str]) -> tuple[NameTable, np.ndarray, np.ndarray]:
+    """(names, name_id, cat_id) of the rows; drops the name column of ``cc``.
+
+    Names are interned in order of first appearance among the rows (as a dict over the rows
+    would), then the categories of the pairs, in pair order.
+    """
     names = NameTable()
+    m = len(src)
     row_name = cc.column("name", np.int32)[src]
     name_id = np.zeros(m, np.int32)
     if m:
@@ -1276,10 +1400,17 @@ def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[s
         name_id = lut[row_name]
     del row_name
     cc.drop("name")
-    cat_of_pair = np.fromiter((names.intern(c) for c in catname_p), np.int32, count=len(catname_p))
-    cat_id = cat_of_pair[pair_of[src]]
+    cat_of_pair = np.fromiter((names.intern(c) for c in cat_names), np.int32, count=len(cat_names))
+    return names, name_id, cat_of_pair[pair_of[src]]
 
-    # ---- memcpy / memset -------------------------------------------------------------------
+
+def _copy_columns(cc: _Columns, src: np.ndarray, kind: np.ndarray, name_id: np.ndarray, names: NameTable) -> dict[str, np.ndarray]:
+    """Columns bytes, copy_kind, src_kind and dst_kind of the rows.
+
+    bytes from args.bytes on MEMCPY/MEMSET rows (else -1); the kinds parsed from the memcpy
+    name, once per distinct name (0: unknown, and on every other row).
+    """
+    m = len(src)
     is_copy = kind == Kind.MEMCPY
     nbytes = np.where(is_copy | (kind == Kind.MEMSET), _missing_to(cc.sparse("bytes", src, _ABSENT, np.int64)), -1)
     copy_kind = np.zeros(m, np.int8)
@@ -1295,8 +1426,16 @@ def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[s
         copy_kind[is_copy] = ck[name_id[is_copy]]
         src_kind[is_copy] = sk[name_id[is_copy]]
         dst_kind[is_copy] = dk[name_id[is_copy]]
+    return {"bytes": nbytes, "copy_kind": copy_kind, "src_kind": src_kind, "dst_kind": dst_kind}
 
-    # ---- synchronization -------------------------------------------------------------------
+
+def _sync_columns(cc: _Columns, src: np.ndarray, is_sync: np.ndarray, name_id: np.ndarray, names: NameTable) -> dict[str, np.ndarray]:
+    """Columns sync_kind, link_stream and link_correlation of the rows (SYNC rows only).
+
+    sync_kind from args.cuda_sync_kind, else from the name; the links from
+    args.wait_on_stream / args.wait_on_cuda_event_record_corr_id (-1 when absent or negative).
+    """
+    m = len(src)
     sync_kind = np.zeros(m, np.int8)
     link_stream = np.full(m, -1, np.int64)
     link_corr = np.full(m, -1, np.int64)
@@ -1315,41 +1454,22 @@ def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[s
         wc = np.where((wc <= _NONNUM) | (wc < 0), -1, wc)
         link_stream[srows] = ws
         link_corr[srows] = wc
+    return {"sync_kind": sync_kind, "link_stream": link_stream, "link_correlation": link_corr}
 
-    # ---- accounting ------------------------------------------------------------------------
-    readkey = readkey_p[pair_of]
-    nk = len(readkey_names)
+
+def _count_events(acct: Accounting, pairs: _PairInfo, pair_of: np.ndarray, reason: np.ndarray, why: _Reasons) -> None:
+    """Count every event in ``acct.read`` (by category), then in ``kept`` or ``skipped`` (by reason)."""
+    readkey = pairs.readkey[pair_of]
+    nk = len(pairs.readkey_names)
     read_counts = np.bincount(readkey, minlength=nk)
     kept_counts = np.bincount(readkey[reason < 0], minlength=nk)
     skip_counts = np.bincount(reason[reason >= 0], minlength=len(why.names))
-    for k, c in zip(readkey_names, read_counts.tolist()):
+    for k, c in zip(pairs.readkey_names, read_counts.tolist()):
         acct.add("read", k, c)
-    for k, c in zip(readkey_names, kept_counts.tolist()):
+    for k, c in zip(pairs.readkey_names, kept_counts.tolist()):
         acct.add("kept", k, c)
     for k, c in zip(why.names, skip_counts.tolist()):
         acct.add("skipped", k, c)
-
-    cols = {
-        "kind": kind,
-        "start_ns": start,
-        "end_ns": end,
-        "pid": out_pid,
-        "tid": out_tid,
-        "device": device,
-        "stream": stream,
-        "correlation": correlation,
-        "external_id": ext,
-        "name_id": name_id,
-        "cat_id": cat_id,
-        "bytes": nbytes,
-        "copy_kind": copy_kind,
-        "src_kind": src_kind,
-        "dst_kind": dst_kind,
-        "sync_kind": sync_kind,
-        "link_stream": link_stream,
-        "link_correlation": link_corr,
-    }
-    return cols, names.names
 
 
 def _sync_kind_value(v: Any) -> int:
