@@ -11,12 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .critical_path import critical_path
 from .errors import NotApplicable, UsageError
 from .events import EventTable
 from .graph import TaskGraph, build_graph
+from .mapping import map_events
 from .optimizations import Optimization, check_composition, load_all
 from .report import AppliedOpt, Ranked, Report, build_prediction, build_report
 from .simulate import Timeline, recorded, simulate
+from .timeline import write_timeline
 
 
 @dataclass
@@ -32,9 +35,6 @@ class Result:
 
     def write_timeline(self, path: str) -> None:
         """Chrome-trace JSON of the prediction beside the baseline (or the baseline alone)."""
-        from .critical_path import critical_path
-        from .timeline import write_timeline
-
         base = (self.graph, self.replay)
         try:
             if self.predicted_graph is not None:
@@ -75,8 +75,6 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
     An optimization in ``opts`` that does not apply is reported in ``report.not_applicable`` with
     its reason (and there is no prediction).
     """
-    from .mapping import map_events
-
     graph = build_graph(table, map_events(table))
     tl = simulate(graph)
     report = build_report(graph, tl, recorded(graph))

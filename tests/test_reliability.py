@@ -706,12 +706,12 @@ def test_unwritable_outputs_are_refused_before_the_load(tmp_path, capsys, monkey
 
 def test_output_write_failure_after_analysis_is_a_usage_error(tmp_path, capsys, monkeypatch):
     trace = kineto(tmp_path, [rt(), kern()])
-    import daydream.timeline
+    import daydream.analysis
 
     def fail(path, *a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(daydream.timeline, "write_timeline", fail)
+    monkeypatch.setattr(daydream.analysis, "write_timeline", fail)
     code, _, err = cli(capsys, trace, "--timeline", tmp_path / "tl.json")
     assert code == 2 and "cannot write" in err and "Permission denied" in err and len(err.strip().splitlines()) == 1
 
