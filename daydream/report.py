@@ -20,6 +20,7 @@ import msgspec
 from .critical_path import CriticalPath, critical_path, gpu_relevant
 from .events import Accounting, Kind, TraceMeta
 from .graph import NODE_CPU, TaskGraph, profiler_steps
+from .mapping import PHASES
 from .simulate import Timeline
 
 REPORT_VERSION = 1
@@ -354,8 +355,6 @@ def _phase_args(graph: TaskGraph):
     ann = graph.annotations
     if not ann:
         return None, None
-    from .mapping import PHASES
-
     return list(PHASES), ann["phase"]
 
 
@@ -364,8 +363,6 @@ def _groups(graph: TaskGraph, tl: Timeline) -> tuple[list[GroupStats], list[Grou
     ann = graph.annotations
     if not ann or graph.n == 0:
         return [], []
-    from .mapping import PHASES
-
     cpu = graph.node_kind == NODE_CPU
     dur = tl.end_ns - tl.start_ns - tl.blocked_ns
     gpu_ns = np.where(cpu, 0, dur)
