@@ -20,8 +20,9 @@ import msgspec
 import numpy as np
 
 from .events import CopyKind, Kind
-from .graph import NODE_CPU, TaskGraph
-from .simulate import Timeline
+from .kernels import kernel_info
+from .graph import NODE_CPU, RULES, TaskGraph, rule_arrays
+from .simulate import BOUND_BY_LANE, Timeline, with_bindings
 
 CAUSES = ("cpu", "gpu_compute", "communication", "launch", "sync")
 
@@ -37,8 +38,6 @@ class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
 
 def communication_mask(graph: TaskGraph) -> np.ndarray:
     """GPU tasks that are communication: NCCL/RCCL kernels (daydream.kernels) and peer-to-peer copies."""
-    from .kernels import kernel_info
-
     t = graph.table
     rows = np.maximum(graph.row, 0)
     p2p = (graph.node_kind == Kind.MEMCPY) & (graph.row >= 0) & (t.copy_kind[rows] == CopyKind.PTOP)
@@ -62,99 +61,121 @@ def gpu_relevant(graph: TaskGraph) -> np.ndarray:
 
 def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None = None, phase: np.ndarray | None = None,
                   gap_phase: np.ndarray | None = None) -> tuple[np.ndarray, CriticalPath]:
-    """The critical path of ``tl`` (a simulation of ``graph``).
+    """The critical path of ``tl`` (a simulation of ``graph``): a walk back over the binding
+    records of the replay (:class:`~daydream.simulate.Timeline`), from the last task to end.
 
     Returns:
         (node ids on the path, from last to first; the summary). ``phase``/``phase_names``
         (per-node phase codes and their names) add a per-phase breakdown. The ``cpu`` segment of a
         CPU node is split there: the call itself goes to its ``phase``, the CPU gap before it
         (from the previous task of its thread) to ``gap_phase`` (per-node codes; default
-        ``graph.annotations["gap_phase"]`` when present, else the node's own phase).
+        ``graph.mapping.gap_phase`` when mapped, else the node's own phase).
     """
     n = graph.n
-    by_cause = dict.fromkeys(CAUSES, 0)
-    by_phase: dict[str, dict[str, int]] = {}
     if n == 0:
-        return np.zeros(0, np.int64), CriticalPath(0, 0, by_cause)
-    t0, L, G = int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns)
-    start, end = tl.start_ns.tolist(), tl.end_ns.tolist()
-    lane_prev, launch = graph.lane_prev.tolist(), graph.launch.tolist()
-    ptr, idx = graph.pred_ptr.tolist(), graph.pred_idx.tolist()
-    is_cpu = (graph.node_kind == NODE_CPU).tolist()
-    blocking, blocked = graph.blocking.tolist(), tl.blocked_ns.tolist()
-    comm = communication_mask(graph).tolist()
-    ph = phase.tolist() if phase is not None else None
-    if ph is not None and gap_phase is None:
-        a = graph.annotations.get("gap_phase") if graph.annotations else None
-        gap_phase = a if isinstance(a, np.ndarray) and len(a) == n else None
-    gph = gap_phase.tolist() if ph is not None and gap_phase is not None else ph
+        return np.zeros(0, np.int64), CriticalPath(0, 0, dict.fromkeys(CAUSES, 0))
+    tl = with_bindings(graph, tl)
+    bs, bb, be = tl.bound_start, tl.bound_base, tl.bound_end
+    if phase is not None and gap_phase is None and graph.mapping is not None and graph.mapping.gap_phase is not None:
+        gap_phase = graph.mapping.gap_phase
+    acc = _Charges(phase_names, phase, gap_phase if gap_phase is not None else phase)
+    walk = _Walk(graph, tl, bs.tolist(), bb.tolist(), be.tolist(), acc)
+    path = walk.run(int(np.argmax(np.where(gpu_relevant(graph), tl.end_ns, np.iinfo(np.int64).min))))
+    total = sum(acc.by_cause.values())
+    return np.asarray(path, dtype=np.int64), CriticalPath(int(total), len(path), acc.by_cause, dict(sorted(acc.by_phase.items())))
 
-    def charge(cause: str, ns: int, v: int, codes=None) -> None:
+
+class _Charges:
+    """Accumulates ns per cause, and per phase when phases are given."""
+
+    def __init__(self, phase_names, phase, gap_phase):
+        self.by_cause = dict.fromkeys(CAUSES, 0)
+        self.by_phase: dict[str, dict[str, int]] = {}
+        self.names = phase_names
+        self.ph = phase.tolist() if phase is not None and phase_names is not None else None
+        self.gph = gap_phase.tolist() if self.ph is not None else None
+
+    def __call__(self, cause: str, ns: int, v: int, gap: bool = False) -> None:
         if ns <= 0:
             return
-        by_cause[cause] += ns
-        if ph is not None and phase_names is not None:
-            d = by_phase.setdefault(phase_names[(ph if codes is None else codes)[v]], dict.fromkeys(CAUSES, 0))
-            d[cause] += ns
+        self.by_cause[cause] = self.by_cause.get(cause, 0) + ns
+        if self.ph is not None:
+            code = (self.gph if gap else self.ph)[v]
+            d = self.by_phase.setdefault(self.names[code], dict.fromkeys(CAUSES, 0))
+            d[cause] = d.get(cause, 0) + ns
 
-    def charge_cpu(t: int, lo: int, v: int) -> None:
-        """The ``cpu`` segment [lo, t] of CPU node v: the call from its start, then the gap before it."""
-        s = min(max(start[v], lo), t)
-        charge("cpu", t - s, v)
-        charge("cpu", s - lo, v, gph)
 
-    path = []
-    rel = gpu_relevant(graph)
-    v = int(np.argmax(np.where(rel, tl.end_ns, np.iinfo(np.int64).min)))
-    t = end[v]  # the path is charged from t back to t0
-    while v >= 0:
-        path.append(v)
-        if is_cpu[v]:
-            if blocking[v] and blocked[v] > 0:
-                # the end waited for a GPU task: own cost is sync time, then follow that task
-                w = max(range(ptr[v], ptr[v + 1]), key=lambda i: end[idx[i]])
-                u = idx[w]
-                charge("sync", t - end[u], v)
-                t = end[u]
-                v = u
+class _Walk:
+    """The walk back from the last task: each step charges one segment to one cause."""
+
+    def __init__(self, graph: TaskGraph, tl: Timeline, bs: list, bb: list, be: list, charge: _Charges):
+        ra = rule_arrays()
+        k = graph.edge_kind
+        self.src = graph.edge_src.tolist()
+        self.anchor_end = ra.anchor_end[k].tolist()
+        self.cause = [RULES[int(x)].cause if int(x) in RULES else "cpu" for x in range(int(k.max()) + 1 if len(k) else 0)]
+        self.kind = k.tolist()
+        self.start, self.end = tl.start_ns.tolist(), tl.end_ns.tolist()
+        self.gap = graph.gap_ns.tolist()
+        self.is_cpu = graph.is_cpu.tolist()
+        self.comm = communication_mask(graph).tolist()
+        self.t0 = int(graph.t0_ns)
+        self.bs, self.bb, self.be = bs, bb, be
+        self.lane_prev_run = _lane_predecessor_in_run(graph, tl) if (np.asarray(bs) == BOUND_BY_LANE).any() else None
+        self.charge = charge
+
+    def _own(self, v: int) -> str:
+        return "cpu" if self.is_cpu[v] else ("communication" if self.comm[v] else "gpu_compute")
+
+    def _follow(self, e: int) -> tuple[int, int, bool]:
+        """(source, its anchor time, entered at its start) of edge e."""
+        u = self.src[e]
+        return (u, self.end[u], False) if self.anchor_end[e] else (u, self.start[u], True)
+
+    def run(self, v: int) -> list[int]:
+        path: list[int] = []
+        t = self.end[v]
+        at_start = False
+        charge = self.charge
+        while v >= 0:
+            path.append(v)
+            if not at_start:
+                e = self.be[v]
+                if e >= 0:  # the end waited: own cost after the wait, then what it waited for
+                    u, tu, at_start = self._follow(e)
+                    charge(self.cause[self.kind[e]], t - tu, v)
+                    v, t = u, tu
+                    continue
+                charge(self._own(v), t - self.start[v], v)
+            t = self.start[v]
+            e = self.bs[v]
+            if e >= 0:  # the start was set by an edge: its offset, then its source
+                u, tu, at_start = self._follow(e)
+                charge(self.cause[self.kind[e]], t - tu, v)
+                v, t = u, tu
                 continue
-            p = lane_prev[v]
-            lo = end[p] if p >= 0 else t0
-            charge_cpu(t, lo, v)  # the call (from t back to its start) and its gap
-            t = lo
-            v = p
-        else:
-            s = start[v]
-            charge("communication" if comm[v] else "gpu_compute", t - s, v)
-            t = s
-            nxt = -1
-            p = lane_prev[v]
-            if p >= 0 and end[p] + G == s:
-                nxt = p
-            else:
-                for i in range(ptr[v], ptr[v + 1]):
-                    if end[idx[i]] + G == s:
-                        nxt = idx[i]
-                        break
-            if nxt >= 0:
-                charge("gpu_compute", G, v)
-                t = end[nxt]
-                v = nxt
+            if e == BOUND_BY_LANE:  # waited for its (priority-scheduled) lane: the task before it
+                u = self.lane_prev_run[v]
+                charge("gpu_compute", t - self.end[u], v)
+                v, t, at_start = u, self.end[u], False
                 continue
-            lch = launch[v]
-            if lch >= 0 and start[lch] + L == s:
-                charge("launch", L, v)
-                t = start[lch]
-                # the launching call's own duration is not on the path: continue at its start
-                p = lane_prev[lch]
-                lo = end[p] if p >= 0 else t0
-                path.append(lch)
-                charge_cpu(t, lo, lch)
-                t = lo
-                v = p
+            lo = t - self.gap[v]  # base + gap: the gap, then what set the base
+            charge("cpu" if self.is_cpu[v] else "launch", t - lo, v, gap=self.is_cpu[v])
+            e = self.bb[v]
+            if e >= 0:
+                u, tu, at_start = self._follow(e)
+                charge(self.cause[self.kind[e]], lo - tu, v, gap=True)
+                v, t = u, tu
                 continue
-            charge("launch", s - t0, v)  # ready at trace start (no launching call)
-            t = t0
+            charge("cpu" if self.is_cpu[v] else "launch", lo - self.t0, v, gap=self.is_cpu[v])
             v = -1
-    total = sum(by_cause.values())
-    return np.asarray(path, dtype=np.int64), CriticalPath(int(total), len(path), by_cause, dict(sorted(by_phase.items())))
+        return path
+
+
+def _lane_predecessor_in_run(graph: TaskGraph, tl: Timeline) -> list[int]:
+    """Per task: the task that ran before it on its lane in the replay (by start time), or -1."""
+    o = np.lexsort((tl.start_ns, graph.lane))
+    prev = np.full(graph.n, -1, np.int64)
+    same = graph.lane[o[1:]] == graph.lane[o[:-1]]
+    prev[o[1:][same]] = o[:-1][same]
+    return prev.tolist()

@@ -50,6 +50,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .events import EventTable, Kind
+from .graph import NODE_CPU
 
 #: Kernel classes; ``*_code`` arrays hold indices into this tuple.
 CLASSES: tuple[str, ...] = (
@@ -241,27 +242,19 @@ NONE = 255  #: code of CPU nodes in KernelInfo arrays
 def kernel_info(graph) -> KernelInfo:
     """Classify every GPU task of a :class:`~daydream.graph.TaskGraph` (vectorized over the
     distinct names; inserted tasks by their given names)."""
-    from .graph import NODE_CPU
-
     n = graph.n
     cls = np.full(n, NONE, dtype=np.uint8)
     bound = np.full(n, NONE, dtype=np.uint8)
     prec = np.full(n, NONE, dtype=np.uint8)
     gpu = graph.node_kind != NODE_CPU
-    from_row = gpu & (graph.row >= 0)
-    t = graph.table
-    if from_row.any():
-        nid = t.name_id[graph.row[from_row]].astype(np.int64)
-        kind = graph.node_kind[from_row].astype(np.int64)
+    if gpu.any():
+        nid = graph.name_id[gpu].astype(np.int64)
+        kind = graph.node_kind[gpu].astype(np.int64)
         key = nid * 8 + kind  # (name, kind) pairs
         uniq, inv = np.unique(key, return_inverse=True)
-        c, b, p = classify_names([t.names[int(k) // 8] for k in uniq], uniq % 8)
+        c, b, p = classify_names([graph.names[int(k) // 8] for k in uniq], uniq % 8)
         inv = inv.reshape(-1)
-        cls[from_row], bound[from_row], prec[from_row] = c[inv], b[inv], p[inv]
-    for v, s in graph.inserted_names.items():
-        if gpu[v]:
-            c, b, p = classify_names([s], [int(graph.node_kind[v])])
-            cls[v], bound[v], prec[v] = c[0], b[0], p[0]
+        cls[gpu], bound[gpu], prec[gpu] = c[inv], b[inv], p[inv]
     return KernelInfo(cls, bound, prec)
 
 

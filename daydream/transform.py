@@ -30,7 +30,8 @@ import numpy as np
 
 from .errors import DaydreamError
 from .events import Kind
-from .graph import NODE_CPU, TaskGraph, kahn_order, simulation_edges
+from .mapping import PHASES
+from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, check_topological, rule_arrays, topological_order
 
 #: longest task duration a transformation may produce (2^52 ns, about 52 days): keeps every replayed
 #: time far inside int64 and exactly representable as a float
@@ -77,36 +78,38 @@ def select(
         m &= np.isin(graph.node_kind, codes)
     if name is not None:
         m &= name_mask(graph, name)
-    t = graph.table
     if stream is not None:
         streams = [stream] if isinstance(stream, int) else list(stream)
-        s = np.where(graph.row >= 0, t.stream[np.maximum(graph.row, 0)], -1)
-        m &= (graph.node_kind != NODE_CPU) & np.isin(s, streams)
+        m &= (graph.node_kind != NODE_CPU) & np.isin(graph.stream, streams)
     if thread is not None:
         threads = [thread] if isinstance(thread, int) else list(thread)
-        s = np.where(graph.row >= 0, t.tid[np.maximum(graph.row, 0)], -1)
-        m &= (graph.node_kind == NODE_CPU) & np.isin(s, threads)
+        m &= (graph.node_kind == NODE_CPU) & np.isin(graph.tid, threads)
     if phase is not None or layer is not None or op is not None:
-        ann = graph.annotations
-        if not ann:
-            raise DaydreamError("selecting by layer, phase or op needs a mapped graph (build_graph(table, mapping))")
-        if phase is not None:
-            from .mapping import PHASES
-
-            phases = [phase] if isinstance(phase, str) else list(phase)
-            bad = [p for p in phases if p not in PHASES]
-            if bad:
-                raise DaydreamError(f"unknown phase {bad[0]!r}; use one of {', '.join(PHASES)}")
-            m &= np.isin(ann["phase"], [PHASES.index(p) for p in phases])
-        labels = np.asarray(ann.get("labels", []), dtype=object)
-        for key, pat in (("layer_id", layer), ("op_id", op)):
-            if pat is None:
-                continue
-            ids = ann[key]
-            lab_m = _regex_mask(labels, pat) if len(labels) else np.zeros(0, bool)
-            m &= (ids >= 0) & lab_m[np.maximum(ids, 0)] if len(labels) else np.zeros(graph.n, bool)
+        m &= _mapped_mask(graph, phase, layer, op)
     if where is not None:
         m &= np.asarray(where(graph), dtype=bool)
+    return m
+
+
+def _mapped_mask(graph: TaskGraph, phase, layer, op) -> np.ndarray:
+    """Tasks whose mapped phase is one of ``phase`` and whose layer / op label matches."""
+    mp = graph.mapping
+    if mp is None:
+        raise DaydreamError("selecting by layer, phase or op needs a mapped graph (build_graph(table, mapping))")
+    m = np.ones(graph.n, dtype=bool)
+    if phase is not None:
+        phases = [phase] if isinstance(phase, str) else list(phase)
+        bad = [p for p in phases if p not in PHASES]
+        if bad:
+            raise DaydreamError(f"unknown phase {bad[0]!r}; use one of {', '.join(PHASES)}")
+        m &= np.isin(mp.phase, [PHASES.index(p) for p in phases])
+    labels = np.asarray(mp.labels, dtype=object)
+    for ids, pat in ((mp.layer_id, layer), (mp.op_id, op)):
+        if pat is None:
+            continue
+        if not len(labels):
+            return np.zeros(graph.n, bool)
+        m &= (ids >= 0) & _regex_mask(labels, pat)[np.maximum(ids, 0)]
     return m
 
 
@@ -123,15 +126,10 @@ def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) 
         raise DaydreamError(f"bad regular expression {pattern!r}: {e}") from None
     out = np.zeros(graph.n, dtype=bool)
     cand = np.ones(graph.n, dtype=bool) if subset is None else np.asarray(subset, dtype=bool)
-    has = cand & (graph.row >= 0)
-    if has.any():
-        t = graph.table
-        uniq, inv = np.unique(t.name_id[graph.row[has]], return_inverse=True)
-        hit = np.fromiter((rx.search(t.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
-        out[has] = hit[inv.reshape(-1)]
-    for v, s in graph.inserted_names.items():
-        if cand[v]:
-            out[v] = rx.search(s) is not None
+    if cand.any():
+        uniq, inv = np.unique(graph.name_id[cand], return_inverse=True)
+        hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
+        out[cand] = hit[inv.reshape(-1)]
     return out
 
 
@@ -178,100 +176,119 @@ def set_duration(graph: TaskGraph, mask: np.ndarray, dur_ns: np.ndarray | int) -
 
 
 # ------------------------------------------------------------------------------- remove ------
+def _nearest_kept(link: np.ndarray, removed: np.ndarray) -> np.ndarray:
+    """Follow ``link`` (lane predecessor or successor, -1 none) through removed tasks: per task,
+    the nearest kept one along it (-1 none). Pointer jumping: O(n log chain) numpy work."""
+    out = link.copy()
+    while True:
+        bad = (out >= 0) & removed[np.maximum(out, 0)]
+        if not bad.any():
+            return out
+        nxt = out[out[bad]]  # jump: the link of the removed task reached (already partly resolved)
+        out[bad] = nxt
+
+
+def _dedupe_edges(src, dst, kind, origin):
+    """Drop self-loops and edges that repeat the constraint of another edge (same source,
+    destination, phase, anchor and offset), keeping the preferred kind."""
+    ra = rule_arrays()
+    keep = src != dst
+    src, dst, kind, origin = src[keep], dst[keep], kind[keep], origin[keep]
+    if not len(src):
+        return src, dst, kind, origin
+    rule_key = (ra.phase[kind].astype(np.int64) * 2 + ra.anchor_end[kind]) * 4 + ra.offset[kind]
+    o = np.lexsort((ra.prefer[kind], rule_key, src, dst))
+    first = np.ones(len(o), bool)
+    first[1:] = (dst[o[1:]] != dst[o[:-1]]) | (src[o[1:]] != src[o[:-1]]) | (rule_key[o[1:]] != rule_key[o[:-1]])
+    o = np.sort(o[first])
+    return src[o], dst[o], kind[o], origin[o]
+
+
 def remove(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
     """New graph without the selected tasks; dependencies through them are kept transitively.
 
-    See the module docstring for what happens to gaps, launches and waits.
+    Edge by edge (rules in :mod:`daydream.graph.edges`): an edge *from* a removed task now comes
+    from the nearest kept task before it on its lane (a call's launches pass to the previous call
+    on its thread; a wait for a removed GPU task becomes a wait for the kept task before it on its
+    stream; lane order is spliced), or is dropped when there is none (a GPU task then becomes
+    ready at the trace start). An edge *into* a removed task is dropped, unless its kind
+    ``inherit``s: then it goes to the next kept task on the lane (a cross-stream wait holds for the
+    first task launched after it). The gap before a removed call goes with it.
     """
     mask = np.asarray(mask, dtype=bool)
     if not mask.any():
         return graph
     n = graph.n
-    removed = mask
-    lane_prev = graph.lane_prev
-    # nearest kept lane predecessor of every node (through removed ones)
-    kept_prev = lane_prev.copy()
-    # resolve chains: iterate pointer jumping until no pointer lands on a removed node
-    for _ in range(64):
-        bad = (kept_prev >= 0) & removed[np.maximum(kept_prev, 0)]
-        if not bad.any():
-            break
-        kept_prev[bad] = lane_prev[kept_prev[bad]]
-        # pointer jumping: also jump through chains faster
-        bad2 = (kept_prev >= 0) & removed[np.maximum(kept_prev, 0)]
-        kept_prev[bad2] = kept_prev[kept_prev[bad2]]
-    else:  # pragma: no cover - chains longer than 2**64 cannot happen
-        raise DaydreamError("internal: removal chain did not resolve")
-
-    # Dependencies through removed GPU tasks (docs/model.md semantics):
-    # * a call waiting for a removed task, or a cross-stream consumer of one, now waits for the
-    #   task before it on its stream (waiting for a stream position covers what is before it);
-    # * the next kept task on the stream also inherits the removed tasks' cross-stream producers
-    #   (it becomes the first task launched after their cudaStreamWaitEvent).
-    ptr, idx = graph.pred_ptr, graph.pred_idx
-    pred_lists = np.split(idx, ptr[1:-1]) if n else []
-
-    def stand_in(p: int) -> list[int]:
-        return [int(kept_prev[p])] if kept_prev[p] >= 0 else []
-
-    new_preds: list[list[int]] = []
-    for v in range(n):
-        if removed[v]:
-            new_preds.append([])
-            continue
-        out: list[int] = []
-        for p in pred_lists[v].tolist():
-            out.extend(stand_in(p) if removed[p] else [p])
-        if graph.node_kind[v] != NODE_CPU:
-            u = int(lane_prev[v])
-            while u >= 0 and removed[u]:  # removed stream predecessors between kept_prev and v
-                for p in pred_lists[u].tolist():
-                    out.extend(stand_in(p) if removed[p] else [p])
-                u = int(lane_prev[u])
-            out = [x for x in out if x != int(kept_prev[v])]
-        new_preds.append(sorted(set(out)))
-
-    # launches of kept GPU nodes whose launching call is removed
-    launch = graph.launch.copy()
-    bad_l = (launch >= 0) & removed[np.maximum(launch, 0)]
-    launch[bad_l] = kept_prev[launch[bad_l]]
-
-    keep = ~removed
+    kept_prev = _nearest_kept(graph.lane_prev, mask)
+    kept_next = _nearest_kept(graph.lane_next, mask)
+    src, dst, kind, origin = graph.edge_src, graph.edge_dst, graph.edge_kind, graph.edge_origin
+    src = np.where(mask[src], kept_prev[src], src)
+    inherit = rule_arrays().inherit[kind]
+    dst = np.where(mask[dst], np.where(inherit, kept_next[dst], -1), dst)
+    ok = (src >= 0) & (dst >= 0)
+    keep = ~mask
     new_id = np.full(n, -1, dtype=np.int64)
     new_id[keep] = np.arange(int(keep.sum()))
+    s2, d2, k2, o2 = _dedupe_edges(new_id[src[ok]], new_id[dst[ok]], kind[ok], origin[ok])
+    g = _take_nodes(graph, np.nonzero(keep)[0])
+    return dataclasses.replace(g, edge_src=s2, edge_dst=d2, edge_kind=k2, edge_origin=o2,
+                               order=new_id[graph.order[keep[graph.order]]])
 
-    def remap(a: np.ndarray) -> np.ndarray:
-        return np.where(a >= 0, new_id[np.maximum(a, 0)], -1)
 
-    kept_ids = np.nonzero(keep)[0]
-    counts = np.fromiter((len(new_preds[v]) for v in kept_ids), dtype=np.int64, count=len(kept_ids))
-    pred_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    flat = [p for v in kept_ids for p in new_preds[v]]
-    pred_idx = new_id[np.asarray(flat, dtype=np.int64)] if flat else np.zeros(0, np.int64)
-    blocking = graph.blocking[keep] & (counts > 0)  # a call left with nothing to wait for no longer blocks
-    order = new_id[graph.order[keep[graph.order]]]
-    return dataclasses.replace(
-        graph,
-        row=graph.row[keep],
-        node_kind=graph.node_kind[keep],
-        lane=graph.lane[keep],
-        lane_prev=remap(kept_prev)[keep],
-        dur_ns=graph.dur_ns[keep],
-        gap_ns=graph.gap_ns[keep],
-        blocking=blocking,
-        launch=remap(launch)[keep],
-        pred_ptr=pred_ptr,
-        pred_idx=pred_idx,
-        rec_start_ns=graph.rec_start_ns[keep],
-        rec_end_ns=graph.rec_end_ns[keep],
-        position_ns=graph.position_ns[keep],
-        order=order,
-        inserted_names={int(new_id[v]): s for v, s in graph.inserted_names.items() if keep[v]},
-        annotations={k: (a[keep] if isinstance(a, np.ndarray) and len(a) == n else a) for k, a in graph.annotations.items()},
-    )
+def _take_nodes(graph: TaskGraph, idx: np.ndarray) -> TaskGraph:
+    """The node arrays of ``graph`` at ``idx`` (edges and order left to the caller)."""
+    per_node = ("row", "node_kind", "lane", "name_id", "pid", "tid", "device", "stream", "correlation", "dur_ns",
+                "gap_ns", "rec_start_ns", "rec_end_ns", "position_ns")
+    kw = {f: getattr(graph, f)[idx] for f in per_node}
+    kw["mapping"] = graph.mapping.take(idx) if graph.mapping is not None else None
+    kw["priority"] = graph.priority[idx] if graph.priority is not None else None
+    return dataclasses.replace(graph, **kw)
 
 
 # ------------------------------------------------------------------------------- insert ------
+def _append_node(graph: TaskGraph, *, like: int, code: int, lane: int, dur_ns: int, gap_ns: int, name: str) -> TaskGraph:
+    """``graph`` with one more node (id ``graph.n``) on ``lane``, identity copied from ``like``."""
+    kw = {}
+    for f in ("pid", "tid", "device", "stream", "rec_start_ns", "rec_end_ns", "position_ns"):
+        kw[f] = np.append(getattr(graph, f), getattr(graph, f)[like])
+    kw["rec_start_ns"][-1] = graph.rec_end_ns[like]
+    kw.update(row=np.append(graph.row, -1), node_kind=np.append(graph.node_kind, np.uint8(code)),
+              lane=np.append(graph.lane, lane), name_id=np.append(graph.name_id, len(graph.names)),
+              names=[*graph.names, name], correlation=np.append(graph.correlation, -1),
+              dur_ns=np.append(graph.dur_ns, int(dur_ns)), gap_ns=np.append(graph.gap_ns, int(gap_ns) if code == NODE_CPU else 0))
+    if graph.mapping is not None:
+        kw["mapping"] = graph.mapping.take(np.append(np.arange(graph.n), like))
+    if graph.priority is not None:
+        kw["priority"] = np.append(graph.priority, graph.priority[like])
+    return dataclasses.replace(graph, **kw)
+
+
+def add_edges(graph: TaskGraph, src, dst, kind: int, origin: int = Origin.INSERTED) -> TaskGraph:
+    """New graph with edges ``src -> dst`` of ``kind`` added (the visiting order is repaired).
+
+    Raises:
+        DaydreamError: bad node ids, or the edges close a dependency cycle.
+    """
+    src = np.atleast_1d(np.asarray(src, np.int64))
+    dst = np.atleast_1d(np.asarray(dst, np.int64))
+    if len(src) != len(dst) or (len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= graph.n)):
+        raise DaydreamError("add_edges: source and destination must be node ids of the graph, one each")
+    if not rule_arrays().known[int(kind)]:
+        raise DaydreamError(f"add_edges: edge kind {int(kind)} has no rule (register_kind it first)")
+    s, d, k, o = _dedupe_edges(np.concatenate([graph.edge_src, src]), np.concatenate([graph.edge_dst, dst]),
+                               np.concatenate([graph.edge_kind, np.full(len(src), kind, np.uint8)]),
+                               np.concatenate([graph.edge_origin, np.full(len(src), origin, np.uint8)]))
+    return _with_valid_order(dataclasses.replace(graph, edge_src=s, edge_dst=d, edge_kind=k, edge_origin=o))
+
+
+def _with_valid_order(g: TaskGraph) -> TaskGraph:
+    try:
+        check_topological(g, g.order)
+        return g
+    except DaydreamError:
+        return dataclasses.replace(g, order=topological_order(g))
+
+
 def insert(
     graph: TaskGraph,
     *,
@@ -293,10 +310,10 @@ def insert(
         dur_ns: duration, ns. kind: "cpu", "kernel", "memcpy" or "memset".
         launch: for GPU tasks, the CPU node launching it (its start + L makes it ready).
         gap_ns: for CPU tasks, the CPU gap before it.
-        preds: extra predecessors: GPU tasks the new GPU task waits for, or GPU tasks a new CPU
-            task blocks on (which makes it a blocking call).
-        succs: nodes that gain the new task as an extra predecessor (it must be a GPU task, or
-            they must be blocking-capable CPU tasks).
+        preds: GPU tasks the new task waits for: cross-stream producers of a new GPU task, or
+            GPU tasks a new CPU task blocks on (which makes it a blocking call).
+        succs: tasks that wait for the new (GPU) task: cross-stream consumers (GPU) or blocking
+            calls (CPU).
 
     Returns:
         (new graph, id of the new node).
@@ -315,74 +332,37 @@ def insert(
         raise DaydreamError("insert: the lane does not fit the task kind (CPU tasks go on threads, GPU tasks on streams)")
     if graph.lane[after] != ln:
         raise DaydreamError("insert: the anchor must be on the lane the task is inserted on")
-    preds = [int(p) for p in preds]
-    succs = [int(s) for s in succs]
-    for x in [*preds, *succs, *( [launch] if launch is not None else [])]:
+    preds = sorted({int(p) for p in preds})
+    succs = sorted({int(s) for s in succs})
+    for x in [*preds, *succs, *([launch] if launch is not None else [])]:
         if not 0 <= x < n:
             raise DaydreamError(f"insert: {x} is not a node")
-    v = n  # new node id
-    lane_prev = np.append(graph.lane_prev, after)
-    succ_on_lane = np.nonzero(graph.lane_prev == after)[0]
-    lane_prev[succ_on_lane] = v
-    # extra predecessors: the new node's, then successors gain v
-    lists = np.split(graph.pred_idx, graph.pred_ptr[1:-1]) if n else []
-    lists = [lst.tolist() for lst in lists] + [sorted(set(preds))]
+    v = n
+    g = _append_node(graph, like=after, code=code, lane=ln, dur_ns=dur_ns, gap_ns=gap_ns, name=name)
+    lane_kind = EdgeKind.THREAD if code == NODE_CPU else EdgeKind.STREAM
+    src, dst = graph.edge_src.copy(), graph.edge_dst.copy()
+    nxt = int(graph.lane_next[after])
+    if nxt >= 0:  # the anchor's lane successor now follows the new task
+        src[(src == after) & (dst == nxt) & rule_arrays().lane[graph.edge_kind]] = v
+    new = [([after], [v], lane_kind)]
+    if launch is not None and code != NODE_CPU:
+        new.append(([int(launch)], [v], EdgeKind.LAUNCH))
+    new.append((preds, [v] * len(preds), EdgeKind.WAIT if code == NODE_CPU else EdgeKind.XSTREAM))
     for s in succs:
-        lists[s] = sorted(set(lists[s]) | {v})
-    counts = np.fromiter((len(x) for x in lists), dtype=np.int64, count=n + 1)
-    pred_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    pred_idx = np.asarray([p for x in lists for p in x], dtype=np.int64)
-    blocking = np.append(graph.blocking, code == NODE_CPU and len(preds) > 0)
-    for s in succs:
-        if graph.node_kind[s] == NODE_CPU:
-            blocking[s] = True
-    pos = int(graph.position_ns[after])
-    # order: right after the anchor; replaced by a topological sort below if that breaks a dependency
+        new.append(([v], [s], EdgeKind.WAIT if graph.node_kind[s] == NODE_CPU else EdgeKind.XSTREAM))
+    add_s = np.concatenate([np.asarray(x[0], np.int64) for x in new])
+    add_d = np.concatenate([np.asarray(x[1], np.int64) for x in new])
+    add_k = np.concatenate([np.full(len(x[0]), x[2], np.uint8) for x in new])
     order = graph.order.tolist()
-    at = order.index(after) + 1
-    order.insert(at, v)
-    g2 = dataclasses.replace(
-        graph,
-        row=np.append(graph.row, -1),
-        node_kind=np.append(graph.node_kind, np.uint8(code)),
-        lane=np.append(graph.lane, ln),
-        lane_prev=lane_prev,
-        dur_ns=np.append(graph.dur_ns, int(dur_ns)),
-        gap_ns=np.append(graph.gap_ns, int(gap_ns) if code == NODE_CPU else 0),
-        blocking=blocking,
-        launch=np.append(graph.launch, -1 if launch is None or code == NODE_CPU else int(launch)),
-        pred_ptr=pred_ptr,
-        pred_idx=pred_idx,
-        rec_start_ns=np.append(graph.rec_start_ns, graph.rec_end_ns[after]),
-        rec_end_ns=np.append(graph.rec_end_ns, graph.rec_end_ns[after]),
-        position_ns=np.append(graph.position_ns, pos),
-        order=np.asarray(order, dtype=np.int64),
-        inserted_names={**graph.inserted_names, v: name},
-        annotations={k: (np.append(a, a[after]) if isinstance(a, np.ndarray) and len(a) == n else a) for k, a in graph.annotations.items()},
-    )
-    from .simulate import check_topological
-
-    try:
-        check_topological(g2, g2.order)
-    except DaydreamError:
-        g2 = dataclasses.replace(g2, order=topological_order(g2))
-    return g2, v
-
-
-def topological_order(graph: TaskGraph) -> np.ndarray:
-    """A visiting order for the simulator (Kahn's algorithm over the graph's dependencies).
-
-    A blocking call's waits only need to precede the next task on its thread (see
-    simulate.check_topological), so those edges are attached to that successor.
-
-    Raises:
-        DaydreamError: the dependencies contain a cycle.
-    """
-    src, dst = simulation_edges(graph.lane_prev, graph.launch, graph.node_kind == NODE_CPU, graph.pred_ptr, graph.pred_idx)
-    out = kahn_order(graph.n, src, dst, graph.position_ns.tolist())
-    if out is None:
-        raise DaydreamError("the transformed graph has a dependency cycle")
-    return out
+    order.insert(order.index(after) + 1, v)
+    g = dataclasses.replace(
+        g, edge_src=np.concatenate([src, add_s]), edge_dst=np.concatenate([dst, add_d]),
+        edge_kind=np.concatenate([graph.edge_kind, add_k]),
+        edge_origin=np.concatenate([graph.edge_origin, np.full(len(add_s), Origin.INSERTED, np.uint8)]),
+        order=np.asarray(order, dtype=np.int64))
+    if nxt >= 0 and nxt in preds:
+        raise DaydreamError("insert: the new task would wait for the task that follows it on its lane (a cycle)")
+    return _with_valid_order(g), v
 
 
 def set_priority(graph: TaskGraph, priority: np.ndarray, lanes: Iterable[int] | None = None) -> TaskGraph:
@@ -390,7 +370,7 @@ def set_priority(graph: TaskGraph, priority: np.ndarray, lanes: Iterable[int] | 
 
     On such a lane, a task starts as soon as its own dependencies allow and the lane is free, and
     among the tasks ready at that moment the one with the largest ``priority`` goes first (ties:
-    recorded order); see :mod:`daydream.schedule`.
+    recorded order); see :mod:`daydream.simulate.priority`.
 
     Args:
         priority: int per node (length ``graph.n``); only tasks on ``lanes`` use it.
@@ -400,8 +380,6 @@ def set_priority(graph: TaskGraph, priority: np.ndarray, lanes: Iterable[int] | 
     Raises:
         DaydreamError: a wrong-sized priority array, or a lane that is not a GPU stream.
     """
-    from .schedule import LANES_KEY, PRIORITY_KEY
-
     pr = np.asarray(priority, dtype=np.int64)
     if pr.shape != (graph.n,):
         raise DaydreamError("set_priority: one priority per task is needed")
@@ -411,10 +389,7 @@ def set_priority(graph: TaskGraph, priority: np.ndarray, lanes: Iterable[int] | 
     for ln in lanes:
         if not 0 <= ln < len(graph.lanes) or not graph.lane_is_gpu[ln]:
             raise DaydreamError(f"set_priority: lane {ln} is not a GPU stream (only streams can be rescheduled)")
-    ann = dict(graph.annotations)
-    ann[PRIORITY_KEY] = pr
-    ann[LANES_KEY] = tuple(lanes)
-    return dataclasses.replace(graph, annotations=ann)
+    return dataclasses.replace(graph, priority=pr, priority_lanes=tuple(lanes))
 
 
 def add_kernel_after(graph: TaskGraph, kernel: int, *, dur_ns: int, name: str, call_dur_ns: int) -> tuple[TaskGraph, int]:
@@ -434,9 +409,8 @@ def add_kernel_after(graph: TaskGraph, kernel: int, *, dur_ns: int, name: str, c
     if graph.node_kind[kernel] == NODE_CPU or graph.launch[kernel] < 0:
         raise DaydreamError("add_kernel_after: the anchor must be a GPU task with a launching call")
     lch = int(graph.launch[kernel])
-    v = np.arange(graph.n)
-    dst = np.repeat(v, np.diff(graph.pred_ptr))
+    s, d = graph.edges_of(EdgeKind.WAIT, EdgeKind.XSTREAM)
     # the call that launched it (a blocking copy) returns before the new launch is issued
-    waiters = sorted(set(dst[graph.pred_idx == kernel].tolist()) - {lch})
+    waiters = sorted(set(d[s == kernel].tolist()) - {lch})
     g1, call = insert(graph, after=lch, dur_ns=call_dur_ns, name="cudaLaunchKernel", kind="cpu", gap_ns=0)
     return insert(g1, after=kernel, dur_ns=dur_ns, name=name, kind="kernel", launch=call, succs=waiters)

@@ -3,7 +3,7 @@
 import numpy as np
 
 from daydream.events import CopyKind, Kind, MemKind, SyncKind
-from daydream.graph import NODE_CPU, build_graph
+from daydream.graph import NODE_CPU, EdgeKind, build_graph
 from daydream.simulate import check_topological, simulate
 
 from tablebuilder import TB
@@ -77,7 +77,7 @@ def test_cross_stream_wait_edge():
     assert same
     k20 = [v for v in node_of(g, Kind.KERNEL) if g.table.stream[g.row[v]] == 20][0]
     k7 = [v for v in node_of(g, Kind.KERNEL) if g.table.stream[g.row[v]] == 7][0]
-    assert list(g.preds(k20)) == [k7]
+    assert list(g.preds(k20, EdgeKind.XSTREAM)) == [k7]
 
 
 def test_event_sync_binds_to_record():
@@ -92,7 +92,7 @@ def test_event_sync_binds_to_record():
     g, tl, same = replay_equals_record(b.table())
     sync = node_of(g, NODE_CPU, "cudaEventSynchronize")[0]
     k1 = node_of(g, Kind.KERNEL)[0]
-    assert list(g.preds(sync)) == [k1]
+    assert list(g.preds(sync, EdgeKind.WAIT)) == [k1]
     assert same
 
 

@@ -8,8 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from daydream.testing.emulator import emulate, programs, to_kineto
 from daydream.formats import load_trace
 from daydream.graph import build_graph
-from daydream.schedule import simulate_events
-from daydream.simulate import simulate
+from daydream.simulate import simulate, simulate_events
 from daydream.transform import set_priority
 
 from tablebuilder import TB

@@ -12,6 +12,7 @@ import numpy as np
 from ..cuda_api import ApiRole, api_role
 from ..events import Kind
 from ..graph import NODE_CPU, TaskGraph, lower_median
+from ..mapping import PHASES
 from ..transform import name_mask  # noqa: F401 - re-exported for the optimizations
 
 #: API roles that make a CPU call wait for the GPU (they split CUDA-graph regions and are never
@@ -23,16 +24,10 @@ def cpu_roles(graph: TaskGraph) -> np.ndarray:
     """``ApiRole`` (uint8) of every node; GPU nodes hold ApiRole.OTHER."""
     out = np.zeros(graph.n, dtype=np.uint8)
     cpu = graph.node_kind == NODE_CPU
-    has = cpu & (graph.row >= 0)
-    if has.any():
-        t = graph.table
-        nid = t.name_id[graph.row[has]]
-        uniq, inv = np.unique(nid, return_inverse=True)
-        roles = np.fromiter((api_role(t.names[int(i)]) for i in uniq), dtype=np.uint8, count=len(uniq))
-        out[has] = roles[inv.reshape(-1)]
-    for v, s in graph.inserted_names.items():
-        if cpu[v]:
-            out[v] = api_role(s)
+    if cpu.any():
+        uniq, inv = np.unique(graph.name_id[cpu], return_inverse=True)
+        roles = np.fromiter((api_role(graph.names[int(i)]) for i in uniq), dtype=np.uint8, count=len(uniq))
+        out[cpu] = roles[inv.reshape(-1)]
     return out
 
 
@@ -104,8 +99,6 @@ def mapped_phase(graph: TaskGraph, phase: str) -> np.ndarray | None:
     ann = graph.annotations
     if not ann or "phase" not in ann:
         return None
-    from ..mapping import PHASES
-
     return np.asarray(ann["phase"]) == PHASES.index(phase)
 
 

@@ -1,0 +1,126 @@
+"""Vectorized array helpers of the graph builder (segmented scans, packed unique rows, searches)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def count(counts: dict[str, int], key: str, n) -> None:
+    """Add ``n`` to ``counts[key]`` (nothing when 0)."""
+    n = int(n)
+    if n:
+        counts[key] = counts.get(key, 0) + n
+
+
+def corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """One int64 key per (process, correlation id) pair (pid in the high bits)."""
+    return (pid.astype(np.int64) << np.int64(40)) ^ (corr.astype(np.int64) & np.int64((1 << 40) - 1))
+
+
+def search_pairs(keys, pos, tie, q_keys, q_pos, q_tie, side: str) -> np.ndarray:
+    """``np.searchsorted`` on (key, pos, tie) triples: items must be sorted by (key, pos, tie)."""
+    dt = [("k", np.int64), ("p", np.int64), ("t", np.int64)]
+    rec = np.empty(len(keys), dtype=dt)
+    rec["k"], rec["p"], rec["t"] = keys, pos, tie
+    q = np.empty(len(q_keys), dtype=dt)
+    q["k"], q["p"], q["t"] = q_keys, q_pos, q_tie
+    return np.searchsorted(rec, q, side=side)
+
+
+def trimmed_mean(x: np.ndarray, trim: float) -> int:
+    """Mean of ``x`` without the ``trim`` fraction at each end, rounded to an int (0 when empty)."""
+    if len(x) == 0:
+        return 0
+    x = np.sort(x)
+    k = int(len(x) * trim)
+    if len(x) - 2 * k > 0:
+        x = x[k : len(x) - k]
+    return int(round(float(x.mean())))
+
+
+def lower_median(x: np.ndarray) -> int:
+    """The lower median of ``x`` (an element of ``x``; 0 when empty): with few samples a slow first
+    call (context or module initialization) does not set it."""
+    if len(x) == 0:
+        return 0
+    k = (len(x) - 1) // 2
+    return int(np.partition(np.asarray(x), k)[k])
+
+
+def small_ints(x: np.ndarray, bound: int) -> np.ndarray:
+    """``x`` (values in [0, bound)) in the narrowest integer type: numpy's stable sort is a radix
+    sort for 16-bit and smaller types."""
+    return x.astype(np.int16) if bound < (1 << 15) else x
+
+
+def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, axis=0, return_inverse=True)`` for an (n, k) int64 array (rows sorted
+    lexicographically), without sorting rows as opaque records: each column is ranked on its own
+    and the ranks are packed into one int64 key when they fit."""
+    n, k = keys.shape
+    if n == 0:
+        return np.zeros((0, k), np.int64), np.zeros(0, np.int64)
+    lows = keys.min(axis=0)
+    bits = [max(int(hi) - int(lo), 0).bit_length() for lo, hi in zip(lows.tolist(), keys.max(axis=0).tolist())]
+    if sum(bits) <= 62:  # the columns, shifted to start at 0, fit side by side in one int64
+        packed = np.zeros(n, np.int64)
+        for c in range(k):
+            packed = (packed << np.int64(bits[c])) | (keys[:, c] - lows[c])
+        _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+        return keys[first], inv.reshape(-1).astype(np.int64)
+    packed = np.zeros(n, np.int64)
+    span = 1
+    for c in range(k):
+        u, inv = np.unique(keys[:, c], return_inverse=True)
+        span *= len(u)
+        if span >= (1 << 62):
+            uniq, lane = np.unique(keys, axis=0, return_inverse=True)
+            return uniq, lane.reshape(-1).astype(np.int64)
+        packed = packed * np.int64(len(u)) + inv.reshape(-1)
+    _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
+    return keys[first], inv.reshape(-1).astype(np.int64)
+
+
+def segmented_cummax(x: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
+    """Running maximum of ``x`` restarting where ``seg_start`` is true (works on ranks, so int64
+    values of any size are safe)."""
+    if len(x) == 0:
+        return x.copy()
+    seg = np.cumsum(seg_start) - 1
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), dtype=np.int64)
+    ranks[order] = np.arange(len(x))
+    span = len(x) + 1
+    acc = np.maximum.accumulate(ranks + seg * span) - seg * span
+    return x[order[acc]]
+
+
+def segmented_ffill_exclusive(x: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
+    """For each i: the last value x[j] >= 0 with j < i in the same segment; -1 when none."""
+    n = len(x)
+    if n == 0:
+        return x.copy()
+    idx = np.where(x >= 0, np.arange(n), -1)
+    prev = np.empty(n, dtype=np.int64)
+    prev[0] = -1
+    prev[1:] = idx[:-1]
+    prev[seg_start] = -1
+    seg_first = np.maximum.accumulate(np.where(seg_start, np.arange(n), 0))
+    last = np.maximum.accumulate(prev)
+    valid = last >= seg_first
+    out = np.full(n, -1, dtype=np.int64)
+    out[valid] = x[last[valid]]
+    return out
+
+
+def lookup_sorted(sorted_keys: np.ndarray, order: np.ndarray, values: np.ndarray, q: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """For each query key ``q`` (where ``valid``): ``values[order[j]]`` of the first j with
+    ``sorted_keys[j] == q``, else -1."""
+    out = np.full(len(q), -1, dtype=np.int64)
+    if len(sorted_keys) == 0 or len(q) == 0:
+        return out
+    j = np.searchsorted(sorted_keys, q)
+    ok = (j < len(sorted_keys)) & valid
+    ok[ok] &= sorted_keys[j[ok]] == q[ok]
+    out[ok] = values[order[j[ok]]]
+    return out

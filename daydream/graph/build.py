@@ -1,0 +1,119 @@
+"""``build_graph``: runs the builder stages in order (``docs/model.md`` is the contract).
+
+formats -> events -> mapping -> **graph**: the stages read the :class:`EventTable` (and the
+mapping's per-row arrays) and produce a self-contained :class:`TaskGraph`; nothing later reads
+the table to replay or transform.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..events import EventTable, Kind
+from ._arrays import count
+from .edges import EdgeKind, Origin
+from .latency import launch_latency_and_gap
+from .model import NODE_CPU, NodeMapping, TaskGraph, concat_edges
+from .order import repair_order
+from .tasks import cpu_tasks, durations_and_gaps, gpu_task_rows, lanes_and_order, link_launches, node_arrays
+from .waits import (RecordCalls, WaitIndex, api_roles, blocking_copy_waits, cross_stream_waits, device_sync_waits,
+                    event_sync_waits, stream_sync_waits, sync_info)
+
+
+def _dedupe(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unique (src, dst) pairs sorted by (dst, src)."""
+    if not len(src):
+        return src, dst
+    if n < (1 << 31):  # pack (dst, src) into one int64: same lexicographic order
+        pk = np.unique(dst.astype(np.int64) * np.int64(n) + src.astype(np.int64))
+        return pk % n, pk // n
+    pair = np.unique(np.stack([dst, src], axis=1), axis=0)
+    return pair[:, 1], pair[:, 0]
+
+
+def _wait_edges(table, nodes, lanes, position, rec_start, gpu_rows, counts):
+    """Stages 6-7: blocking waits (WAIT edges) and cross-stream waits (XSTREAM edges)."""
+    corr = np.where(nodes.row >= 0, table.correlation[nodes.row], -1).astype(np.int64)
+    cpu_rows = nodes.row[: nodes.n_cpu]
+    role = api_roles(table, cpu_rows)
+    rt_pids = np.unique(table.pid[table.kind == Kind.RUNTIME])
+    si = sync_info(table, cpu_rows, nodes.pid[: nodes.n_cpu], rt_pids)
+    ix = WaitIndex(nodes, lanes, position, rec_start, corr)
+    rec = RecordCalls(ix, role)
+    parts = [stream_sync_waits(ix, role, si, counts), device_sync_waits(ix, role, si),
+             event_sync_waits(ix, role, si, rec, counts), blocking_copy_waits(table, nodes, gpu_rows, role)]
+    ws = np.concatenate([p[0] for p in parts])
+    wd = np.concatenate([p[1] for p in parts])
+    keep = ws >= 0
+    xs, xd = cross_stream_waits(ix, role, si, rec, counts)
+    return ws[keep], wd[keep], xs, xd, corr
+
+
+def _own_costs(dur, rec_start, rec_end, ws, wd, counts) -> None:
+    """Rule 3: a blocking call's own cost is ``end - max(start, latest recorded end waited for)``."""
+    if not len(wd):
+        return
+    w_end = np.full(len(dur), np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(w_end, wd, rec_end[ws])
+    b = np.unique(wd)
+    own = rec_end[b] - np.maximum(rec_start[b], w_end[b])
+    count(counts, "blocking call returned before what it waited for ended (own cost set to 0)", (own < 0).sum())
+    dur[b] = np.maximum(own, 0)
+
+
+def build_graph(table: EventTable, mapping=None) -> TaskGraph:
+    """Build the task graph of ``table`` following ``docs/model.md``.
+
+    ``mapping`` (a :class:`daydream.mapping.Mapping` of the same table) attaches each node's
+    phase, layer and op (``TaskGraph.mapping``).
+
+    Never raises for odd but readable input: artefacts (GPU tasks that start before their launch,
+    GPU tasks with no launching call, nested or overlapping API calls on a thread, blocking calls
+    whose waited work ends after they return, waits that cannot be linked) are kept and counted
+    in ``TaskGraph.counts``.
+    """
+    counts: dict[str, int] = {}
+    t0 = int(table.start_ns.min()) if len(table) else 0
+    cpu = cpu_tasks(table, counts)
+    gpu_rows = gpu_task_rows(table)
+    nodes = node_arrays(table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, counts))
+    row, kind, launch = nodes.row, nodes.node_kind, nodes.launch
+    rec_start, rec_end = table.start_ns[row], table.end_ns[row]
+    position = rec_start.copy()
+    has_launch = launch >= 0
+    position[has_launch] = rec_start[launch[has_launch]]
+    count(counts, "GPU task recorded starting before its launching call started", ((rec_start < position) & has_launch).sum())
+    corr_all = table.correlation[row].astype(np.int64)
+    lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device), nodes.stream,
+                            position, launch, corr_all, row, rec_start)
+    dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
+    ws, wd, xs, xd, corr = _wait_edges(table, nodes, lanes, position, rec_start, gpu_rows, counts)
+    ws, wd = _dedupe(ws, wd, len(row))
+    xs, xd = _dedupe(xs, xd, len(row))
+    _own_costs(dur, rec_start, rec_end, ws, wd, counts)
+    is_gpu = kind != NODE_CPU
+    L, G = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd)
+    v = np.arange(len(row), dtype=np.int64)
+    lp = lanes.lane_prev >= 0
+    R = Origin.RECORDED
+    src, dst, ek, eo = concat_edges([
+        (lanes.lane_prev[lp & ~is_gpu], v[lp & ~is_gpu], EdgeKind.THREAD, R),
+        (lanes.lane_prev[lp & is_gpu], v[lp & is_gpu], EdgeKind.STREAM, R),
+        (launch[has_launch], v[has_launch], EdgeKind.LAUNCH, R),
+        (ws, wd, EdgeKind.WAIT, R),
+        (xs, xd, EdgeKind.XSTREAM, R),
+    ])
+    # tied or inconsistent timestamps (odd input) can put a task before what it waits for
+    order, keep = repair_order(lanes.order, src, dst, ek, counts)
+    nm = None
+    if mapping is not None:
+        a = mapping.annotations_for_rows(row)
+        nm = NodeMapping(a["phase"], a["layer_id"], a["op_id"], a["gap_phase"], a["gap_layer_id"], a["labels"])
+    return TaskGraph(
+        table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
+        lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64), names=list(table.names),
+        pid=nodes.pid, tid=nodes.tid, device=nodes.device, stream=nodes.stream, correlation=corr,
+        dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
+        order=order.astype(np.int64), edge_src=src[keep], edge_dst=dst[keep], edge_kind=ek[keep], edge_origin=eo[keep],
+        t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm,
+    )

@@ -1,0 +1,279 @@
+"""The :class:`TaskGraph`: tasks as typed arrays, dependencies as an edge list with kinds.
+
+Nodes are CPU tasks (API calls, each with the CPU gap before it) and GPU tasks (kernels, memcpys,
+memsets). Edges are ``(edge_src, edge_dst, edge_kind, edge_origin)`` arrays; what each kind means
+in a replay is its :class:`~daydream.graph.edges.Rule`. Derived views (``lane_prev``,
+``launch``, ``blocking``, the CSR of in-edges) are computed from the edges on first use.
+
+All arrays are numpy, one entry per node (``n`` nodes) unless stated; times are int64 ns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from .edges import EdgeKind, Origin, Phase, kind_name, rule_arrays
+
+NODE_CPU = 0  #: ``node_kind`` value for CPU tasks; GPU tasks keep their events.Kind value (2, 3, 4)
+
+
+@dataclass(frozen=True)
+class NodeMapping:
+    """Per-node layer/phase facts from :mod:`daydream.mapping` (codes index ``PHASES``/``labels``).
+
+    Attributes (length ``n``): phase (uint8), layer_id, op_id (int32, -1 none), gap_phase
+    (uint8: the phase in effect during the CPU gap before a CPU node), gap_layer_id (int32).
+    labels: the layer/op label strings the ids index.
+    """
+
+    phase: np.ndarray
+    layer_id: np.ndarray
+    op_id: np.ndarray
+    gap_phase: np.ndarray | None
+    gap_layer_id: np.ndarray | None
+    labels: list[str]
+
+    def take(self, idx: np.ndarray) -> "NodeMapping":
+        """The mapping of nodes ``idx`` (fancy index; repeats allowed)."""
+        def t(a):
+            return a[idx] if a is not None else None
+
+        return NodeMapping(self.phase[idx], self.layer_id[idx], self.op_id[idx], t(self.gap_phase),
+                           t(self.gap_layer_id), self.labels)
+
+    def as_dict(self) -> dict:
+        d = {"phase": self.phase, "layer_id": self.layer_id, "op_id": self.op_id, "labels": list(self.labels)}
+        if self.gap_phase is not None:
+            d["gap_phase"] = self.gap_phase
+        if self.gap_layer_id is not None:
+            d["gap_layer_id"] = self.gap_layer_id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NodeMapping | None":
+        """From ``{"phase", "layer_id", "op_id", ["gap_phase", "gap_layer_id"], "labels"}``; None when empty."""
+        if not d:
+            return None
+        return cls(d["phase"], d["layer_id"], d["op_id"], d.get("gap_phase"), d.get("gap_layer_id"), list(d.get("labels", [])))
+
+
+@dataclass
+class TaskGraph:
+    """Dependency graph in array form.
+
+    Node attributes (length ``n``):
+        row: EventTable row each node came from (provenance; -1 for inserted tasks).
+        node_kind: NODE_CPU, or Kind.KERNEL / MEMCPY / MEMSET.
+        lane: lane index; ``lanes[lane]`` names it ("cpu pid/tid" or "gpu dev/stream").
+        name_id: index into ``names`` (the table's interned names, then inserted tasks' names).
+        pid, tid (-1 for GPU tasks), device (-1 for CPU tasks), stream (-1 for CPU tasks),
+            correlation (-1 none): the task's recorded identity.
+        dur_ns: duration; for blocking CPU calls their own cost (``docs/model.md`` rule 3).
+        gap_ns: CPU gap before a CPU node; 0 for GPU nodes.
+        rec_start_ns, rec_end_ns: the recorded interval (reports and measurement only; the
+            simulator never reads them).
+        position_ns: the ordering key (a call's recorded start; a GPU task's launch's start).
+        order: a visiting order of all nodes for the simulator.
+    Edge attributes (length ``m``): edge_src, edge_dst (int64 node ids), edge_kind (uint8
+        :class:`~daydream.graph.edges.EdgeKind` or a registered kind), edge_origin (uint8
+        :class:`~daydream.graph.edges.Origin`).
+    Graph attributes: t0_ns (trace start), launch_latency_ns and gpu_gap_ns (``L`` and ``G``),
+        counts (what the builder kept as artefacts or could not link, by reason), mapping
+        (:class:`NodeMapping` or None), priority / priority_lanes (set by ``set_priority``).
+    """
+
+    table: object  #: the EventTable the graph was built from (provenance and report only)
+    row: np.ndarray
+    node_kind: np.ndarray
+    lane: np.ndarray
+    lanes: list[str]
+    lane_is_gpu: np.ndarray
+    #: (n_lanes, 4) int64: (is_gpu, pid, tid or device, 0 or stream) of each lane
+    lane_keys: np.ndarray
+    name_id: np.ndarray
+    names: list[str]
+    pid: np.ndarray
+    tid: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+    dur_ns: np.ndarray
+    gap_ns: np.ndarray
+    rec_start_ns: np.ndarray
+    rec_end_ns: np.ndarray
+    position_ns: np.ndarray
+    order: np.ndarray
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_kind: np.ndarray
+    edge_origin: np.ndarray
+    t0_ns: int
+    launch_latency_ns: int
+    gpu_gap_ns: int
+    counts: dict[str, int] = field(default_factory=dict)
+    mapping: NodeMapping | None = None
+    priority: np.ndarray | None = None
+    priority_lanes: tuple[int, ...] = ()
+
+    # ------------------------------------------------------------------ node views ----------
+    @property
+    def n(self) -> int:
+        return len(self.node_kind)
+
+    @property
+    def m(self) -> int:
+        return len(self.edge_src)
+
+    @property
+    def is_cpu(self) -> np.ndarray:
+        return self.node_kind == NODE_CPU
+
+    @property
+    def is_gpu(self) -> np.ndarray:
+        return self.node_kind != NODE_CPU
+
+    @property
+    def inserted(self) -> np.ndarray:
+        """Tasks added by a transformation (no recorded interval of their own)."""
+        return self.row < 0
+
+    def name(self, v: int) -> str:
+        return self.names[int(self.name_id[v])]
+
+    def node_names(self) -> np.ndarray:
+        """Name of every node, as an object array."""
+        return np.asarray(self.names, dtype=object)[self.name_id] if self.n else np.zeros(0, object)
+
+    @property
+    def annotations(self) -> dict:
+        """The mapping as a dict of arrays (``{}`` when unmapped); prefer :attr:`mapping`."""
+        return self.mapping.as_dict() if self.mapping is not None else {}
+
+    @annotations.setter
+    def annotations(self, d: dict) -> None:
+        self.mapping = NodeMapping.from_dict(d)
+
+    # ------------------------------------------------------------------ edge views ----------
+    @cached_property
+    def _in_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        o = np.lexsort((self.edge_src, self.edge_dst))
+        ptr = np.zeros(self.n + 1, np.int64)
+        if len(o):
+            np.cumsum(np.bincount(self.edge_dst, minlength=self.n), out=ptr[1:])
+        return ptr, o.astype(np.int64)
+
+    @property
+    def in_ptr(self) -> np.ndarray:
+        """CSR pointer (length n+1) into :attr:`in_edges`."""
+        return self._in_csr[0]
+
+    @property
+    def in_edges(self) -> np.ndarray:
+        """Edge ids grouped by destination (by source within one destination)."""
+        return self._in_csr[1]
+
+    def _single(self, mask_kinds: np.ndarray) -> np.ndarray:
+        """Per node: the source of its (at most one) in-edge whose kind is in the mask, or -1."""
+        out = np.full(self.n, -1, np.int64)
+        m = mask_kinds[self.edge_kind]
+        out[self.edge_dst[m]] = self.edge_src[m]
+        return out
+
+    @cached_property
+    def lane_prev(self) -> np.ndarray:
+        """Previous task on the same lane (thread or stream order edge), or -1."""
+        return self._single(rule_arrays().lane)
+
+    @cached_property
+    def lane_next(self) -> np.ndarray:
+        """Next task on the same lane, or -1."""
+        out = np.full(self.n, -1, np.int64)
+        lp = self.lane_prev
+        has = lp >= 0
+        out[lp[has]] = np.nonzero(has)[0]
+        return out
+
+    @cached_property
+    def launch(self) -> np.ndarray:
+        """The CPU call that launched each GPU task (launch edge), or -1."""
+        k = np.zeros(64, bool)
+        k[EdgeKind.LAUNCH] = True
+        return self._single(k)
+
+    @cached_property
+    def blocking(self) -> np.ndarray:
+        """CPU tasks whose end waits for something (an END-phase edge into them)."""
+        ra = rule_arrays()
+        out = np.zeros(self.n, bool)
+        out[self.edge_dst[ra.phase[self.edge_kind] == Phase.END]] = True
+        return out & self.is_cpu
+
+    def edges_of(self, *kinds: int) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) of the edges of the given kinds."""
+        m = np.isin(self.edge_kind, np.asarray(kinds, dtype=np.uint8))
+        return self.edge_src[m], self.edge_dst[m]
+
+    def preds(self, v: int, *kinds: int) -> np.ndarray:
+        """Sources of the in-edges of ``v`` (of the given kinds; all when none given)."""
+        e = self.in_edges[self.in_ptr[v] : self.in_ptr[v + 1]]
+        if kinds:
+            e = e[np.isin(self.edge_kind[e], np.asarray(kinds, dtype=np.uint8))]
+        return self.edge_src[e]
+
+    def edge_counts(self) -> dict[str, dict[str, int]]:
+        """Edges by kind name and origin name (``{"launch": {"recorded": 12}}``), for reports."""
+        out: dict[str, dict[str, int]] = {}
+        if self.m == 0:
+            return out
+        key = self.edge_kind.astype(np.int64) * 8 + self.edge_origin
+        u, c = np.unique(key, return_counts=True)
+        for k, cnt in zip(u.tolist(), c.tolist()):
+            out.setdefault(kind_name(k // 8), {})[Origin(k % 8).name.lower()] = int(cnt)
+        return out
+
+    # ------------------------------------------------------------ compatibility views ---------
+    @cached_property
+    def _extra_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        ra = rule_arrays()
+        k = self.edge_kind
+        m = ~ra.lane[k] & (k != EdgeKind.LAUNCH)
+        dst, src = self.edge_dst[m], self.edge_src[m]
+        o = np.lexsort((src, dst))
+        ptr = np.zeros(self.n + 1, np.int64)
+        np.cumsum(np.bincount(dst, minlength=self.n), out=ptr[1:])
+        return ptr, src[o].astype(np.int64)
+
+    @property
+    def pred_ptr(self) -> np.ndarray:
+        """CSR pointer of the non-lane, non-launch predecessors (waits and cross-stream producers)."""
+        return self._extra_csr[0]
+
+    @property
+    def pred_idx(self) -> np.ndarray:
+        """Sources of the non-lane, non-launch in-edges, grouped by destination (see pred_ptr)."""
+        return self._extra_csr[1]
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """All edges as (src, dst) arrays."""
+        return self.edge_src, self.edge_dst
+
+    def with_edges(self, src, dst, kind, origin) -> "TaskGraph":
+        """A copy of the graph with its edge list replaced (derived views recomputed)."""
+        return dataclasses.replace(self, edge_src=np.asarray(src, np.int64), edge_dst=np.asarray(dst, np.int64),
+                                   edge_kind=np.asarray(kind, np.uint8), edge_origin=np.asarray(origin, np.uint8))
+
+
+def concat_edges(parts: list[tuple[np.ndarray, np.ndarray, int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Concatenate ``(src, dst, kind, origin)`` groups into four edge arrays."""
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return z, z.copy(), np.zeros(0, np.uint8), np.zeros(0, np.uint8)
+    src = np.concatenate([np.asarray(p[0], np.int64) for p in parts])
+    dst = np.concatenate([np.asarray(p[1], np.int64) for p in parts])
+    kind = np.concatenate([np.full(len(p[0]), p[2], np.uint8) for p in parts])
+    origin = np.concatenate([np.full(len(p[0]), p[3], np.uint8) for p in parts])
+    return src, dst, kind, origin

@@ -1,0 +1,140 @@
+"""Visiting orders for the replay: the constraints the edges impose, checks, Kahn's sort, repair.
+
+A replay visits each task once. An edge whose rule bounds the destination's base or start
+(``Phase.BASE``/``START``) needs its source visited before its destination. An ``END`` edge
+(a blocking call waiting for a GPU task) only needs its source visited before whatever reads the
+destination's *end*: the destination's out-edges anchored at its end (its next call on the
+thread), so a blocking copy can wait for the copy it launches itself.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from ..errors import DaydreamError
+from ._arrays import count
+from .edges import Phase, rule_arrays
+
+
+def visit_constraints(n: int, src: np.ndarray, dst: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a, b, edge) triples: node a must be visited before node b, because of edge ``edge``."""
+    ra = rule_arrays()
+    ph = ra.phase[kind]
+    e = np.arange(len(src), dtype=np.int64)
+    direct = ph != Phase.END
+    a, b, ed = [src[direct]], [dst[direct]], [e[direct]]
+    end_e = np.nonzero(~direct)[0]
+    if len(end_e):
+        # readers of a node's end: its out-edges anchored at the end
+        rd = np.nonzero(ra.anchor_end[kind])[0]
+        o = rd[np.argsort(src[rd], kind="stable")]
+        rs = src[o]
+        lo = np.searchsorted(rs, dst[end_e], "left")
+        hi = np.searchsorted(rs, dst[end_e], "right")
+        cnt = hi - lo
+        rep = np.repeat(end_e, cnt)
+        pos = np.repeat(lo, cnt) + (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        a.append(src[rep])
+        b.append(dst[o[pos]])
+        ed.append(rep)
+    return np.concatenate(a), np.concatenate(b), np.concatenate(ed)
+
+
+def order_violations(n: int, order: np.ndarray, src, dst, kind) -> np.ndarray:
+    """Edge ids whose visit constraint ``order`` breaks (empty when the order is valid)."""
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    a, b, e = visit_constraints(n, src, dst, kind)
+    return np.unique(e[rank[a] >= rank[b]]) if len(a) else np.zeros(0, np.int64)
+
+
+def check_topological(graph, order: np.ndarray) -> None:
+    """Raise DaydreamError when ``order`` cannot drive a replay of ``graph``."""
+    bad = order_violations(graph.n, np.asarray(order), graph.edge_src, graph.edge_dst, graph.edge_kind)
+    if len(bad):
+        raise DaydreamError(f"internal: node order violates {len(bad)} graph edges (the graph has a cycle)")
+
+
+def is_valid_order(graph, order: np.ndarray) -> bool:
+    """True when ``order`` is a permutation of the nodes that satisfies every visit constraint
+    and no lane mixes CPU and GPU tasks."""
+    n = graph.n
+    if len(order) != n:
+        return False
+    if n == 0:
+        return True
+    o = np.asarray(order)
+    if o.dtype.kind not in "iu" or o.min() < 0 or o.max() >= n:
+        return False
+    seen = np.zeros(n, dtype=bool)
+    seen[o] = True
+    if not seen.all():
+        return False
+    lp = graph.lane_prev
+    has = lp >= 0
+    if np.any(graph.is_cpu[lp[has]] != graph.is_cpu[has]):
+        return False
+    return len(order_violations(n, o, graph.edge_src, graph.edge_dst, graph.edge_kind)) == 0
+
+
+def kahn_order(n: int, src: np.ndarray, dst: np.ndarray, key: list) -> np.ndarray | None:
+    """A topological order of ``n`` nodes under constraints src -> dst, taking ready nodes by
+    smallest ``key`` (deterministic); None when the constraints contain a cycle."""
+    indeg = np.bincount(dst, minlength=n).tolist()
+    o = np.argsort(src, kind="stable")
+    adj_ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).tolist()
+    adj = dst[o].tolist()
+    heap = [(key[u], u) for u in range(n) if indeg[u] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, u = heapq.heappop(heap)
+        out.append(u)
+        for i in range(adj_ptr[u], adj_ptr[u + 1]):
+            w = adj[i]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, (key[w], w))
+    return np.asarray(out, dtype=np.int64) if len(out) == n else None
+
+
+def topological_order(graph) -> np.ndarray:
+    """A visiting order for the replay (Kahn's algorithm, ready tasks by position).
+
+    Raises:
+        DaydreamError: the dependencies contain a cycle.
+    """
+    a, b, _ = visit_constraints(graph.n, graph.edge_src, graph.edge_dst, graph.edge_kind)
+    out = kahn_order(graph.n, a, b, graph.position_ns.tolist())
+    if out is None:
+        raise DaydreamError("the transformed graph has a dependency cycle")
+    return out
+
+
+def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """``order`` made valid, or kept when it already is; returns (order, kept-edge mask).
+
+    The order sorted by position breaks only on odd input (tied or contradictory timestamps).
+    Then a topological sort that keeps the sorted order wherever it can replaces it; if the
+    non-lane, non-launch edges close a cycle, those that point backwards in the sorted order are
+    dropped (counted) and the sorted order is kept (lane and launch edges always point forward).
+    """
+    n = len(order)
+    keep = np.ones(len(src), dtype=bool)
+    if n == 0:
+        return order, keep
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    a, b, e = visit_constraints(n, src, dst, kind)
+    back = rank[a] >= rank[b]
+    if not back.any():
+        return order, keep
+    out = kahn_order(n, a, b, rank.tolist())
+    if out is not None:
+        count(counts, "dependencies against the order of the recorded times (tied or inconsistent timestamps): order repaired", back.sum())
+        return out, keep
+    keep[np.unique(e[back])] = False
+    count(counts, "wait or cross-stream dependency dropped: it closes a cycle (inconsistent timestamps)", (~keep).sum())
+    return order, keep

@@ -1,0 +1,22 @@
+"""The ``ProfilerStep#N`` ranges of a trace (the per-step windows of the report)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..events import EventTable, Kind
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def profiler_steps(table: EventTable) -> list[tuple[str, int, int, int, int]]:
+    """The ``ProfilerStep#N`` CPU ranges: (name, start_ns, end_ns, pid, tid), by start time."""
+    step_names = table.name_ids(lambda s: _STEP.match(s) is not None)
+    if not step_names.any():
+        return []
+    # 2021 Kineto wrote ProfilerStep as an 'Operator' (cpu_op); newer versions as user_annotation
+    m = ((table.kind == Kind.RANGE) | (table.kind == Kind.CPU_OP)) & step_names[table.name_id] & (table.tid >= 0) & (table.device < 0)
+    rows = np.nonzero(m)[0]
+    return [(table.name_of(r), int(table.start_ns[r]), int(table.end_ns[r]), int(table.pid[r]), int(table.tid[r])) for r in rows]

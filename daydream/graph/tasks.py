@@ -1,0 +1,168 @@
+"""Builder stages: the tasks of a trace, their launch links, lanes, visiting order, gaps.
+
+Each stage is a function of arrays (``docs/model.md``, "Tasks and lanes" and "Order and ties");
+:func:`daydream.graph.build.build_graph` runs them in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..events import EventTable, Kind
+from ..links import gpu_pids, launch_rows
+from ._arrays import count, segmented_cummax, small_ints, unique_rows
+from .model import NODE_CPU
+
+
+@dataclass
+class CpuTasks:
+    """The CPU tasks: runtime/driver calls with nested calls folded into the call enclosing them.
+
+    Attributes:
+        rt_rows: every runtime row, sorted by (pid, tid, row).
+        nested: per ``rt_rows`` entry, True when folded into an enclosing call.
+        rt_node: per ``rt_rows`` entry, the CPU node (index into ``cpu_rows``) that stands for it.
+        cpu_rows: the rows that became CPU nodes (node id = index).
+    """
+
+    rt_rows: np.ndarray
+    nested: np.ndarray
+    rt_node: np.ndarray
+    cpu_rows: np.ndarray
+
+
+def cpu_tasks(table: EventTable, counts: dict[str, int]) -> CpuTasks:
+    """Stage 1: runtime calls of each thread; a call inside another call of its thread is folded
+    into the outer one (counted); a call overlapping the previous one is kept (counted)."""
+    start, end = table.start_ns, table.end_ns
+    rt_rows = np.nonzero(table.kind == Kind.RUNTIME)[0]
+    rt_pid, rt_tid = table.pid[rt_rows], table.tid[rt_rows]
+    o = np.lexsort((rt_rows, rt_tid, rt_pid))  # rows are already start-sorted within a thread
+    rt_rows = rt_rows[o]
+    rt_pid, rt_tid = rt_pid[o], rt_tid[o]
+    rs, re_ = start[rt_rows], end[rt_rows]
+    new_thread = np.ones(len(rt_rows), dtype=bool)
+    new_thread[1:] = (rt_pid[1:] != rt_pid[:-1]) | (rt_tid[1:] != rt_tid[:-1])
+    prev_end = np.full(len(rt_rows), np.iinfo(np.int64).min, dtype=np.int64)
+    if len(rt_rows):  # running max of the previous calls' ends within each thread
+        shifted = np.empty_like(re_)
+        shifted[0] = np.iinfo(np.int64).min
+        shifted[1:] = re_[:-1]
+        shifted[new_thread] = np.iinfo(np.int64).min
+        prev_end = segmented_cummax(shifted, new_thread)
+    nested = (rs < prev_end) & (re_ <= prev_end)
+    overlapping = (rs < prev_end) & (re_ > prev_end)
+    count(counts, "API call nested inside another call on its thread (folded into the outer call)", nested.sum())
+    count(counts, "API call overlapping the previous call on its thread (kept, start unchanged)", overlapping.sum())
+    kept = ~nested
+    # a nested call always follows its enclosing kept call in start order (same thread)
+    rt_node = (np.cumsum(kept) - 1).astype(np.int64)
+    return CpuTasks(rt_rows, nested, rt_node, rt_rows[kept])
+
+
+def gpu_task_rows(table: EventTable) -> np.ndarray:
+    """Stage 2: the GPU task rows (kernels, memcpys, memsets), in table order."""
+    k = table.kind
+    return np.nonzero((k == Kind.KERNEL) | (k == Kind.MEMCPY) | (k == Kind.MEMSET))[0]
+
+
+def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, counts: dict[str, int]) -> np.ndarray:
+    """Stage 3: the CPU node that launched each GPU task (-1 none), by (pid, correlation id)
+    (:func:`daydream.links.launch_rows`); a nested launch call links to its enclosing call."""
+    lrow, dup = launch_rows(table, cpu.rt_rows, gpu_rows)
+    node_of_rt_row = np.full(len(table), -1, np.int64)
+    node_of_rt_row[cpu.rt_rows] = cpu.rt_node
+    out = np.where(lrow >= 0, node_of_rt_row[np.maximum(lrow, 0)], -1)
+    count(counts, "runtime calls sharing a correlation id with an earlier call of their process", (dup & ~cpu.nested).sum())
+    count(counts, "GPU task without a launching call in the trace (ready at trace start)", (out < 0).sum())
+    return out
+
+
+@dataclass
+class Lanes:
+    """Lanes and the visiting order (``docs/model.md``, "Order and ties").
+
+    Attributes:
+        lane: per node, the lane id; keys: (n_lanes, 4) (is_gpu, pid, tid or device, stream);
+        names: display name of each lane; is_gpu: per lane.
+        order: all nodes by (position, CPU before GPU, launch correlation id, recorded start, row).
+        by_lane: ``order`` grouped by lane (stable). lane_prev: previous node on the lane or -1.
+        launch_corr: per node, the correlation id of its launching call (-1 none).
+    """
+
+    lane: np.ndarray
+    keys: np.ndarray
+    names: list[str]
+    is_gpu: np.ndarray
+    order: np.ndarray
+    by_lane: np.ndarray
+    lane_prev: np.ndarray
+    launch_corr: np.ndarray
+
+
+def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch_corr_of_call, row, rec_start) -> Lanes:
+    """Stage 4: lanes (CPU: (pid, tid); GPU: (pid, device, stream)) and the visiting order.
+
+    Ties in position (calls of several threads at the same ns) go in correlation-id order, the
+    order the process issued its calls in.
+    """
+    n = len(node_kind)
+    is_gpu = (node_kind != NODE_CPU).astype(np.int64)
+    keys = np.stack([is_gpu, pid, tid_or_dev, np.where(is_gpu == 1, stream, 0)], axis=1) if n else np.zeros((0, 4), np.int64)
+    uniq, lane = unique_rows(keys.astype(np.int64))
+    lane_is_gpu = uniq[:, 0] == 1 if len(uniq) else np.zeros(0, bool)
+    names = [(f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()]
+    has_launch = launch >= 0
+    launch_corr = np.where(has_launch, launch_corr_of_call[np.maximum(launch, 0)], -1)
+    order = np.lexsort((row, rec_start, launch_corr, is_gpu, position))
+    by_lane = order[np.argsort(small_ints(lane[order], len(uniq)), kind="stable")]
+    lane_prev = np.full(n, -1, dtype=np.int64)
+    if n:
+        same = lane[by_lane[1:]] == lane[by_lane[:-1]]
+        lane_prev[by_lane[1:][same]] = by_lane[:-1][same]
+    return Lanes(lane, uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64), names, lane_is_gpu,
+                 order.astype(np.int64), by_lane, lane_prev, launch_corr)
+
+
+def durations_and_gaps(node_kind, rec_start, rec_end, lane_prev, t0: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 5: recorded durations (negative ones set to 0, counted) and the CPU gap before each
+    CPU node (from the previous task on its thread, or from ``t0``; never negative)."""
+    dur = (rec_end - rec_start).astype(np.int64)
+    neg = dur < 0
+    count(counts, "task with negative duration (set to 0)", neg.sum())
+    dur[neg] = 0
+    gap = np.zeros(len(node_kind), dtype=np.int64)
+    cpu = np.nonzero(node_kind == NODE_CPU)[0]
+    prev = lane_prev[cpu]
+    prev_end = np.where(prev >= 0, rec_end[np.maximum(prev, 0)], t0)
+    gap[cpu] = np.maximum(rec_start[cpu] - prev_end, 0)
+    return dur, gap
+
+
+@dataclass
+class Nodes:
+    """Node arrays after stages 1-3: CPU nodes first, then GPU nodes."""
+
+    row: np.ndarray
+    node_kind: np.ndarray
+    launch: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    n_cpu: int
+
+
+def node_arrays(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, g_launch: np.ndarray) -> Nodes:
+    """The node arrays (CPU nodes, then GPU nodes) of the tasks found by stages 1-3."""
+    n_cpu, n_gpu = len(cpu.cpu_rows), len(gpu_rows)
+    row = np.concatenate([cpu.cpu_rows, gpu_rows]).astype(np.int64)
+    kind = np.concatenate([np.zeros(n_cpu, np.uint8), table.kind[gpu_rows].astype(np.uint8)])
+    launch = np.concatenate([np.full(n_cpu, -1, np.int64), g_launch])
+    pid = np.concatenate([table.pid[cpu.cpu_rows].astype(np.int64), gpu_pids(table, gpu_rows, cpu.rt_rows)])
+    tid = np.concatenate([table.tid[cpu.cpu_rows].astype(np.int64), np.full(n_gpu, -1, np.int64)])
+    device = np.concatenate([np.full(n_cpu, -1, np.int64), table.device[gpu_rows].astype(np.int64)])
+    stream = np.concatenate([np.full(n_cpu, -1, np.int64), table.stream[gpu_rows].astype(np.int64)])
+    return Nodes(row, kind, launch, pid, tid, device, stream, n_cpu)

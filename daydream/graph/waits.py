@@ -1,0 +1,232 @@
+"""Builder stages: who waits for what (``docs/model.md``, "What a blocking call waits for").
+
+Each stage returns edges ``(src, dst)``: GPU task -> the blocking CPU call that waits for it
+(:attr:`EdgeKind.WAIT`), or producer GPU task -> consumer GPU task of a cross-stream event wait
+(:attr:`EdgeKind.XSTREAM`). Lookups shared by the stages live in :class:`WaitIndex`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cuda_api import ApiRole, roles_of_names
+from ..events import CopyKind, EventTable, Kind, MemKind
+from ._arrays import corr_key, count, lookup_sorted, search_pairs, segmented_ffill_exclusive
+from .tasks import Lanes, Nodes
+
+_NONE = np.zeros(0, np.int64)
+
+
+@dataclass
+class SyncInfo:
+    """What the trace's synchronization records say about each CPU node (-1 unknown).
+
+    stream: the stream a sync/wait call refers to; device; link_stream / link_corr: the stream
+    and correlation id of the ``cudaEventRecord`` an event sync or stream wait binds to;
+    has_record: a sync record exists for the call.
+    """
+
+    stream: np.ndarray
+    device: np.ndarray
+    link_stream: np.ndarray
+    link_corr: np.ndarray
+    has_record: np.ndarray
+
+
+def api_roles(table: EventTable, cpu_rows: np.ndarray) -> np.ndarray:
+    """:class:`ApiRole` of each CPU node, decided once per distinct name."""
+    c_name = table.name_id[cpu_rows]
+    roles_by_name = np.zeros(len(table.names), np.uint8)
+    used = np.unique(c_name).tolist()
+    roles_by_name[used] = roles_of_names([table.names[i] for i in used])
+    return roles_by_name[c_name] if len(cpu_rows) else np.zeros(0, np.uint8)
+
+
+def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, rt_pids: np.ndarray) -> SyncInfo:
+    """The SYNC row of each CPU call by (pid, correlation id), and what it names."""
+    sy_rows = np.nonzero(table.kind == Kind.SYNC)[0]
+    sy_pid = table.pid[sy_rows].astype(np.int64).copy()
+    if len(rt_pids) == 1:
+        sy_pid[sy_pid < 0] = rt_pids[0]
+    sk = corr_key(sy_pid, table.correlation[sy_rows])
+    so = np.argsort(sk, kind="stable")
+    c_corr = table.correlation[cpu_rows]
+    sr = lookup_sorted(sk[so], so, sy_rows, corr_key(cpu_pid, c_corr), c_corr >= 0)
+    has = sr >= 0
+    r = np.maximum(sr, 0)
+
+    def col(a):
+        return np.where(has, a[r].astype(np.int64), -1)
+
+    return SyncInfo(col(table.stream), col(table.device), col(table.link_stream), col(table.link_correlation), has)
+
+
+class WaitIndex:
+    """Lookups over GPU tasks by lane and launch position, and over the calls of each thread."""
+
+    def __init__(self, nodes: Nodes, lanes: Lanes, position: np.ndarray, rec_start: np.ndarray, corr: np.ndarray):
+        is_gpu = nodes.node_kind != 0
+        by_lane = lanes.by_lane
+        self.g_nodes = by_lane[is_gpu[by_lane]]
+        self.g_lane = lanes.lane[self.g_nodes]
+        self.g_pos = position[self.g_nodes]
+        self.g_corr = lanes.launch_corr[self.g_nodes]
+        self.lane_keys = lanes.keys
+        self.lane_is_gpu = lanes.is_gpu
+        n_cpu = nodes.n_cpu
+        self.c_start = rec_start[:n_cpu]
+        self.c_corr = corr[:n_cpu]
+        self.c_pid = nodes.pid[:n_cpu]
+        # CPU nodes in thread order, and where each thread starts
+        self.cpu_lo = by_lane[~is_gpu[by_lane]]
+        ts = np.ones(len(self.cpu_lo), dtype=bool)
+        ts[1:] = lanes.lane[self.cpu_lo[1:]] != lanes.lane[self.cpu_lo[:-1]]
+        self.thread_start = ts
+        launched = np.full(n_cpu, -1, dtype=np.int64)
+        gl = np.nonzero(nodes.launch >= 0)[0]
+        launched[nodes.launch[gl]] = lanes.lane[gl]
+        self.last_launch_lane_before = self.ffill_thread(launched)
+
+    def ffill_thread(self, per_cpu: np.ndarray) -> np.ndarray:
+        """For each CPU node: the last value >= 0 of ``per_cpu`` at an earlier call of its thread."""
+        out = np.full(len(per_cpu), -1, dtype=np.int64)
+        out[self.cpu_lo] = segmented_ffill_exclusive(per_cpu[self.cpu_lo], self.thread_start)
+        return out
+
+    def find_lane(self, pid: np.ndarray, dev: np.ndarray, stream: np.ndarray) -> np.ndarray:
+        """GPU lane of (pid, device, stream); device -1 matches any device of that pid."""
+        out = np.full(len(pid), -1, dtype=np.int64)
+        for L in np.nonzero(self.lane_is_gpu)[0].tolist():  # lanes are few (streams), queries vectorized
+            _, lp, ld, ls = self.lane_keys[L].tolist()
+            m = (pid == lp) & (stream == ls) & ((dev == ld) | (dev < 0)) & (out < 0)
+            out[m] = L
+        return out
+
+    def _search(self, lanes_q, t_q, c_q, side: str) -> np.ndarray:
+        res = np.full(len(lanes_q), -1, dtype=np.int64)
+        ok = lanes_q >= 0
+        if not ok.any() or not len(self.g_lane):
+            return res
+        k = search_pairs(self.g_lane, self.g_pos, self.g_corr, lanes_q[ok], t_q[ok], c_q[ok], side)
+        if side == "left":
+            k = k - 1
+            found = k >= 0
+        else:
+            found = k < len(self.g_lane)
+        found[found] &= self.g_lane[k[found]] == lanes_q[ok][found]
+        res[np.nonzero(ok)[0][found]] = self.g_nodes[k[found]]
+        return res
+
+    def last_before(self, lanes_q, t_q, c_q) -> np.ndarray:
+        """The last GPU task on lane ``lanes_q`` launched before the call (``t_q``, ``c_q``:
+        recorded start and correlation id); -1 none."""
+        return self._search(lanes_q, t_q, c_q, "left")
+
+    def first_after(self, lanes_q, t_q, c_q) -> np.ndarray:
+        """The first GPU task on lane ``lanes_q`` launched after the call; -1 none."""
+        return self._search(lanes_q, t_q, c_q, "right")
+
+
+def stream_sync_waits(ix: WaitIndex, role, si: SyncInfo, counts) -> tuple[np.ndarray, np.ndarray]:
+    """Stream synchronize: the last task on its stream launched before the call (the stream
+    from the sync record, else the one the thread launched to last)."""
+    m = np.nonzero(role == ApiRole.STREAM_SYNC)[0]
+    if not len(m):
+        return _NONE, _NONE
+    st = si.stream[m]
+    ln = ix.find_lane(ix.c_pid[m], si.device[m], st)
+    fb = st < 0
+    ln[fb] = ix.last_launch_lane_before[m][fb]
+    count(counts, "stream synchronize without a sync record (waits on the thread's last launch stream)", fb.sum())
+    return ix.last_before(ln, ix.c_start[m], ix.c_corr[m]), m
+
+
+def device_sync_waits(ix: WaitIndex, role, si: SyncInfo) -> tuple[np.ndarray, np.ndarray]:
+    """Device synchronize: on every stream of its process (and device, when known), the last
+    task launched before the call."""
+    m = role == ApiRole.DEVICE_SYNC
+    src, dst = [_NONE], [_NONE]
+    if m.any():
+        for L in np.nonzero(ix.lane_is_gpu)[0].tolist():
+            _, lp, ld, _ = ix.lane_keys[L].tolist()
+            mm = np.nonzero(m & (ix.c_pid == lp) & ((si.device < 0) | (si.device == ld)))[0]
+            if len(mm):
+                src.append(ix.last_before(np.full(len(mm), L, np.int64), ix.c_start[mm], ix.c_corr[mm]))
+                dst.append(mm)
+    return np.concatenate(src), np.concatenate(dst)
+
+
+class RecordCalls:
+    """``cudaEventRecord`` calls by (pid, correlation id), and each thread's last one."""
+
+    def __init__(self, ix: WaitIndex, role: np.ndarray):
+        self.calls = np.nonzero(role == ApiRole.EVENT_RECORD)[0]
+        key = corr_key(ix.c_pid[self.calls], ix.c_corr[self.calls])
+        self.o = np.argsort(key, kind="stable")
+        self.sorted = key[self.o]
+        is_rec = np.zeros(len(role), dtype=bool)
+        is_rec[self.calls] = True
+        self.last_before = ix.ffill_thread(np.where(is_rec, np.arange(len(role)), -1))
+
+    def find(self, pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+        """The record call of (pid, correlation id), -1 none."""
+        return lookup_sorted(self.sorted, self.o, self.calls, corr_key(pid, corr), corr >= 0)
+
+
+def event_sync_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, counts) -> tuple[np.ndarray, np.ndarray]:
+    """Event synchronize: the last task on the event's stream launched before the record it
+    binds to (from the sync record's link, else the thread's last ``cudaEventRecord``)."""
+    m = np.nonzero(role == ApiRole.EVENT_SYNC)[0]
+    if not len(m):
+        return _NONE, _NONE
+    rc = rec.find(ix.c_pid[m], si.link_corr[m])
+    no_link = rc < 0
+    rc[no_link] = rec.last_before[m][no_link]
+    count(counts, "event synchronize without a record link (binds to the thread's last cudaEventRecord)", no_link.sum())
+    stream_q = si.link_stream[m]
+    ln = ix.find_lane(ix.c_pid[m], si.device[m], stream_q)
+    need = (stream_q < 0) & (rc >= 0)  # stream unknown: the one the recording thread launched to last
+    ln[need] = ix.last_launch_lane_before[rc[need]]
+    r0 = np.maximum(rc, 0)
+    tq = np.where(rc >= 0, ix.c_start[r0], np.iinfo(np.int64).min)
+    cq = np.where(rc >= 0, ix.c_corr[r0], -1)
+    w = np.where(rc >= 0, ix.last_before(ln, tq, cq), -1)
+    count(counts, "event synchronize whose event could not be found (not a dependency)", (w < 0).sum())
+    return w, m
+
+
+def blocking_copy_waits(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> tuple[np.ndarray, np.ndarray]:
+    """Blocking copies (``cudaMemcpy``; an async device-to-pageable copy) wait for their own copy."""
+    n_cpu = nodes.n_cpu
+    g_nodes = np.arange(n_cpu, len(nodes.row), dtype=np.int64)
+    g_l = nodes.launch[g_nodes]
+    ok = g_l >= 0
+    rl = np.zeros(len(g_nodes), dtype=np.uint8)
+    rl[ok] = role[g_l[ok]]
+    own = ok & (rl == ApiRole.MEMCPY_SYNC)
+    pageable_d2h = (ok & (rl == ApiRole.LAUNCH) & (table.kind[gpu_rows] == Kind.MEMCPY)
+                    & (table.copy_kind[gpu_rows] == CopyKind.DTOH) & (table.dst_kind[gpu_rows] == MemKind.PAGEABLE))
+    b = own | pageable_d2h
+    return g_nodes[b], g_l[b]
+
+
+def cross_stream_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, counts) -> tuple[np.ndarray, np.ndarray]:
+    """``cudaEventRecord(e, s1)`` then ``cudaStreamWaitEvent(s2, e)``: the last task on ``s1``
+    launched before the record precedes the first task on ``s2`` launched after the wait."""
+    m = role == ApiRole.STREAM_WAIT_EVENT
+    if not m.any():
+        return _NONE, _NONE
+    have = m & si.has_record & (si.link_corr >= 0) & (si.stream >= 0)
+    count(counts, "cudaStreamWaitEvent without a sync record naming its event (no cross-stream edge)", (m & ~have).sum())
+    idx = np.nonzero(have)[0]
+    rc = rec.find(ix.c_pid[idx], si.link_corr[idx])
+    prod_lane = ix.find_lane(ix.c_pid[idx], si.device[idx], si.link_stream[idx])
+    cons_lane = ix.find_lane(ix.c_pid[idx], si.device[idx], si.stream[idx])
+    r0 = np.maximum(rc, 0)
+    prod = np.where(rc >= 0, ix.last_before(prod_lane, ix.c_start[r0], ix.c_corr[r0]), -1)
+    cons = ix.first_after(cons_lane, ix.c_start[idx], ix.c_corr[idx])
+    ok = (prod >= 0) & (cons >= 0) & (prod_lane != cons_lane)
+    count(counts, "cross-stream wait with no producer or no consumer task in the trace", (~ok).sum())
+    return prod[ok], cons[ok]

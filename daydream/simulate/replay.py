@@ -1,0 +1,125 @@
+"""The replay loop (the simulator of the Daydream paper, section 4.4; rules in docs/model.md).
+
+One pass over the tasks in a valid visiting order (:func:`daydream.graph.is_valid_order`).
+Each task's start and end follow the rules of its in-edges (:mod:`daydream.graph.edges`)::
+
+    start = max(max(t0, BASE bounds) + gap, START bounds)
+    end   = max(start, END bounds) + dur
+
+This is the measured hot loop, so it specializes the two common shapes — a call whose only
+in-edge is its thread predecessor (code 1) and a GPU task whose only in-edges are its stream
+predecessor and its launch (code 0) — with three virtual nodes standing in for "no launching
+call" (ready at ``t0``) and "first task of its lane"; every other task (code 2) reads its
+in-edge list with the rule of each edge. A task with END edges (a blocking call) is finished
+lazily: when something reads its end, or after the loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import EdgeKind, Phase, TaskGraph, rule_arrays
+
+_NEG = -(1 << 200)  # below any time
+
+
+def _codes(graph: TaskGraph, ph, anchor_end, deferred) -> np.ndarray:
+    """Per node: 1 simple CPU call, 0 simple GPU task, 2 generic (see module docstring)."""
+    n = graph.n
+    k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
+    is_cpu = graph.is_cpu
+    fits = np.where(is_cpu[dst], k == EdgeKind.THREAD, (k == EdgeKind.STREAM) | (k == EdgeKind.LAUNCH))
+    fits &= ~(anchor_end & deferred[src])  # reading a lazily finished end needs the generic path
+    odd = np.zeros(n, bool)
+    odd[dst[~fits]] = True
+    simple = ~odd & ~deferred
+    return np.where(simple, np.where(is_cpu, 1, 0), 2).astype(np.int8)
+
+
+def replay(graph: TaskGraph, order: np.ndarray) -> tuple[list, list, list]:
+    """(start, end, blocked) lists of ns for every node, visiting ``order`` (must be valid)."""
+    n = graph.n
+    t0, L, G = int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns)
+    ra = rule_arrays()
+    k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
+    ph, anchor_end = ra.phase[k], ra.anchor_end[k]
+    off = ra.offset_ns(L, G)[k]
+    deferred = np.zeros(n, bool)
+    deferred[dst[ph == Phase.END]] = True
+    code = _codes(graph, ph, anchor_end, deferred)
+    V_LAUNCH, V_CPU0, V_GPU0 = n, n + 1, n + 2
+    is_cpu = graph.is_cpu
+    lp = graph.lane_prev
+    prev = np.where(lp >= 0, lp, np.where(is_cpu, V_CPU0, V_GPU0))
+    la = graph.launch
+    a_col = np.where((code == 0), np.where(la >= 0, la, V_LAUNCH), graph.gap_ns)
+    # generic in-edge lists: (src, anchor_end, offset, phase) per code-2 node
+    gen: dict[int, list[tuple[int, bool, int, int]]] = {}
+    g2 = np.nonzero(code[dst] == 2)[0]
+    if len(g2):
+        g2 = g2[np.argsort(dst[g2], kind="stable")]
+        for v, u, ae, o, p in zip(dst[g2].tolist(), src[g2].tolist(), anchor_end[g2].tolist(), off[g2].tolist(), ph[g2].tolist()):
+            gen.setdefault(v, []).append((u, ae, o, p))
+    start = [0] * (n + 3)
+    end = [0] * (n + 3)
+    blocked = [0] * n
+    pend = deferred.tolist() + [False] * 3
+    start[V_LAUNCH] = t0 - L
+    end[V_CPU0] = t0
+    end[V_GPU0] = _NEG
+
+    def finish(u: int) -> None:
+        pend[u] = False
+        w = s_u = start[u]
+        for x, ae, o, p in gen.get(u, ()):
+            if p == 2:
+                if ae and pend[x]:
+                    finish(x)
+                t = (end[x] if ae else start[x]) + o
+                if t > w:
+                    w = t
+        blocked[u] = w - s_u
+        end[u] = w + dur[u]
+
+    dur = graph.dur_ns.tolist()
+    gap = graph.gap_ns.tolist()
+    for v, p, c, a, d in zip(order.tolist(), prev[order].tolist(), code[order].tolist(), a_col[order].tolist(),
+                             graph.dur_ns[order].tolist()):
+        if c == 1:  # call after the previous call on its thread plus the gap (a)
+            s = end[p] + a
+            start[v] = s
+            end[v] = s + d
+        elif c == 0:  # GPU task after its launch (a) + L and its stream predecessor + G
+            s = start[a] + L
+            e = end[p] + G
+            if e > s:
+                s = e
+            start[v] = s
+            end[v] = s + d
+        else:
+            base = t0
+            sb = _NEG
+            for u, ae, o, q in gen.get(v, ()):
+                if q == 2:
+                    continue
+                if ae:
+                    if pend[u]:
+                        finish(u)
+                    t = end[u] + o
+                else:
+                    t = start[u] + o
+                if q == 0:
+                    if t > base:
+                        base = t
+                elif t > sb:
+                    sb = t
+            s = base + gap[v]
+            if sb > s:
+                s = sb
+            start[v] = s
+            if not pend[v]:
+                end[v] = s + d
+    for u in np.flatnonzero(deferred).tolist():
+        if pend[u]:
+            finish(u)
+    return start[:n], end[:n], blocked
