@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from .events import Kind, SyncKind
-from .graph import NODE_CPU, TaskGraph, profiler_steps
+from .graph import NODE_CPU, EdgeKind, Origin, Phase, TaskGraph, kind_name, profiler_steps, rule_arrays
 from .report import step_windows
 from .simulate import Timeline
 
@@ -159,15 +159,28 @@ def _sync_events(d: _Drawn) -> list[dict]:
 
 
 def _dependency_events(d: _Drawn) -> list[dict]:
-    """A flow arrow per wait and cross-stream edge: from the producer's end to the waiting call's
-    end, or to the waiting GPU task's start."""
+    """A flow arrow per edge that is not lane order or a launch (those are drawn as lanes and
+    launch flows), named by its kind (``blocking wait``, ``cross-stream wait``, any registered
+    kind), from the point its rule anchors at on the source (end or start) to the point it bounds
+    on the destination (a waiting call's end; otherwise the destination's start)."""
     graph = d.graph
-    dst = np.repeat(np.arange(graph.n), np.diff(graph.pred_ptr))
+    ra = rule_arrays()
+    k = graph.edge_kind
+    m = ~ra.lane[k] & (k != EdgeKind.LAUNCH)
+    e_ids = np.nonzero(m)[0]
+    e_ids = e_ids[np.lexsort((graph.edge_src[e_ids], graph.edge_dst[e_ids]))]
     fid = (1 << 50) + d.flow_base
     ev = []
-    for s_, d_ in zip(graph.pred_idx.tolist(), dst.tolist()):
-        ev.append(_flow("s", "dependency", "dependency", fid, d.place(s_), d.us(d.ends[s_])))
-        ev.append(_flow("f", "dependency", "dependency", fid, d.place(d_), d.us(d.ends[d_] if d.cpu[d_] else d.starts[d_])))
+    for e in e_ids.tolist():
+        s_, d_, kk = int(graph.edge_src[e]), int(graph.edge_dst[e]), int(k[e])
+        t_s = d.ends[s_] if ra.anchor_end[kk] else d.starts[s_]
+        t_d = d.ends[d_] if ra.phase[kk] == Phase.END else d.starts[d_]
+        origin = Origin(int(graph.edge_origin[e])).name.lower()
+        ev.append(_flow("s", "dependency", kind_name(kk), fid, d.place(s_), d.us(t_s)))
+        f = _flow("f", "dependency", kind_name(kk), fid, d.place(d_), d.us(t_d))
+        if origin != "recorded":
+            ev[-1]["args"] = f["args"] = {"origin": origin}
+        ev.append(f)
         fid += 1
     return ev
 
