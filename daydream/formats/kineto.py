@@ -378,10 +378,43 @@ def _load_streaming(path: str) -> Optional[EventTable]:
 
 
 def _stream(path: str, blocks) -> Optional[EventTable]:
+    """The table of the document whose content ``blocks`` yields, or None when this reader gives up.
+
+    The head (the keys before ``traceEvents``) is decoded on its own, the events a slice at a
+    time, then the last events with the keys after the array.
+    """
     dec_events = msgspec.json.Decoder(list[_Event])
     dec_doc = msgspec.json.Decoder(_Doc)
+    got = _stream_head(blocks, dec_doc)
+    if got is None:
+        return None
+    head_doc, buf = got
+    cols = _Columns()
+    if not _stream_events(blocks, buf, dec_events, cols):
+        return None
+    tail_doc = _stream_tail(buf, dec_doc)
+    del buf
+    if tail_doc is None:
+        return None
+    cols.add(tail_doc.traceEvents)
+    # a key written both before and after the array: the later one, as a whole-document decode
+    for f in _Doc.__struct_fields__:
+        if f != "traceEvents" and not bytes(getattr(tail_doc, f)):
+            setattr(tail_doc, f, getattr(head_doc, f))
+    tail_doc.traceEvents = None
+    acct = Accounting()
+    meta = _meta(path, tail_doc, acct)
+    base_ns = _base_time_ns(path, tail_doc)
+    return cols.build(base_ns, meta, acct)
+
+
+def _stream_head(blocks, dec_doc: msgspec.json.Decoder) -> Optional[tuple[_Doc, bytearray]]:
+    """(the document's keys before ``traceEvents``, the text from the array's '[' on).
+
+    Reads blocks until the ``traceEvents`` key is found; None when the document is not an
+    object, the key is not within ``_HEAD_LIMIT`` bytes, appears twice, or the head is not JSON.
+    """
     head = b""
-    # ---- the head: everything up to the '[' of traceEvents, decoded on its own
     while True:
         blk = next(blocks, None)
         if blk is None:
@@ -400,12 +433,17 @@ def _stream(path: str, blocks) -> Optional[EventTable]:
         head_doc = dec_doc.decode(head[: m.end()] + b"]}")
     except (msgspec.DecodeError, RecursionError):
         return None
-    # ---- the events, a slice at a time. ``buf`` always starts with the array's '['; a slice is
-    # cut at the comma after an event (checked by decoding it), the comma turned into ']' for the
-    # decode and into '[' for the next slice, so the text is never copied
-    buf = bytearray(head[m.end() - 1 :])
-    del head
-    cols = _Columns()
+    return head_doc, bytearray(head[m.end() - 1 :])
+
+
+def _stream_events(blocks, buf: bytearray, dec_events: msgspec.json.Decoder, cols: _Columns) -> bool:
+    """Add to ``cols`` the events of ``buf`` and the blocks after it, a slice of events at a time.
+
+    ``buf`` always starts with the array's '['; it is read into up to ``_STREAM_CHUNK`` bytes
+    (more while no event boundary is found, up to 8 times that), then the complete events are
+    cut off its front. When the blocks end, ``buf`` (changed in place) holds the rest of the
+    document. False when the reader gives up: an event too large, or a JSON or type error.
+    """
     eof = False
     need = _STREAM_CHUNK
     while True:
@@ -416,48 +454,53 @@ def _stream(path: str, blocks) -> Optional[EventTable]:
             else:
                 buf += blk
         if eof:
-            break
+            return True
         cands = [mm.start(1) for mm in _EV_SPLIT.finditer(buf, max(0, len(buf) - (1 << 20)))]
         if not cands:
             cands = [mm.start(1) for mm in _EV_SPLIT.finditer(buf)]
         if not cands:  # no event boundary in the buffer yet (a huge event): read on
             if need >= 8 * _STREAM_CHUNK:
-                return None
+                return False
             need = len(buf) + _STREAM_CHUNK
             continue
         need = _STREAM_CHUNK
-        events = None
-        for c in reversed(cands[-_SPLIT_TRIES:]):
-            buf[c] = 0x5D  # ']'
-            try:
-                events = dec_events.decode(memoryview(buf)[: c + 1])
-                break
-            except (msgspec.DecodeError, RecursionError):  # a '}, {' inside an event or a string
-                buf[c] = 0x2C  # ','
-        if events is None:  # a JSON or type error: the whole-document path reports or repairs it
-            return None
-        cols.add(events)
-        del events  # the decoded events hold views of ``buf``: free them before it changes
-        buf[c] = 0x5B  # '['
-        del buf[:c]
-    # ---- the last events and the keys after the array
+        if not _add_slice(buf, cands, dec_events, cols):
+            return False
+
+
+def _add_slice(buf: bytearray, cands: list[int], dec_events: msgspec.json.Decoder, cols: _Columns) -> bool:
+    """Add the events of ``buf`` before one of the candidate cuts, and remove them from ``buf``.
+
+    ``cands``: offsets of commas that may separate two events. The last ``_SPLIT_TRIES`` are
+    tried from the end: the comma is turned into ']' for the decode (so the text is never
+    copied), then into '[' to start the rest. False when none of them decodes (a JSON or type
+    error: the whole-document path reports or repairs it).
+    """
+    events = None
+    for c in reversed(cands[-_SPLIT_TRIES:]):
+        buf[c] = 0x5D  # ']'
+        try:
+            events = dec_events.decode(memoryview(buf)[: c + 1])
+            break
+        except (msgspec.DecodeError, RecursionError):  # a '}, {' inside an event or a string
+            buf[c] = 0x2C  # ','
+    if events is None:
+        return False
+    cols.add(events)
+    del events  # the decoded events hold views of ``buf``: free them before it changes
+    buf[c] = 0x5B  # '['
+    del buf[:c]
+    return True
+
+
+def _stream_tail(buf: bytearray, dec_doc: msgspec.json.Decoder) -> Optional[_Doc]:
+    """The last events and the keys after the array, from the rest of the document (``buf``)."""
     if b'"traceEvents"' in buf:
         return None
     try:
-        tail_doc = dec_doc.decode(b'{"traceEvents":' + buf)
+        return dec_doc.decode(b'{"traceEvents":' + buf)
     except (msgspec.DecodeError, RecursionError):
         return None
-    del buf
-    cols.add(tail_doc.traceEvents)
-    # a key written both before and after the array: the later one, as a whole-document decode
-    for f in _Doc.__struct_fields__:
-        if f != "traceEvents" and not bytes(getattr(tail_doc, f)):
-            setattr(tail_doc, f, getattr(head_doc, f))
-    tail_doc.traceEvents = None
-    acct = Accounting()
-    meta = _meta(path, tail_doc, acct)
-    base_ns = _base_time_ns(path, tail_doc)
-    return cols.build(base_ns, meta, acct)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,26 +522,9 @@ _MAX_SALVAGE_TRIES = 12
 
 def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[list[_Event], Optional[_Doc]]:
     """Decode the document into the typed projection, repairing what can be repaired."""
-    if data[:3] == b"\xef\xbb\xbf":
-        data = data[3:]
-    m = re.match(rb"\s*", data)
-    i = m.end() if m else 0
-    if i >= len(data):
-        raise TraceFormatError(path, "", "the file is empty")
-    first = data[i : i + 1]
-    if first == b"{":
-        array_form = False
-        typ: Any = _Doc
-    elif first == b"[":
-        array_form = True
-        typ = list[_Event]
-    else:
-        raise TraceFormatError(path, f"byte offset {i}", "not JSON: a Kineto trace is a JSON object with a traceEvents array")
-    orig = data
-    fixes = 0
-    bulk_done = False
-    salvaged = False
-    utf8_fixed = False
+    data, array_form, typ = _document_start(path, data)
+    size = len(data)
+    rep = _Repairs(path, strict, array_form, typ, acct)
     for _ in range(10_000):
         try:
             obj = msgspec.json.decode(data, type=typ)
@@ -509,61 +535,111 @@ def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[lis
             msg = str(e)
         except RecursionError:
             raise TraceFormatError(path, "", "JSON nested too deeply to read") from None
-        off_m = _BYTE_OFFSET.search(msg)
-        off = int(off_m.group(1)) if off_m else None
-        if "truncated" in msg.lower():
-            if strict:
-                raise TraceFormatError(
-                    path, f"byte offset {len(data)}", "the file is truncated (the JSON document does not end); strict mode does not salvage it"
-                )
-            if salvaged:
-                raise TraceFormatError(path, f"byte offset {len(data)}", "the file is truncated and could not be salvaged")
-            got = _salvage_truncated(data, array_form, typ)
-            if got is None:
-                raise TraceFormatError(
-                    path, f"byte offset {len(data)}", "the file is truncated and no complete event could be recovered before the cut"
-                )
-            data, cut = got
-            salvaged = True
-            acct.add("notes", f"truncated file: events after byte {cut} lost")
-            continue
-        if off is not None and "trailing comma" in msg and (c := _comma_before(data, off)) is not None:
-            if strict:
-                raise TraceFormatError(path, f"byte offset {c}", "trailing comma (not JSON); strict mode does not repair it")
-            data = data[:c] + data[c + 1 :]
-            acct.add("notes", "trailing comma removed")
-            fixes += 1
-        elif "utf-8" in msg.lower() and not utf8_fixed and (bad_at := _first_bad_utf8(data)) is not None:
-            if strict:
-                raise TraceFormatError(path, f"byte offset {bad_at}", "invalid UTF-8 bytes (JSON must be UTF-8 text); strict mode does not repair them")
-            before = data.count(b"\xef\xbf\xbd")
-            data = data.decode("utf-8", "replace").encode("utf-8")
-            acct.add("notes", "invalid UTF-8 bytes replaced by U+FFFD", data.count(b"\xef\xbf\xbd") - before)
-            utf8_fixed = True
-        elif off is not None and (nf := _nonfinite_at(data, off)) is not None:
-            a, b = nf
-            if strict:
-                raise TraceFormatError(path, f"byte offset {a}", f"{data[a:b].decode()} is not JSON; strict mode does not repair it")
-            data = data[:a] + b"null" + data[b:]
-            acct.add("notes", "NaN/Infinity literal read as null")
-            fixes += 1
-        else:
-            where = f"byte offset {off}" if off is not None else ""
-            reason = msg.replace(f" (byte {off})", "") if off is not None else msg
-            raise TraceFormatError(path, where, f"not valid JSON ({reason})")
-        if fixes >= _MAX_TARGETED_FIXES and not bulk_done:
-            data = _bulk_fix(data, acct)
-            bulk_done = True
+        data = rep.fix(data, msg)
     else:  # pragma: no cover - defensive
         raise TraceFormatError(path, "", "too many JSON errors to repair")
     events = obj if array_form else obj.traceEvents
     if events is None:
         raise TraceFormatError(path, "", "no traceEvents array: not a PyTorch profiler / Kineto trace")
-    if salvaged:
+    if rep.salvaged:
         warnings.warn(
-            f"{path}: the file is truncated at byte {len(orig)}; kept the {len(events):,} complete events "
-            f"before byte {cut}, the rest is lost (--strict refuses such a file)", UserWarning, stacklevel=3)
+            f"{path}: the file is truncated at byte {size}; kept the {len(events):,} complete events "
+            f"before byte {rep.cut}, the rest is lost (--strict refuses such a file)", UserWarning, stacklevel=3)
     return events, (None if array_form else obj)
+
+
+def _document_start(path: str, data: bytes) -> tuple[bytes, bool, Any]:
+    """(data without a byte-order mark, array form?, msgspec type to decode it as).
+
+    Raises TraceFormatError when the document is empty or does not start with '{' or '['.
+    """
+    if data[:3] == b"\xef\xbb\xbf":
+        data = data[3:]
+    m = re.match(rb"\s*", data)
+    i = m.end() if m else 0
+    if i >= len(data):
+        raise TraceFormatError(path, "", "the file is empty")
+    first = data[i : i + 1]
+    if first == b"{":
+        return data, False, _Doc
+    if first == b"[":
+        return data, True, list[_Event]
+    raise TraceFormatError(path, f"byte offset {i}", "not JSON: a Kineto trace is a JSON object with a traceEvents array")
+
+
+@dataclasses.dataclass
+class _Repairs:
+    """The repairs made to one document so far, and how to make the next one."""
+
+    path: str
+    strict: bool  #: raise instead of repairing
+    array_form: bool  #: the document is a bare array of events
+    typ: Any  #: msgspec type the document is decoded as
+    acct: Accounting  #: each repair is counted in its notes
+    fixes: int = 0  #: targeted fixes made (trailing commas, NaN/Infinity literals)
+    bulk_done: bool = False
+    salvaged: bool = False
+    utf8_fixed: bool = False
+    cut: int = -1  #: byte offset where a truncated document was cut
+
+    def fix(self, data: bytes, msg: str) -> bytes:
+        """``data`` with the error msgspec reported (``msg``) repaired; raises what cannot be.
+
+        After ``_MAX_TARGETED_FIXES`` targeted fixes, every remaining NaN/Infinity literal and
+        trailing comma is fixed at once.
+        """
+        path = self.path
+        off_m = _BYTE_OFFSET.search(msg)
+        off = int(off_m.group(1)) if off_m else None
+        if "truncated" in msg.lower():
+            return self._salvage(data)
+        if off is not None and "trailing comma" in msg and (c := _comma_before(data, off)) is not None:
+            if self.strict:
+                raise TraceFormatError(path, f"byte offset {c}", "trailing comma (not JSON); strict mode does not repair it")
+            data = data[:c] + data[c + 1 :]
+            self.acct.add("notes", "trailing comma removed")
+            self.fixes += 1
+        elif "utf-8" in msg.lower() and not self.utf8_fixed and (bad_at := _first_bad_utf8(data)) is not None:
+            if self.strict:
+                raise TraceFormatError(path, f"byte offset {bad_at}", "invalid UTF-8 bytes (JSON must be UTF-8 text); strict mode does not repair them")
+            before = data.count(b"\xef\xbf\xbd")
+            data = data.decode("utf-8", "replace").encode("utf-8")
+            self.acct.add("notes", "invalid UTF-8 bytes replaced by U+FFFD", data.count(b"\xef\xbf\xbd") - before)
+            self.utf8_fixed = True
+        elif off is not None and (nf := _nonfinite_at(data, off)) is not None:
+            a, b = nf
+            if self.strict:
+                raise TraceFormatError(path, f"byte offset {a}", f"{data[a:b].decode()} is not JSON; strict mode does not repair it")
+            data = data[:a] + b"null" + data[b:]
+            self.acct.add("notes", "NaN/Infinity literal read as null")
+            self.fixes += 1
+        else:
+            where = f"byte offset {off}" if off is not None else ""
+            reason = msg.replace(f" (byte {off})", "") if off is not None else msg
+            raise TraceFormatError(path, where, f"not valid JSON ({reason})")
+        if self.fixes >= _MAX_TARGETED_FIXES and not self.bulk_done:
+            data = _bulk_fix(data, self.acct)
+            self.bulk_done = True
+        return data
+
+    def _salvage(self, data: bytes) -> bytes:
+        """The truncated document cut after its last complete event (once; raises otherwise)."""
+        path = self.path
+        if self.strict:
+            raise TraceFormatError(
+                path, f"byte offset {len(data)}", "the file is truncated (the JSON document does not end); strict mode does not salvage it"
+            )
+        if self.salvaged:
+            raise TraceFormatError(path, f"byte offset {len(data)}", "the file is truncated and could not be salvaged")
+        got = _salvage_truncated(data, self.array_form, self.typ)
+        if got is None:
+            raise TraceFormatError(
+                path, f"byte offset {len(data)}", "the file is truncated and no complete event could be recovered before the cut"
+            )
+        data, self.cut = got
+        self.salvaged = True
+        self.acct.add("notes", f"truncated file: events after byte {self.cut} lost")
+        return data
 
 
 def _validation_error(path: str, e: msgspec.ValidationError) -> TraceFormatError:
