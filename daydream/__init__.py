@@ -1,3 +1,30 @@
-"""Daydream: predict what an optimization would do to a DNN training iteration, from its trace."""
+"""Daydream: predict what an optimization would do to a DNN training iteration, from its trace.
+
+The public surface, in one import::
+
+    import daydream
+    table = daydream.load_trace("trace.json.gz")          # any supported format
+    result = daydream.analyze(table, ["amp", ("fusion", {"reads": 3})])
+    print(result.report.predictions[0].window.speedup)
+
+Own what-ifs use the primitives (``select``, ``scale``, ``remove``, ``insert``, ``add_edges``,
+``set_priority``) on ``result.graph`` and replay with ``simulate``; ``optimizations()`` is the
+registry behind ``--opt``.
+"""
 
 __version__ = "0.1.0"
+
+from .analysis import Result, analyze, resolve_opt  # noqa: E402
+from .formats import load_trace  # noqa: E402
+from .graph import EdgeKind, Origin, Rule, TaskGraph, build_graph, register_kind  # noqa: E402
+from .mapping import map_events  # noqa: E402
+from .optimizations import NotApplicable, parse_spec  # noqa: E402
+from .optimizations import load_all as optimizations  # noqa: E402
+from .simulate import Timeline, simulate  # noqa: E402
+from .transform import add_edges, add_kernel_after, insert, remove, scale, select, set_priority  # noqa: E402
+
+__all__ = [
+    "EdgeKind", "NotApplicable", "Origin", "Result", "Rule", "TaskGraph", "Timeline", "__version__", "add_edges",
+    "add_kernel_after", "analyze", "build_graph", "insert", "load_trace", "map_events", "optimizations", "parse_spec",
+    "register_kind", "remove", "resolve_opt", "scale", "select", "set_priority", "simulate",
+]

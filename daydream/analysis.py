@@ -1,8 +1,7 @@
 """The facade: table -> graph -> (optimizations) -> simulation -> report, in one call.
 
-    from daydream.formats import load_trace
-    from daydream.analysis import analyze
-    result = analyze(load_trace("trace.json.gz"), [parse_spec("scale-kernels:factor=0.5")])
+    import daydream
+    result = daydream.analyze(daydream.load_trace("trace.json.gz"), ["amp", ("fusion", {"reads": 3})])
     print(result.report.predictions[0].window.speedup)
 """
 
@@ -16,7 +15,7 @@ from .errors import NotApplicable, UsageError
 from .events import EventTable
 from .graph import TaskGraph, build_graph
 from .mapping import map_events
-from .optimizations import Optimization, check_composition, load_all
+from .optimizations import Optimization, check_composition, load_all, parse_spec
 from .report import AppliedOpt, Ranked, Report, build_prediction, build_report
 from .simulate import Timeline, recorded, simulate
 from .timeline import write_timeline
@@ -59,13 +58,39 @@ def apply_all(graph: TaskGraph, opts: list[tuple[Optimization, dict[str, Any]]])
     return graph, applied
 
 
-def analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]] = (), *, rank_all: bool = False) -> Result:
+OptSpec = "str | tuple[str, dict[str, Any]] | tuple[Optimization, dict[str, Any]]"
+
+
+def resolve_opt(spec) -> tuple[Optimization, dict[str, Any]]:
+    """One optimization as (optimization, resolved parameters), from ``"name"``,
+    ``"name:p=v,q=w"``, ``("name", {"p": v})`` or an already resolved pair.
+
+    Raises:
+        UsageError: unknown optimization or bad parameters. TypeError: another type.
+    """
+    if isinstance(spec, str):
+        return parse_spec(spec)
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], dict):
+        name, params = spec
+        if isinstance(name, Optimization):
+            return name, params
+        if isinstance(name, str):
+            opt, _ = parse_spec(name)
+            return opt, opt.resolve({str(k): str(v) for k, v in params.items()})
+    raise TypeError(f"an optimization is 'name', 'name:p=v', ('name', {{'p': v}}) or a parse_spec() result, not {spec!r}")
+
+
+def analyze(table: EventTable, opts=(), *, rank_all: bool = False) -> Result:
+    """Replay ``table``, apply ``opts`` composed in order (see :func:`resolve_opt` for the
+    accepted forms) and predict; with ``rank_all`` also rank every optimization alone.
+
+    Raises:
+        TypeError: ``table`` is not an EventTable or an optimization has another form.
+        UsageError: unknown optimization, bad parameters, or one given twice.
+    """
     if not isinstance(table, EventTable):
         raise TypeError("analyze() takes an EventTable: analyze(load_trace(path), ...)")
-    opts = list(opts)
-    if any(not (isinstance(o, tuple) and len(o) == 2) for o in opts):
-        raise TypeError("analyze() takes optimizations as parse_spec('name:param=value') results")
-    return _analyze(table, opts, rank_all)
+    return _analyze(table, [resolve_opt(o) for o in opts], rank_all)
 
 
 def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]], rank_all: bool) -> Result:
