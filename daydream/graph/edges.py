@@ -85,6 +85,7 @@ class EdgeKind(enum.IntEnum):
     LAUNCH = 2
     WAIT = 3
     XSTREAM = 4
+    HANDOVER = 5
 
 
 #: the rules, indexed by kind id (a list so registered kinds extend it)
@@ -99,6 +100,8 @@ RULES: dict[int, Rule] = {
                         doc="a blocking call ends its own cost after the GPU task it waits for ends"),
     EdgeKind.XSTREAM: Rule("cross-stream wait", Phase.START, True, Offset.G, "gpu_compute", inherit=True, prefer=10,
                            doc="cudaEventRecord -> cudaStreamWaitEvent: producer end + G"),
+    EdgeKind.HANDOVER: Rule("thread hand-over", Phase.BASE, True, Offset.ZERO, "cpu", inherit=True, prefer=5,
+                            doc="a call's gap starts after the call on another thread it waits for ends"),
 }
 
 MAX_KINDS = 64
