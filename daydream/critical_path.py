@@ -38,9 +38,7 @@ class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
 
 def communication_mask(graph: TaskGraph) -> np.ndarray:
     """GPU tasks that are communication: NCCL/RCCL kernels (daydream.kernels) and peer-to-peer copies."""
-    t = graph.table
-    rows = np.maximum(graph.row, 0)
-    p2p = (graph.node_kind == Kind.MEMCPY) & (graph.row >= 0) & (t.copy_kind[rows] == CopyKind.PTOP)
+    p2p = (graph.node_kind == Kind.MEMCPY) & (graph.copy_kind == CopyKind.PTOP)
     return (graph.node_kind != NODE_CPU) & (kernel_info(graph).is_class("communication") | p2p)
 
 

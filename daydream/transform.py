@@ -237,7 +237,7 @@ def remove(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
 
 def _take_nodes(graph: TaskGraph, idx: np.ndarray) -> TaskGraph:
     """The node arrays of ``graph`` at ``idx`` (edges and order left to the caller)."""
-    per_node = ("row", "node_kind", "lane", "name_id", "pid", "tid", "device", "stream", "correlation", "dur_ns",
+    per_node = ("row", "node_kind", "lane", "name_id", "pid", "tid", "device", "stream", "correlation", "copy_kind", "dur_ns",
                 "gap_ns", "rec_start_ns", "rec_end_ns", "position_ns")
     kw = {f: getattr(graph, f)[idx] for f in per_node}
     kw["mapping"] = graph.mapping.take(idx) if graph.mapping is not None else None
@@ -249,7 +249,7 @@ def _take_nodes(graph: TaskGraph, idx: np.ndarray) -> TaskGraph:
 def _append_node(graph: TaskGraph, *, like: int, code: int, lane: int, dur_ns: int, gap_ns: int, name: str) -> TaskGraph:
     """``graph`` with one more node (id ``graph.n``) on ``lane``, identity copied from ``like``."""
     kw = {}
-    for f in ("pid", "tid", "device", "stream", "rec_start_ns", "rec_end_ns", "position_ns"):
+    for f in ("pid", "tid", "device", "stream", "copy_kind", "rec_start_ns", "rec_end_ns", "position_ns"):
         kw[f] = np.append(getattr(graph, f), getattr(graph, f)[like])
     kw["rec_start_ns"][-1] = graph.rec_end_ns[like]
     kw.update(row=np.append(graph.row, -1), node_kind=np.append(graph.node_kind, np.uint8(code)),

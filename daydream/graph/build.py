@@ -13,7 +13,7 @@ from ..events import EventTable, Kind
 from ._arrays import count
 from .edges import EdgeKind, Origin
 from .latency import launch_latency_and_gap
-from .model import NODE_CPU, NodeMapping, TaskGraph, concat_edges
+from .model import NODE_CPU, CpuRanges, NodeMapping, TaskGraph, concat_edges
 from .order import repair_order
 from .tasks import cpu_tasks, durations_and_gaps, gpu_task_rows, lanes_and_order, link_launches, node_arrays
 from .waits import (RecordCalls, WaitIndex, api_roles, blocking_copy_waits, cross_stream_waits, device_sync_waits,
@@ -59,6 +59,13 @@ def _own_costs(dur, rec_start, rec_end, ws, wd, counts) -> None:
     own = rec_end[b] - np.maximum(rec_start[b], w_end[b])
     count(counts, "blocking call returned before what it waited for ended (own cost set to 0)", (own < 0).sum())
     dur[b] = np.maximum(own, 0)
+
+
+def _cpu_ranges(table: EventTable) -> CpuRanges:
+    """The CPU-side ranges and framework ops (``Kind.RANGE``/``CPU_OP`` rows off the GPU)."""
+    r = np.nonzero(np.isin(table.kind, [Kind.RANGE, Kind.CPU_OP]) & (table.device < 0))[0]
+    return CpuRanges(table.pid[r].astype(np.int64), table.tid[r].astype(np.int64), table.start_ns[r].astype(np.int64),
+                     table.end_ns[r].astype(np.int64), table.name_id[r].astype(np.int64))
 
 
 def build_graph(table: EventTable, mapping=None) -> TaskGraph:
@@ -113,6 +120,7 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
         lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64), names=list(table.names),
         pid=nodes.pid, tid=nodes.tid, device=nodes.device, stream=nodes.stream, correlation=corr,
+        copy_kind=table.copy_kind[row].astype(np.uint8), devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table),
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
         order=order.astype(np.int64), edge_src=src[keep], edge_dst=dst[keep], edge_kind=ek[keep], edge_origin=eo[keep],
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm,

@@ -61,6 +61,19 @@ class NodeMapping:
         return cls(d["phase"], d["layer_id"], d["op_id"], d.get("gap_phase"), d.get("gap_layer_id"), list(d.get("labels", [])))
 
 
+@dataclass(frozen=True)
+class CpuRanges:
+    """CPU-side annotation ranges and framework ops of the trace (NVTX, ``user_annotation``,
+    ``cpu_op``), for optimizations that find their region by name (steps, optimizer steps).
+    Arrays of one length: pid, tid, start_ns, end_ns (int64 ns), name_id (into ``TaskGraph.names``)."""
+
+    pid: np.ndarray
+    tid: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    name_id: np.ndarray
+
+
 @dataclass
 class TaskGraph:
     """Dependency graph in array form.
@@ -71,7 +84,8 @@ class TaskGraph:
         lane: lane index; ``lanes[lane]`` names it ("cpu pid/tid" or "gpu dev/stream").
         name_id: index into ``names`` (the table's interned names, then inserted tasks' names).
         pid, tid (-1 for GPU tasks), device (-1 for CPU tasks), stream (-1 for CPU tasks),
-            correlation (-1 none): the task's recorded identity.
+            correlation (-1 none): the task's recorded identity; copy_kind (events.CopyKind of a
+            memcpy, 0 otherwise).
         dur_ns: duration; for blocking CPU calls their own cost (``docs/model.md`` rule 3).
         gap_ns: CPU gap before a CPU node; 0 for GPU nodes.
         rec_start_ns, rec_end_ns: the recorded interval (reports and measurement only; the
@@ -101,6 +115,7 @@ class TaskGraph:
     device: np.ndarray
     stream: np.ndarray
     correlation: np.ndarray
+    copy_kind: np.ndarray
     dur_ns: np.ndarray
     gap_ns: np.ndarray
     rec_start_ns: np.ndarray
@@ -116,6 +131,9 @@ class TaskGraph:
     gpu_gap_ns: int
     counts: dict[str, int] = field(default_factory=dict)
     mapping: NodeMapping | None = None
+    #: the trace's devices (``events.DeviceInfo``: id, name, memory) and CPU ranges
+    devices: list = field(default_factory=list)
+    cpu_ranges: CpuRanges | None = None
     priority: np.ndarray | None = None
     priority_lanes: tuple[int, ...] = ()
 

@@ -53,18 +53,15 @@ def cpu_ranges(graph: TaskGraph, pattern: str) -> tuple[np.ndarray, np.ndarray, 
     Returns (pid, tid, start_ns, end_ns) arrays, duplicates (same pid, tid, start, end) removed:
     Kineto often records a ``ProfilerStep#N`` both as a ``user_annotation`` and as a ``cpu_op``.
     """
-    t = graph.table
-    m = np.isin(t.kind, [Kind.RANGE, Kind.CPU_OP]) & (t.device < 0)
-    rows = np.nonzero(m)[0]
-    if len(rows) == 0:
+    cr = graph.cpu_ranges
+    if cr is None or len(cr.pid) == 0:
         z = np.zeros(0, np.int64)
         return z, z, z, z
-    nid = t.name_id[rows]
-    uniq, inv = np.unique(nid, return_inverse=True)
+    uniq, inv = np.unique(cr.name_id, return_inverse=True)
     rx = re.compile(pattern)
-    hit = np.fromiter((rx.search(t.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
-    rows = rows[hit[inv.reshape(-1)]]
-    key = np.stack([t.pid[rows], t.tid[rows], t.start_ns[rows], t.end_ns[rows]], axis=1).astype(np.int64)
+    hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
+    r = np.nonzero(hit[inv.reshape(-1)])[0]
+    key = np.stack([cr.pid[r], cr.tid[r], cr.start_ns[r], cr.end_ns[r]], axis=1).astype(np.int64)
     key = np.unique(key, axis=0) if len(key) else key.reshape(0, 4)
     return key[:, 0], key[:, 1], key[:, 2], key[:, 3]
 
@@ -81,9 +78,7 @@ def cpu_nodes_in_ranges(graph: TaskGraph, ranges, *, same_thread: bool) -> np.nd
     cpu = (graph.node_kind == NODE_CPU) & (graph.row >= 0)
     if not cpu.any() or len(s) == 0:
         return out
-    t = graph.table
-    rows = graph.row[cpu]
-    npid, ntid = t.pid[rows], t.tid[rows]
+    npid, ntid = graph.pid[cpu], graph.tid[cpu]
     ns, ne = graph.rec_start_ns[cpu], graph.rec_end_ns[cpu]
     idx = np.nonzero(cpu)[0]
     for i in range(len(s)):  # ranges are few (steps, optimizer steps)

@@ -34,12 +34,10 @@ def source_gpu(graph, given: str) -> tuple[GPU | None, str]:
         if g is None:
             raise UsageError(f"--opt gpu-upgrade: unknown source GPU {given!r} (known: {', '.join(names())})")
         return g, given
-    t = graph.table
-    devs = t.meta.devices
+    devs = graph.devices
     if not devs:
         return None, ""
-    gpu_rows = np.isin(t.kind, [Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET])
-    used = t.device[gpu_rows]
+    used = graph.device[graph.node_kind != 0]
     used = used[used >= 0]
     dev_id = int(np.bincount(used).argmax()) if len(used) else devs[0].id
     dev = next((d for d in devs if d.id == dev_id), devs[0])
@@ -56,9 +54,7 @@ def _apply(graph, p):
         raise NotApplicable(f"{what}; give it as gpu-upgrade:source=NAME (known: {', '.join(names())})")
     info = K.kernel_info(graph)
     kern = graph.node_kind == Kind.KERNEL
-    rows = np.maximum(graph.row, 0)
-    copy_kind = np.where(graph.row >= 0, graph.table.copy_kind[rows], 0)
-    dram_copy = (graph.node_kind == Kind.MEMCPY) & (copy_kind == CopyKind.DTOD)
+    dram_copy = (graph.node_kind == Kind.MEMCPY) & (graph.copy_kind == CopyKind.DTOD)
     comp = kern & info.is_bound("compute")
     mem = (kern & info.is_bound("memory")) | dram_copy | (graph.node_kind == Kind.MEMSET)
     fc = src.tc_tflops / target.tc_tflops
