@@ -12,6 +12,8 @@ import numpy as np
 from ..events import EventTable, Kind
 from ._arrays import count
 from .edges import EdgeKind, Origin
+from .inferred import infer_unlinked_waits
+from .handover import handover_edges, own_gaps
 from .latency import launch_latency_and_gap
 from .model import NODE_CPU, CpuRanges, NodeMapping, TaskGraph, concat_edges
 from .order import repair_order
@@ -32,7 +34,8 @@ def _dedupe(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.nd
 
 
 def _wait_edges(table, nodes, lanes, position, rec_start, gpu_rows, counts):
-    """Stages 6-7: blocking waits (WAIT edges) and cross-stream waits (XSTREAM edges)."""
+    """Stages 6-7: blocking waits (WAIT edges) and cross-stream waits (XSTREAM edges); also
+    returns the lookups (index, roles, sync records) the inference stage reuses."""
     corr = np.where(nodes.row >= 0, table.correlation[nodes.row], -1).astype(np.int64)
     cpu_rows = nodes.row[: nodes.n_cpu]
     role = api_roles(table, cpu_rows)
@@ -46,7 +49,7 @@ def _wait_edges(table, nodes, lanes, position, rec_start, gpu_rows, counts):
     wd = np.concatenate([p[1] for p in parts])
     keep = ws >= 0
     xs, xd = cross_stream_waits(ix, role, si, rec, counts)
-    return ws[keep], wd[keep], xs, xd, corr
+    return ws[keep], wd[keep], xs, xd, corr, (ix, role, si)
 
 
 def _own_costs(dur, rec_start, rec_end, ws, wd, counts) -> None:
@@ -93,13 +96,18 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     corr_all = table.correlation[row].astype(np.int64)
     lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device), nodes.stream,
                             position, launch, corr_all, row, rec_start)
+    position = lanes.position
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
-    ws, wd, xs, xd, corr = _wait_edges(table, nodes, lanes, position, rec_start, gpu_rows, counts)
+    ws, wd, xs, xd, corr, wctx = _wait_edges(table, nodes, lanes, position, rec_start, gpu_rows, counts)
     ws, wd = _dedupe(ws, wd, len(row))
     xs, xd = _dedupe(xs, xd, len(row))
     _own_costs(dur, rec_start, rec_end, ws, wd, counts)
+    hs, hd = handover_edges(table, nodes.pid, nodes.tid, rec_start, rec_end, nodes.n_cpu, counts)
+    own_gaps(gap, rec_start, rec_end, lanes.lane_prev, t0, hs, hd)
     is_gpu = kind != NODE_CPU
     L, G = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd)
+    # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits")
+    ys, yd = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xs, xd, L, G, counts)
     v = np.arange(len(row), dtype=np.int64)
     lp = lanes.lane_prev >= 0
     R = Origin.RECORDED
@@ -109,6 +117,8 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
         (launch[has_launch], v[has_launch], EdgeKind.LAUNCH, R),
         (ws, wd, EdgeKind.WAIT, R),
         (xs, xd, EdgeKind.XSTREAM, R),
+        (hs, hd, EdgeKind.HANDOVER, Origin.INFERRED),
+        (ys, yd, EdgeKind.XSTREAM, Origin.INFERRED),
     ])
     # tied or inconsistent timestamps (odd input) can put a task before what it waits for
     order, keep = repair_order(lanes.order, src, dst, ek, counts)

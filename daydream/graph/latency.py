@@ -23,7 +23,8 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     """(L, G) in ns, measured from the recorded times.
 
     ``L``: lower median of ``start - launch.start`` over GPU tasks whose GPU predecessors (stream
-    predecessor, cross-stream producers ``x_src -> x_dst``) had all ended by the launch. ``G``:
+    predecessor, cross-stream producers ``x_src -> x_dst``) had all ended by the launch and whose
+    stream predecessor, if any, was launched inside the window. ``G``:
     5 %-trimmed mean (lower median below :data:`GAP_MIN_PAIRS` pairs) of ``start - prev.end``
     over queued tasks (ready by ``prev.end`` and bound by it), never above ``L``; 0 when no sample.
     """
@@ -37,6 +38,9 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
         np.maximum.at(xpe, x_dst, rec_end[x_src])
     gl_start = np.where(launch >= 0, rec_start[np.maximum(launch, 0)], 0)
     idle = is_gpu & (launch >= 0) & (np.maximum(pe, xpe) <= gl_start)
+    # only where the stream predecessor was launched inside the window: before a window cut from a
+    # longer run, the stream can hold a backlog the trace does not show
+    idle &= (lane_prev < 0) | (launch[np.maximum(lane_prev, 0)] >= 0)
     L = max(lower_median(rec_start[idle] - gl_start[idle]), 0)
     queued = is_gpu & (launch >= 0) & (lane_prev >= 0)
     queued &= (gl_start + L <= pe) & (xpe <= pe)

@@ -100,6 +100,42 @@ class Lanes:
     by_lane: np.ndarray
     lane_prev: np.ndarray
     launch_corr: np.ndarray
+    position: np.ndarray
+
+
+def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarray, position: np.ndarray,
+                         rec_start: np.ndarray) -> np.ndarray:
+    """Positions of GPU tasks with no launching call in the trace (launched before a window cut
+    from a longer run), so that streams stay FIFO in their *recorded* order.
+
+    Such a task has no launch to place it, and its own start can lie far behind a backlog of
+    later-launched work. Its position becomes the smallest position of any launched task that
+    ran after it on its stream (never later than its own start): order from the record, never
+    timing (``docs/model.md``, "Work launched before the window").
+    """
+    nl = is_gpu & (launch < 0)
+    if not nl.any():
+        return position
+    g = np.nonzero(is_gpu)[0]
+    o = g[np.lexsort((rec_start[g], lane[g]))]  # each stream in recorded execution order
+    big = np.iinfo(np.int64).max
+    val = np.where(launch[o] >= 0, position[o], big)
+    # suffix minimum within each lane, exclusive of the task itself
+    rev = val[::-1]
+    seg = lane[o][::-1]
+    start = np.ones(len(rev), bool)
+    start[1:] = seg[1:] != seg[:-1]
+    shifted = np.empty_like(rev)
+    shifted[0] = big
+    shifted[1:] = rev[:-1]
+    shifted[start] = big
+    suf = -segmented_cummax(-shifted, start) if len(rev) else shifted
+    after = np.empty_like(val)
+    after[::-1] = suf
+    out = position.copy()
+    m = nl[o]
+    out[o[m]] = np.minimum(position[o[m]], after[m])
+    return out
 
 
 def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch_corr_of_call, row, rec_start) -> Lanes:
@@ -114,6 +150,7 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     uniq, lane = unique_rows(keys.astype(np.int64))
     lane_is_gpu = uniq[:, 0] == 1 if len(uniq) else np.zeros(0, bool)
     names = [(f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()]
+    position = unlaunched_positions(lane, is_gpu == 1, launch, position, rec_start)
     has_launch = launch >= 0
     launch_corr = np.where(has_launch, launch_corr_of_call[np.maximum(launch, 0)], -1)
     order = np.lexsort((row, rec_start, launch_corr, is_gpu, position))
@@ -123,7 +160,7 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
         same = lane[by_lane[1:]] == lane[by_lane[:-1]]
         lane_prev[by_lane[1:][same]] = by_lane[:-1][same]
     return Lanes(lane, uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64), names, lane_is_gpu,
-                 order.astype(np.int64), by_lane, lane_prev, launch_corr)
+                 order.astype(np.int64), by_lane, lane_prev, launch_corr, position)
 
 
 def durations_and_gaps(node_kind, rec_start, rec_end, lane_prev, t0: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
