@@ -12,7 +12,7 @@ import sys
 import traceback
 
 from . import __version__
-from .errors import DaydreamError, TraceFormatError, UsageError
+from .errors import DaydreamError, TraceFormatError, UnreliableReplay, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,6 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (schemas/report.schema.json); '-' for stdout")
     p.add_argument("--save-table", metavar="FILE", help="save the parsed event table (.npz) to skip parsing next time")
     p.add_argument("--strict", action="store_true", help="refuse damaged input (e.g. a truncated JSON) instead of salvaging it")
+    p.add_argument(
+        "--strict-replay",
+        action="store_true",
+        help="refuse to predict (exit 2) when the baseline replay is unreliable (a step or window error over 5 %%)",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"daydream {__version__}")
     return p
@@ -95,6 +100,13 @@ def _load(path: str, strict: bool):
         kind = "" if issubclass(w.category, UserWarning) else f"{w.category.__name__}: "
         print(_one_line(f"daydream-analyze: warning: {kind}{w.message}"), file=sys.stderr)
     return table
+
+
+def _check_trust(report, args) -> None:
+    """``--strict-replay``: refuse predictions made on an unreliable baseline replay."""
+    t = report.trust
+    if args.strict_replay and (args.opt or report.ranking) and t is not None and t.verdict == "unreliable":
+        raise UnreliableReplay(f"{args.trace}: baseline replay unreliable ({t.reason}); predictions refused (--strict-replay)")
 
 
 #: files at least this big get progress lines on stderr (when stderr is a terminal)
@@ -158,6 +170,7 @@ def run(argv: list[str] | None = None) -> int:
             raise
         raise TraceFormatError(args.trace, e.where, e.reason) from None
     progress.stage("analysis done")
+    _check_trust(result.report, args)
     if args.timeline:
         result.write_timeline(args.timeline)
     if args.json:

@@ -42,3 +42,7 @@ class UsageError(DaydreamError):
 
 class NotApplicable(DaydreamError):
     """The optimization does not apply to this trace; the message says why."""
+
+
+class UnreliableReplay(DaydreamError):
+    """``--strict-replay``: the baseline replay is too far from the trace to predict from."""

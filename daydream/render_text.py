@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .critical_path import CAUSES, CriticalPath
-from .report import Prediction, Report
+from .report import Prediction, Report, Trust
 
 
 def _pct(x: float) -> str:
@@ -128,11 +128,30 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
+def trust_line(t: Trust | None) -> list[str]:
+    """How faithful the baseline replay is: the verdict and the numbers behind it (one line)."""
+    if t is None:
+        return []
+    err = f"max step error {_pct(t.max_step_error_pct)} %" if t.steps else f"window error {_pct(t.window_error_pct)} %"
+    inferred = sum(t.inferred_edges.values())
+    incomplete = f", {sum(t.incomplete.values()):,} links missing from the trace" if t.incomplete else ""
+    return [
+        f"  baseline replay: {t.verdict} ({err}, GPU start error p50 {t.gpu_start_error_p50_us:,.0f} us / "
+        f"p99 {t.gpu_start_error_p99_us:,.0f} us; {_plural(inferred, 'inferred edge')}{incomplete})"
+    ]
+
+
+def _unreliable(t: Trust | None) -> str:
+    """The mark of a prediction made on an unreliable baseline ('' otherwise)."""
+    return f"  UNRELIABLE: {t.reason}" if t is not None and t.verdict == "unreliable" else ""
+
+
 def header_section(r: Report) -> list[str]:
-    """What was read, on which devices, the graph, L and G, and the warnings."""
+    """What was read, the baseline replay's trust, on which devices, the graph, L and G, and the warnings."""
     g = r.graph
     return [
         f"daydream: {r.trace.source}  [{r.trace.format}]",
+        *trust_line(r.trust),
         f"  devices: {_devices(r)}{_rank(r)}",
         f"  graph: {g.cpu_tasks:,} CPU tasks on {_plural(g.cpu_lanes, 'thread')}, "
         f"{g.gpu_tasks:,} GPU tasks on {_plural(g.gpu_lanes, 'stream')}; "
@@ -186,10 +205,11 @@ def _spec(name: str, params: dict[str, str]) -> str:
     return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
 
 
-def prediction_section(p: Prediction) -> list[str]:
-    """One prediction: what was applied, predicted time and speed-up per window, its critical path."""
+def prediction_section(p: Prediction, trust: Trust | None = None) -> list[str]:
+    """One prediction: what was applied, predicted time and speed-up per window, its critical path;
+    marked UNRELIABLE when the baseline replay is."""
     return [
-        "  prediction: " + " + ".join(_spec(o.name, o.params) for o in p.optimizations),
+        "  prediction: " + " + ".join(_spec(o.name, o.params) for o in p.optimizations) + _unreliable(trust),
         *(f"    {o.name}: {o.note}" for o in p.optimizations),
         *_table(PREDICTION_COLS, [p.window, *p.steps], rule=True),
         *critical_path_section("critical path of the prediction", p.critical_path),
@@ -204,7 +224,7 @@ def ranking_section(r: Report) -> list[str]:
     """``--opt all``: each optimization alone, best first, then those that do not apply."""
     if not r.ranking:
         return []
-    out = ["  what to try first (each optimization alone, by predicted speed-up of the traced window):"]
+    out = ["  what to try first (each optimization alone, by predicted speed-up of the traced window):" + _unreliable(r.trust)]
     for i, k in enumerate(r.ranking, 1):
         if k.predicted_ns >= 0:
             out.append(f"  {i:>3}. {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms  {k.note}")
@@ -238,7 +258,7 @@ def sections(r: Report) -> list[list[str]]:
         phases_section(r),
         layers_section(r),
         critical_path_section("critical path of the replayed baseline", r.critical_path),
-        *(prediction_section(p) for p in r.predictions),
+        *(prediction_section(p, r.trust) for p in r.predictions),
         *(not_applicable_section(name, why) for name, why in r.not_applicable.items()),
         ranking_section(r),
         input_section(r),

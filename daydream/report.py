@@ -114,6 +114,33 @@ class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
     launches: int  #: GPU tasks launched from it
 
 
+#: Replay error (|%|, per ProfilerStep or of the traced window) above which the baseline replay
+#: is only "fair": the project's accuracy target of 1 % per step (docs/accuracy.md, where a trace
+#: within it is "ok"). Above :data:`TRUST_UNRELIABLE_PCT` it is "unreliable": predictions made
+#: from it are marked (and ``--strict`` refuses them). Both are the project's stated accuracy
+#: targets, chosen by hand, not constants fitted to data.
+TRUST_FAIR_PCT = 1.0
+TRUST_UNRELIABLE_PCT = 5.0
+
+#: graph.counts reasons that say the trace is incomplete (a link it could not make) contain one of these
+INCOMPLETE_MARKS = ("without", "could not", "not found", "unlinked", "outside")
+
+
+class Trust(msgspec.Struct, forbid_unknown_fields=True):
+    """How faithful the replay of the unmodified trace is, and so how far to trust predictions."""
+
+    verdict: str  #: "good" (every error within TRUST_FAIR_PCT), "fair", or "unreliable" (over TRUST_UNRELIABLE_PCT)
+    reason: str  #: the error that decided the verdict, in words
+    max_step_error_pct: float  #: max |replayed - measured| / measured * 100 over ProfilerSteps (0 without steps)
+    steps: int  #: ProfilerSteps compared
+    window_error_pct: float  #: |error| of the traced window, %
+    gpu_start_error_p50_us: float  #: median |replayed - recorded start| of GPU tasks with a recorded interval
+    gpu_start_error_p99_us: float
+    gpu_tasks_compared: int
+    inferred_edges: dict[str, int] = {}  #: edges derived by a rule, not read from the trace: by kind
+    incomplete: dict[str, int] = {}  #: graph counts of links the trace lacks (GPU tasks without a launch, ...)
+
+
 class Report(msgspec.Struct, forbid_unknown_fields=True):
     """The whole analysis of one trace."""
 
@@ -131,6 +158,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     warnings: list[str] = []  #: what limits the trust in the replay or the predictions
     phases: list[GroupStats] = []  #: forward / backward / optimizer / communication / other / unmapped
     layers: list[GroupStats] = []  #: top layers by GPU time
+    trust: Trust | None = None  #: how faithful the baseline replay is (set by build_report)
 
 
 # ---------------------------------------------------------------- computation -----------------
@@ -299,7 +327,31 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     phases, layers = _groups(graph, tl)
     _, cp = critical_path(graph, tl, *_phase_args(graph))
     return Report(REPORT_VERSION, t.meta, t.accounting, summary, window, steps, cp, processes=_process_windows(graph, tl, rec),
-                  phases=phases, layers=layers, warnings=_warnings(graph))
+                  phases=phases, layers=layers, warnings=_warnings(graph), trust=build_trust(graph, tl, rec, window, steps))
+
+
+def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int = 1) -> tuple[str, str]:
+    """(verdict, reason) from the absolute replay errors (%): the worse of the two decides."""
+    what, err = ("max step error", max_step_error_pct) if steps and max_step_error_pct >= window_error_pct else ("window error", window_error_pct)
+    if err > TRUST_UNRELIABLE_PCT:
+        return "unreliable", f"{what} {err:.2f} % > {TRUST_UNRELIABLE_PCT:g} %: the baseline replay does not reproduce the trace"
+    if err > TRUST_FAIR_PCT:
+        return "fair", f"{what} {err:.2f} % > {TRUST_FAIR_PCT:g} % (the accuracy target)"
+    return "good", f"{what} {err:.2f} % <= {TRUST_FAIR_PCT:g} %"
+
+
+def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowStats, steps: list[WindowStats]) -> Trust:
+    """The :class:`Trust` of a baseline replay ``tl`` against the recorded timeline ``rec``."""
+    step_err = max((abs(w.error_pct) for w in steps), default=0.0)
+    win_err = abs(window.error_pct)
+    verdict, reason = trust_verdict(step_err, win_err, len(steps))
+    gpu = (graph.node_kind != NODE_CPU) & (graph.rec_end_ns >= graph.rec_start_ns)
+    d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
+    p50, p99 = (float(np.percentile(d_us, 50)), float(np.percentile(d_us, 99))) if len(d_us) else (0.0, 0.0)
+    inferred = {k: v["inferred"] for k, v in sorted(graph.edge_counts().items()) if v.get("inferred")}
+    incomplete = {k: v for k, v in sorted(graph.counts.items()) if v and any(m in k for m in INCOMPLETE_MARKS)}
+    return Trust(verdict, reason, step_err + 0.0, len(steps), win_err + 0.0, round(p50, 3), round(p99, 3), int(np.count_nonzero(gpu)),
+                 inferred, incomplete)
 
 
 #: a measured launch latency above this looks like a one-off (lazy module loading, a cold start)
