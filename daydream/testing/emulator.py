@@ -793,7 +793,7 @@ def _device_properties(dev: int) -> dict:
 
 
 def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_events: bool = True,
-              base_time_ns: int | None = None) -> dict:
+              base_time_ns: int | None = None, wait_event_links: bool = True, event_records: bool = True) -> dict:
     """Write ``run`` as a Kineto (PyTorch profiler) Chrome-trace JSON; return the parsed document.
 
     Layout follows recent PyTorch/Kineto: ``schemaVersion`` 1, ``deviceProperties``,
@@ -809,6 +809,10 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
         path: file to write (gzip when it ends in ``.gz``); None writes nothing.
         emit_sync_events: write ``cuda_sync`` events (Kineto's CUDA_SYNC activity).
         base_time_ns: ``baseTimeNanoseconds``; default: ``trace_t0_ns`` rounded down to a second.
+        wait_event_links: False writes "Stream Wait Event" records without naming the event
+            (``wait_on_stream`` and ``wait_on_cuda_event_record_corr_id`` -1), as Kineto does when
+            it cannot name it (kineto#1552); the waiting stream is kept.
+        event_records: False leaves the ``cudaEventRecord`` calls out of the trace.
 
     Returns:
         the document as ``json.loads`` reads the written text.
@@ -842,6 +846,8 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
 
     # runtime calls, each followed by its flow start
     for c in run.calls:
+        if not event_records and isinstance(c.op, EventRecord):
+            continue
         args = {} if c.external_id is None else {"External id": c.external_id}
         args.update({"cbid": c.cbid, "correlation": c.correlation})
         ev.append({"ph": "X", "cat": "cuda_runtime", "name": c.name, "pid": c.pid, "tid": c.tid,
@@ -883,6 +889,8 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
                 args = {"cuda_sync_kind": kind, "stream": -1}
             elif isinstance(op, (EventSync, StreamWaitEvent)):
                 rec = run.calls[c.bound_record] if c.bound_record is not None else None
+                if isinstance(op, StreamWaitEvent) and not wait_event_links:
+                    rec = None
                 if isinstance(op, EventSync):
                     kind, tid, stream = "Event Sync", -1, -1
                     dev = rec.op.device if rec is not None else 0

@@ -1,0 +1,178 @@
+"""Builder stage: cross-stream waits whose event the trace does not name (``docs/model.md``,
+"Inferred cross-stream waits").
+
+Kineto before its ``cuda_sync`` support, and Kineto on CUDA >= 12.9 (kineto#1552), records
+``cudaStreamWaitEvent`` without saying which ``cudaEventRecord`` it binds to, and may leave the
+record calls out. Such a wait gives no recorded edge (:func:`.waits.cross_stream_waits` counts
+it). This stage infers the producer from the recorded timeline, and only where the timeline shows
+a dependency that is tied to an unlinked wait call:
+
+1. The *consumer* of an unlinked wait is the first GPU task launched after the wait on the
+   waiting stream: the stream of the wait's sync record when it names one, else the stream the
+   thread launches to next.
+2. The consumer must start more than :func:`tolerance_ns` later than everything else known allows:
+   its launch (+``L``), its stream predecessor (+``G``) and its recorded cross-stream producers
+   (+``G``).
+3. A *candidate* producer is a GPU task of the same process and device on another stream,
+   launched before the (latest) wait tied to the consumer, that ended ``d`` before the
+   consumer's start with ``|d - G| <= tolerance_ns``.
+4. The candidate with the smallest ``|d - G|`` becomes the source of an ``XSTREAM`` edge of origin
+   ``INFERRED``. When several share the smallest value no edge is added (counted as ambiguous).
+
+``L`` and ``G`` are measured before this stage and kept: the inference needs them, and tasks it
+links were measured as idle (ready at launch) at worst, which the lower median of ``L`` and the
+trimmed mean of ``G`` absorb.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cuda_api import ApiRole
+from ._arrays import count, segmented_ffill_exclusive
+from .tasks import Lanes, Nodes
+from .waits import SyncInfo, WaitIndex
+
+_NONE = np.zeros(0, np.int64)
+_MIN = np.iinfo(np.int64).min
+
+#: the tolerance is ``G`` divided by this (see :func:`tolerance_ns`)
+TOLERANCE_DIV = 2
+
+UNLINKED = "cudaStreamWaitEvent without a sync record naming its event (no cross-stream edge)"
+INFERRED = "cross-stream wait inferred from timing (no event id in the trace)"
+AMBIGUOUS = ("cross-stream wait not inferred: tasks on several other streams end equally close to "
+             "the waiting task's start (ambiguous)")
+
+
+def tolerance_ns(G: int) -> int:
+    """How far a recorded time may be from the model's: ``G // 2``.
+
+    ``G`` is the typical gap between dependent GPU tasks of the trace; half of it separates a
+    producer that ended one gap before the consumer's start from tasks ending a gap earlier or
+    later. An emulated trace (gaps exactly ``G``) needs no tolerance, and with ``G = 0`` none is
+    given: only exact coincidences count.
+    """
+    return max(int(G), 0) // TOLERANCE_DIV
+
+
+def unlinked_waits(role: np.ndarray, si: SyncInfo) -> np.ndarray:
+    """CPU nodes of the ``cudaStreamWaitEvent`` calls :func:`.waits.cross_stream_waits` could not link."""
+    linked = si.has_record & (si.link_corr >= 0) & (si.stream >= 0)
+    return np.nonzero((role == ApiRole.STREAM_WAIT_EVENT) & ~linked)[0]
+
+
+def _next_launch_lane(ix: WaitIndex, nodes: Nodes, lanes: Lanes) -> np.ndarray:
+    """Per CPU node: the GPU lane the next launching call of its thread launches to, -1 none."""
+    lo = ix.cpu_lo
+    out = np.full(len(ix.c_start), -1, np.int64)
+    if not len(lo):
+        return out
+    launched = np.full(len(out), -1, np.int64)
+    gl = np.nonzero(nodes.launch >= 0)[0]
+    launched[nodes.launch[gl]] = lanes.lane[gl]
+    thread_end = np.ones(len(lo), dtype=bool)
+    thread_end[:-1] = ix.thread_start[1:]
+    out[lo[::-1]] = segmented_ffill_exclusive(launched[lo][::-1], thread_end[::-1])
+    return out
+
+
+def _consumers(ix: WaitIndex, si: SyncInfo, nodes: Nodes, lanes: Lanes, w: np.ndarray) -> np.ndarray:
+    """Rule 1: the consumer GPU task of each wait call ``w`` (-1 none)."""
+    lane = ix.find_lane(ix.c_pid[w], si.device[w], si.stream[w])
+    unknown = si.stream[w] < 0
+    lane[unknown] = _next_launch_lane(ix, nodes, lanes)[w[unknown]]
+    return ix.first_after(lane, ix.c_start[w], ix.c_corr[w])
+
+
+def _latest_wait(cons: np.ndarray, w: np.ndarray, ix: WaitIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unique consumers, each with the latest wait call tied to it (its start and correlation id)."""
+    o = np.lexsort((ix.c_corr[w], ix.c_start[w], cons))
+    cons, w = cons[o], w[o]
+    last = np.ones(len(cons), dtype=bool)
+    last[:-1] = cons[1:] != cons[:-1]
+    return cons[last], ix.c_start[w[last]], ix.c_corr[w[last]]
+
+
+def _known_bound(c, nodes: Nodes, lanes: Lanes, rec_start, rec_end, xs, xd, L: int, G: int) -> np.ndarray:
+    """Rule 2: the latest start the consumers' launch, stream predecessor and recorded producers allow."""
+    ln = nodes.launch[c]
+    b = np.where(ln >= 0, rec_start[np.maximum(ln, 0)] + L, _MIN)
+    lp = lanes.lane_prev[c]
+    b = np.maximum(b, np.where(lp >= 0, rec_end[np.maximum(lp, 0)] + G, _MIN))
+    if len(xs):
+        xpe = np.full(len(rec_end), _MIN, np.int64)
+        np.maximum.at(xpe, xd, rec_end[xs] + G)
+        b = np.maximum(b, xpe[c])
+    return b
+
+
+def _candidates(ix: WaitIndex, lanes: Lanes, position, c, w_pos, w_corr, c_start, rec_end, G: int, tol: int):
+    """Rule 3: (consumer index, producer node) pairs, over the few GPU lanes."""
+    ci, pr = [_NONE], [_NONE]
+    c_key = lanes.keys[lanes.lane[c]]
+    for Lx in np.nonzero(lanes.is_gpu)[0].tolist():
+        _, pid, dev, _ = lanes.keys[Lx].tolist()
+        q = np.nonzero((c_key[:, 1] == pid) & (c_key[:, 2] == dev) & (lanes.lane[c] != Lx))[0]
+        tl = ix.g_nodes[ix.g_lane == Lx]
+        if not len(q) or not len(tl):
+            continue
+        o = np.argsort(rec_end[tl], kind="stable")
+        ends = rec_end[tl][o]
+        lo = np.searchsorted(ends, c_start[q] - G - tol, "left")
+        hi = np.searchsorted(ends, c_start[q] - max(G - tol, 0), "right")
+        cnt = np.maximum(hi - lo, 0)
+        rep = np.repeat(q, cnt)
+        k = np.repeat(lo, cnt) + (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        p = tl[o[k]]
+        pos, pc = position[p], lanes.launch_corr[p]
+        before = (pos < w_pos[rep]) | ((pos == w_pos[rep]) & (pc < w_corr[rep]))
+        ci.append(rep[before])
+        pr.append(p[before])
+    return np.concatenate(ci), np.concatenate(pr)
+
+
+def _choose(ci, pr, c_start, rec_end, G: int, counts) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 4: per consumer, the candidate closest to one gap ``G``; none when tied."""
+    if not len(ci):
+        return _NONE, _NONE
+    score = np.abs(c_start[ci] - rec_end[pr] - G)
+    o = np.lexsort((pr, score, ci))
+    ci, pr, score = ci[o], pr[o], score[o]
+    first = np.ones(len(ci), dtype=bool)
+    first[1:] = ci[1:] != ci[:-1]
+    f = np.nonzero(first)[0]
+    nxt = f + 1
+    tied = (nxt < len(ci)) & (ci[np.minimum(nxt, len(ci) - 1)] == ci[f]) & (score[np.minimum(nxt, len(ci) - 1)] == score[f])
+    count(counts, AMBIGUOUS, tied.sum())
+    return ci[f[~tied]], pr[f[~tied]]
+
+
+def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes: Lanes, position, rec_start, rec_end,
+                         xs, xd, L: int, G: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Inferred cross-stream edges ``(producer, consumer)`` for the unlinked waits (module doc).
+
+    Counts the inferred edges, the ambiguous cases, and leaves the waits still without an edge
+    under the unlinked-wait count.
+    """
+    w = unlinked_waits(role, si)
+    if not len(w):
+        return _NONE, _NONE
+    cons = _consumers(ix, si, nodes, lanes, w)
+    tied = cons >= 0
+    if not tied.any():
+        return _NONE, _NONE
+    c, w_pos, w_corr = _latest_wait(cons[tied], w[tied], ix)
+    tol = tolerance_ns(G)
+    delayed = rec_start[c] > _known_bound(c, nodes, lanes, rec_start, rec_end, xs, xd, L, G) + tol
+    c, w_pos, w_corr = c[delayed], w_pos[delayed], w_corr[delayed]
+    c_start = rec_start[c]
+    ci, pr = _candidates(ix, lanes, position, c, w_pos, w_corr, c_start, rec_end, G, tol)
+    ci, pr = _choose(ci, pr, c_start, rec_end, G, counts)
+    n = len(ci)
+    count(counts, INFERRED, n)
+    if n and UNLINKED in counts:  # one wait per inferred edge is no longer without an edge
+        counts[UNLINKED] -= min(n, counts[UNLINKED])
+        if not counts[UNLINKED]:
+            del counts[UNLINKED]
+    return pr.astype(np.int64), c[ci].astype(np.int64)
