@@ -134,10 +134,11 @@ def trust_line(t: Trust | None) -> list[str]:
         return []
     err = f"max step error {_pct(t.max_step_error_pct)} %" if t.steps else f"window error {_pct(t.window_error_pct)} %"
     inferred = sum(t.inferred_edges.values())
+    by_kind = ", ".join(f"{k} {v:,}" for k, v in t.inferred_edges.items())
     incomplete = f", {sum(t.incomplete.values()):,} links missing from the trace" if t.incomplete else ""
     return [
         f"  baseline replay: {t.verdict} ({err}, GPU start error p50 {t.gpu_start_error_p50_us:,.0f} us / "
-        f"p99 {t.gpu_start_error_p99_us:,.0f} us; {_plural(inferred, 'inferred edge')}{incomplete})"
+        f"p99 {t.gpu_start_error_p99_us:,.0f} us; {_plural(inferred, 'inferred edge')}{f' ({by_kind})' if inferred else ''}{incomplete})"
     ]
 
 
