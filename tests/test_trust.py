@@ -1,0 +1,153 @@
+"""The trust signal: how faithful the baseline replay is (report.trust), its text line, the
+UNRELIABLE mark on predictions, and ``--strict-replay`` refusing them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from daydream.analysis import analyze
+from daydream.cli import main
+from daydream.formats import load_trace
+from daydream.render_text import render_text
+from daydream.report import TRUST_FAIR_PCT, TRUST_UNRELIABLE_PCT, report_json, report_schema, trust_verdict
+from tablebuilder import TB
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces"
+GOOD = TRACES / "tracelens" / "b200_eager_trace.json.gz"
+DLRM = [TRACES / "param_dlrm" / f"dlrm_8rank_worker{i}.pt.trace.json.gz" for i in (0, 1, 3, 4, 5)]
+SPEC = "scale-kernels:pattern=k,factor=0.5"
+
+
+def late_kernel_table(delay_ns: int):
+    """One step of 20 launches, each kernel 10 us after its launch; the last one ``delay_ns``
+    later than that, which nothing in the trace explains, and a device sync that waits for it."""
+    b = TB()
+    b.range("ProfilerStep#1", 0, 2_000_000)
+    t = 1000
+    for i in range(20):
+        c = b.call("cudaLaunchKernel", t, t + 5_000)
+        ks = t + 10_000 + (delay_ns if i == 19 else 0)
+        b.gpu(c, ks, ks + 20_000)
+        t = ks + 20_000 if i < 19 else t + 6_000
+    b.call("cudaDeviceSynchronize", t, ks + 22_000)
+    return b.table()
+
+
+# ---------------------------------------------------------------- verdict thresholds ---------
+@pytest.mark.parametrize(
+    "step, window, steps, verdict",
+    [
+        (0.0, 0.0, 1, "good"),
+        (TRUST_FAIR_PCT, 0.2, 3, "good"),  # at the threshold: still within the target
+        (1.01, 0.2, 3, "fair"),
+        (0.2, 1.5, 3, "fair"),  # the window error decides when it is the worse
+        (TRUST_UNRELIABLE_PCT, 0.0, 1, "fair"),
+        (5.01, 0.0, 1, "unreliable"),
+        (0.0, 37.0, 2, "unreliable"),
+        (99.0, 0.5, 0, "good"),  # without steps only the window counts
+    ],
+)
+def test_verdict_thresholds(step, window, steps, verdict):
+    v, reason = trust_verdict(step, window, steps)
+    assert v == verdict
+    assert ("window error" in reason) == (steps == 0 or window > step)
+
+
+def test_thresholds_are_the_accuracy_targets():
+    assert (TRUST_FAIR_PCT, TRUST_UNRELIABLE_PCT) == (1.0, 5.0)
+
+
+# ---------------------------------------------------------------- hand-made traces -----------
+def test_on_time_kernels_are_good():
+    t = analyze((late_kernel_table(0))).report.trust
+    assert t.verdict == "good" and t.steps == 1 and t.max_step_error_pct < TRUST_FAIR_PCT
+    assert t.gpu_tasks_compared == 20 and t.inferred_edges == {} and t.incomplete == {}
+
+
+def test_unexplained_late_kernel_is_unreliable_and_marks_the_prediction():
+    r = analyze((late_kernel_table(1_000_000)), [SPEC]).report
+    t = r.trust
+    assert t.verdict == "unreliable" and t.max_step_error_pct > TRUST_UNRELIABLE_PCT
+    assert t.gpu_start_error_p99_us > 100  # the late kernel is replayed about 1 ms early
+    lines = render_text(r).splitlines()
+    assert lines[1].startswith("  baseline replay: unreliable (max step error ")
+    pred = [ln for ln in lines if ln.startswith("  prediction: ")]
+    assert len(pred) == 1 and "UNRELIABLE: max step error" in pred[0]
+
+
+def test_good_prediction_is_not_marked():
+    r = analyze((late_kernel_table(0)), [SPEC]).report
+    text = render_text(r)
+    assert "UNRELIABLE" not in text and "  baseline replay: good (" in text
+
+
+def _save(tmp_path, table) -> Path:
+    p = tmp_path / "t.npz"
+    table.save(str(p))
+    return p
+
+
+def test_strict_replay_refuses_a_prediction_on_an_unreliable_baseline(tmp_path, capsys):
+    p = _save(tmp_path, late_kernel_table(1_000_000))
+    assert main([str(p), "--opt", SPEC]) == 0  # without the flag: reported, marked
+    assert "UNRELIABLE" in capsys.readouterr().out
+    assert main([str(p), "--opt", SPEC, "--strict-replay"]) == 2
+    out = capsys.readouterr()
+    err = out.err.strip().splitlines()
+    assert out.out == "" and len(err) == 1 and "Traceback" not in out.err
+    assert err[0].startswith(f"daydream-analyze: error: {p}: baseline replay unreliable (max step error ")
+    assert err[0].endswith("predictions refused (--strict-replay)")
+    assert main([str(p), "--strict-replay"]) == 0  # no prediction asked: the report is printed
+    assert main([str(_save(tmp_path, late_kernel_table(0))), "--opt", SPEC, "--strict-replay"]) == 0
+
+
+def test_json_has_trust_and_validates(tmp_path):
+    r = analyze(late_kernel_table(1_000_000), [SPEC]).report
+    doc = json.loads(report_json(r))
+    jsonschema.validate(doc, report_schema())
+    assert set(doc["trust"]) == {
+        "verdict", "reason", "max_step_error_pct", "steps", "window_error_pct", "gpu_start_error_p50_us",
+        "gpu_start_error_p99_us", "gpu_tasks_compared", "inferred_edges", "incomplete",
+    }
+    assert doc["trust"]["verdict"] == "unreliable"
+
+
+# ---------------------------------------------------------------- real traces ----------------
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not available")
+
+
+@needs_traces
+def test_b200_eager_trace_is_good():
+    r = analyze(load_trace(str(GOOD))).report
+    t = r.trust
+    assert t.verdict == "good", t.reason
+    assert t.steps == 0 and t.window_error_pct < TRUST_FAIR_PCT and t.gpu_tasks_compared == r.graph.gpu_tasks
+    assert t.gpu_start_error_p50_us <= t.gpu_start_error_p99_us
+    jsonschema.validate(json.loads(report_json(r)), report_schema())
+
+
+@needs_traces
+def test_dlrm_verdicts_follow_their_errors(capsys):
+    """The DLRM ranks replay with step errors of several % (the model is being improved, so the
+    verdict of each is not pinned): each verdict must follow its numbers, and --strict-replay
+    refuses a prediction on the worst one exactly when it is unreliable."""
+    worst = None
+    for path in DLRM:
+        r = analyze(load_trace(str(path))).report
+        t = r.trust
+        assert (t.verdict, t.reason) == trust_verdict(t.max_step_error_pct, t.window_error_pct, t.steps)
+        assert t.max_step_error_pct == max(abs(s.error_pct) for s in r.steps)
+        assert any("without" in k for k in t.incomplete)  # waits without event ids
+        if worst is None or t.max_step_error_pct > worst[1].max_step_error_pct:
+            worst = (path, t)
+    path, t = worst
+    code = main([str(path), "--opt", "scale-kernels:factor=0.5", "--strict-replay"])
+    err = capsys.readouterr().err
+    assert code == (2 if t.verdict == "unreliable" else 0)
+    if code == 2:
+        assert f"{path}: baseline replay unreliable" in err
