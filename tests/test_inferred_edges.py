@@ -1,0 +1,171 @@
+"""Cross-stream waits whose event the trace does not name: edges inferred from timing
+(daydream/graph/inferred.py; docs/model.md, "Inferred cross-stream waits").
+
+Hand-built tables check each part of the rule; properties over the emulator's random programs,
+written without the waits' event links, check that no inferred edge is false and that the
+replay only gets closer to the emulator's timeline (exact once every wait that delayed its task
+is inferred).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+
+from daydream.events import Kind, SyncKind
+from daydream.formats import load_trace
+from daydream.graph import EdgeKind, Origin, build_graph
+from daydream.graph.inferred import AMBIGUOUS, INFERRED, UNLINKED, tolerance_ns
+from daydream.simulate import simulate
+from daydream.testing.emulator import emulate, measure_latencies, programs, to_kineto, training_step_program
+from tablebuilder import TB
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def _inferred(g) -> set[tuple[int, int]]:
+    m = (g.edge_kind == EdgeKind.XSTREAM) & (g.edge_origin == Origin.INFERRED)
+    return set(zip(g.edge_src[m].tolist(), g.edge_dst[m].tolist()))
+
+
+def _table(wait: bool = True, c_launch: int = 8000, c_start: int = 61000, rival: bool = False,
+           wait_stream: int = -1, other_first: bool = False):
+    """L = 5000, G = 1000. Kernel b (stream 7) ends at 60000; then, on the same thread, maybe a
+    cudaStreamWaitEvent without its event, and a launch of c on stream 20 starting at ``c_start``.
+    ``rival``: a kernel on stream 24 that also ends at 60000; ``wait_stream``: a sync record naming
+    the waiting stream; ``other_first``: the thread launches d on stream 7 between wait and c."""
+    b = TB()
+    k = b.call("cudaLaunchKernel", 0, 1000)
+    b.gpu(k, 5000, 50000, stream=7)
+    k = b.call("cudaLaunchKernel", 2000, 3000)
+    b.gpu(k, 51000, 60000, stream=7, name="b")
+    if rival:
+        k = b.call("cudaLaunchKernel", 3100, 3500)
+        b.gpu(k, 8100, 60000, stream=24)
+    b.call("cudaEventRecord", 4000, 5000)
+    k = b.call("cudaStreamWaitEvent" if wait else "cudaGetDevice", 6000, 7000)
+    if wait and wait_stream >= 0:
+        b.sync(k, 6000, 7000, SyncKind.STREAM_WAIT_EVENT, stream=wait_stream)
+    if other_first:
+        k = b.call("cudaLaunchKernel", 7100, 7500)
+        b.gpu(k, 61000, 62000, stream=7, name="d")
+    k = b.call("cudaLaunchKernel", c_launch, c_launch + 1000)
+    b.gpu(k, c_start, c_start + 9000, stream=20, name="c")
+    g = build_graph(b.table())
+    assert (g.launch_latency_ns, g.gpu_gap_ns) == (5000, 1000)
+    return g
+
+
+def _node(g, name: str) -> int:
+    return int(np.nonzero(g.node_names() == name)[0][0])
+
+
+def test_edge_inferred_when_tied_to_a_wait():
+    g = _table()
+    assert _inferred(g) == {(_node(g, "b"), _node(g, "c"))}
+    assert g.counts.get(INFERRED) == 1 and UNLINKED not in g.counts
+    assert g.edge_counts()["cross-stream wait"] == {"inferred": 1}
+    assert simulate(g).start_ns[_node(g, "c")] == 61000
+
+
+def test_no_edge_without_a_wait_call():
+    g = _table(wait=False)
+    assert not _inferred(g) and INFERRED not in g.counts
+
+
+def test_no_edge_when_launch_explains_the_start():
+    g = _table(c_launch=56000, c_start=61000)  # ready at 56000 + L = 61000
+    assert not _inferred(g)
+    assert g.counts.get(UNLINKED) == 1
+
+
+def test_no_edge_outside_the_tolerance():
+    g = _table(c_start=60000 + 1000 + tolerance_ns(1000) + 1)
+    assert not _inferred(g)
+
+
+def test_ambiguous_producers_give_no_edge_and_are_counted():
+    g = _table(rival=True)
+    assert not _inferred(g)
+    assert g.counts.get(AMBIGUOUS) == 1 and g.counts.get(UNLINKED) == 1
+
+
+def test_waiting_stream_from_a_sync_record_without_event():
+    # the record names stream 20: the consumer is c, although the thread launches d (stream 7) first
+    g = _table(wait_stream=20, other_first=True)
+    assert _inferred(g) == {(_node(g, "b"), _node(g, "c"))}
+    # without the record the thread's next launch (d, explained by its stream) is the consumer
+    g = _table(other_first=True)
+    assert not _inferred(g)
+
+
+# ------------------------------------------------------------------ emulator properties --------
+
+
+def _graphs(tmp_path, run, **kw):
+    path = tmp_path / "emu.json"
+    to_kineto(run, str(path), wait_event_links=False, **kw)
+    return build_graph(load_trace(str(path)))
+
+
+def _truth(run) -> set[tuple[int, int]]:
+    """(producer, consumer) correlation ids of the emulator's cross-stream dependencies."""
+    t = run.tasks
+    return {(t[p].correlation, x.correlation) for x in t for p in x.preds
+            if (t[p].device, t[p].stream) != (x.device, x.stream)}
+
+
+def _binding(run) -> set[int]:
+    """Correlation ids of the tasks a cross-stream wait delayed (beyond launch and stream order)."""
+    t, G = run.tasks, run.program.G
+    out = set()
+    for x in t:
+        lane = [p for p in x.preds if (t[p].device, t[p].stream) == (x.device, x.stream)]
+        other = max([x.ready_ns] + [t[p].end_ns + G for p in lane])
+        if any(t[p].end_ns + G == x.start_ns > other for p in x.preds if p not in lane):
+            out.add(x.correlation)
+    return out
+
+
+def _corr_edges(g, edges) -> set[tuple[int, int]]:
+    return {(int(g.correlation[s]), int(g.correlation[d])) for s, d in edges}
+
+
+@SETTINGS
+@given(programs())
+def test_no_inferred_edge_is_false(tmp_path_factory, prog):
+    run = emulate(prog)
+    for kw in ({}, {"event_records": False}):
+        g = _graphs(tmp_path_factory.mktemp("e"), run, **kw)
+        assume((g.launch_latency_ns, g.gpu_gap_ns) == (prog.L, prog.G))
+        assert _corr_edges(g, _inferred(g)) <= _truth(run)
+
+
+@SETTINGS
+@given(programs())
+def test_inference_only_brings_the_replay_closer(tmp_path_factory, prog):
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graphs(tmp_path_factory.mktemp("e"), run)
+    assume((g.launch_latency_ns, g.gpu_gap_ns) == (prog.L, prog.G))
+    inf = (g.edge_kind == EdgeKind.XSTREAM) & (g.edge_origin == Origin.INFERRED)
+    without = g.with_edges(g.edge_src[~inf], g.edge_dst[~inf], g.edge_kind[~inf], g.edge_origin[~inf])
+    s_with, s_without = simulate(g).start_ns, simulate(without).start_ns
+    truth = {c.correlation: c.start_ns for c in run.calls} | {t.correlation: t.start_ns for t in run.tasks}
+    gpu = g.node_kind != 0
+    want = np.array([truth[int(c)] for c in g.correlation[gpu]])
+    assert (s_without[gpu] <= s_with[gpu]).all() and (s_with[gpu] <= want).all()
+    if _binding(run) <= {int(g.correlation[d]) for _, d in _inferred(g)}:
+        assert (s_with[gpu] == want).all()
+
+
+def test_training_step_waits_are_all_inferred(tmp_path):
+    run = emulate(training_step_program(n_layers=4, steps=3))
+    g = _graphs(tmp_path, run)
+    got = _corr_edges(g, _inferred(g))
+    assert got and got <= _truth(run)
+    assert _binding(run) <= {d for _, d in got}
+    gpu = g.node_kind != 0
+    want = {t.correlation: t.start_ns for t in run.tasks}
+    assert all(int(s) == want[int(c)] for s, c in zip(simulate(g).start_ns[gpu], g.correlation[gpu]))
+    assert g.table.count(Kind.SYNC) > 0
