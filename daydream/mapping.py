@@ -435,12 +435,8 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
     Other rows (CPU_OP, RANGE, SYNC, MARKER) stay ``unmapped`` with no layer or op. Never raises
     for a readable table; a table without annotations maps every row ``unmapped``.
     """
-    n_rows = len(table)
     kind = table.kind
-    phase = np.zeros(n_rows, dtype=np.uint8)
-    layer_id = np.full(n_rows, -1, dtype=np.int32)
-    op_id = np.full(n_rows, -1, dtype=np.int32)
-    launch_row = np.full(n_rows, -1, dtype=np.int64)
+    out = _RowMaps.empty(len(table))
     counts: dict[str, int] = {}
     intern = _Interner()
     autograd_threads: list[tuple[int, int]] = []
@@ -448,99 +444,168 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
     rt_rows = np.flatnonzero(kind == Kind.RUNTIME)
     gpu_rows = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET))
     ctx = _classify_contexts(table, rules) if len(rt_rows) else None
-
-    gap_phase = np.zeros(n_rows, dtype=np.uint8)
-    gap_layer_id = np.full(n_rows, -1, dtype=np.int32)
     if ctx is not None and len(ctx.rows):
-        op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
-        levels = sorted({r.priority for r in rules if r.phase is not None} | {AUTOGRAD_THREAD_RULE.priority}, reverse=True)
-        start, end = table.start_ns, table.end_ns
-        c_start, c_end = start[ctx.rows], end[ctx.rows]
-        gap_mid = np.zeros(n_rows, dtype=np.int64)
-        gap_mid[rt_rows] = _gap_midpoints(table, rt_rows)
-        for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows):  # one iteration per thread
-            # queries: the calls [start, end], then the midpoints of the gaps before them
-            nq = len(q)
-            qs = np.concatenate([start[q], gap_mid[q]])
-            qe = np.concatenate([end[q], gap_mid[q]])
-            cs, ce = c_start[c], c_end[c]
-
-            def subset(mask: np.ndarray) -> tuple[_Enclosers, np.ndarray]:
-                enc = _Enclosers(cs[mask], ce[mask])
-                return enc, c[mask][enc.order]
-
-            enclosed = _Enclosers(cs, ce).any_enclosing(qs, qe)
-
-            # ---- layer: module chain, else scope-annotation chain
-            lay = np.full(len(qs), -1, dtype=np.int64)
-            for mask in (ctx.module[c], ctx.scope[c]):
-                if not mask.any():
-                    continue
-                enc, srt = subset(mask)
-                paths = _path_labels(enc.parents(), ctx.comp[srt], ctx.comp_names, intern)
-                hit = enc.innermost(qs, qe)
-                take = (hit >= 0) & (lay < 0)
-                lay[take] = paths[hit[take]]
-            layer_id[q] = lay[:nq]
-            gap_layer_id[q] = lay[nq:]
-
-            # ---- op: innermost framework op (calls only)
-            if ctx.op[c].any():
-                enc, srt = subset(ctx.op[c])
-                hit = enc.innermost(qs[:nq], qe[:nq])
-                ok = hit >= 0
-                op_id[q[ok]] = op_label[ctx.op_name[srt[hit[ok]]]]
-
-            # ---- phase: the highest priority level with an enclosing context, innermost in it
-            c_phase, c_prio = ctx.phase[c], ctx.prio[c]
-            bw = c_phase == BACKWARD
-            is_autograd = False
-            if bw.any() and enclosed[:nq].any():  # decided by the calls alone
-                bw_enc = _Enclosers(cs[bw], ce[bw]).any_enclosing(qs[:nq], qe[:nq])
-                is_autograd = bool(bw_enc.sum() > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
-            if is_autograd:
-                autograd_threads.append((pid, tid))
-                enclosed[:] = True
-            ph = np.full(len(qs), -1, dtype=np.int64)
-            for p in levels:
-                todo = np.flatnonzero(ph < 0)
-                if len(todo) == 0:
-                    break
-                mask = (c_prio == p) & (c_phase >= 0)
-                if mask.any():
-                    enc, srt = subset(mask)
-                    hit = enc.innermost(qs[todo], qe[todo])
-                    ok = hit >= 0
-                    ph[todo[ok]] = ctx.phase[srt[hit[ok]]]
-                if is_autograd and p == AUTOGRAD_THREAD_RULE.priority:
-                    ph[ph < 0] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
-            ph = np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8)
-            phase[q] = ph[:nq]
-            gap_phase[q] = ph[nq:]
-
-    # ---- GPU rows: inherit from the launching call; NCCL/RCCL kernels are communication
+        autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern)
     if len(gpu_rows):
-        lr = _link_gpu_to_runtime(table, rt_rows, gpu_rows)
-        launch_row[gpu_rows] = lr
-        has = lr >= 0
-        phase[gpu_rows[has]] = phase[lr[has]]
-        layer_id[gpu_rows[has]] = layer_id[lr[has]]
-        op_id[gpu_rows[has]] = op_id[lr[has]]
-        g_names = table.name_id[gpu_rows]
-        rx = re.compile(COMM_KERNEL_PATTERN)
-        comm_names = np.zeros(len(table.names), dtype=bool)
-        for i in np.unique(g_names).tolist():  # one iteration per distinct GPU task name
-            comm_names[i] = bool(rx.search(table.names[i]))
-        comm = comm_names[g_names]
-        phase[gpu_rows[comm]] = COMMUNICATION
-        counts["GPU tasks without a launching call"] = int(np.count_nonzero(~has))
-        counts["GPU tasks named as NCCL/RCCL kernels (communication)"] = int(np.count_nonzero(comm))
+        _map_gpu_rows(table, rt_rows, gpu_rows, out, counts)
+    phase, gap_phase = out.phase, out.gap_phase
     counts["runtime calls"] = len(rt_rows)
     counts["runtime calls unmapped"] = int(np.count_nonzero(phase[rt_rows] == UNMAPPED))
     counts["GPU tasks"] = len(gpu_rows)
     counts["GPU tasks unmapped"] = int(np.count_nonzero(phase[gpu_rows] == UNMAPPED))
     counts["CPU gaps before runtime calls unmapped"] = int(np.count_nonzero(gap_phase[rt_rows] == UNMAPPED))
-    return Mapping(phase, layer_id, op_id, launch_row, intern.labels, autograd_threads, counts, gap_phase, gap_layer_id)
+    return Mapping(
+        phase, out.layer_id, out.op_id, out.launch_row, intern.labels, autograd_threads, counts, gap_phase, out.gap_layer_id
+    )
+
+
+@dataclass
+class _RowMaps:
+    """The per-row results of :func:`map_events` (arrays over table rows), filled in place."""
+
+    phase: np.ndarray  #: uint8 phase code
+    layer_id: np.ndarray  #: int32 label id of the layer path, -1 none
+    op_id: np.ndarray  #: int32 label id of the innermost framework op, -1 none
+    launch_row: np.ndarray  #: int64 launching RUNTIME row of GPU task rows, -1 none
+    gap_phase: np.ndarray  #: uint8 phase code of the CPU gap before each RUNTIME row
+    gap_layer_id: np.ndarray  #: int32 label id of that gap's layer path, -1 none
+
+    @classmethod
+    def empty(cls, n_rows: int) -> "_RowMaps":
+        """Every row unmapped, without layer, op or launch."""
+        return cls(
+            phase=np.zeros(n_rows, dtype=np.uint8),
+            layer_id=np.full(n_rows, -1, dtype=np.int32),
+            op_id=np.full(n_rows, -1, dtype=np.int32),
+            launch_row=np.full(n_rows, -1, dtype=np.int64),
+            gap_phase=np.zeros(n_rows, dtype=np.uint8),
+            gap_layer_id=np.full(n_rows, -1, dtype=np.int32),
+        )
+
+
+@dataclass
+class _ThreadContexts:
+    """The contexts of one thread: ``c`` indexes the arrays of ``ctx``; start/end in ns."""
+
+    ctx: _Contexts
+    c: np.ndarray
+    cs: np.ndarray  #: start_ns of each context
+    ce: np.ndarray  #: end_ns of each context
+
+    def subset(self, mask: np.ndarray) -> tuple[_Enclosers, np.ndarray]:
+        """(interval finder of the contexts selected by ``mask``, their ``ctx`` indices in its sorted order)."""
+        enc = _Enclosers(self.cs[mask], self.ce[mask])
+        return enc, self.c[mask][enc.order]
+
+
+def _map_runtime_calls(
+    table: EventTable, rules: Sequence[PhaseRule], ctx: _Contexts, rt_rows: np.ndarray, out: _RowMaps, intern: _Interner
+) -> list[tuple[int, int]]:
+    """Fill layer, op and phase of the RUNTIME rows and of the gaps before them, thread by thread.
+
+    Each thread's queries are its calls ``[start, end]``, then the midpoints of the gaps before
+    them. Returns the (pid, tid) of the threads found to be autograd engine threads.
+    """
+    autograd_threads: list[tuple[int, int]] = []
+    op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
+    levels = sorted({r.priority for r in rules if r.phase is not None} | {AUTOGRAD_THREAD_RULE.priority}, reverse=True)
+    start, end = table.start_ns, table.end_ns
+    c_start, c_end = start[ctx.rows], end[ctx.rows]
+    gap_mid = np.zeros(len(table), dtype=np.int64)
+    gap_mid[rt_rows] = _gap_midpoints(table, rt_rows)
+    for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows):  # one iteration per thread
+        nq = len(q)
+        qs = np.concatenate([start[q], gap_mid[q]])
+        qe = np.concatenate([end[q], gap_mid[q]])
+        th = _ThreadContexts(ctx, c, c_start[c], c_end[c])
+        lay = _layer_ids(th, qs, qe, intern)
+        out.layer_id[q] = lay[:nq]
+        out.gap_layer_id[q] = lay[nq:]
+        if ctx.op[c].any():
+            out.op_id[q] = _op_ids(th, qs[:nq], qe[:nq], op_label)
+        ph, is_autograd = _thread_phases(th, qs, qe, nq, levels)
+        if is_autograd:
+            autograd_threads.append((pid, tid))
+        out.phase[q] = ph[:nq]
+        out.gap_phase[q] = ph[nq:]
+    return autograd_threads
+
+
+def _layer_ids(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, intern: _Interner) -> np.ndarray:
+    """Label id of the layer path of each query ``[qs, qe]``: module chain, else scope chain; -1 none."""
+    ctx, c = th.ctx, th.c
+    lay = np.full(len(qs), -1, dtype=np.int64)
+    for mask in (ctx.module[c], ctx.scope[c]):
+        if not mask.any():
+            continue
+        enc, srt = th.subset(mask)
+        paths = _path_labels(enc.parents(), ctx.comp[srt], ctx.comp_names, intern)
+        hit = enc.innermost(qs, qe)
+        take = (hit >= 0) & (lay < 0)
+        lay[take] = paths[hit[take]]
+    return lay
+
+
+def _op_ids(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, op_label: np.ndarray) -> np.ndarray:
+    """Label id of the innermost framework op enclosing each call ``[qs, qe]``; -1 none."""
+    ctx = th.ctx
+    enc, srt = th.subset(ctx.op[th.c])
+    hit = enc.innermost(qs, qe)
+    ok = hit >= 0
+    ids = np.full(len(qs), -1, dtype=np.int64)
+    ids[ok] = op_label[ctx.op_name[srt[hit[ok]]]]
+    return ids
+
+
+def _thread_phases(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: int, levels: list[int]) -> tuple[np.ndarray, bool]:
+    """(uint8 phase code of each query, whether the thread is an autograd engine thread).
+
+    The first ``nq`` queries are the calls (they alone decide the autograd test). A query takes
+    the highest priority level with an enclosing context, the innermost within it.
+    """
+    ctx = th.ctx
+    enclosed = _Enclosers(th.cs, th.ce).any_enclosing(qs, qe)
+    c_phase, c_prio = ctx.phase[th.c], ctx.prio[th.c]
+    bw = c_phase == BACKWARD
+    is_autograd = False
+    if bw.any() and enclosed[:nq].any():  # decided by the calls alone
+        bw_enc = _Enclosers(th.cs[bw], th.ce[bw]).any_enclosing(qs[:nq], qe[:nq])
+        is_autograd = bool(bw_enc.sum() > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
+    if is_autograd:
+        enclosed[:] = True
+    ph = np.full(len(qs), -1, dtype=np.int64)
+    for p in levels:
+        todo = np.flatnonzero(ph < 0)
+        if len(todo) == 0:
+            break
+        mask = (c_prio == p) & (c_phase >= 0)
+        if mask.any():
+            enc, srt = th.subset(mask)
+            hit = enc.innermost(qs[todo], qe[todo])
+            ok = hit >= 0
+            ph[todo[ok]] = ctx.phase[srt[hit[ok]]]
+        if is_autograd and p == AUTOGRAD_THREAD_RULE.priority:
+            ph[ph < 0] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
+    return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
+
+
+def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, out: _RowMaps, counts: dict[str, int]) -> None:
+    """GPU task rows inherit phase, layer and op from their launching call; NCCL/RCCL kernels are communication."""
+    lr = _link_gpu_to_runtime(table, rt_rows, gpu_rows)
+    out.launch_row[gpu_rows] = lr
+    has = lr >= 0
+    out.phase[gpu_rows[has]] = out.phase[lr[has]]
+    out.layer_id[gpu_rows[has]] = out.layer_id[lr[has]]
+    out.op_id[gpu_rows[has]] = out.op_id[lr[has]]
+    g_names = table.name_id[gpu_rows]
+    rx = re.compile(COMM_KERNEL_PATTERN)
+    comm_names = np.zeros(len(table.names), dtype=bool)
+    for i in np.unique(g_names).tolist():  # one iteration per distinct GPU task name
+        comm_names[i] = bool(rx.search(table.names[i]))
+    comm = comm_names[g_names]
+    out.phase[gpu_rows[comm]] = COMMUNICATION
+    counts["GPU tasks without a launching call"] = int(np.count_nonzero(~has))
+    counts["GPU tasks named as NCCL/RCCL kernels (communication)"] = int(np.count_nonzero(comm))
 
 
 def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
