@@ -66,7 +66,8 @@ def _own_costs(dur, rec_start, rec_end, ws, wd, counts) -> None:
 
 def _cpu_ranges(table: EventTable) -> CpuRanges:
     """The CPU-side ranges and framework ops (``Kind.RANGE``/``CPU_OP`` rows off the GPU)."""
-    r = np.nonzero(np.isin(table.kind, [Kind.RANGE, Kind.CPU_OP]) & (table.device < 0))[0]
+    k = table.kind
+    r = np.nonzero(((k == Kind.RANGE) | (k == Kind.CPU_OP)) & (table.device < 0))[0]
     return CpuRanges(table.pid[r].astype(np.int64), table.tid[r].astype(np.int64), table.start_ns[r].astype(np.int64),
                      table.end_ns[r].astype(np.int64), table.name_id[r].astype(np.int64))
 
