@@ -45,6 +45,25 @@ class _State:
         self.seq += 1
 
 
+def _dependents(graph: TaskGraph, on_plane: list[bool]):
+    """Per task: what its start and its end release ((dst, phase, offset) lists), and per task
+    how many start-side and end-side in-edges it waits for. A lane-order edge into a task on a
+    priority lane is not a dependency (the lane is a resource there)."""
+    n = graph.n
+    ra = rule_arrays()
+    k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
+    use = ~(ra.lane[k] & np.asarray(on_plane, bool)[dst]) if n else np.zeros(0, bool)
+    ph = ra.phase[k]
+    off = ra.offset_ns(int(graph.launch_latency_ns), int(graph.gpu_gap_ns))[k]
+    on_start: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+    on_end: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+    need_start = np.bincount(dst[use & (ph != Phase.END)], minlength=n).tolist()
+    wait_left = np.bincount(dst[use & (ph == Phase.END)], minlength=n).tolist()
+    for u, v, ae, p, o in zip(src[use].tolist(), dst[use].tolist(), ra.anchor_end[k][use].tolist(), ph[use].tolist(), off[use].tolist()):
+        (on_end if ae else on_start)[u].append((v, p, o))
+    return on_start, on_end, need_start, wait_left
+
+
 def simulate_priority(graph: TaskGraph) -> tuple[list, list, list]:
     """(start, end, blocked) of every task, honouring the graph's priority lanes.
 
@@ -52,22 +71,11 @@ def simulate_priority(graph: TaskGraph) -> tuple[list, list, list]:
         DaydreamError: the dependencies cannot all be satisfied (a cycle).
     """
     n = graph.n
-    L, G = int(graph.launch_latency_ns), int(graph.gpu_gap_ns)
-    ra = rule_arrays()
-    k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
+    G = int(graph.gpu_gap_ns)
     plane = set(graph.priority_lanes)
     lane = graph.lane.tolist()
     on_plane = [lane[v] in plane for v in range(n)]
-    use = ~(ra.lane[k] & np.asarray(on_plane, bool)[dst]) if n else np.zeros(0, bool)
-    ph = ra.phase[k]
-    off = ra.offset_ns(L, G)[k]
-    # dependents of each task's start and of its end: (dst, phase, offset)
-    on_start: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
-    on_end: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
-    need_start = np.bincount(dst[use & (ph != Phase.END)], minlength=n).tolist()
-    wait_left = np.bincount(dst[use & (ph == Phase.END)], minlength=n).tolist()
-    for u, v, ae, p, o in zip(src[use].tolist(), dst[use].tolist(), ra.anchor_end[k][use].tolist(), ph[use].tolist(), off[use].tolist()):
-        (on_end if ae else on_start)[u].append((v, p, o))
+    on_start, on_end, need_start, wait_left = _dependents(graph, on_plane)
     prio = graph.priority.tolist() if graph.priority is not None else [0] * n
     rank = np.empty(n, dtype=np.int64)
     rank[graph.order] = np.arange(n)
@@ -79,8 +87,7 @@ def simulate_priority(graph: TaskGraph) -> tuple[list, list, list]:
     lane_busy = {ln: False for ln in plane}
 
     def resolved(v: int) -> None:
-        s = max(st.base[v] + gap[v], st.ready[v])
-        st.push(s, _READY if on_plane[v] else _START, v)
+        st.push(max(st.base[v] + gap[v], st.ready[v]), _READY if on_plane[v] else _START, v)
 
     def finish_at(v: int, t: int) -> None:
         w = max(st.wait_to[v], st.start[v])
@@ -112,8 +119,7 @@ def simulate_priority(graph: TaskGraph) -> tuple[list, list, list]:
         while st.heap and st.heap[0][0] == t:
             _, ev, _, v = heapq.heappop(st.heap)
             if ev == _START:
-                st.start[v] = t
-                st.started[v] = True
+                st.start[v], st.started[v] = t, True
                 notify(on_start[v], t)
                 if wait_left[v] == 0:
                     finish_at(v, t)
@@ -121,10 +127,8 @@ def simulate_priority(graph: TaskGraph) -> tuple[list, list, list]:
                 st.end[v] = t
                 done += 1
                 if on_plane[v]:
-                    ln = lane[v]
-                    lane_busy[ln] = False
-                    lane_free[ln] = t + G
-                    st.push(t + G, _LANE_FREE, ln)
+                    lane_busy[lane[v]], lane_free[lane[v]] = False, t + G
+                    st.push(t + G, _LANE_FREE, lane[v])
                 notify(on_end[v], t)
             elif ev == _READY:
                 heapq.heappush(cands[lane[v]], (-prio[v], rank[v], v))
