@@ -9,7 +9,8 @@ the *context* of the CPU call that launched it:
   (``Kind.CPU_OP``). A context *encloses* a runtime call when it is on the same (pid, tid) and
   ``ctx.start <= call.start and call.end <= ctx.end`` (the ``nsys`` ``nvtx_kern_sum`` rule; the
   kernel's own execution time does not enter the test). A GPU row takes the context of its
-  launching runtime row, found by (pid, correlation id) as in :mod:`daydream.graph`.
+  launching runtime row, found by (pid, correlation id) (:func:`daydream.links.launch_rows`, as
+  the graph builder does).
 * **Layer path**: the chain of enclosing ``nn.Module: <Class>_<k>`` ranges (Kineto
   ``with_modules``/``with_stack``), outermost to innermost, prefix dropped, joined by ``/``
   (``BertLMHeadModel_0/BertModel_0/BertEncoder_0/...``). When no module range encloses the call,
@@ -44,6 +45,7 @@ from typing import Sequence
 import numpy as np
 
 from .events import EventTable, Kind
+from .links import launch_rows
 
 #: Phase names; ``Mapping.phase`` holds indices into this tuple.
 PHASES: tuple[str, ...] = ("unmapped", "forward", "backward", "optimizer", "communication", "other")
@@ -379,35 +381,6 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
 # main entry
 
 
-def _link_gpu_to_runtime(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray) -> np.ndarray:
-    """Launching runtime row of each GPU row by (pid, correlation), as in graph.build_graph."""
-    out = np.full(len(gpu_rows), -1, dtype=np.int64)
-    if len(gpu_rows) == 0 or len(rt_rows) == 0:
-        return out
-    rt_pid = table.pid[rt_rows].astype(np.int64)
-    g_pid = table.pid[gpu_rows].astype(np.int64).copy()
-    cpu_pids = np.unique(rt_pid)
-    if len(cpu_pids) == 1:
-        g_pid[g_pid < 0] = cpu_pids[0]
-    rt_corr = table.correlation[rt_rows].astype(np.int64)
-    g_corr = table.correlation[gpu_rows].astype(np.int64)
-
-    def key(pid, corr):
-        return (pid << np.int64(40)) ^ (corr & np.int64((1 << 40) - 1))
-
-    valid = rt_corr >= 0
-    rk = key(rt_pid, rt_corr)
-    o = np.lexsort((table.start_ns[rt_rows], rk))
-    o = o[valid[o]]
-    rk_sorted = rk[o]
-    gk = key(g_pid, g_corr)
-    j = np.searchsorted(rk_sorted, gk)
-    ok = (j < len(rk_sorted)) & (g_corr >= 0) & (g_pid >= 0)
-    ok[ok] &= rk_sorted[j[ok]] == gk[ok]
-    out[ok] = rt_rows[o[j[ok]]]
-    return out
-
-
 def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> Mapping:
     """Layer path, framework op and phase of every RUNTIME and GPU task row of ``table``.
 
@@ -591,7 +564,7 @@ def _thread_phases(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: int,
 
 def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, out: _RowMaps, counts: dict[str, int]) -> None:
     """GPU task rows inherit phase, layer and op from their launching call; NCCL/RCCL kernels are communication."""
-    lr = _link_gpu_to_runtime(table, rt_rows, gpu_rows)
+    lr, _ = launch_rows(table, rt_rows, gpu_rows)
     out.launch_row[gpu_rows] = lr
     has = lr >= 0
     out.phase[gpu_rows[has]] = out.phase[lr[has]]
