@@ -51,7 +51,7 @@ from ..cuda_api import ApiRole, api_role
 
 __all__ = [
     "HostWork", "Launch", "MemcpyAsync", "Memcpy", "MemsetAsync", "DeviceSync", "StreamSync",
-    "EventRecord", "EventSync", "StreamWaitEvent", "OtherCall", "RangeBegin", "RangeEnd",
+    "EventRecord", "EventSync", "StreamWaitEvent", "OtherCall", "RangeBegin", "RangeEnd", "Handover", "WaitHandover",
     "Op", "Thread", "Program", "CallRecord", "TaskRecord", "RangeRecord", "Run",
     "emulate", "to_kineto", "measure_latencies", "programs", "training_step_program",
     "DEFAULT_T0_NS",
@@ -286,8 +286,32 @@ class RangeEnd:
     """Closes the innermost open range of the thread at its current time."""
 
 
+@dataclass(frozen=True)
+class Handover:
+    """Releases ``token`` at the end of the thread's previous call (its start time if none):
+    e.g. the main thread entering ``loss.backward()`` hands over to the autograd thread, or the
+    autograd thread's last backward call hands back. Takes no time; not written to the trace
+    (real traces show no record of it). Each token is released once per program.
+    """
+
+    token: Any
+
+
+@dataclass(frozen=True)
+class WaitHandover:
+    """Blocks the thread until ``token`` is released (:class:`Handover` on another thread).
+
+    The thread's next call starts at ``max(end of its previous call, release time)`` plus all the
+    :class:`HostWork` between its previous call and that call (``docs/model.md``, "CPU hand-over
+    between threads"): the thread waits right after its previous call, then does its own work.
+    Not written to the trace.
+    """
+
+    token: Any
+
+
 Op = Union[HostWork, Launch, MemcpyAsync, Memcpy, MemsetAsync, DeviceSync, StreamSync, EventRecord,
-           EventSync, StreamWaitEvent, OtherCall, RangeBegin, RangeEnd]
+           EventSync, StreamWaitEvent, OtherCall, RangeBegin, RangeEnd, Handover, WaitHandover]
 
 _CALL_TYPES = (Launch, MemcpyAsync, Memcpy, MemsetAsync, DeviceSync, StreamSync, EventRecord, EventSync,
                StreamWaitEvent, OtherCall)
@@ -407,6 +431,12 @@ class Program:
                     depth -= 1
                     if depth < 0:
                         raise ValueError(f"{where}: RangeEnd without RangeBegin")
+                    continue
+                if isinstance(op, Handover):
+                    if ("handover", op.token) in seen:
+                        raise ValueError(f"{where}: token {op.token!r} released twice")
+                    seen.add(("handover", op.token))
+                if isinstance(op, (Handover, WaitHandover)):
                     continue
                 if not isinstance(op, (HostWork,) + _CALL_TYPES):
                     raise ValueError(f"{where}: unknown op")
@@ -645,6 +675,17 @@ def emulate(program: Program) -> Run:
                 open_ranges[i].append(len(ranges))
                 ranges.append(dict(thread=i, name=op.name, cat=op.cat, start_ns=cursor[i], end_ns=None,
                                    external_id=ext, python_id=py, python_parent_id=parent))
+            elif isinstance(op, Handover):
+                released[op.token] = last_end[i]
+                for w in parked.pop(op.token, ()):
+                    advance(w)
+            elif isinstance(op, WaitHandover):
+                if op.token not in released:
+                    next_op[i] = k
+                    parked.setdefault(op.token, []).append(i)
+                    return
+                cursor[i] += max(0, released[op.token] - base[i])  # wait, then the host work
+                base[i] = max(base[i], released[op.token])
             else:  # RangeEnd
                 ranges[open_ranges[i].pop()]["end_ns"] = cursor[i]
             k += 1
@@ -652,6 +693,10 @@ def emulate(program: Program) -> Run:
         if k < len(ops):
             heapq.heappush(heap, (cursor[i], i, k))
 
+    last_end = [program.t0_ns] * n  # end of each thread's previous call (hand-over anchor)
+    base = [program.t0_ns] * n  # max(last_end, releases waited for since): the gap counts from here
+    released: dict[Any, int] = {}  # hand-over token -> release time
+    parked: dict[Any, list[int]] = {}  # token -> threads waiting for it
     for i in range(n):
         advance(i)
 
@@ -717,10 +762,12 @@ def emulate(program: Program) -> Run:
         calls.append(CallRecord(thread=i, op_index=k, op=op, name=name, cbid=cbid, pid=pid, tid=th.tid,
                                 start_ns=s, end_ns=end, correlation=corr, external_id=ext, blocking=blocking,
                                 waits_for=tuple(waits), task=task_idx, bound_record=bound))
-        cursor[i] = end
+        cursor[i] = last_end[i] = base[i] = end
         next_op[i] = k + 1
         advance(i)
 
+    if parked:
+        raise ValueError(f"hand-over never released (deadlock): tokens {sorted(map(repr, parked))}")
     return Run(program=program, calls=tuple(calls), tasks=tuple(tasks),
                ranges=tuple(RangeRecord(**r) for r in ranges))
 
