@@ -237,7 +237,7 @@ def test_predictions_follow_the_other_threads_work(tmp_path_factory, prog, what,
     if what == "ag_calls":
         m = g.is_cpu & (g.tid == 5001)
     else:
-        m = g.is_gpu & np.array([what == "all" or what in s for s in names], bool)
+        m = (g.node_kind == Kind.KERNEL) & np.array([what == "all" or what in s for s in names], bool)
     assert _by_key(g, simulate(scale(g, m, factor)), run) == _emulated(changed)
 
 
