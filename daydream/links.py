@@ -16,21 +16,27 @@ def _corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     return (pid.astype(np.int64) << np.int64(40)) ^ (corr.astype(np.int64) & np.int64((1 << 40) - 1))
 
 
-def gpu_pids(table: EventTable, gpu_rows: np.ndarray, rt_rows: np.ndarray) -> np.ndarray:
-    """Process id of each GPU row; rows without one (-1) take the only process that makes API
-    calls, when there is exactly one."""
-    g_pid = table.pid[gpu_rows].astype(np.int64).copy()
-    cpu_pids = np.unique(table.pid[rt_rows])
-    if len(cpu_pids) == 1:
-        g_pid[g_pid < 0] = cpu_pids[0]
-    return g_pid
+def only_process(table: EventTable, rt_rows: np.ndarray) -> int:
+    """The process that makes API calls (``rt_rows``) when there is exactly one, else -1."""
+    pids = np.unique(table.pid[rt_rows])
+    return int(pids[0]) if len(pids) == 1 else -1
 
 
-def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pids_of(table: EventTable, rows: np.ndarray, only: int) -> np.ndarray:
+    """Process id of each row (int64); rows without one (-1), such as GPU activity or sync
+    records of some exports, take ``only`` (:func:`only_process`) when it is known."""
+    pid = table.pid[rows].astype(np.int64)
+    if only >= 0:
+        pid[pid < 0] = only
+    return pid
+
+
+def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, only: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The launching runtime row of each GPU row by (process, correlation id), -1 when none.
 
     Args:
         rt_rows: candidate runtime-call rows; gpu_rows: GPU task rows (int arrays of table rows).
+        only: :func:`only_process` of ``rt_rows`` when the caller has it (computed otherwise).
     Returns:
         (launch row per GPU row, int64 length ``len(gpu_rows)``; per runtime row, bool: it shares
         its correlation id with an earlier call of its process — the earliest one is the link).
@@ -40,7 +46,7 @@ def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray) ->
         return out, np.zeros(len(rt_rows), bool)
     rt_pid = table.pid[rt_rows].astype(np.int64)
     rt_corr = table.correlation[rt_rows].astype(np.int64)
-    g_pid = gpu_pids(table, gpu_rows, rt_rows)
+    g_pid = pids_of(table, gpu_rows, only_process(table, rt_rows) if only is None else only)
     g_corr = table.correlation[gpu_rows].astype(np.int64)
     rk = _corr_key(rt_pid, rt_corr)
     o = np.lexsort((table.start_ns[rt_rows], rk))

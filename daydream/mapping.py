@@ -158,26 +158,46 @@ class Mapping:
         """Op names (object array of str, ``none`` where absent) of the given rows."""
         return self._label_of(self.op_id[rows], none)
 
-    def annotations_for_rows(self, rows) -> dict:
-        """Per-node arrays for ``TaskGraph.annotations``: ``rows`` are table rows (``graph.row``),
-        -1 for nodes without one (unmapped, no layer, no op).
-
-        Returns ``{"phase": uint8, "layer_id": int32, "op_id": int32, "gap_phase": uint8,
-        "gap_layer_id": int32, "labels": list[str]}``; ``gap_*`` describe the CPU gap before the
-        node (meaningful for CPU nodes, whose rows are runtime calls).
-        """
+    def for_nodes(self, rows) -> "NodeMapping":
+        """The mapping of graph nodes: ``rows`` are their table rows (``TaskGraph.row``), -1 for
+        nodes without one (unmapped, no layer, no op)."""
         rows = np.asarray(rows, dtype=np.int64)
         ok = rows >= 0
         r = rows[ok]
-        phase = np.full(len(rows), UNMAPPED, dtype=np.uint8)
-        layer = np.full(len(rows), -1, dtype=np.int32)
-        op = np.full(len(rows), -1, dtype=np.int32)
-        gap_phase = np.full(len(rows), UNMAPPED, dtype=np.uint8)
-        gap_layer = np.full(len(rows), -1, dtype=np.int32)
-        phase[ok], layer[ok], op[ok] = self.phase[r], self.layer_id[r], self.op_id[r]
-        gap_phase[ok], gap_layer[ok] = self.gap_phase[r], self.gap_layer_id[r]
-        return {"phase": phase, "layer_id": layer, "op_id": op, "gap_phase": gap_phase,
-                "gap_layer_id": gap_layer, "labels": list(self.labels)}
+
+        def pick(a: np.ndarray, missing: int, dtype) -> np.ndarray:
+            out = np.full(len(rows), missing, dtype=dtype)
+            out[ok] = a[r]
+            return out
+
+        return NodeMapping(pick(self.phase, UNMAPPED, np.uint8), pick(self.layer_id, -1, np.int32),
+                           pick(self.op_id, -1, np.int32), pick(self.gap_phase, UNMAPPED, np.uint8),
+                           pick(self.gap_layer_id, -1, np.int32), list(self.labels))
+
+
+@dataclass(frozen=True)
+class NodeMapping:
+    """Per-node layer/phase facts of a task graph (codes index ``PHASES`` / ``labels``).
+
+    Attributes (length ``n``): phase (uint8), layer_id, op_id (int32, -1 none), gap_phase
+    (uint8: the phase in effect during the CPU gap before a CPU node; None: charge the gap to the
+    node's own phase), gap_layer_id (int32 or None). labels: the layer/op strings the ids index.
+    """
+
+    phase: np.ndarray
+    layer_id: np.ndarray
+    op_id: np.ndarray
+    gap_phase: np.ndarray | None
+    gap_layer_id: np.ndarray | None
+    labels: list[str]
+
+    def take(self, idx: np.ndarray) -> "NodeMapping":
+        """The mapping of nodes ``idx`` (fancy index; repeats allowed)."""
+        def t(a):
+            return a[idx] if a is not None else None
+
+        return NodeMapping(self.phase[idx], self.layer_id[idx], self.op_id[idx], t(self.gap_phase),
+                           t(self.gap_layer_id), self.labels)
 
 
 # ---------------------------------------------------------------------------------------------

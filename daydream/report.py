@@ -19,7 +19,7 @@ import msgspec
 
 from .critical_path import CriticalPath, critical_path, gpu_relevant
 from .events import Accounting, Kind, TraceMeta
-from .graph import NODE_CPU, TaskGraph, profiler_steps
+from .graph import NODE_CPU, Phase, TaskGraph, profiler_steps, rule_arrays
 from .mapping import PHASES
 from .simulate import Timeline
 
@@ -286,14 +286,16 @@ def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
 
 def _graph_summary(graph: TaskGraph) -> GraphSummary:
     n_cpu = int(np.count_nonzero(graph.node_kind == NODE_CPU))
-    n_gpu_edges_x = int(np.count_nonzero(graph.node_kind[np.repeat(np.arange(graph.n), np.diff(graph.pred_ptr))] != NODE_CPU))
+    dep = graph.dependency_edges
+    n_gpu_edges_x = int(np.count_nonzero(graph.node_kind[graph.edge_dst[dep]] != NODE_CPU))
+    n_waits = int(np.count_nonzero(rule_arrays().phase[graph.edge_kind] == Phase.END))
     return GraphSummary(
         cpu_tasks=n_cpu,
         gpu_tasks=graph.n - n_cpu,
         cpu_lanes=int(np.count_nonzero(~graph.lane_is_gpu)),
         gpu_lanes=int(np.count_nonzero(graph.lane_is_gpu)),
         launch_edges=int(np.count_nonzero(graph.launch >= 0)),
-        sync_edges=len(graph.pred_idx) - n_gpu_edges_x,
+        sync_edges=n_waits,
         cross_stream_edges=n_gpu_edges_x,
         launch_latency_ns=int(graph.launch_latency_ns),
         gpu_gap_ns=int(graph.gpu_gap_ns),
@@ -404,16 +406,15 @@ TOP_LAYERS = 10
 
 
 def _phase_args(graph: TaskGraph):
-    ann = graph.annotations
-    if not ann:
+    if graph.mapping is None:
         return None, None
-    return list(PHASES), ann["phase"]
+    return list(PHASES), graph.mapping.phase
 
 
 def _groups(graph: TaskGraph, tl: Timeline) -> tuple[list[GroupStats], list[GroupStats]]:
     """Per-phase and top-layer time of a mapped graph (empty lists when unmapped)."""
-    ann = graph.annotations
-    if not ann or graph.n == 0:
+    mp = graph.mapping
+    if mp is None or graph.n == 0:
         return [], []
     cpu = graph.node_kind == NODE_CPU
     dur = tl.end_ns - tl.start_ns - tl.blocked_ns
@@ -431,13 +432,11 @@ def _groups(graph: TaskGraph, tl: Timeline) -> tuple[list[GroupStats], list[Grou
         lc = np.bincount(c[launched], minlength=k + 1)
         return [GroupStats(names[i] if i < k else "(no layer)", int(g[i]), int(u[i]), int(lc[i])) for i in range(k + 1) if g[i] or u[i]]
 
-    def codes(key: str) -> np.ndarray | None:
-        a = ann.get(key)
-        return a.astype(np.int64) if isinstance(a, np.ndarray) and len(a) == graph.n else None
+    def codes(a: np.ndarray | None) -> np.ndarray | None:
+        return a.astype(np.int64) if a is not None else None
 
-    phases = [p for p in table(codes("phase"), codes("gap_phase"), list(PHASES)) if p.name != "(no layer)"]
-    labels = ann.get("labels", [])
-    layers = sorted(table(codes("layer_id"), codes("gap_layer_id"), list(labels)), key=lambda x: (-x.gpu_ns, -x.cpu_ns, x.name))
+    phases = [p for p in table(codes(mp.phase), codes(mp.gap_phase), list(PHASES)) if p.name != "(no layer)"]
+    layers = sorted(table(codes(mp.layer_id), codes(mp.gap_layer_id), list(mp.labels)), key=lambda x: (-x.gpu_ns, -x.cpu_ns, x.name))
     return phases, layers[:TOP_LAYERS]
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from .errors import DaydreamError
 from .events import Kind
 from .mapping import PHASES
-from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, check_topological, rule_arrays, topological_order
+from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, check_topological, dedupe_edges, rule_arrays, topological_order
 
 #: longest task duration a transformation may produce (2^52 ns, about 52 days): keeps every replayed
 #: time far inside int64 and exactly representable as a float
@@ -188,22 +188,6 @@ def _nearest_kept(link: np.ndarray, removed: np.ndarray) -> np.ndarray:
         out[bad] = nxt
 
 
-def _dedupe_edges(src, dst, kind, origin):
-    """Drop self-loops and edges that repeat the constraint of another edge (same source,
-    destination, phase, anchor and offset), keeping the preferred kind."""
-    ra = rule_arrays()
-    keep = src != dst
-    src, dst, kind, origin = src[keep], dst[keep], kind[keep], origin[keep]
-    if not len(src):
-        return src, dst, kind, origin
-    rule_key = (ra.phase[kind].astype(np.int64) * 2 + ra.anchor_end[kind]) * 4 + ra.offset[kind]
-    o = np.lexsort((ra.prefer[kind], rule_key, src, dst))
-    first = np.ones(len(o), bool)
-    first[1:] = (dst[o[1:]] != dst[o[:-1]]) | (src[o[1:]] != src[o[:-1]]) | (rule_key[o[1:]] != rule_key[o[:-1]])
-    o = np.sort(o[first])
-    return src[o], dst[o], kind[o], origin[o]
-
-
 def remove(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
     """New graph without the selected tasks; dependencies through them are kept transitively.
 
@@ -229,10 +213,9 @@ def remove(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
     keep = ~mask
     new_id = np.full(n, -1, dtype=np.int64)
     new_id[keep] = np.arange(int(keep.sum()))
-    s2, d2, k2, o2 = _dedupe_edges(new_id[src[ok]], new_id[dst[ok]], kind[ok], origin[ok])
+    s2, d2, k2, o2 = dedupe_edges(new_id[src[ok]], new_id[dst[ok]], kind[ok], origin[ok])
     g = _take_nodes(graph, np.nonzero(keep)[0])
-    return dataclasses.replace(g, edge_src=s2, edge_dst=d2, edge_kind=k2, edge_origin=o2,
-                               order=new_id[graph.order[keep[graph.order]]])
+    return dataclasses.replace(g.with_edges(s2, d2, k2, o2), order=new_id[graph.order[keep[graph.order]]])
 
 
 def _take_nodes(graph: TaskGraph, idx: np.ndarray) -> TaskGraph:
@@ -275,10 +258,10 @@ def add_edges(graph: TaskGraph, src, dst, kind: int, origin: int = Origin.INSERT
         raise DaydreamError("add_edges: source and destination must be node ids of the graph, one each")
     if not rule_arrays().known[int(kind)]:
         raise DaydreamError(f"add_edges: edge kind {int(kind)} has no rule (register_kind it first)")
-    s, d, k, o = _dedupe_edges(np.concatenate([graph.edge_src, src]), np.concatenate([graph.edge_dst, dst]),
+    s, d, k, o = dedupe_edges(np.concatenate([graph.edge_src, src]), np.concatenate([graph.edge_dst, dst]),
                                np.concatenate([graph.edge_kind, np.full(len(src), kind, np.uint8)]),
                                np.concatenate([graph.edge_origin, np.full(len(src), origin, np.uint8)]))
-    return _with_valid_order(dataclasses.replace(graph, edge_src=s, edge_dst=d, edge_kind=k, edge_origin=o))
+    return _with_valid_order(graph.with_edges(s, d, k, o))
 
 
 def _with_valid_order(g: TaskGraph) -> TaskGraph:

@@ -140,4 +140,4 @@ def test_event_sync_on_a_stream_without_work_waits_for_nothing():
     b.sync(s, 2000, 2000, SyncKind.EVENT_SYNC, link_stream=7, link_corr=rec)
     g = build_graph(b.table())
     assert not g.blocking.any()
-    assert len(g.pred_idx) == 0
+    assert not g.dependency_edges.any()

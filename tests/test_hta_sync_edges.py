@@ -17,9 +17,9 @@ pytestmark = pytest.mark.skipif(not HTA.exists(), reason="../shared/traces absen
 def edges(name):
     g = build_graph(load_trace(str(HTA / name)))
     corr = g.table.correlation[g.row]
-    dst = np.repeat(np.arange(g.n), np.diff(g.pred_ptr))
+    dep = g.dependency_edges
     out = set()
-    for s, d in zip(g.pred_idx.tolist(), dst.tolist()):
+    for s, d in zip(g.edge_src[dep].tolist(), g.edge_dst[dep].tolist()):
         out.add((g.name(s).split("(")[0][:24], int(corr[s]), "->", g.name(d)[:24], int(corr[d])))
     return g, out
 

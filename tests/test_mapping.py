@@ -7,6 +7,8 @@ run time on the largest trace, and the vectorized sweep against a per-call brute
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import time
 from pathlib import Path
@@ -708,24 +710,24 @@ def test_annotations_for_graph_nodes():
     m = map_events(tb)
     g = build_graph(tb)
     rows = np.append(g.row, -1)  # a node without a table row (as transforms insert)
-    ann = m.annotations_for_rows(rows)
-    assert set(ann) == {"phase", "layer_id", "op_id", "gap_phase", "gap_layer_id", "labels"}
-    assert ann["gap_phase"].dtype == np.uint8 and ann["gap_layer_id"].dtype == np.int32
-    assert ann["phase"].dtype == np.uint8 and len(ann["phase"]) == g.n + 1
-    lab = np.asarray(ann["labels"] + [""], dtype=object)
+    nm = m.for_nodes(rows)
+    assert {f.name for f in dataclasses.fields(nm)} == {"phase", "layer_id", "op_id", "gap_phase", "gap_layer_id", "labels"}
+    assert nm.gap_phase.dtype == np.uint8 and nm.gap_layer_id.dtype == np.int32
+    assert nm.phase.dtype == np.uint8 and len(nm.phase) == g.n + 1
+    lab = np.asarray(nm.labels + [""], dtype=object)
     for v, r in enumerate(g.row):
-        assert PHASES[ann["phase"][v]] == m.phase_of_rows([r])[0]
-        assert lab[ann["layer_id"][v]] == m.layer_of_rows([r])[0]
-        assert ann["gap_phase"][v] == m.gap_phase[r] and ann["gap_layer_id"][v] == m.gap_layer_id[r]
+        assert PHASES[nm.phase[v]] == m.phase_of_rows([r])[0]
+        assert lab[nm.layer_id[v]] == m.layer_of_rows([r])[0]
+        assert nm.gap_phase[v] == m.gap_phase[r] and nm.gap_layer_id[v] == m.gap_layer_id[r]
     # the gap before a ([0, 2], from the table start) lies in Net_0: forward, layer Net_0; the one
     # before b ([3, 200], midpoint 101) lies outside every context: unmapped
     va, vb = (int(np.flatnonzero(g.row == rows_of(tb, Kind.RUNTIME, c))[0]) for c in (a, b))
-    assert (PHASES[ann["gap_phase"][va]], lab[ann["gap_layer_id"][va]]) == ("forward", "Net_0")
-    assert (PHASES[ann["gap_phase"][vb]], lab[ann["gap_layer_id"][vb]]) == ("unmapped", "")
+    assert (PHASES[nm.gap_phase[va]], lab[nm.gap_layer_id[va]]) == ("forward", "Net_0")
+    assert (PHASES[nm.gap_phase[vb]], lab[nm.gap_layer_id[vb]]) == ("unmapped", "")
     ka = rows_of(tb, Kind.KERNEL, a)
     v = int(np.flatnonzero(g.row == ka)[0])
-    assert (PHASES[ann["phase"][v]], lab[ann["layer_id"][v]], lab[ann["op_id"][v]]) == ("forward", "Net_0", "aten::mm")
+    assert (PHASES[nm.phase[v]], lab[nm.layer_id[v]], lab[nm.op_id[v]]) == ("forward", "Net_0", "aten::mm")
     kb = int(np.flatnonzero(g.row == rows_of(tb, Kind.KERNEL, b))[0])
-    assert ann["phase"][kb] == 0 and ann["layer_id"][kb] == -1
-    assert ann["phase"][-1] == 0 and ann["layer_id"][-1] == -1 and ann["op_id"][-1] == -1
-    assert ann["gap_phase"][-1] == 0 and ann["gap_layer_id"][-1] == -1
+    assert nm.phase[kb] == 0 and nm.layer_id[kb] == -1
+    assert nm.phase[-1] == 0 and nm.layer_id[-1] == -1 and nm.op_id[-1] == -1
+    assert nm.gap_phase[-1] == 0 and nm.gap_layer_id[-1] == -1

@@ -19,7 +19,8 @@ from daydream.events import DeviceInfo, Kind, TraceMeta
 from daydream.formats import load_trace
 from daydream.gpus import find_gpu, gpu_of_device
 from daydream.gpus import names as gpu_names
-from daydream.graph import NODE_CPU, NodeMapping, build_graph
+from daydream.graph import NODE_CPU, build_graph
+from daydream.mapping import NodeMapping
 from daydream.mapping import PHASES, map_events
 from daydream.optimizations import load_all, parse_spec
 from daydream.simulate import simulate
@@ -63,8 +64,8 @@ def with_phase(g, phase_of_node: dict[int, str], layer_of_node: dict[int, int] |
     layer = np.full(g.n, -1, np.int32)
     for v, lid in (layer_of_node or {}).items():
         layer[v] = lid
-    ann = {"phase": phase, "layer_id": layer, "op_id": np.full(g.n, -1, np.int32), "labels": list(labels or ["layer0", "layer1"])}
-    return dataclasses.replace(g, mapping=NodeMapping.from_dict(ann))
+    nm = NodeMapping(phase, layer, np.full(g.n, -1, np.int32), None, None, list(labels or ["layer0", "layer1"]))
+    return dataclasses.replace(g, mapping=nm)
 
 
 # ------------------------------------------------------------------------------------- amp ---
@@ -387,7 +388,7 @@ def test_identity_parameters_replay_exactly_on_real_traces(real_graphs):
 
 
 def test_unmapped_fallbacks_on_a_real_trace(real_graphs):
-    """Without annotations (graph.annotations == {}) the optimizations find the same steps."""
+    """Without a mapping (graph.mapping is None) the optimizations find the same steps."""
     g, base = real_graphs["kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"]
     gu = dataclasses.replace(g, mapping=None)
     for name in ("fused-adam", "fusion", "cuda-graphs"):

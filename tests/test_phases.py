@@ -8,6 +8,8 @@ to the optimizer.
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 from pathlib import Path
 
@@ -61,14 +63,14 @@ def test_report_charges_gaps_to_the_gap_phase():
     lay = {x.name: x.cpu_ns for x in layers}
     assert lay["## optimizer ##"] == 10 and lay["## backward ##"] == 1030 and lay["## forward ##"] == 20
     # without gap annotations (e.g. a graph annotated by older code) the gap stays with the call
-    g.annotations = {k: v for k, v in g.annotations.items() if not k.startswith("gap_")}
+    g.mapping = dataclasses.replace(g.mapping, gap_phase=None, gap_layer_id=None)
     old = {p.name: p.cpu_ns for p in _groups(g, tl)[0]}
     assert old == {"forward": 20, "backward": 430, "optimizer": 1040}
 
 
 def test_critical_path_splits_the_cpu_segment():
     g, tl = _graph(train_step())
-    names, phase = list(PHASES), g.annotations["phase"]
+    names, phase = list(PHASES), g.mapping.phase
     _, cp = critical_path(g, tl, names, phase)
     assert sum(sum(d.values()) for d in cp.by_phase_ns.values()) == cp.length_ns
     # the path: optimizer kernel <- launch <- the optimizer call's gap (backward) <- forward call
@@ -78,7 +80,7 @@ def test_critical_path_splits_the_cpu_segment():
     # an explicit gap_phase overrides the annotations; without one the gap goes to the node's phase
     _, cp_own = critical_path(g, tl, names, phase, gap_phase=phase)
     assert cp_own.by_phase_ns["optimizer"]["cpu"] == 1030 and cp_own.length_ns == cp.length_ns
-    g.annotations = {k: v for k, v in g.annotations.items() if not k.startswith("gap_")}
+    g.mapping = dataclasses.replace(g.mapping, gap_phase=None, gap_layer_id=None)
     _, cp_old = critical_path(g, tl, names, phase)
     assert cp_old.by_phase_ns == cp_own.by_phase_ns
 

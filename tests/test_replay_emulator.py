@@ -70,6 +70,6 @@ def test_training_fixture_program_replays_exactly(tmp_path):
     _assert_exact(run, graph, tl)
     # the training step has every edge type
     assert graph.blocking.any()
-    gpu_dst = np.repeat(np.arange(graph.n), np.diff(graph.pred_ptr))
-    assert (graph.node_kind[gpu_dst] != NODE_CPU).any(), "cross-stream edge expected"
+    dep_dst = graph.edge_dst[graph.dependency_edges]
+    assert (graph.node_kind[dep_dst] != NODE_CPU).any(), "cross-stream edge expected"
     assert graph.table.count(Kind.SYNC) > 0

@@ -15,7 +15,7 @@ from daydream.simulate import simulate
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 SQLITE = sorted(TRACES.rglob("*.sqlite")) if TRACES.exists() else []
 
-GRAPH_ARRAYS = ("row", "node_kind", "lane", "lane_prev", "dur_ns", "gap_ns", "blocking", "launch", "pred_ptr", "pred_idx", "order")
+GRAPH_ARRAYS = ("row", "node_kind", "lane", "lane_prev", "dur_ns", "gap_ns", "blocking", "launch", "edge_src", "edge_dst", "edge_kind", "edge_origin", "order")
 
 
 @pytest.mark.parametrize("path", SQLITE, ids=lambda p: p.name)

@@ -10,37 +10,25 @@ from __future__ import annotations
 import numpy as np
 
 from ..events import EventTable, Kind
+from ..links import only_process
 from ._arrays import count
 from .edges import EdgeKind, Origin
 from .inferred import infer_unlinked_waits
 from .handover import handover_edges, own_gaps
 from .latency import launch_latency_and_gap
-from .model import NODE_CPU, CpuRanges, NodeMapping, TaskGraph, concat_edges
+from .model import NODE_CPU, CpuRanges, TaskGraph, concat_edges, dedupe_edges
 from .order import repair_order
 from .tasks import cpu_tasks, durations_and_gaps, gpu_task_rows, lanes_and_order, link_launches, node_arrays
 from .waits import (RecordCalls, WaitIndex, api_roles, blocking_copy_waits, cross_stream_waits, device_sync_waits,
                     event_sync_waits, stream_sync_waits, sync_info)
 
 
-def _dedupe(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unique (src, dst) pairs sorted by (dst, src)."""
-    if not len(src):
-        return src, dst
-    if n < (1 << 31):  # pack (dst, src) into one int64: same lexicographic order
-        pk = np.unique(dst.astype(np.int64) * np.int64(n) + src.astype(np.int64))
-        return pk % n, pk // n
-    pair = np.unique(np.stack([dst, src], axis=1), axis=0)
-    return pair[:, 1], pair[:, 0]
-
-
-def _wait_edges(table, nodes, lanes, position, rec_start, gpu_rows, counts):
+def _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, counts):
     """Stages 6-7: blocking waits (WAIT edges) and cross-stream waits (XSTREAM edges); also
     returns the lookups (index, roles, sync records) the inference stage reuses."""
-    corr = np.where(nodes.row >= 0, table.correlation[nodes.row], -1).astype(np.int64)
     cpu_rows = nodes.row[: nodes.n_cpu]
     role = api_roles(table, cpu_rows)
-    rt_pids = np.unique(table.pid[table.kind == Kind.RUNTIME])
-    si = sync_info(table, cpu_rows, nodes.pid[: nodes.n_cpu], rt_pids)
+    si = sync_info(table, cpu_rows, nodes.pid[: nodes.n_cpu], only)
     ix = WaitIndex(nodes, lanes, position, rec_start, corr)
     rec = RecordCalls(ix, role)
     parts = [stream_sync_waits(ix, role, si, counts), device_sync_waits(ix, role, si),
@@ -49,7 +37,7 @@ def _wait_edges(table, nodes, lanes, position, rec_start, gpu_rows, counts):
     wd = np.concatenate([p[1] for p in parts])
     keep = ws >= 0
     xs, xd = cross_stream_waits(ix, role, si, rec, counts)
-    return ws[keep], wd[keep], xs, xd, corr, (ix, role, si)
+    return ws[keep], wd[keep], xs, xd, (ix, role, si)
 
 
 def _own_costs(dur, rec_start, rec_end, ws, wd, counts) -> None:
@@ -87,21 +75,20 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     t0 = int(table.start_ns.min()) if len(table) else 0
     cpu = cpu_tasks(table, counts)
     gpu_rows = gpu_task_rows(table)
-    nodes = node_arrays(table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, counts))
+    only = only_process(table, cpu.rt_rows)
+    nodes = node_arrays(table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, only, counts), only)
     row, kind, launch = nodes.row, nodes.node_kind, nodes.launch
     rec_start, rec_end = table.start_ns[row], table.end_ns[row]
     position = rec_start.copy()
     has_launch = launch >= 0
     position[has_launch] = rec_start[launch[has_launch]]
     count(counts, "GPU task recorded starting before its launching call started", ((rec_start < position) & has_launch).sum())
-    corr_all = table.correlation[row].astype(np.int64)
+    corr = table.correlation[row].astype(np.int64)
     lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device), nodes.stream,
-                            position, launch, corr_all, row, rec_start)
+                            position, launch, corr, row, rec_start)
     position = lanes.position
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
-    ws, wd, xs, xd, corr, wctx = _wait_edges(table, nodes, lanes, position, rec_start, gpu_rows, counts)
-    ws, wd = _dedupe(ws, wd, len(row))
-    xs, xd = _dedupe(xs, xd, len(row))
+    ws, wd, xs, xd, wctx = _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, counts)
     _own_costs(dur, rec_start, rec_end, ws, wd, counts)
     hs, hd = handover_edges(table, nodes.pid, nodes.tid, rec_start, rec_end, nodes.n_cpu, counts)
     own_gaps(gap, rec_start, rec_end, lanes.lane_prev, t0, hs, hd)
@@ -121,12 +108,10 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
         (hs, hd, EdgeKind.HANDOVER, Origin.INFERRED),
         (ys, yd, EdgeKind.XSTREAM, Origin.INFERRED),
     ])
+    src, dst, ek, eo = dedupe_edges(src, dst, ek, eo)
     # tied or inconsistent timestamps (odd input) can put a task before what it waits for
     order, keep = repair_order(lanes.order, src, dst, ek, counts)
-    nm = None
-    if mapping is not None:
-        a = mapping.annotations_for_rows(row)
-        nm = NodeMapping(a["phase"], a["layer_id"], a["op_id"], a["gap_phase"], a["gap_layer_id"], a["labels"])
+    nm = mapping.for_nodes(row) if mapping is not None else None
     return TaskGraph(
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
         lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64), names=list(table.names),

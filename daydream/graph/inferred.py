@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..cuda_api import ApiRole
-from ._arrays import count, segmented_ffill_exclusive
+from ._arrays import count
 from .tasks import Lanes, Nodes
-from .waits import SyncInfo, WaitIndex
+from .waits import SyncInfo, WaitIndex, linked_waits
 
 _NONE = np.zeros(0, np.int64)
 _MIN = np.iinfo(np.int64).min
@@ -58,30 +58,14 @@ def tolerance_ns(G: int) -> int:
 
 def unlinked_waits(role: np.ndarray, si: SyncInfo) -> np.ndarray:
     """CPU nodes of the ``cudaStreamWaitEvent`` calls :func:`.waits.cross_stream_waits` could not link."""
-    linked = si.has_record & (si.link_corr >= 0) & (si.stream >= 0)
-    return np.nonzero((role == ApiRole.STREAM_WAIT_EVENT) & ~linked)[0]
+    return np.nonzero((role == ApiRole.STREAM_WAIT_EVENT) & ~linked_waits(si))[0]
 
 
-def _next_launch_lane(ix: WaitIndex, nodes: Nodes, lanes: Lanes) -> np.ndarray:
-    """Per CPU node: the GPU lane the next launching call of its thread launches to, -1 none."""
-    lo = ix.cpu_lo
-    out = np.full(len(ix.c_start), -1, np.int64)
-    if not len(lo):
-        return out
-    launched = np.full(len(out), -1, np.int64)
-    gl = np.nonzero(nodes.launch >= 0)[0]
-    launched[nodes.launch[gl]] = lanes.lane[gl]
-    thread_end = np.ones(len(lo), dtype=bool)
-    thread_end[:-1] = ix.thread_start[1:]
-    out[lo[::-1]] = segmented_ffill_exclusive(launched[lo][::-1], thread_end[::-1])
-    return out
-
-
-def _consumers(ix: WaitIndex, si: SyncInfo, nodes: Nodes, lanes: Lanes, w: np.ndarray) -> np.ndarray:
+def _consumers(ix: WaitIndex, si: SyncInfo, w: np.ndarray) -> np.ndarray:
     """Rule 1: the consumer GPU task of each wait call ``w`` (-1 none)."""
     lane = ix.find_lane(ix.c_pid[w], si.device[w], si.stream[w])
     unknown = si.stream[w] < 0
-    lane[unknown] = _next_launch_lane(ix, nodes, lanes)[w[unknown]]
+    lane[unknown] = ix.ffill_thread(ix.launched_lane, backwards=True)[w[unknown]]
     return ix.first_after(lane, ix.c_start[w], ix.c_corr[w])
 
 
@@ -152,15 +136,13 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
                          xs, xd, L: int, G: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """Inferred cross-stream edges ``(producer, consumer)`` for the unlinked waits (module doc).
 
-    Counts the inferred edges, the ambiguous cases, and leaves the waits still without an edge
-    under the unlinked-wait count.
+    Counts the inferred edges, the ambiguous cases, and the waits left without an edge.
     """
     w = unlinked_waits(role, si)
-    if not len(w):
-        return _NONE, _NONE
-    cons = _consumers(ix, si, nodes, lanes, w)
+    cons = _consumers(ix, si, w) if len(w) else _NONE
     tied = cons >= 0
     if not tied.any():
+        count(counts, UNLINKED, len(w))
         return _NONE, _NONE
     c, w_pos, w_corr = _latest_wait(cons[tied], w[tied], ix)
     tol = tolerance_ns(G)
@@ -170,9 +152,6 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
     ci, pr = _candidates(ix, lanes, position, c, w_pos, w_corr, c_start, rec_end, G, tol)
     ci, pr = _choose(ci, pr, c_start, rec_end, G, counts)
     n = len(ci)
+    count(counts, UNLINKED, len(w) - n)  # one wait per inferred edge is no longer without an edge
     count(counts, INFERRED, n)
-    if n and UNLINKED in counts:  # one wait per inferred edge is no longer without an edge
-        counts[UNLINKED] -= min(n, counts[UNLINKED])
-        if not counts[UNLINKED]:
-            del counts[UNLINKED]
     return pr.astype(np.int64), c[ci].astype(np.int64)

@@ -16,49 +16,10 @@ from functools import cached_property
 
 import numpy as np
 
-from .edges import EdgeKind, Origin, Phase, kind_name, rule_arrays
+from ..mapping import NodeMapping
+from .edges import MAX_KINDS, EdgeKind, Origin, Phase, kind_name, rule_arrays
 
 NODE_CPU = 0  #: ``node_kind`` value for CPU tasks; GPU tasks keep their events.Kind value (2, 3, 4)
-
-
-@dataclass(frozen=True)
-class NodeMapping:
-    """Per-node layer/phase facts from :mod:`daydream.mapping` (codes index ``PHASES``/``labels``).
-
-    Attributes (length ``n``): phase (uint8), layer_id, op_id (int32, -1 none), gap_phase
-    (uint8: the phase in effect during the CPU gap before a CPU node), gap_layer_id (int32).
-    labels: the layer/op label strings the ids index.
-    """
-
-    phase: np.ndarray
-    layer_id: np.ndarray
-    op_id: np.ndarray
-    gap_phase: np.ndarray | None
-    gap_layer_id: np.ndarray | None
-    labels: list[str]
-
-    def take(self, idx: np.ndarray) -> "NodeMapping":
-        """The mapping of nodes ``idx`` (fancy index; repeats allowed)."""
-        def t(a):
-            return a[idx] if a is not None else None
-
-        return NodeMapping(self.phase[idx], self.layer_id[idx], self.op_id[idx], t(self.gap_phase),
-                           t(self.gap_layer_id), self.labels)
-
-    def as_dict(self) -> dict:
-        d = {"phase": self.phase, "layer_id": self.layer_id, "op_id": self.op_id, "labels": list(self.labels)}
-        if self.gap_phase is not None:
-            d["gap_phase"] = self.gap_phase
-        if self.gap_layer_id is not None:
-            d["gap_layer_id"] = self.gap_layer_id
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "NodeMapping | None":
-        """From ``{"phase", "layer_id", "op_id", ["gap_phase", "gap_layer_id"], "labels"}``; None when empty."""
-        if not d:
-            return None
-        return cls(d["phase"], d["layer_id"], d["op_id"], d.get("gap_phase"), d.get("gap_layer_id"), list(d.get("labels", [])))
 
 
 @dataclass(frozen=True)
@@ -166,15 +127,6 @@ class TaskGraph:
         """Name of every node, as an object array."""
         return np.asarray(self.names, dtype=object)[self.name_id] if self.n else np.zeros(0, object)
 
-    @property
-    def annotations(self) -> dict:
-        """The mapping as a dict of arrays (``{}`` when unmapped); prefer :attr:`mapping`."""
-        return self.mapping.as_dict() if self.mapping is not None else {}
-
-    @annotations.setter
-    def annotations(self, d: dict) -> None:
-        self.mapping = NodeMapping.from_dict(d)
-
     # ------------------------------------------------------------------ edge views ----------
     @cached_property
     def _in_csr(self) -> tuple[np.ndarray, np.ndarray]:
@@ -218,7 +170,7 @@ class TaskGraph:
     @cached_property
     def launch(self) -> np.ndarray:
         """The CPU call that launched each GPU task (launch edge), or -1."""
-        k = np.zeros(64, bool)
+        k = np.zeros(MAX_KINDS, bool)
         k[EdgeKind.LAUNCH] = True
         return self._single(k)
 
@@ -253,31 +205,12 @@ class TaskGraph:
             out.setdefault(kind_name(k // 8), {})[Origin(k % 8).name.lower()] = int(cnt)
         return out
 
-    # ------------------------------------------------------------ compatibility views ---------
     @cached_property
-    def _extra_csr(self) -> tuple[np.ndarray, np.ndarray]:
-        ra = rule_arrays()
-        k = self.edge_kind
-        m = ~ra.lane[k] & (k != EdgeKind.LAUNCH)
-        dst, src = self.edge_dst[m], self.edge_src[m]
-        o = np.lexsort((src, dst))
-        ptr = np.zeros(self.n + 1, np.int64)
-        np.cumsum(np.bincount(dst, minlength=self.n), out=ptr[1:])
-        return ptr, src[o].astype(np.int64)
-
-    @property
-    def pred_ptr(self) -> np.ndarray:
-        """CSR pointer of the non-lane, non-launch predecessors (waits and cross-stream producers)."""
-        return self._extra_csr[0]
-
-    @property
-    def pred_idx(self) -> np.ndarray:
-        """Sources of the non-lane, non-launch in-edges, grouped by destination (see pred_ptr)."""
-        return self._extra_csr[1]
-
-    def edges(self) -> tuple[np.ndarray, np.ndarray]:
-        """All edges as (src, dst) arrays."""
-        return self.edge_src, self.edge_dst
+    def dependency_edges(self) -> np.ndarray:
+        """Per edge: True for the edges that are neither lane order nor a launch (waits,
+        cross-stream waits, hand-overs, registered kinds): what a task waits for beyond its
+        own thread or stream and its launch."""
+        return ~rule_arrays().lane[self.edge_kind] & (self.edge_kind != EdgeKind.LAUNCH)
 
     def with_edges(self, src, dst, kind, origin) -> "TaskGraph":
         """A copy of the graph with its edge list replaced (derived views recomputed)."""
@@ -295,3 +228,20 @@ def concat_edges(parts: list[tuple[np.ndarray, np.ndarray, int, int]]) -> tuple[
     kind = np.concatenate([np.full(len(p[0]), p[2], np.uint8) for p in parts])
     origin = np.concatenate([np.full(len(p[0]), p[3], np.uint8) for p in parts])
     return src, dst, kind, origin
+
+
+def dedupe_edges(src, dst, kind, origin):
+    """Drop self-loops and edges that repeat the constraint of another edge (same source,
+    destination, phase, anchor and offset), keeping the preferred kind; the order of the kept
+    edges is kept."""
+    ra = rule_arrays()
+    keep = src != dst
+    src, dst, kind, origin = src[keep], dst[keep], kind[keep], origin[keep]
+    if not len(src):
+        return src, dst, kind, origin
+    rule_key = (ra.phase[kind].astype(np.int64) * 2 + ra.anchor_end[kind]) * 4 + ra.offset[kind]
+    o = np.lexsort((ra.prefer[kind], rule_key, src, dst))
+    first = np.ones(len(o), bool)
+    first[1:] = (dst[o[1:]] != dst[o[:-1]]) | (src[o[1:]] != src[o[:-1]]) | (rule_key[o[1:]] != rule_key[o[:-1]])
+    o = np.sort(o[first])
+    return src[o], dst[o], kind[o], origin[o]

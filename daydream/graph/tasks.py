@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..events import EventTable, Kind
-from ..links import gpu_pids, launch_rows
+from ..links import launch_rows, pids_of
 from ._arrays import count, segmented_cummax, small_ints, unique_rows
 from .model import NODE_CPU
 
@@ -68,10 +68,11 @@ def gpu_task_rows(table: EventTable) -> np.ndarray:
     return np.nonzero((k == Kind.KERNEL) | (k == Kind.MEMCPY) | (k == Kind.MEMSET))[0]
 
 
-def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, counts: dict[str, int]) -> np.ndarray:
+def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, only: int, counts: dict[str, int]) -> np.ndarray:
     """Stage 3: the CPU node that launched each GPU task (-1 none), by (pid, correlation id)
-    (:func:`daydream.links.launch_rows`); a nested launch call links to its enclosing call."""
-    lrow, dup = launch_rows(table, cpu.rt_rows, gpu_rows)
+    (:func:`daydream.links.launch_rows`; ``only``: the only API-calling process, or -1); a
+    nested launch call links to its enclosing call."""
+    lrow, dup = launch_rows(table, cpu.rt_rows, gpu_rows, only)
     node_of_rt_row = np.full(len(table), -1, np.int64)
     node_of_rt_row[cpu.rt_rows] = cpu.rt_node
     out = np.where(lrow >= 0, node_of_rt_row[np.maximum(lrow, 0)], -1)
@@ -192,13 +193,13 @@ class Nodes:
     n_cpu: int
 
 
-def node_arrays(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, g_launch: np.ndarray) -> Nodes:
+def node_arrays(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, g_launch: np.ndarray, only: int) -> Nodes:
     """The node arrays (CPU nodes, then GPU nodes) of the tasks found by stages 1-3."""
     n_cpu, n_gpu = len(cpu.cpu_rows), len(gpu_rows)
     row = np.concatenate([cpu.cpu_rows, gpu_rows]).astype(np.int64)
     kind = np.concatenate([np.zeros(n_cpu, np.uint8), table.kind[gpu_rows].astype(np.uint8)])
     launch = np.concatenate([np.full(n_cpu, -1, np.int64), g_launch])
-    pid = np.concatenate([table.pid[cpu.cpu_rows].astype(np.int64), gpu_pids(table, gpu_rows, cpu.rt_rows)])
+    pid = np.concatenate([table.pid[cpu.cpu_rows].astype(np.int64), pids_of(table, gpu_rows, only)])
     tid = np.concatenate([table.tid[cpu.cpu_rows].astype(np.int64), np.full(n_gpu, -1, np.int64)])
     device = np.concatenate([np.full(n_cpu, -1, np.int64), table.device[gpu_rows].astype(np.int64)])
     stream = np.concatenate([np.full(n_cpu, -1, np.int64), table.stream[gpu_rows].astype(np.int64)])

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..cuda_api import ApiRole, roles_of_names
 from ..events import CopyKind, EventTable, Kind, MemKind
+from ..links import pids_of
 from ._arrays import corr_key, count, lookup_sorted, search_pairs, segmented_ffill_exclusive
 from .tasks import Lanes, Nodes
 
@@ -44,12 +45,11 @@ def api_roles(table: EventTable, cpu_rows: np.ndarray) -> np.ndarray:
     return roles_by_name[c_name] if len(cpu_rows) else np.zeros(0, np.uint8)
 
 
-def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, rt_pids: np.ndarray) -> SyncInfo:
-    """The SYNC row of each CPU call by (pid, correlation id), and what it names."""
+def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only: int) -> SyncInfo:
+    """The SYNC row of each CPU call by (pid, correlation id), and what it names (``only``: the
+    only API-calling process, or -1, for sync rows without a process)."""
     sy_rows = np.nonzero(table.kind == Kind.SYNC)[0]
-    sy_pid = table.pid[sy_rows].astype(np.int64).copy()
-    if len(rt_pids) == 1:
-        sy_pid[sy_pid < 0] = rt_pids[0]
+    sy_pid = pids_of(table, sy_rows, only)
     sk = corr_key(sy_pid, table.correlation[sy_rows])
     so = np.argsort(sk, kind="stable")
     c_corr = table.correlation[cpu_rows]
@@ -84,15 +84,25 @@ class WaitIndex:
         ts = np.ones(len(self.cpu_lo), dtype=bool)
         ts[1:] = lanes.lane[self.cpu_lo[1:]] != lanes.lane[self.cpu_lo[:-1]]
         self.thread_start = ts
-        launched = np.full(n_cpu, -1, dtype=np.int64)
+        #: per CPU node: the GPU lane it launched to (-1 none)
+        self.launched_lane = np.full(n_cpu, -1, dtype=np.int64)
         gl = np.nonzero(nodes.launch >= 0)[0]
-        launched[nodes.launch[gl]] = lanes.lane[gl]
-        self.last_launch_lane_before = self.ffill_thread(launched)
+        self.launched_lane[nodes.launch[gl]] = lanes.lane[gl]
+        self.last_launch_lane_before = self.ffill_thread(self.launched_lane)
 
-    def ffill_thread(self, per_cpu: np.ndarray) -> np.ndarray:
-        """For each CPU node: the last value >= 0 of ``per_cpu`` at an earlier call of its thread."""
+    def ffill_thread(self, per_cpu: np.ndarray, backwards: bool = False) -> np.ndarray:
+        """For each CPU node: the last value >= 0 of ``per_cpu`` at an earlier call of its thread
+        (``backwards``: the first one at a later call)."""
         out = np.full(len(per_cpu), -1, dtype=np.int64)
-        out[self.cpu_lo] = segmented_ffill_exclusive(per_cpu[self.cpu_lo], self.thread_start)
+        if not len(self.cpu_lo):
+            return out
+        if not backwards:
+            out[self.cpu_lo] = segmented_ffill_exclusive(per_cpu[self.cpu_lo], self.thread_start)
+            return out
+        thread_end = np.ones(len(self.cpu_lo), dtype=bool)
+        thread_end[:-1] = self.thread_start[1:]
+        lo = self.cpu_lo[::-1]
+        out[lo] = segmented_ffill_exclusive(per_cpu[lo], thread_end[::-1])
         return out
 
     def find_lane(self, pid: np.ndarray, dev: np.ndarray, stream: np.ndarray) -> np.ndarray:
@@ -212,15 +222,19 @@ def blocking_copy_waits(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, r
     return g_nodes[b], g_l[b]
 
 
+def linked_waits(si: SyncInfo) -> np.ndarray:
+    """Per CPU node: its sync record names the stream and the ``cudaEventRecord`` it waits for."""
+    return si.has_record & (si.link_corr >= 0) & (si.stream >= 0)
+
+
 def cross_stream_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, counts) -> tuple[np.ndarray, np.ndarray]:
     """``cudaEventRecord(e, s1)`` then ``cudaStreamWaitEvent(s2, e)``: the last task on ``s1``
     launched before the record precedes the first task on ``s2`` launched after the wait."""
     m = role == ApiRole.STREAM_WAIT_EVENT
     if not m.any():
         return _NONE, _NONE
-    have = m & si.has_record & (si.link_corr >= 0) & (si.stream >= 0)
-    count(counts, "cudaStreamWaitEvent without a sync record naming its event (no cross-stream edge)", (m & ~have).sum())
-    idx = np.nonzero(have)[0]
+    # the waits without an event link are left to the inference stage (graph/inferred.py)
+    idx = np.nonzero(m & linked_waits(si))[0]
     rc = rec.find(ix.c_pid[idx], si.link_corr[idx])
     prod_lane = ix.find_lane(ix.c_pid[idx], si.device[idx], si.link_stream[idx])
     cons_lane = ix.find_lane(ix.c_pid[idx], si.device[idx], si.stream[idx])

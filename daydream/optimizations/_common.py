@@ -43,7 +43,7 @@ def has_dependents(graph: TaskGraph) -> np.ndarray:
     """Nodes that are an extra predecessor of some node (a blocking call waits for them, or a
     task of another stream waits for them)."""
     m = np.zeros(graph.n, dtype=bool)
-    m[graph.pred_idx] = True
+    m[graph.edge_src[graph.dependency_edges]] = True
     return m
 
 
@@ -91,24 +91,20 @@ def cpu_nodes_in_ranges(graph: TaskGraph, ranges, *, same_thread: bool) -> np.nd
 
 def mapped_phase(graph: TaskGraph, phase: str) -> np.ndarray | None:
     """Mask of nodes mapped to ``phase``, or None when the graph carries no mapping."""
-    ann = graph.annotations
-    if not ann or "phase" not in ann:
+    if graph.mapping is None:
         return None
-    return np.asarray(ann["phase"]) == PHASES.index(phase)
+    return graph.mapping.phase == PHASES.index(phase)
 
 
 def mapped_labels_match(graph: TaskGraph, key: str, pattern: str) -> np.ndarray:
-    """Mask of nodes whose annotation label ``key`` ("layer_id" or "op_id") matches ``pattern``."""
-    ann = graph.annotations
+    """Mask of nodes whose mapped label ``key`` ("layer_id" or "op_id") matches ``pattern``."""
     out = np.zeros(graph.n, dtype=bool)
-    if not ann or key not in ann:
-        return out
-    labels = list(ann.get("labels", []))
-    if not labels:
+    mp = graph.mapping
+    if mp is None or not mp.labels:
         return out
     rx = re.compile(pattern)
-    hit = np.fromiter((rx.search(s) is not None for s in labels), dtype=bool, count=len(labels))
-    ids = np.asarray(ann[key])
+    hit = np.fromiter((rx.search(s) is not None for s in mp.labels), dtype=bool, count=len(mp.labels))
+    ids = np.asarray(getattr(mp, key))
     ok = ids >= 0
     out[ok] = hit[ids[ok]]
     return out

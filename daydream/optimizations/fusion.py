@@ -63,15 +63,13 @@ def chains(graph, max_chain: int) -> np.ndarray:
     ok &= memb[p0]
     ok &= ~has_dependents(graph)[p0]  # nothing waits for the intermediate result
     # the second kernel has no cross-stream producer of its own
-    ok &= np.diff(graph.pred_ptr) == 0
+    ok &= np.bincount(graph.edge_dst[graph.dependency_edges], minlength=n) == 0
     la, lp = graph.launch, graph.launch[p0]
     ok &= (lp >= 0) & (graph.lane[np.maximum(la, 0)] == graph.lane[np.maximum(lp, 0)])
     adjacent = graph.lane_prev[np.maximum(la, 0)] == lp  # launch calls adjacent on the thread
-    ann = graph.annotations
-    if ann and "layer_id" in ann:
-        layer = np.asarray(ann["layer_id"]).astype(np.int64)
-        op = np.asarray(ann["op_id"]).astype(np.int64) if "op_id" in ann else np.full(n, -1, np.int64)
-        phase = np.asarray(ann["phase"]).astype(np.int64) if "phase" in ann else np.zeros(n, np.int64)
+    mp = graph.mapping
+    if mp is not None:
+        layer, op, phase = mp.layer_id.astype(np.int64), mp.op_id.astype(np.int64), mp.phase.astype(np.int64)
         key = np.where(layer >= 0, layer, np.where(op >= 0, (1 << 40) + op, -1))
         both = (key >= 0) & (key[p0] >= 0)
         neither = (key < 0) & (key[p0] < 0)
