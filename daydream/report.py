@@ -122,8 +122,6 @@ class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
 TRUST_FAIR_PCT = 1.0
 TRUST_UNRELIABLE_PCT = 5.0
 
-#: graph.counts reasons that say the trace is incomplete (a link it could not make) contain one of these
-INCOMPLETE_MARKS = ("without", "could not", "not found", "unlinked", "outside")
 
 
 class Trust(msgspec.Struct, forbid_unknown_fields=True):
@@ -351,7 +349,8 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
     p50, p99 = (float(np.percentile(d_us, 50)), float(np.percentile(d_us, 99))) if len(d_us) else (0.0, 0.0)
     inferred = {k: v["inferred"] for k, v in sorted(graph.edge_counts().items()) if v.get("inferred")}
-    incomplete = {k: v for k, v in sorted(graph.counts.items()) if v and any(m in k for m in INCOMPLETE_MARKS)}
+    missing = getattr(graph.counts, "missing", ())
+    incomplete = {k: v for k, v in sorted(graph.counts.items()) if v and k in missing}
     return Trust(verdict, reason, step_err + 0.0, len(steps), win_err + 0.0, round(p50, 3), round(p99, 3), int(np.count_nonzero(gpu)),
                  inferred, incomplete)
 

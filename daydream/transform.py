@@ -230,20 +230,16 @@ def _take_nodes(graph: TaskGraph, idx: np.ndarray) -> TaskGraph:
 
 # ------------------------------------------------------------------------------- insert ------
 def _append_node(graph: TaskGraph, *, like: int, code: int, lane: int, dur_ns: int, gap_ns: int, name: str) -> TaskGraph:
-    """``graph`` with one more node (id ``graph.n``) on ``lane``, identity copied from ``like``."""
-    kw = {}
-    for f in ("pid", "tid", "device", "stream", "copy_kind", "rec_start_ns", "rec_end_ns", "position_ns"):
-        kw[f] = np.append(getattr(graph, f), getattr(graph, f)[like])
-    kw["rec_start_ns"][-1] = graph.rec_end_ns[like]
-    kw.update(row=np.append(graph.row, -1), node_kind=np.append(graph.node_kind, np.uint8(code)),
-              lane=np.append(graph.lane, lane), name_id=np.append(graph.name_id, len(graph.names)),
-              names=[*graph.names, name], correlation=np.append(graph.correlation, -1),
-              dur_ns=np.append(graph.dur_ns, int(dur_ns)), gap_ns=np.append(graph.gap_ns, int(gap_ns) if code == NODE_CPU else 0))
-    if graph.mapping is not None:
-        kw["mapping"] = graph.mapping.take(np.append(np.arange(graph.n), like))
-    if graph.priority is not None:
-        kw["priority"] = np.append(graph.priority, graph.priority[like])
-    return dataclasses.replace(graph, **kw)
+    """``graph`` with one more node (id ``graph.n``) on ``lane``: a copy of ``like`` (identity,
+    mapping, priority, position) with its own kind, name, duration and gap, no table row and no
+    correlation id, recorded as an instant at ``like``'s end."""
+    g = _take_nodes(graph, np.append(np.arange(graph.n), like))
+    v = graph.n
+    g.row[v], g.node_kind[v], g.lane[v], g.correlation[v] = -1, code, lane, -1
+    g.name_id[v] = len(graph.names)
+    g.dur_ns[v], g.gap_ns[v] = int(dur_ns), int(gap_ns) if code == NODE_CPU else 0
+    g.rec_start_ns[v] = graph.rec_end_ns[like]
+    return dataclasses.replace(g, names=[*graph.names, name])
 
 
 def add_edges(graph: TaskGraph, src, dst, kind: int, origin: int = Origin.INSERTED) -> TaskGraph:

@@ -5,11 +5,24 @@ from __future__ import annotations
 import numpy as np
 
 
-def count(counts: dict[str, int], key: str, n) -> None:
-    """Add ``n`` to ``counts[key]`` (nothing when 0)."""
+class Counts(dict):
+    """What the builder kept as artefacts or could not link, by reason (``reason -> count``);
+    ``missing`` holds the reasons that are links the trace lacks (a GPU task without its launch,
+    a wait without its event), which the report's trust signal lists."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.missing: set[str] = set()
+
+
+def count(counts: dict[str, int], key: str, n, missing: bool = False) -> None:
+    """Add ``n`` to ``counts[key]`` (nothing when 0); ``missing``: the reason is a link the trace
+    lacks (recorded in ``counts.missing`` when ``counts`` is a :class:`Counts`)."""
     n = int(n)
     if n:
         counts[key] = counts.get(key, 0) + n
+        if missing and isinstance(counts, Counts):
+            counts.missing.add(key)
 
 
 def corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..events import EventTable, Kind
 from ..links import only_process
-from ._arrays import count
+from ._arrays import Counts, count
 from .edges import EdgeKind, Origin
 from .inferred import infer_unlinked_waits
 from .handover import handover_edges, own_gaps
@@ -71,7 +71,7 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     whose waited work ends after they return, waits that cannot be linked) are kept and counted
     in ``TaskGraph.counts``.
     """
-    counts: dict[str, int] = {}
+    counts = Counts()
     t0 = int(table.start_ns.min()) if len(table) else 0
     cpu = cpu_tasks(table, counts)
     gpu_rows = gpu_task_rows(table)

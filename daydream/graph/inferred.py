@@ -142,7 +142,7 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
     cons = _consumers(ix, si, w) if len(w) else _NONE
     tied = cons >= 0
     if not tied.any():
-        count(counts, UNLINKED, len(w))
+        count(counts, UNLINKED, len(w), missing=True)
         return _NONE, _NONE
     c, w_pos, w_corr = _latest_wait(cons[tied], w[tied], ix)
     tol = tolerance_ns(G)
@@ -152,6 +152,6 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
     ci, pr = _candidates(ix, lanes, position, c, w_pos, w_corr, c_start, rec_end, G, tol)
     ci, pr = _choose(ci, pr, c_start, rec_end, G, counts)
     n = len(ci)
-    count(counts, UNLINKED, len(w) - n)  # one wait per inferred edge is no longer without an edge
+    count(counts, UNLINKED, len(w) - n, missing=True)  # one wait per inferred edge is no longer without an edge
     count(counts, INFERRED, n)
     return pr.astype(np.int64), c[ci].astype(np.int64)

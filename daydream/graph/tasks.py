@@ -77,7 +77,7 @@ def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, only: 
     node_of_rt_row[cpu.rt_rows] = cpu.rt_node
     out = np.where(lrow >= 0, node_of_rt_row[np.maximum(lrow, 0)], -1)
     count(counts, "runtime calls sharing a correlation id with an earlier call of their process", (dup & ~cpu.nested).sum())
-    count(counts, "GPU task without a launching call in the trace (ready at trace start)", (out < 0).sum())
+    count(counts, "GPU task without a launching call in the trace (ready at trace start)", (out < 0).sum(), missing=True)
     return out
 
 

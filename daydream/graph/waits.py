@@ -149,7 +149,7 @@ def stream_sync_waits(ix: WaitIndex, role, si: SyncInfo, counts) -> tuple[np.nda
     ln = ix.find_lane(ix.c_pid[m], si.device[m], st)
     fb = st < 0
     ln[fb] = ix.last_launch_lane_before[m][fb]
-    count(counts, "stream synchronize without a sync record (waits on the thread's last launch stream)", fb.sum())
+    count(counts, "stream synchronize without a sync record (waits on the thread's last launch stream)", fb.sum(), missing=True)
     return ix.last_before(ln, ix.c_start[m], ix.c_corr[m]), m
 
 
@@ -194,7 +194,7 @@ def event_sync_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, counts
     rc = rec.find(ix.c_pid[m], si.link_corr[m])
     no_link = rc < 0
     rc[no_link] = rec.last_before[m][no_link]
-    count(counts, "event synchronize without a record link (binds to the thread's last cudaEventRecord)", no_link.sum())
+    count(counts, "event synchronize without a record link (binds to the thread's last cudaEventRecord)", no_link.sum(), missing=True)
     stream_q = si.link_stream[m]
     ln = ix.find_lane(ix.c_pid[m], si.device[m], stream_q)
     need = (stream_q < 0) & (rc >= 0)  # stream unknown: the one the recording thread launched to last
@@ -203,7 +203,7 @@ def event_sync_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, counts
     tq = np.where(rc >= 0, ix.c_start[r0], np.iinfo(np.int64).min)
     cq = np.where(rc >= 0, ix.c_corr[r0], -1)
     w = np.where(rc >= 0, ix.last_before(ln, tq, cq), -1)
-    count(counts, "event synchronize whose event could not be found (not a dependency)", (w < 0).sum())
+    count(counts, "event synchronize whose event could not be found (not a dependency)", (w < 0).sum(), missing=True)
     return w, m
 
 
