@@ -99,16 +99,18 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     v = np.arange(len(row), dtype=np.int64)
     lp = lanes.lane_prev >= 0
     R = Origin.RECORDED
-    src, dst, ek, eo = concat_edges([
+    order_edges = concat_edges([  # one per task at most, unique by construction
         (lanes.lane_prev[lp & ~is_gpu], v[lp & ~is_gpu], EdgeKind.THREAD, R),
         (lanes.lane_prev[lp & is_gpu], v[lp & is_gpu], EdgeKind.STREAM, R),
         (launch[has_launch], v[has_launch], EdgeKind.LAUNCH, R),
+    ])
+    dep_edges = dedupe_edges(*concat_edges([
         (ws, wd, EdgeKind.WAIT, R),
         (xs, xd, EdgeKind.XSTREAM, R),
         (hs, hd, EdgeKind.HANDOVER, Origin.INFERRED),
         (ys, yd, EdgeKind.XSTREAM, Origin.INFERRED),
-    ])
-    src, dst, ek, eo = dedupe_edges(src, dst, ek, eo)
+    ]))
+    src, dst, ek, eo = (np.concatenate([a, b]) for a, b in zip(order_edges, dep_edges))
     # tied or inconsistent timestamps (odd input) can put a task before what it waits for
     order, keep = repair_order(lanes.order, src, dst, ek, counts)
     nm = mapping.for_nodes(row) if mapping is not None else None

@@ -49,7 +49,6 @@ ENGINE_OP = re.compile(r"^autograd::engine::evaluate_function|^torch::autograd::
 #: merely happened to be idle.
 RESUME_TOLERANCE_NS = 1_000_000
 
-_ACTIVITY = (Kind.CPU_OP, Kind.RANGE, Kind.RUNTIME, Kind.MARKER)
 
 
 def _inside(starts, ends, lo, hi) -> np.ndarray:
@@ -62,21 +61,41 @@ def _inside(starts, ends, lo, hi) -> np.ndarray:
     return (k >= 0) & (ends <= hi[np.maximum(k, 0)])
 
 
+def _by_thread(rows: np.ndarray, table: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` sorted by (pid, tid, start), and their packed (pid, tid) keys in that order."""
+    key = _key(table.pid[rows], table.tid[rows])
+    o = np.lexsort((table.start_ns[rows], key))
+    return rows[o], key[o]
+
+
+def _key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """One int64 per (pid, tid) (a lookup key, not an order)."""
+    return (pid.astype(np.int64) << np.int64(32)) ^ (tid.astype(np.int64) & np.int64(0xFFFFFFFF))
+
+
 def _threads(table: EventTable, pid, tid, rec_start, rec_end, n_cpu: int) -> dict:
     """Per CPU thread (pid, tid): its calls by start, whether each is in an engine op, its row starts."""
-    names = np.asarray(table.names, dtype=object)
-    is_eng_name = np.array([bool(ENGINE_OP.search(s)) for s in names], bool) if len(names) else np.zeros(0, bool)
-    eng_rows = np.nonzero((table.kind == Kind.CPU_OP) & is_eng_name[table.name_id])[0]
-    act_rows = np.nonzero(np.isin(table.kind, _ACTIVITY))[0]
+    names = table.names
+    is_eng_name = np.fromiter((ENGINE_OP.search(s) is not None for s in names), bool, len(names))
+    eng_rows = np.nonzero((table.kind == Kind.CPU_OP) & is_eng_name[table.name_id])[0] if len(names) else np.zeros(0, np.int64)
+    if not len(eng_rows):  # no autograd engine ops: no hand-over window can qualify
+        return {}
+    k = table.kind
+    act_rows = np.nonzero((k == Kind.CPU_OP) | (k == Kind.RANGE) | (k == Kind.RUNTIME) | (k == Kind.MARKER))[0]
+    eng_rows, eng_key = _by_thread(eng_rows, table)
+    act_rows, act_key = _by_thread(act_rows, table)
     cpu = np.arange(n_cpu, dtype=np.int64)
-    o = np.lexsort((cpu, rec_start[:n_cpu], tid[:n_cpu], pid[:n_cpu]))
+    nk = _key(pid[:n_cpu], tid[:n_cpu])
+    o = np.lexsort((cpu, rec_start[:n_cpu], nk))
+    node_key = nk[o]
     out = {}
-    for key in sorted(set(zip(pid[:n_cpu].tolist(), tid[:n_cpu].tolist()))):
-        nodes = o[(pid[o] == key[0]) & (tid[o] == key[1])]
-        er = eng_rows[(table.pid[eng_rows] == key[0]) & (table.tid[eng_rows] == key[1])]
-        ar = act_rows[(table.pid[act_rows] == key[0]) & (table.tid[act_rows] == key[1])]
+    for p_, t_ in sorted(set(zip(pid[:n_cpu].tolist(), tid[:n_cpu].tolist()))):  # threads are few
+        key = int(_key(np.array([p_]), np.array([t_]))[0])
+        nodes = o[np.searchsorted(node_key, key, "left") : np.searchsorted(node_key, key, "right")]
+        er = eng_rows[np.searchsorted(eng_key, key, "left") : np.searchsorted(eng_key, key, "right")]
+        ar = act_rows[np.searchsorted(act_key, key, "left") : np.searchsorted(act_key, key, "right")]
         eng = _inside(rec_start[nodes], rec_end[nodes], table.start_ns[er], table.end_ns[er])
-        out[key] = (nodes, eng, np.sort(table.start_ns[ar]))
+        out[(p_, t_)] = (nodes, eng, table.start_ns[ar])
     return out
 
 
