@@ -44,8 +44,8 @@ import json
 import os
 import random
 import statistics
-from dataclasses import dataclass
-from typing import Any, Callable, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Union
 
 from ..cuda_api import ApiRole, api_role
 
@@ -82,7 +82,60 @@ class HostWork:
 
 
 @dataclass(frozen=True)
-class Launch:
+class _Call:
+    """Base of the ops that are CUDA runtime calls.
+
+    A non-blocking call lasts ``call_dur_ns`` on the CPU. A blocking one (:attr:`blocking`) first
+    waits for GPU work, then spends its own cost ``call_own_ns``. ``API`` is the (name, CUPTI cbid)
+    written to the trace.
+    """
+
+    API: ClassVar[tuple[str, int]] = ("", 0)
+
+    @property
+    def blocking(self) -> bool:
+        """Whether the call waits for GPU work before spending :meth:`cpu_cost`."""
+        return False
+
+    def cpu_cost(self) -> int:
+        """``call_dur_ns`` of a non-blocking call, ``call_own_ns`` of a blocking one."""
+        return self.call_own_ns if self.blocking else self.call_dur_ns
+
+    def api(self) -> tuple[str, int]:
+        return self.API
+
+
+@dataclass(frozen=True)
+class _Blocking(_Call):
+    """A call that always waits for GPU work (attribute ``call_own_ns``: own CPU cost, ns)."""
+
+    @property
+    def blocking(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class _DeviceCall(_Call):
+    """A call about one GPU (``device``: its index; keyword-only, default 0)."""
+
+    device: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
+class _GpuWork(_DeviceCall):
+    """A call that enqueues one GPU task on ``stream`` of ``device``."""
+
+    def gpu_dur(self) -> int:
+        """The task's execution time on the GPU, ns."""
+        raise NotImplementedError
+
+    def task_name(self) -> tuple[str, str]:
+        """(task kind, name as written in the trace)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Launch(_GpuWork):
     """``cudaLaunchKernel``: enqueue a kernel on ``stream``; the CPU does not wait.
 
     Attributes:
@@ -90,18 +143,44 @@ class Launch:
         kernel_name: kernel name as written in the trace.
         kernel_dur_ns: kernel execution time on the GPU, ns.
         call_dur_ns: duration of the API call on the CPU, ns.
-        device: GPU device index.
+        device: GPU device index (keyword).
     """
 
+    API: ClassVar[tuple[str, int]] = ("cudaLaunchKernel", 211)
     stream: int
     kernel_name: str
     kernel_dur_ns: int
     call_dur_ns: int
-    device: int = 0
+
+    def gpu_dur(self) -> int:
+        return self.kernel_dur_ns
+
+    def task_name(self) -> tuple[str, str]:
+        return "kernel", self.kernel_name
 
 
 @dataclass(frozen=True)
-class MemcpyAsync:
+class _Copy(_GpuWork):
+    """A copy of ``bytes`` bytes of ``kind`` (``"HtoD"``, ``"DtoH"``, ``"DtoD"``) on ``stream``,
+    taking ``copy_dur_ns`` on the GPU; ``host_memory`` (``"pinned"``/``"pageable"``) is the host
+    side of an HtoD/DtoH copy."""
+
+    stream: int
+    kind: str
+    bytes: int
+    copy_dur_ns: int
+
+    def gpu_dur(self) -> int:
+        return self.copy_dur_ns
+
+    def task_name(self) -> tuple[str, str]:
+        host = "Pinned" if self.host_memory == "pinned" else "Pageable"
+        src, dst = {"HtoD": (host, "Device"), "DtoH": ("Device", host), "DtoD": ("Device", "Device")}[self.kind]
+        return "memcpy", f"Memcpy {self.kind} ({src} -> {dst})"
+
+
+@dataclass(frozen=True)
+class MemcpyAsync(_Copy):
     """``cudaMemcpyAsync``: enqueue a copy on ``stream``.
 
     Blocking (as in CUDA) when it copies device to *pageable* host memory: the call then returns
@@ -109,31 +188,26 @@ class MemcpyAsync:
     is the call's own cost. Otherwise non-blocking: the call lasts ``call_dur_ns``.
 
     Attributes:
-        stream: stream id the copy runs on.
-        kind: ``"HtoD"``, ``"DtoH"`` or ``"DtoD"``.
-        bytes: bytes copied.
-        copy_dur_ns: copy time on the GPU, ns.
+        stream, kind, bytes, copy_dur_ns: the copy (see ``_Copy``).
         call_dur_ns: CPU duration of the call (own cost when blocking), ns.
-        host_memory: ``"pinned"`` or ``"pageable"``: the host side of an HtoD/DtoH copy
-            (ignored for DtoD).
-        device: GPU device index.
+        host_memory: ``"pinned"`` or ``"pageable"`` (ignored for DtoD).
+        device: GPU device index (keyword).
     """
 
-    stream: int
-    kind: str
-    bytes: int
-    copy_dur_ns: int
+    API: ClassVar[tuple[str, int]] = ("cudaMemcpyAsync", 41)
     call_dur_ns: int
     host_memory: str = "pinned"
-    device: int = 0
 
     @property
     def blocking(self) -> bool:
         return self.kind == "DtoH" and self.host_memory == "pageable"
 
+    def cpu_cost(self) -> int:
+        return self.call_dur_ns
+
 
 @dataclass(frozen=True)
-class Memcpy:
+class Memcpy(_Blocking, _Copy):
     """``cudaMemcpy``: a copy on ``stream`` that the CPU waits for (always blocking).
 
     The call ends at ``max(start, copy.end) + call_own_ns``.
@@ -141,17 +215,13 @@ class Memcpy:
     Attributes: as :class:`MemcpyAsync`, with ``call_own_ns`` the call's own CPU cost, ns.
     """
 
-    stream: int
-    kind: str
-    bytes: int
-    copy_dur_ns: int
+    API: ClassVar[tuple[str, int]] = ("cudaMemcpy", 31)
     call_own_ns: int
     host_memory: str = "pageable"
-    device: int = 0
 
 
 @dataclass(frozen=True)
-class MemsetAsync:
+class MemsetAsync(_GpuWork):
     """``cudaMemsetAsync``: enqueue a memset on ``stream``; non-blocking.
 
     Attributes:
@@ -159,64 +229,70 @@ class MemsetAsync:
         bytes: bytes set.
         set_dur_ns: memset time on the GPU, ns.
         call_dur_ns: CPU duration of the call, ns.
-        device: GPU device index.
+        device: GPU device index (keyword).
     """
 
+    API: ClassVar[tuple[str, int]] = ("cudaMemsetAsync", 51)
     stream: int
     bytes: int
     set_dur_ns: int
     call_dur_ns: int
-    device: int = 0
+
+    def gpu_dur(self) -> int:
+        return self.set_dur_ns
+
+    def task_name(self) -> tuple[str, str]:
+        return "memset", "Memset (Device)"
 
 
 @dataclass(frozen=True)
-class DeviceSync:
+class DeviceSync(_Blocking, _DeviceCall):
     """``cudaDeviceSynchronize``: waits, on every stream of ``device`` that the process has
     launched to so far, for the last task launched before the call.
 
     Attributes:
         call_own_ns: the call's own CPU cost, ns (added after the wait).
-        device: GPU device index.
+        device: GPU device index (keyword).
     """
 
+    API: ClassVar[tuple[str, int]] = ("cudaDeviceSynchronize", 165)
     call_own_ns: int
-    device: int = 0
 
 
 @dataclass(frozen=True)
-class StreamSync:
+class StreamSync(_Blocking, _DeviceCall):
     """``cudaStreamSynchronize``: waits for the last task on ``stream`` launched before the call.
 
     Attributes:
         stream: stream id.
         call_own_ns: own CPU cost, ns.
-        device: GPU device index.
+        device: GPU device index (keyword).
     """
 
+    API: ClassVar[tuple[str, int]] = ("cudaStreamSynchronize", 131)
     stream: int
     call_own_ns: int
-    device: int = 0
 
 
 @dataclass(frozen=True)
-class EventRecord:
+class EventRecord(_DeviceCall):
     """``cudaEventRecord(event, stream)``: marks the position of ``stream``; non-blocking.
 
     Attributes:
         event: any hashable event handle (events are per process).
         stream: stream id.
         call_dur_ns: CPU duration, ns.
-        device: GPU device index of the stream.
+        device: GPU device index of the stream (keyword).
     """
 
+    API: ClassVar[tuple[str, int]] = ("cudaEventRecord", 135)
     event: Any
     stream: int
     call_dur_ns: int
-    device: int = 0
 
 
 @dataclass(frozen=True)
-class EventSync:
+class EventSync(_Blocking):
     """``cudaEventSynchronize(event)``: waits for the last task on the event's stream launched
     before the latest record of ``event`` issued before this call. Returns at once
     (after ``call_own_ns``) when the event was never recorded or nothing preceded the record.
@@ -226,12 +302,13 @@ class EventSync:
         call_own_ns: own CPU cost, ns.
     """
 
+    API: ClassVar[tuple[str, int]] = ("cudaEventSynchronize", 137)
     event: Any
     call_own_ns: int
 
 
 @dataclass(frozen=True)
-class StreamWaitEvent:
+class StreamWaitEvent(_DeviceCall):
     """``cudaStreamWaitEvent(stream, event)``: GPU-side wait; the CPU does not block.
 
     The first task on ``stream`` launched after this call gets, as GPU predecessor, the last task
@@ -242,17 +319,17 @@ class StreamWaitEvent:
         stream: the waiting stream.
         event: event handle.
         call_dur_ns: CPU duration, ns.
-        device: GPU device index of the waiting stream.
+        device: GPU device index of the waiting stream (keyword).
     """
 
+    API: ClassVar[tuple[str, int]] = ("cudaStreamWaitEvent", 147)
     stream: int
     event: Any
     call_dur_ns: int
-    device: int = 0
 
 
 @dataclass(frozen=True)
-class OtherCall:
+class OtherCall(_Call):
     """Any other, non-blocking runtime call that does no GPU work (``cudaGetDevice``,
     ``cudaStreamIsCapturing``, ``cudaEventQuery``, ...).
 
@@ -265,6 +342,9 @@ class OtherCall:
     name: str
     call_dur_ns: int
     cbid: int = 0
+
+    def api(self) -> tuple[str, int]:
+        return self.name, self.cbid
 
 
 @dataclass(frozen=True)
@@ -312,40 +392,6 @@ class WaitHandover:
 
 Op = Union[HostWork, Launch, MemcpyAsync, Memcpy, MemsetAsync, DeviceSync, StreamSync, EventRecord,
            EventSync, StreamWaitEvent, OtherCall, RangeBegin, RangeEnd, Handover, WaitHandover]
-
-_CALL_TYPES = (Launch, MemcpyAsync, Memcpy, MemsetAsync, DeviceSync, StreamSync, EventRecord, EventSync,
-               StreamWaitEvent, OtherCall)
-_GPU_TYPES = (Launch, MemcpyAsync, Memcpy, MemsetAsync)
-
-#: (API name, CUPTI cbid) per call type; OtherCall carries its own.
-_API = {
-    Launch: ("cudaLaunchKernel", 211),
-    MemcpyAsync: ("cudaMemcpyAsync", 41),
-    Memcpy: ("cudaMemcpy", 31),
-    MemsetAsync: ("cudaMemsetAsync", 51),
-    DeviceSync: ("cudaDeviceSynchronize", 165),
-    StreamSync: ("cudaStreamSynchronize", 131),
-    EventRecord: ("cudaEventRecord", 135),
-    EventSync: ("cudaEventSynchronize", 137),
-    StreamWaitEvent: ("cudaStreamWaitEvent", 147),
-}
-
-
-def _is_blocking(op: Op) -> bool:
-    return isinstance(op, (Memcpy, DeviceSync, StreamSync, EventSync)) or (isinstance(op, MemcpyAsync) and op.blocking)
-
-
-def _cpu_cost(op: Op) -> int:
-    """call_dur_ns of a non-blocking call, call_own_ns (or call_dur_ns) of a blocking one."""
-    return op.call_own_ns if hasattr(op, "call_own_ns") else op.call_dur_ns
-
-
-def _gpu_dur(op: Op) -> int:
-    if isinstance(op, Launch):
-        return op.kernel_dur_ns
-    if isinstance(op, MemsetAsync):
-        return op.set_dur_ns
-    return op.copy_dur_ns
 
 
 # ------------------------------------------------------------------------------------------------
@@ -438,7 +484,7 @@ class Program:
                     seen.add(("handover", op.token))
                 if isinstance(op, (Handover, WaitHandover)):
                     continue
-                if not isinstance(op, (HostWork,) + _CALL_TYPES):
+                if not isinstance(op, (HostWork, _Call)):
                     raise ValueError(f"{where}: unknown op")
                 for f in dataclasses.fields(op):
                     v = getattr(op, f.name)
@@ -610,14 +656,162 @@ class Run:
 # ------------------------------------------------------------------------------------------------
 
 
-def _task_name(op: Op) -> tuple[str, str]:
-    if isinstance(op, Launch):
-        return "kernel", op.kernel_name
-    if isinstance(op, MemsetAsync):
-        return "memset", "Memset (Device)"
-    host = "Pinned" if op.host_memory == "pinned" else "Pageable"
-    src, dst = {"HtoD": (host, "Device"), "DtoH": ("Device", host), "DtoD": ("Device", "Device")}[op.kind]
-    return "memcpy", f"Memcpy {op.kind} ({src} -> {dst})"
+class _Emulator:
+    """The state of one :func:`emulate` run: thread clocks, open ranges, lanes, events, the heap
+    of next calls keyed by ``(start, thread, op)``."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.threads = program.threads
+        n = len(self.threads)
+        self.calls: list[CallRecord] = []
+        self.tasks: list[TaskRecord] = []
+        self.ranges: list[dict] = []  # mutable until closed
+        self.cursor = [program.t0_ns] * n  # each thread's clock: last call end + host work since
+        self.next_op = [0] * n
+        self.open_ranges: list[list[int]] = [[] for _ in range(n)]  # indices into ranges
+        self.corr_counter: dict[int, int] = {}  # per pid
+        self.ext_counter: dict[int, int] = {}
+        self.py_counter: dict[int, int] = {}
+        self.lane_last: dict[tuple[int, int], int] = {}  # (device, stream) -> last task launched
+        self.pending_waits: dict[tuple[int, int], list[int]] = {}  # lane -> producer tasks for its next task
+        self.used_lanes: dict[int, dict[tuple[int, int], None]] = {}  # pid -> lanes launched to (ordered set)
+        self.records: dict[tuple[int, Any], tuple[int, int | None]] = {}  # (pid, event) -> (record call, producer)
+        self.heap: list[tuple[int, int, int]] = []
+        self.last_end = [program.t0_ns] * n  # end of each thread's previous call (hand-over anchor)
+        self.base = [program.t0_ns] * n  # max(last_end, releases waited for since): the gap counts from here
+        self.released: dict[Any, int] = {}  # hand-over token -> release time
+        self.parked: dict[Any, list[int]] = {}  # token -> threads waiting for it
+
+    def run(self) -> Run:
+        for i in range(len(self.threads)):
+            self.advance(i)
+        while self.heap:
+            self.execute(*heapq.heappop(self.heap))
+        if self.parked:
+            raise ValueError(f"hand-over never released (deadlock): tokens {sorted(map(repr, self.parked))}")
+        return Run(program=self.program, calls=tuple(self.calls), tasks=tuple(self.tasks),
+                   ranges=tuple(RangeRecord(**r) for r in self.ranges))
+
+    def innermost_external_id(self, i: int) -> int | None:
+        for r in reversed(self.open_ranges[i]):
+            if self.ranges[r]["external_id"] is not None:
+                return self.ranges[r]["external_id"]
+        return None
+
+    def advance(self, i: int) -> None:
+        """Run thread i's non-call ops up to its next call and schedule that call."""
+        ops = self.threads[i].ops
+        k = self.next_op[i]
+        while k < len(ops) and not isinstance(ops[k], _Call):
+            op = ops[k]
+            if isinstance(op, HostWork):
+                self.cursor[i] += op.dur_ns
+            elif isinstance(op, RangeBegin):
+                self.open_range(i, op)
+            elif isinstance(op, Handover):
+                self.released[op.token] = self.last_end[i]
+                for w in self.parked.pop(op.token, ()):
+                    self.advance(w)
+            elif isinstance(op, WaitHandover):
+                if op.token not in self.released:
+                    self.next_op[i] = k
+                    self.parked.setdefault(op.token, []).append(i)
+                    return
+                rel = self.released[op.token]
+                self.cursor[i] += max(0, rel - self.base[i])  # wait, then the host work
+                self.base[i] = max(self.base[i], rel)
+            else:  # RangeEnd
+                self.ranges[self.open_ranges[i].pop()]["end_ns"] = self.cursor[i]
+            k += 1
+        self.next_op[i] = k
+        if k < len(ops):
+            heapq.heappush(self.heap, (self.cursor[i], i, k))
+
+    def open_range(self, i: int, op: RangeBegin) -> None:
+        pid = self.threads[i].pid
+        ext = py = parent = None
+        if op.cat == "python_function":
+            py = self.py_counter[pid] = self.py_counter.get(pid, 0) + 1
+            for r in reversed(self.open_ranges[i]):
+                if self.ranges[r]["python_id"] is not None:
+                    parent = self.ranges[r]["python_id"]
+                    break
+        else:
+            ext = self.ext_counter[pid] = self.ext_counter.get(pid, 0) + 1
+        self.open_ranges[i].append(len(self.ranges))
+        self.ranges.append(dict(thread=i, name=op.name, cat=op.cat, start_ns=self.cursor[i], end_ns=None,
+                                external_id=ext, python_id=py, python_parent_id=parent))
+
+    def execute(self, s: int, i: int, k: int) -> None:
+        """Run the call ``k`` of thread ``i``, which starts at ``s``."""
+        th = self.threads[i]
+        op = th.ops[k]
+        pid = th.pid
+        corr = self.corr_counter[pid] = self.corr_counter.get(pid, 0) + 1
+        ext = self.innermost_external_id(i)
+        name, cbid = op.api()
+        call_idx = len(self.calls)
+        task_idx = bound = None
+        waits: list[int] = []
+        if isinstance(op, _GpuWork):
+            task_idx = self.enqueue(op, pid, s, call_idx, corr, ext)
+            if op.blocking:
+                waits = [task_idx]
+        else:
+            waits, bound = self.sync_targets(op, pid, call_idx)
+        if op.blocking:
+            w = max([self.tasks[t].end_ns for t in waits], default=s)
+            end = max(s, w) + op.cpu_cost()
+        else:
+            end = s + op.cpu_cost()
+        self.calls.append(CallRecord(thread=i, op_index=k, op=op, name=name, cbid=cbid, pid=pid, tid=th.tid,
+                                     start_ns=s, end_ns=end, correlation=corr, external_id=ext, blocking=op.blocking,
+                                     waits_for=tuple(waits), task=task_idx, bound_record=bound))
+        self.cursor[i] = self.last_end[i] = self.base[i] = end
+        self.next_op[i] = k + 1
+        self.advance(i)
+
+    def enqueue(self, op: _GpuWork, pid: int, s: int, call_idx: int, corr: int, ext: int | None) -> int:
+        """Append the GPU task of ``op`` (launched at ``s``); returns its index."""
+        lane = (op.device, op.stream)
+        preds = [self.lane_last[lane]] if lane in self.lane_last else []
+        for p in self.pending_waits.pop(lane, []):
+            if p not in preds:
+                preds.append(p)
+        ready = s + self.program.launch_latency_ns
+        start = max([ready] + [self.tasks[p].end_ns + self.program.gpu_gap_ns for p in preds])
+        kind, tname = op.task_name()
+        task_idx = len(self.tasks)
+        self.tasks.append(TaskRecord(kind=kind, name=tname, device=op.device, stream=op.stream, call=call_idx,
+                                     correlation=corr, ready_ns=ready, start_ns=start, end_ns=start + op.gpu_dur(),
+                                     preds=tuple(preds), bytes=getattr(op, "bytes", 0), external_id=ext))
+        self.lane_last[lane] = task_idx
+        self.used_lanes.setdefault(pid, {})[lane] = None
+        return task_idx
+
+    def sync_targets(self, op: _Call, pid: int, call_idx: int) -> tuple[list[int], int | None]:
+        """(tasks a synchronizing call waits for, the EventRecord call it binds to); records
+        events and cross-stream waits on the way. OtherCall: nothing on the GPU."""
+        if isinstance(op, DeviceSync):
+            return [self.lane_last[ln] for ln in self.used_lanes.get(pid, {}) if ln[0] == op.device], None
+        if isinstance(op, StreamSync):
+            lane = (op.device, op.stream)
+            return ([self.lane_last[lane]] if lane in self.lane_last else []), None
+        if isinstance(op, EventRecord):
+            self.records[(pid, op.event)] = (call_idx, self.lane_last.get((op.device, op.stream)))
+            return [], None
+        if isinstance(op, (EventSync, StreamWaitEvent)):
+            rec = self.records.get((pid, op.event))
+            if rec is None:
+                return [], None
+            if rec[1] is None:
+                return [], rec[0]
+            if isinstance(op, EventSync):
+                return [rec[1]], rec[0]
+            self.pending_waits.setdefault((op.device, op.stream), []).append(rec[1])
+            return [], rec[0]
+        return [], None
 
 
 def emulate(program: Program) -> Run:
@@ -626,150 +820,7 @@ def emulate(program: Program) -> Run:
     Returns:
         the :class:`Run`: every call's and GPU task's start and end.
     """
-    L, G = program.launch_latency_ns, program.gpu_gap_ns
-    threads = program.threads
-    n = len(threads)
-
-    calls: list[CallRecord] = []
-    tasks: list[TaskRecord] = []
-    ranges: list[dict] = []  # mutable until closed
-
-    cursor = [program.t0_ns] * n  # each thread's clock: last call end + host work since
-    next_op = [0] * n
-    open_ranges: list[list[int]] = [[] for _ in range(n)]  # indices into ranges
-    corr_counter: dict[int, int] = {}  # per pid
-    ext_counter: dict[int, int] = {}
-    py_counter: dict[int, int] = {}
-
-    lane_last: dict[tuple[int, int], int] = {}  # (device, stream) -> last task launched
-    pending_waits: dict[tuple[int, int], list[int]] = {}  # lane -> producer tasks for its next task
-    used_lanes: dict[int, dict[tuple[int, int], None]] = {}  # pid -> lanes launched to (ordered set)
-    records: dict[tuple[int, Any], tuple[int, int | None]] = {}  # (pid, event) -> (record call, producer)
-    heap: list[tuple[int, int, int]] = []
-
-    def innermost_external_id(i: int) -> int | None:
-        for r in reversed(open_ranges[i]):
-            if ranges[r]["external_id"] is not None:
-                return ranges[r]["external_id"]
-        return None
-
-    def advance(i: int) -> None:
-        """Run thread i's non-call ops up to its next call and schedule that call."""
-        th = threads[i]
-        ops = th.ops
-        k = next_op[i]
-        while k < len(ops) and not isinstance(ops[k], _CALL_TYPES):
-            op = ops[k]
-            if isinstance(op, HostWork):
-                cursor[i] += op.dur_ns
-            elif isinstance(op, RangeBegin):
-                ext = py = parent = None
-                if op.cat == "python_function":
-                    py = py_counter[th.pid] = py_counter.get(th.pid, 0) + 1
-                    for r in reversed(open_ranges[i]):
-                        if ranges[r]["python_id"] is not None:
-                            parent = ranges[r]["python_id"]
-                            break
-                else:
-                    ext = ext_counter[th.pid] = ext_counter.get(th.pid, 0) + 1
-                open_ranges[i].append(len(ranges))
-                ranges.append(dict(thread=i, name=op.name, cat=op.cat, start_ns=cursor[i], end_ns=None,
-                                   external_id=ext, python_id=py, python_parent_id=parent))
-            elif isinstance(op, Handover):
-                released[op.token] = last_end[i]
-                for w in parked.pop(op.token, ()):
-                    advance(w)
-            elif isinstance(op, WaitHandover):
-                if op.token not in released:
-                    next_op[i] = k
-                    parked.setdefault(op.token, []).append(i)
-                    return
-                cursor[i] += max(0, released[op.token] - base[i])  # wait, then the host work
-                base[i] = max(base[i], released[op.token])
-            else:  # RangeEnd
-                ranges[open_ranges[i].pop()]["end_ns"] = cursor[i]
-            k += 1
-        next_op[i] = k
-        if k < len(ops):
-            heapq.heappush(heap, (cursor[i], i, k))
-
-    last_end = [program.t0_ns] * n  # end of each thread's previous call (hand-over anchor)
-    base = [program.t0_ns] * n  # max(last_end, releases waited for since): the gap counts from here
-    released: dict[Any, int] = {}  # hand-over token -> release time
-    parked: dict[Any, list[int]] = {}  # token -> threads waiting for it
-    for i in range(n):
-        advance(i)
-
-    while heap:
-        s, i, k = heapq.heappop(heap)
-        th = threads[i]
-        op = th.ops[k]
-        pid = th.pid
-        corr = corr_counter[pid] = corr_counter.get(pid, 0) + 1
-        ext = innermost_external_id(i)
-        name, cbid = (op.name, op.cbid) if isinstance(op, OtherCall) else _API[type(op)]
-        call_idx = len(calls)
-        blocking = _is_blocking(op)
-        waits: list[int] = []
-        task_idx = None
-        bound = None
-
-        if isinstance(op, _GPU_TYPES):
-            lane = (op.device, op.stream)
-            preds = []
-            if lane in lane_last:
-                preds.append(lane_last[lane])
-            for p in pending_waits.pop(lane, []):
-                if p not in preds:
-                    preds.append(p)
-            ready = s + L
-            start = max([ready] + [tasks[p].end_ns + G for p in preds])
-            kind, tname = _task_name(op)
-            task_idx = len(tasks)
-            tasks.append(TaskRecord(kind=kind, name=tname, device=op.device, stream=op.stream, call=call_idx,
-                                    correlation=corr, ready_ns=ready, start_ns=start, end_ns=start + _gpu_dur(op),
-                                    preds=tuple(preds), bytes=getattr(op, "bytes", 0), external_id=ext))
-            lane_last[lane] = task_idx
-            used_lanes.setdefault(pid, {})[lane] = None
-            if blocking:
-                waits = [task_idx]
-        elif isinstance(op, DeviceSync):
-            waits = [lane_last[ln] for ln in used_lanes.get(pid, {}) if ln[0] == op.device]
-        elif isinstance(op, StreamSync):
-            lane = (op.device, op.stream)
-            waits = [lane_last[lane]] if lane in lane_last else []
-        elif isinstance(op, EventRecord):
-            records[(pid, op.event)] = (call_idx, lane_last.get((op.device, op.stream)))
-        elif isinstance(op, EventSync):
-            rec = records.get((pid, op.event))
-            if rec is not None:
-                bound = rec[0]
-                if rec[1] is not None:
-                    waits = [rec[1]]
-        elif isinstance(op, StreamWaitEvent):
-            rec = records.get((pid, op.event))
-            if rec is not None:
-                bound = rec[0]
-                if rec[1] is not None:
-                    pending_waits.setdefault((op.device, op.stream), []).append(rec[1])
-        # OtherCall: nothing on the GPU
-
-        if blocking:
-            w = max([tasks[t].end_ns for t in waits], default=s)
-            end = max(s, w) + _cpu_cost(op)
-        else:
-            end = s + _cpu_cost(op)
-        calls.append(CallRecord(thread=i, op_index=k, op=op, name=name, cbid=cbid, pid=pid, tid=th.tid,
-                                start_ns=s, end_ns=end, correlation=corr, external_id=ext, blocking=blocking,
-                                waits_for=tuple(waits), task=task_idx, bound_record=bound))
-        cursor[i] = last_end[i] = base[i] = end
-        next_op[i] = k + 1
-        advance(i)
-
-    if parked:
-        raise ValueError(f"hand-over never released (deadlock): tokens {sorted(map(repr, parked))}")
-    return Run(program=program, calls=tuple(calls), tasks=tuple(tasks),
-               ranges=tuple(RangeRecord(**r) for r in ranges))
+    return _Emulator(program).run()
 
 
 def measure_latencies(run: Run) -> tuple[int, int]:
@@ -839,6 +890,168 @@ def _device_properties(dev: int) -> dict:
             "sharedMemPerMultiprocessor": 233472, "numSms": 132, "sharedMemPerBlockOptin": 232448}
 
 
+class _Clock:
+    """Trace times relative to ``baseTimeNanoseconds``."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+
+    def us(self, t: int) -> _Us:
+        return _Us(t - self.base)
+
+    @staticmethod
+    def dur(a: int, b: int) -> _Us:
+        return _Us(b - a)
+
+
+def _range_events(run: Run, ck: _Clock) -> list[dict]:
+    """CPU ranges: by start, enclosing (longer) first."""
+    ev = []
+    rs = run.ranges
+    for r in sorted(range(len(rs)), key=lambda r: (rs[r].start_ns, -rs[r].end_ns, rs[r].thread, r)):
+        rg = rs[r]
+        th = run.program.threads[rg.thread]
+        if rg.cat == "python_function":
+            args = {"Python id": rg.python_id, "Python parent id": rg.python_parent_id, "Python thread": rg.thread}
+        else:
+            args = {"External id": rg.external_id, "Record function id": 0}
+        ev.append({"ph": "X", "cat": rg.cat, "name": rg.name, "pid": th.pid, "tid": th.tid,
+                   "ts": ck.us(rg.start_ns), "dur": ck.dur(rg.start_ns, rg.end_ns), "args": args})
+    return ev
+
+
+def _call_events(run: Run, ck: _Clock, event_records: bool) -> list[dict]:
+    """Runtime calls, each followed by its flow start."""
+    ev = []
+    for c in run.calls:
+        if not event_records and isinstance(c.op, EventRecord):
+            continue
+        args = {} if c.external_id is None else {"External id": c.external_id}
+        args.update({"cbid": c.cbid, "correlation": c.correlation})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": c.name, "pid": c.pid, "tid": c.tid,
+                   "ts": ck.us(c.start_ns), "dur": ck.dur(c.start_ns, c.end_ns), "args": args})
+        if c.task is not None:
+            ev.append({"ph": "s", "id": c.correlation, "pid": c.pid, "tid": c.tid, "ts": ck.us(c.start_ns),
+                       "cat": "ac2g", "name": "ac2g"})
+    return ev
+
+
+def _task_events(run: Run, ck: _Clock) -> list[dict]:
+    """GPU tasks, each followed by its flow end."""
+    ev = []
+    for t in run.tasks:
+        c = run.calls[t.call]
+        args = {} if t.external_id is None else {"External id": t.external_id}
+        if t.kind == "kernel":
+            args.update({"queued": 0, "device": t.device, "context": 1, "stream": t.stream, "correlation": t.correlation,
+                         "registers per thread": 32, "shared memory": 0, "blocks per SM": 1.0, "warps per SM": 8.0,
+                         "grid": [132, 1, 1], "block": [256, 1, 1], "est. achieved occupancy %": 12})
+            cat = "kernel"
+        else:
+            d = t.end_ns - t.start_ns
+            args.update({"device": t.device, "context": 1, "stream": t.stream, "correlation": t.correlation,
+                         "bytes": t.bytes, "memory bandwidth (GB/s)": (t.bytes / d) if d else 0.0})
+            cat = "gpu_memcpy" if t.kind == "memcpy" else "gpu_memset"
+        ev.append({"ph": "X", "cat": cat, "name": t.name, "pid": t.device, "tid": t.stream,
+                   "ts": ck.us(t.start_ns), "dur": ck.dur(t.start_ns, t.end_ns), "args": args})
+        ev.append({"ph": "f", "id": c.correlation, "pid": t.device, "tid": t.stream, "ts": ck.us(t.start_ns),
+                   "cat": "ac2g", "name": "ac2g", "bp": "e"})
+    return ev
+
+
+def _sync_record(run: Run, c: CallRecord, wait_event_links: bool) -> tuple[str, int, int, dict] | None:
+    """(cuda_sync kind, device, tid, args) of the call's sync record; None for other calls."""
+    op = c.op
+    if isinstance(op, StreamSync):
+        return "Stream Sync", op.device, op.stream, {"cuda_sync_kind": "Stream Sync", "stream": op.stream}
+    if isinstance(op, DeviceSync):
+        return "Context Sync", op.device, -1, {"cuda_sync_kind": "Context Sync", "stream": -1}
+    if not isinstance(op, (EventSync, StreamWaitEvent)):
+        return None
+    rec = run.calls[c.bound_record] if c.bound_record is not None else None
+    if isinstance(op, StreamWaitEvent) and not wait_event_links:
+        rec = None
+    if isinstance(op, EventSync):
+        kind, tid, stream = "Event Sync", -1, -1
+        dev = rec.op.device if rec is not None else 0
+    else:
+        kind, dev, tid, stream = "Stream Wait Event", op.device, op.stream, op.stream
+    args = {"cuda_sync_kind": kind,
+            "wait_on_stream": rec.op.stream if rec is not None else -1,
+            "wait_on_cuda_event_record_corr_id": rec.correlation if rec is not None else -1,
+            "stream": stream}
+    return kind, dev, tid, args
+
+
+def _sync_events(run: Run, ck: _Clock, wait_event_links: bool) -> tuple[list[dict], set[tuple[int, int]]]:
+    """``cuda_sync`` records, and the (device, tid) lanes they are written on."""
+    ev = []
+    sync_tids: set[tuple[int, int]] = set()
+    for c in run.calls:
+        sr = _sync_record(run, c, wait_event_links)
+        if sr is None:
+            continue
+        kind, dev, tid, args = sr
+        base_args = {} if c.external_id is None else {"External id": c.external_id}
+        args.update({"correlation": c.correlation, "device": dev, "context": 1})
+        sync_tids.add((dev, tid))
+        ev.append({"ph": "X", "cat": "cuda_sync", "name": kind, "pid": dev, "tid": tid,
+                   "ts": ck.us(c.start_ns), "dur": ck.dur(c.start_ns, c.end_ns), "args": {**base_args, **args}})
+    return ev, sync_tids
+
+
+def _metadata_events(run: Run, ck: _Clock, sync_tids: set[tuple[int, int]]) -> tuple[list[dict], list[int]]:
+    """``M`` process/thread metadata, and the devices written."""
+    prog = run.program
+    meta_ts = ck.us(run.trace_t0_ns)
+    ev = []
+
+    def meta(name: str, pid: int, tid: int, args: dict) -> None:
+        ev.append({"name": name, "ph": "M", "ts": meta_ts, "pid": pid, "tid": tid, "args": args})
+
+    for pid in dict.fromkeys(th.pid for th in prog.threads):
+        meta("process_name", pid, 0, {"name": "python3.11"})
+        meta("process_labels", pid, 0, {"labels": "CPU"})
+        meta("process_sort_index", pid, 0, {"sort_index": pid})
+    lanes = sorted({(t.device, t.stream) for t in run.tasks} | {lt for lt in sync_tids})
+    devices = sorted({d for d, _ in lanes} | {0})
+    for d in devices:
+        meta("process_name", d, 0, {"name": "python3.11"})
+        meta("process_labels", d, 0, {"labels": f"GPU {d}"})
+        meta("process_sort_index", d, 0, {"sort_index": 16777216 + d})
+    for d, s in lanes:
+        meta("thread_name", d, s, {"name": f"Device {d}" if s == -1 else f"stream {s} "})
+        meta("thread_sort_index", d, s, {"sort_index": s})
+    for th in prog.threads:
+        meta("thread_name", th.pid, th.tid, {"name": f"thread {th.tid} ({th.name})"})
+        meta("thread_sort_index", th.pid, th.tid, {"sort_index": th.tid})
+    return ev, devices
+
+
+def _document_text(ev: list[dict], devices: list[int], base: int, trace_name: str) -> str:
+    head = {"schemaVersion": 1, "deviceProperties": [_device_properties(d) for d in devices]}
+    out = io.StringIO()
+    out.write("{\n")
+    for k, v in head.items():
+        out.write(f"  {json.dumps(k)}: {_encode(v)},\n")
+    out.write('  "traceEvents": [\n')
+    out.write(",\n".join("  " + _encode(e) for e in ev))
+    out.write("\n  ],\n")
+    out.write(f'  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": {base},\n  "traceName": {json.dumps(trace_name)}\n}}\n')
+    return out.getvalue()
+
+
+def _write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (gzip, reproducibly with mtime 0, when ``path`` ends in ``.gz``)."""
+    data = text.encode()
+    if os.fspath(path).endswith(".gz"):
+        with open(path, "wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
+            gz.write(data)
+    else:
+        with open(path, "wb") as f:
+            f.write(data)
+
+
 def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_events: bool = True,
               base_time_ns: int | None = None, wait_event_links: bool = True, event_records: bool = True) -> dict:
     """Write ``run`` as a Kineto (PyTorch profiler) Chrome-trace JSON; return the parsed document.
@@ -867,137 +1080,18 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
     Raises:
         ValueError: ``base_time_ns`` later than some timestamp.
     """
-    prog = run.program
     t0 = run.trace_t0_ns
-    base = t0 - t0 % 1_000_000_000 if base_time_ns is None else int(base_time_ns)
-
-    def us(t: int) -> _Us:
-        return _Us(t - base)
-
-    def dur(a: int, b: int) -> _Us:
-        return _Us(b - a)
-
-    ev: list[dict] = []
-    # CPU ranges: by start, enclosing (longer) first
-    order = sorted(range(len(run.ranges)), key=lambda r: (run.ranges[r].start_ns, -run.ranges[r].end_ns,
-                                                           run.ranges[r].thread, r))
-    for r in order:
-        rg = run.ranges[r]
-        th = prog.threads[rg.thread]
-        if rg.cat == "python_function":
-            args = {"Python id": rg.python_id, "Python parent id": rg.python_parent_id, "Python thread": rg.thread}
-        else:
-            args = {"External id": rg.external_id, "Record function id": 0}
-        ev.append({"ph": "X", "cat": rg.cat, "name": rg.name, "pid": th.pid, "tid": th.tid,
-                   "ts": us(rg.start_ns), "dur": dur(rg.start_ns, rg.end_ns), "args": args})
-
-    # runtime calls, each followed by its flow start
-    for c in run.calls:
-        if not event_records and isinstance(c.op, EventRecord):
-            continue
-        args = {} if c.external_id is None else {"External id": c.external_id}
-        args.update({"cbid": c.cbid, "correlation": c.correlation})
-        ev.append({"ph": "X", "cat": "cuda_runtime", "name": c.name, "pid": c.pid, "tid": c.tid,
-                   "ts": us(c.start_ns), "dur": dur(c.start_ns, c.end_ns), "args": args})
-        if c.task is not None:
-            ev.append({"ph": "s", "id": c.correlation, "pid": c.pid, "tid": c.tid, "ts": us(c.start_ns),
-                       "cat": "ac2g", "name": "ac2g"})
-
-    # GPU tasks, each followed by its flow end
-    for t in run.tasks:
-        c = run.calls[t.call]
-        args = {} if t.external_id is None else {"External id": t.external_id}
-        if t.kind == "kernel":
-            args.update({"queued": 0, "device": t.device, "context": 1, "stream": t.stream, "correlation": t.correlation,
-                         "registers per thread": 32, "shared memory": 0, "blocks per SM": 1.0, "warps per SM": 8.0,
-                         "grid": [132, 1, 1], "block": [256, 1, 1], "est. achieved occupancy %": 12})
-            cat = "kernel"
-        else:
-            d = t.end_ns - t.start_ns
-            args.update({"device": t.device, "context": 1, "stream": t.stream, "correlation": t.correlation,
-                         "bytes": t.bytes, "memory bandwidth (GB/s)": (t.bytes / d) if d else 0.0})
-            cat = "gpu_memcpy" if t.kind == "memcpy" else "gpu_memset"
-        ev.append({"ph": "X", "cat": cat, "name": t.name, "pid": t.device, "tid": t.stream,
-                   "ts": us(t.start_ns), "dur": dur(t.start_ns, t.end_ns), "args": args})
-        ev.append({"ph": "f", "id": c.correlation, "pid": t.device, "tid": t.stream, "ts": us(t.start_ns),
-                   "cat": "ac2g", "name": "ac2g", "bp": "e"})
-
-    # cuda_sync records
+    ck = _Clock(t0 - t0 % 1_000_000_000 if base_time_ns is None else int(base_time_ns))
+    ev = _range_events(run, ck) + _call_events(run, ck, event_records) + _task_events(run, ck)
     sync_tids: set[tuple[int, int]] = set()
     if emit_sync_events:
-        for c in run.calls:
-            op = c.op
-            base_args = {} if c.external_id is None else {"External id": c.external_id}
-            if isinstance(op, StreamSync):
-                kind, dev, tid = "Stream Sync", op.device, op.stream
-                args = {"cuda_sync_kind": kind, "stream": op.stream}
-            elif isinstance(op, DeviceSync):
-                kind, dev, tid = "Context Sync", op.device, -1
-                args = {"cuda_sync_kind": kind, "stream": -1}
-            elif isinstance(op, (EventSync, StreamWaitEvent)):
-                rec = run.calls[c.bound_record] if c.bound_record is not None else None
-                if isinstance(op, StreamWaitEvent) and not wait_event_links:
-                    rec = None
-                if isinstance(op, EventSync):
-                    kind, tid, stream = "Event Sync", -1, -1
-                    dev = rec.op.device if rec is not None else 0
-                else:
-                    kind, dev, tid, stream = "Stream Wait Event", op.device, op.stream, op.stream
-                args = {"cuda_sync_kind": kind,
-                        "wait_on_stream": rec.op.stream if rec is not None else -1,
-                        "wait_on_cuda_event_record_corr_id": rec.correlation if rec is not None else -1,
-                        "stream": stream}
-            else:
-                continue
-            args.update({"correlation": c.correlation, "device": dev, "context": 1})
-            sync_tids.add((dev, tid))
-            ev.append({"ph": "X", "cat": "cuda_sync", "name": kind, "pid": dev, "tid": tid,
-                       "ts": us(c.start_ns), "dur": dur(c.start_ns, c.end_ns), "args": {**base_args, **args}})
-
-    # metadata
-    meta_ts = us(t0)
-    pids = list(dict.fromkeys(th.pid for th in prog.threads))
-    for pid in pids:
-        ev.append({"name": "process_name", "ph": "M", "ts": meta_ts, "pid": pid, "tid": 0, "args": {"name": "python3.11"}})
-        ev.append({"name": "process_labels", "ph": "M", "ts": meta_ts, "pid": pid, "tid": 0, "args": {"labels": "CPU"}})
-        ev.append({"name": "process_sort_index", "ph": "M", "ts": meta_ts, "pid": pid, "tid": 0, "args": {"sort_index": pid}})
-    lanes = sorted({(t.device, t.stream) for t in run.tasks} | {lt for lt in sync_tids})
-    devices = sorted({d for d, _ in lanes} | {0})
-    for d in devices:
-        ev.append({"name": "process_name", "ph": "M", "ts": meta_ts, "pid": d, "tid": 0, "args": {"name": "python3.11"}})
-        ev.append({"name": "process_labels", "ph": "M", "ts": meta_ts, "pid": d, "tid": 0, "args": {"labels": f"GPU {d}"}})
-        ev.append({"name": "process_sort_index", "ph": "M", "ts": meta_ts, "pid": d, "tid": 0,
-                   "args": {"sort_index": 16777216 + d}})
-    for d, s in lanes:
-        tname = f"Device {d}" if s == -1 else f"stream {s} "
-        ev.append({"name": "thread_name", "ph": "M", "ts": meta_ts, "pid": d, "tid": s, "args": {"name": tname}})
-        ev.append({"name": "thread_sort_index", "ph": "M", "ts": meta_ts, "pid": d, "tid": s, "args": {"sort_index": s}})
-    for th in prog.threads:
-        ev.append({"name": "thread_name", "ph": "M", "ts": meta_ts, "pid": th.pid, "tid": th.tid,
-                   "args": {"name": f"thread {th.tid} ({th.name})"}})
-        ev.append({"name": "thread_sort_index", "ph": "M", "ts": meta_ts, "pid": th.pid, "tid": th.tid,
-                   "args": {"sort_index": th.tid}})
-
+        sync_ev, sync_tids = _sync_events(run, ck, wait_event_links)
+        ev += sync_ev
+    meta_ev, devices = _metadata_events(run, ck, sync_tids)
     trace_name = os.path.basename(os.fspath(path)) if path is not None else ""
-    head = {"schemaVersion": 1, "deviceProperties": [_device_properties(d) for d in devices]}
-    out = io.StringIO()
-    out.write("{\n")
-    for k, v in head.items():
-        out.write(f"  {json.dumps(k)}: {_encode(v)},\n")
-    out.write('  "traceEvents": [\n')
-    out.write(",\n".join("  " + _encode(e) for e in ev))
-    out.write("\n  ],\n")
-    out.write(f'  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": {base},\n  "traceName": {json.dumps(trace_name)}\n}}\n')
-    text = out.getvalue()
-
+    text = _document_text(ev + meta_ev, devices, ck.base, trace_name)
     if path is not None:
-        data = text.encode()
-        if os.fspath(path).endswith(".gz"):
-            with open(path, "wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
-                gz.write(data)
-        else:
-            with open(path, "wb") as f:
-                f.write(data)
+        _write_text(path, text)
     return json.loads(text)
 
 
@@ -1009,6 +1103,112 @@ _STREAMS = (7, 20, 24)
 _KERNELS = ("ampere_sgemm_128x64_tn", "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float> >",
             "void at::native::reduce_kernel<512, 1>", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)")
 _OTHER_CALLS = (("cudaGetDevice", 4), ("cudaStreamIsCapturing", 317), ("cudaEventQuery", 138))
+
+
+_CHOICES = ("host", "host", "launch", "launch", "launch", "launch", "memcpy_async", "memcpy", "memset",
+            "device_sync", "stream_sync", "record", "record", "event_sync", "wait", "wait", "other", "begin", "end")
+
+
+class _ThreadDraw:
+    """The ops of one drawn thread, and what later draws depend on (its recorded events, the lane
+    it launched to last, the open ranges)."""
+
+    def __init__(self, draw, st, ti: int, sync_events: bool) -> None:
+        self.draw, self.st, self.ti, self.sync_events = draw, st, ti, sync_events
+        self.gpu_dur = st.integers(1_000, 200_000)
+        self.call = st.integers(1_000, 20_000)
+        self.own = st.integers(0, 20_000)
+        self.ops: list = []
+        self.recorded: list = []  # events this thread recorded, in order
+        self.last_lane = None
+        self.depth = 0
+
+    def step(self, choice: str, lane: tuple[int, int]) -> None:
+        """Append the op for ``choice`` on ``lane`` (or nothing when it does not apply)."""
+        getattr(self, "_" + choice)(lane)
+
+    def _host(self, lane) -> None:
+        self.ops.append(HostWork(self.draw(self.st.integers(0, 50_000))))
+
+    def _launch(self, lane) -> None:
+        d, s = lane
+        draw = self.draw
+        self.ops.append(Launch(s, draw(self.st.sampled_from(_KERNELS)), draw(self.gpu_dur), draw(self.call), device=d))
+        self.last_lane = lane
+
+    def _copy(self, cls, lane, cost) -> None:
+        d, s = lane
+        draw, st = self.draw, self.st
+        kind = draw(st.sampled_from(_COPY_KINDS))
+        self.ops.append(cls(s, kind, draw(st.integers(1, 1 << 24)), draw(self.gpu_dur), draw(cost),
+                            host_memory=draw(st.sampled_from(_HOST_MEMORY)), device=d))
+        self.last_lane = lane
+
+    def _memcpy_async(self, lane) -> None:
+        self._copy(MemcpyAsync, lane, self.call)
+
+    def _memcpy(self, lane) -> None:
+        self._copy(Memcpy, lane, self.own)
+
+    def _memset(self, lane) -> None:
+        d, s = lane
+        draw = self.draw
+        self.ops.append(MemsetAsync(s, draw(self.st.integers(1, 1 << 24)), draw(self.gpu_dur), draw(self.call), device=d))
+        self.last_lane = lane
+
+    def _device_sync(self, lane) -> None:
+        self.ops.append(DeviceSync(self.draw(self.own), device=lane[0]))
+
+    def _stream_sync(self, lane) -> None:
+        if not self.sync_events:
+            if self.last_lane is None:
+                return
+            lane = self.last_lane
+        self.ops.append(StreamSync(lane[1], self.draw(self.own), device=lane[0]))
+
+    def _record(self, lane) -> None:
+        ev = self.draw(self.st.integers(0, 2))
+        if not self.sync_events:
+            # without cuda_sync records the record's stream is inferred as the one the thread
+            # launched to last (a Kineto cudaEventRecord has no stream arg)
+            if self.last_lane is None:
+                return
+            lane = self.last_lane
+            ev = (self.ti, ev)
+        self.ops.append(EventRecord(ev, lane[1], self.draw(self.call), device=lane[0]))
+        self.recorded.append(ev)
+
+    def _event_sync(self, lane) -> None:
+        if not self.recorded:
+            return
+        ev = self.draw(self.st.sampled_from(self.recorded)) if self.sync_events else self.recorded[-1]
+        self.ops.append(EventSync(ev, self.draw(self.own)))
+
+    def _wait(self, lane) -> None:
+        if not self.recorded or not self.sync_events:
+            return
+        d, s = lane
+        self.ops.append(StreamWaitEvent(s, self.draw(self.st.sampled_from(self.recorded)), self.draw(self.call), device=d))
+
+    def _other(self, lane) -> None:
+        nm, cb = self.draw(self.st.sampled_from(_OTHER_CALLS))
+        self.ops.append(OtherCall(nm, self.draw(self.call), cbid=cb))
+
+    def _begin(self, lane) -> None:
+        self.ops.append(RangeBegin(f"range_{len(self.ops)}", self.draw(self.st.sampled_from(_RANGE_CATS))))
+        self.depth += 1
+
+    def _end(self, lane) -> None:
+        if self.depth:
+            self.ops.append(RangeEnd())
+            self.depth -= 1
+
+    def thread(self) -> Thread:
+        """The drawn thread, its open ranges closed."""
+        ops = self.ops + [RangeEnd() for _ in range(self.depth)]
+        ti = self.ti
+        tid = 4242 if ti == 0 else 5000 + ti
+        return Thread(ops, pid=4242, tid=tid, name="pt_main_thread" if ti == 0 else f"worker_{ti}")
 
 
 def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, max_devices: int = 1,
@@ -1039,84 +1239,146 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
         streams = _STREAMS[: draw(st.integers(1, max_streams))]
         devices = tuple(range(draw(st.integers(1, max_devices))))
         lanes = [(d, s) for d in devices for s in streams]
-        gpu_dur = st.integers(1_000, 200_000)
-        call = st.integers(1_000, 20_000)
-        own = st.integers(0, 20_000)
         threads = []
         for ti in range(n_threads):
-            ops: list = []
-            recorded: list = []  # events this thread recorded, in order
-            last_lane = None
-            depth = 0
-            n_ops = draw(st.integers(0, max_ops))
-            for _ in range(n_ops):
-                choice = draw(st.sampled_from(
-                    ["host", "host", "launch", "launch", "launch", "launch", "memcpy_async", "memcpy", "memset",
-                     "device_sync", "stream_sync", "record", "record", "event_sync", "wait", "wait", "other",
-                     "begin", "end"]))
-                lane = draw(st.sampled_from(lanes))
-                d, s = lane
-                if choice == "host":
-                    ops.append(HostWork(draw(st.integers(0, 50_000))))
-                elif choice == "launch":
-                    ops.append(Launch(s, draw(st.sampled_from(_KERNELS)), draw(gpu_dur), draw(call), device=d))
-                    last_lane = lane
-                elif choice == "memcpy_async":
-                    kind = draw(st.sampled_from(_COPY_KINDS))
-                    ops.append(MemcpyAsync(s, kind, draw(st.integers(1, 1 << 24)), draw(gpu_dur), draw(call),
-                                           host_memory=draw(st.sampled_from(_HOST_MEMORY)), device=d))
-                    last_lane = lane
-                elif choice == "memcpy":
-                    kind = draw(st.sampled_from(_COPY_KINDS))
-                    ops.append(Memcpy(s, kind, draw(st.integers(1, 1 << 24)), draw(gpu_dur), draw(own),
-                                      host_memory=draw(st.sampled_from(_HOST_MEMORY)), device=d))
-                    last_lane = lane
-                elif choice == "memset":
-                    ops.append(MemsetAsync(s, draw(st.integers(1, 1 << 24)), draw(gpu_dur), draw(call), device=d))
-                    last_lane = lane
-                elif choice == "device_sync":
-                    ops.append(DeviceSync(draw(own), device=d))
-                elif choice == "stream_sync":
-                    if not sync_events:
-                        if last_lane is None:
-                            continue
-                        d, s = last_lane
-                    ops.append(StreamSync(s, draw(own), device=d))
-                elif choice == "record":
-                    ev = draw(st.integers(0, 2))
-                    if not sync_events:
-                        # without cuda_sync records the record's stream is inferred as the one
-                        # the thread launched to last (a Kineto cudaEventRecord has no stream arg)
-                        if last_lane is None:
-                            continue
-                        d, s = last_lane
-                        ev = (ti, ev)
-                    ops.append(EventRecord(ev, s, draw(call), device=d))
-                    recorded.append(ev)
-                elif choice == "event_sync":
-                    if not recorded:
-                        continue
-                    ev = draw(st.sampled_from(recorded)) if sync_events else recorded[-1]
-                    ops.append(EventSync(ev, draw(own)))
-                elif choice == "wait":
-                    if not recorded or not sync_events:
-                        continue
-                    ops.append(StreamWaitEvent(s, draw(st.sampled_from(recorded)), draw(call), device=d))
-                elif choice == "other":
-                    nm, cb = draw(st.sampled_from(_OTHER_CALLS))
-                    ops.append(OtherCall(nm, draw(call), cbid=cb))
-                elif choice == "begin":
-                    ops.append(RangeBegin(f"range_{len(ops)}", draw(st.sampled_from(_RANGE_CATS))))
-                    depth += 1
-                elif choice == "end" and depth:
-                    ops.append(RangeEnd())
-                    depth -= 1
-            ops.extend(RangeEnd() for _ in range(depth))
-            tid = 4242 if ti == 0 else 5000 + ti
-            threads.append(Thread(ops, pid=4242, tid=tid, name="pt_main_thread" if ti == 0 else f"worker_{ti}"))
+            td = _ThreadDraw(draw, st, ti, sync_events)
+            for _ in range(draw(st.integers(0, max_ops))):
+                choice = draw(st.sampled_from(_CHOICES))
+                td.step(choice, draw(st.sampled_from(lanes)))
+            threads.append(td.thread())
         return Program(threads, launch_latency_ns=L, gpu_gap_ns=G)
 
     return _programs()
+
+
+_GEMM = "ampere_sgemm_128x64_tn"
+_GEMM_BWD = ("ampere_sgemm_128x64_nn", "ampere_sgemm_64x64_nt")
+_RELU = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2> >(int, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2>)"
+_RELU_BWD = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::threshold_kernel_impl<float>(at::TensorIteratorBase&, float, float)::{lambda(float, float)#1}, at::detail::Array<char*, 3> >(int, at::native::(anonymous namespace)::threshold_kernel_impl<float>(at::TensorIteratorBase&, float, float)::{lambda(float, float)#1}, at::detail::Array<char*, 3>)"
+_REDUCE = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4>)"
+_SOFTMAX = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)"
+_NLL = "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)"
+_NLL_BWD = "void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>(float*, float const*, long const*, float const*, float const*, bool, int, int, long, long)"
+_SOFTMAX_BWD = "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*, float const*, long)"
+_ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+_FOREACH = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)",
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float)",
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<3>, at::native::(anonymous namespace)::PointwiseOpScalarFunctor<float, 3, 3, 0>, std::multiplies<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<3>, at::native::(anonymous namespace)::PointwiseOpScalarFunctor<float, 3, 3, 0>, std::multiplies<float>, float)",
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::UnaryOpFunctor<float, 2, 1, 1>, at::native::sqrt_functor<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::UnaryOpFunctor<float, 2, 1, 1>, at::native::sqrt_functor<float>, float)")
+_MAIN, _COMM, _COPY = 7, 20, 24  # the streams of training_step_program
+
+
+class _StepWriter:
+    """Appends the ops of :func:`training_step_program`, drawing the seeded jitter in program order."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.ops: list = []
+        self.add = self.ops.append
+
+    def j(self, ns: int) -> int:
+        return max(0, int(round(ns * self.rng.uniform(0.9, 1.1))))
+
+    def cpu_op(self, name: str, *inner: Op, host: int = 2_500) -> None:
+        self.add(RangeBegin(name, "cpu_op"))
+        self.add(HostWork(self.j(host)))
+        self.ops.extend(inner)
+        self.add(RangeEnd())
+
+    def kernel(self, name: str, dur: int, stream: int = _MAIN) -> Launch:
+        return Launch(stream, name, self.j(dur), self.j(5_000))
+
+    def batch_copy(self, wait_previous: bool) -> None:
+        add, j = self.add, self.j
+        add(HostWork(j(40_000)))  # dataloader __next__
+        if wait_previous:
+            add(EventSync("batch_copied", j(1_500)))  # pinned buffer reuse
+        add(RangeBegin("aten::to", "cpu_op"))
+        add(HostWork(j(3_000)))
+        self.cpu_op("aten::copy_", MemcpyAsync(_COPY, "HtoD", 64 * 1024 * 4, j(30_000), j(7_000), host_memory="pinned"))
+        add(RangeEnd())
+        add(EventRecord("batch_copied", _COPY, j(2_000)))
+        add(StreamWaitEvent(_MAIN, "batch_copied", j(2_000)))
+
+    def forward(self, n_layers: int) -> None:
+        add, j, cpu_op, kernel = self.add, self.j, self.cpu_op, self.kernel
+        add(RangeBegin("nn.Module: Net_0", "python_function"))
+        for i in range(n_layers):
+            add(HostWork(j(8_000)))
+            add(RangeBegin(f"nn.Module: Linear_{i}", "python_function"))
+            add(RangeBegin("aten::linear", "cpu_op"))
+            add(HostWork(j(2_000)))
+            add(RangeBegin("aten::t", "cpu_op"))
+            add(HostWork(j(1_500)))
+            add(RangeEnd())
+            cpu_op("aten::addmm", kernel(_GEMM, 45_000))
+            add(RangeEnd())
+            add(RangeEnd())
+            add(HostWork(j(5_000)))
+            add(RangeBegin(f"nn.Module: ReLU_{i}", "python_function"))
+            cpu_op("aten::relu", kernel(_RELU, 4_000))
+            add(RangeEnd())
+        add(RangeEnd())
+        add(HostWork(j(6_000)))
+        add(RangeBegin("aten::cross_entropy_loss", "cpu_op"))
+        cpu_op("aten::log_softmax", kernel(_SOFTMAX, 6_000))
+        cpu_op("aten::nll_loss_forward", MemsetAsync(_MAIN, 4, j(1_500), j(4_000)), HostWork(j(1_000)), kernel(_NLL, 3_000))
+        add(RangeEnd())
+
+    def backward(self, n_layers: int) -> None:
+        add, j, cpu_op, kernel = self.add, self.j, self.cpu_op, self.kernel
+        add(HostWork(j(20_000)))
+        for fn, kname, dur in (("NllLossBackward0", _NLL_BWD, 3_000), ("LogSoftmaxBackward0", _SOFTMAX_BWD, 5_000)):
+            add(RangeBegin(f"autograd::engine::evaluate_function: {fn}", "cpu_op"))
+            cpu_op(fn, kernel(kname, dur))
+            add(RangeEnd())
+        for i in reversed(range(n_layers)):
+            add(HostWork(j(6_000)))
+            add(RangeBegin("autograd::engine::evaluate_function: ReluBackward0", "cpu_op"))
+            cpu_op("ReluBackward0", kernel(_RELU_BWD, 4_500))
+            add(RangeEnd())
+            add(HostWork(j(4_000)))
+            add(RangeBegin("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op"))
+            add(RangeBegin("AddmmBackward0", "cpu_op"))
+            cpu_op("aten::mm", kernel(_GEMM_BWD[0], 50_000))
+            if i:
+                cpu_op("aten::mm", kernel(_GEMM_BWD[1], 48_000))
+            cpu_op("aten::sum", kernel(_REDUCE, 7_000))
+            add(RangeEnd())
+            add(RangeEnd())
+
+    def allreduce(self) -> None:
+        add, j = self.add, self.j
+        add(HostWork(j(10_000)))
+        add(EventRecord("grads_ready", _MAIN, j(2_000)))
+        add(StreamWaitEvent(_COMM, "grads_ready", j(2_000)))
+        add(RangeBegin("nccl:all_reduce", "user_annotation"))
+        self.cpu_op("record_param_comms", self.kernel(_ALLREDUCE, 150_000, stream=_COMM), host=6_000)
+        add(RangeEnd())
+        add(EventRecord("allreduce_done", _COMM, j(2_000)))
+        add(StreamWaitEvent(_MAIN, "allreduce_done", j(2_000)))
+
+    def optimizer_and_sync(self) -> None:
+        add, j = self.add, self.j
+        add(HostWork(j(15_000)))
+        add(RangeBegin("Optimizer.step#Adam.step"))
+        for _group in range(3):
+            for op_name, kname in zip(("aten::_foreach_add_", "aten::_foreach_mul_", "aten::_foreach_addcmul_",
+                                       "aten::_foreach_sqrt"), _FOREACH):
+                self.cpu_op(op_name, self.kernel(kname, 6_000), host=3_000)
+        add(RangeEnd())
+        add(EventRecord("step_done", _MAIN, j(2_000)))  # step timer: end event
+        # step timing: wait for the end event (waits for the optimizer kernels)
+        add(HostWork(j(5_000)))
+        add(EventSync("step_done", j(1_500)))
+        # loss.item()
+        add(HostWork(j(12_000)))
+        add(RangeBegin("aten::item", "cpu_op"))
+        self.cpu_op("aten::_local_scalar_dense",
+                    MemcpyAsync(_MAIN, "DtoH", 4, j(2_000), j(4_000), host_memory="pageable"),
+                    StreamSync(_MAIN, j(2_000)))
+        add(RangeEnd())
+        add(HostWork(j(20_000)))
 
 
 def training_step_program(n_layers: int = 4, steps: int = 3, *, seed: int = 0, first_step: int = 1,
@@ -1140,136 +1402,19 @@ def training_step_program(n_layers: int = 4, steps: int = 3, *, seed: int = 0, f
     After the last step, a device-to-device copy and a ``cudaDeviceSynchronize`` that waits for it.
     Durations get +-10 % seeded jitter.
     """
-    rng = random.Random(seed)
-
-    def j(ns: int) -> int:
-        return max(0, int(round(ns * rng.uniform(0.9, 1.1))))
-
-    gemm = "ampere_sgemm_128x64_tn"
-    gemm_bwd = ("ampere_sgemm_128x64_nn", "ampere_sgemm_64x64_nt")
-    relu = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2> >(int, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2>)"
-    relu_bwd = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::threshold_kernel_impl<float>(at::TensorIteratorBase&, float, float)::{lambda(float, float)#1}, at::detail::Array<char*, 3> >(int, at::native::(anonymous namespace)::threshold_kernel_impl<float>(at::TensorIteratorBase&, float, float)::{lambda(float, float)#1}, at::detail::Array<char*, 3>)"
-    reduce = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4>)"
-    softmax = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)"
-    nll = "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)"
-    nll_bwd = "void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>(float*, float const*, long const*, float const*, float const*, bool, int, int, long, long)"
-    softmax_bwd = "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*, float const*, long)"
-    allreduce = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-    foreach = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)",
-               "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float)",
-               "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<3>, at::native::(anonymous namespace)::PointwiseOpScalarFunctor<float, 3, 3, 0>, std::multiplies<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<3>, at::native::(anonymous namespace)::PointwiseOpScalarFunctor<float, 3, 3, 0>, std::multiplies<float>, float)",
-               "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::UnaryOpFunctor<float, 2, 1, 1>, at::native::sqrt_functor<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::UnaryOpFunctor<float, 2, 1, 1>, at::native::sqrt_functor<float>, float)")
-    main, comm, copy = 7, 20, 24
-
-    ops: list = []
-    add = ops.append
-
-    def cpu_op(name: str, *inner: Op, host: int = 2_500) -> None:
-        add(RangeBegin(name, "cpu_op"))
-        add(HostWork(j(host)))
-        ops.extend(inner)
-        add(RangeEnd())
-
-    def kernel(name: str, dur: int, stream: int = main) -> Launch:
-        return Launch(stream, name, j(dur), j(5_000))
-
-    batch_bytes = 64 * 1024 * 4
+    w = _StepWriter(seed)
     for step in range(first_step, first_step + steps):
-        add(RangeBegin(f"ProfilerStep#{step}"))
-        add(HostWork(j(40_000)))  # dataloader __next__
-        if step > first_step:
-            add(EventSync("batch_copied", j(1_500)))  # pinned buffer reuse
-        add(RangeBegin("aten::to", "cpu_op"))
-        add(HostWork(j(3_000)))
-        cpu_op("aten::copy_", MemcpyAsync(copy, "HtoD", batch_bytes, j(30_000), j(7_000), host_memory="pinned"))
-        add(RangeEnd())
-        add(EventRecord("batch_copied", copy, j(2_000)))
-        add(StreamWaitEvent(main, "batch_copied", j(2_000)))
-
-        # forward
-        add(RangeBegin("nn.Module: Net_0", "python_function"))
-        for i in range(n_layers):
-            add(HostWork(j(8_000)))
-            add(RangeBegin(f"nn.Module: Linear_{i}", "python_function"))
-            add(RangeBegin("aten::linear", "cpu_op"))
-            add(HostWork(j(2_000)))
-            add(RangeBegin("aten::t", "cpu_op"))
-            add(HostWork(j(1_500)))
-            add(RangeEnd())
-            cpu_op("aten::addmm", kernel(gemm, 45_000))
-            add(RangeEnd())
-            add(RangeEnd())
-            add(HostWork(j(5_000)))
-            add(RangeBegin(f"nn.Module: ReLU_{i}", "python_function"))
-            cpu_op("aten::relu", kernel(relu, 4_000))
-            add(RangeEnd())
-        add(RangeEnd())
-        add(HostWork(j(6_000)))
-        add(RangeBegin("aten::cross_entropy_loss", "cpu_op"))
-        cpu_op("aten::log_softmax", kernel(softmax, 6_000))
-        cpu_op("aten::nll_loss_forward", MemsetAsync(main, 4, j(1_500), j(4_000)), HostWork(j(1_000)), kernel(nll, 3_000))
-        add(RangeEnd())
-
-        # backward (same thread)
-        add(HostWork(j(20_000)))
-        add(RangeBegin("autograd::engine::evaluate_function: NllLossBackward0", "cpu_op"))
-        cpu_op("NllLossBackward0", kernel(nll_bwd, 3_000))
-        add(RangeEnd())
-        add(RangeBegin("autograd::engine::evaluate_function: LogSoftmaxBackward0", "cpu_op"))
-        cpu_op("LogSoftmaxBackward0", kernel(softmax_bwd, 5_000))
-        add(RangeEnd())
-        for i in reversed(range(n_layers)):
-            add(HostWork(j(6_000)))
-            add(RangeBegin("autograd::engine::evaluate_function: ReluBackward0", "cpu_op"))
-            cpu_op("ReluBackward0", kernel(relu_bwd, 4_500))
-            add(RangeEnd())
-            add(HostWork(j(4_000)))
-            add(RangeBegin("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op"))
-            add(RangeBegin("AddmmBackward0", "cpu_op"))
-            cpu_op("aten::mm", kernel(gemm_bwd[0], 50_000))
-            if i:
-                cpu_op("aten::mm", kernel(gemm_bwd[1], 48_000))
-            cpu_op("aten::sum", kernel(reduce, 7_000))
-            add(RangeEnd())
-            add(RangeEnd())
-
-        # gradient all-reduce on the communication stream
-        add(HostWork(j(10_000)))
-        add(EventRecord("grads_ready", main, j(2_000)))
-        add(StreamWaitEvent(comm, "grads_ready", j(2_000)))
-        add(RangeBegin("nccl:all_reduce", "user_annotation"))
-        cpu_op("record_param_comms", kernel(allreduce, 150_000, stream=comm), host=6_000)
-        add(RangeEnd())
-        add(EventRecord("allreduce_done", comm, j(2_000)))
-        add(StreamWaitEvent(main, "allreduce_done", j(2_000)))
-
-        # optimizer
-        add(HostWork(j(15_000)))
-        add(RangeBegin("Optimizer.step#Adam.step"))
-        for _group in range(3):
-            for op_name, kname in zip(("aten::_foreach_add_", "aten::_foreach_mul_", "aten::_foreach_addcmul_",
-                                       "aten::_foreach_sqrt"), foreach):
-                cpu_op(op_name, kernel(kname, 6_000), host=3_000)
-        add(RangeEnd())
-        add(EventRecord("step_done", main, j(2_000)))  # step timer: end event
-
-        # step timing: wait for the end event (waits for the optimizer kernels)
-        add(HostWork(j(5_000)))
-        add(EventSync("step_done", j(1_500)))
-
-        # loss.item()
-        add(HostWork(j(12_000)))
-        add(RangeBegin("aten::item", "cpu_op"))
-        cpu_op("aten::_local_scalar_dense",
-               MemcpyAsync(main, "DtoH", 4, j(2_000), j(4_000), host_memory="pageable"),
-               StreamSync(main, j(2_000)))
-        add(RangeEnd())
-        add(HostWork(j(20_000)))
-        add(RangeEnd())  # ProfilerStep
+        w.add(RangeBegin(f"ProfilerStep#{step}"))
+        w.batch_copy(step > first_step)
+        w.forward(n_layers)
+        w.backward(n_layers)
+        w.allreduce()
+        w.optimizer_and_sync()
+        w.add(RangeEnd())  # ProfilerStep
     # EMA copy of the weights, then torch.cuda.synchronize()
-    add(HostWork(j(30_000)))
-    cpu_op("aten::copy_", MemcpyAsync(main, "DtoD", 4 * 1024 * 1024 * n_layers, j(80_000), j(6_000)))
-    add(HostWork(j(5_000)))
-    add(DeviceSync(j(3_000)))
-    return Program([Thread(ops, pid=4242, tid=4242, name="pt_main_thread")],
+    w.add(HostWork(w.j(30_000)))
+    w.cpu_op("aten::copy_", MemcpyAsync(_MAIN, "DtoD", 4 * 1024 * 1024 * n_layers, w.j(80_000), w.j(6_000)))
+    w.add(HostWork(w.j(5_000)))
+    w.add(DeviceSync(w.j(3_000)))
+    return Program([Thread(w.ops, pid=4242, tid=4242, name="pt_main_thread")],
                    launch_latency_ns=launch_latency_ns, gpu_gap_ns=gpu_gap_ns)
