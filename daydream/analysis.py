@@ -58,9 +58,6 @@ def apply_all(graph: TaskGraph, opts: list[tuple[Optimization, dict[str, Any]]])
     return graph, applied
 
 
-OptSpec = "str | tuple[str, dict[str, Any]] | tuple[Optimization, dict[str, Any]]"
-
-
 def resolve_opt(spec) -> tuple[Optimization, dict[str, Any]]:
     """One optimization as (optimization, resolved parameters), from ``"name"``,
     ``"name:p=v,q=w"``, ``("name", {"p": v})`` or an already resolved pair.
