@@ -27,6 +27,7 @@ from daydream.errors import TraceFormatError
 from daydream.events import COLUMNS, DTYPES, MISSING, CopyKind, DeviceInfo, EventTable, Kind, MemKind, SyncKind, TraceMeta
 from daydream.formats import cupti_jsonl as cj
 from daydream.formats.cupti_export import cupti_records, write_cupti_jsonl
+from daydream.schemas import schema_text
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -370,8 +371,8 @@ def test_documented_example_reads_as_documented(tmp_path):
 
 def test_schema_file_is_current():
     path = ROOT / "schemas" / "cupti-jsonl.schema.json"
-    assert path.exists(), "run python -m daydream.formats.cupti_jsonl --write-schema"
-    assert path.read_text() == cj.schema_text(), "schemas/cupti-jsonl.schema.json is stale: run python -m daydream.formats.cupti_jsonl --write-schema"
+    assert path.exists(), "run python scripts/write_schemas.py"
+    assert path.read_text() == schema_text("cupti-jsonl.schema.json"), "schemas/cupti-jsonl.schema.json is stale: run python scripts/write_schemas.py"
     assert json.loads(path.read_text()) == cj.cupti_jsonl_schema()
 
 

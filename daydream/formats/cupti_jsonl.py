@@ -1,8 +1,8 @@
 """Reader for ``cupti-jsonl`` v1, daydream's own raw CUPTI activity dump (JSON Lines).
 
 The format is documented in ``docs/cupti-jsonl.md`` and its JSON Schema is generated from the
-msgspec structs below into ``schemas/cupti-jsonl.schema.json`` (``python -m
-daydream.formats.cupti_jsonl --write-schema``). In short: line 1 is a ``HEADER`` object, every
+msgspec structs below into ``schemas/cupti-jsonl.schema.json`` (``python
+scripts/write_schemas.py``). In short: line 1 is a ``HEADER`` object, every
 other line is one CUPTI activity record, ``{"kind": "<CUPTI kind name without prefix>", ...}``,
 with the C struct's camelCase field names. All times are CUPTI nanoseconds (``cupti_ns``), kept
 as they are on the table's clock. ``scripts/collect_cupti.py`` writes such files on a GPU machine;
@@ -16,15 +16,11 @@ END) are sorted-array lookups, so records may come in any order.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import operator
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
-from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import msgspec
@@ -461,7 +457,7 @@ def cupti_jsonl_schema() -> dict:
     """JSON Schema of one line of a ``cupti-jsonl`` v1 dump (header or record).
 
     Generated from :class:`Header` and :data:`RECORD_TYPES`; ``schemas/cupti-jsonl.schema.json``
-    is this function's output (``python -m daydream.formats.cupti_jsonl --write-schema``).
+    is this function's output (``python scripts/write_schemas.py``, :mod:`daydream.schemas`).
     Records of kinds not listed are allowed (readers skip them); unknown fields are allowed.
     """
     schemas, defs = msgspec.json.schema_components([Header, *RECORD_TYPES], ref_template="#/$defs/{name}")
@@ -485,14 +481,6 @@ def cupti_jsonl_schema() -> dict:
         "anyOf": [*schemas, other],
         "$defs": defs,
     }
-
-
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "cupti-jsonl.schema.json"
-
-
-def schema_text() -> str:
-    """The committed text of the schema file (formatted as ``scripts/write_schemas.py`` does)."""
-    return json.dumps(cupti_jsonl_schema(), indent=2, sort_keys=True) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1188,21 +1176,3 @@ def load(path: str, *, strict: bool = False) -> EventTable:
         extra=extra,
     )
     return EventTable.from_columns(cols, list(ids), meta, acc)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m daydream.formats.cupti_jsonl --write-schema [PATH]``: regenerate the schema file."""
-    ap = argparse.ArgumentParser(prog="python -m daydream.formats.cupti_jsonl", description=main.__doc__)
-    ap.add_argument("--write-schema", nargs="?", const=str(SCHEMA_PATH), metavar="PATH",
-                    help=f"write the JSON Schema (default {SCHEMA_PATH})")
-    args = ap.parse_args(argv)
-    if args.write_schema:
-        Path(args.write_schema).write_text(schema_text(), encoding="utf-8")
-        print(f"wrote {args.write_schema}")
-        return 0
-    ap.print_help()
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
