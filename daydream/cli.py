@@ -12,6 +12,7 @@ import sys
 import traceback
 
 from . import __version__
+from .display import terminal_text
 from .errors import DaydreamError, TraceFormatError, UnreliableReplay, UsageError
 
 
@@ -65,9 +66,7 @@ def _write(path: str, data: bytes) -> None:
 def _one_line(text: str) -> str:
     """``text`` with every character that is not printable (newlines, control characters quoted
     from a damaged file) escaped, so a message is one line on any terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return terminal_text(text)
 
 
 def _check_output(path: str | None, flag: str, trace: str) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .critical_path import CAUSES, CriticalPath
+from .display import terminal_lines, terminal_text
 from .report import Prediction, Report, Trust
 
 
@@ -34,6 +35,7 @@ class Col:
 
 
 def _fit(text: str, col: Col) -> str:
+    text = terminal_text(text)  # names from the trace: escapes made visible before aligning
     return f"{text:<{col.width}}" if col.left else f"{text:>{col.width}}"
 
 
@@ -267,5 +269,6 @@ def sections(r: Report) -> list[list[str]]:
 
 
 def render_text(r: Report) -> str:
-    """The terminal report: its sections, one blank line apart."""
-    return "\n\n".join("\n".join(s) for s in sections(r) if s) + "\n"
+    """The terminal report: its sections, one blank line apart; every line is terminal-safe
+    (:mod:`daydream.display`: names from the trace cannot carry escape sequences through)."""
+    return terminal_lines("\n\n".join("\n".join(s) for s in sections(r) if s)) + "\n"

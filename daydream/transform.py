@@ -113,17 +113,33 @@ def _mapped_mask(graph: TaskGraph, phase, layer, op) -> np.ndarray:
     return m
 
 
+#: longest regular expression a user may give (``--opt ...:pattern=``, ``select(name=...)``): keeps
+#: the cost of compiling it bounded; names from a trace are never compiled as patterns
+MAX_PATTERN_CHARS = 1000
+
+
+def compile_pattern(pattern: str) -> re.Pattern:
+    """A user's regular expression, compiled.
+
+    Raises:
+        DaydreamError: it is longer than :data:`MAX_PATTERN_CHARS` or not a valid expression.
+    """
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise DaydreamError(f"regular expression of {len(pattern):,} characters; at most {MAX_PATTERN_CHARS:,} are accepted")
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise DaydreamError(f"bad regular expression {pattern!r}: {e}") from None
+
+
 def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) -> np.ndarray:
     """Nodes (of ``subset``, default all) whose name matches ``pattern`` (``re.search``), decided
     once per distinct name (kernel names can be thousands of characters long).
 
     Raises:
-        DaydreamError: a bad regular expression.
+        DaydreamError: a bad or over-long regular expression.
     """
-    try:
-        rx = re.compile(pattern)
-    except re.error as e:
-        raise DaydreamError(f"bad regular expression {pattern!r}: {e}") from None
+    rx = compile_pattern(pattern)
     out = np.zeros(graph.n, dtype=bool)
     cand = np.ones(graph.n, dtype=bool) if subset is None else np.asarray(subset, dtype=bool)
     if cand.any():
@@ -134,10 +150,7 @@ def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) 
 
 
 def _regex_mask(strings: np.ndarray, pattern: str) -> np.ndarray:
-    try:
-        rx = re.compile(pattern)
-    except re.error as e:
-        raise DaydreamError(f"bad regular expression {pattern!r}: {e}") from None
+    rx = compile_pattern(pattern)
     uniq, inv = np.unique(strings.astype(str), return_inverse=True)
     hit = np.fromiter((rx.search(s) is not None for s in uniq), dtype=bool, count=len(uniq))
     return hit[inv.reshape(-1)]

@@ -5,7 +5,6 @@ change graphs only through :mod:`daydream.transform`.
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 
@@ -13,7 +12,7 @@ from ..cuda_api import ApiRole, api_role
 from ..events import Kind
 from ..graph import NODE_CPU, TaskGraph, lower_median
 from ..mapping import PHASES
-from ..transform import name_mask  # noqa: F401 - re-exported for the optimizations
+from ..transform import compile_pattern, name_mask  # noqa: F401 - name_mask re-exported for the optimizations
 
 #: API roles that make a CPU call wait for the GPU (they split CUDA-graph regions and are never
 #: removed by an optimization).
@@ -58,7 +57,7 @@ def cpu_ranges(graph: TaskGraph, pattern: str) -> tuple[np.ndarray, np.ndarray, 
         z = np.zeros(0, np.int64)
         return z, z, z, z
     uniq, inv = np.unique(cr.name_id, return_inverse=True)
-    rx = re.compile(pattern)
+    rx = compile_pattern(pattern)
     hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
     r = np.nonzero(hit[inv.reshape(-1)])[0]
     key = np.stack([cr.pid[r], cr.tid[r], cr.start_ns[r], cr.end_ns[r]], axis=1).astype(np.int64)
@@ -102,7 +101,7 @@ def mapped_labels_match(graph: TaskGraph, key: str, pattern: str) -> np.ndarray:
     mp = graph.mapping
     if mp is None or not mp.labels:
         return out
-    rx = re.compile(pattern)
+    rx = compile_pattern(pattern)
     hit = np.fromiter((rx.search(s) is not None for s in mp.labels), dtype=bool, count=len(mp.labels))
     ids = np.asarray(getattr(mp, key))
     ok = ids >= 0

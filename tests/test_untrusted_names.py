@@ -1,0 +1,74 @@
+"""Names from a trace are untrusted: every output shows them safely (``daydream/display.py``)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from daydream.cli import run
+from daydream.display import markup_text, terminal_lines, terminal_text
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz"
+
+#: clear the screen, retitle the terminal (OSC ... BEL), NUL, a right-to-left override, markup
+HOSTILE = "\x1b[2J\x1b]0;t\x07\x00\u202e<script>x</script>]]>"
+
+
+def _hostile_trace(tmp_path: Path) -> Path:
+    """The fixture with HOSTILE prefixed to every kernel, op, annotation and module name, and to
+    the device name."""
+    doc = json.loads(gzip.decompress(FIXTURE.read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("kernel", "cpu_op", "python_function", "gpu_memcpy", "gpu_memset") or (
+                e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep")):
+            e["name"] = HOSTILE + e["name"]
+    for d in doc.get("deviceProperties", []):
+        d["name"] = HOSTILE + d.get("name", "")
+    p = tmp_path / "hostile.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def _safe_terminal(text: str) -> None:
+    for line in text.split("\n"):
+        assert line.isprintable(), repr(line[:200])
+    assert "\x1b" not in text and "\x07" not in text and "\x00" not in text and "\u202e" not in text
+
+
+def test_display_functions():
+    assert terminal_text(HOSTILE) == "\\x1b[2J\\x1b]0;t\\x07\\x00\\u202e<script>x</script>]]>"
+    assert terminal_text("abcdefghij", 6) == "abc..." and terminal_text("abc", 6) == "abc"
+    assert terminal_lines("a\x1bb\nc") == "a\\x1bb\nc"
+    assert markup_text("<script>]]>&\"'") == "&lt;script&gt;]]&gt;&amp;&quot;&#x27;"
+    assert "\x1b" not in markup_text(HOSTILE)
+
+
+@pytest.mark.parametrize("opt", [[], ["--opt", "scale-kernels:pattern=gemm,factor=0.5"], ["--opt", "all"]])
+def test_every_output_shows_hostile_names_safely(tmp_path, capsys, opt):
+    trace = _hostile_trace(tmp_path)
+    js, tl = tmp_path / "r.json", tmp_path / "t.json"
+    assert run([str(trace), *opt, "--json", str(js), "--timeline", str(tl)]) == 0
+    out, err = capsys.readouterr()
+    _safe_terminal(out)
+    _safe_terminal(err)
+    assert "\\x1b[2J" in out  # shown, as a visible escape
+    # JSON outputs are valid and carry the original names
+    report = orjson.loads(js.read_bytes())  # the raw names, not escaped copies
+    assert report["trace"]["devices"][0]["name"] == HOSTILE + "Emulated GPU"
+    assert any(x["name"].startswith(HOSTILE) for x in report["layers"])
+    timeline = orjson.loads(tl.read_bytes())
+    names = {e.get("name", "") for e in timeline["traceEvents"]}
+    assert any(n.startswith(HOSTILE) for n in names)
+
+
+def test_warnings_and_errors_are_one_safe_line(tmp_path, capsys):
+    bad = tmp_path / ("x\x1b[2J.json")
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "' + "\\u001b[2J" + '", "ts": "oops"}]}')
+    rc = run([str(bad)])
+    _, err = capsys.readouterr()
+    _safe_terminal(err)
+    assert rc in (0, 2) and err.count("\n") <= max(1, err.count("warning") + 1)
