@@ -44,7 +44,7 @@ class WindowStats(msgspec.Struct, forbid_unknown_fields=True):
     measured_ns: int
     replayed_ns: int
     error_pct: float  #: (replayed - measured) / measured * 100
-    gpu_busy_measured_ns: int  #: union of GPU task intervals, summed over devices
+    gpu_busy_measured_ns: int  #: union of the intervals of its GPU tasks (a step: those it launched), summed over devices
     gpu_idle_measured_ns: int  #: devices x window - busy
     gpu_busy_replayed_ns: int
     gpu_idle_replayed_ns: int
@@ -236,50 +236,81 @@ class StepWindow(NamedTuple):
     """One ProfilerStep: where it lies measured and replayed (ns), and the nodes that belong to it."""
 
     name: str
-    start_ns: int  #: measured
-    end_ns: int
+    start_ns: int  #: measured: the step's CPU start, or the previous step's end when that is later
+    end_ns: int  #: measured: the step's CPU end, or its members' last end when that is later
     replayed_start_ns: int
     replayed_end_ns: int
     members: np.ndarray  #: node mask
     note: str  #: why replayed = measured, when it is
+    cpu_start_ns: int = 0  #: the ProfilerStep range itself (measured), without the GPU work it launched
+    cpu_end_ns: int = 0
+    replayed_cpu_start_ns: int = 0  #: where those boundaries lie replayed
+    replayed_cpu_end_ns: int = 0
 
 
 def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
     """Each ProfilerStep as a :class:`StepWindow` (a tuple: name, measured start and end, replayed
-    start and end, member mask, note).
+    start and end, member mask, note, and the step's own CPU range measured and replayed).
 
-    A step boundary ``b`` lies on its thread in the CPU gap before some API call ``x`` (the first
-    call starting at or after ``b``). Replayed, it stays ``min(x.start - b, x.gap)`` before ``x``:
-    the recorded distance, but never more than the gap ``x`` still has in the graph, so when a
-    transformation removes calls (and their gaps) a boundary moves with the work that is left,
-    and consecutive steps never overlap. After the thread's last call, a boundary keeps its
-    recorded distance to that call's end. Members are the nodes whose position (CPU start, or
-    launching call's start) lies in the measured step, on the step's process.
+    Members are the nodes whose position (CPU start, or launching call's start) lies in the
+    measured ProfilerStep range, on the step's process: its API calls (with the waits they made)
+    and the GPU work they launched; calls of threads that never launch or wait for GPU work (an
+    NCCL watchdog polling events) are no step's (see ``gpu_relevant``).
+
+    A step runs from its CPU start until its last member has ended (or its CPU end, if later), so
+    its time includes the GPU work it launched and the waits it made; when the previous step of
+    its thread ends later than this step's CPU start (its GPU work still running), this step
+    starts there instead. Steps so never overlap and their times add up to at most the traced
+    window, and every per-step column (:func:`_window`) is computed over the step's members.
+    Measured windows come from the recorded times, replayed ones from the replayed times.
     """
     out = []
-    lane_of = {tuple(k): i for i, k in enumerate(graph.lane_keys.tolist())}
-    pos = graph.position_ns
-    cpu = graph.node_kind == NODE_CPU
+    rel = gpu_relevant(graph)
+    prev: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> previous step's (measured, replayed) end
     for name, s, e, pid, tid in profiler_steps(graph.table):
-        members = (pos >= s) & (pos < e) & (graph.lane_keys[graph.lane, 1] == pid)
-        lane = lane_of.get((0, pid, tid, 0), -1)
-        nodes = np.nonzero((graph.lane == lane) & cpu)[0]
-        if not ((graph.rec_start_ns[nodes] >= s) & (graph.rec_end_ns[nodes] <= e)).any():
-            out.append(StepWindow(name, s, e, s, e, members, "no API call inside the step on its thread; replayed = measured"))
-            continue
-        nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
-        rs_sorted = graph.rec_start_ns[nodes]
-
-        def boundary(b: int) -> int:
-            k = int(np.searchsorted(rs_sorted, b, side="left"))
-            if k < len(nodes):
-                x = int(nodes[k])
-                return int(tl.start_ns[x]) - min(int(graph.rec_start_ns[x]) - b, int(graph.gap_ns[x]))
-            y = int(nodes[-1])
-            return int(tl.end_ns[y]) + (b - int(graph.rec_end_ns[y]))
-
-        out.append(StepWindow(name, s, e, boundary(s), boundary(e), members, ""))
+        members = (graph.position_ns >= s) & (graph.position_ns < e) & (graph.lane_keys[graph.lane, 1] == pid) & rel
+        cpu = _replayed_boundaries(graph, tl, s, e, pid, tid)
+        rs, re_ = (s, e) if cpu is None else cpu
+        end_m, end_r = _covering(e, graph.rec_end_ns, members), _covering(re_, tl.end_ns, members)
+        pm, pr = prev.get((pid, tid), (s, rs))
+        note = "no API call inside the step on its thread; replayed = measured" if cpu is None else ""
+        out.append(StepWindow(name, min(max(s, pm), end_m), end_m, min(max(rs, pr), end_r), end_r, members, note, s, e, rs, re_))
+        prev[(pid, tid)] = (max(pm, end_m), max(pr, end_r))
     return out
+
+
+def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: int, tid: int) -> tuple[int, int] | None:
+    """Where the ProfilerStep range [s, e] of thread (pid, tid) lies in the replay ``tl``; None
+    when no API call of the thread lies inside it.
+
+    A boundary ``b`` lies in the CPU gap before some API call ``x`` (the first call starting at
+    or after ``b``). Replayed, it stays ``min(x.start - b, x.gap)`` before ``x``: the recorded
+    distance, but never more than the gap ``x`` still has in the graph, so when a transformation
+    removes calls (and their gaps) a boundary moves with the work that is left, and consecutive
+    boundaries never cross. After the thread's last call, a boundary keeps its recorded distance
+    to that call's end.
+    """
+    lanes = np.nonzero((graph.lane_keys == np.array([0, pid, tid, 0])).all(axis=1))[0]
+    nodes = np.nonzero((graph.lane == (lanes[0] if len(lanes) else -1)) & (graph.node_kind == NODE_CPU))[0]
+    if not ((graph.rec_start_ns[nodes] >= s) & (graph.rec_end_ns[nodes] <= e)).any():
+        return None
+    nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
+    rs_sorted = graph.rec_start_ns[nodes]
+
+    def boundary(b: int) -> int:
+        k = int(np.searchsorted(rs_sorted, b, side="left"))
+        if k < len(nodes):
+            x = int(nodes[k])
+            return int(tl.start_ns[x]) - min(int(graph.rec_start_ns[x]) - b, int(graph.gap_ns[x]))
+        y = int(nodes[-1])
+        return int(tl.end_ns[y]) + (b - int(graph.rec_end_ns[y]))
+
+    return boundary(s), boundary(e)
+
+
+def _covering(end: int, ends: np.ndarray, members: np.ndarray) -> int:
+    """``end``, or the last end of the ``members`` when that is later."""
+    return max(end, int(ends[members].max())) if members.any() else end
 
 
 def _graph_summary(graph: TaskGraph) -> GraphSummary:
@@ -323,7 +354,7 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     hi_m = _window_end(graph, rec.end_ns, rel, [w.end_ns for w in sw])
     hi_r = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
     window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, np.ones(graph.n, dtype=bool), _window_note(graph, rel))
-    steps = [_window(w.name, graph, tl, rec, w.start_ns, w.end_ns, w.replayed_start_ns, w.replayed_end_ns, w.members, w.note) for w in sw]
+    steps = [_window(w.name, graph, tl, rec, w.start_ns, w.end_ns, w.replayed_start_ns, w.replayed_end_ns, w.members, w.note, w.members) for w in sw]
     phases, layers = _groups(graph, tl)
     _, cp = critical_path(graph, tl, *_phase_args(graph))
     return Report(REPORT_VERSION, t.meta, t.accounting, summary, window, steps, cp, processes=_process_windows(graph, tl, rec),
@@ -439,8 +470,8 @@ def _groups(graph: TaskGraph, tl: Timeline) -> tuple[list[GroupStats], list[Grou
     return phases, layers[:TOP_LAYERS]
 
 
-def _predicted(name, base: WindowStats, graph, tl, lo, hi, members) -> PredictedWindow:
-    busy, _ = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo, hi)
+def _predicted(name, base: WindowStats, graph, tl, lo, hi, members, busy_members=None) -> PredictedWindow:
+    busy, _ = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo, hi, busy_members)
     pred = hi - lo
     return PredictedWindow(
         name=name,
@@ -460,7 +491,8 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
     hi = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
     window = _predicted("traced window", base.window, graph, tl, graph.t0_ns, hi, np.ones(graph.n, dtype=bool))
     by_name = {w.name: w for w in base.steps}
-    steps = [_predicted(w.name, by_name[w.name], graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members) for w in sw if w.name in by_name]
+    steps = [_predicted(w.name, by_name[w.name], graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members, w.members)
+             for w in sw if w.name in by_name]
     _, cp = critical_path(graph, tl, *_phase_args(graph))
     return Prediction(applied, window, steps, cp)
 

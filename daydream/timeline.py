@@ -200,11 +200,13 @@ def _lane_name_events(graph: TaskGraph, label: str, pid_off: int, dev_off: int) 
 
 
 def _step_events(d: _Drawn) -> list[dict]:
-    """The replayed ProfilerSteps, on the thread of their ProfilerStep."""
+    """The replayed ProfilerSteps, on the thread of their ProfilerStep: the step's CPU range (the
+    GPU work it launched may run on past it; ``args`` give the step's window with that work)."""
     ev = []
     for w, (_n, _a, _b, spid, stid) in zip(step_windows(d.graph, d.tl), profiler_steps(d.t)):
         ev.append({"ph": "X", "cat": "user_annotation", "name": w.name, "pid": spid + d.pid_off, "tid": stid,
-                   "ts": d.us(w.replayed_start_ns), "dur": (w.replayed_end_ns - w.replayed_start_ns) / 1000.0, "args": {}})
+                   "ts": d.us(w.replayed_cpu_start_ns), "dur": (w.replayed_cpu_end_ns - w.replayed_cpu_start_ns) / 1000.0,
+                   "args": {"step window with its GPU work, ms": (w.replayed_end_ns - w.replayed_start_ns) / 1e6}})
     return ev
 
 

@@ -55,6 +55,7 @@ def _steps_do_not_overlap(graph, tl):
     w = step_windows(graph, tl)
     for a, b in zip(w, w[1:]):
         assert a[3] <= a[4] <= b[3], (a[0], b[0])
+        assert a.replayed_cpu_start_ns <= a.replayed_cpu_end_ns <= b.replayed_cpu_start_ns, (a.name, b.name)
 
 
 @needs_traces
