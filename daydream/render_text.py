@@ -131,7 +131,8 @@ def _plural(n: int, word: str) -> str:
 
 
 def trust_line(t: Trust | None) -> list[str]:
-    """How faithful the baseline replay is: the verdict and the numbers behind it (one line)."""
+    """How faithful the baseline replay is: the verdict and the numbers behind it (one line), and
+    when it is not good, the wait the replay misses most (a second line)."""
     if t is None:
         return []
     err = f"max step error {_pct(t.max_step_error_pct)} %" if t.steps else f"window error {_pct(t.window_error_pct)} %"
@@ -140,7 +141,8 @@ def trust_line(t: Trust | None) -> list[str]:
     incomplete = f", {sum(t.incomplete.values()):,} links missing from the trace" if t.incomplete else ""
     return [
         f"  baseline replay: {t.verdict} ({err}, GPU start error p50 {t.gpu_start_error_p50_us:,.0f} us / "
-        f"p99 {t.gpu_start_error_p99_us:,.0f} us; {_plural(inferred, 'inferred edge')}{f' ({by_kind})' if inferred else ''}{incomplete})"
+        f"p99 {t.gpu_start_error_p99_us:,.0f} us; {_plural(inferred, 'inferred edge')}{f' ({by_kind})' if inferred else ''}{incomplete})",
+        *([f"    {t.cause}"] if t.cause else []),
     ]
 
 

@@ -20,6 +20,8 @@ import msgspec
 from .critical_path import CriticalPath, critical_path, gpu_relevant
 from .events import Accounting, Kind, TraceMeta
 from .graph import NODE_CPU, Phase, TaskGraph, profiler_steps, rule_arrays
+from .graph import EdgeKind
+from .kernels import classify_name
 from .mapping import PHASES
 from .simulate import Timeline
 
@@ -137,6 +139,7 @@ class Trust(msgspec.Struct, forbid_unknown_fields=True):
     gpu_tasks_compared: int
     inferred_edges: dict[str, int] = {}  #: edges derived by a rule, not read from the trace: by kind
     incomplete: dict[str, int] = {}  #: graph counts of links the trace lacks (GPU tasks without a launch, ...)
+    cause: str = ""  #: when not "good": the recorded wait the replay reproduces least, and what in the trace held it (see replay_cause)
 
 
 class Report(msgspec.Struct, forbid_unknown_fields=True):
@@ -382,8 +385,74 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     inferred = {k: v["inferred"] for k, v in sorted(graph.edge_counts().items()) if v.get("inferred")}
     missing = getattr(graph.counts, "missing", ())
     incomplete = {k: v for k, v in sorted(graph.counts.items()) if v and k in missing}
-    return Trust(verdict, reason, step_err + 0.0, len(steps), win_err + 0.0, round(p50, 3), round(p99, 3), int(np.count_nonzero(gpu)),
-                 inferred, incomplete)
+    cause = replay_cause(graph, tl, rec, window.measured_ns) if verdict != "good" else ""
+    return Trust(verdict, f"{reason}; {cause}" if cause else reason, step_err + 0.0, len(steps), win_err + 0.0, round(p50, 3), round(p99, 3),
+                 int(np.count_nonzero(gpu)), inferred, incomplete, cause)
+
+
+def replay_cause(graph: TaskGraph, tl: Timeline, rec: Timeline, window_ns: int) -> str:
+    """In words, the blocking call whose recorded wait the replay reproduces least, when that
+    alone is worth more than the accuracy target (TRUST_FAIR_PCT of the window), and what held
+    the GPU work it waited for in the trace: the task of that stream that started latest after
+    what the graph lets it wait for (launch + L, stream predecessor + G), and the task of another
+    stream of the device that ended last before it. A collective (NCCL/RCCL) kernel there is named
+    as such: its recorded duration includes waiting for peer ranks, which a one-rank trace cannot
+    show. '' when no wait is missed by that much.
+    """
+    b = np.nonzero(graph.blocking)[0]
+    miss = rec.blocked_ns[b] - tl.blocked_ns[b]
+    if not len(b) or int(miss.max()) * 100 <= TRUST_FAIR_PCT * window_ns:
+        return ""
+    i = int(b[np.argmax(miss)])
+    out = (f"largest missed wait: {graph.name(i)} blocked {rec.blocked_ns[i] / 1e6:.3f} ms in the trace, "
+           f"{tl.blocked_ns[i] / 1e6:.3f} ms replayed")
+    waited = graph.preds(i, EdgeKind.WAIT)
+    if not len(waited):
+        return out
+    w = int(waited[np.argmax(rec.end_ns[waited])])
+    x, late = _held_task(graph, rec, w, int(rec.start_ns[i]))
+    out += (f"; the {_short(graph.name(x))} it waited for" if x == w else f"; the GPU work it waited for queued behind {_short(graph.name(x))}, which")
+    out += f" started {late / 1e3:,.0f} us later than its launch and stream allow"
+    p = _ended_before(graph, rec, x)
+    if p < 0:
+        return out
+    out += f", {(rec.start_ns[x] - rec.end_ns[p]) / 1e3:,.0f} us after {_short(graph.name(p))} (stream {graph.lane_keys[graph.lane[p], 3]}) ended"
+    unlinked = sum(v for k, v in graph.counts.items() if k.startswith("cudaStreamWaitEvent without"))
+    if unlinked:
+        out += f" (a cross-stream wait the trace does not link? {unlinked:,} cudaStreamWaitEvent without an event id)"
+    if classify_name(graph.name(p))[0] == "communication":
+        out += (f"; collective kernels' durations include waiting for peer ranks ({(rec.end_ns[p] - rec.start_ns[p]) / 1e6:.3f} ms here), "
+                "which a one-rank trace cannot show")
+    return out
+
+
+def _short(name: str, n: int = 48) -> str:
+    return name if len(name) <= n else name[: n - 3] + "..."
+
+
+def _held_task(graph: TaskGraph, rec: Timeline, w: int, since: int) -> tuple[int, int]:
+    """(task, ns): of ``w`` and the tasks before it on its stream still unfinished at ``since``,
+    the one whose recorded start is latest after its launch (+ L) and stream predecessor (+ G)."""
+    best, late = w, -1
+    x = w
+    while x >= 0 and rec.end_ns[x] > since:
+        prev, lc = int(graph.lane_prev[x]), int(graph.launch[x])
+        ready = max(int(rec.start_ns[lc]) + graph.launch_latency_ns if lc >= 0 else graph.t0_ns,
+                    int(rec.end_ns[prev]) + graph.gpu_gap_ns if prev >= 0 else graph.t0_ns)
+        if int(rec.start_ns[x]) - ready > late:
+            best, late = x, int(rec.start_ns[x]) - ready
+        x = prev
+    return best, max(late, 0)
+
+
+def _ended_before(graph: TaskGraph, rec: Timeline, x: int) -> int:
+    """The GPU task of another stream of ``x``'s device, placed before ``x``, that ended last at or
+    before ``x``'s recorded start; -1 when there is none."""
+    dev = graph.lane_keys[graph.lane, 2]
+    m = ((graph.node_kind != NODE_CPU) & (graph.lane != graph.lane[x]) & (dev == dev[x]) & (graph.position_ns <= graph.position_ns[x])
+         & (rec.end_ns <= rec.start_ns[x]))
+    c = np.nonzero(m)[0]
+    return int(c[np.argmax(rec.end_ns[c])]) if len(c) else -1
 
 
 #: a measured launch latency above this looks like a one-off (lazy module loading, a cold start)

@@ -112,7 +112,7 @@ def test_json_has_trust_and_validates(tmp_path):
     jsonschema.validate(doc, report_schema())
     assert set(doc["trust"]) == {
         "verdict", "reason", "max_step_error_pct", "steps", "window_error_pct", "gpu_start_error_p50_us",
-        "gpu_start_error_p99_us", "gpu_tasks_compared", "inferred_edges", "incomplete",
+        "gpu_start_error_p99_us", "gpu_tasks_compared", "inferred_edges", "incomplete", "cause",
     }
     assert doc["trust"]["verdict"] == "unreliable"
 
@@ -140,7 +140,8 @@ def test_dlrm_verdicts_follow_their_errors(capsys):
     for path in DLRM:
         r = analyze(load_trace(str(path))).report
         t = r.trust
-        assert (t.verdict, t.reason) == trust_verdict(t.max_step_error_pct, t.window_error_pct, t.steps)
+        verdict, reason = trust_verdict(t.max_step_error_pct, t.window_error_pct, t.steps)
+        assert t.verdict == verdict and t.reason.startswith(reason)  # the reason goes on with the cause
         assert t.max_step_error_pct == max(abs(s.error_pct) for s in r.steps)
         assert any("without" in k for k in t.incomplete)  # waits without event ids
         if worst is None or t.max_step_error_pct > worst[1].max_step_error_pct:
@@ -151,3 +152,47 @@ def test_dlrm_verdicts_follow_their_errors(capsys):
     assert code == (2 if t.verdict == "unreliable" else 0)
     if code == 2:
         assert f"{path}: baseline replay unreliable" in err
+
+
+# ---------------------------------------------------------------- the cause of a bad replay --
+def collective_wait_table():
+    """A 1 ms NCCL kernel on stream 84; the next kernel, on stream 7, waits for it through a
+    cudaStreamWaitEvent the trace does not name the event of (it starts 5 us after the NCCL
+    kernel ends, and nothing in the graph says so); a stream synchronize waits for stream 7."""
+    b = TB()
+    b.range("ProfilerStep#1", 0, 1_100_000)
+    c = b.call("cudaLaunchKernel", 1_000, 6_000)
+    b.gpu(c, 13_000, 1_013_000, stream=84, name="ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t")
+    b.call("cudaStreamWaitEvent", 7_000, 8_000)
+    c = b.call("cudaLaunchKernel", 9_000, 14_000)
+    b.gpu(c, 1_018_000, 1_028_000, stream=7)
+    b.call("cudaStreamSynchronize", 15_000, 1_030_000)
+    return b.table()
+
+
+def test_cause_names_the_missed_wait_and_the_collective_before_it():
+    r = analyze(collective_wait_table()).report
+    t = r.trust
+    assert t.verdict == "unreliable" and t.cause and t.reason.endswith(t.cause)
+    assert t.cause.startswith("largest missed wait: cudaStreamSynchronize blocked 1.013 ms in the trace, ")
+    assert "the k it waited for started 997 us later" in t.cause  # 1,018 us - (launch 9 us + L 12 us)
+    assert "5 us after ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t (stream 84) ended" in t.cause
+    assert "1 cudaStreamWaitEvent without an event id" in t.cause and "waiting for peer ranks (1.000 ms here)" in t.cause
+    assert render_text(r).splitlines()[2] == f"    {t.cause}"
+
+
+def test_cause_of_an_unexplained_late_kernel_names_no_collective():
+    t = analyze(late_kernel_table(1_000_000)).report.trust
+    assert t.cause.startswith("largest missed wait: cudaDeviceSynchronize blocked ")
+    assert "started 1,000 us later than its launch and stream allow" in t.cause and "peer ranks" not in t.cause
+    assert analyze(late_kernel_table(0)).report.trust.cause == ""  # good: nothing to explain
+
+
+@needs_traces
+def test_dlrm_cause_is_the_wait_for_the_all_to_all():
+    """On every DLRM rank that misses the 1 % target, the wait the replay misses is for GPU work
+    that started a few us after an NCCL SendRecv (the all-to-all) on stream 84 ended."""
+    for path in [TRACES / "param_dlrm" / f"dlrm_8rank_worker{i}.pt.trace.json.gz" for i in range(7)]:
+        t = analyze(load_trace(str(path))).report.trust
+        assert t.verdict != "good", path.name
+        assert "ncclKernel_SendRecv" in t.cause and "(stream 84) ended" in t.cause and "peer ranks" in t.cause, (path.name, t.cause)
