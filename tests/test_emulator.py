@@ -17,6 +17,7 @@ from daydream.testing.emulator import (
     RangeBegin, RangeEnd, StreamSync, StreamWaitEvent, Thread, emulate, measure_latencies, programs, to_kineto,
     training_step_program,
 )
+from daydream.cuda_api import PAGEABLE_STAGING_BYTES
 
 T0 = 1_000_000_000_000  # a round t0 makes hand-computed times readable
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -274,6 +275,15 @@ def check_invariants(run) -> None:
             assert (c.bound_record is None) == (rec is None)
             producer = None if rec is None else last_on((rec.op.device, rec.op.stream), rec)
             assert list(c.waits_for) == ([] if producer is None else [producer])
+        elif isinstance(op, (Memcpy, MemcpyAsync)) and op.kind == "HtoD" and op.host_memory == "pageable":
+            # CUDA "API synchronization behavior": cudaMemcpy, and an async copy above the staging
+            # size, synchronize the stream, then stage; neither waits for its own copy
+            blocks = isinstance(op, Memcpy) or op.bytes > PAGEABLE_STAGING_BYTES
+            prev = last_on(lane_of(tasks[c.task]), c)
+            assert list(c.waits_for) == ([prev] if blocks and prev is not None else [])
+            assert c.blocking == blocks
+        elif isinstance(op, Memcpy) and op.kind == "DtoD":  # no host synchronization
+            assert not c.blocking and c.waits_for == () and c.end_ns == c.start_ns + op.call_own_ns
         elif c.blocking:
             assert c.waits_for == (c.task,)
 

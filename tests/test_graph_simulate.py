@@ -99,7 +99,7 @@ def test_event_sync_binds_to_record():
 def test_blocking_memcpy_and_pageable_d2h():
     b = TB()
     c1 = b.call("cudaMemcpy", 0, 60)
-    b.gpu(c1, 5, 55, kind=Kind.MEMCPY, name="Memcpy HtoD", copy_kind=CopyKind.HTOD, src_kind=MemKind.PAGEABLE, dst_kind=MemKind.DEVICE)
+    b.gpu(c1, 5, 55, kind=Kind.MEMCPY, name="Memcpy HtoD", copy_kind=CopyKind.HTOD, src_kind=MemKind.PINNED, dst_kind=MemKind.DEVICE)
     c2 = b.call("cudaMemcpyAsync", 70, 140)
     b.gpu(c2, 75, 130, kind=Kind.MEMCPY, name="Memcpy DtoH", copy_kind=CopyKind.DTOH, src_kind=MemKind.DEVICE, dst_kind=MemKind.PAGEABLE)
     g, tl, same = replay_equals_record(b.table())

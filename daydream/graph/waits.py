@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cuda_api import ApiRole, roles_of_names
+from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, is_hip, roles_of_names
 from ..events import CopyKind, EventTable, Kind, MemKind
 from ..links import pids_of
 from ._arrays import corr_key, count, lookup_sorted, search_pairs, segmented_ffill_exclusive
@@ -207,19 +207,52 @@ def event_sync_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, counts
     return w, m
 
 
-def blocking_copy_waits(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> tuple[np.ndarray, np.ndarray]:
-    """Blocking copies (``cudaMemcpy``; an async device-to-pageable copy) wait for their own copy."""
+def _copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> dict[str, np.ndarray]:
+    """Per GPU node: its launching call (-1 none) and masks of the copies by host-side behaviour
+    (``docs/model.md``, "Copies from and to pageable memory")."""
     n_cpu = nodes.n_cpu
-    g_nodes = np.arange(n_cpu, len(nodes.row), dtype=np.int64)
-    g_l = nodes.launch[g_nodes]
+    g_l = nodes.launch[n_cpu:]
     ok = g_l >= 0
-    rl = np.zeros(len(g_nodes), dtype=np.uint8)
+    rl = np.zeros(len(g_l), dtype=np.uint8)
     rl[ok] = role[g_l[ok]]
-    own = ok & (rl == ApiRole.MEMCPY_SYNC)
-    pageable_d2h = (ok & (rl == ApiRole.LAUNCH) & (table.kind[gpu_rows] == Kind.MEMCPY)
-                    & (table.copy_kind[gpu_rows] == CopyKind.DTOH) & (table.dst_kind[gpu_rows] == MemKind.PAGEABLE))
-    b = own | pageable_d2h
-    return g_nodes[b], g_l[b]
+    names_hip = np.array([is_hip(s) for s in table.names] or [False], dtype=bool)
+    hip = np.zeros(len(g_l), dtype=bool)
+    hip[ok] = names_hip[table.name_id[nodes.row[g_l[ok]]]]
+    copy = ok & (table.kind[gpu_rows] == Kind.MEMCPY)
+    ck = table.copy_kind[gpu_rows]
+    pageable_h2d = copy & ~hip & (ck == CopyKind.HTOD) & (table.src_kind[gpu_rows] == MemKind.PAGEABLE)
+    return dict(launch=g_l, sync=ok & (rl == ApiRole.MEMCPY_SYNC), pageable_h2d=pageable_h2d,
+                d2d=copy & ~hip & (ck == CopyKind.DTOD),
+                pageable_d2h=copy & (rl == ApiRole.LAUNCH) & (ck == CopyKind.DTOH) & (table.dst_kind[gpu_rows] == MemKind.PAGEABLE),
+                staged=pageable_h2d & (table.bytes[gpu_rows] > PAGEABLE_STAGING_BYTES))
+
+
+def blocking_copy_waits(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> tuple[np.ndarray, np.ndarray]:
+    """Copies whose call waits for the copy to end: a ``cudaMemcpy`` except device-to-device and
+    from pageable memory (``hipMemcpy*`` always), and an async device-to-pageable copy."""
+    c = _copy_classes(table, nodes, gpu_rows, role)
+    b = (c["sync"] & ~c["pageable_h2d"] & ~c["d2d"]) | c["pageable_d2h"]
+    g_nodes = np.arange(nodes.n_cpu, len(nodes.row), dtype=np.int64)
+    return g_nodes[b], c["launch"][b]
+
+
+def pageable_copy_edges(table: EventTable, nodes: Nodes, lanes: Lanes, gpu_rows: np.ndarray, role, rec_end,
+                        counts) -> tuple[np.ndarray, np.ndarray]:
+    """Copies from pageable host memory to the device (CUDA, not HIP) that synchronize their
+    stream before staging: every ``cudaMemcpy``, and a ``cudaMemcpyAsync`` above
+    :data:`~daydream.cuda_api.PAGEABLE_STAGING_BYTES`. Edges ``(src, dst)`` of kind WAIT: the
+    copy's stream predecessor -> the call; not where the recorded call of an async copy ended
+    before that predecessor did (the trace shows no sync there; counted)."""
+    c = _copy_classes(table, nodes, gpu_rows, role)
+    n_cpu = nodes.n_cpu
+    prev = lanes.lane_prev[n_cpu:]
+    p0 = np.maximum(prev, 0)
+    synced = c["pageable_h2d"] & (prev >= 0) & (c["sync"] | c["staged"])
+    early = synced & ~c["sync"] & (rec_end[np.maximum(c["launch"], 0)] < rec_end[p0])
+    count(counts, "pageable copy above the staging size whose call returned before its stream was idle (no wait)",
+          early.sum())
+    w = synced & ~early
+    return prev[w], c["launch"][w]
 
 
 def linked_waits(si: SyncInfo) -> np.ndarray:

@@ -47,7 +47,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Union
 
-from ..cuda_api import ApiRole, api_role
+from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, api_role
 
 __all__ = [
     "HostWork", "Launch", "MemcpyAsync", "Memcpy", "MemsetAsync", "DeviceSync", "StreamSync",
@@ -133,6 +133,11 @@ class _GpuWork(_DeviceCall):
         """(task kind, name as written in the trace)."""
         raise NotImplementedError
 
+    def host_waits(self, task: int, stream_prev: int | None) -> list[int]:
+        """The tasks whose end the call waits for, given its own ``task`` and the last task
+        launched before it on its stream (None: none)."""
+        return [task] if self.blocking else []
+
 
 @dataclass(frozen=True)
 class Launch(_GpuWork):
@@ -165,6 +170,7 @@ class _Copy(_GpuWork):
     taking ``copy_dur_ns`` on the GPU; ``host_memory`` (``"pinned"``/``"pageable"``) is the host
     side of an HtoD/DtoH copy."""
 
+    SYNCHRONOUS: ClassVar[bool] = False  #: ``cudaMemcpy`` (True) or ``cudaMemcpyAsync``
     stream: int
     kind: str
     bytes: int
@@ -172,6 +178,22 @@ class _Copy(_GpuWork):
 
     def gpu_dur(self) -> int:
         return self.copy_dur_ns
+
+    @property
+    def pageable_htod(self) -> bool:
+        return self.kind == "HtoD" and self.host_memory == "pageable"
+
+    @property
+    def staged(self) -> bool:
+        """A pageable HtoD copy above the staging size: the call synchronizes its stream first."""
+        return self.pageable_htod and self.bytes > PAGEABLE_STAGING_BYTES
+
+    def host_waits(self, task: int, stream_prev: int | None) -> list[int]:
+        if not self.blocking:
+            return []
+        if self.pageable_htod:  # a stream sync, then staging; the DMA may run on after the return
+            return [stream_prev] if stream_prev is not None else []
+        return [task]
 
     def task_name(self) -> tuple[str, str]:
         host = "Pinned" if self.host_memory == "pinned" else "Pageable"
@@ -185,7 +207,11 @@ class MemcpyAsync(_Copy):
 
     Blocking (as in CUDA) when it copies device to *pageable* host memory: the call then returns
     ``call_dur_ns`` after its own copy ended (or after its start if later), i.e. ``call_dur_ns``
-    is the call's own cost. Otherwise non-blocking: the call lasts ``call_dur_ns``.
+    is the call's own cost. From pageable memory to the device above ``PAGEABLE_STAGING_BYTES``
+    (:attr:`staged`) the driver synchronizes the stream, then stages: the call returns
+    ``call_dur_ns`` after the last task launched before it on its stream ended (or after its
+    start if later); at most that size the data are staged at once and it does not wait.
+    Otherwise non-blocking: the call lasts ``call_dur_ns``.
 
     Attributes:
         stream, kind, bytes, copy_dur_ns: the copy (see ``_Copy``).
@@ -200,24 +226,36 @@ class MemcpyAsync(_Copy):
 
     @property
     def blocking(self) -> bool:
-        return self.kind == "DtoH" and self.host_memory == "pageable"
+        return (self.kind == "DtoH" and self.host_memory == "pageable") or self.staged
 
     def cpu_cost(self) -> int:
         return self.call_dur_ns
 
 
 @dataclass(frozen=True)
-class Memcpy(_Blocking, _Copy):
-    """``cudaMemcpy``: a copy on ``stream`` that the CPU waits for (always blocking).
+class Memcpy(_Copy):
+    """``cudaMemcpy``: a synchronous copy on ``stream`` (CUDA "API synchronization behavior").
 
-    The call ends at ``max(start, copy.end) + call_own_ns``.
+    * DtoH, or HtoD from pinned memory: the call ends at ``max(start, copy.end) + call_own_ns``.
+    * HtoD from pageable memory: a stream sync, then staging (the DMA may run on after the call):
+      the call ends at ``max(start, W) + call_own_ns`` where ``W`` is the end of the last task
+      launched before it on its stream.
+    * DtoD: no host synchronization: the call lasts ``call_own_ns``.
 
     Attributes: as :class:`MemcpyAsync`, with ``call_own_ns`` the call's own CPU cost, ns.
     """
 
     API: ClassVar[tuple[str, int]] = ("cudaMemcpy", 31)
+    SYNCHRONOUS: ClassVar[bool] = True
     call_own_ns: int
     host_memory: str = "pageable"
+
+    @property
+    def blocking(self) -> bool:
+        return self.kind != "DtoD"
+
+    def cpu_cost(self) -> int:
+        return self.call_own_ns
 
 
 @dataclass(frozen=True)
@@ -753,11 +791,10 @@ class _Emulator:
         name, cbid = op.api()
         call_idx = len(self.calls)
         task_idx = bound = None
-        waits: list[int] = []
         if isinstance(op, _GpuWork):
+            stream_prev = self.lane_last.get((op.device, op.stream))
             task_idx = self.enqueue(op, pid, s, call_idx, corr, ext)
-            if op.blocking:
-                waits = [task_idx]
+            waits = op.host_waits(task_idx, stream_prev)
         else:
             waits, bound = self.sync_targets(op, pid, call_idx)
         if op.blocking:

@@ -1,0 +1,184 @@
+"""Copies from and to pageable host memory (docs/model.md, "Copies from and to pageable memory").
+
+CUDA "API synchronization behavior": a synchronous ``cudaMemcpy`` from pageable memory to the
+device first synchronizes its stream, stages the data and returns; above the staging size
+(:data:`daydream.cuda_api.PAGEABLE_STAGING_BYTES`) a copy from pageable memory returns only after
+its DMA started; a device-to-host copy returns when it is done; a device-to-device ``cudaMemcpy``
+does not synchronize the host. Hand-built tables check the edges; emulated programs check that
+the replay is exact and that predictions after scaling or removing kernels equal the emulator's
+run of the changed program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from daydream.cuda_api import PAGEABLE_STAGING_BYTES
+from daydream.events import CopyKind, Kind, MemKind
+from daydream.graph import NODE_CPU, EdgeKind, build_graph
+from daydream.simulate import simulate
+from daydream.testing.emulator import (HostWork, Launch, Memcpy, MemcpyAsync, Program, StreamSync, Thread, emulate,
+                                       measure_latencies)
+from daydream.transform import remove, scale, select
+
+from tablebuilder import TB
+from test_replay_emulator import _assert_exact, _replay
+from test_transform import _baseline_keys, _by_corr, _check_prediction, _drop_launch, _emulated_by_key, _gap_ops, _graph_of
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+BIG = PAGEABLE_STAGING_BYTES + 1
+
+
+# ------------------------------------------------------------------ hand-built tables ----
+def _copy(b, api, start, end, g0, g1, ck, src, dst, nbytes, stream=7):
+    c = b.call(api, start, end)
+    b.gpu(c, g0, g1, stream=stream, kind=Kind.MEMCPY, name="Memcpy", copy_kind=ck, src_kind=src, dst_kind=dst, bytes=nbytes)
+    return c
+
+
+def _edges(g, kind):
+    s, d = g.edges_of(kind)
+    return sorted(zip(s.tolist(), d.tolist()))
+
+
+def test_sync_pageable_htod_waits_for_its_stream_not_for_its_copy():
+    b = TB()
+    k = b.call("cudaLaunchKernel", 0, 10)
+    b.gpu(k, 15, 200)
+    _copy(b, "cudaMemcpy", 20, 230, 205, 400, CopyKind.HTOD, MemKind.PAGEABLE, MemKind.DEVICE, 4096)
+    g = build_graph(b.table())
+    kernel = int(np.nonzero((g.node_kind != NODE_CPU) & (g.rec_start_ns == 15))[0][0])
+    call = int(np.nonzero((g.node_kind == NODE_CPU) & (g.rec_start_ns == 20))[0][0])
+    assert _edges(g, EdgeKind.WAIT) == [(kernel, call)]  # the stream sync, not its own copy
+    assert g.dur_ns[call] == 30  # own cost after the stream sync: staging
+    tl = simulate(g)
+    assert tl.end_ns[call] == max(tl.start_ns[call], tl.end_ns[kernel]) + 30
+
+
+def _async_pair(first_end):
+    """A kernel, then a large and a small async pageable HtoD copy on its stream."""
+    b = TB()
+    k = b.call("cudaLaunchKernel", 0, 10)
+    b.gpu(k, 15, 200)
+    _copy(b, "cudaMemcpyAsync", 20, first_end, 210, 450, CopyKind.HTOD, MemKind.PAGEABLE, MemKind.DEVICE, BIG)
+    _copy(b, "cudaMemcpyAsync", 500, 520, 530, 540, CopyKind.HTOD, MemKind.PAGEABLE, MemKind.DEVICE, PAGEABLE_STAGING_BYTES)
+    return build_graph(b.table())
+
+
+def test_large_async_pageable_copy_synchronizes_its_stream():
+    g = _async_pair(first_end=400)
+    calls = np.nonzero(g.node_kind == NODE_CPU)[0]
+    kernel = int(np.nonzero((g.node_kind != NODE_CPU) & (g.rec_start_ns == 15))[0][0])
+    assert _edges(g, EdgeKind.WAIT) == [(kernel, int(calls[1]))]  # the large copy only
+    assert g.dur_ns[calls[1]] == 200 and g.dur_ns[calls[2]] == 20
+    assert g.blocking.sum() == 1
+    slow = simulate(scale(g, g.node_kind != NODE_CPU, 3.0))
+    assert slow.end_ns[calls[1]] == slow.end_ns[kernel] + 200
+
+
+def test_no_stream_sync_where_the_trace_contradicts_it():
+    g = _async_pair(first_end=100)  # returned before the kernel before it ended
+    assert _edges(g, EdgeKind.WAIT) == []
+    assert any("staging size" in k for k in g.counts)
+
+
+def test_dtod_cudamemcpy_does_not_block_but_hip_and_dtoh_do():
+    b = TB()
+    _copy(b, "cudaMemcpy", 0, 20, 25, 100, CopyKind.DTOD, MemKind.DEVICE, MemKind.DEVICE, 64)
+    _copy(b, "hipMemcpy", 110, 200, 115, 190, CopyKind.DTOD, MemKind.DEVICE, MemKind.DEVICE, 64)
+    _copy(b, "cudaMemcpy", 210, 300, 215, 290, CopyKind.DTOH, MemKind.DEVICE, MemKind.PAGEABLE, 64)
+    _copy(b, "cudaMemcpy", 310, 400, 315, 390, CopyKind.HTOD, MemKind.PINNED, MemKind.DEVICE, 64)
+    g = build_graph(b.table())
+    waiting = sorted(g.rec_start_ns[d] for _, d in _edges(g, EdgeKind.WAIT))
+    assert waiting == [110, 210, 310]
+
+
+# ------------------------------------------------------------------ emulated programs ----
+@st.composite
+def copy_programs(draw, max_threads: int = 2):
+    """Programs rich in copies: kernels, cudaMemcpy/cudaMemcpyAsync of every kind and host
+    memory, below and above the staging size, stream syncs, host work; streams 7 and 20."""
+    L = draw(st.integers(2_000, 15_000))
+    G = draw(st.integers(0, min(L, 3_000)))
+    dur = st.integers(1_000, 200_000)
+    cost = st.integers(1_000, 20_000)
+    nbytes = st.one_of(st.integers(1, PAGEABLE_STAGING_BYTES), st.integers(BIG, 1 << 26))
+    threads = []
+    for ti in range(draw(st.integers(1, max_threads))):
+        ops: list = []
+        for _ in range(draw(st.integers(1, 25))):
+            what = draw(st.sampled_from(["host", "launch", "launch", "memcpy", "memcpy", "async", "async", "sync"]))
+            s = draw(st.sampled_from([7, 20]))
+            if what == "host":
+                ops.append(HostWork(draw(st.integers(0, 50_000))))
+            elif what == "launch":
+                ops.append(Launch(s, draw(st.sampled_from(["sgemm", "elementwise"])), draw(dur), draw(cost)))
+            elif what == "sync":
+                ops.append(StreamSync(s, draw(cost)))
+            else:
+                cls = Memcpy if what == "memcpy" else MemcpyAsync
+                ops.append(cls(s, draw(st.sampled_from(["HtoD", "DtoH", "DtoD"])), draw(nbytes), draw(dur), draw(cost),
+                               host_memory=draw(st.sampled_from(["pinned", "pageable"]))))
+        threads.append(Thread(ops, pid=4242, tid=4242 + ti))
+    return Program(threads, launch_latency_ns=L, gpu_gap_ns=G)
+
+
+@SETTINGS
+@given(copy_programs())
+def test_replay_of_copy_programs_is_exact(tmp_path_factory, prog):
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    graph, tl = _replay(tmp_path_factory.mktemp("p"), run)
+    _assert_exact(run, graph, tl)
+
+
+@SETTINGS
+@given(copy_programs(), st.sampled_from(["sgemm", "elementwise"]), st.sampled_from([0.0, 0.5, 3.0, 10.0]))
+def test_scaling_kernels_around_copies_predicts_the_changed_program(tmp_path_factory, prog, pattern, factor):
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph_of(tmp_path_factory.mktemp("p"), run)
+    pred = simulate(scale(g, select(g, kind="kernel", name=pattern), factor))
+
+    def change(op):
+        if isinstance(op, Launch) and op.kernel_name == pattern:
+            return dataclasses.replace(op, kernel_dur_ns=int(np.rint(op.kernel_dur_ns * factor)))
+        return op
+
+    changed = emulate(prog.map_ops(change))
+    keys = [(c.thread, c.op_index) for c in run.calls]
+    assume(keys == [(c.thread, c.op_index) for c in changed.calls])  # same interleaving of threads
+    _check_prediction(g, pred, run, changed)
+
+
+@SETTINGS
+@given(copy_programs(), st.integers(0, 2**32))
+def test_removing_a_kernel_before_copies_predicts_the_changed_program(tmp_path_factory, prog, seed):
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    first = {min((c.op_index for c in run.calls if c.thread == t), default=-1) for t in range(len(prog.threads))}
+    cands = [c for c in run.calls if isinstance(c.op, Launch) and c.op_index not in first]
+    assume(cands)
+    victim = cands[np.random.default_rng(seed).integers(len(cands))]
+    g = _graph_of(tmp_path_factory.mktemp("p"), run)
+    m = g.table.correlation[g.row] == victim.correlation
+    g2 = remove(g, m)
+    pred = simulate(g2)
+    changed = emulate(_drop_launch(prog, victim.thread, victim.op_index))
+    removed = {victim.op_index} | _gap_ops(list(prog.threads[victim.thread].ops), victim.op_index)
+
+    def new_key(k):
+        t, i = k
+        return k if t != victim.thread else (t, i - sum(1 for r in removed if r < i))
+
+    base = [new_key((c.thread, c.op_index)) for c in run.calls if c is not victim]
+    assume(base == [(c.thread, c.op_index) for c in changed.calls])
+    keys = _baseline_keys(run)
+    calls, tasks = _by_corr(g2, pred)
+    e_calls, e_tasks = _emulated_by_key(changed)
+    assert {new_key(keys[c]): v for c, v in calls.items()} == e_calls
+    assert {new_key(keys[c]): v for c, v in tasks.items()} == e_tasks
