@@ -19,7 +19,7 @@ from .latency import launch_latency_and_gap
 from .model import NODE_CPU, CpuRanges, TaskGraph, concat_edges, dedupe_edges
 from .order import repair_order
 from .tasks import cpu_tasks, durations_and_gaps, gpu_task_rows, lanes_and_order, link_launches, node_arrays
-from .waits import (RecordCalls, WaitIndex, api_roles, blocking_copy_waits, cross_stream_waits, device_sync_waits,
+from .waits import (RecordCalls, WaitIndex, api_roles, blocking_copy_waits, copy_classes, cross_stream_waits, device_sync_waits,
                     event_sync_waits, pageable_copy_edges, stream_sync_waits, sync_info)
 
 
@@ -31,9 +31,10 @@ def _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, 
     si = sync_info(table, cpu_rows, nodes.pid[: nodes.n_cpu], only)
     ix = WaitIndex(nodes, lanes, position, rec_start, corr)
     rec = RecordCalls(ix, role)
-    pw_s, pw_d = pageable_copy_edges(table, nodes, lanes, gpu_rows, role, table.end_ns[nodes.row], counts)
+    copies = copy_classes(table, nodes, gpu_rows, role)
+    pw_s, pw_d = pageable_copy_edges(copies, lanes, nodes.n_cpu, table.end_ns[nodes.row], counts)
     parts = [stream_sync_waits(ix, role, si, counts), device_sync_waits(ix, role, si),
-             event_sync_waits(ix, role, si, rec, counts), blocking_copy_waits(table, nodes, gpu_rows, role), (pw_s, pw_d)]
+             event_sync_waits(ix, role, si, rec, counts), blocking_copy_waits(copies, nodes.n_cpu), (pw_s, pw_d)]
     ws = np.concatenate([p[0] for p in parts])
     wd = np.concatenate([p[1] for p in parts])
     keep = ws >= 0

@@ -207,11 +207,22 @@ def event_sync_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, counts
     return w, m
 
 
-def _copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> dict[str, np.ndarray]:
-    """Per GPU node: its launching call (-1 none) and masks of the copies by host-side behaviour
-    (``docs/model.md``, "Copies from and to pageable memory")."""
-    n_cpu = nodes.n_cpu
-    g_l = nodes.launch[n_cpu:]
+@dataclass
+class Copies:
+    """The GPU tasks' copies by host-side behaviour (``docs/model.md``, "Copies from and to
+    pageable memory"); masks over the GPU nodes (in node order after the CPU nodes)."""
+
+    launch: np.ndarray  #: launching call of each GPU node, -1 none
+    sync: np.ndarray  #: launched by a synchronous copy call (``cudaMemcpy``)
+    pageable_h2d: np.ndarray  #: CUDA copy from pageable host memory to the device
+    d2d: np.ndarray  #: CUDA device-to-device copy
+    pageable_d2h: np.ndarray  #: async copy (a LAUNCH call) to pageable host memory
+    staged: np.ndarray  #: pageable_h2d above :data:`~daydream.cuda_api.PAGEABLE_STAGING_BYTES`
+
+
+def copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> Copies:
+    """:class:`Copies` of the GPU nodes (HIP copies keep the plain "waits for its own copy" rule)."""
+    g_l = nodes.launch[nodes.n_cpu:]
     ok = g_l >= 0
     rl = np.zeros(len(g_l), dtype=np.uint8)
     rl[ok] = role[g_l[ok]]
@@ -221,38 +232,32 @@ def _copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -
     copy = ok & (table.kind[gpu_rows] == Kind.MEMCPY)
     ck = table.copy_kind[gpu_rows]
     pageable_h2d = copy & ~hip & (ck == CopyKind.HTOD) & (table.src_kind[gpu_rows] == MemKind.PAGEABLE)
-    return dict(launch=g_l, sync=ok & (rl == ApiRole.MEMCPY_SYNC), pageable_h2d=pageable_h2d,
-                d2d=copy & ~hip & (ck == CopyKind.DTOD),
-                pageable_d2h=copy & (rl == ApiRole.LAUNCH) & (ck == CopyKind.DTOH) & (table.dst_kind[gpu_rows] == MemKind.PAGEABLE),
-                staged=pageable_h2d & (table.bytes[gpu_rows] > PAGEABLE_STAGING_BYTES))
+    return Copies(g_l, ok & (rl == ApiRole.MEMCPY_SYNC), pageable_h2d, copy & ~hip & (ck == CopyKind.DTOD),
+                  copy & (rl == ApiRole.LAUNCH) & (ck == CopyKind.DTOH) & (table.dst_kind[gpu_rows] == MemKind.PAGEABLE),
+                  pageable_h2d & (table.bytes[gpu_rows] > PAGEABLE_STAGING_BYTES))
 
 
-def blocking_copy_waits(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> tuple[np.ndarray, np.ndarray]:
+def blocking_copy_waits(c: Copies, n_cpu: int) -> tuple[np.ndarray, np.ndarray]:
     """Copies whose call waits for the copy to end: a ``cudaMemcpy`` except device-to-device and
     from pageable memory (``hipMemcpy*`` always), and an async device-to-pageable copy."""
-    c = _copy_classes(table, nodes, gpu_rows, role)
-    b = (c["sync"] & ~c["pageable_h2d"] & ~c["d2d"]) | c["pageable_d2h"]
-    g_nodes = np.arange(nodes.n_cpu, len(nodes.row), dtype=np.int64)
-    return g_nodes[b], c["launch"][b]
+    b = (c.sync & ~c.pageable_h2d & ~c.d2d) | c.pageable_d2h
+    return n_cpu + np.nonzero(b)[0].astype(np.int64), c.launch[b]
 
 
-def pageable_copy_edges(table: EventTable, nodes: Nodes, lanes: Lanes, gpu_rows: np.ndarray, role, rec_end,
-                        counts) -> tuple[np.ndarray, np.ndarray]:
+def pageable_copy_edges(c: Copies, lanes: Lanes, n_cpu: int, rec_end, counts) -> tuple[np.ndarray, np.ndarray]:
     """Copies from pageable host memory to the device (CUDA, not HIP) that synchronize their
     stream before staging: every ``cudaMemcpy``, and a ``cudaMemcpyAsync`` above
     :data:`~daydream.cuda_api.PAGEABLE_STAGING_BYTES`. Edges ``(src, dst)`` of kind WAIT: the
     copy's stream predecessor -> the call; not where the recorded call of an async copy ended
     before that predecessor did (the trace shows no sync there; counted)."""
-    c = _copy_classes(table, nodes, gpu_rows, role)
-    n_cpu = nodes.n_cpu
     prev = lanes.lane_prev[n_cpu:]
     p0 = np.maximum(prev, 0)
-    synced = c["pageable_h2d"] & (prev >= 0) & (c["sync"] | c["staged"])
-    early = synced & ~c["sync"] & (rec_end[np.maximum(c["launch"], 0)] < rec_end[p0])
+    synced = c.pageable_h2d & (prev >= 0) & (c.sync | c.staged)
+    early = synced & ~c.sync & (rec_end[np.maximum(c.launch, 0)] < rec_end[p0])
     count(counts, "pageable copy above the staging size whose call returned before its stream was idle (no wait)",
           early.sum())
     w = synced & ~early
-    return prev[w], c["launch"][w]
+    return prev[w], c.launch[w]
 
 
 def linked_waits(si: SyncInfo) -> np.ndarray:
