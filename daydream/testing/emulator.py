@@ -50,7 +50,7 @@ from typing import Any, Callable, ClassVar, Union
 from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, api_role
 
 __all__ = [
-    "HostWork", "Launch", "MemcpyAsync", "Memcpy", "MemsetAsync", "DeviceSync", "StreamSync",
+    "HostWork", "Launch", "GraphLaunch", "MemcpyAsync", "Memcpy", "MemsetAsync", "DeviceSync", "StreamSync",
     "EventRecord", "EventSync", "StreamWaitEvent", "OtherCall", "RangeBegin", "RangeEnd", "Handover", "WaitHandover",
     "Op", "Thread", "Program", "CallRecord", "TaskRecord", "RangeRecord", "Run",
     "emulate", "to_kineto", "measure_latencies", "programs", "training_step_program",
@@ -284,6 +284,41 @@ class MemsetAsync(_GpuWork):
 
 
 @dataclass(frozen=True)
+class GraphLaunch(_DeviceCall):
+    """``cudaGraphLaunch``: one call that enqueues the kernels of an instantiated CUDA graph on
+    ``stream``; the CPU does not wait.
+
+    Semantics (``docs/model.md``, "CUDA-graph launches"): the graph is a chain on one stream: every
+    kernel is ready at the call's start + ``L`` and they run in the given order, each after the
+    previous one + ``G`` (a stream predecessor like any other); a pending cross-stream wait on
+    ``stream`` gates the first kernel. In the trace every kernel carries the call's correlation id
+    (CUPTI correlates one ``cudaGraphLaunch`` to one record per node; ``graph id``/``graph node id``
+    args as recent Kineto writes them).
+
+    Attributes:
+        stream: stream id the graph runs on.
+        kernels: ``(kernel name, kernel_dur_ns)`` per node, in execution order (a list is
+            converted to a tuple; at least one).
+        call_dur_ns: CPU duration of the call, ns.
+        graph_id: the ``graph id`` written on its kernels.
+        device: GPU device index (keyword).
+    """
+
+    API: ClassVar[tuple[str, int]] = ("cudaGraphLaunch", 311)
+    stream: int
+    kernels: tuple
+    call_dur_ns: int
+    graph_id: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kernels", tuple((str(n), d) for n, d in self.kernels))
+
+    def nodes(self) -> list[Launch]:
+        """The graph's kernels as launches on its stream (how the emulator enqueues them)."""
+        return [Launch(self.stream, n, d, self.call_dur_ns, device=self.device) for n, d in self.kernels]
+
+
+@dataclass(frozen=True)
 class DeviceSync(_Blocking, _DeviceCall):
     """``cudaDeviceSynchronize``: waits, on every stream of ``device`` that the process has
     launched to so far, for the last task launched before the call.
@@ -428,7 +463,7 @@ class WaitHandover:
     token: Any
 
 
-Op = Union[HostWork, Launch, MemcpyAsync, Memcpy, MemsetAsync, DeviceSync, StreamSync, EventRecord,
+Op = Union[HostWork, Launch, GraphLaunch, MemcpyAsync, Memcpy, MemsetAsync, DeviceSync, StreamSync, EventRecord,
            EventSync, StreamWaitEvent, OtherCall, RangeBegin, RangeEnd, Handover, WaitHandover]
 
 
@@ -536,6 +571,8 @@ class Program:
                         raise ValueError(f"{where}: host_memory must be one of {_HOST_MEMORY}")
                 if isinstance(op, OtherCall) and api_role(op.name) != ApiRole.OTHER:
                     raise ValueError(f"{where}: {op.name} is not a plain (role OTHER) call; use its op type")
+                if isinstance(op, GraphLaunch) and not (op.kernels and all(isinstance(d, int) and d >= 0 for _, d in op.kernels)):
+                    raise ValueError(f"{where}: kernels must be one or more (name, int ns >= 0)")
             if depth:
                 raise ValueError(f"thread {ti}: {depth} range(s) left open")
 
@@ -575,7 +612,8 @@ class CallRecord:
         external_id: External id of the innermost enclosing cpu_op/user_annotation range, or None.
         blocking: whether the call waited for GPU work.
         waits_for: indices (into ``Run.tasks``) of the tasks whose end it waited for.
-        task: index of the GPU task it launched, or None.
+        task: index of the GPU task it launched, or None (a :class:`GraphLaunch`: its first
+            kernel; the others follow it in ``Run.tasks``, see ``TaskRecord.graph_node``).
         bound_record: for EventSync/StreamWaitEvent, index (into ``Run.calls``) of the
             EventRecord it bound to, or None when the event had not been recorded.
     """
@@ -612,6 +650,7 @@ class TaskRecord:
         preds: indices (into ``Run.tasks``) of its GPU predecessors (stream predecessor first).
         bytes: bytes moved/set (0 for kernels).
         external_id: the launching call's External id, or None.
+        graph_node: its node index in the launching :class:`GraphLaunch`, or None.
     """
 
     kind: str
@@ -626,6 +665,7 @@ class TaskRecord:
     preds: tuple[int, ...]
     bytes: int = 0
     external_id: int | None = None
+    graph_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -795,6 +835,12 @@ class _Emulator:
             stream_prev = self.lane_last.get((op.device, op.stream))
             task_idx = self.enqueue(op, pid, s, call_idx, corr, ext)
             waits = op.host_waits(task_idx, stream_prev)
+        elif isinstance(op, GraphLaunch):  # one chain on its stream, every node ready at s + L
+            waits = []
+            for node, kernel in enumerate(op.nodes()):
+                t = self.enqueue(kernel, pid, s, call_idx, corr, ext)
+                self.tasks[t] = dataclasses.replace(self.tasks[t], graph_node=node)
+                task_idx = t if task_idx is None else task_idx
         else:
             waits, bound = self.sync_targets(op, pid, call_idx)
         if op.blocking:
@@ -984,6 +1030,8 @@ def _task_events(run: Run, ck: _Clock) -> list[dict]:
                          "registers per thread": 32, "shared memory": 0, "blocks per SM": 1.0, "warps per SM": 8.0,
                          "grid": [132, 1, 1], "block": [256, 1, 1], "est. achieved occupancy %": 12})
             cat = "kernel"
+            if t.graph_node is not None:  # a node of a cudaGraphLaunch: same correlation as its siblings
+                args.update({"graph id": c.op.graph_id, "graph node id": (c.op.graph_id << 16) + t.graph_node + 1})
         else:
             d = t.end_ns - t.start_ns
             args.update({"device": t.device, "context": 1, "stream": t.stream, "correlation": t.correlation,
@@ -1173,6 +1221,13 @@ class _ThreadDraw:
         self.ops.append(Launch(s, draw(self.st.sampled_from(_KERNELS)), draw(self.gpu_dur), draw(self.call), device=d))
         self.last_lane = lane
 
+    def _graph(self, lane) -> None:
+        d, s = lane
+        draw, st = self.draw, self.st
+        kernels = draw(st.lists(st.tuples(st.sampled_from(_KERNELS), self.gpu_dur), min_size=1, max_size=4))
+        self.ops.append(GraphLaunch(s, kernels, draw(self.call), graph_id=len(self.ops) + 1, device=d))
+        self.last_lane = lane
+
     def _copy(self, cls, lane, cost) -> None:
         d, s = lane
         draw, st = self.draw, self.st
@@ -1249,7 +1304,7 @@ class _ThreadDraw:
 
 
 def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, max_devices: int = 1,
-             sync_events: bool = True):
+             sync_events: bool = True, graph_launches: bool = False):
     """Hypothesis strategy of valid random programs.
 
     1..``max_threads`` threads (one process), streams from ``(7, 20, 24)[:max_streams]`` on
@@ -1265,6 +1320,8 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
             stream the thread launched to last, event syncs only of the thread's last recorded
             event, records only on the stream the thread launched to last, thread-local events,
             no cudaStreamWaitEvent.
+        graph_launches: also draw :class:`GraphLaunch` ops (1-4 kernels on one stream), about
+            one op in ten (off by default, so other properties draw the programs they always did).
     """
     from hypothesis import strategies as st
 
@@ -1276,11 +1333,12 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
         streams = _STREAMS[: draw(st.integers(1, max_streams))]
         devices = tuple(range(draw(st.integers(1, max_devices))))
         lanes = [(d, s) for d in devices for s in streams]
+        choices = _CHOICES + ("graph", "graph") if graph_launches else _CHOICES
         threads = []
         for ti in range(n_threads):
             td = _ThreadDraw(draw, st, ti, sync_events)
             for _ in range(draw(st.integers(0, max_ops))):
-                choice = draw(st.sampled_from(_CHOICES))
+                choice = draw(st.sampled_from(choices))
                 td.step(choice, draw(st.sampled_from(lanes)))
             threads.append(td.thread())
         return Program(threads, launch_latency_ns=L, gpu_gap_ns=G)

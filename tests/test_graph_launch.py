@@ -1,0 +1,162 @@
+"""CUDA-graph launches: one ``cudaGraphLaunch`` whose kernels all carry its correlation id.
+
+The emulator's :class:`GraphLaunch` enqueues its kernels as a chain on one stream, each ready one
+launch latency after the call (docs/model.md, "CUDA-graph launches"). Daydream links every kernel
+to the one call (a launch edge each), orders them on the stream by recorded start, and must
+replay such programs to the nanosecond and predict changed ones (kernels scaled, a graph node
+removed) exactly as the emulator runs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from daydream.formats import load_trace
+from daydream.graph import NODE_CPU, build_graph
+from daydream.simulate import check_topological, simulate
+from daydream.testing.emulator import (GraphLaunch, HostWork, Launch, Program, StreamSync, Thread, emulate,
+                                       measure_latencies, programs, to_kineto)
+from daydream.transform import remove, scale, select
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def _graph(tmp, run):
+    p = tmp / "g.json"
+    to_kineto(run, str(p))
+    table = load_trace(str(p))
+    assert table.accounting.balanced
+    g = build_graph(table)
+    check_topological(g, g.order)
+    return g
+
+
+def _task_key(run, t):
+    c = run.calls[t.call]
+    return (c.thread, c.op_index, t.graph_node)
+
+
+def _emulated(run):
+    """Emulator times keyed by (thread, op index) for calls, (thread, op index, graph node) for tasks."""
+    calls = {(c.thread, c.op_index): (c.start_ns, c.end_ns) for c in run.calls}
+    tasks = {_task_key(run, t): (t.start_ns, t.end_ns) for t in run.tasks}
+    return calls, tasks
+
+
+def _replayed(run, g, tl, node_of=lambda key: key):
+    """Replayed times under the same keys: a graph's kernels are told apart by their place in
+    the baseline run (recorded start order within one correlation id)."""
+    corr = g.table.correlation[np.maximum(g.row, 0)]
+    call_key = {c.correlation: (c.thread, c.op_index) for c in run.calls}
+    base_tasks = {}
+    for t in run.tasks:
+        base_tasks.setdefault(t.correlation, []).append((t.start_ns, _task_key(run, t)))
+    cpu = g.node_kind == NODE_CPU
+    calls = {call_key[int(corr[i])]: (int(tl.start_ns[i]), int(tl.end_ns[i])) for i in np.nonzero(cpu & (g.row >= 0))[0]}
+    tasks = {}
+    for i in np.nonzero(~cpu & (g.row >= 0))[0]:
+        rec = int(g.rec_start_ns[i])
+        key = next(k for s, k in base_tasks[int(corr[i])] if s == rec)
+        tasks[node_of(key)] = (int(tl.start_ns[i]), int(tl.end_ns[i]))
+    return calls, tasks
+
+
+def _has_graph(prog):
+    return any(isinstance(op, GraphLaunch) for th in prog.threads for op in th.ops)
+
+
+def test_graph_kernels_share_the_call_and_replay_exactly(tmp_path):
+    prog = Program([Thread([Launch(7, "a", 10_000, 3_000),
+                            GraphLaunch(7, [("g1", 5_000), ("g2", 7_000), ("g3", 1_000)], 4_000),
+                            HostWork(2_000), Launch(20, "b", 3_000, 3_000), StreamSync(7, 500)])])
+    run = emulate(prog)
+    g = _graph(tmp_path, run)
+    corr = g.table.correlation[g.row]
+    graph_kernels = np.nonzero((corr == 2) & (g.node_kind != NODE_CPU))[0]
+    assert len(graph_kernels) == 3
+    call = int(np.nonzero((corr == 2) & (g.node_kind == NODE_CPU))[0][0])
+    assert (g.launch[graph_kernels] == call).all()  # one launching call, a launch edge to each
+    assert (g.launch_latency_ns, g.gpu_gap_ns) == (prog.L, prog.G)
+    tl = simulate(g)
+    assert _replayed(run, g, tl) == _emulated(run)
+    t0 = prog.t0_ns
+    # the chain: g1 after kernel a (+G), g2 and g3 each after the previous node (+G)
+    assert [t.start_ns - t0 for t in run.tasks if t.graph_node is not None] == [16_000, 22_000, 30_000]
+
+
+@SETTINGS
+@given(programs(graph_launches=True))
+def test_replay_of_graph_launch_programs_is_exact(tmp_path_factory, prog):
+    assume(_has_graph(prog))
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph(tmp_path_factory.mktemp("g"), run)
+    assert (g.launch_latency_ns, g.gpu_gap_ns) == (prog.L, prog.G)
+    assert _replayed(run, g, simulate(g)) == _emulated(run)
+
+
+def _same_interleaving(a, b, key=lambda k: k):
+    ka = [key((c.thread, c.op_index)) for c in a.calls]
+    kb = [(c.thread, c.op_index) for c in b.calls]
+    return ka == kb
+
+
+@SETTINGS
+@given(programs(graph_launches=True), st.sampled_from(["sgemm", "elementwise", "reduce", "nccl"]),
+       st.sampled_from([0.0, 0.25, 0.5, 1.5, 3.0]))
+def test_scaling_graph_kernels_predicts_the_changed_program(tmp_path_factory, prog, pattern, factor):
+    assume(_has_graph(prog))
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph(tmp_path_factory.mktemp("g"), run)
+    pred = simulate(scale(g, select(g, kind="kernel", name=pattern), factor))
+
+    def dur(name, d):
+        return int(np.rint(d * factor)) if pattern in name else d
+
+    def change(op):
+        if isinstance(op, Launch):
+            return dataclasses.replace(op, kernel_dur_ns=dur(op.kernel_name, op.kernel_dur_ns))
+        if isinstance(op, GraphLaunch):
+            return dataclasses.replace(op, kernels=[(n, dur(n, d)) for n, d in op.kernels])
+        return op
+
+    changed = emulate(prog.map_ops(change))
+    assume(_same_interleaving(run, changed))
+    assert _replayed(run, g, pred) == _emulated(changed)
+
+
+@SETTINGS
+@given(programs(graph_launches=True), st.integers(0, 2**32))
+def test_removing_a_graph_node_predicts_the_changed_program(tmp_path_factory, prog, seed):
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    cands = [t for t in run.tasks if t.graph_node is not None and len(run.calls[t.call].op.kernels) > 1]
+    assume(cands)
+    victim = cands[np.random.default_rng(seed).integers(len(cands))]
+    vc = run.calls[victim.call]
+    g = _graph(tmp_path_factory.mktemp("g"), run)
+    m = (g.table.correlation[g.row] == victim.correlation) & (g.node_kind != NODE_CPU) & (g.rec_start_ns == victim.start_ns)
+    assert m.sum() == 1
+    pred = simulate(remove(g, m))
+    th = prog.threads[vc.thread]
+    ops = list(th.ops)
+    op = ops[vc.op_index]
+    ops[vc.op_index] = dataclasses.replace(op, kernels=[k for j, k in enumerate(op.kernels) if j != victim.graph_node])
+    threads = list(prog.threads)
+    threads[vc.thread] = dataclasses.replace(th, ops=ops)
+    changed = emulate(dataclasses.replace(prog, threads=threads))
+    assume(_same_interleaving(run, changed))
+
+    def node_of(key):  # the nodes after the removed one move up by one
+        t, i, n = key
+        return (t, i, n - 1) if (t, i) == (vc.thread, vc.op_index) and n > victim.graph_node else key
+
+    calls, tasks = _replayed(run, remove(g, m), pred, node_of)
+    e_calls, e_tasks = _emulated(changed)
+    assert calls == e_calls
+    assert tasks == e_tasks
