@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
 from daydream.simulate import check_topological, simulate
-from daydream.testing.emulator import (GraphLaunch, HostWork, Launch, Program, StreamSync, Thread, emulate,
-                                       measure_latencies, programs, to_kineto)
+from daydream.errors import NotApplicable
+from daydream.optimizations import parse_spec
+from daydream.testing.emulator import (GraphLaunch, HostWork, Launch, OtherCall, Program, RangeBegin, RangeEnd,
+                                       StreamSync, Thread, emulate, measure_latencies, programs, to_kineto)
 from daydream.transform import remove, scale, select
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -160,3 +162,95 @@ def test_removing_a_graph_node_predicts_the_changed_program(tmp_path_factory, pr
     e_calls, e_tasks = _emulated(changed)
     assert calls == e_calls
     assert tasks == e_tasks
+
+
+# ---------------------------------------------------- the cuda-graphs optimization -------------
+def _captured(prog, glaunch):
+    """The program with each run of non-blocking calls inside a ProfilerStep range (cut at
+    blocking calls and range ends) that holds two or more kernel launches replaced by one
+    GraphLaunch of the run's kernels, lasting ``glaunch``; the host work before the run's other
+    calls goes with them. Returns (program, {baseline key -> new key}) for calls
+    ((thread, op)) and kernels ((thread, op, None) -> (thread, op', node))."""
+    th = prog.threads[0]
+    ops, keys, out = list(th.ops), {}, []
+    runs, cur, depth = [], [], 0
+    for i, op in enumerate(ops):
+        if isinstance(op, RangeBegin):
+            depth += 1
+        if isinstance(op, RangeEnd):
+            depth -= 1
+        if isinstance(op, (Launch, OtherCall)) and depth:
+            cur.append(i)
+        elif not isinstance(op, HostWork):
+            runs.append(cur)
+            cur = []
+    runs.append(cur)
+    head, dropped = {}, set()
+    for r in runs:
+        if sum(isinstance(ops[i], Launch) for i in r) >= 2:
+            head[r[0]] = r
+            for i in r[1:]:
+                dropped.add(i)
+                j = i - 1
+                while isinstance(ops[j], HostWork):
+                    dropped.add(j)
+                    j -= 1
+    for i, op in enumerate(ops):
+        if i in dropped:
+            continue
+        k = len(out)
+        if i in head:
+            kern = [j for j in head[i] if isinstance(ops[j], Launch)]
+            out.append(GraphLaunch(7, [(ops[j].kernel_name, ops[j].kernel_dur_ns) for j in kern], glaunch))
+            keys.update({(0, j, None): (0, k, n) for n, j in enumerate(kern)})
+        else:
+            out.append(op)
+            keys[(0, i, None)] = (0, k, None)
+        keys[(0, i)] = (0, k)
+    return dataclasses.replace(prog, threads=[dataclasses.replace(th, ops=out)]), keys
+
+
+@st.composite
+def _step_programs(draw):
+    """One thread, kernels on stream 7, in 1-3 ProfilerStep ranges; calls, host work and stream
+    syncs drawn at random."""
+    L = draw(st.integers(2_000, 15_000))
+    G = draw(st.integers(0, min(L, 3_000)))
+    ops = [Launch(7, "first", 2_000, 3_000)]
+    for step in range(draw(st.integers(1, 3))):
+        ops.append(RangeBegin(f"ProfilerStep#{step}"))
+        for _ in range(draw(st.integers(1, 12))):
+            what = draw(st.sampled_from(["launch", "launch", "launch", "host", "sync", "other"]))
+            if what == "launch":
+                ops.append(Launch(7, draw(st.sampled_from(["ampere_sgemm_128x64_tn", "reduce_kernel"])),
+                                  draw(st.integers(1_000, 100_000)), draw(st.integers(1_000, 20_000))))
+            elif what == "host":
+                ops.append(HostWork(draw(st.integers(0, 50_000))))
+            elif what == "sync":
+                ops.append(StreamSync(7, draw(st.integers(0, 20_000))))
+            else:
+                ops.append(OtherCall("cudaGetDevice", draw(st.integers(1_000, 20_000)), cbid=4))
+        ops.append(RangeEnd())
+    ops.append(StreamSync(7, 1_000))
+    return Program([Thread(ops)], launch_latency_ns=L, gpu_gap_ns=G)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(_step_programs(), st.integers(500, 10_000))
+def test_cuda_graphs_optimization_predicts_graph_launch_programs(tmp_path_factory, prog, glaunch):
+    """cuda-graphs on an emulated trace equals the emulator's run of the program with those runs
+    captured into GraphLaunch ops (one stream, one thread: the case both model alike)."""
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph(tmp_path_factory.mktemp("g"), run)
+    opt, params = parse_spec(f"cuda-graphs:graph_launch_ns={glaunch}")
+    try:
+        g2, _ = opt.apply(g, params)
+    except NotApplicable:
+        assume(False)
+    changed_prog, keys = _captured(prog, glaunch)
+    changed = emulate(changed_prog)
+    calls, tasks = _replayed(run, g2, simulate(g2))
+    e_calls, e_tasks = _emulated(changed)
+    assert {keys[k]: v for k, v in calls.items()} == e_calls
+    assert {keys[k]: v for k, v in tasks.items()} == e_tasks
