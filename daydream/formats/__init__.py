@@ -13,9 +13,9 @@ object with ``traceEvents``, JSON Lines header), never from the extension alone.
 
 from __future__ import annotations
 
-import gzip
 import importlib
 import os
+import stat
 import zlib
 
 from ..errors import TraceFormatError
@@ -32,6 +32,23 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: reports can add and subtract times without overflowing int64. Adapters skip (and count) the
 #: events outside; :func:`load_trace` refuses a table that still has one.
 TIME_LIMIT_NS = 2**62
+#: a compressed stream (a .gz trace, a compressed member of a saved table) may inflate to at most
+#: max(INFLATE_FLOOR, INFLATE_RATIO x the compressed file's size) bytes; more is refused as a
+#: decompression bomb. Real traces inflate 8-30 times; a run of whitespace over 1000 times.
+INFLATE_RATIO = 100
+INFLATE_FLOOR = 64 << 20
+
+
+def inflate_limit(path: str, compressed_size: int) -> int:
+    """The most bytes a compressed stream of ``compressed_size`` bytes in ``path`` may inflate to."""
+    return max(INFLATE_FLOOR, INFLATE_RATIO * compressed_size)
+
+
+def inflate_refused(path: str, where: str, limit: int, compressed_size: int) -> TraceFormatError:
+    """The error for a compressed stream that inflates past ``limit`` bytes."""
+    return TraceFormatError(
+        path, where, f"decompresses to more than {limit:,} bytes from {compressed_size:,} (over {INFLATE_RATIO} times, "
+        f"or {INFLATE_FLOOR >> 20} MiB for a small file): refused as a possible decompression bomb")
 
 
 def _adapters():
@@ -51,6 +68,7 @@ def read_head(path: str) -> bytes:
     Raises:
         TraceFormatError: the file cannot be opened, or its gzip stream is damaged at the start.
     """
+    check_regular(path)
     try:
         with open(path, "rb") as f:
             raw = f.read(HEAD_BYTES)
@@ -71,11 +89,30 @@ def read_head(path: str) -> bytes:
     return raw
 
 
+def check_regular(path: str) -> None:
+    """Refuse, before any open(), a path that is not a regular file (a FIFO would block forever)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TraceFormatError(path, "", "no such file") from None
+    except PermissionError:
+        raise TraceFormatError(path, "", "permission denied") from None
+    except OSError as e:
+        raise TraceFormatError(path, "", f"cannot read ({e.strerror or e})") from None
+    if stat.S_ISDIR(mode):
+        raise TraceFormatError(path, "", "is a directory, not a trace file")
+    if not stat.S_ISREG(mode):
+        what = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+                else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "a special file")
+        raise TraceFormatError(path, "", f"is {what}, not a regular file; save the trace to a file and name that")
+
+
 def open_maybe_gzip(path: str) -> bytes:
     """The whole content of ``path``, gunzipped when it starts with the gzip magic.
 
     A gzip stream cut short returns what could be decompressed; the caller's parser then sees a
-    truncated document and reports it. Raises TraceFormatError for unreadable or corrupt files.
+    truncated document and reports it. Raises TraceFormatError for unreadable or corrupt files,
+    and for a gzip stream that inflates past :func:`inflate_limit` (never holding more than that).
     """
     try:
         with open(path, "rb") as f:
@@ -84,16 +121,26 @@ def open_maybe_gzip(path: str) -> bytes:
         raise TraceFormatError(path, "", f"cannot read ({e.strerror or e})") from None
     if raw[:2] != GZIP_MAGIC:
         return raw
-    try:
-        return gzip.decompress(raw)
-    except EOFError:
+    limit = inflate_limit(path, len(raw))
+    out = b""
+    pos = 0
+    while pos < len(raw):  # each gzip member in turn, as gzip.decompress reads them
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
-            return d.decompress(raw)
+            out += d.decompress(raw[pos:] if pos else raw, limit + 1 - len(out))
         except zlib.error as e:
             raise TraceFormatError(path, "gzip stream", f"damaged gzip data ({e})") from None
-    except (OSError, zlib.error) as e:
-        raise TraceFormatError(path, "gzip stream", f"damaged gzip data ({e})") from None
+        if len(out) > limit or d.unconsumed_tail:
+            raise inflate_refused(path, "gzip stream", limit, len(raw))
+        if not d.eof:  # cut short: what could be decompressed
+            break
+        rest = d.unused_data
+        if not rest.lstrip(b"\x00"):  # trailing zero padding, as gzip allows
+            break
+        if rest[:2] != GZIP_MAGIC:
+            raise TraceFormatError(path, "gzip stream", "damaged gzip data (data after the end of the gzip stream)")
+        pos = len(raw) - len(rest)
+    return out
 
 
 def detect(path: str):
@@ -114,8 +161,23 @@ def detect(path: str):
     for a in adapters:
         if a.sniff(head, path):
             return a
+    hint = _not_json_hint(head)
+    if hint:
+        raise TraceFormatError(path, "", hint)
     accepted = "; ".join(f"{a.NAME}: {a.DESCRIPTION}" for a in adapters)
     raise TraceFormatError(path, "", f"not a trace daydream can read. Accepted formats: {accepted}")
+
+
+def _not_json_hint(head: bytes) -> str:
+    """A specific reason for two near misses, UTF-16 text and a Python repr() dump ("" otherwise)."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(head) >= 4 and (head[1::2][:2] == b"\x00\x00") != (head[0::2][:2] == b"\x00\x00")):
+        return ("the file is UTF-16 text; traces are UTF-8: convert it first "
+                "(iconv -f UTF-16 -t UTF-8 FILE > trace.json) and pass the converted file")
+    h = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if h.startswith((b"{'", b"[{'", b"[ {'")) or h.startswith(b"{ '"):
+        return ("a Python repr() dump (single-quoted keys), not JSON: write the trace with json.dump, "
+                "prof.export_chrome_trace or the profiler's trace handler")
+    return ""
 
 
 def load_trace(path: str, *, strict: bool = False) -> EventTable:
