@@ -189,7 +189,9 @@ def test_integers_beyond_int64_in_args_ts_pid_and_correlation(tmp_path, capsys):
     doc, _ = report(capsys, p, tmp_path=tmp_path)
     a = doc["accounting"]
     assert a["read"] == {"cuda_runtime": 1, "kernel": 2, "cpu_op": 2}
-    assert a["skipped"] == {"X event without a numeric ts": 1, "X event with a non-numeric pid": 1}
+    assert a["skipped"] == {"ts out of range (more than 2^62 ns, about 146 years, from the clock's zero)": 1,
+                            "X event with a non-numeric pid": 1}
+    assert a["notes"]["args.correlation not an integer within int64 (no launch link)"] == 2
     # a correlation id beyond int64 is no id: the kernel is not linked to the call
     assert doc["graph"]["launch_edges"] == 0
     assert doc["graph"]["counts"] == {"GPU task without a launching call in the trace (ready at trace start)": 1}
@@ -565,7 +567,7 @@ def test_cupti_bad_line_unknown_kind_and_strict(tmp_path, capsys, cupti_adapter)
 def test_cupti_missing_header(tmp_path, capsys, cupti_adapter):
     p = tmp_path / "t.jsonl"
     p.write_bytes(_cupti_lines({"kind": "HEADER", "format": "cupti-jsonl", "version": 1}, _api(1, 10, 20), header=False).replace(b"HEADER", b"RUNTIME", 1))
-    refused(capsys, p, says="not a trace daydream can read")  # no header: not recognized as a dump
+    refused(capsys, p, where="line 1", says="missing cupti-jsonl header")  # a record first: a dump without its header
     q = tmp_path / "v2.jsonl"
     q.write_bytes(_cupti_lines({"kind": "HEADER", "format": "cupti-jsonl", "version": 2}, _api(1, 10, 20), header=False))
     refused(capsys, q, where="line 1", says="this daydream reads version 1")

@@ -73,6 +73,7 @@ import contextlib
 import dataclasses
 import gc
 import operator
+import os
 import re
 import warnings
 import zlib
@@ -95,7 +96,7 @@ from ..events import (
     SyncKind,
     TraceMeta,
 )
-from . import GZIP_MAGIC, TIME_LIMIT_NS, open_maybe_gzip
+from . import GZIP_MAGIC, TIME_LIMIT_NS, inflate_limit, inflate_refused, open_maybe_gzip
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz)"
@@ -166,6 +167,8 @@ class _Doc(msgspec.Struct, gc=False):
     profile_memory: msgspec.Raw = _NO_RAW
 
 
+#: top-level keys kept as raw JSON text (their UTF-8 is checked by _utf8_checked)
+_RAW_KEYS = tuple(f for f in _Doc.__struct_fields__ if f != "traceEvents")
 #: top-level keys copied into TraceMeta.extra as strings
 _EXTRA_KEYS = (
     "schemaVersion",
@@ -286,17 +289,45 @@ def load(path: str, *, strict: bool = False) -> EventTable:
     """
     path = str(path)
     with _gc_paused():  # millions of short-lived containers: the cyclic GC would only slow us
-        table = _load_streaming(path)
-        if table is not None:
-            return table
-        # anything the streaming reader does not take (repairs, errors, array form, ...): the
-        # whole document at once, repaired and reported as documented
-        data = open_maybe_gzip(path)
-        acct = Accounting()
-        events, doc = _decode(path, data, strict, acct)
-        meta = _meta(path, doc, acct)
-        base_ns = _base_time_ns(path, doc)
-        return _build(events, base_ns, meta, acct)
+        table = _load_streaming(path, strict)
+        if table is None:
+            # anything the streaming reader does not take (repairs, errors, array form, ...): the
+            # whole document at once, repaired and reported as documented
+            data = open_maybe_gzip(path)
+            _check_one_event_array(path, data)
+            acct = Accounting()
+            events, doc = _decode(path, data, strict, acct)
+            del data
+            meta = _meta(path, doc, acct, strict)
+            base_ns = _base_time_ns(path, doc)
+            table = _build(events, base_ns, meta, acct)
+        _check_plausible(path, table)
+        return table
+
+
+#: a traceEvents key (a quote that is not escaped, so not inside a string)
+_TE_KEY_ANY = re.compile(rb'(?<!\\)"traceEvents"\s*:')
+_OUT_OF_RANGE = "ts out of range (more than 2^62 ns, about 146 years, from the clock's zero)"
+
+
+def _check_one_event_array(path: str, data: bytes) -> None:
+    """Refuse a document with several traceEvents keys: a JSON reader keeps only the last one."""
+    keys = [m.start() for m in _TE_KEY_ANY.finditer(data)]
+    if len(keys) > 1:
+        raise TraceFormatError(
+            path, f"byte offset {keys[1]}", f"a second traceEvents key ({len(keys)} in all): a JSON reader keeps only the "
+            "last array and silently drops the events of the others; merge them into one traceEvents array")
+
+
+def _check_plausible(path: str, table: EventTable) -> None:
+    """Refuse a trace that lost more events to ts out of range than it kept (times in ns, not us)."""
+    a = table.accounting
+    out = a.skipped.get(_OUT_OF_RANGE, 0)
+    if out > len(table):  # more events lost to the range than kept
+        raise TraceFormatError(
+            path, "traceEvents", f"{out:,} event(s) have a ts more than 2^62 ns from the clock's zero when read as "
+            f"microseconds (only {len(table):,} usable): the times look like nanoseconds; Chrome-trace ts and dur are "
+            "microseconds, write them so (divide by 1000)")
 
 
 @contextlib.contextmanager
@@ -329,8 +360,11 @@ class _NotStreamable(Exception):
     """The streaming reader gives up; the whole-document path reads the file instead."""
 
 
-def _blocks(f, gz: bool):
-    """The file's content (gunzipped when ``gz``) in blocks of at most about ``_READ_BLOCK`` bytes."""
+def _blocks(f, gz: bool, path: str = ""):
+    """The file's content (gunzipped when ``gz``) in blocks of at most about ``_READ_BLOCK`` bytes.
+
+    Raises TraceFormatError when the gzip stream inflates past ``formats.inflate_limit``.
+    """
     if not gz:
         while True:
             b = f.read(_READ_BLOCK)
@@ -338,6 +372,8 @@ def _blocks(f, gz: bool):
                 return
             yield b
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    size = os.fstat(f.fileno()).st_size
+    left = limit = inflate_limit(path, size)
     while True:
         raw = f.read(1 << 20)
         if not raw:
@@ -345,6 +381,9 @@ def _blocks(f, gz: bool):
         while raw:
             out = d.decompress(raw, _READ_BLOCK)
             raw = d.unconsumed_tail
+            left -= len(out)
+            if left < 0:
+                raise inflate_refused(path, "gzip stream", limit, size)
             if out:
                 yield out
         if d.eof:
@@ -353,12 +392,12 @@ def _blocks(f, gz: bool):
             return
 
 
-def _load_streaming(path: str) -> Optional[EventTable]:
+def _load_streaming(path: str, strict: bool = False) -> Optional[EventTable]:
     """The table of a well-formed Kineto document, read a slice of events at a time.
 
     Memory stays at the table's columns plus one slice of the document (``_STREAM_CHUNK``
     bytes of JSON and its decoded events), whatever the file's size. Returns None (nothing
-    consumed but time) for anything it does not take: a top-level array, a byte-order mark, a
+    consumed but time) for anything it does not take: a top-level array, a
     ``traceEvents`` key that is not found early or appears twice, a gzip stream that is damaged,
     truncated or has several members, and every JSON or type error (the whole-document path then
     repairs or reports it as documented). The result is the same table as the whole-document path
@@ -372,12 +411,12 @@ def _load_streaming(path: str) -> Optional[EventTable]:
         with f:
             gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
-            return _stream(path, _blocks(f, gz))
+            return _stream(path, _blocks(f, gz, path), strict)
     except (_NotStreamable, OSError, EOFError, zlib.error, BufferError):
         return None
 
 
-def _stream(path: str, blocks) -> Optional[EventTable]:
+def _stream(path: str, blocks, strict: bool = False) -> Optional[EventTable]:
     """The table of the document whose content ``blocks`` yields, or None when this reader gives up.
 
     The head (the keys before ``traceEvents``) is decoded on its own, the events a slice at a
@@ -403,7 +442,7 @@ def _stream(path: str, blocks) -> Optional[EventTable]:
             setattr(tail_doc, f, getattr(head_doc, f))
     tail_doc.traceEvents = None
     acct = Accounting()
-    meta = _meta(path, tail_doc, acct)
+    meta = _meta(path, tail_doc, acct, strict)
     base_ns = _base_time_ns(path, tail_doc)
     return cols.build(base_ns, meta, acct)
 
@@ -420,6 +459,8 @@ def _stream_head(blocks, dec_doc: msgspec.json.Decoder) -> Optional[tuple[_Doc, 
         if blk is None:
             return None
         head += blk
+        if head[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark: not part of the document
+            head = head[3:]
         if head.lstrip(b" \t\r\n")[:1] not in (b"", b"{"):
             return None
         m = _TE_KEY.search(head)
@@ -446,6 +487,7 @@ def _stream_events(blocks, buf: bytearray, dec_events: msgspec.json.Decoder, col
     """
     eof = False
     need = _STREAM_CHUNK
+    seen = 0  # buf[:seen] holds no boundary: only its last 1 MiB is searched again (else give up)
     while True:
         while not eof and len(buf) < need:
             blk = next(blocks, None)
@@ -457,13 +499,14 @@ def _stream_events(blocks, buf: bytearray, dec_events: msgspec.json.Decoder, col
             return True
         cands = [mm.start(1) for mm in _EV_SPLIT.finditer(buf, max(0, len(buf) - (1 << 20)))]
         if not cands:
-            cands = [mm.start(1) for mm in _EV_SPLIT.finditer(buf)]
+            cands = [mm.start(1) for mm in _EV_SPLIT.finditer(buf, max(0, seen - (1 << 20)))]
         if not cands:  # no event boundary in the buffer yet (a huge event): read on
             if need >= 8 * _STREAM_CHUNK:
                 return False
-            need = len(buf) + _STREAM_CHUNK
+            need = seen = len(buf)
+            need += _STREAM_CHUNK
             continue
-        need = _STREAM_CHUNK
+        need, seen = _STREAM_CHUNK, 0
         if not _add_slice(buf, cands, dec_events, cols):
             return False
 
@@ -784,11 +827,32 @@ def _base_time_ns(path: str, doc: Optional[_Doc]) -> int:
     return v
 
 
-def _meta(path: str, doc: Optional[_Doc], acct: Accounting) -> TraceMeta:
+def _utf8_checked(path: str, doc: _Doc, strict: bool, acct: Accounting) -> None:
+    """Repair (or, when ``strict``, refuse) invalid UTF-8 in the raw top-level values of ``doc``.
+
+    msgspec does not validate the text of a ``Raw`` field, so the document-level repair never
+    sees these bytes: they get the same treatment here (U+FFFD, counted in the notes).
+    """
+    for key in _RAW_KEYS:
+        b = bytes(getattr(doc, key))
+        if b.isascii():
+            continue
+        bad_at = _first_bad_utf8(b)
+        if bad_at is None:
+            continue
+        if strict:
+            raise TraceFormatError(path, key, f"invalid UTF-8 bytes at byte {bad_at} of its value (JSON must be UTF-8 text); strict mode does not repair them")
+        fixed = b.decode("utf-8", "replace").encode("utf-8")
+        acct.add("notes", "invalid UTF-8 bytes replaced by U+FFFD", fixed.count(b"\xef\xbf\xbd") - b.count(b"\xef\xbf\xbd"))
+        setattr(doc, key, msgspec.Raw(fixed))
+
+
+def _meta(path: str, doc: Optional[_Doc], acct: Accounting, strict: bool = False) -> TraceMeta:
     meta = TraceMeta(source=path, format=NAME)
     if doc is None:
         meta.extra["layout"] = "chrome json array"
         return meta
+    _utf8_checked(path, doc, strict, acct)
     if bytes(doc.deviceProperties):
         try:
             props = msgspec.json.decode(bytes(doc.deviceProperties), type=Optional[list[_DeviceProp]]) or []
@@ -879,8 +943,9 @@ def _us_text_to_ns(raws: list) -> tuple[np.ndarray, np.ndarray]:
     """Exact int64 ns from JSON number texts in microseconds; returns (ns, ok).
 
     Plain decimals (``-?digits[.digits]``) are parsed column-wise with numpy; the rest
-    (exponents, strings, null, absent) go through ``Decimal`` one by one (rare), absent and
-    non-numbers giving ok=False. More than 3 decimals round half away from zero.
+    (exponents, numbers written as JSON strings, null, absent) go through ``Decimal`` one by one
+    (rare), absent and non-numbers giving ok=False. More than 3 decimals round half away from
+    zero; a value beyond int64 saturates (and is then skipped as out of range).
     """
     n = len(raws)
     if n == 0:
@@ -924,10 +989,13 @@ def _us_text_to_ns(raws: list) -> tuple[np.ndarray, np.ndarray]:
     ns = np.where(neg, -ns, ns)
     ok = simple.copy()
     for i in np.nonzero(~simple & ~empty)[0].tolist():
+        b = bs[i]
+        if b[:1] == b'"' and b[-1:] == b'"':  # a number written as a JSON string (rocprof): its text
+            b = b[1:-1].strip()
         try:
-            v = (Decimal(bs[i].decode("ascii")) * 1000).to_integral_value(rounding=ROUND_HALF_UP)
-            if v.is_finite() and _INT64_MIN < v < _INT64_MAX:
-                ns[i] = int(v)
+            v = (Decimal(b.decode("ascii")) * 1000).to_integral_value(rounding=ROUND_HALF_UP)
+            if v.is_finite():  # beyond int64: saturated, so that it is skipped as out of range
+                ns[i] = int(min(max(v, _INT64_MIN + 1), _INT64_MAX - 1))
                 ok[i] = True
         except (ArithmeticError, UnicodeDecodeError, ValueError):  # decimal.InvalidOperation, Overflow, ...
             pass
@@ -985,7 +1053,7 @@ def _classify(ph: Optional[str], cat: Optional[str], why: _Reasons) -> tuple[int
         return _C_INSTANT, int(Kind.MARKER), False, -1
     if ph in ("s", "t", "f"):
         if lc in _LAUNCH_FLOW_CATS:
-            return _C_SKIP, -1, False, why(f"flow event ({cat}): link taken from args.correlation")
+            return _C_SKIP, -1, False, why(f"flow event ({cat}): not read; launch links come from args.correlation only")
         if lc in _FWDBWD_FLOW_CATS:
             return _C_SKIP, -1, False, why(f"{cat} flow (not used by this version)")
         return _C_SKIP, -1, False, why(f"flow event (cat '{cat}') not used")
@@ -1262,7 +1330,7 @@ def _event_cols(cc: _Columns, pairs: _PairInfo, pair_of: np.ndarray, base_ns: in
     hi_b = min(TIME_LIMIT_NS - 1 - base_ns, _INT64_MAX)
     in_play = cls != _C_SKIP
     bad = in_play & ts_ok & ((ts_ns < lo_b) | (ts_ns > hi_b))
-    reason[bad] = why("ts out of range (more than 2^62 ns, about 146 years, from the clock's zero)")
+    reason[bad] = why(_OUT_OF_RANGE)
     in_play &= ~bad
     return _EventCols(cls, reason, in_play, pid, tid, pid > _NONNUM, ts_ns, ts_ok, dur_ns, dur_ok, hi_b)
 
@@ -1377,7 +1445,9 @@ def _place_rows(
     src, kind, on_gpu = rows.src, rows.kind, rows.on_gpu
     a_dev = cc.sparse("device", src, _ABSENT, np.int64)
     a_stream = cc.sparse("stream", src, _ABSENT, np.int64)
-    a_corr = _missing_to(cc.sparse("correlation", src, _ABSENT, np.int64))
+    a_corr = cc.sparse("correlation", src, _ABSENT, np.int64)
+    acct.add("notes", "args.correlation not an integer within int64 (no launch link)", int(np.count_nonzero(a_corr == _NONNUM)))
+    a_corr = _missing_to(a_corr)
     ext = _missing_to(cc.sparse("ext", src, _ABSENT, np.int64))
     cc.drop("device@", "device", "stream@", "stream", "correlation@", "correlation", "ext@", "ext")
     device, stream = _device_and_stream(on_gpu, is_sync, a_dev, a_stream, r_pid, r_tid)
