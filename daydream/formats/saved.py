@@ -9,13 +9,17 @@ daydream relies on (the invariants every adapter guarantees) and refuses the fil
 
 from __future__ import annotations
 
+import io
+import os
 import zipfile
 import zlib
 
+import msgspec
 import numpy as np
 
 from ..errors import TraceFormatError
-from ..events import COLUMNS, EventTable, Kind
+from ..events import COLUMNS, EventTable, Kind, SavedTableHeader
+from . import inflate_limit, inflate_refused
 
 NAME = "saved-table"
 DESCRIPTION = "daydream saved event table (.npz, written by --save-table)"
@@ -27,37 +31,75 @@ def sniff(head: bytes, path: str) -> bool:
 
 
 def _check_members(path: str) -> None:
-    """Every member daydream reads is a 1-D .npy array of a plain dtype.
+    """Every member daydream reads is a 1-D .npy array of a plain dtype, of the header's length.
 
-    Reads only the zip directory and each member's .npy header: np.load returns the raw bytes of
-    a member that is not a .npy file, and reads a 2-D array as happily as a 1-D one.
+    Reads only the zip directory, each member's .npy header and the JSON header (once its size is
+    known to be bounded): np.load returns the raw bytes of a member that is not a .npy file, reads
+    a 2-D array as happily as a 1-D one, and allocates whatever length a .npy header claims.
+    Nothing is allocated before the sizes are checked: the members together may inflate to at
+    most ``formats.inflate_limit`` of the file's size, and each holds exactly what its .npy
+    header declares.
     """
     try:
         with zipfile.ZipFile(path) as z:
-            members = set(z.namelist())
+            members = {i.filename: i for i in z.infolist()}
+            size = os.path.getsize(path)
+            limit = inflate_limit(path, size)
+            total = sum(members[k + ".npy"].file_size for k in ("__header__", *COLUMNS) if k + ".npy" in members)
+            if total > limit:
+                raise inflate_refused(path, "", limit, size)
+            n_rows = None
             for key in ("__header__", *COLUMNS):
                 name = key + ".npy"
                 if name not in members:
                     continue  # EventTable.load names what is missing
-                with z.open(name) as f:
-                    try:
-                        version = np.lib.format.read_magic(f)
-                    except ValueError:
-                        raise TraceFormatError(path, f"column {key}", "not a numpy array (.npy) member") from None
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-                    else:
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-                if dtype.hasobject:
-                    raise TraceFormatError(path, f"column {key}", "an object array (refused: loading it would need pickle)")
-                if len(shape) != 1:
-                    raise TraceFormatError(path, f"column {key}", f"has {len(shape)} dimensions, not 1")
-                if key == "__header__" and dtype != np.uint8:
-                    raise TraceFormatError(path, "header", "not a JSON header (uint8 bytes)")
+                rows = _check_member(path, z, members[name], key)
+                if key == "__header__":
+                    n_rows = _header_rows(path, z, name)
+                elif n_rows is not None and rows != n_rows:
+                    raise TraceFormatError(path, f"column {key}", f"{rows:,} rows, but the header says the table has {n_rows:,}")
     except TraceFormatError:
         raise
     except _READ_ERRORS as e:
         raise TraceFormatError(path, "", f"not a saved daydream event table ({e or type(e).__name__})") from None
+
+
+def _check_member(path: str, z: zipfile.ZipFile, info: zipfile.ZipInfo, key: str) -> int:
+    """The row count of one member, after checking its .npy header against the member's size."""
+    place = f"column {key}"
+    with z.open(info) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+        except ValueError:
+            raise TraceFormatError(path, place, "not a numpy array (.npy) member") from None
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        data_at = f.tell()
+    if dtype.hasobject:
+        raise TraceFormatError(path, place, "an object array (refused: loading it would need pickle)")
+    if len(shape) != 1:
+        raise TraceFormatError(path, place, f"has {len(shape)} dimensions, not 1")
+    if key == "__header__" and dtype != np.uint8:
+        raise TraceFormatError(path, "header", "not a JSON header (uint8 bytes)")
+    need = int(shape[0]) * dtype.itemsize
+    if data_at + need != info.file_size:
+        raise TraceFormatError(
+            path, place, f"its .npy header declares {int(shape[0]):,} values ({need:,} bytes) but the member holds "
+            f"{max(info.file_size - data_at, 0):,} bytes")
+    return int(shape[0])
+
+
+def _header_rows(path: str, z: zipfile.ZipFile, name: str) -> int | None:
+    """``n_rows`` of the JSON header (None when it cannot be read: EventTable.load says why)."""
+    with z.open(name) as f:
+        raw = f.read()
+    try:
+        body = np.load(io.BytesIO(raw), allow_pickle=False).tobytes()
+        return msgspec.json.decode(body, type=SavedTableHeader).n_rows
+    except (ValueError, msgspec.DecodeError):
+        return None
 
 
 #: what zipfile and numpy raise on a damaged, compressed-with-an-unknown-method or encrypted file
