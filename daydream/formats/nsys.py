@@ -43,7 +43,9 @@ import itertools
 import operator
 import os
 import re
+import shutil
 import sqlite3
+import tempfile
 import urllib.parse
 from typing import Iterable
 
@@ -271,6 +273,8 @@ class _Reader:
                 path, "", "not a SQLite database; if this is an Nsight Systems report (.nsys-rep/.qdrep), "
                 "export it first: nsys export --type sqlite --output trace.sqlite REPORT.nsys-rep")
         uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
+        if _side_files(path):  # committed content beside the file: read a private copy
+            uri = self._private_copy()
         try:
             self.con = sqlite3.connect(uri, uri=True)
         except sqlite3.Error as e:
@@ -422,13 +426,41 @@ class _Reader:
     def _intern(self, strings) -> np.ndarray:
         return self.names.intern_many(strings)
 
+    def _private_copy(self) -> str:
+        """URI of a copy of the database with its -wal or -journal file, in a temporary folder.
+
+        SQLite's immutable open ignores those files: a WAL holds committed transactions not yet
+        written to the database file, a hot rollback journal the pages an unfinished transaction
+        overwrote. A normal (read-write) open of the copy makes SQLite apply the first and roll
+        back the second, so the copy reads exactly what any SQLite reader of the original would;
+        the original file and its folder are never written.
+        """
+        self._tmp = tempfile.TemporaryDirectory(prefix="daydream-sqlite-")
+        dst = os.path.join(self._tmp.name, "trace.sqlite")
+        try:
+            shutil.copyfile(self.path, dst)
+            for suffix in _side_files(self.path):
+                shutil.copyfile(self.path + suffix, dst + suffix)
+        except OSError as e:
+            self._tmp.cleanup()
+            self._tmp = None
+            raise TraceFormatError(
+                self.path, "", f"cannot copy the database and its {' / '.join(_side_files(self.path))} file to read its committed "
+                f"content ({e.strerror or e}); make a clean copy first: sqlite3 FILE \".backup clean.sqlite\"") from None
+        return "file:" + urllib.parse.quote(dst) + "?mode=rw"
+
     # ---- main ---------------------------------------------------------------------------------
     def read(self) -> EventTable:
-        self._open()
+        self._tmp = None
         try:
-            return self._read()
+            self._open()
+            try:
+                return self._read()
+            finally:
+                self.con.close()
         finally:
-            self.con.close()
+            if self._tmp is not None:
+                self._tmp.cleanup()
 
     def _read(self) -> EventTable:
         # data only: no function that is not marked innocuous runs from the file's schema (views,
@@ -922,3 +954,15 @@ class _Reader:
             if n:
                 extra[f"not used: {tname}"] = f"{n} rows"
         return extra
+
+
+def _side_files(path: str) -> list[str]:
+    """The non-empty ``-wal`` / ``-journal`` files SQLite keeps beside ``path``."""
+    out = []
+    for suffix in ("-wal", "-journal"):
+        try:
+            if os.path.getsize(path + suffix) > 0:
+                out.append(suffix)
+        except OSError:
+            pass
+    return out
