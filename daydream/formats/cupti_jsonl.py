@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -573,14 +574,28 @@ _KIND_DECODER = msgspec.json.Decoder(_KindOnly)
 # ---------------------------------------------------------------------------------------------
 
 
+class _OutOfRange(Exception):
+    """An integer field beyond int64 (``load`` names its line)."""
+
+    def __init__(self, kind: str, attr: str, value: int) -> None:
+        super().__init__(kind, attr, value)
+        self.kind, self.attr, self.value = kind, attr, value
+
+
 def _ints(objs: list, attr: str) -> np.ndarray:
-    """int64 column of ``attr`` over ``objs`` (dotted names allowed); values >= 2**63 wrap."""
+    """int64 column of ``attr`` over ``objs`` (dotted names allowed).
+
+    Raises _OutOfRange for a value outside int64 (2**64-1 would otherwise wrap to -1, "absent").
+    """
     get = attrgetter(attr)
     try:
         return np.fromiter(map(get, objs), dtype=np.int64, count=len(objs))
-    except OverflowError:  # a uint64 above int64 range: fold to two's complement, equality kept
-        a = np.array(list(map(get, objs)), dtype=object) % (1 << 64)
-        return a.astype(np.uint64).view(np.int64)
+    except OverflowError:
+        for o in objs:
+            v = get(o)
+            if isinstance(v, int) and not -(1 << 63) <= v < (1 << 63):
+                raise _OutOfRange(getattr(o, "kind", "?"), attr, v) from None
+        raise
 
 
 def _objs(objs: list, attr: str) -> np.ndarray:
@@ -1045,18 +1060,27 @@ def _marker_rows(idx: np.ndarray, mk: list, blocks: list, derive_pid: list, acc:
 
 
 def sniff(head: bytes, path: str) -> bool:
-    """True when the first line of ``head`` is a cupti-jsonl HEADER object."""
+    """True when the first line of ``head`` is a cupti-jsonl HEADER object, or a cupti-jsonl
+    record (a dump whose header is missing: :func:`load` then says so)."""
     body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not body.startswith(b"{"):
         return False
     first = body.split(b"\n", 1)[0]
-    if b"cupti-jsonl" not in first:
+    if b"cupti-jsonl" not in first and b'"kind"' not in first:
         return False
     try:
         obj = msgspec.json.decode(first)
     except msgspec.DecodeError:
         return False
-    return isinstance(obj, dict) and obj.get("format") == "cupti-jsonl" and obj.get("kind") == "HEADER"
+    if not isinstance(obj, dict):
+        return False
+    if obj.get("format") == "cupti-jsonl" and obj.get("kind") == "HEADER":
+        return True
+    return obj.get("kind") in _RECORD_KINDS and "traceEvents" not in obj
+
+
+#: the record kinds of the format (a first line of one of these is a dump without its header)
+_RECORD_KINDS = frozenset(t.__struct_config__.tag for t in RECORD_TYPES)
 
 
 def _read_header(path: str, data: bytes) -> tuple[Header, int, int]:
@@ -1130,6 +1154,16 @@ def decode_records(path: str, data: bytes, start: int, first_lineno: int, strict
     return recs, bad
 
 
+def _out_of_range_error(path: str, data: bytes, e: _OutOfRange) -> TraceFormatError:
+    """The error for an integer beyond int64, naming the first line that holds its text."""
+    field = e.attr.rsplit(".", 1)[-1]
+    at = re.search(rb'"%s"\s*:\s*%d(?![0-9])' % (re.escape(field.encode()), e.value), data)
+    where = "line %d" % (data.count(b"\n", 0, at.start()) + 1) if at else ""
+    return TraceFormatError(
+        path, where, f"{e.kind} record: {e.attr} = {e.value} is outside the 64-bit signed integer range (the record is "
+        "damaged, or a 64-bit unsigned value was written as-is); fix or drop the record")
+
+
 def load(path: str, *, strict: bool = False) -> EventTable:
     """Read a cupti-jsonl v1 dump (plain or gzip) into an :class:`EventTable`.
 
@@ -1153,7 +1187,10 @@ def load(path: str, *, strict: bool = False) -> EventTable:
     acc = Accounting()
     recs, bad = decode_records(path, data, body_start, header_line + 1, strict, acc)
     header_pid = -1 if header.pid is None else int(header.pid)
-    rows = build_rows(recs, header_pid, acc)
+    try:
+        rows = build_rows(recs, header_pid, acc)
+    except _OutOfRange as e:
+        raise _out_of_range_error(path, data, e) from None
 
     order = np.argsort(rows.src, kind="stable")
     cols = {c: a[order] for c, a in rows.cols.items()}
