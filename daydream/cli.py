@@ -56,11 +56,52 @@ def _write(path: str, data: bytes) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    try:
-        with open(path, "wb") as f:
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
             f.write(data)
+
+    _atomic(path, write)
+
+
+def _atomic(path: str, write) -> None:
+    """``write(name)`` to a temporary file in ``path``'s folder, then rename it to ``path``.
+
+    A reader (or a second run writing the same file) sees the old file or the new one, never a
+    partial one; a failed write leaves the old file as it was. The temporary name ends with the
+    file's own name, so writers that choose gzip by the extension still do. An existing target
+    that is not a regular file (``/dev/null``, a FIFO) is written directly.
+    """
+    import stat
+    import tempfile
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            write(path)
+            return
+    except FileNotFoundError:
+        pass
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".daydream-", suffix="-" + name, dir=folder)
+        os.close(fd)
+        mask = os.umask(0o22)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # the mode open() would have given, not mkstemp's 0600
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    except UsageError as e:
+        raise UsageError(str(e).replace(tmp, path)) from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _one_line(text: str) -> str:
@@ -84,6 +125,18 @@ def _check_output(path: str | None, flag: str, trace: str) -> None:
         same = False
     if same:
         raise UsageError(f"{flag} {path} is the input trace; daydream never overwrites its input")
+
+
+def _check_distinct(outputs) -> None:
+    """Refuse two output flags naming the same file (one would silently replace the other)."""
+    seen: dict[str, str] = {}
+    for path, flag in outputs:
+        if not path or path == "-":
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {flag} both name {path}; give each output its own file")
+        seen[key] = flag
 
 
 def _load(path: str, strict: bool):
@@ -152,16 +205,15 @@ def run(argv: list[str] | None = None) -> int:
     from .optimizations import parse_spec
 
     opts = [parse_spec(s) for s in specs] if specs else []  # usage errors before the slow load
-    for path, flag in ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table")):
+    outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"))
+    for path, flag in outputs:
         _check_output(path, flag, args.trace)
+    _check_distinct(outputs)
     progress = _Progress(args.trace)
     table = _load(args.trace, args.strict)
     progress.stage(f"read {len(table):,} events; building the graph and replaying")
     if args.save_table:
-        try:
-            table.save(args.save_table)
-        except OSError as e:
-            raise UsageError(f"cannot write {args.save_table}: {e.strerror or e}") from None
+        _atomic(args.save_table, table.save)
     try:
         result = analyze(table, opts, rank_all=specs is None)
     except TraceFormatError as e:  # found by the replay (e.g. damaged times): name the file the user gave
@@ -171,7 +223,7 @@ def run(argv: list[str] | None = None) -> int:
     progress.stage("analysis done")
     _check_trust(result.report, args)
     if args.timeline:
-        result.write_timeline(args.timeline)
+        _atomic(args.timeline, result.write_timeline)
     if args.json:
         from .report import report_json
 
