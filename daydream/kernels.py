@@ -51,6 +51,7 @@ import numpy as np
 
 from .events import EventTable, Kind
 from .graph import NODE_CPU
+from .mapping import NAME_PREFIX  # names are classified on this bounded prefix
 
 #: Kernel classes; ``*_code`` arrays hold indices into this tuple.
 CLASSES: tuple[str, ...] = (
@@ -209,7 +210,7 @@ def classify_names(names: Sequence[str], kinds: Iterable[int] | None = None) -> 
     bound = np.empty(n, dtype=np.uint8)
     prec = np.empty(n, dtype=np.uint8)
     for i, s in enumerate(names):
-        cls[i], bound[i], prec[i] = _classify(str(s))
+        cls[i], bound[i], prec[i] = _classify(str(s)[:NAME_PREFIX])
     if kinds is not None:
         k = np.asarray(list(kinds) if not isinstance(kinds, np.ndarray) else kinds)
         cls[k == Kind.MEMCPY] = CLASS_CODE["copy"]

@@ -94,6 +94,10 @@ AUTOGRAD_THREAD_RULE = PhaseRule(r"", "backward", 2)
 #: treated as an autograd engine thread.
 AUTOGRAD_THREAD_SHARE = 0.5
 #: GPU tasks whose name matches this are communication, whatever launched them.
+#: names are matched (phase rules here, kernel rules in daydream.kernels) on their first
+#: NAME_PREFIX characters, so that the cost per name is bounded whatever a damaged or hostile
+#: trace holds; real names are at most ~5,000 characters and their hints come first.
+NAME_PREFIX = 8192
 COMM_KERNEL_PATTERN = r"(?i)^nccl|^rccl|ncclKernel|ncclDevKernel|^void\s+nccl|\bnccl\w*Kernel"
 
 _MODULE_RE = re.compile(r"^nn\.Module: (.*)$", re.S)
@@ -347,7 +351,7 @@ def _classify_names(names: list[str], used: np.ndarray, rules: Sequence[PhaseRul
         if hit is None:
             r_any = r_op = -1
             for j, (rx, ops_only) in enumerate(compiled):
-                if rx.search(base):
+                if rx.search(base, 0, NAME_PREFIX):  # bounded cost per name
                     if r_op < 0:
                         r_op = j
                     if not ops_only:
@@ -594,7 +598,7 @@ def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, 
     rx = re.compile(COMM_KERNEL_PATTERN)
     comm_names = np.zeros(len(table.names), dtype=bool)
     for i in np.unique(g_names).tolist():  # one iteration per distinct GPU task name
-        comm_names[i] = bool(rx.search(table.names[i]))
+        comm_names[i] = bool(rx.search(table.names[i], 0, NAME_PREFIX))
     comm = comm_names[g_names]
     out.phase[gpu_rows[comm]] = COMMUNICATION
     counts["GPU tasks without a launching call"] = int(np.count_nonzero(~has))
