@@ -187,14 +187,19 @@ class RecordCalls:
 
 def event_sync_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, counts) -> tuple[np.ndarray, np.ndarray]:
     """Event synchronize: the last task on the event's stream launched before the record it
-    binds to (from the sync record's link, else the thread's last ``cudaEventRecord``)."""
+    binds to (from the sync record's link, else the thread's last ``cudaEventRecord``; none when
+    the link names a record the trace lacks)."""
     m = np.nonzero(role == ApiRole.EVENT_SYNC)[0]
     if not len(m):
         return _NONE, _NONE
     rc = rec.find(ix.c_pid[m], si.link_corr[m])
-    no_link = rc < 0
+    # a link naming a record the trace does not hold (made before a window cut from a longer
+    # run): like a cross-stream wait on such a record, no edge; never another record's task
+    gone = (rc < 0) & (si.link_corr[m] >= 0)
+    no_link = (rc < 0) & ~gone
     rc[no_link] = rec.last_before[m][no_link]
     count(counts, "event synchronize without a record link (binds to the thread's last cudaEventRecord)", no_link.sum(), missing=True)
+    count(counts, "event synchronize on a record not in the trace (not a dependency)", gone.sum(), missing=True)
     stream_q = si.link_stream[m]
     ln = ix.find_lane(ix.c_pid[m], si.device[m], stream_q)
     need = (stream_q < 0) & (rc >= 0)  # stream unknown: the one the recording thread launched to last
@@ -203,7 +208,7 @@ def event_sync_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, counts
     tq = np.where(rc >= 0, ix.c_start[r0], np.iinfo(np.int64).min)
     cq = np.where(rc >= 0, ix.c_corr[r0], -1)
     w = np.where(rc >= 0, ix.last_before(ln, tq, cq), -1)
-    count(counts, "event synchronize whose event could not be found (not a dependency)", (w < 0).sum(), missing=True)
+    count(counts, "event synchronize whose event could not be found (not a dependency)", ((w < 0) & ~gone).sum(), missing=True)
     return w, m
 
 

@@ -1085,10 +1085,12 @@ def _sync_events(run: Run, ck: _Clock, wait_event_links: bool) -> tuple[list[dic
     return ev, sync_tids
 
 
-def _metadata_events(run: Run, ck: _Clock, sync_tids: set[tuple[int, int]]) -> tuple[list[dict], list[int]]:
-    """``M`` process/thread metadata, and the devices written."""
+def _metadata_events(run: Run, ck: _Clock, sync_tids: set[tuple[int, int]],
+                     t0_ns: int | None = None) -> tuple[list[dict], list[int]]:
+    """``M`` process/thread metadata (at ``t0_ns``, default the run's first timestamp), and the
+    devices written."""
     prog = run.program
-    meta_ts = ck.us(run.trace_t0_ns)
+    meta_ts = ck.us(run.trace_t0_ns if t0_ns is None else t0_ns)
     ev = []
 
     def meta(name: str, pid: int, tid: int, args: dict) -> None:
@@ -1111,6 +1113,27 @@ def _metadata_events(run: Run, ck: _Clock, sync_tids: set[tuple[int, int]]) -> t
         meta("thread_name", th.pid, th.tid, {"name": f"thread {th.tid} ({th.name})"})
         meta("thread_sort_index", th.pid, th.tid, {"sort_index": th.tid})
     return ev, devices
+
+
+def _cut_window(ev: list[dict], ck: _Clock, window: tuple[int, int | None]) -> tuple[list[dict], int | None]:
+    """The events a profiler active during ``window`` = ``(lo, hi)`` (absolute ns; ``hi`` None:
+    to the end) records, and the earliest kept timestamp (None: nothing kept).
+
+    Every activity (CPU range, runtime call and its ``cuda_sync`` record, GPU task) is kept only
+    when it lies wholly in ``[lo, hi]``, as Kineto drops activities that start before its capture
+    window or end after it (``docs/model.md``, "Windows cut from a longer run"); a flow event
+    goes with the activity it follows."""
+    lo, hi = window
+    out: list[dict] = []
+    kept = False
+    for e in ev:
+        if e["ph"] == "X":
+            s = ck.base + e["ts"].ns
+            kept = s >= lo and (hi is None or s + e["dur"].ns <= hi)
+        if kept:
+            out.append(e)
+    first = min((ck.base + e["ts"].ns for e in out), default=None)
+    return out, first
 
 
 def _document_text(ev: list[dict], devices: list[int], base: int, trace_name: str) -> str:
@@ -1138,7 +1161,8 @@ def _write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_events: bool = True,
-              base_time_ns: int | None = None, wait_event_links: bool = True, event_records: bool = True) -> dict:
+              base_time_ns: int | None = None, wait_event_links: bool = True, event_records: bool = True,
+              window: tuple[int, int | None] | None = None) -> dict:
     """Write ``run`` as a Kineto (PyTorch profiler) Chrome-trace JSON; return the parsed document.
 
     Layout follows recent PyTorch/Kineto: ``schemaVersion`` 1, ``deviceProperties``,
@@ -1158,6 +1182,10 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
             (``wait_on_stream`` and ``wait_on_cuda_event_record_corr_id`` -1), as Kineto does when
             it cannot name it (kineto#1552); the waiting stream is kept.
         event_records: False leaves the ``cudaEventRecord`` calls out of the trace.
+        window: ``(lo, hi)`` absolute ns (``hi`` None: open-ended): write only what a profiler
+            active in that window records, as a trace cut from a longer run: activities wholly
+            inside it (see :func:`_cut_window`); GPU tasks whose launching call started before
+            ``lo`` appear without it. Metadata are stamped at the earliest kept event.
 
     Returns:
         the document as ``json.loads`` reads the written text.
@@ -1172,7 +1200,10 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
     if emit_sync_events:
         sync_ev, sync_tids = _sync_events(run, ck, wait_event_links)
         ev += sync_ev
-    meta_ev, devices = _metadata_events(run, ck, sync_tids)
+    first = None
+    if window is not None:
+        ev, first = _cut_window(ev, ck, window)
+    meta_ev, devices = _metadata_events(run, ck, sync_tids, first)
     trace_name = os.path.basename(os.fspath(path)) if path is not None else ""
     text = _document_text(ev + meta_ev, devices, ck.base, trace_name)
     if path is not None:
