@@ -94,6 +94,46 @@ def test_window_starting_at_an_idle_moment_replays_exactly(tmp_path_factory, pro
     assert got == [(r.start_ns, r.end_ns) for r in rec]
 
 
+def _provably_exact(run, kept_calls, kept_tasks, G):
+    """Indices of the kept calls ("c", i) and tasks ("t", i) whose replay must be exact: their
+    binding constraints all lie inside the trace and come from nodes that are exact themselves.
+
+    A thread's first kept call starts at its recorded time (its gap counts from t0); a later one
+    needs its predecessor. A blocking call needs each waited-for task that is kept and ended after
+    the call started (what the trace lacks only lowers the replay, never the call's end, as its
+    own cost is measured from what the trace holds). A task needs the largest of its launch
+    (kept call + L) and its kept stream predecessor (+ G) to equal its start, from exact nodes;
+    cross-stream producers and missing predecessors may only have been lower."""
+    prev_call, lane_prev, exact = {}, {}, set()
+    for th in range(len(run.program.threads)):
+        calls = [i for i, c in enumerate(run.calls) if c.thread == th]
+        prev_call.update(zip(calls[1:], calls[:-1]))
+    for lane in run.lane_tasks().values():
+        lane_prev.update(zip(lane[1:], lane[:-1]))
+    L = run.program.L
+    events = sorted([(c.start_ns, 0, i) for i in kept_calls for c in [run.calls[i]]]
+                    + [(t.start_ns, 1, i) for i in kept_tasks for t in [run.tasks[i]]])
+    for _, is_task, i in events:  # every constraint of a node starts (or ends) before it starts
+        if not is_task:
+            c = run.calls[i]
+            p = prev_call.get(i)
+            ok = p not in kept_calls or ("c", p) in exact
+            ok &= all(("t", w) in exact for w in c.waits_for if w in kept_tasks and run.tasks[w].end_ns > c.start_ns)
+        else:
+            t = run.tasks[i]
+            cands = []
+            if t.call in kept_calls:
+                cands.append((run.calls[t.call].start_ns + L, ("c", t.call)))
+            sp = lane_prev.get(i)
+            if sp in kept_tasks:
+                cands.append((run.tasks[sp].end_ns + G, ("t", sp)))
+            ok = bool(cands) and max(v for v, _ in cands) == t.start_ns
+            ok &= all(k in exact for v, k in cands if v == t.start_ns)
+        if ok:
+            exact.add(("t" if is_task else "c", i))
+    return exact
+
+
 @SETTINGS
 @given(programs(graph_launches=True), st.floats(0.0, 1.0), st.one_of(st.none(), st.floats(0.0, 1.0)))
 def test_cut_replay_stays_between_t0_and_the_record(tmp_path_factory, prog, f_lo, f_hi):
@@ -108,12 +148,55 @@ def test_cut_replay_stays_between_t0_and_the_record(tmp_path_factory, prog, f_lo
     for i, r in enumerate(rec):
         assert t0 <= tl.start_ns[i] <= r.start_ns, i
         assert tl.end_ns[i] <= r.end_ns, i
+    index = {id(r): i for i, r in enumerate(run.calls)} | {id(r): i for i, r in enumerate(run.tasks)}
+    cpu = g.node_kind == NODE_CPU
+    kept_calls = {index[id(rec[i])] for i in np.nonzero(cpu)[0]}
+    kept_tasks = {index[id(rec[i])] for i in np.nonzero(~cpu)[0]}
+    exact = _provably_exact(run, kept_calls, kept_tasks, prog.G)
+    for i, r in enumerate(rec):
+        if ("c" if cpu[i] else "t", index[id(r)]) in exact:
+            assert (tl.start_ns[i], tl.end_ns[i]) == (r.start_ns, r.end_ns), i
+
+
+def _latency_samples(run, kept_calls, kept_tasks):
+    """(clean, contaminated) launch-latency samples a cut leaves, by the emulator's knowledge:
+    kept tasks with a kept launch whose stream predecessor in the trace, if any, was launched
+    in it (what the builder measures L on) and whose predecessors in the trace had ended by the
+    launch; contaminated when a predecessor the trace lacks was still running then (a backlog
+    the trace cannot show: the sample is start - launch > L)."""
+    lane_prev = {b: a for lane in run.lane_tasks().values() for a, b in zip(lane, lane[1:])}
+    clean = contaminated = 0
+    for i in kept_tasks:
+        t = run.tasks[i]
+        s = run.calls[t.call].start_ns
+        sp = lane_prev.get(i)
+        while sp is not None and sp not in kept_tasks:  # the predecessor in the trace, if any
+            sp = lane_prev.get(sp)
+        if t.call not in kept_calls or (sp is not None and run.tasks[sp].call not in kept_calls):
+            continue
+        if any(run.tasks[p].end_ns > s for p in t.preds if p in kept_tasks):
+            continue
+        if any(run.tasks[p].end_ns > s for p in t.preds if p not in kept_tasks):
+            contaminated += 1
+        else:
+            clean += 1
+    return clean, contaminated
 
 
 @SETTINGS
 @given(programs(graph_launches=True), st.floats(0.0, 1.0))
 def test_backlog_never_lowers_the_measured_launch_latency(tmp_path_factory, prog, f_lo):
+    """Every sample is >= L (a task never starts before launch + L), so a window's L is 0 (no
+    sample) or >= the emulator's; it equals it when the window leaves only clean samples."""
     run = emulate(prog)
     lo = _window_start(run, f_lo)
     g, _ = _cut(tmp_path_factory.mktemp("w"), run, lo)
     assert g.launch_latency_ns == 0 or g.launch_latency_ns >= prog.L
+    rec = _records(run, g)
+    index = {id(r): i for i, r in enumerate(run.calls)} | {id(r): i for i, r in enumerate(run.tasks)}
+    cpu = g.node_kind == NODE_CPU
+    kept_calls = {index[id(rec[i])] for i in np.nonzero(cpu)[0]}
+    kept_tasks = {index[id(rec[i])] for i in np.nonzero(~cpu)[0]}
+    clean, contaminated = _latency_samples(run, kept_calls, kept_tasks)
+    if clean and not contaminated:
+        assert g.launch_latency_ns == prog.L
