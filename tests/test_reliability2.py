@@ -428,7 +428,7 @@ def test_two_outputs_with_the_same_path_are_refused(tmp_path, capsys):
     code, _, err = cli(capsys, src, "--json", x, "--save-table", x)
     assert code == 2 and "--json and --save-table both name" in err, err
     code, _, err = cli(capsys, src, "--timeline", x, "--json", tmp_path / "." / "x.out")
-    assert code == 2 and "--timeline and --json both name" in err, err
+    assert code == 2 and "--json and --timeline both name" in err, err
     assert not x.exists()
 
 
