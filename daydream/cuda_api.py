@@ -35,6 +35,19 @@ class ApiRole(enum.IntEnum):
 #: 82,944 B), the smallest seen returning only after its DMA ran (34-373 us) is 1,228,800 B.
 PAGEABLE_STAGING_BYTES = 92_928
 
+#: Launches a CUDA stream holds before a launching call blocks (``docs/model.md``, "Launch-queue
+#: back-pressure"). Not documented by NVIDIA and not configurable (``cudaLimitDevRuntimePendingLaunchCount``
+#: is about device-side launches and does not change it). Source: a measurement posted on the NVIDIA
+#: developer forum (forums.developer.nvidia.com/t/68937, "CUDA stream are blocked when launching lots
+#: of kernels (>1000)"; the same on Stack Overflow, question 53970187): a ~190 us kernel launched
+#: 10,000 times on one stream, the first ~1000 launch calls took 4-5 us each, every later one about
+#: a kernel's duration ("the stream seems to wait for the previous kernel complete"); with three
+#: streams each stream held ~1000. Taken as 1024 (the poster's "about 1000"); a launch returns
+#: when the task ``depth`` positions before its own on the stream has *ended*. On the traces of
+#: ``../shared/traces`` at most 777 tasks of one stream were unfinished at a launch (H100 owlv2;
+#: 569 on ResNet-50), without the launch blocking: consistent with any depth above that.
+LAUNCH_QUEUE_DEPTH = 1024
+
 
 def is_hip(name: str) -> bool:
     """A ROCm/HIP API name (their copies keep the plain "waits for its own copy" rule)."""

@@ -18,6 +18,8 @@ Semantics (they keep ``docs/model.md`` meaningful for the changed program):
 * Inserting: a task is placed on a lane right after an anchor task (``after``), with extra
   predecessors (GPU tasks it waits for) and successors; an inserted GPU task may name the CPU
   task that launches it.
+* Removing or inserting tasks makes the launch-queue edges again from the new stream order (the
+  call launching a stream's task ``k`` waits for its task ``k - D``; ``docs/model.md``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .errors import DaydreamError
 from .events import Kind
 from .mapping import PHASES
 from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, check_topological, dedupe_edges, rule_arrays, topological_order
+from .graph.queue import requeue
 
 #: longest task duration a transformation may produce (2^52 ns, about 52 days): keeps every replayed
 #: time far inside int64 and exactly representable as a float
@@ -210,7 +213,8 @@ def remove(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
     stream; lane order is spliced), or is dropped when there is none (a GPU task then becomes
     ready at the trace start). An edge *into* a removed task is dropped, unless its kind
     ``inherit``s: then it goes to the next kept task on the lane (a cross-stream wait holds for the
-    first task launched after it). The gap before a removed call goes with it.
+    first task launched after it). The gap before a removed call goes with it. Launch-queue edges
+    are made again from the new stream order (:func:`daydream.graph.queue.requeue`).
     """
     mask = np.asarray(mask, dtype=bool)
     if not mask.any():
@@ -228,7 +232,8 @@ def remove(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
     new_id[keep] = np.arange(int(keep.sum()))
     s2, d2, k2, o2 = dedupe_edges(new_id[src[ok]], new_id[dst[ok]], kind[ok], origin[ok])
     g = _take_nodes(graph, np.nonzero(keep)[0])
-    return dataclasses.replace(g.with_edges(s2, d2, k2, o2), order=new_id[graph.order[keep[graph.order]]])
+    g = dataclasses.replace(g.with_edges(s2, d2, k2, o2), order=new_id[graph.order[keep[graph.order]]])
+    return _with_valid_order(requeue(g)) if g.launch_queue_depth > 0 else g
 
 
 def _take_nodes(graph: TaskGraph, idx: np.ndarray) -> TaskGraph:
@@ -354,7 +359,7 @@ def insert(
         order=np.asarray(order, dtype=np.int64))
     if nxt >= 0 and nxt in preds:
         raise DaydreamError("insert: the new task would wait for the task that follows it on its lane (a cycle)")
-    return _with_valid_order(g), v
+    return _with_valid_order(requeue(g)), v
 
 
 def set_priority(graph: TaskGraph, priority: np.ndarray, lanes: Iterable[int] | None = None) -> TaskGraph:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cuda_api import LAUNCH_QUEUE_DEPTH
 from ..events import EventTable, Kind
 from ..links import only_process
 from ._arrays import Counts, count
@@ -18,6 +19,7 @@ from .handover import handover_edges, own_gaps
 from .latency import launch_latency_and_gap
 from .model import NODE_CPU, CpuRanges, TaskGraph, concat_edges, dedupe_edges
 from .order import repair_order
+from .queue import queue_edges
 from .tasks import cpu_tasks, durations_and_gaps, gpu_task_rows, lanes_and_order, link_launches, node_arrays
 from .waits import (RecordCalls, WaitIndex, api_roles, blocking_copy_waits, copy_classes, cross_stream_waits, device_sync_waits,
                     event_sync_waits, pageable_copy_edges, stream_sync_waits, sync_info)
@@ -62,11 +64,12 @@ def _cpu_ranges(table: EventTable) -> CpuRanges:
                      table.end_ns[r].astype(np.int64), table.name_id[r].astype(np.int64))
 
 
-def build_graph(table: EventTable, mapping=None) -> TaskGraph:
+def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNCH_QUEUE_DEPTH) -> TaskGraph:
     """Build the task graph of ``table`` following ``docs/model.md``.
 
     ``mapping`` (a :class:`daydream.mapping.Mapping` of the same table) attaches each node's
-    phase, layer and op (``TaskGraph.mapping``).
+    phase, layer and op (``TaskGraph.mapping``). ``launch_queue_depth``: launches a stream holds
+    before a launching call blocks (QUEUE edges, ``graph/queue.py``; 0: unlimited, no edges).
 
     Never raises for odd but readable input: artefacts (GPU tasks that start before their launch,
     GPU tasks with no launching call, nested or overlapping API calls on a thread, blocking calls
@@ -91,10 +94,11 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
     position = lanes.position
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
     ws, wd, xs, xd, wctx = _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, counts)
-    _own_costs(dur, rec_start, rec_end, ws, wd, counts)
+    is_gpu = kind != NODE_CPU
+    qs, qd, depth = queue_edges(lanes.by_lane, lanes.lane, is_gpu, launch, launch_queue_depth, rec_end, counts)
+    _own_costs(dur, rec_start, rec_end, np.concatenate([ws, qs]), np.concatenate([wd, qd]), counts)
     hs, hd = handover_edges(table, nodes.pid, nodes.tid, rec_start, rec_end, nodes.n_cpu, counts)
     own_gaps(gap, rec_start, rec_end, lanes.lane_prev, t0, hs, hd)
-    is_gpu = kind != NODE_CPU
     L, G = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd)
     # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits")
     ys, yd = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xs, xd, L, G, counts)
@@ -105,6 +109,7 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
         (lanes.lane_prev[lp & ~is_gpu], v[lp & ~is_gpu], EdgeKind.THREAD, R),
         (lanes.lane_prev[lp & is_gpu], v[lp & is_gpu], EdgeKind.STREAM, R),
         (launch[has_launch], v[has_launch], EdgeKind.LAUNCH, R),
+        (qs, qd, EdgeKind.QUEUE, R),  # unique: one per launched task
     ])
     dep_edges = dedupe_edges(*concat_edges([
         (ws, wd, EdgeKind.WAIT, R),
@@ -123,5 +128,5 @@ def build_graph(table: EventTable, mapping=None) -> TaskGraph:
         copy_kind=table.copy_kind[row].astype(np.uint8), devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table),
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
         order=order.astype(np.int64), edge_src=src[keep], edge_dst=dst[keep], edge_kind=ek[keep], edge_origin=eo[keep],
-        t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm,
+        t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
     )

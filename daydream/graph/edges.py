@@ -86,6 +86,7 @@ class EdgeKind(enum.IntEnum):
     WAIT = 3
     XSTREAM = 4
     HANDOVER = 5
+    QUEUE = 6
 
 
 #: the rules, indexed by kind id (a list so registered kinds extend it)
@@ -102,6 +103,8 @@ RULES: dict[int, Rule] = {
                            doc="cudaEventRecord -> cudaStreamWaitEvent: producer end + G"),
     EdgeKind.HANDOVER: Rule("thread hand-over", Phase.BASE, True, Offset.ZERO, "cpu", inherit=True, prefer=5,
                             doc="a call's gap starts after the call on another thread it waits for ends"),
+    EdgeKind.QUEUE: Rule("launch queue", Phase.END, True, Offset.ZERO, "launch", prefer=15,
+                         doc="a launch returns its own cost after the task D places before its task on the stream ends"),
 }
 
 MAX_KINDS = 64

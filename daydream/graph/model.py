@@ -58,7 +58,8 @@ class TaskGraph:
         :class:`~daydream.graph.edges.Origin`).
     Graph attributes: t0_ns (trace start), launch_latency_ns and gpu_gap_ns (``L`` and ``G``),
         counts (what the builder kept as artefacts or could not link, by reason), mapping
-        (:class:`NodeMapping` or None), priority / priority_lanes (set by ``set_priority``).
+        (:class:`NodeMapping` or None), priority / priority_lanes (set by ``set_priority``),
+        launch_queue_depth (``D`` of the launch-queue edges; ``remove``/``insert`` remake them).
     """
 
     table: object  #: the EventTable the graph was built from (provenance and report only)
@@ -97,6 +98,8 @@ class TaskGraph:
     cpu_ranges: CpuRanges | None = None
     priority: np.ndarray | None = None
     priority_lanes: tuple[int, ...] = ()
+    #: launch-queue depth the QUEUE edges were made for (``graph/queue.py``); 0: none made
+    launch_queue_depth: int = 0
 
     # ------------------------------------------------------------------ node views ----------
     @property

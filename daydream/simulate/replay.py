@@ -6,12 +6,14 @@ Each task's start and end follow the rules of its in-edges (:mod:`daydream.graph
     start = max(max(t0, BASE bounds) + gap, START bounds)
     end   = max(start, END bounds) + dur
 
-This is the measured hot loop, so it specializes the two common shapes — a call whose only
-in-edge is its thread predecessor (code 1) and a GPU task whose only in-edges are its stream
-predecessor and its launch (code 0) — with three virtual nodes standing in for "no launching
-call" (ready at ``t0``) and "first task of its lane"; every other task (code 2) reads its
-in-edge list with the rule of each edge. A task with END edges (a blocking call) is finished
-lazily: when something reads its end, or after the loop.
+This is the measured hot loop, so it specializes the three common shapes — a call whose only
+in-edge is its thread predecessor (code 1), a GPU task whose only in-edges are its stream
+predecessor and its launch (code 0), and a call whose only other in-edge is an END edge from a
+GPU task visited before it (code 3: a stream sync, a launch held by a full launch queue) — with
+three virtual nodes standing in for "no launching call" (ready at ``t0``) and "first task of its
+lane"; every other task (code 2) reads its in-edge list with the rule of each edge. A task with
+an END edge whose source may not be final when the task is visited (a blocking copy waits for
+the copy it launches itself) is finished lazily: when something reads its end, or after the loop.
 """
 
 from __future__ import annotations
@@ -23,17 +25,37 @@ from ..graph import EdgeKind, Phase, TaskGraph, rule_arrays
 _NEG = -(1 << 200)  # below any time
 
 
-def _codes(graph: TaskGraph, ph, anchor_end, deferred) -> np.ndarray:
-    """Per node: 1 simple CPU call, 0 simple GPU task, 2 generic (see module docstring)."""
+def _end_edges(graph: TaskGraph, order: np.ndarray, ph) -> tuple[np.ndarray, np.ndarray]:
+    """(eager, deferred): END edges whose source is final when the destination is visited (visited
+    before it and without END edges of its own), so the destination ends at once; and the nodes
+    with another END edge, finished lazily when their end is read."""
+    n = graph.n
+    src, dst = graph.edge_src, graph.edge_dst
+    end_e = ph == Phase.END
+    has_end = np.zeros(n, bool)
+    has_end[dst[end_e]] = True
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    eager = end_e & ~has_end[src] & (rank[src] < rank[dst])
+    deferred = np.zeros(n, bool)
+    deferred[dst[end_e & ~eager]] = True
+    return eager, deferred
+
+
+def _codes(graph: TaskGraph, ph, anchor_end, off, eager, deferred) -> np.ndarray:
+    """Per node: 1 simple CPU call, 0 simple GPU task, 3 simple call that waits for one GPU task
+    visited before it, 2 generic (see module docstring)."""
     n = graph.n
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
     is_cpu = graph.is_cpu
     fits = np.where(is_cpu[dst], k == EdgeKind.THREAD, (k == EdgeKind.STREAM) | (k == EdgeKind.LAUNCH))
     fits &= ~(anchor_end & deferred[src])  # reading a lazily finished end needs the generic path
+    wait = eager & anchor_end & (off == 0) & is_cpu[dst]
     odd = np.zeros(n, bool)
-    odd[dst[~fits]] = True
+    odd[dst[~(fits | wait)]] = True
+    n_end = np.bincount(dst[ph == Phase.END], minlength=n)
     simple = ~odd & ~deferred
-    return np.where(simple, np.where(is_cpu, 1, 0), 2).astype(np.int8)
+    return np.where(simple & (n_end == 0), np.where(is_cpu, 1, 0), np.where(simple & is_cpu & (n_end == 1), 3, 2)).astype(np.int8)
 
 
 def replay(graph: TaskGraph, order: np.ndarray) -> tuple[list, list, list]:
@@ -44,22 +66,26 @@ def replay(graph: TaskGraph, order: np.ndarray) -> tuple[list, list, list]:
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
     ph, anchor_end = ra.phase[k], ra.anchor_end[k]
     off = ra.offset_ns(L, G)[k]
-    deferred = np.zeros(n, bool)
-    deferred[dst[ph == Phase.END]] = True
-    code = _codes(graph, ph, anchor_end, deferred)
+    eager, deferred = _end_edges(graph, order, ph)
+    code = _codes(graph, ph, anchor_end, off, eager, deferred)
     V_LAUNCH, V_CPU0, V_GPU0 = n, n + 1, n + 2
     is_cpu = graph.is_cpu
     lp = graph.lane_prev
     prev = np.where(lp >= 0, lp, np.where(is_cpu, V_CPU0, V_GPU0))
     la = graph.launch
     a_col = np.where((code == 0), np.where(la >= 0, la, V_LAUNCH), graph.gap_ns)
-    # generic in-edge lists: (src, anchor_end, offset, phase) per code-2 node
+    q_src = np.zeros(n, np.int64)  # code 3: the GPU task the call waits for
+    e3 = np.nonzero((ph == Phase.END) & (code[dst] == 3))[0]
+    q_src[dst[e3]] = src[e3]
+    q_src = q_src.tolist()
+    # generic in-edge lists of code-2 nodes: (src, anchor_end, offset, phase); END edges apart
     gen: dict[int, list[tuple[int, bool, int, int]]] = {}
+    gen_end: dict[int, list[tuple[int, bool, int, int]]] = {}
     g2 = np.nonzero(code[dst] == 2)[0]
     if len(g2):
         g2 = g2[np.argsort(dst[g2], kind="stable")]
         for v, u, ae, o, p in zip(dst[g2].tolist(), src[g2].tolist(), anchor_end[g2].tolist(), off[g2].tolist(), ph[g2].tolist()):
-            gen.setdefault(v, []).append((u, ae, o, p))
+            (gen_end if p == 2 else gen).setdefault(v, []).append((u, ae, o, p))
     start = [0] * (n + 3)
     end = [0] * (n + 3)
     blocked = [0] * n
@@ -71,13 +97,12 @@ def replay(graph: TaskGraph, order: np.ndarray) -> tuple[list, list, list]:
     def finish(u: int) -> None:
         pend[u] = False
         w = s_u = start[u]
-        for x, ae, o, p in gen.get(u, ()):
-            if p == 2:
-                if ae and pend[x]:
-                    finish(x)
-                t = (end[x] if ae else start[x]) + o
-                if t > w:
-                    w = t
+        for x, ae, o, _ in gen_end.get(u, ()):
+            if ae and pend[x]:
+                finish(x)
+            t = (end[x] if ae else start[x]) + o
+            if t > w:
+                w = t
         blocked[u] = w - s_u
         end[u] = w + dur[u]
 
@@ -96,12 +121,19 @@ def replay(graph: TaskGraph, order: np.ndarray) -> tuple[list, list, list]:
                 s = e
             start[v] = s
             end[v] = s + d
+        elif c == 3:  # a call (as code 1) whose end waits for a GPU task already replayed
+            s = end[p] + a
+            start[v] = s
+            w = end[q_src[v]]
+            if w > s:
+                blocked[v] = w - s
+                end[v] = w + d
+            else:
+                end[v] = s + d
         else:
             base = t0
             sb = _NEG
             for u, ae, o, q in gen.get(v, ()):
-                if q == 2:
-                    continue
                 if ae:
                     if pend[u]:
                         finish(u)
@@ -117,8 +149,14 @@ def replay(graph: TaskGraph, order: np.ndarray) -> tuple[list, list, list]:
             if sb > s:
                 s = sb
             start[v] = s
-            if not pend[v]:
-                end[v] = s + d
+            if not pend[v]:  # END edges, if any, are eager: their sources are final
+                w = s
+                for u, ae, o, _ in gen_end.get(v, ()):
+                    t = (end[u] if ae else start[u]) + o
+                    if t > w:
+                        w = t
+                blocked[v] = w - s
+                end[v] = w + d
     for u in np.flatnonzero(deferred).tolist():
         if pend[u]:
             finish(u)

@@ -47,7 +47,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Union
 
-from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, api_role
+from ..cuda_api import LAUNCH_QUEUE_DEPTH, PAGEABLE_STAGING_BYTES, ApiRole, api_role
 
 __all__ = [
     "HostWork", "Launch", "GraphLaunch", "MemcpyAsync", "Memcpy", "MemsetAsync", "DeviceSync", "StreamSync",
@@ -501,6 +501,10 @@ class Program:
         launch_latency_ns: ``L``: a task is ready ``L`` ns after its launching call starts.
         gpu_gap_ns: ``G``: minimum gap between a task and a GPU predecessor; ``0 <= G <= L``.
         t0_ns: absolute time (ns) at which every thread starts.
+        launch_queue_depth: ``D``: tasks a stream holds launched and unfinished; a call that
+            launches the task ``D`` places after a task still running on its stream returns its
+            own cost after that task ends (``docs/model.md``, "Launch-queue back-pressure");
+            0: unlimited.
 
     Raises:
         ValueError: invalid constants, negative durations, unknown copy kinds or range
@@ -512,6 +516,7 @@ class Program:
     launch_latency_ns: int = 5_000
     gpu_gap_ns: int = 1_000
     t0_ns: int = DEFAULT_T0_NS
+    launch_queue_depth: int = LAUNCH_QUEUE_DEPTH
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "threads", tuple(self.threads))
@@ -531,6 +536,8 @@ class Program:
             raise ValueError(f"need 0 <= G <= L, got L={self.launch_latency_ns} G={self.gpu_gap_ns}")
         if self.t0_ns < 0:
             raise ValueError("t0_ns must be >= 0")
+        if self.launch_queue_depth < 0:
+            raise ValueError("launch_queue_depth must be >= 0 (0: unlimited)")
         seen = set()
         for ti, th in enumerate(self.threads):
             if not isinstance(th, Thread):
@@ -616,6 +623,9 @@ class CallRecord:
             kernel; the others follow it in ``Run.tasks``, see ``TaskRecord.graph_node``).
         bound_record: for EventSync/StreamWaitEvent, index (into ``Run.calls``) of the
             EventRecord it bound to, or None when the event had not been recorded.
+        queued_for: for a launching call, the task whose end frees the launch-queue slot it
+            needs (``Program.launch_queue_depth`` places before its task on the stream; the
+            latest-ending one for several tasks), or None when the stream had a free slot.
     """
 
     thread: int
@@ -633,6 +643,7 @@ class CallRecord:
     waits_for: tuple[int, ...] = ()
     task: int | None = None
     bound_record: int | None = None
+    queued_for: int | None = None
 
 
 @dataclass(frozen=True)
@@ -752,6 +763,8 @@ class _Emulator:
         self.ext_counter: dict[int, int] = {}
         self.py_counter: dict[int, int] = {}
         self.lane_last: dict[tuple[int, int], int] = {}  # (device, stream) -> last task launched
+        self.lane_all: dict[tuple[int, int], list[int]] = {}  # (device, stream) -> its tasks, launch order
+        self.queued_for: int | None = None  # the current call's launch-queue wait (enqueue sets it)
         self.pending_waits: dict[tuple[int, int], list[int]] = {}  # lane -> producer tasks for its next task
         self.used_lanes: dict[int, dict[tuple[int, int], None]] = {}  # pid -> lanes launched to (ordered set)
         self.records: dict[tuple[int, Any], tuple[int, int | None]] = {}  # (pid, event) -> (record call, producer)
@@ -830,7 +843,7 @@ class _Emulator:
         ext = self.innermost_external_id(i)
         name, cbid = op.api()
         call_idx = len(self.calls)
-        task_idx = bound = None
+        task_idx = bound = self.queued_for = None
         if isinstance(op, _GpuWork):
             stream_prev = self.lane_last.get((op.device, op.stream))
             task_idx = self.enqueue(op, pid, s, call_idx, corr, ext)
@@ -843,14 +856,15 @@ class _Emulator:
                 task_idx = t if task_idx is None else task_idx
         else:
             waits, bound = self.sync_targets(op, pid, call_idx)
+        q = self.tasks[self.queued_for].end_ns if self.queued_for is not None else s  # a full launch queue
         if op.blocking:
             w = max([self.tasks[t].end_ns for t in waits], default=s)
-            end = max(s, w) + op.cpu_cost()
+            end = max(s, w, q) + op.cpu_cost()
         else:
-            end = s + op.cpu_cost()
+            end = max(s, q) + op.cpu_cost()
         self.calls.append(CallRecord(thread=i, op_index=k, op=op, name=name, cbid=cbid, pid=pid, tid=th.tid,
                                      start_ns=s, end_ns=end, correlation=corr, external_id=ext, blocking=op.blocking,
-                                     waits_for=tuple(waits), task=task_idx, bound_record=bound))
+                                     waits_for=tuple(waits), task=task_idx, bound_record=bound, queued_for=self.queued_for))
         self.cursor[i] = self.last_end[i] = self.base[i] = end
         self.next_op[i] = k + 1
         self.advance(i)
@@ -871,7 +885,20 @@ class _Emulator:
                                      preds=tuple(preds), bytes=getattr(op, "bytes", 0), external_id=ext))
         self.lane_last[lane] = task_idx
         self.used_lanes.setdefault(pid, {})[lane] = None
+        self.take_queue_slot(lane, task_idx)
         return task_idx
+
+    def take_queue_slot(self, lane: tuple[int, int], task_idx: int) -> None:
+        """Append the task to its stream; when the stream already holds ``D`` tasks before it,
+        the launching call waits for the end of the one ``D`` places before (the latest such end
+        when one call launches several tasks)."""
+        on_lane = self.lane_all.setdefault(lane, [])
+        d = self.program.launch_queue_depth
+        if d and len(on_lane) >= d:
+            t = on_lane[-d]
+            if self.queued_for is None or self.tasks[t].end_ns > self.tasks[self.queued_for].end_ns:
+                self.queued_for = t
+        on_lane.append(task_idx)
 
     def sync_targets(self, op: _Call, pid: int, call_idx: int) -> tuple[list[int], int | None]:
         """(tasks a synchronizing call waits for, the EventRecord call it binds to); records
