@@ -35,7 +35,11 @@ class Col:
 
 
 def _fit(text: str, col: Col) -> str:
+    """``text`` aligned in ``col``; a value wider than its column keeps one blank on the side of
+    its neighbour, so wide numbers never run into each other."""
     text = terminal_text(text)  # names from the trace: escapes made visible before aligning
+    if len(text) >= col.width:
+        return text + " " if col.left else " " + text
     return f"{text:<{col.width}}" if col.left else f"{text:>{col.width}}"
 
 

@@ -72,3 +72,13 @@ def test_warnings_and_errors_are_one_safe_line(tmp_path, capsys):
     _, err = capsys.readouterr()
     _safe_terminal(err)
     assert rc in (0, 2) and err.count("\n") <= max(1, err.count("warning") + 1)
+
+
+def test_wide_values_never_run_together():
+    """A value wider than its column keeps a blank between it and its neighbours (issue 17, item 10)."""
+    from daydream.render_text import Col, _table
+
+    cols = [Col("name", 6, lambda r: r[0], left=True), Col("a", 8, lambda r: r[1]), Col("b", 8, lambda r: r[2])]
+    lines = _table(cols, [("a-very-long-name", "1,127.7067", "201,349.864"), ("x", "1.0", "2.0")])
+    assert lines[1].split() == ["a-very-long-name", "1,127.7067", "201,349.864"]
+    assert lines[2] == "  x          1.0     2.0"
