@@ -50,7 +50,7 @@ def _own_costs(dur, rec_start, rec_end, ws, wd, counts) -> None:
         return
     w_end = np.full(len(dur), np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(w_end, wd, rec_end[ws])
-    b = np.unique(wd)
+    b = np.flatnonzero(w_end > np.iinfo(np.int64).min)  # the distinct destinations, sorted
     own = rec_end[b] - np.maximum(rec_start[b], w_end[b])
     count(counts, "blocking call returned before what it waited for ended (own cost set to 0)", (own < 0).sum())
     dur[b] = np.maximum(own, 0)
@@ -96,7 +96,8 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     ws, wd, xs, xd, wctx = _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, counts)
     is_gpu = kind != NODE_CPU
     qs, qd, depth = queue_edges(lanes.by_lane, lanes.lane, is_gpu, launch, launch_queue_depth, rec_end, counts)
-    _own_costs(dur, rec_start, rec_end, np.concatenate([ws, qs]), np.concatenate([wd, qd]), counts)
+    held = rec_end[qs] > rec_start[qd]  # launches the recorded queue held; elsewhere own = duration
+    _own_costs(dur, rec_start, rec_end, np.concatenate([ws, qs[held]]), np.concatenate([wd, qd[held]]), counts)
     hs, hd = handover_edges(table, nodes.pid, nodes.tid, rec_start, rec_end, nodes.n_cpu, counts)
     own_gaps(gap, rec_start, rec_end, lanes.lane_prev, t0, hs, hd)
     L, G = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd)
