@@ -228,7 +228,7 @@ def test_resnet50_2021_legacy_spellings():
     assert np.all(tb.pid[k] == 25738)
     rt = rows(tb, Kind.RUNTIME)
     assert set(tb.tid[rt].tolist()) <= {25738, 25772}  # tids written as strings
-    assert tb.accounting.skipped["flow event (async): not read; launch links come from args.correlation only"] == 18192
+    assert tb.accounting.skipped["flow event (async): not a row; read as a launch link where args.correlation is missing"] == 18192
     m = rows(tb, Kind.MEMCPY)
     assert set(zip(tb.copy_kind[m].tolist(), tb.src_kind[m].tolist(), tb.dst_kind[m].tolist())) <= {
         (CopyKind.HTOD, MemKind.PAGEABLE, MemKind.DEVICE),
@@ -492,7 +492,7 @@ def test_unusable_events_are_skipped_with_reasons(tmp_path):
         "trace structure instant (pid is not a process id)",
         "metadata event (ph M: process/thread names)",
         "counter event (ph C) not used",
-        "flow event (ac2g): not read; launch links come from args.correlation only",
+        "flow event (ac2g): not a row; read as a launch link where args.correlation is missing",
         "fwdbwd flow (not used by this version)",
         "event without ph",
     ):

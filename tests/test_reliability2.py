@@ -497,7 +497,7 @@ def test_flow_event_skip_reason_says_what_is_read(tmp_path, capsys):
     p = tmp_path / "flows.json"
     p.write_text(json.dumps({"traceEvents": evs}))
     doc, _ = report(capsys, p, tmp_path=tmp_path)
-    assert "flow event (ac2g): not read; launch links come from args.correlation only" in doc["accounting"]["skipped"]
+    assert "flow event (ac2g): not a row; read as a launch link where args.correlation is missing" in doc["accounting"]["skipped"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -72,6 +72,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import itertools
 import operator
 import os
 import re
@@ -148,6 +149,8 @@ class _Event(msgspec.Struct, gc=False):
     ts: msgspec.Raw = _NO_RAW
     dur: msgspec.Raw = _NO_RAW
     args: _Args = _NO_ARGS
+    id: Any = None  #: flow id (flow events only)
+    bp: Optional[str] = None  #: flow binding point ("e": the enclosing slice)
 
 
 class _Doc(msgspec.Struct, gc=False):
@@ -224,6 +227,7 @@ _CAT_SKIP: dict[str, str] = {
     "cuda_event": "cuda_event record (event links come from cuda_sync args)",
 }
 _LAUNCH_FLOW_CATS = frozenset({"ac2g", "async", "async_gpu", "async_cpu_to_gpu"})
+_FLOW_ID_TYPES = frozenset({int, float, str, bool, type(None)})
 _FWDBWD_FLOW_CATS = frozenset({"fwdbwd", "fwd_bwd", "forward_backward"})
 
 _SYNC_BY_NAME: dict[str, int] = {
@@ -1053,7 +1057,7 @@ def _classify(ph: Optional[str], cat: Optional[str], why: _Reasons) -> tuple[int
         return _C_INSTANT, int(Kind.MARKER), False, -1
     if ph in ("s", "t", "f"):
         if lc in _LAUNCH_FLOW_CATS:
-            return _C_SKIP, -1, False, why(f"flow event ({cat}): not read; launch links come from args.correlation only")
+            return _C_SKIP, -1, False, why(f"flow event ({cat}): not a row; read as a launch link where args.correlation is missing")
         if lc in _FWDBWD_FLOW_CATS:
             return _C_SKIP, -1, False, why(f"{cat} flow (not used by this version)")
         return _C_SKIP, -1, False, why(f"flow event (cat '{cat}') not used")
@@ -1064,6 +1068,11 @@ def _classify(ph: Optional[str], cat: Optional[str], why: _Reasons) -> tuple[int
     if ph is None:
         return _C_SKIP, -1, False, why("event without ph")
     return _C_SKIP, -1, False, why(f"event phase '{ph}' not used")
+
+
+def _is_launch_flow_end(ph: Optional[str], cat: Optional[str]) -> bool:
+    """True for the start (``s``) or finish (``f``) of a launch flow (``ac2g``, legacy ``async``)."""
+    return ph in ("s", "f") and isinstance(cat, str) and cat.lower() in _LAUNCH_FLOW_CATS
 
 
 def _pair_be(
@@ -1132,6 +1141,8 @@ class _Columns:
         self._cls_p = np.zeros(0, np.int8)
         self._kind_p = np.zeros(0, np.int16)
         self._gpu_p = np.zeros(0, bool)
+        self._flow_p = np.zeros(0, bool)
+        self.flow_ix = _Ids()  #: distinct (cat, id) of the launch flow ends -> flow key
 
     def _put(self, col: str, a: np.ndarray) -> None:
         self.parts.setdefault(col, []).append(a)
@@ -1172,6 +1183,8 @@ class _Columns:
             self._cls_p = np.concatenate([self._cls_p, np.array([i[0] for i in info], np.int8)])
             self._kind_p = np.concatenate([self._kind_p, np.array([i[1] for i in info], np.int16)])
             self._gpu_p = np.concatenate([self._gpu_p, np.array([i[2] for i in info], bool)])
+            new = list(self.pair_ix)[len(self._flow_p) :]
+            self._flow_p = np.concatenate([self._flow_p, np.array([_is_launch_flow_end(p, c) for p, c in new], bool)])
         cls = self._cls_p[pair_of]
         self._put("pair", pair_of)
         self._put("name", np.fromiter(map(self.name_ix.__getitem__, map(g("name"), events)), np.int32, count=n))
@@ -1186,6 +1199,7 @@ class _Columns:
         self._put("dur@", xi + base)
         self._put("dur", d)
         self._put("dur_ok", ok)
+        self._add_flow_ends(events, np.flatnonzero(self._flow_p[pair_of]), base)
         # args of the events that can become rows
         ri = np.flatnonzero((cls == _C_ROW) | (cls == _C_INSTANT) | (cls == _C_B))
         args = list(map(g("args"), _take(events, ri)))
@@ -1214,6 +1228,24 @@ class _Columns:
                 self._put("cuda_sync_kind@", ri[sel] + base)
                 self._put("cuda_sync_kind", np.fromiter(map(conv.__getitem__, raw), np.int8, count=len(sel)))
         self.n += n
+
+    def _add_flow_ends(self, events, fi: np.ndarray, base: int) -> None:
+        """Sparse columns of the launch flow ends ``fi``: ``flow`` (key of (cat, id), -1 without an
+        id), ``flow_f`` (a finish, not a start) and ``flow_bp_e`` (``bp: "e"``)."""
+        if len(fi) == 0:
+            return
+        g = operator.attrgetter
+        ends = _take(events, fi)
+        m = len(fi)
+        ids = list(map(g("id"), ends))
+        if not set(map(type, ids)) <= _FLOW_ID_TYPES:  # an object or array as id: no key
+            ids = [i if type(i) in _FLOW_ID_TYPES else None for i in ids]
+        keys = np.fromiter(map(self.flow_ix.__getitem__, zip(map(g("cat"), ends), ids)), np.int64, count=m)
+        keys[np.fromiter(map(operator.is_, ids, itertools.repeat(None)), bool, count=m)] = -1
+        self._put("flow@", fi + base)
+        self._put("flow", keys)
+        self._put("flow_f", np.fromiter(map(operator.eq, map(g("ph"), ends), itertools.repeat("f")), bool, count=m))
+        self._put("flow_bp_e", np.fromiter(map(operator.eq, map(g("bp"), ends), itertools.repeat("e")), bool, count=m))
 
     def build(self, base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
         cols, names = _table_columns(self, base_ns, acct)  # its intermediates are freed on return
@@ -1428,6 +1460,7 @@ def _choose_rows(
     end = start + np.maximum(dur, 0)
     rows = _Rows(src, start, end, kind, pairs.gpu[pair_of[src]])
     r_pid, r_tid = ev.pid[src], _missing_to(ev.tid[src])
+    _flow_end_places(cc, ev, base_ns)
     cc.drop("dur@", "dur", "dur_ok", "ts", "ts_ok", "pid", "tid")
     return rows, r_pid, r_tid, ev.reason
 
@@ -1454,6 +1487,7 @@ def _place_rows(
     del a_dev, a_stream
     linked_kind = on_gpu & (kind != Kind.RANGE)  # kernels, copies, sets, syncs
     correlation = np.where(linked_kind | (kind == Kind.RUNTIME), a_corr, -1)
+    correlation = _flow_links(cc, rows, r_pid, r_tid, linked_kind, correlation, int(a_corr.max(initial=-1)), acct)
     del a_corr
     gpu_pid = _gpu_row_pids(kind, linked_kind, correlation, r_pid, acct)
     return {
@@ -1464,6 +1498,144 @@ def _place_rows(
         "correlation": correlation,
         "external_id": ext,
     }
+
+
+def _flow_end_places(cc: _Columns, ev: _EventCols, base_ns: int) -> None:
+    """Adds the sparse columns ``flow_pid``, ``flow_tid``, ``flow_ts`` (ns, base time added) and
+    ``flow_ok`` (numeric ts and pid, time in range, an id) of the launch flow ends to ``cc``."""
+    at = cc.column("flow@", np.int64)
+    if len(at) == 0:
+        return
+    ts = ev.ts_ns[at]
+    lo_b = max(-TIME_LIMIT_NS + 1 - base_ns, _INT64_MIN)
+    ok = ev.ts_ok[at] & ev.pid_ok[at] & (ts >= lo_b) & (ts <= ev.hi_b) & (cc.column("flow", np.int64) >= 0)
+    cc._put("flow_pid", ev.pid[at])
+    cc._put("flow_tid", _missing_to(ev.tid[at]))
+    cc._put("flow_ts", np.where(ok, ts, 0) + base_ns)
+    cc._put("flow_ok", ok)
+
+
+#: when True, launch flows are read even where every launch carries args.correlation (tests)
+_FLOW_LINKS_ALWAYS = False
+_FLOW_COLS = ("flow@", "flow", "flow_f", "flow_bp_e", "flow_pid", "flow_tid", "flow_ts", "flow_ok")
+
+
+def _flow_links(
+    cc: _Columns, rows: _Rows, r_pid: np.ndarray, r_tid: np.ndarray, linked_kind: np.ndarray,
+    correlation: np.ndarray, max_corr: int, acct: Accounting,
+) -> np.ndarray:
+    """``correlation`` with the launch links that only the ``ac2g`` flows carry filled in.
+
+    Done only when some runtime/driver call or GPU task (``linked_kind``) has no correlation id.
+    Each flow end is bound to its slice on its (pid, tid), as the Chrome trace format does: a start
+    to the runtime/driver call enclosing its ts; a finish with ``bp: "e"`` to the GPU task
+    enclosing its ts, without it to the next GPU task starting at or after its ts. A finish pairs
+    with the latest start of the same (cat, id) at or before it. Where one side of a bound pair
+    lacks a correlation id it takes the other's, where both lack one they get a fresh id above
+    every recorded one (``max_corr`` and the syncs' event-record ids); ids both sides carry are
+    kept, a flow disagreeing with them counted.
+    """
+    is_rt = rows.kind == Kind.RUNTIME
+    if len(cc.column("flow@", np.int64)) == 0 or not (
+        _FLOW_LINKS_ALWAYS or np.any((correlation < 0) & (is_rt | linked_kind))
+    ):
+        cc.drop(*_FLOW_COLS)
+        return correlation
+    f_key, is_f = cc.column("flow", np.int64), cc.column("flow_f", bool)
+    ok, bp_e = cc.column("flow_ok", bool), cc.column("flow_bp_e", bool)
+    f_pid, f_tid, f_ts = cc.column("flow_pid", np.int64), cc.column("flow_tid", np.int64), cc.column("flow_ts", np.int64)
+    cc.drop(*_FLOW_COLS)
+    acct.add("notes", "launch flow end without a numeric ts/pid or an id (not read)", int(np.count_nonzero(~ok)))
+    s, f = _pair_flow_ends(f_key, is_f, f_ts, ok, acct)
+    rt = _bind(np.flatnonzero(is_rt), r_pid, r_tid, rows, f_pid[s], f_tid[s], f_ts[s], np.ones(len(s), bool))
+    gpu = _bind(np.flatnonzero(linked_kind), r_pid, r_tid, rows, f_pid[f], f_tid[f], f_ts[f], bp_e[f])
+    acct.add("notes", "launch flow whose start is not within a runtime/driver call (not read)", int(np.count_nonzero(rt < 0)))
+    acct.add("notes", "launch flow whose finish is not on a GPU task (not read)", int(np.count_nonzero(gpu < 0)))
+    both = (rt >= 0) & (gpu >= 0)
+    return _link_pairs(cc, correlation, rt[both], gpu[both], max_corr, acct)
+
+
+def _bind(
+    cand: np.ndarray, r_pid: np.ndarray, r_tid: np.ndarray, rows: _Rows,
+    q_pid: np.ndarray, q_tid: np.ndarray, q_ts: np.ndarray, enclosing: np.ndarray,
+) -> np.ndarray:
+    """The row (one of ``cand``) each flow end (q_*) binds to on its (pid, tid), -1 for none.
+
+    ``enclosing``: the row starting last at or before ts (the shortest of those starting then),
+    if it still runs at ts; else the first row starting at or after ts. Vectorized: rows and ends
+    get a key (thread, rank of the time) and the ends are searched in the sorted row keys.
+    """
+    nc = len(cand)
+    if nc == 0 or len(q_ts) == 0:
+        return np.full(len(q_ts), -1, np.int64)
+    c_start, c_end = rows.start[cand], rows.end[cand]
+    _, pi = np.unique(np.concatenate([r_pid[cand], q_pid]), return_inverse=True)
+    tids, ti = np.unique(np.concatenate([r_tid[cand], q_tid]), return_inverse=True)
+    _, thr = np.unique(pi.reshape(-1) * len(tids) + ti.reshape(-1), return_inverse=True)
+    thr = thr.reshape(-1)  # a thread id below the number of rows and ends
+    times, rank = np.unique(np.concatenate([c_start, q_ts]), return_inverse=True)
+    key = thr * len(times) + rank.reshape(-1)  # < (rows + ends)^2: no int64 overflow
+    o = np.lexsort((-c_end, key[:nc]))
+    kc = key[:nc][o]
+    thr_c, thr_q = thr[:nc], thr[nc:]
+    j = np.searchsorted(kc, key[nc:], side="right") - 1
+    enc = o[np.maximum(j, 0)]
+    hit_e = (j >= 0) & (thr_c[enc] == thr_q) & (c_end[enc] >= q_ts)
+    k = np.searchsorted(kc, key[nc:], side="left")
+    nxt = o[np.minimum(k, nc - 1)]
+    hit_n = (k < nc) & (thr_c[nxt] == thr_q)
+    return np.where(enclosing, np.where(hit_e, cand[enc], -1), np.where(hit_n, cand[nxt], -1))
+
+
+def _pair_flow_ends(
+    f_key: np.ndarray, is_f: np.ndarray, f_ts: np.ndarray, ok: np.ndarray, acct: Accounting
+) -> tuple[np.ndarray, np.ndarray]:
+    """(start, finish): the flow ends (indices) of each flow pair; unpaired ends are counted.
+
+    Each finish pairs with the latest start of the same key at or before it (ends sorted by key,
+    time, starts first); a start may serve several finishes (a graph launch).
+    """
+    sel = np.flatnonzero(ok)
+    o = sel[np.lexsort((is_f[sel], f_ts[sel], f_key[sel]))]
+    pos = np.arange(len(o))
+    last_s = np.maximum.accumulate(np.where(is_f[o], -1, pos)) if len(o) else pos
+    fin = np.flatnonzero(is_f[o])
+    s_at = last_s[fin]
+    paired = (s_at >= 0) & (f_key[o[np.maximum(s_at, 0)]] == f_key[o[fin]])
+    acct.add("notes", "launch flow finish without a start of the same id (not read)", int(np.count_nonzero(~paired)))
+    used = np.zeros(len(o), bool)
+    used[s_at[paired]] = True
+    acct.add("notes", "launch flow start without a finish of the same id (not read)", int(np.count_nonzero(~is_f[o] & ~used)))
+    return o[s_at[paired]], o[fin[paired]]
+
+
+def _link_pairs(
+    cc: _Columns, correlation: np.ndarray, rt: np.ndarray, gpu: np.ndarray, max_corr: int, acct: Accounting
+) -> np.ndarray:
+    """``correlation`` with each (runtime row, GPU row) flow pair given one id where a side lacks one."""
+    c_rt, c_gpu = correlation[rt], correlation[gpu]
+    acct.add(
+        "notes", "launch flow disagreeing with args.correlation (args.correlation kept)",
+        int(np.count_nonzero((c_rt >= 0) & (c_gpu >= 0) & (c_rt != c_gpu))),
+    )
+    need = (c_rt < 0) | (c_gpu < 0)
+    if not need.any():
+        return correlation
+    corr = correlation.copy()
+    m = (c_rt < 0) & (c_gpu >= 0)
+    corr[rt[m]] = c_gpu[m]  # a call without an id takes its task's
+    calls = np.unique(rt[corr[rt] < 0])  # neither side has one: one fresh id per call
+    if len(calls):
+        link = cc.column("wait_on_cuda_event_record_corr_id", np.int64)
+        first = max(max_corr, int(correlation.max(initial=-1)), int(link.max(initial=-1))) + 1
+        if first <= _INT64_MAX - len(calls):
+            corr[calls] = first + np.arange(len(calls))
+    m = (c_gpu < 0) & (corr[rt] >= 0)
+    corr[gpu[m]] = corr[rt[m]]  # a task without an id takes its call's
+    linked = need & (corr[rt] >= 0)
+    acct.add("notes", "launch link taken from a flow event", int(np.count_nonzero(linked)))
+    acct.add("notes", "launch flow with no correlation id left to give (not read)", int(np.count_nonzero(need & ~linked)))
+    return corr
 
 
 def _device_and_stream(
