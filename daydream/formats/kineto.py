@@ -20,7 +20,8 @@ How events become rows
   category and args); unmatched ones are skipped.
 * Flow events (``s``/``t``/``f``: ``ac2g``, legacy ``async``, ``fwdbwd``), metadata (``M``) and
   counters (``C``) are not rows; they are counted as skipped with their reason. The launch link
-  the ``ac2g`` flows carry is taken from ``args.correlation`` instead.
+  is ``args.correlation``; the ``ac2g`` flows are read only where a runtime/driver call or GPU task
+  lacks one (see "Launch flows" below).
 
 Every input event is counted in ``Accounting.read`` under its source category (``cat``, or
 ``"ph X"`` when it has none) and then in ``kept`` (same key) or ``skipped`` (by reason), so
@@ -49,6 +50,24 @@ Columns
 The decode uses msgspec structs that project only these fields; all per-event work is done with
 C-level iteration (``map``/``np.fromiter``) and numpy, with Python loops only over distinct
 values (names, categories, pids).
+
+Launch flows
+------------
+Kineto writes one ``ac2g`` pair per launch (``id`` = the correlation id): ``ph: "s"`` at the
+runtime call's ts on its pid/tid, ``ph: "f"`` with ``bp: "e"`` at the GPU task's ts on pid = device,
+tid = stream; some versions also write lone ``f`` ends on CPU threads. Older PyTorch, other producers
+and ROCm conversions may link a launch only this way. When some RUNTIME or GPU task/SYNC row has no
+``args.correlation`` (one vectorized check), the ``ac2g``/``async``/``async_gpu`` ends are read:
+each ``f`` pairs with the latest ``s`` of the same (cat, id) at or before it (one ``s`` may serve
+several ``f``, as for a graph launch); an ``s`` binds to the runtime/driver call enclosing its ts on
+its (pid, tid), an ``f`` with ``bp: "e"`` to the GPU task enclosing its ts, without it to the next
+GPU task starting at or after its ts (sorted keys and ``searchsorted``, no per-event Python). A
+bound pair with one side lacking a correlation id gives it the other side's; with both lacking,
+both get a fresh id above every recorded one (correlation and event-record ids). Each is counted in
+``Accounting.notes`` ("launch link taken from a flow event"); pairs whose ids both exist and differ
+keep ``args.correlation`` and are counted ("launch flow disagreeing with args.correlation"), as are
+ends left unpaired or unbound. A trace where every launch has its id is read as before (its flows
+are not bound, so disagreements there are not counted).
 
 Times
 -----
@@ -1142,7 +1161,6 @@ class _Columns:
         self._kind_p = np.zeros(0, np.int16)
         self._gpu_p = np.zeros(0, bool)
         self._flow_p = np.zeros(0, bool)
-        self.flow_ix = _Ids()  #: distinct (cat, id) of the launch flow ends -> flow key
 
     def _put(self, col: str, a: np.ndarray) -> None:
         self.parts.setdefault(col, []).append(a)
@@ -1230,21 +1248,18 @@ class _Columns:
         self.n += n
 
     def _add_flow_ends(self, events, fi: np.ndarray, base: int) -> None:
-        """Sparse columns of the launch flow ends ``fi``: ``flow`` (key of (cat, id), -1 without an
-        id), ``flow_f`` (a finish, not a start) and ``flow_bp_e`` (``bp: "e"``)."""
+        """Sparse columns of the launch flow ends ``fi``: ``flow`` (the id as an integer, a number
+        written as text parsed; < 0 without one), and ``flow_bp_e`` (``bp: "e"``)."""
         if len(fi) == 0:
             return
         g = operator.attrgetter
         ends = _take(events, fi)
         m = len(fi)
         ids = list(map(g("id"), ends))
-        if not set(map(type, ids)) <= _FLOW_ID_TYPES:  # an object or array as id: no key
+        if not set(map(type, ids)) <= _FLOW_ID_TYPES:  # an object or array as id: no id
             ids = [i if type(i) in _FLOW_ID_TYPES else None for i in ids]
-        keys = np.fromiter(map(self.flow_ix.__getitem__, zip(map(g("cat"), ends), ids)), np.int64, count=m)
-        keys[np.fromiter(map(operator.is_, ids, itertools.repeat(None)), bool, count=m)] = -1
         self._put("flow@", fi + base)
-        self._put("flow", keys)
-        self._put("flow_f", np.fromiter(map(operator.eq, map(g("ph"), ends), itertools.repeat("f")), bool, count=m))
+        self._put("flow", _int_column(ids, m))
         self._put("flow_bp_e", np.fromiter(map(operator.eq, map(g("bp"), ends), itertools.repeat("e")), bool, count=m))
 
     def build(self, base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
@@ -1508,7 +1523,13 @@ def _flow_end_places(cc: _Columns, ev: _EventCols, base_ns: int) -> None:
         return
     ts = ev.ts_ns[at]
     lo_b = max(-TIME_LIMIT_NS + 1 - base_ns, _INT64_MIN)
-    ok = ev.ts_ok[at] & ev.pid_ok[at] & (ts >= lo_b) & (ts <= ev.hi_b) & (cc.column("flow", np.int64) >= 0)
+    ok = ev.ts_ok[at] & ev.pid_ok[at] & (ts >= lo_b) & (ts <= ev.hi_b) & (cc.column("flow", np.int64) > _NONNUM)
+    cats = _Ids()  # the lower-cased category of each (ph, cat) pair -> a small id
+    pair_cat = np.array([cats[c.lower()] if isinstance(c, str) else -1 for _, c in cc.pair_ix], np.int64)
+    pair_f = np.array([p == "f" for p, _ in cc.pair_ix], bool)
+    pair_of = cc.column("pair", np.int32)[at]
+    cc._put("flow_cat", pair_cat[pair_of])
+    cc._put("flow_f", pair_f[pair_of])
     cc._put("flow_pid", ev.pid[at])
     cc._put("flow_tid", _missing_to(ev.tid[at]))
     cc._put("flow_ts", np.where(ok, ts, 0) + base_ns)
@@ -1517,7 +1538,7 @@ def _flow_end_places(cc: _Columns, ev: _EventCols, base_ns: int) -> None:
 
 #: when True, launch flows are read even where every launch carries args.correlation (tests)
 _FLOW_LINKS_ALWAYS = False
-_FLOW_COLS = ("flow@", "flow", "flow_f", "flow_bp_e", "flow_pid", "flow_tid", "flow_ts", "flow_ok")
+_FLOW_COLS = ("flow@", "flow", "flow_cat", "flow_f", "flow_bp_e", "flow_pid", "flow_tid", "flow_ts", "flow_ok")
 
 
 def _flow_links(
@@ -1541,12 +1562,12 @@ def _flow_links(
     ):
         cc.drop(*_FLOW_COLS)
         return correlation
-    f_key, is_f = cc.column("flow", np.int64), cc.column("flow_f", bool)
+    f_key, f_cat, is_f = cc.column("flow", np.int64), cc.column("flow_cat", np.int64), cc.column("flow_f", bool)
     ok, bp_e = cc.column("flow_ok", bool), cc.column("flow_bp_e", bool)
     f_pid, f_tid, f_ts = cc.column("flow_pid", np.int64), cc.column("flow_tid", np.int64), cc.column("flow_ts", np.int64)
     cc.drop(*_FLOW_COLS)
     acct.add("notes", "launch flow end without a numeric ts/pid or an id (not read)", int(np.count_nonzero(~ok)))
-    s, f = _pair_flow_ends(f_key, is_f, f_ts, ok, acct)
+    s, f = _pair_flow_ends(f_key, f_cat, is_f, f_ts, ok, acct)
     rt = _bind(np.flatnonzero(is_rt), r_pid, r_tid, rows, f_pid[s], f_tid[s], f_ts[s], np.ones(len(s), bool))
     gpu = _bind(np.flatnonzero(linked_kind), r_pid, r_tid, rows, f_pid[f], f_tid[f], f_ts[f], bp_e[f])
     acct.add("notes", "launch flow whose start is not within a runtime/driver call (not read)", int(np.count_nonzero(rt < 0)))
@@ -1588,7 +1609,7 @@ def _bind(
 
 
 def _pair_flow_ends(
-    f_key: np.ndarray, is_f: np.ndarray, f_ts: np.ndarray, ok: np.ndarray, acct: Accounting
+    f_key: np.ndarray, f_cat: np.ndarray, is_f: np.ndarray, f_ts: np.ndarray, ok: np.ndarray, acct: Accounting
 ) -> tuple[np.ndarray, np.ndarray]:
     """(start, finish): the flow ends (indices) of each flow pair; unpaired ends are counted.
 
@@ -1596,12 +1617,13 @@ def _pair_flow_ends(
     time, starts first); a start may serve several finishes (a graph launch).
     """
     sel = np.flatnonzero(ok)
-    o = sel[np.lexsort((is_f[sel], f_ts[sel], f_key[sel]))]
+    o = sel[np.lexsort((is_f[sel], f_ts[sel], f_key[sel], f_cat[sel]))]
     pos = np.arange(len(o))
     last_s = np.maximum.accumulate(np.where(is_f[o], -1, pos)) if len(o) else pos
     fin = np.flatnonzero(is_f[o])
     s_at = last_s[fin]
-    paired = (s_at >= 0) & (f_key[o[np.maximum(s_at, 0)]] == f_key[o[fin]])
+    s_o, f_o = o[np.maximum(s_at, 0)], o[fin]
+    paired = (s_at >= 0) & (f_key[s_o] == f_key[f_o]) & (f_cat[s_o] == f_cat[f_o])
     acct.add("notes", "launch flow finish without a start of the same id (not read)", int(np.count_nonzero(~paired)))
     used = np.zeros(len(o), bool)
     used[s_at[paired]] = True
