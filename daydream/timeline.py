@@ -166,7 +166,7 @@ def _dependency_events(d: _Drawn) -> list[dict]:
     graph = d.graph
     ra = rule_arrays()
     k = graph.edge_kind
-    m = ~ra.lane[k] & (k != EdgeKind.LAUNCH)
+    m = ~ra.lane[k] & ~ra.launch[k]
     e_ids = np.nonzero(m)[0]
     e_ids = e_ids[np.lexsort((graph.edge_src[e_ids], graph.edge_dst[e_ids]))]
     fid = (1 << 50) + d.flow_base

@@ -99,9 +99,10 @@ def test_dtod_cudamemcpy_does_not_block_but_hip_and_dtoh_do():
 
 # ------------------------------------------------------------------ emulated programs ----
 @st.composite
-def copy_programs(draw, max_threads: int = 2):
+def copy_programs(draw, max_threads: int = 2, staging: bool = False):
     """Programs rich in copies: kernels, cudaMemcpy/cudaMemcpyAsync of every kind and host
-    memory, below and above the staging size, stream syncs, host work; streams 7 and 20."""
+    memory, below and above the staging size, stream syncs, host work; streams 7 and 20.
+    ``staging``: a staged copy's DMA starts ``S`` (drawn, > 0) after ``L``."""
     L = draw(st.integers(2_000, 15_000))
     G = draw(st.integers(0, min(L, 3_000)))
     dur = st.integers(1_000, 200_000)
@@ -124,7 +125,30 @@ def copy_programs(draw, max_threads: int = 2):
                 ops.append(cls(s, draw(st.sampled_from(["HtoD", "DtoH", "DtoD"])), draw(nbytes), draw(dur), draw(cost),
                                host_memory=draw(st.sampled_from(["pinned", "pageable"]))))
         threads.append(Thread(ops, pid=4242, tid=4242 + ti))
-    return Program(threads, launch_latency_ns=L, gpu_gap_ns=G)
+    S = draw(st.integers(1, 300_000)) if staging else 0
+    return Program(threads, launch_latency_ns=L, gpu_gap_ns=G, staging_latency_ns=S)
+
+
+@SETTINGS
+@given(copy_programs(staging=True), st.sampled_from([0.0, 0.5, 3.0]))
+def test_staging_latency_is_measured_and_predictions_follow_the_emulator(tmp_path_factory, prog, factor):
+    """The DMA of a staged copy starts L + S after its call: S is measured from the trace (when
+    a staged copy and another task each found their stream idle) and the replay and the
+    predictions after scaling the kernels equal the emulator's runs."""
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph_of(tmp_path_factory.mktemp("p"), run)
+    assume(g.staging_latency_ns == prog.staging_latency_ns)
+    graph, tl = _replay(tmp_path_factory.mktemp("q"), run)
+    _assert_exact(run, graph, tl)
+    pred = simulate(scale(g, select(g, kind="kernel"), factor))
+
+    def change(op):
+        return dataclasses.replace(op, kernel_dur_ns=int(np.rint(op.kernel_dur_ns * factor))) if isinstance(op, Launch) else op
+
+    changed = emulate(prog.map_ops(change))
+    assume([(c.thread, c.op_index) for c in run.calls] == [(c.thread, c.op_index) for c in changed.calls])
+    _check_prediction(g, pred, run, changed)
 
 
 @SETTINGS

@@ -41,7 +41,7 @@ def _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, 
     wd = np.concatenate([p[1] for p in parts])
     keep = ws >= 0
     xs, xd = cross_stream_waits(ix, role, si, rec, counts)
-    return ws[keep], wd[keep], xs, xd, (ix, role, si)
+    return ws[keep], wd[keep], xs, xd, (ix, role, si), copies
 
 
 def _own_costs(dur, rec_start, rec_end, ws, wd, counts) -> None:
@@ -93,14 +93,15 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
                             position, launch, corr, row, rec_start)
     position = lanes.position
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
-    ws, wd, xs, xd, wctx = _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, counts)
+    ws, wd, xs, xd, wctx, copies = _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, counts)
     is_gpu = kind != NODE_CPU
     qs, qd, depth = queue_edges(lanes.by_lane, lanes.lane, is_gpu, launch, launch_queue_depth, rec_end, counts)
     held = rec_end[qs] > rec_start[qd]  # launches the recorded queue held; elsewhere own = duration
     _own_costs(dur, rec_start, rec_end, np.concatenate([ws, qs[held]]), np.concatenate([wd, qd[held]]), counts)
     hs, hd = handover_edges(table, nodes.pid, nodes.tid, rec_start, rec_end, nodes.n_cpu, counts)
     own_gaps(gap, rec_start, rec_end, lanes.lane_prev, t0, hs, hd)
-    L, G = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd)
+    staged = np.concatenate([np.zeros(nodes.n_cpu, bool), copies.staged])
+    L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd, staged)
     # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits")
     ys, yd = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xs, xd, L, G, counts)
     v = np.arange(len(row), dtype=np.int64)
@@ -109,7 +110,8 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     order_edges = concat_edges([  # one per task at most, unique by construction
         (lanes.lane_prev[lp & ~is_gpu], v[lp & ~is_gpu], EdgeKind.THREAD, R),
         (lanes.lane_prev[lp & is_gpu], v[lp & is_gpu], EdgeKind.STREAM, R),
-        (launch[has_launch], v[has_launch], EdgeKind.LAUNCH, R),
+        (launch[has_launch & ~staged], v[has_launch & ~staged], EdgeKind.LAUNCH, R),
+        (launch[has_launch & staged], v[has_launch & staged], EdgeKind.STAGED, R),
         (qs, qd, EdgeKind.QUEUE, R),  # unique: one per launched task
     ])
     dep_edges = dedupe_edges(*concat_edges([
@@ -130,4 +132,5 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
         order=order.astype(np.int64), edge_src=src[keep], edge_dst=dst[keep], edge_kind=ek[keep], edge_origin=eo[keep],
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
+        staging_latency_ns=S,
     )

@@ -36,6 +36,7 @@ class Offset(enum.IntEnum):
     ZERO = 0
     L = 1  #: the trace's launch latency (``TaskGraph.launch_latency_ns``)
     G = 2  #: the trace's minimum gap between dependent GPU tasks (``TaskGraph.gpu_gap_ns``)
+    LS = 3  #: ``L`` plus the trace's pageable staging latency ``S`` (``TaskGraph.staging_latency_ns``)
 
 
 class Origin(enum.IntEnum):
@@ -63,6 +64,7 @@ class Rule:
         inherit: when the destination is removed, the edge passes to the destination's next kept
             task on its lane (a cross-stream wait holds for the first task launched after it).
         prefer: tie-break when several edges give the same bound (smaller wins).
+        launch: the edge is a launch (call -> the GPU task it enqueued): ``TaskGraph.launch``.
         doc: one line for the model documentation.
     """
 
@@ -74,6 +76,7 @@ class Rule:
     lane: bool = False
     inherit: bool = False
     prefer: int = 50
+    launch: bool = False
     doc: str = ""
 
 
@@ -87,6 +90,7 @@ class EdgeKind(enum.IntEnum):
     XSTREAM = 4
     HANDOVER = 5
     QUEUE = 6
+    STAGED = 7
 
 
 #: the rules, indexed by kind id (a list so registered kinds extend it)
@@ -95,7 +99,7 @@ RULES: dict[int, Rule] = {
                           doc="a call starts its gap after the previous call on its thread ends"),
     EdgeKind.STREAM: Rule("stream order", Phase.START, True, Offset.G, "gpu_compute", lane=True, prefer=0,
                           doc="a GPU task starts G after the previous task on its stream (FIFO)"),
-    EdgeKind.LAUNCH: Rule("launch", Phase.START, False, Offset.L, "launch", prefer=20,
+    EdgeKind.LAUNCH: Rule("launch", Phase.START, False, Offset.L, "launch", prefer=20, launch=True,
                           doc="a GPU task starts L after its launching call starts"),
     EdgeKind.WAIT: Rule("blocking wait", Phase.END, True, Offset.ZERO, "sync", prefer=0,
                         doc="a blocking call ends its own cost after the GPU task it waits for ends"),
@@ -105,6 +109,8 @@ RULES: dict[int, Rule] = {
                             doc="a call's gap starts after the call on another thread it waits for ends"),
     EdgeKind.QUEUE: Rule("launch queue", Phase.END, True, Offset.ZERO, "launch", prefer=15,
                          doc="a launch returns its own cost after the task D places before its task on the stream ends"),
+    EdgeKind.STAGED: Rule("staged copy launch", Phase.START, False, Offset.LS, "launch", prefer=20, launch=True,
+                          doc="a pageable HtoD copy above the staging size starts L + S after its call starts"),
 }
 
 MAX_KINDS = 64
@@ -142,10 +148,16 @@ class RuleArrays:
     inherit: np.ndarray  #: bool
     prefer: np.ndarray  #: int16
     known: np.ndarray  #: bool: a rule exists
+    launch: np.ndarray  #: bool: a launch edge
 
-    def offset_ns(self, L: int, G: int) -> np.ndarray:
-        """Offset in ns of each kind for a graph with launch latency L and GPU gap G."""
-        return np.array([0, L, G], dtype=np.int64)[self.offset]
+    def offset_ns(self, L: int, G: int, S: int = 0) -> np.ndarray:
+        """Offset in ns of each kind for a graph with launch latency L, GPU gap G and pageable
+        staging latency S."""
+        return np.array([0, L, G, L + S], dtype=np.int64)[self.offset]
+
+    def graph_offsets_ns(self, graph) -> np.ndarray:
+        """:meth:`offset_ns` with ``graph``'s constants."""
+        return self.offset_ns(int(graph.launch_latency_ns), int(graph.gpu_gap_ns), int(graph.staging_latency_ns))
 
 
 def rule_arrays() -> RuleArrays:
@@ -157,9 +169,11 @@ def rule_arrays() -> RuleArrays:
     inh = np.zeros(MAX_KINDS, bool)
     pr = np.zeros(MAX_KINDS, np.int16)
     known = np.zeros(MAX_KINDS, bool)
+    launch = np.zeros(MAX_KINDS, bool)
     for k, r in RULES.items():
         ph[k], an[k], of[k], la[k], inh[k], pr[k], known[k] = r.phase, r.anchor_end, r.offset, r.lane, r.inherit, r.prefer, True
-    return RuleArrays(ph, an, of, la, inh, pr, known)
+        launch[k] = r.launch
+    return RuleArrays(ph, an, of, la, inh, pr, known, launch)
 
 
 def kind_name(kind_id: int) -> str:

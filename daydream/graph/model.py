@@ -100,6 +100,8 @@ class TaskGraph:
     priority_lanes: tuple[int, ...] = ()
     #: launch-queue depth the QUEUE edges were made for (``graph/queue.py``); 0: none made
     launch_queue_depth: int = 0
+    #: ``S``: how long after ``L`` the DMA of a staged pageable HtoD copy starts (``graph/latency.py``)
+    staging_latency_ns: int = 0
 
     # ------------------------------------------------------------------ node views ----------
     @property
@@ -173,9 +175,7 @@ class TaskGraph:
     @cached_property
     def launch(self) -> np.ndarray:
         """The CPU call that launched each GPU task (launch edge), or -1."""
-        k = np.zeros(MAX_KINDS, bool)
-        k[EdgeKind.LAUNCH] = True
-        return self._single(k)
+        return self._single(rule_arrays().launch)
 
     @cached_property
     def blocking(self) -> np.ndarray:
@@ -213,7 +213,8 @@ class TaskGraph:
         """Per edge: True for the edges that are neither lane order nor a launch (waits,
         cross-stream waits, hand-overs, registered kinds): what a task waits for beyond its
         own thread or stream and its launch."""
-        return ~rule_arrays().lane[self.edge_kind] & (self.edge_kind != EdgeKind.LAUNCH)
+        ra = rule_arrays()
+        return ~ra.lane[self.edge_kind] & ~ra.launch[self.edge_kind]
 
     def with_edges(self, src, dst, kind, origin) -> "TaskGraph":
         """A copy of the graph with its edge list replaced (derived views recomputed)."""

@@ -18,7 +18,7 @@ def edge_bounds(graph: TaskGraph, start: np.ndarray, end: np.ndarray) -> np.ndar
     ra = rule_arrays()
     k = graph.edge_kind
     s = graph.edge_src
-    off = ra.offset_ns(int(graph.launch_latency_ns), int(graph.gpu_gap_ns))[k]
+    off = ra.graph_offsets_ns(graph)[k]
     return np.where(ra.anchor_end[k], end[s], start[s]) + off
 
 

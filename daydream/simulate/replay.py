@@ -65,7 +65,7 @@ def replay(graph: TaskGraph, order: np.ndarray) -> tuple[list, list, list]:
     ra = rule_arrays()
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
     ph, anchor_end = ra.phase[k], ra.anchor_end[k]
-    off = ra.offset_ns(L, G)[k]
+    off = ra.graph_offsets_ns(graph)[k]
     eager, deferred = _end_edges(graph, order, ph)
     code = _codes(graph, ph, anchor_end, off, eager, deferred)
     V_LAUNCH, V_CPU0, V_GPU0 = n, n + 1, n + 2

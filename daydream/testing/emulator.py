@@ -505,6 +505,8 @@ class Program:
             launches the task ``D`` places after a task still running on its stream returns its
             own cost after that task ends (``docs/model.md``, "Launch-queue back-pressure");
             0: unlimited.
+        staging_latency_ns: ``S``: the DMA of a staged copy (pageable HtoD above the staging
+            size) is ready ``L + S`` after its call starts: its first chunk is staged first.
 
     Raises:
         ValueError: invalid constants, negative durations, unknown copy kinds or range
@@ -517,6 +519,7 @@ class Program:
     gpu_gap_ns: int = 1_000
     t0_ns: int = DEFAULT_T0_NS
     launch_queue_depth: int = LAUNCH_QUEUE_DEPTH
+    staging_latency_ns: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "threads", tuple(self.threads))
@@ -538,6 +541,8 @@ class Program:
             raise ValueError("t0_ns must be >= 0")
         if self.launch_queue_depth < 0:
             raise ValueError("launch_queue_depth must be >= 0 (0: unlimited)")
+        if self.staging_latency_ns < 0:
+            raise ValueError("staging_latency_ns must be >= 0")
         seen = set()
         for ti, th in enumerate(self.threads):
             if not isinstance(th, Thread):
@@ -876,7 +881,7 @@ class _Emulator:
         for p in self.pending_waits.pop(lane, []):
             if p not in preds:
                 preds.append(p)
-        ready = s + self.program.launch_latency_ns
+        ready = s + self.program.launch_latency_ns + (self.program.staging_latency_ns if getattr(op, "staged", False) else 0)
         start = max([ready] + [self.tasks[p].end_ns + self.program.gpu_gap_ns for p in preds])
         kind, tname = op.task_name()
         task_idx = len(self.tasks)
