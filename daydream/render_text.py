@@ -165,7 +165,8 @@ def header_section(r: Report) -> list[str]:
         f"  graph: {g.cpu_tasks:,} CPU tasks on {_plural(g.cpu_lanes, 'thread')}, "
         f"{g.gpu_tasks:,} GPU tasks on {_plural(g.gpu_lanes, 'stream')}; "
         f"edges: {g.launch_edges:,} launch, {g.sync_edges:,} sync, {g.cross_stream_edges:,} cross-stream",
-        f"  launch latency L = {g.launch_latency_ns / 1e3:.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:.3f} us (measured)",
+        f"  launch latency L = {g.launch_latency_ns / 1e3:.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:.3f} us"
+        + (f", pageable staging S = {g.staging_latency_ns / 1e3:.3f} us" if g.staging_latency_ns else "") + " (measured)",
         *(f"  warning: {w}" for w in r.warnings),
     ]
 

@@ -19,7 +19,7 @@ import msgspec
 
 from .critical_path import CriticalPath, critical_path, gpu_relevant
 from .events import Accounting, Kind, TraceMeta
-from .graph import NODE_CPU, Phase, TaskGraph, profiler_steps, rule_arrays
+from .graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
 from .graph import EdgeKind
 from .kernels import classify_name
 from .mapping import PHASES
@@ -67,6 +67,7 @@ class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
     gpu_gap_ns: int  #: G, measured
     counts: dict[str, int]  #: artefacts kept and links that could not be made, by reason
     gpus: list[int] = []  #: devices with GPU tasks in the trace
+    staging_latency_ns: int = 0  #: S, measured: DMA delay of staged pageable copies (0: none seen)
 
 
 class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
@@ -320,7 +321,7 @@ def _graph_summary(graph: TaskGraph) -> GraphSummary:
     n_cpu = int(np.count_nonzero(graph.node_kind == NODE_CPU))
     dep = graph.dependency_edges
     n_gpu_edges_x = int(np.count_nonzero(graph.node_kind[graph.edge_dst[dep]] != NODE_CPU))
-    n_waits = int(np.count_nonzero(rule_arrays().phase[graph.edge_kind] == Phase.END))
+    n_waits = int(np.count_nonzero(graph.edge_kind == EdgeKind.WAIT))  # blocking waits (not launch-queue slots)
     return GraphSummary(
         cpu_tasks=n_cpu,
         gpu_tasks=graph.n - n_cpu,
@@ -331,6 +332,7 @@ def _graph_summary(graph: TaskGraph) -> GraphSummary:
         cross_stream_edges=n_gpu_edges_x,
         launch_latency_ns=int(graph.launch_latency_ns),
         gpu_gap_ns=int(graph.gpu_gap_ns),
+        staging_latency_ns=int(graph.staging_latency_ns),
         counts=dict(sorted(graph.counts.items())),
         gpus=sorted(set(graph.lane_keys[graph.lane_is_gpu, 2].tolist())),
     )

@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from .events import Kind, SyncKind
-from .graph import NODE_CPU, EdgeKind, Origin, Phase, TaskGraph, kind_name, profiler_steps, rule_arrays
+from .graph import NODE_CPU, Origin, Phase, TaskGraph, kind_name, profiler_steps, rule_arrays
 from .report import step_windows
 from .simulate import Timeline
 
