@@ -33,7 +33,7 @@ import numpy as np
 from .errors import DaydreamError
 from .events import Kind
 from .mapping import PHASES
-from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, check_topological, dedupe_edges, rule_arrays, topological_order
+from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, dedupe_edges, rule_arrays, topological_order
 from .graph.queue import requeue
 
 #: longest task duration a transformation may produce (2^52 ns, about 52 days): keeps every replayed
@@ -279,11 +279,10 @@ def add_edges(graph: TaskGraph, src, dst, kind: int, origin: int = Origin.INSERT
 
 
 def _with_valid_order(g: TaskGraph) -> TaskGraph:
-    try:
-        check_topological(g, g.order)
+    """``g`` with a valid visiting order (its own when it is, else a topological sort), marked so."""
+    if g.order_valid:
         return g
-    except DaydreamError:
-        return dataclasses.replace(g, order=topological_order(g))
+    return dataclasses.replace(g, order=topological_order(g)).known_valid()
 
 
 def insert(

@@ -122,9 +122,9 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     ]))
     src, dst, ek, eo = (np.concatenate([a, b]) for a, b in zip(order_edges, dep_edges))
     # tied or inconsistent timestamps (odd input) can put a task before what it waits for
-    order, keep = repair_order(lanes.order, src, dst, ek, counts)
+    order, keep = repair_order(lanes.order, src, dst, ek, counts)  # valid by construction
     nm = mapping.for_nodes(row) if mapping is not None else None
-    return TaskGraph(
+    graph = TaskGraph(
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
         lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64), names=list(table.names),
         pid=nodes.pid, tid=nodes.tid, device=nodes.device, stream=nodes.stream, correlation=corr,
@@ -134,3 +134,4 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
         staging_latency_ns=S,
     )
+    return graph.known_valid()

@@ -17,6 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from ..mapping import NodeMapping
+from .order import is_valid_order
 from .edges import MAX_KINDS, EdgeKind, Origin, Phase, kind_name, rule_arrays
 
 NODE_CPU = 0  #: ``node_kind`` value for CPU tasks; GPU tasks keep their events.Kind value (2, 3, 4)
@@ -131,6 +132,18 @@ class TaskGraph:
     def node_names(self) -> np.ndarray:
         """Name of every node, as an object array."""
         return np.asarray(self.names, dtype=object)[self.name_id] if self.n else np.zeros(0, object)
+
+    @cached_property
+    def order_valid(self) -> bool:
+        """``order`` satisfies every visit constraint of the edges (checked once per graph; the
+        builder and the transformations set it when they have just made the order valid)."""
+        return is_valid_order(self, self.order)
+
+    def known_valid(self) -> "TaskGraph":
+        """Mark ``order`` as valid without checking it (for code that has just checked or
+        built it); returns the graph."""
+        self.__dict__["order_valid"] = True
+        return self
 
     # ------------------------------------------------------------------ edge views ----------
     @cached_property
