@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeline", metavar="FILE", help="write the predicted (and baseline) timeline as Chrome-trace JSON for Perfetto (.json or .json.gz)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (schemas/report.schema.json); '-' for stdout")
     p.add_argument("--save-table", metavar="FILE", help="save the parsed event table (.npz) to skip parsing next time")
+    p.add_argument("--plot", metavar="FILE", help="draw the report's figures: FILE.svg, or FILE.html (one page, the figures inline)")
     p.add_argument("--strict", action="store_true", help="refuse damaged input (e.g. a truncated JSON) instead of salvaging it")
     p.add_argument(
         "--strict-replay",
@@ -205,7 +206,9 @@ def run(argv: list[str] | None = None) -> int:
     from .optimizations import parse_spec
 
     opts = [parse_spec(s) for s in specs] if specs else []  # usage errors before the slow load
-    outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"))
+    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".svg", ".html"):
+        raise UsageError(f"--plot {args.plot}: the file name must end in .svg or .html")
+    outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"), (args.plot, "--plot"))
     for path, flag in outputs:
         _check_output(path, flag, args.trace)
     _check_distinct(outputs)
@@ -228,6 +231,11 @@ def run(argv: list[str] | None = None) -> int:
         from .report import report_json
 
         _write(args.json, report_json(result.report))
+    if args.plot:
+        from .render_svg import render_html, render_svg
+
+        draw = render_html if args.plot.lower().endswith(".html") else render_svg
+        _write(args.plot, draw(result.report).encode())
     if args.json != "-":
         from .render_text import render_text
 
