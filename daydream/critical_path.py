@@ -21,10 +21,27 @@ import numpy as np
 
 from .events import CopyKind, Kind
 from .kernels import kernel_info
+from .mapping import PHASES
 from .graph import NODE_CPU, RULES, TaskGraph, rule_arrays
+from .graph.ranges import NO_RANGE, RangeTimeline, range_timeline, split_by_range, thread_key
 from .simulate import BOUND_BY_LANE, Timeline, with_bindings
 
 CAUSES = ("cpu", "gpu_compute", "communication", "launch", "sync")
+OWN, GAP, EDGE = 0, 1, 2  #: what of a task a charged segment was (see _Charges)
+#: rows kept in the per-range and per-kernel breakdowns (the rest summed under "other")
+TOP_ROWS = 12
+
+
+class Wait(msgspec.Struct, forbid_unknown_fields=True):
+    """A stretch of the critical path during which one CPU thread waited for something else: the
+    path left the thread and came back to it (summed over all such stretches of the same kind)."""
+
+    waiter: str  #: the thread that waited ("thread 1234", with "pid/" when the trace has several processes)
+    during: str  #: the CPU range the waiter was in while it waited (its gap or blocking call), or "(no range)"
+    waited_for: str  #: "thread 5678" (another thread's work), "GPU" (kernels, copies), "peer ranks" (collectives)
+    ns: int  #: critical-path time spent on what it waited for
+    count: int  #: stretches summed
+    top: dict[str, int] = {}  #: the CPU ranges (other thread) or kernels (GPU) that time went to, largest first (at most 3)
 
 
 class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
@@ -34,6 +51,12 @@ class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
     tasks: int  #: tasks on the path
     by_cause_ns: dict[str, int]
     by_phase_ns: dict[str, dict[str, int]] = {}
+    #: host time on the path by the CPU range it ran in (daydream.mapping.RANGE_RULES; "(no range)": none), top TOP_ROWS then "other"
+    by_range_ns: dict[str, int] = {}
+    #: GPU time on the path by kernel (copy, set) name, top TOP_ROWS then "other"
+    by_kernel_ns: dict[str, int] = {}
+    #: where a thread on the path waited for another thread, the GPU or peers, largest first
+    waits: list[Wait] = []
 
 
 def communication_mask(graph: TaskGraph) -> np.ndarray:
@@ -80,7 +103,9 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
     walk = _Walk(graph, tl, bs.tolist(), bb.tolist(), be.tolist(), acc)
     path = walk.run(int(np.argmax(np.where(gpu_relevant(graph), tl.end_ns, np.iinfo(np.int64).min))))
     total = sum(acc.by_cause.values())
-    return np.asarray(path, dtype=np.int64), CriticalPath(int(total), len(path), acc.by_cause, dict(sorted(acc.by_phase.items())))
+    path_a = np.asarray(path, dtype=np.int64)
+    by_range, by_kernel, waits = attribute(graph, path_a, acc.parts, acc.end_waited)
+    return path_a, CriticalPath(int(total), len(path), acc.by_cause, dict(sorted(acc.by_phase.items())), by_range, by_kernel, waits)
 
 
 class _Charges:
@@ -89,13 +114,19 @@ class _Charges:
     def __init__(self, phase_names, phase, gap_phase):
         self.by_cause = dict.fromkeys(CAUSES, 0)
         self.by_phase: dict[str, dict[str, int]] = {}
+        self.parts: list[tuple[int, int, int]] = []  #: (node, ns, OWN / GAP / EDGE) per charge
+        self.end_waited: list[int] = []  #: nodes whose end the path found set by what they waited for
         self.names = phase_names
         self.ph = phase.tolist() if phase is not None and phase_names is not None else None
         self.gph = gap_phase.tolist() if self.ph is not None else None
 
-    def __call__(self, cause: str, ns: int, v: int, gap: bool = False) -> None:
+    def __call__(self, cause: str, ns: int, v: int, gap: bool = False, part: int = -1) -> None:
+        """Charge ``ns`` to ``cause`` (and ``v``'s phase, its gap phase with ``gap``); ``part``:
+        what of ``v`` the time was (OWN its own execution, GAP the CPU gap before it, EDGE an
+        edge's offset); default GAP with ``gap``, else OWN."""
         if ns <= 0:
             return
+        self.parts.append((v, ns, (GAP if gap else OWN) if part < 0 else part))
         self.by_cause[cause] = self.by_cause.get(cause, 0) + ns
         if self.ph is not None:
             code = (self.gph if gap else self.ph)[v]
@@ -140,6 +171,7 @@ class _Walk:
             if not at_start:
                 e = self.be[v]
                 if e >= 0:  # the end waited: own cost after the wait, then what it waited for
+                    charge.end_waited.append(v)
                     u, tu, at_start = self._follow(e)
                     charge(self.cause[self.kind[e]], t - tu, v)
                     v, t = u, tu
@@ -149,23 +181,23 @@ class _Walk:
             e = self.bs[v]
             if e >= 0:  # the start was set by an edge: its offset, then its source
                 u, tu, at_start = self._follow(e)
-                charge(self.cause[self.kind[e]], t - tu, v)
+                charge(self.cause[self.kind[e]], t - tu, v, part=EDGE)
                 v, t = u, tu
                 continue
             if e == BOUND_BY_LANE:  # waited for its (priority-scheduled) lane: the task before it
                 u = self.lane_prev_run[v]
-                charge("gpu_compute", t - self.end[u], v)
+                charge("gpu_compute", t - self.end[u], v, part=EDGE)
                 v, t, at_start = u, self.end[u], False
                 continue
             lo = t - self.gap[v]  # base + gap: the gap, then what set the base
-            charge("cpu" if self.is_cpu[v] else "launch", t - lo, v, gap=self.is_cpu[v])
+            charge("cpu" if self.is_cpu[v] else "launch", t - lo, v, gap=self.is_cpu[v], part=GAP if self.is_cpu[v] else EDGE)
             e = self.bb[v]
             if e >= 0:
                 u, tu, at_start = self._follow(e)
-                charge(self.cause[self.kind[e]], lo - tu, v, gap=True)
+                charge(self.cause[self.kind[e]], lo - tu, v, gap=True, part=EDGE)
                 v, t = u, tu
                 continue
-            charge("cpu" if self.is_cpu[v] else "launch", lo - self.t0, v, gap=self.is_cpu[v])
+            charge("cpu" if self.is_cpu[v] else "launch", lo - self.t0, v, gap=self.is_cpu[v], part=GAP if self.is_cpu[v] else EDGE)
             v = -1
         return path
 
@@ -177,3 +209,203 @@ def _lane_predecessor_in_run(graph: TaskGraph, tl: Timeline) -> list[int]:
     same = graph.lane[o[1:]] == graph.lane[o[:-1]]
     prev[o[1:][same]] = o[:-1][same]
     return prev.tolist()
+
+
+# ------------------------------------------------------------- what the path time went to ----
+_RT_CACHE: dict[int, tuple[object, RangeTimeline]] = {}
+
+
+def ranges_of(graph: TaskGraph) -> RangeTimeline:
+    """:func:`~daydream.graph.ranges.range_timeline` of ``graph``, computed once per set of CPU
+    ranges (transformed graphs share their baseline's)."""
+    cr = graph.cpu_ranges
+    hit = _RT_CACHE.get(id(cr))
+    if hit is not None and hit[0] is cr:
+        return hit[1]
+    rt = range_timeline(graph)
+    if len(_RT_CACHE) >= 8:
+        _RT_CACHE.clear()
+    _RT_CACHE[id(cr)] = (cr, rt)
+    return rt
+
+
+def host_intervals(graph: TaskGraph, v: np.ndarray, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Recorded interval ``[a, b]`` of host time of CPU nodes ``v``: the call itself (OWN) or
+    the last ``gap_ns`` before its recorded start (GAP)."""
+    rs = graph.rec_start_ns[v]
+    gap = part == GAP
+    a = np.where(gap, rs - graph.gap_ns[v], rs)
+    b = np.where(gap, rs, np.maximum(graph.rec_end_ns[v], rs))
+    return a, b
+
+
+def _top(names: list[str], ns: np.ndarray, n: int = TOP_ROWS) -> dict[str, int]:
+    """The ``n`` largest entries by ns (ties by name), then the rest summed under "other"."""
+    ns = np.rint(ns).astype(np.int64)
+    o = sorted((i for i in range(len(ns)) if ns[i] > 0), key=lambda i: (-ns[i], names[i]))  # distinct names: few
+    out = {names[i]: int(ns[i]) for i in o[:n]}
+    rest = int(ns[o[n:]].sum()) if len(o) > n else 0
+    if rest:
+        out["other"] = out.get("other", 0) + rest
+    return out
+
+
+def thread_label(graph: TaskGraph, lane: int) -> str:
+    """``thread TID`` (``thread PID/TID`` when the graph holds several processes)."""
+    _, pid, tid, _ = graph.lane_keys[lane].tolist()
+    multi = len(np.unique(graph.lane_keys[:, 1])) > 1
+    return f"thread {pid}/{tid}" if multi else f"thread {tid}"
+
+
+def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, int]], end_waited=()):
+    """(ns by CPU range, ns by kernel name, waits) of a critical path from its charges ``parts``
+    ((node, ns, OWN / GAP / EDGE) each); ``end_waited``: the path's nodes whose end was set by
+    what they waited for (blocking calls).
+
+    Host charges (a CPU node's own time and its gap) are split over the CPU ranges their
+    recorded interval lies in (:func:`daydream.graph.ranges.split_by_range`); GPU tasks' own
+    time goes to their name; edge offsets (L, G) to neither.
+    """
+    p = np.asarray(parts, np.int64).reshape(-1, 3)
+    v, ns, part = p[:, 0], p[:, 1], p[:, 2]
+    host = graph.is_cpu[v] & (part != EDGE)
+    gpu = ~graph.is_cpu[v] & (part == OWN)
+    rt = ranges_of(graph)
+    hv = v[host]
+    a, b = host_intervals(graph, hv, part[host])
+    qi, lab, share = split_by_range(rt, thread_key(graph.pid[hv], graph.tid[hv]), a, b, ns[host])
+    names = [NO_RANGE, *rt.labels]
+    by_range = _top(names, np.bincount(lab + 1, weights=share, minlength=len(names)))
+    uniq, inv = np.unique(graph.name_id[v[gpu]], return_inverse=True)
+    by_kernel = _top([graph.names[int(i)] for i in uniq], np.bincount(inv.reshape(-1), weights=ns[gpu], minlength=len(uniq)))
+    charges = _PathCharges(graph, path, v, ns, host, gpu, np.flatnonzero(host)[qi], lab, share, names)
+    charges.end_waited = np.zeros(graph.n, bool)
+    charges.end_waited[np.asarray(end_waited, np.int64)] = True
+    return by_range, by_kernel, waits_on_path(graph, charges, rt)
+
+
+class _PathCharges:
+    """The charges of a path by path position (time order), for the waits."""
+
+    def __init__(self, graph, path, v, ns, host, gpu, host_charge, lab, share, names):
+        n_pos = len(path)
+        self.order = path[::-1]  # time order
+        pos = np.full(graph.n, -1, np.int64)
+        pos[self.order] = np.arange(n_pos)
+        self.pos = pos
+        self.lane = graph.lane[self.order]
+        self.total = np.bincount(pos[v], weights=ns, minlength=n_pos)
+        self.host_pos, self.host_lab, self.host_ns = pos[v[host_charge]], lab, share
+        self.gpu_pos, self.gpu_name, self.gpu_ns = pos[v[gpu]], graph.name_id[v[gpu]], ns[gpu]
+        self.comm = communication_mask(graph)[v[gpu]]
+        self.names = names
+
+
+def _excursions(graph: TaskGraph, c: _PathCharges) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) path positions, i < j - 1, of consecutive visits of one CPU thread with other tasks
+    between them: the thread waited for those."""
+    n = len(c.order)
+    o = np.lexsort((np.arange(n), c.lane))
+    same = c.lane[o[1:]] == c.lane[o[:-1]]
+    i, j = o[:-1][same], o[1:][same]
+    keep = (j - i > 1) & graph.is_cpu[c.order[j]]
+    return i[keep], j[keep]
+
+
+def _cum(pos: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
+    """Prefix sums over path positions of weights ``w`` placed at ``pos`` (length n + 1)."""
+    return np.concatenate([[0.0], np.cumsum(np.bincount(pos, weights=w, minlength=n))])
+
+
+def waits_on_path(graph: TaskGraph, c: _PathCharges, rt: RangeTimeline, top_n: int = 8) -> list[Wait]:
+    """The waits of the path (:class:`Wait`): each excursion from a CPU thread, named by its
+    waiter, what the waiter was in, and what it waited for; summed by those three, largest first."""
+    i, j = _excursions(graph, c)
+    if not len(i):
+        return []
+    n = len(c.order)
+    tot = _cum(np.arange(n), c.total, n)
+    ns = tot[j] - tot[i + 1]
+    # what was waited for: the other thread with most host time in the stretch, else the GPU
+    lanes = np.unique(c.lane[graph.is_cpu[c.order]])
+    hl = c.lane[c.host_pos]
+    per_lane = np.stack([(lambda cs: cs[j] - cs[i + 1])(_cum(c.host_pos, np.where(hl == ln, c.host_ns, 0.0), n)) for ln in lanes])
+    per_lane[lanes[:, None] == c.lane[j][None, :]] = 0.0
+    best = np.argmax(per_lane, axis=0)
+    other = per_lane[best, np.arange(len(i))] > 0
+    cg = _cum(c.gpu_pos, np.where(c.comm, c.gpu_ns, 0).astype(np.float64), n)
+    ca = _cum(c.gpu_pos, c.gpu_ns.astype(np.float64), n)
+    comm_share = (cg[j] - cg[i + 1]) * 2 > (ca[j] - ca[i + 1])
+    what = np.where(other, lanes[best], np.where(comm_share, -2, -1))
+    idle = _idle_workers(graph)
+    real = ~(idle[c.lane[j]] & (what >= 0))  # an engine thread between backward passes waits for work, not for a result
+    i, j, ns, what = i[real], j[real], ns[real], what[real]
+    during = _during(graph, c, rt, i, j)
+    keys: dict[tuple[int, int, str], list] = {}
+    for k in range(len(i)):  # one iteration per excursion (a few per step)
+        e = keys.setdefault((int(c.lane[j[k]]), int(what[k]), during[k]), [0.0, 0, []])
+        e[0] += ns[k]
+        e[1] += 1
+        e[2].append(k)
+    rows = sorted(keys.items(), key=lambda kv: -kv[1][0])[:top_n]
+    return [_wait(graph, c, key, val, i, j) for key, val in rows if val[0] >= 0.5]
+
+
+def _idle_workers(graph: TaskGraph) -> np.ndarray:
+    """Per lane: a worker thread (mostly backward calls: the autograd engine's device thread,
+    ``daydream.mapping``), whose time between hand-overs is idle, not waiting."""
+    out = np.zeros(len(graph.lanes), bool)
+    if graph.mapping is None:
+        return out
+    cpu = graph.is_cpu
+    n = np.bincount(graph.lane[cpu], minlength=len(graph.lanes))
+    bw = np.bincount(graph.lane[cpu & (graph.mapping.phase == PHASES.index("backward"))], minlength=len(graph.lanes))
+    return bw * 2 > np.maximum(n, 1)
+
+
+def _during(graph, c: _PathCharges, rt: RangeTimeline, i, j) -> list[str]:
+    """The CPU range the waiter was in during each excursion: the range at the middle of the time
+    it waited (its blocking call), or where it was when it began to wait (the start of the gap
+    before the call it went on with); when that is in no
+    range, the range of its last call before the wait."""
+    x, y = c.order[i], c.order[j]
+    blocking = c.end_waited[y]
+    lo = np.where(blocking, graph.rec_start_ns[y], graph.rec_end_ns[x])
+    hi = np.where(blocking, graph.rec_end_ns[y], graph.rec_start_ns[y])
+    mid = np.where(blocking, lo + (np.maximum(hi, lo) - lo) // 2, np.minimum(lo + 1, np.maximum(hi, lo)))
+    key = thread_key(graph.pid[y], graph.tid[y])
+    names = [NO_RANGE, *rt.labels]
+    at_mid = _label_at(rt, key, mid)
+    after = _label_at(rt, key, graph.rec_start_ns[x] + (graph.rec_end_ns[x] - graph.rec_start_ns[x]) // 2)
+    return [names[(m if m >= 0 else a) + 1] for m, a in zip(at_mid.tolist(), after.tolist())]
+
+
+def _label_at(rt: RangeTimeline, key: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The range label holding instant ``t`` of each thread ``key`` (-1 none)."""
+    qi, lab, share = split_by_range(rt, key, t, t, np.ones(len(t)))
+    out = np.full(len(t), -1, np.int64)
+    hit = (lab >= 0) & (share > 0)
+    out[qi[hit]] = lab[hit]
+    return out
+
+
+def _wait(graph: TaskGraph, c: _PathCharges, key, val, i, j) -> Wait:
+    """One :class:`Wait` row: the top ranges (another thread) or kernels (GPU) of its stretches."""
+    lane, what, during = key
+    ns, count, ks = val
+    n = len(c.order)
+    cover = np.zeros(n + 1, np.int64)
+    np.add.at(cover, i[ks] + 1, 1)
+    np.add.at(cover, j[ks], -1)
+    inside = np.cumsum(cover)[:n] > 0
+    if what >= 0:
+        m = inside[c.host_pos] & (c.lane[c.host_pos] == what)
+        top = _top(c.names, np.bincount(c.host_lab[m] + 1, weights=c.host_ns[m], minlength=len(c.names)), 3)
+        target = thread_label(graph, what)
+    else:
+        m = inside[c.gpu_pos]
+        uniq, inv = np.unique(c.gpu_name[m], return_inverse=True)
+        top = _top([graph.names[int(u)] for u in uniq], np.bincount(inv.reshape(-1), weights=c.gpu_ns[m], minlength=len(uniq)), 3)
+        target = "peer ranks (collectives)" if what == -2 else "GPU"
+    top.pop("other", None)
+    return Wait(thread_label(graph, lane), during, target, int(round(ns)), count, top)

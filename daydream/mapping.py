@@ -48,8 +48,8 @@ from .events import EventTable, Kind
 from .links import launch_rows
 
 #: Phase names; ``Mapping.phase`` holds indices into this tuple.
-PHASES: tuple[str, ...] = ("unmapped", "forward", "backward", "optimizer", "communication", "other")
-UNMAPPED, FORWARD, BACKWARD, OPTIMIZER, COMMUNICATION, OTHER = range(len(PHASES))
+PHASES: tuple[str, ...] = ("unmapped", "forward", "backward", "optimizer", "communication", "other", "data_loading")
+UNMAPPED, FORWARD, BACKWARD, OPTIMIZER, COMMUNICATION, OTHER, DATA_LOADING = range(len(PHASES))
 PHASE_CODE: dict[str, int] = {p: i for i, p in enumerate(PHASES)}
 
 
@@ -71,6 +71,14 @@ class PhaseRule:
 
 _WORD = r"(?<![A-Za-z]){}(?![A-Za-z])"
 
+#: CPU ranges that are data loading: PyTorch's DataLoader iterator (``torch.utils.data``:
+#: ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`` with ``num_workers=0``,
+#: ``..._MultiProcessingDataLoaderIter.__next__`` with workers, the names the profiler gives the
+#: ``__next__`` record_function), any range naming a data loader, and the usual user annotations
+#: (``## data_load ##``, ``data_loading``, ``load_batch``).
+DATA_LOADING_PATTERN = (r"^enumerate\(DataLoader\)|_SingleProcessDataLoaderIter|_MultiProcessingDataLoaderIter"
+                        r"|(?i:dataloader|data_?load|load_?batch)")
+
 #: The phase rules, as data. Order matters for classifying one name (first match); priority
 #: decides between enclosing contexts (highest wins). Patterns are matched against the display
 #: name (emit_nvtx suffixes such as ``, seq = 12, op_id = 7`` removed).
@@ -82,10 +90,39 @@ PHASE_RULES: tuple[PhaseRule, ...] = (
               "communication", 40),
     PhaseRule(r"^Optimizer\.(step|zero_grad)#|(?i:optimizer)", "optimizer", 30),
     PhaseRule(r"autograd::engine::evaluate_function|Backward\d*$|" + _WORD.format("backward"), "backward", 20),
-    PhaseRule(r"^enumerate\(DataLoader\)|(?i:dataloader)|## data_load", "other", 5),
+    PhaseRule(DATA_LOADING_PATTERN, "data_loading", 5),
     PhaseRule(_WORD.format("forward"), "forward", 10),
     # any framework op not claimed above: ops outside backward/optimizer scopes run in forward
     PhaseRule(r"", "forward", 1, ops_only=True),
+)
+
+@dataclass(frozen=True)
+class RangeRule:
+    """One rule naming the CPU range host time is charged to (critical path, ``scale-cpu``).
+
+    A CPU range (annotation or framework op) whose name matches ``pattern`` (``re.search``, first
+    matching rule of the table) is a candidate at ``priority``; ``priority`` None marks a range
+    that is never a label (structural ``ProfilerStep#N``, Python stack frames). At an instant of a
+    thread, the enclosing candidates of the highest priority decide; among them the ``outermost``
+    (the call the user made: ``aten::conv2d`` rather than the ``aten::cudnn_convolution`` inside
+    it) or the innermost (the most specific annotation).
+    """
+
+    pattern: str
+    priority: int | None
+    outermost: bool = True
+
+
+#: The range rules, as data (first match per name; highest priority among enclosing ranges).
+#: Data loading claims everything inside it (the collate ops it runs are data loading), then the
+#: optimizer's step / zero_grad scopes, then framework ops (namespaced ``ns::name`` and engine
+#: ops, the outermost), then any other annotation (the innermost).
+RANGE_RULES: tuple[RangeRule, ...] = (
+    RangeRule(r"^ProfilerStep#|^\S+\.py\(\d+\): |^<built-in |^built-in method |^PyTorch Profiler", None),
+    RangeRule(DATA_LOADING_PATTERN, 50, True),
+    RangeRule(r"^Optimizer\.(step|zero_grad)#", 40, True),
+    RangeRule(r"^[A-Za-z_][\w.]*::|Backward\d*$", 30, True),
+    RangeRule(r"", 20, False),
 )
 
 #: Runtime calls on an autograd thread get this phase at this priority (see :func:`map_events`).

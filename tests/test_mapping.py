@@ -169,7 +169,7 @@ def test_phase_priorities():
     assert ctx_of(m, tb, comm) == ("communication", "## backward ##/nccl:all_reduce", "record_param_comms")
     assert ctx_of(m, tb, opt) == ("optimizer", "Optimizer.step#SGD.step", "aten::_foreach_add_")
     assert ctx_of(m, tb, zg)[0] == "optimizer"
-    assert ctx_of(m, tb, dl)[0] == "other"
+    assert ctx_of(m, tb, dl)[0] == "data_loading"  # a phase of its own (issue 12)
     assert ctx_of(m, tb, plain) == ("forward", "", "aten::add")
 
 
@@ -395,7 +395,7 @@ def test_phase_breakdown_and_top_layers():
     g = np.array([rows_of(tb, Kind.KERNEL, c) for c in (c1, c2, c3, c4)])
     r = np.array([rows_of(tb, Kind.RUNTIME, c) for c in (c1, c2, c3, c4)])
     gd, rd = np.array([10, 20, 40, 7]), np.array([1, 2, 3, 4])
-    assert phase_breakdown(m, tb, g, gd) == {"unmapped": 7, "forward": 70, "backward": 0, "optimizer": 0, "communication": 0, "other": 0}
+    assert phase_breakdown(m, tb, g, gd) == {"unmapped": 7, "forward": 70, "backward": 0, "optimizer": 0, "communication": 0, "other": 0, "data_loading": 0}
     assert top_layers(m, tb, g, gd, r, rd) == [
         ("Net_0/B_0", 40, 3, 1), ("Net_0/A_0", 20, 2, 1), ("Net_0/A_0/Lin_0", 10, 1, 1), (NO_LAYER, 7, 4, 1)]
     assert top_layers(m, tb, g, gd, r, rd, n=2, depth=2) == [("Net_0/B_0", 40, 3, 1), ("Net_0/A_0", 30, 3, 2)]

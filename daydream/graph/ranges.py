@@ -1,0 +1,170 @@
+"""Host time by CPU range: which named CPU range each instant of a CPU thread was in.
+
+The critical path (:mod:`daydream.critical_path`), the report's CPU-range table and the
+``scale-cpu`` what-if charge host time -- an API call's own time, the CPU gap before it -- to the
+CPU ranges of the trace (``TaskGraph.cpu_ranges``: annotations and framework ops), named by the
+rules of :data:`daydream.mapping.RANGE_RULES`: at each instant of a thread, the enclosing ranges
+of the highest rule priority decide, the outermost or the innermost of them as the rule says.
+
+A thread's time is cut at every range boundary into elementary segments, each labelled once
+(:func:`range_timeline`); an interval of host time is then split over the segments it overlaps
+in proportion to the overlap (:func:`split_by_range`). Python loops run over threads and
+priority levels only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..mapping import NAME_PREFIX, RANGE_RULES, RangeRule
+from .model import TaskGraph
+
+NO_RANGE = "(no range)"
+
+
+@dataclass(frozen=True)
+class RangeTimeline:
+    """Labelled segments of the CPU threads (arrays of one length, sorted by (key, lo)).
+
+    key: int64 thread key (:func:`thread_key`); lo, hi: int64 ns; label: int64 index into
+    ``labels`` (the range names). Instants outside every segment are in no named range.
+    """
+
+    key: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    label: np.ndarray
+    labels: list[str]
+
+
+def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """One int64 per (pid, tid) (a lookup key)."""
+    return (np.asarray(pid, np.int64) << np.int64(32)) ^ (np.asarray(tid, np.int64) & np.int64(0xFFFFFFFF))
+
+
+def _classify(names: list[str], ids: np.ndarray, rules) -> tuple[np.ndarray, np.ndarray]:
+    """(priority, outermost) per range of name ``ids``; priority -1 for ranges never a label."""
+    uniq, inv = np.unique(ids, return_inverse=True)
+    pr = np.full(len(uniq), -1, np.int64)
+    outer = np.zeros(len(uniq), bool)
+    compiled = [re.compile(r.pattern) for r in rules]
+    for u, i in enumerate(uniq.tolist()):  # one iteration per distinct range name
+        for rx, r in zip(compiled, rules):
+            if rx.search(names[i], 0, NAME_PREFIX):
+                pr[u], outer[u] = (r.priority if r.priority is not None else -1), r.outermost
+                break
+    return pr[inv.reshape(-1)], outer[inv.reshape(-1)]
+
+
+def _pick(start: np.ndarray, end: np.ndarray, qs: np.ndarray, qe: np.ndarray, outermost: bool) -> np.ndarray:
+    """Per query ``[qs, qe]``: index of the enclosing range (``start <= qs``, ``end >= qe``) that
+    starts first (``outermost``) or last; -1 none. Vectorized (sort + prefix maxima)."""
+    o = np.lexsort((-end, start))
+    s, e = start[o], end[o]
+    k = np.searchsorted(s, qs, "right")  # ranges starting at or before qs: s[:k]
+    if outermost:
+        pm = np.maximum.accumulate(e)
+        j = np.searchsorted(pm, qe, "left")  # the first range whose end reaches qe
+        ok = j < k
+    else:
+        # the last range of s[:k] with end >= qe: a suffix-free search by binary lifting
+        j = _last_reaching(e, k, qe)
+        ok = j >= 0
+    return np.where(ok, o[np.minimum(np.maximum(j, 0), len(o) - 1)], -1)
+
+
+def _last_reaching(e: np.ndarray, k: np.ndarray, qe: np.ndarray) -> np.ndarray:
+    """Largest j < k with ``e[j] >= qe`` (-1 none): a max sparse table walked down by halves."""
+    levels = [e]
+    w = 1
+    while 2 * w <= len(e):
+        prev = levels[-1]
+        levels.append(np.maximum(prev[: len(prev) - w], prev[w:]))
+        w *= 2
+    cur = np.asarray(k, np.int64).copy()
+    for lvl in range(len(levels) - 1, -1, -1):
+        w = 1 << lvl
+        can = np.flatnonzero(cur >= w)
+        if len(can):
+            skip = can[levels[lvl][cur[can] - w] < qe[can]]
+            cur[skip] -= w
+    j = cur - 1
+    ok = j >= 0
+    ok[ok] = e[j[ok]] >= qe[ok]
+    return np.where(ok, j, -1)
+
+
+def range_timeline(graph: TaskGraph, rules: tuple[RangeRule, ...] = RANGE_RULES) -> RangeTimeline:
+    """The labelled segments of every CPU thread with named ranges (see the module doc)."""
+    cr = graph.cpu_ranges
+    z = np.zeros(0, np.int64)
+    if cr is None or not len(cr.pid):
+        return RangeTimeline(z, z, z, z, [])
+    pr, outer = _classify(graph.names, cr.name_id, rules)
+    keep = (pr >= 0) & (cr.end_ns > cr.start_ns)
+    key = thread_key(cr.pid, cr.tid)[keep]
+    s, e, nid, pr, outer = cr.start_ns[keep], cr.end_ns[keep], cr.name_id[keep], pr[keep], outer[keep]
+    parts = []
+    for k in np.unique(key).tolist():  # threads are few
+        m = key == k
+        b = np.unique(np.concatenate([s[m], e[m]]))
+        lo, hi = b[:-1], b[1:]
+        lab = np.full(len(lo), -1, np.int64)
+        for p in sorted(set(pr[m].tolist()), reverse=True):  # priority levels are few
+            todo = np.flatnonzero(lab < 0)
+            sel = np.flatnonzero(m & (pr == p))
+            if not len(todo) or not len(sel):
+                continue
+            hit = _pick(s[sel], e[sel], lo[todo], hi[todo], bool(outer[sel[0]]))
+            ok = hit >= 0
+            lab[todo[ok]] = nid[sel[hit[ok]]]
+        ok = lab >= 0
+        parts.append((np.full(int(ok.sum()), k, np.int64), lo[ok], hi[ok], lab[ok]))
+    if not parts:
+        return RangeTimeline(z, z, z, z, [])
+    k_, lo_, hi_, lab_ = (np.concatenate(x) for x in zip(*parts))
+    uniq, inv = np.unique(lab_, return_inverse=True)
+    return RangeTimeline(k_, lo_, hi_, inv.reshape(-1).astype(np.int64), [graph.names[int(i)] for i in uniq])
+
+
+def split_by_range(rt: RangeTimeline, key: np.ndarray, a: np.ndarray, b: np.ndarray, w: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split weights ``w`` of host intervals ``[a, b]`` of threads ``key`` over the range labels.
+
+    Each interval's weight goes to the labelled segments it overlaps in proportion to the overlap
+    (an empty interval: all to the segment holding ``a``); the rest to label -1 (no named range).
+
+    Returns:
+        (query index, label (-1: none), ns as float64): one row per (query, segment) overlap and
+        one per query for its unlabelled rest.
+    """
+    key, a, b = np.asarray(key, np.int64), np.asarray(a, np.int64), np.asarray(b, np.int64)
+    w = np.asarray(w, np.float64)
+    qi_out, lab_out, ns_out = [np.arange(len(a))], [np.full(len(a), -1, np.int64)], []
+    covered = np.zeros(len(a), np.float64)
+    for k in np.unique(key).tolist():  # threads are few
+        lo_t, hi_t = np.searchsorted(rt.key, k, "left"), np.searchsorted(rt.key, k, "right")
+        if lo_t == hi_t:
+            continue
+        q = np.flatnonzero(key == k)
+        slo, shi, slab = rt.lo[lo_t:hi_t], rt.hi[lo_t:hi_t], rt.label[lo_t:hi_t]
+        qa, qb = a[q], np.maximum(b[q], a[q])
+        i0 = np.searchsorted(shi, qa, "right")
+        i1 = np.maximum(np.searchsorted(slo, qb, "left"), i0)
+        point = qb == qa
+        i1 = np.where(point & (i0 < len(slo)) & (slo[np.minimum(i0, len(slo) - 1)] <= qa), i0 + 1, i1)
+        cnt = i1 - i0
+        rep = np.repeat(np.arange(len(q)), cnt)
+        seg = i0[rep] + np.arange(len(rep)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        span = (qb - qa)[rep]
+        ov = np.minimum(qb[rep], shi[seg]) - np.maximum(qa[rep], slo[seg])
+        share = np.where(span > 0, np.maximum(ov, 0) / np.maximum(span, 1), 1.0) * w[q][rep]
+        np.add.at(covered, q[rep], share)
+        qi_out.append(q[rep])
+        lab_out.append(slab[seg])
+        ns_out.append(share)
+    rest = np.maximum(w - covered, 0.0)
+    return np.concatenate(qi_out), np.concatenate(lab_out), np.concatenate([rest, *ns_out])
