@@ -410,3 +410,56 @@ def add_kernel_after(graph: TaskGraph, kernel: int, *, dur_ns: int, name: str, c
     waiters = sorted(set(d[s == kernel].tolist()) - {lch})
     g1, call = insert(graph, after=lch, dur_ns=call_dur_ns, name="cudaLaunchKernel", kind="cpu", gap_ns=0)
     return insert(g1, after=kernel, dur_ns=dur_ns, name=name, kind="kernel", launch=call, succs=waiters)
+
+
+# ------------------------------------------------------------------ new threads and gaps -----
+def set_gap(graph: TaskGraph, mask: np.ndarray, gap_ns: np.ndarray | int) -> TaskGraph:
+    """New graph with the CPU gap before the selected CPU tasks set to ``gap_ns`` (ns, scalar or
+    one per selected task; GPU tasks keep gap 0).
+
+    Raises:
+        DaydreamError: a selected task is a GPU task, or a gap is negative or too long.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    if (mask & (graph.node_kind != NODE_CPU)).any():
+        raise DaydreamError("set_gap: only CPU tasks have a gap")
+    gap = graph.gap_ns.copy()
+    new = np.broadcast_to(np.asarray(gap_ns, dtype=np.int64), (int(mask.sum()),))
+    if len(new) and (new.min() < 0 or new.max() >= MAX_DURATION_NS):
+        raise DaydreamError("set_gap: gaps must be >= 0 ns and shorter than MAX_DURATION_NS")
+    gap[mask] = new
+    return dataclasses.replace(graph, gap_ns=gap)
+
+
+def add_thread(graph: TaskGraph, *, pid: int, tid: int, like: int, dur_ns, gap_ns, names: list[str]) -> tuple[TaskGraph, np.ndarray]:
+    """New graph with one more CPU thread (lane ``cpu pid/tid``) running ``len(names)`` tasks in
+    thread order: task i lasts ``dur_ns[i]`` after a gap ``gap_ns[i]`` (ns). The tasks copy the
+    identity and mapping of ``like`` (a CPU node) and have no table row; other dependencies are
+    added with :func:`add_edges`.
+
+    Returns:
+        (new graph, ids of the new tasks in thread order).
+
+    Raises:
+        DaydreamError: ``like`` is not a CPU task, or the thread exists already.
+    """
+    if not 0 <= like < graph.n or graph.node_kind[like] != NODE_CPU:
+        raise DaydreamError("add_thread: the model task must be a CPU task")
+    key = np.array([0, pid, tid, 0], np.int64)
+    if len(graph.lane_keys) and (graph.lane_keys == key).all(axis=1).any():
+        raise DaydreamError(f"add_thread: thread {pid}/{tid} exists already")
+    k = len(names)
+    ln = len(graph.lanes)
+    g = _take_nodes(graph, np.concatenate([np.arange(graph.n), np.full(k, like, np.int64)]))
+    new = np.arange(graph.n, graph.n + k)
+    g.row[new], g.lane[new], g.correlation[new], g.pid[new], g.tid[new] = -1, ln, -1, pid, tid
+    g.name_id[new] = len(graph.names) + np.arange(k)
+    g.dur_ns[new] = np.asarray(dur_ns, np.int64)
+    g.gap_ns[new] = np.asarray(gap_ns, np.int64)
+    g = dataclasses.replace(g, names=[*graph.names, *names], lanes=[*graph.lanes, f"cpu pid {pid} tid {tid}"],
+                            lane_is_gpu=np.append(graph.lane_is_gpu, False), lane_keys=np.vstack([graph.lane_keys, key[None, :]]),
+                            order=np.concatenate([graph.order, new]))
+    g = g.with_edges(g.edge_src, g.edge_dst, g.edge_kind, g.edge_origin)
+    if k > 1:
+        g = add_edges(g, new[:-1], new[1:], EdgeKind.THREAD)
+    return _with_valid_order(g), new

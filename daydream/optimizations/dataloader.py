@@ -1,0 +1,152 @@
+"""``dataloader``: what if data loading ran in DataLoader worker processes (``num_workers=N``)?
+
+With ``num_workers=0`` PyTorch fetches and collates every batch on the training thread, inside
+``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``; the GPU idles meanwhile. With
+``N`` workers (``torch.utils.data.DataLoader`` docs, "Single- and Multi-process Data Loading";
+``_MultiProcessingDataLoaderIter``) the mechanism is:
+
+* batch indices go to the workers round robin (batch ``k`` to worker ``k mod N``); each worker
+  fetches its batches one after another, each taking the time the training thread spent on it in
+  the trace (the same dataset code, in another process);
+* at most ``prefetch_factor * N`` batches are requested ahead: the iterator asks for batch
+  ``k + prefetch_factor * N`` when the training thread takes batch ``k``;
+* the training thread, where it fetched batch ``k``, now waits until that batch is ready, then
+  spends the hand-off cost (taking the batch from the result queue) and goes on.
+
+In the graph: the DataLoader time leaves the training thread's gaps; a task of cost ``handoff``
+is inserted there that ends no earlier than the batch's worker task (an END edge: a wait); ``N``
+worker threads run one task per batch (the fetch, as their CPU gap), each after the worker's
+previous batch and after the request (a hand-over edge from the hand-off task of batch
+``k - prefetch_factor * N``). The first ``prefetch_factor * N`` batches are ready at the window's
+start (the window starts in steady state, the profiler's warm-up steps having filled the queue).
+
+Limits: worker processes compete for CPU cores with the training process (not modelled: a
+host with fewer free cores than ``N`` gets less); batches that take very different times
+are not reordered (PyTorch yields in order, as modelled); pin-memory threads are not modelled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import NotApplicable
+from ..graph import EdgeKind, Offset, Phase, Rule, lower_median, register_kind
+from ..mapping import DATA_LOADING_PATTERN
+from ..transform import add_edges, add_thread, insert, set_gap
+from . import Optimization, Param, register
+from ._common import cpu_nodes_in_ranges, cpu_ranges
+
+#: edge kind "batch ready": the hand-off task ends its own cost after the worker task that
+#: produced its batch ends (END, like a blocking wait; charged to the CPU on the critical path)
+BATCH_READY = register_kind(40, Rule("batch ready", Phase.END, True, Offset.ZERO, "cpu", prefer=5,
+                                     doc="the training thread takes a batch after the worker that fetched it is done"))
+
+SINGLE = r"_SingleProcessDataLoaderIter|^enumerate\(DataLoader\)(?!.*_MultiProcessing)"
+MULTI = r"_MultiProcessingDataLoaderIter"
+WORKER_TID0 = 1 << 30  #: thread ids given to the modelled workers (beyond real Linux tids)
+
+
+def _batches(graph):
+    """(thread pid, tid, range start, range end, the first call after each range) of the
+    single-process DataLoader ranges of the thread that has most of them."""
+    pid, tid, s, e = cpu_ranges(graph, SINGLE)
+    if not len(s):
+        raise NotApplicable("no single-process DataLoader range (enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__) in the trace")
+    keys, cnt = np.unique(np.stack([pid, tid], 1), axis=0, return_counts=True)
+    p, t = keys[np.argmax(cnt)]
+    m = (pid == p) & (tid == t)
+    s, e = s[m], e[m]
+    o = np.argsort(s)
+    s, e = s[o], e[o]
+    keep = np.concatenate([[True], s[1:] >= e[:-1]])  # nested duplicates (op + annotation) once
+    s, e = s[keep], e[keep]
+    inside = cpu_nodes_in_ranges(graph, (np.full(len(s), p), np.full(len(s), t), s, e), same_thread=True)
+    if (inside >= 0).any():
+        raise NotApplicable(f"{int((inside >= 0).sum())} CUDA calls run inside the DataLoader ranges (not modelled: they would move to the workers)")
+    calls = np.nonzero(graph.is_cpu & (graph.pid == p) & (graph.tid == t) & (graph.row >= 0))[0]
+    calls = calls[np.argsort(graph.rec_start_ns[calls], kind="stable")]
+    k = np.searchsorted(graph.rec_start_ns[calls], e, "left")
+    ok = k < len(calls)
+    if not ok.any():
+        raise NotApplicable("no CUDA call follows the DataLoader ranges on their thread")
+    s, e, y = s[ok], e[ok], calls[k[ok]]
+    first = np.concatenate([[True], y[1:] != y[:-1]])  # two ranges before one call: the last one counts
+    last = np.concatenate([y[1:] != y[:-1], [True]])
+    return int(p), int(t), s[first], e[last], y[last]
+
+
+def _handoff_ns(graph, p) -> tuple[int, str]:
+    """The hand-off cost: measured when the trace has multi-process DataLoader ranges, else the parameter."""
+    _, _, s, e = cpu_ranges(graph, MULTI)
+    if len(s):
+        return lower_median(e - s), f"measured: lower median of {len(s)} _MultiProcessingDataLoaderIter.__next__ ranges"
+    return int(round(p["handoff_us"] * 1e3)), "handoff_us parameter"
+
+
+def _apply(graph, p):
+    pid, tid, s, e, y = _batches(graph)
+    n_w, ahead = int(p["num_workers"]), int(p["prefetch_factor"]) * int(p["num_workers"])
+    h, h_src = _handoff_ns(graph, p)
+    fetch = e - s
+    y_gap = graph.gap_ns[y]
+    pre = np.maximum(y_gap - (graph.rec_start_ns[y] - s), 0)  # the part of y's gap before the range
+    post = np.minimum(graph.rec_start_ns[y] - e, y_gap)
+    g = graph
+    handoff = []
+    for k in range(len(y)):  # one insertion per batch (steps are few)
+        prev = int(g.lane_prev[int(y[k])])
+        if prev < 0:  # before the thread's first call: a prefetched batch, its hand-off folded into the gap
+            post[k] += pre[k] + h
+            handoff.append(int(y[k]))
+            continue
+        g, d = insert(g, after=prev, dur_ns=h, name="DataLoader hand-off (modelled)", kind="cpu", gap_ns=int(pre[k]))
+        handoff.append(d)
+    y_mask = np.zeros(g.n, bool)
+    y_mask[y] = True
+    g = set_gap(g, y_mask, _aligned(y, post, g.n, y_mask))
+    workers = []
+    like = int(y[0])
+    for w in range(n_w):  # workers are few
+        ks = np.arange(w, len(y), n_w)
+        gaps = np.where(ks < ahead, 0, fetch[ks])
+        g, nodes = add_thread(g, pid=pid, tid=WORKER_TID0 + w, like=like, dur_ns=np.zeros(len(ks), np.int64), gap_ns=gaps,
+                              names=[f"DataLoader worker {w}: batch {int(k)} (modelled)" for k in ks])
+        workers.append((ks, nodes))
+    w_of = np.empty(len(y), np.int64)
+    for ks, nodes in workers:
+        w_of[ks] = nodes
+    hd = np.asarray(handoff, np.int64)
+    real = hd != y
+    g = add_edges(g, w_of[real], hd[real], BATCH_READY)
+    req = np.arange(ahead, len(y))
+    if len(req):
+        g = add_edges(g, hd[req - ahead], w_of[req], EdgeKind.HANDOVER)
+    note = (f"{len(y)} batches ({fetch.sum() / 1e6:,.3f} ms of DataLoader time on thread {tid}) fetched by {n_w} workers "
+            f"(prefetch {ahead}); the training thread keeps a {h / 1e3:,.0f} us hand-off per batch ({h_src}); GPU work left alone")
+    return g, note
+
+
+def _aligned(y, values, n, mask):
+    """``values`` (one per ``y``) in node order of ``mask`` (as set_gap takes them)."""
+    out = np.zeros(n, np.int64)
+    out[y] = values
+    return out[mask]
+
+
+register(
+    Optimization(
+        name="dataloader",
+        summary="data loading moved to DataLoader worker processes (PyTorch num_workers=N)",
+        apply=_apply,
+        params={
+            "num_workers": Param(4, "worker processes; default 4: the PyTorch ImageNet example's --workers default (pytorch/examples imagenet/main.py)",
+                                 int, lambda v: 1 <= v <= 256, "1 to 256"),
+            "prefetch_factor": Param(2, "batches requested ahead per worker; default 2: torch.utils.data.DataLoader's default",
+                                     int, lambda v: 1 <= v <= 64, "1 to 64"),
+            "handoff_us": Param(100.0, "us the training thread spends per batch taking it from the workers' queue; measured instead when the "
+                                       "trace has _MultiProcessingDataLoaderIter ranges; default 100 us: an assumption (no single-process trace "
+                                       "can measure it), override with the __next__ time of a multi-worker trace of the job",
+                                float, lambda v: 0 <= v <= 1e6, "0 to 1e6"),
+        },
+    )
+)

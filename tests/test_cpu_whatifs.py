@@ -1,0 +1,130 @@
+"""The CPU what-ifs (``dataloader``, ``scale-cpu``, ``remove-syncs``) and the critical path across
+threads, on emulated programs with known answers: the prediction made from the baseline trace
+equals the emulator's run of the changed program (``daydream/testing/emulator.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from daydream.formats import load_trace
+from daydream.graph import build_graph
+from daydream.mapping import PHASES, map_events
+from daydream.optimizations import parse_spec
+from daydream.critical_path import critical_path
+from daydream.simulate import simulate
+from daydream.testing.emulator import (Handover, HostWork, Launch, OtherCall, Program, RangeBegin, RangeEnd, StreamSync,
+                                       Thread, WaitHandover, emulate, measure_latencies, to_kineto)
+
+SETTINGS = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+L, G = 5_000, 1_000
+
+
+def _graph(tmp, prog):
+    run = emulate(prog)
+    p = tmp / "t.json"
+    to_kineto(run, str(p))
+    t = load_trace(str(p))
+    return run, build_graph(t, map_events(t))
+
+
+def _gpu(g, tl):
+    """Replayed (start, end) of the recorded GPU tasks, in start order."""
+    m = ~g.is_cpu & (g.row >= 0)
+    return sorted(zip(tl.start_ns[m].tolist(), tl.end_ns[m].tolist()))
+
+
+def _gpu_run(run):
+    return sorted((t.start_ns, t.end_ns) for t in run.tasks)
+
+
+def _predict(g, spec):
+    opt, params = parse_spec(spec)
+    g2, note = opt.apply(g, params)
+    return g2, simulate(g2), note
+
+
+# ------------------------------------------------------------------------------ dataloader ---
+@st.composite
+def loader_programs(draw):
+    """A training thread: per step, a DataLoader fetch (host work in the DataLoader range), then
+    host work and kernel launches, and a stream sync at the end of the step."""
+    steps = draw(st.integers(2, 6))
+    fetch = [draw(st.integers(10_000, 400_000)) for _ in range(steps)]
+    post = [draw(st.integers(0, 20_000)) for _ in range(steps)]
+    kern = [[draw(st.integers(1_000, 150_000)) for _ in range(draw(st.integers(1, 3)))] for _ in range(steps)]
+    return steps, fetch, post, kern
+
+
+def _loader_main(fetch, post, kern, sync_own=2_000, call=3_000):
+    ops = []
+    for k in range(len(fetch)):
+        ops += [RangeBegin(DL), HostWork(fetch[k]), RangeEnd(), HostWork(post[k])]
+        ops += [Launch(7, "gemm_fwd", d, call) for d in kern[k]]
+        ops.append(StreamSync(7, sync_own))
+    return ops
+
+
+def _loader_changed(fetch, post, kern, workers, prefetch, h, sync_own=2_000, call=3_000):
+    """The same training with ``workers`` DataLoader workers (the mechanism of the module doc)."""
+    ahead = workers * prefetch
+    n = len(fetch)
+    main = []
+    for k in range(n):
+        if k == 0:
+            main += [HostWork(h + post[0])]
+        else:
+            main += [WaitHandover(("ready", k)), OtherCall("cudaGetDevice", h)]
+            if k + ahead < n:
+                main.append(Handover(("req", k + ahead)))
+            main.append(HostWork(post[k]))
+        main += [Launch(7, "gemm_fwd", d, call) for d in kern[k]]
+        if k == 0 and ahead < n:
+            main.insert(len(main) - len(kern[k]) + 1, Handover(("req", ahead)))
+        main.append(StreamSync(7, sync_own))
+    threads = [Thread(main, tid=4242)]
+    for w in range(workers):
+        ops = []
+        for k in range(w, n, workers):
+            if k >= ahead:
+                ops += [WaitHandover(("req", k)), HostWork(fetch[k])]
+            ops += [OtherCall("cudaGetDevice", 0), Handover(("ready", k))]
+        if ops:
+            threads.append(Thread(ops, tid=9000 + w, name=f"worker{w}"))
+    return Program(threads, launch_latency_ns=L, gpu_gap_ns=G)
+
+
+@SETTINGS
+@given(loader_programs(), st.integers(1, 3), st.integers(1, 2), st.integers(0, 50_000))
+def test_dataloader_predicts_the_program_with_workers(tmp_path_factory, spec, workers, prefetch, h):
+    steps, fetch, post, kern = spec
+    prog = Program([Thread(_loader_main(fetch, post, kern))], launch_latency_ns=L, gpu_gap_ns=G)
+    run, g = _graph(tmp_path_factory.mktemp("t"), prog)
+    assume(measure_latencies(run) == (L, G))
+    g2, tl2, note = _predict(g, f"dataloader:num_workers={workers},prefetch_factor={prefetch},handoff_us={h / 1e3}")
+    changed = emulate(_loader_changed(fetch, post, kern, workers, prefetch, h))
+    assert _gpu(g2, tl2) == _gpu_run(changed)
+    assert f"{steps} batches" in note
+
+
+def test_dataloader_workers_slower_than_the_step_bound_it():
+    """One worker fetching 1 ms batches for 0.1 ms steps: the step waits for the worker (the
+    prediction is not simply 'data loading removed')."""
+    import tempfile
+    from pathlib import Path
+
+    fetch, post, kern = [1_000_000] * 6, [0] * 6, [[50_000]] * 6
+    prog = Program([Thread(_loader_main(fetch, post, kern))], launch_latency_ns=L, gpu_gap_ns=G)
+    with tempfile.TemporaryDirectory() as d:
+        run, g = _graph(Path(d), prog)
+    g2, tl2, _ = _predict(g, "dataloader:num_workers=1,prefetch_factor=1,handoff_us=0")
+    changed = emulate(_loader_changed(fetch, post, kern, 1, 1, 0))
+    assert _gpu(g2, tl2) == _gpu_run(changed)
+    end_base, end_pred = max(e for _, e in _gpu_run(run)), max(e for _, e in _gpu(g2, tl2))
+    assert end_pred > g.t0_ns + 4 * 1_000_000  # still about one fetch per step after the prefetched one
+    assert end_pred < end_base
