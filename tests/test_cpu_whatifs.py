@@ -128,3 +128,62 @@ def test_dataloader_workers_slower_than_the_step_bound_it():
     end_base, end_pred = max(e for _, e in _gpu_run(run)), max(e for _, e in _gpu(g2, tl2))
     assert end_pred > g.t0_ns + 4 * 1_000_000  # still about one fetch per step after the prefetched one
     assert end_pred < end_base
+
+
+# ------------------------------------------------------------------------------- scale-cpu ---
+from test_handover import ENGINE, _unambiguous, handover_programs  # noqa: E402
+
+
+def _scale_in_ranges(prog, tid: int | None, name: str, f: float) -> Program:
+    """The program with the host work and call costs inside ranges named ``name`` scaled by ``f``
+    (on thread ``tid``, or every thread)."""
+    threads = []
+    for th in prog.threads:
+        depth, ops = 0, []
+        for op in th.ops:
+            if isinstance(op, RangeBegin):
+                depth += op.name == name
+            elif isinstance(op, RangeEnd):
+                depth = max(depth - 1, 0)  # ranges in these programs do not nest
+            elif depth and (tid is None or th.tid == tid):
+                if isinstance(op, HostWork):
+                    op = HostWork(int(np.rint(op.dur_ns * f)))
+                elif hasattr(op, "call_dur_ns"):
+                    op = dataclasses.replace(op, call_dur_ns=int(np.rint(op.call_dur_ns * f)))
+            ops.append(op)
+        threads.append(dataclasses.replace(th, ops=tuple(ops)))
+    return dataclasses.replace(prog, threads=tuple(threads))
+
+
+def _main_calls(run):
+    return [(c.start_ns, c.end_ns) for c in run.thread_calls(0)]
+
+
+def _main_pred(g, tl):
+    m = g.is_cpu & (g.row >= 0) & (g.tid == 4242)
+    return sorted(zip(tl.start_ns[m].tolist(), tl.end_ns[m].tolist()))
+
+
+@SETTINGS
+@given(handover_programs(), st.sampled_from([0.0, 0.5, 2.0]))
+def test_scale_cpu_on_the_autograd_thread_moves_the_main_thread(tmp_path_factory, prog, f):
+    """Two threads: the autograd thread's engine ops take f times as long; the main thread, which
+    waits for them in backward(), moves by what the emulator says."""
+    run, g = _graph(tmp_path_factory.mktemp("t"), prog)
+    assume(measure_latencies(run) == (prog.L, prog.G) and _unambiguous(run))
+    changed = emulate(_scale_in_ranges(prog, None, ENGINE, f))
+    assume([(c.thread, c.op_index) for c in run.calls] == [(c.thread, c.op_index) for c in changed.calls])
+    g2, tl2, note = _predict(g, f"scale-cpu:range={ENGINE.split(':')[0].upper()},factor={f}")  # case-insensitive
+    assert _gpu(g2, tl2) == _gpu_run(changed)
+    assert _main_pred(g2, tl2) == _main_calls(changed)
+    assert "left alone" in note
+
+
+def test_scale_cpu_not_applicable_without_a_match(tmp_path):
+    import pytest
+    from daydream.errors import NotApplicable
+
+    prog = Program([Thread([RangeBegin("aten::mm", "cpu_op"), HostWork(10_000), Launch(7, "k", 5_000, 2_000), RangeEnd()])])
+    _, g = _graph(tmp_path, prog)
+    with pytest.raises(NotApplicable, match="no CPU range"):
+        _predict(g, "scale-cpu:range=nothing_like_this,factor=0.5")

@@ -1,0 +1,74 @@
+"""``scale-cpu``: what if the host code inside some CPU ranges ran ``factor`` times as long?
+
+The general "what if this host code were faster" question: the CPU time inside every CPU range
+(framework op, ``record_function`` / NVTX annotation, ``DataLoader`` iterator, optimizer step)
+whose name matches ``range`` (a regular expression, case-insensitive), on every thread, takes
+``factor`` times as long. Host time is the API calls and the CPU gaps between them
+(``docs/model.md``): the part of a call or of a gap that lies inside a matching range (recorded
+times) is scaled, the rest is left alone; GPU work is left alone. A call that blocks keeps its
+wait (only its own cost is host time).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import NotApplicable
+from ..graph.ranges import overlap_with_ranges, thread_key
+from ..transform import MAX_PATTERN_CHARS, compile_pattern, set_duration, set_gap
+from . import Optimization, Param, register
+
+
+def _match(graph, pattern: str) -> np.ndarray:
+    """Mask over ``graph.cpu_ranges`` of the ranges whose name matches (case-insensitive)."""
+    cr = graph.cpu_ranges
+    if cr is None or not len(cr.pid):
+        return np.zeros(0, bool)
+    rx = re.compile(compile_pattern(pattern).pattern, re.IGNORECASE)
+    uniq, inv = np.unique(cr.name_id, return_inverse=True)
+    hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), bool, len(uniq))
+    return hit[inv.reshape(-1)]
+
+
+def _apply(graph, p):
+    pat, f = p["range"], p["factor"]
+    match = _match(graph, pat)
+    if not match.any():
+        raise NotApplicable(f"no CPU range name matches {pat!r} (case-insensitive)")
+    cpu = np.nonzero(graph.is_cpu)[0]
+    key = thread_key(graph.pid[cpu], graph.tid[cpu])
+    rs = graph.rec_start_ns[cpu]
+    gap, dur = graph.gap_ns[cpu], graph.dur_ns[cpu]
+    g_in = np.minimum(overlap_with_ranges(graph, match, key, rs - gap, rs), gap)
+    span = np.maximum(graph.rec_end_ns[cpu] - rs, 0)
+    c_in = overlap_with_ranges(graph, match, key, rs, rs + span)
+    share = np.where(span > 0, c_in / np.maximum(span, 1), 0.0)
+    d_in = np.where(share >= 1.0, dur, np.rint(dur * share).astype(np.int64))
+    new_gap = gap - g_in + np.rint(g_in * f).astype(np.int64)
+    new_dur = dur - d_in + np.rint(d_in * f).astype(np.int64)
+    if not (g_in.any() or d_in.any()):
+        raise NotApplicable(f"CPU ranges match {pat!r} but no host time lies inside them")
+    m = np.zeros(graph.n, bool)
+    m[cpu] = True
+    g = set_duration(set_gap(graph, m, new_gap), m, new_dur)
+    before = int(g_in.sum() + d_in.sum())
+    rest = int(gap.sum() + dur.sum()) - before
+    note = (f"{match.sum():,} CPU ranges match {pat!r}: {before / 1e6:,.3f} ms of host time inside them x{f:g} "
+            f"(gaps {g_in.sum() / 1e6:,.3f} ms, calls {d_in.sum() / 1e6:,.3f} ms); {rest / 1e6:,.3f} ms of host time and all GPU work left alone")
+    return g, note
+
+
+register(
+    Optimization(
+        name="scale-cpu",
+        summary="host (CPU) time inside CPU ranges whose name matches a regular expression takes `factor` times as long",
+        apply=_apply,
+        what_if=True,
+        params={
+            "range": Param("DataLoader", f"regular expression (case-insensitive, at most {MAX_PATTERN_CHARS} characters) searched in CPU range names: ops, annotations, DataLoader, optimizer", str),
+            "factor": Param(0.5, "host time multiplier, 0..1000 (user's what-if; no default source)", float, lambda v: 0 <= v <= 1000, "0 to 1000"),
+        },
+    )
+)
