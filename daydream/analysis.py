@@ -17,6 +17,7 @@ from .graph import TaskGraph, build_graph
 from .mapping import map_events
 from .optimizations import Optimization, check_composition, load_all, parse_spec
 from .report import AppliedOpt, Ranked, Report, build_prediction, build_report
+from .summary import answer_whatifs
 from .simulate import Timeline, recorded, simulate
 from .timeline import write_timeline
 
@@ -128,4 +129,29 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note))
         rows.sort(key=lambda r: (r.predicted_ns < 0, -r.speedup, r.name))
         report.ranking = rows
+    if report.summary is not None:
+        if report.ranking:
+            answer_whatifs(report.summary, report.ranking)
+        else:
+            cheap_whatifs(graph, report)
     return result
+
+
+#: the optimization that addresses each bound of daydream.summary.BOUNDS, predicted for the
+#: opening lines when --opt all did not rank them all (one more replay)
+ADDRESSES = {"data loading": "dataloader"}
+
+
+def cheap_whatifs(graph: TaskGraph, report: Report) -> None:
+    """The opening answer's what-if without ``--opt all``: the optimization that addresses the
+    bound (:data:`ADDRESSES`), predicted alone with its defaults, when it applies."""
+    name = ADDRESSES.get(report.summary.answer.bound_by)
+    opt = load_all().get(name) if name else None
+    if opt is None:
+        return
+    try:
+        g2, applied = apply_all(graph, [(opt, {k: p.default for k, p in opt.params.items()})])
+    except NotApplicable:
+        return
+    pred = build_prediction(report, g2, simulate(g2), applied)
+    report.summary.answer.whatifs = {name: pred.window.speedup}

@@ -42,6 +42,7 @@ class Wait(msgspec.Struct, forbid_unknown_fields=True):
     ns: int  #: critical-path time spent on what it waited for
     count: int  #: stretches summed
     top: dict[str, int] = {}  #: the CPU ranges (other thread) or kernels (GPU) that time went to, largest first (at most 3)
+    engine: bool = False  #: what it waited for is an autograd engine thread: the waiter was in backward()
 
 
 class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
@@ -81,7 +82,7 @@ def gpu_relevant(graph: TaskGraph) -> np.ndarray:
 
 
 def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None = None, phase: np.ndarray | None = None,
-                  gap_phase: np.ndarray | None = None) -> tuple[np.ndarray, CriticalPath]:
+                  gap_phase: np.ndarray | None = None, detail: dict | None = None) -> tuple[np.ndarray, CriticalPath]:
     """The critical path of ``tl`` (a simulation of ``graph``): a walk back over the binding
     records of the replay (:class:`~daydream.simulate.Timeline`), from the last task to end.
 
@@ -90,7 +91,9 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
         (per-node phase codes and their names) add a per-phase breakdown. The ``cpu`` segment of a
         CPU node is split there: the call itself goes to its ``phase``, the CPU gap before it
         (from the previous task of its thread) to ``gap_phase`` (per-node codes; default
-        ``graph.mapping.gap_phase`` when mapped, else the node's own phase).
+        ``graph.mapping.gap_phase`` when mapped, else the node's own phase). ``detail``, when
+        given, receives the full breakdowns behind the summary's top rows: ``"range_ns"`` and
+        ``"kernel_ns"`` (dicts name -> ns over every CPU range label and GPU task name).
     """
     n = graph.n
     if n == 0:
@@ -104,7 +107,7 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
     path = walk.run(int(np.argmax(np.where(gpu_relevant(graph), tl.end_ns, np.iinfo(np.int64).min))))
     total = sum(acc.by_cause.values())
     path_a = np.asarray(path, dtype=np.int64)
-    by_range, by_kernel, waits = attribute(graph, path_a, acc.parts, acc.end_waited)
+    by_range, by_kernel, waits = attribute(graph, path_a, acc.parts, acc.end_waited, detail)
     return path_a, CriticalPath(int(total), len(path), acc.by_cause, dict(sorted(acc.by_phase.items())), by_range, by_kernel, waits)
 
 
@@ -257,7 +260,7 @@ def thread_label(graph: TaskGraph, lane: int) -> str:
     return f"thread {pid}/{tid}" if multi else f"thread {tid}"
 
 
-def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, int]], end_waited=()):
+def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, int]], end_waited=(), detail: dict | None = None):
     """(ns by CPU range, ns by kernel name, waits) of a critical path from its charges ``parts``
     ((node, ns, OWN / GAP / EDGE) each); ``end_waited``: the path's nodes whose end was set by
     what they waited for (blocking calls).
@@ -275,9 +278,15 @@ def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, in
     a, b = host_intervals(graph, hv, part[host])
     qi, lab, share = split_by_range(rt, thread_key(graph.pid[hv], graph.tid[hv]), a, b, ns[host])
     names = [NO_RANGE, *rt.labels]
-    by_range = _top(names, np.bincount(lab + 1, weights=share, minlength=len(names)))
+    range_ns = np.bincount(lab + 1, weights=share, minlength=len(names))
+    by_range = _top(names, range_ns)
     uniq, inv = np.unique(graph.name_id[v[gpu]], return_inverse=True)
-    by_kernel = _top([graph.names[int(i)] for i in uniq], np.bincount(inv.reshape(-1), weights=ns[gpu], minlength=len(uniq)))
+    k_names = [graph.names[int(i)] for i in uniq]
+    kernel_ns = np.bincount(inv.reshape(-1), weights=ns[gpu], minlength=len(uniq))
+    by_kernel = _top(k_names, kernel_ns)
+    if detail is not None:
+        detail["range_ns"] = _top(names, range_ns, len(names))
+        detail["kernel_ns"] = _top(k_names, kernel_ns, len(k_names))
     charges = _PathCharges(graph, path, v, ns, host, gpu, np.flatnonzero(host)[qi], lab, share, names)
     charges.end_waited = np.zeros(graph.n, bool)
     charges.end_waited[np.asarray(end_waited, np.int64)] = True
@@ -348,7 +357,7 @@ def waits_on_path(graph: TaskGraph, c: _PathCharges, rt: RangeTimeline, top_n: i
         e[1] += 1
         e[2].append(k)
     rows = sorted(keys.items(), key=lambda kv: -kv[1][0])[:top_n]
-    return [_wait(graph, c, key, val, i, j) for key, val in rows if val[0] >= 0.5]
+    return [_wait(graph, c, key, val, i, j, idle) for key, val in rows if val[0] >= 0.5]
 
 
 def _idle_workers(graph: TaskGraph) -> np.ndarray:
@@ -389,7 +398,7 @@ def _label_at(rt: RangeTimeline, key: np.ndarray, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def _wait(graph: TaskGraph, c: _PathCharges, key, val, i, j) -> Wait:
+def _wait(graph: TaskGraph, c: _PathCharges, key, val, i, j, idle: np.ndarray) -> Wait:
     """One :class:`Wait` row: the top ranges (another thread) or kernels (GPU) of its stretches."""
     lane, what, during = key
     ns, count, ks = val
@@ -408,4 +417,4 @@ def _wait(graph: TaskGraph, c: _PathCharges, key, val, i, j) -> Wait:
         top = _top([graph.names[int(u)] for u in uniq], np.bincount(inv.reshape(-1), weights=c.gpu_ns[m], minlength=len(uniq)), 3)
         target = "peer ranks (collectives)" if what == -2 else "GPU"
     top.pop("other", None)
-    return Wait(thread_label(graph, lane), during, target, int(round(ns)), count, top)
+    return Wait(thread_label(graph, lane), during, target, int(round(ns)), count, top, bool(what >= 0 and idle[what]))

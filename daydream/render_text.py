@@ -262,12 +262,15 @@ def input_section(r: Report) -> list[str]:
 def sections(r: Report) -> list[list[str]]:
     """The report's sections in order; an empty one is left out."""
     return [
+        answer_section(r),
         header_section(r),
         windows_section(r),
         breakdown_section(r),
         phases_section(r),
         layers_section(r),
+        top_tables_section(r),
         critical_path_section("critical path of the replayed baseline", r.critical_path),
+        waits_section(r.critical_path),
         *(prediction_section(p, r.trust) for p in r.predictions),
         *(not_applicable_section(name, why) for name, why in r.not_applicable.items()),
         ranking_section(r),
@@ -279,3 +282,67 @@ def render_text(r: Report) -> str:
     """The terminal report: its sections, one blank line apart; every line is terminal-safe
     (:mod:`daydream.display`: names from the trace cannot carry escape sequences through)."""
     return terminal_lines("\n\n".join("\n".join(s) for s in sections(r) if s)) + "\n"
+
+
+# ---------------------------------------------------------------- the answer first -----------
+def wait_text(w) -> str:
+    """One wait of a critical path in words: who waited, where, for what, and what that did."""
+    where = f"in backward() (after {w.during})" if w.engine else f"in {w.during}"
+    what = f"the autograd engine {w.waited_for}" if w.engine else w.waited_for
+    top = ", ".join(f"{k} {_ms(v)} ms" for k, v in w.top.items())
+    return f"{w.waiter} waits {where} for {what}: {_ms(w.ns)} ms on the critical path" + (f" ({top})" if top else "")
+
+
+def answer_lines(r: Report) -> list[str]:
+    """The opening lines: step time, GPU busy share, what bounds the step, the top what-ifs, and
+    the largest wait on the critical path (daydream.summary)."""
+    s = r.summary
+    if s is None:
+        return []
+    a = s.answer
+    step = f"step {_ms(a.step_ns)} ms (median of {a.steps} ProfilerSteps)" if a.steps else f"window {_ms(a.step_ns)} ms"
+    line = f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %; bound by {a.bound_by} ({a.bound_pct:.0f} % of the critical path"
+    line += (f"; {a.bound_detail})" if a.bound_detail else ")")
+    if a.whatifs:
+        line += "; try " + ", ".join(f"{k} {v:.2f}x" for k, v in a.whatifs.items())
+    return [line] + ([f"  {wait_text(a.wait)}"] if a.wait is not None else [])
+
+
+def answer_section(r: Report) -> list[str]:
+    return answer_lines(r)
+
+
+TOP_COLS = [
+    Col("", 62, lambda t: t.name if len(t.name) <= 60 else t.name[:57] + "...", left=True),
+    _ms_col("ms", 12, "total_ns"),
+    Col("%", 7, lambda t: f"{t.total_pct:.1f}"),
+    _ms_col("path ms", 12, "path_ns"),
+    Col("path %", 8, lambda t: f"{t.path_pct:.1f}"),
+]
+
+
+def top_tables_section(r: Report) -> list[str]:
+    """Top kernels and top CPU ranges by time and by share of the critical path; GPU use per device."""
+    s = r.summary
+    if s is None:
+        return []
+    out = []
+    for title, rows in (("top kernels by GPU time", s.top_kernels), ("top CPU ranges by host time (calls and gaps, all threads)", s.top_cpu_ranges)):
+        if rows:
+            out += [*_table([dataclass_col(TOP_COLS[0], title), *TOP_COLS[1:]], rows), ""]
+    if out:
+        out.insert(0, "  replayed baseline; path: time on its critical path; other: the rest by kernel class / op namespace")
+    for d in s.gpu_devices:
+        out.append(f"  GPU {d.device}{f' ({d.name})' if d.name else ''}: busy {_ms(d.busy_ns)} of {_ms(d.window_ns)} ms ({d.busy_pct:.1f} %, measured)")
+    return out[:-1] if out and out[-1] == "" else out
+
+
+def dataclass_col(c: Col, head: str) -> Col:
+    return Col(head, c.width, c.cell, c.left)
+
+
+def waits_section(cp: CriticalPath) -> list[str]:
+    """The waits of a critical path, largest first."""
+    if not cp.waits:
+        return []
+    return ["  waits on the critical path (a thread left and came back to):", *(f"    {wait_text(w)}" for w in cp.waits)]

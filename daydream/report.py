@@ -24,6 +24,7 @@ from .graph import EdgeKind
 from .kernels import classify_name
 from .mapping import PHASES
 from .simulate import Timeline
+from .summary import Summary, build_summary
 
 REPORT_VERSION = 1
 
@@ -161,6 +162,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     phases: list[GroupStats] = []  #: forward / backward / optimizer / communication / other / unmapped
     layers: list[GroupStats] = []  #: top layers by GPU time
     trust: Trust | None = None  #: how faithful the baseline replay is (set by build_report)
+    summary: Summary | None = None  #: the opening answer and the top tables (daydream.summary)
 
 
 # ---------------------------------------------------------------- computation -----------------
@@ -361,9 +363,11 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, np.ones(graph.n, dtype=bool), _window_note(graph, rel))
     steps = [_window(w.name, graph, tl, rec, w.start_ns, w.end_ns, w.replayed_start_ns, w.replayed_end_ns, w.members, w.note, w.members) for w in sw]
     phases, layers = _groups(graph, tl)
-    _, cp = critical_path(graph, tl, *_phase_args(graph))
+    detail: dict = {}
+    _, cp = critical_path(graph, tl, *_phase_args(graph), detail=detail)
     return Report(REPORT_VERSION, t.meta, t.accounting, summary, window, steps, cp, processes=_process_windows(graph, tl, rec),
-                  phases=phases, layers=layers, warnings=_warnings(graph), trust=build_trust(graph, tl, rec, window, steps))
+                  phases=phases, layers=layers, warnings=_warnings(graph), trust=build_trust(graph, tl, rec, window, steps),
+                  summary=build_summary(graph, tl, rec, cp, detail, steps, window))
 
 
 def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int = 1) -> tuple[str, str]:

@@ -75,7 +75,8 @@ def test_unexplained_late_kernel_is_unreliable_and_marks_the_prediction():
     assert t.verdict == "unreliable" and t.max_step_error_pct > TRUST_UNRELIABLE_PCT
     assert t.gpu_start_error_p99_us > 100  # the late kernel is replayed about 1 ms early
     lines = render_text(r).splitlines()
-    assert lines[1].startswith("  baseline replay: unreliable (max step error ")
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("daydream: "))  # after the opening answer
+    assert lines[head + 1].startswith("  baseline replay: unreliable (max step error ")
     pred = [ln for ln in lines if ln.startswith("  prediction: ")]
     assert len(pred) == 1 and "UNRELIABLE: max step error" in pred[0]
 
@@ -178,7 +179,9 @@ def test_cause_names_the_missed_wait_and_the_collective_before_it():
     assert "the k it waited for started 997 us later" in t.cause  # 1,018 us - (launch 9 us + L 12 us)
     assert "5 us after ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t (stream 84) ended" in t.cause
     assert "1 cudaStreamWaitEvent without an event id" in t.cause and "waiting for peer ranks (1.000 ms here)" in t.cause
-    assert render_text(r).splitlines()[2] == f"    {t.cause}"
+    lines = render_text(r).splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("daydream: "))  # after the opening answer
+    assert lines[head + 2] == f"    {t.cause}"
 
 
 def test_cause_of_an_unexplained_late_kernel_names_no_collective():

@@ -1,0 +1,222 @@
+"""The answer a reader needs first, and the tables every peer tool has: what bounds the step,
+the top kernels and CPU ranges by time and by share of the critical path, GPU utilization per
+device.
+
+Built from the baseline graph, its replay and its critical path (:func:`build_summary`), and
+completed with the ``--opt all`` ranking (:func:`answer_whatifs`). Renderers lay it out
+(:mod:`daydream.render_text`: the opening lines and the tables).
+
+What bounds the step (:data:`BOUNDS`), from the critical path of the replayed baseline: its time
+is split into data loading (host time in the ``data_loading`` phase), host work (the other host
+time, split by phase: forward, backward, optimizer, ...), launch overhead (launch latency ``L``),
+GPU compute, communication (collectives and peer copies) and synchronization (blocking calls'
+own cost after their wait); the largest part bounds the step -- each is one thing to fix.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, ranges_of
+from .graph import NODE_CPU, TaskGraph
+from .graph.ranges import NO_RANGE, split_by_range, thread_key
+from .kernels import CLASSES, classify_names, kernel_info
+from .simulate import Timeline
+
+BOUNDS = ("data loading", "host work", "launch overhead", "GPU compute", "communication", "synchronization")
+#: rows of the top-kernel and top-CPU-range tables before "other"
+TOP_N = 10
+#: a wait is named in the opening lines when it is at least this share of the critical path (%)
+WAIT_MIN_PCT = 10.0
+
+
+class TopRow(msgspec.Struct, forbid_unknown_fields=True):
+    """One row of a top table: time in the window, and time on the critical path."""
+
+    name: str
+    total_ns: int  #: GPU time (kernels) or host time summed over threads (CPU ranges), replayed
+    total_pct: float  #: share of all GPU (host) time of the window, %
+    path_ns: int  #: time on the critical path of the replayed baseline
+    path_pct: float  #: share of the critical path, %
+
+
+class DeviceUtil(msgspec.Struct, forbid_unknown_fields=True):
+    """One GPU's utilization over the traced window (measured), not summed over devices."""
+
+    device: int
+    name: str
+    busy_ns: int  #: union of the intervals of its tasks
+    window_ns: int
+    busy_pct: float
+
+
+class Answer(msgspec.Struct, forbid_unknown_fields=True):
+    """The opening lines of the report."""
+
+    step_ns: int  #: median replayed ProfilerStep (the window when the trace has no steps)
+    steps: int  #: ProfilerSteps the median is over (0: the window)
+    gpu_busy_pct: float  #: busy share of the busiest GPU over the window (measured), %
+    bound_by: str  #: one of BOUNDS
+    bound_pct: float  #: its share of the critical path, %
+    bound_detail: str  #: e.g. the phase of the host work, the top CPU range or kernel in it
+    shares_pct: dict[str, float] = {}  #: every bound's share of the critical path, %
+    wait: Wait | None = None  #: the largest wait of the critical path, when >= WAIT_MIN_PCT of it
+    whatifs: dict[str, float] = {}  #: the top two optimizations by predicted speed-up (--opt all)
+
+
+class Summary(msgspec.Struct, forbid_unknown_fields=True):
+    """The opening answer and the top tables."""
+
+    answer: Answer
+    top_kernels: list[TopRow] = []  #: the TOP_N kernels by GPU time, then "other" by kernel class
+    top_cpu_ranges: list[TopRow] = []  #: the TOP_N CPU ranges by host time, then "other" by kind
+    gpu_devices: list[DeviceUtil] = []
+
+
+def _pct(x: float, total: float) -> float:
+    return float(round(100.0 * float(x) / float(total), 2)) if total > 0 else 0.0
+
+
+def bound_shares(cp: CriticalPath) -> tuple[dict[str, int], dict[str, int]]:
+    """(ns per bound of :data:`BOUNDS`, host work ns per phase) of a critical path."""
+    data = sum(d.get("cpu", 0) for p, d in cp.by_phase_ns.items() if p == "data_loading")
+    host_by_phase = {p: d.get("cpu", 0) for p, d in cp.by_phase_ns.items() if p != "data_loading" and d.get("cpu", 0)}
+    if not cp.by_phase_ns:
+        host_by_phase = {"all": cp.by_cause_ns.get("cpu", 0)}
+    c = cp.by_cause_ns
+    ns = {"data loading": data, "host work": c.get("cpu", 0) - data, "launch overhead": c.get("launch", 0),
+          "GPU compute": c.get("gpu_compute", 0), "communication": c.get("communication", 0), "synchronization": c.get("sync", 0)}
+    return ns, host_by_phase
+
+
+def _bound(cp: CriticalPath) -> tuple[str, int, str]:
+    """(bound, its ns, detail): the largest part, host work compared phase by phase (a phase's
+    host work is one thing to fix; all host work together is not)."""
+    ns, host = bound_shares(cp)
+    cands = [(v, b, "") for b, v in ns.items() if b != "host work"]
+    cands += [(v, "host work", f"in {p}") for p, v in host.items()]
+    v, b, detail = max(cands, key=lambda x: (x[0], x[1]))
+    top = _top_name(cp.by_range_ns if b == "data loading" else cp.by_kernel_ns if b in ("GPU compute", "communication") else {})
+    if b == "host work" and detail == "in backward":  # the backward pass's host work: what the engine thread ran
+        top = next((_top_name(w.top) for w in cp.waits if w.engine), "")
+    if top:
+        detail = (detail + "; " if detail else "") + f"top: {top}"
+    return b, v, detail
+
+
+def _top_name(d: dict[str, int]) -> str:
+    rows = [(v, k) for k, v in d.items() if k not in ("other", NO_RANGE)]
+    return max(rows)[1] if rows else ""
+
+
+def build_summary(graph: TaskGraph, tl: Timeline, rec: Timeline, cp: CriticalPath, detail: dict, steps: list, window) -> Summary:
+    """The :class:`Summary` of a baseline replay ``tl`` (recorded ``rec``), its critical path
+    ``cp`` and that path's full breakdowns ``detail`` (:func:`~daydream.critical_path.critical_path`),
+    the report's step and window rows."""
+    replayed = sorted(w.replayed_ns for w in steps)
+    step_ns = replayed[(len(replayed) - 1) // 2] if replayed else window.replayed_ns
+    devices = device_utilization(graph, rec, graph.t0_ns, graph.t0_ns + window.measured_ns)
+    b, v, det = _bound(cp)
+    ns, _ = bound_shares(cp)
+    wait = cp.waits[0] if cp.waits and _pct(cp.waits[0].ns, cp.length_ns) >= WAIT_MIN_PCT else None
+    ans = Answer(int(step_ns), len(replayed), max((d.busy_pct for d in devices), default=0.0), b, _pct(v, cp.length_ns), det,
+                 {k: _pct(x, cp.length_ns) for k, x in ns.items()}, wait)
+    return Summary(ans, top_kernels(graph, tl, cp, detail.get("kernel_ns", {})), top_cpu_ranges(graph, tl, cp, detail.get("range_ns", {})), devices)
+
+
+def device_utilization(graph: TaskGraph, rec: Timeline, lo: int, hi: int) -> list[DeviceUtil]:
+    """Busy time of each GPU of the trace over ``[lo, hi]`` (recorded times), one row per device."""
+    dev = graph.lane_keys[graph.lane, 2]
+    gpu = graph.node_kind != NODE_CPU
+    names = {d.id: d.name for d in graph.devices}
+    out = []
+    for d in np.unique(dev[gpu]).tolist():  # devices are few
+        m = gpu & (dev == d)
+        busy = _union(np.clip(rec.start_ns[m], lo, hi), np.clip(rec.end_ns[m], lo, hi))
+        out.append(DeviceUtil(int(d), names.get(d, "") or "", int(busy), int(hi - lo), _pct(busy, hi - lo)))
+    return out
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> int:
+    """Length (ns) of the union of intervals ``[s, e]``."""
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if not len(s):
+        return 0
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], np.maximum.accumulate(e[o])
+    new = np.concatenate([[True], s[1:] > e[:-1]])
+    blk = np.cumsum(new) - 1
+    hi = np.zeros(int(blk[-1]) + 1, np.int64)
+    np.maximum.at(hi, blk, e)
+    return int((hi - s[new]).sum())
+
+
+def _rows(names: list[str], total: np.ndarray, path: dict[str, int], all_total: float, cp_len: int) -> list[TopRow]:
+    return [TopRow(n, int(t), _pct(t, all_total), int(path.get(n, 0)), _pct(path.get(n, 0), cp_len)) for n, t in zip(names, total.tolist())]
+
+
+def top_kernels(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[str, int]) -> list[TopRow]:
+    """The TOP_N GPU task names by replayed GPU time, then the rest by kernel class."""
+    gpu = np.nonzero(graph.node_kind != NODE_CPU)[0]
+    if not len(gpu):
+        return []
+    dur = (tl.end_ns - tl.start_ns)[gpu]
+    uniq, inv = np.unique(graph.name_id[gpu], return_inverse=True)
+    inv = inv.reshape(-1)
+    tot = np.bincount(inv, weights=dur, minlength=len(uniq))
+    o = np.lexsort((uniq, -tot))
+    top, rest = o[:TOP_N], o[TOP_N:]
+    names = [graph.names[int(uniq[i])] for i in top]
+    rows = _rows(names, tot[top], path_ns, float(dur.sum()), cp.length_ns)
+    if len(rest):
+        cls = kernel_info(graph).cls[gpu]
+        in_rest = np.isin(inv, rest)
+        top_set = set(names)
+        for c in np.unique(cls[in_rest]).tolist():  # classes are few
+            m = in_rest & (cls == c)
+            cname = CLASSES[c] if c < len(CLASSES) else "other"
+            k = len(np.unique(inv[m]))
+            p = sum(v for nm, v in path_ns.items() if nm not in top_set and nm != "other" and _cls_of(graph, nm) == c)
+            rows.append(TopRow(f"other: {cname} ({k} names)", int(dur[m].sum()), _pct(dur[m].sum(), dur.sum()), int(p), _pct(p, cp.length_ns)))
+    return rows
+
+
+def _cls_of(graph: TaskGraph, name: str) -> int:
+    return int(classify_names([name])[0][0])
+
+
+def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[str, int]) -> list[TopRow]:
+    """The TOP_N CPU ranges by host time (calls' own time and gaps, summed over threads), then
+    the rest by kind (``ns::`` framework ops by namespace, annotations)."""
+    cpu = np.nonzero(graph.is_cpu)[0]
+    if not len(cpu):
+        return []
+    rt = ranges_of(graph)
+    own = np.maximum(tl.end_ns - tl.start_ns - tl.blocked_ns, 0)[cpu]
+    v = np.concatenate([cpu, cpu])
+    part = np.concatenate([np.full(len(cpu), OWN), np.full(len(cpu), GAP)])
+    w = np.concatenate([own, graph.gap_ns[cpu]])
+    a, b = host_intervals(graph, v, part)
+    _, lab, share = split_by_range(rt, thread_key(graph.pid[v], graph.tid[v]), a, b, w)
+    names = [NO_RANGE, *rt.labels]
+    tot = np.bincount(lab + 1, weights=share, minlength=len(names))
+    o = [i for i in np.lexsort((np.arange(len(names)), -tot)).tolist() if tot[i] > 0]
+    top, rest = o[:TOP_N], o[TOP_N:]
+    rows = _rows([names[i] for i in top], tot[top], path_ns, float(w.sum()), cp.length_ns)
+    groups: dict[str, list[int]] = {}
+    for i in rest:  # distinct range names
+        nm = names[i]
+        groups.setdefault(nm.split("::")[0] + "::" if "::" in nm else "annotations", []).append(i)
+    for g, ids in sorted(groups.items(), key=lambda kv: -sum(tot[i] for i in kv[1])):
+        t = float(sum(tot[i] for i in ids))
+        p = sum(path_ns.get(names[i], 0) for i in ids)
+        rows.append(TopRow(f"other: {g} ({len(ids)} names)", int(round(t)), _pct(t, w.sum()), int(p), _pct(p, cp.length_ns)))
+    return rows
+
+
+def answer_whatifs(summary: Summary, ranking: list) -> None:
+    """Complete the answer with the top two optimizations of an ``--opt all`` ranking (in place)."""
+    summary.answer.whatifs = {r.name: r.speedup for r in ranking if r.predicted_ns >= 0}
+    summary.answer.whatifs = dict(list(summary.answer.whatifs.items())[:2])
