@@ -463,3 +463,25 @@ def add_thread(graph: TaskGraph, *, pid: int, tid: int, like: int, dur_ns, gap_n
     if k > 1:
         g = add_edges(g, new[:-1], new[1:], EdgeKind.THREAD)
     return _with_valid_order(g), new
+
+
+def remove_edges(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
+    """New graph without the selected edges (a mask over ``graph.edge_src``); the tasks stay.
+
+    Removing a dependency never invalidates a visiting order, so the order is kept. Lane-order
+    and launch edges cannot be removed this way (use :func:`remove` on tasks).
+
+    Raises:
+        DaydreamError: a wrong-sized mask, or a lane-order or launch edge selected.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape != (graph.m,):
+        raise DaydreamError("remove_edges: one flag per edge is needed")
+    ra = rule_arrays()
+    if (mask & (ra.lane[graph.edge_kind] | ra.launch[graph.edge_kind])).any():
+        raise DaydreamError("remove_edges: lane-order and launch edges go with their tasks (use remove)")
+    keep = ~mask
+    g = graph.with_edges(graph.edge_src[keep], graph.edge_dst[keep], graph.edge_kind[keep], graph.edge_origin[keep])
+    if graph.order_valid:
+        g = g.known_valid()
+    return g

@@ -187,3 +187,56 @@ def test_scale_cpu_not_applicable_without_a_match(tmp_path):
     _, g = _graph(tmp_path, prog)
     with pytest.raises(NotApplicable, match="no CPU range"):
         _predict(g, "scale-cpu:range=nothing_like_this,factor=0.5")
+
+
+# ---------------------------------------------------------------------------- remove-syncs ---
+from daydream.testing.emulator import MemcpyAsync  # noqa: E402
+
+
+@st.composite
+def item_programs(draw):
+    """Per step: kernels, then ``loss.item()`` (a DtoH copy inside aten::item ->
+    aten::_local_scalar_dense, blocking itself (pageable) or followed by a stream sync), then host
+    work; the changed program reads the value without waiting."""
+    ops, changed = [], []
+    for _ in range(draw(st.integers(1, 4))):
+        for _ in range(draw(st.integers(1, 3))):
+            op = [HostWork(draw(st.integers(0, 30_000))), Launch(7, "gemm", draw(st.integers(1_000, 200_000)), draw(st.integers(1_000, 8_000)))]
+            ops += op
+            changed += op
+        pageable = draw(st.booleans())
+        cd, own = draw(st.integers(1_000, 10_000)), draw(st.integers(500, 5_000))
+        head = [RangeBegin("aten::item", "cpu_op"), RangeBegin("aten::_local_scalar_dense", "cpu_op")]
+        copy = MemcpyAsync(7, "DtoH", 4, draw(st.integers(1_000, 5_000)), cd, host_memory="pageable" if pageable else "pinned")
+        ops += [*head, copy] + ([] if pageable else [StreamSync(7, own)]) + [RangeEnd(), RangeEnd()]
+        changed += [*head, dataclasses.replace(copy, host_memory="pinned")] + ([] if pageable else [OtherCall("cudaGetDevice", own)]) + [RangeEnd(), RangeEnd()]
+        tail = [HostWork(draw(st.integers(0, 30_000)))]
+        ops += tail
+        changed += tail
+    ops.append(Launch(7, "last", 1_000, 1_000))
+    changed.append(Launch(7, "last", 1_000, 1_000))
+    return Program([Thread(ops)], launch_latency_ns=L, gpu_gap_ns=G), Program([Thread(changed)], launch_latency_ns=L, gpu_gap_ns=G)
+
+
+@SETTINGS
+@given(item_programs())
+def test_remove_syncs_predicts_the_program_that_reads_later(tmp_path_factory, progs):
+    prog, changed_prog = progs
+    run, g = _graph(tmp_path_factory.mktemp("t"), prog)
+    assume(measure_latencies(run) == (L, G))
+    g2, tl2, note = _predict(g, "remove-syncs")
+    changed = emulate(changed_prog)
+    assert _gpu(g2, tl2) == _gpu_run(changed)
+    assert _main_pred(g2, tl2) == _main_calls(changed)
+    assert "aten::_local_scalar_dense" in note and "Memcpy DtoH" in note
+
+
+def test_remove_syncs_leaves_input_copies_alone(tmp_path):
+    import pytest
+    from daydream.errors import NotApplicable
+
+    prog = Program([Thread([Launch(7, "k", 50_000, 2_000), RangeBegin("aten::copy_", "cpu_op"),
+                            MemcpyAsync(7, "HtoD", 4, 2_000, 3_000, host_memory="pinned"), StreamSync(7, 1_000), RangeEnd()])])
+    _, g = _graph(tmp_path, prog)
+    with pytest.raises(NotApplicable, match="no .item"):
+        _predict(g, "remove-syncs")
