@@ -15,9 +15,9 @@ from .errors import NotApplicable, UsageError
 from .events import EventTable
 from .graph import TaskGraph, build_graph
 from .mapping import map_events
-from .optimizations import Optimization, check_composition, load_all, parse_spec
+from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
 from .report import AppliedOpt, Ranked, Report, build_prediction, build_report
-from .summary import answer_whatifs
+from .summary import answer_whatifs, change_summary
 from .simulate import Timeline, recorded, simulate
 from .timeline import write_timeline
 
@@ -54,8 +54,9 @@ def apply_all(graph: TaskGraph, opts: list[tuple[Optimization, dict[str, Any]]])
     """
     applied = []
     for opt, params in opts:
-        graph, note = opt.apply(graph, params)
-        applied.append(AppliedOpt(opt.name, {k: str(v) for k, v in params.items()}, note))
+        g2, note = opt.apply(graph, params)
+        applied.append(AppliedOpt(opt.name, echo(params), note, change_summary(graph, g2)))
+        graph = g2
     return graph, applied
 
 

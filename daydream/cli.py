@@ -1,7 +1,8 @@
 """``daydream-analyze``: read a trace, replay it, print the report.
 
 Exit status: 0 report printed; 2 bad input or usage (one line on stderr); 1 a bug in daydream
-(``--debug`` shows the traceback).
+(``--debug`` shows the traceback); 3 the report was printed, but an optimization asked for by
+name (not ``--opt all``) does not apply (one line on stderr per optimization, with the reason).
 """
 
 from __future__ import annotations
@@ -246,7 +247,19 @@ def run(argv: list[str] | None = None) -> int:
             raise
         except OSError as e:
             raise UsageError(f"cannot write the report to standard output: {e.strerror or e}") from None
-    return 0
+    return _not_applicable_status(result.report)
+
+
+#: exit status when an optimization asked for by name does not apply (the report is printed)
+EXIT_NOT_APPLICABLE = 3
+
+
+def _not_applicable_status(report) -> int:
+    """0, or :data:`EXIT_NOT_APPLICABLE` with one stderr line per requested optimization that does
+    not apply (``--opt all`` ranks them instead, and exits 0)."""
+    for name, why in report.not_applicable.items():
+        print(_one_line(f"daydream-analyze: not applicable: {name}: {why}"), file=sys.stderr)
+    return EXIT_NOT_APPLICABLE if report.not_applicable else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,6 +77,7 @@ class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     params: dict[str, str]
     note: str
+    changed: str = ""  #: GPU and host time before and after, tasks changed / removed / added / left alone (daydream.summary.change_summary)
 
 
 class PredictedWindow(msgspec.Struct, forbid_unknown_fields=True):

@@ -220,3 +220,32 @@ def answer_whatifs(summary: Summary, ranking: list) -> None:
     """Complete the answer with the top two optimizations of an ``--opt all`` ranking (in place)."""
     summary.answer.whatifs = {r.name: r.speedup for r in ranking if r.predicted_ns >= 0}
     summary.answer.whatifs = dict(list(summary.answer.whatifs.items())[:2])
+
+
+def change_summary(before: TaskGraph, after: TaskGraph) -> str:
+    """What a transformation changed, in words: GPU time and host time (calls and gaps) before and
+    after, and how many of the recorded GPU tasks and CPU calls it changed, removed or left alone
+    (tasks matched by their table row; tasks a transformation added have none)."""
+    def totals(g: TaskGraph):
+        gpu = g.node_kind != NODE_CPU
+        return int(g.dur_ns[gpu].sum()), int(g.dur_ns[~gpu].sum() + g.gap_ns[~gpu].sum())
+
+    parts = []
+    for label, is_gpu in (("GPU", True), ("host", False)):
+        mb = (before.node_kind != NODE_CPU) == is_gpu
+        ma = (after.node_kind != NODE_CPU) == is_gpu
+        rb, ra = before.row[mb & (before.row >= 0)], after.row[ma & (after.row >= 0)]
+        kept = np.isin(rb, ra)
+        cost_b = (before.dur_ns + before.gap_ns)[mb & (before.row >= 0)]
+        pos = np.full(int(max(rb.max(initial=-1), ra.max(initial=-1))) + 1, -1, np.int64)
+        pos[ra] = np.nonzero(ma & (after.row >= 0))[0]
+        cost_a = (after.dur_ns + after.gap_ns)[np.maximum(pos[rb], 0)]
+        changed = int(np.count_nonzero(kept & (cost_a != cost_b)))
+        removed = int(np.count_nonzero(~kept))
+        added = int(np.count_nonzero(ma & (after.row < 0)))
+        tb, ta = totals(before), totals(after)
+        t0, t1 = (tb[0], ta[0]) if is_gpu else (tb[1], ta[1])
+        what = "tasks" if is_gpu else "calls"
+        parts.append(f"{label} time {t0 / 1e6:,.3f} -> {t1 / 1e6:,.3f} ms ({changed:,} {what} changed, {removed:,} removed, "
+                     f"{added:,} added, {len(rb) - changed - removed:,} left alone)")
+    return "; ".join(parts)

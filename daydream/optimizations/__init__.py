@@ -64,7 +64,24 @@ class Optimization:
             if p.check is not None and not p.check(v):
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} out of range ({p.check_help})")
             out[k] = v
-        return out
+        return Params(out, overrides)
+
+
+class Params(dict):
+    """Resolved parameters (name -> typed value), remembering the strings the user gave
+    (``given``: name -> raw text) so that reports echo them as written."""
+
+    given: dict[str, str]
+
+    def __init__(self, values: dict[str, Any], given: dict[str, str] | None = None) -> None:
+        super().__init__(values)
+        self.given = dict(given or {})
+
+
+def echo(params: dict[str, Any]) -> dict[str, str]:
+    """Parameters as text for a report: as the user wrote them where given, else the value."""
+    given = getattr(params, "given", {})
+    return {k: given.get(k, str(v)) for k, v in params.items()}
 
 
 REGISTRY: dict[str, Optimization] = {}

@@ -6,19 +6,30 @@ library (``pattern=gemm,factor=0.8``) or a regression check (``factor=1.2``).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..errors import NotApplicable
-from ..transform import scale, select
+from ..transform import compile_pattern, scale, select
 from . import Optimization, Param, register
 
 
 def _apply(graph, p):
-    m = select(graph, kind=["kernel"], name=p["pattern"])
+    rx = re.compile(compile_pattern(p["pattern"]).pattern, re.IGNORECASE)
+    kern = select(graph, kind=["kernel"])
+    uniq, inv = np.unique(graph.name_id[kern], return_inverse=True)
+    hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), bool, len(uniq))
+    m = np.zeros(graph.n, bool)
+    m[kern] = hit[inv.reshape(-1)]
     n = int(np.count_nonzero(m))
     if n == 0:
-        raise NotApplicable(f"no kernel name matches {p['pattern']!r}")
-    return scale(graph, m, p["factor"]), f"{n:,} kernels matching {p['pattern']!r} scaled by {p['factor']:g}"
+        raise NotApplicable(f"no kernel name matches {p['pattern']!r} (case-insensitive)")
+    matched, total = int(graph.dur_ns[m].sum()), int(graph.dur_ns[kern].sum())
+    other = int(np.count_nonzero(~graph.is_cpu)) - n
+    return scale(graph, m, p["factor"]), (f"{n:,} kernels matching {p['pattern']!r} (case-insensitive) scaled by {p['factor']:g}: "
+                                          f"{matched / 1e6:,.3f} of {total / 1e6:,.3f} ms of kernel time matched; "
+                                          f"{other:,} other GPU tasks (kernels, copies, sets) and all CPU time left alone")
 
 
 register(
@@ -28,7 +39,7 @@ register(
         apply=_apply,
         what_if=True,
         params={
-            "pattern": Param(".", "regular expression searched in kernel names (default: every kernel)", str),
+            "pattern": Param(".", "regular expression searched in kernel names, case-insensitive (default: every kernel)", str),
             "factor": Param(0.5, "duration multiplier, 0..1000 (user's what-if; no default source)", float, lambda v: 0 <= v <= 1000, "0 to 1000"),
         },
     )
