@@ -240,3 +240,62 @@ def test_remove_syncs_leaves_input_copies_alone(tmp_path):
     _, g = _graph(tmp_path, prog)
     with pytest.raises(NotApplicable, match="no .item"):
         _predict(g, "remove-syncs")
+
+
+# ------------------------------------------------------- critical path across threads, answer ---
+def _report(tmp, prog, opts=(), rank_all=False):
+    from daydream.analysis import analyze
+
+    run = emulate(prog)
+    p = tmp / "t.json"
+    to_kineto(run, str(p))
+    return run, analyze(load_trace(str(p)), list(opts), rank_all=rank_all).report
+
+
+@SETTINGS
+@given(handover_programs())
+def test_the_wait_in_backward_is_charged_to_the_engine_thread(tmp_path_factory, prog):
+    """The main thread idles in backward() while the autograd thread works: the critical path
+    charges that time to the autograd thread's ranges, and names the wait."""
+    run, r = _report(tmp_path_factory.mktemp("t"), prog)
+    assume(measure_latencies(run) == (prog.L, prog.G) and _unambiguous(run))
+    cp = r.critical_path
+    waits = [w for w in cp.waits if w.waiter == "thread 4242" and w.waited_for == "thread 5001"]
+    if waits:
+        assert all(w.engine for w in waits)
+        assert sum(w.ns for w in waits) <= cp.length_ns
+    # no engine thread's idle time between backward passes is called a wait for the main thread
+    assert not [w for w in cp.waits if w.waiter == "thread 5001" and w.waited_for == "thread 4242"]
+    assert sum(cp.by_range_ns.values()) <= cp.by_cause_ns["cpu"] + cp.by_cause_ns["sync"] + 1
+
+
+def test_data_loading_bounds_the_step_and_is_charged_to_the_dataloader(tmp_path):
+    fetch, post, kern = [3_000_000] * 4, [10_000] * 4, [[200_000, 100_000]] * 4
+    prog = Program([Thread([RangeBegin("ProfilerStep#1"), *_loader_main(fetch, post, kern), RangeEnd()])],
+                   launch_latency_ns=L, gpu_gap_ns=G)
+    run, r = _report(tmp_path, prog, rank_all=True)
+    cp = r.critical_path
+    # the phase takes whole gaps (by their midpoint, docs/mapping.md); the ranges split them exactly
+    assert sum(fetch) <= cp.by_phase_ns["data_loading"]["cpu"] <= sum(fetch) + sum(post)
+    assert cp.by_range_ns[DL] == sum(fetch)
+    a = r.summary.answer
+    assert a.bound_by == "data loading" and DL in a.bound_detail
+    assert list(a.whatifs)[0] == "dataloader" and a.whatifs["dataloader"] > 1.5
+    from daydream.render_text import render_text
+
+    first = render_text(r).splitlines()[0]
+    assert first.startswith("answer: ") and "bound by data loading" in first and "dataloader" in first
+    assert r.summary.top_cpu_ranges[0].name == DL and r.summary.top_cpu_ranges[0].path_pct > 80
+    assert [d.device for d in r.summary.gpu_devices] == [0]
+
+
+def test_named_optimization_that_does_not_apply_exits_3(tmp_path, capsys):
+    from daydream.cli import main
+
+    prog = Program([Thread([Launch(7, "k", 50_000, 2_000), StreamSync(7, 1_000)])], launch_latency_ns=L, gpu_gap_ns=G)
+    p = tmp_path / "t.json"
+    to_kineto(emulate(prog), str(p))
+    assert main([str(p), "--opt", "dataloader"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("daydream-analyze: not applicable: dataloader: no single-process DataLoader range")
+    assert main([str(p), "--opt", "all"]) == 0
