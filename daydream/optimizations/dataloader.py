@@ -36,9 +36,9 @@ from ..transform import add_edges, add_thread, insert, set_gap
 from . import Optimization, Param, register
 from ._common import cpu_nodes_in_ranges, cpu_ranges
 
-#: edge kind "batch ready": the hand-off task ends its own cost after the worker task that
+#: edge kind "batch ready" (id 48: registered ids stay clear of the built-in kinds and the tests' toy kind 40): the hand-off task ends its own cost after the worker task that
 #: produced its batch ends (END, like a blocking wait; charged to the CPU on the critical path)
-BATCH_READY = register_kind(40, Rule("batch ready", Phase.END, True, Offset.ZERO, "cpu", prefer=5,
+BATCH_READY = register_kind(48, Rule("batch ready", Phase.END, True, Offset.ZERO, "cpu", prefer=5,
                                      doc="the training thread takes a batch after the worker that fetched it is done"))
 
 SINGLE = r"_SingleProcessDataLoaderIter|^enumerate\(DataLoader\)(?!.*_MultiProcessing)"
