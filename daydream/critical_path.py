@@ -133,7 +133,9 @@ class _Charges:
         self.by_cause[cause] = self.by_cause.get(cause, 0) + ns
         if self.ph is not None:
             code = (self.gph if gap else self.ph)[v]
-            d = self.by_phase.setdefault(self.names[code], dict.fromkeys(CAUSES, 0))
+            d = self.by_phase.get(self.names[code])
+            if d is None:
+                d = self.by_phase[self.names[code]] = dict.fromkeys(CAUSES, 0)
             d[cause] = d.get(cause, 0) + ns
 
 
