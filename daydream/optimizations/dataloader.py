@@ -106,7 +106,7 @@ def _apply(graph, p):
     g = set_gap(g, y_mask, _aligned(y, post, g.n, y_mask))
     workers = []
     like = int(y[0])
-    for w in range(n_w):  # workers are few
+    for w in range(min(n_w, len(y))):  # workers are few; one without a batch in the window is left out
         ks = np.arange(w, len(y), n_w)
         gaps = np.where(ks < ahead, 0, fetch[ks])
         g, nodes = add_thread(g, pid=pid, tid=WORKER_TID0 + w, like=like, dur_ns=np.zeros(len(ks), np.int64), gap_ns=gaps,
