@@ -299,3 +299,34 @@ def test_named_optimization_that_does_not_apply_exits_3(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("daydream-analyze: not applicable: dataloader: no single-process DataLoader range")
     assert main([str(p), "--opt", "all"]) == 0
+
+
+# ------------------------------------------------------------------- the new primitives ---
+def test_new_primitives_refuse_misuse(tmp_path):
+    import pytest
+    from daydream.errors import DaydreamError
+    from daydream.graph import EdgeKind
+    from daydream.transform import add_thread, remove_edges, set_gap
+
+    prog = Program([Thread([HostWork(5_000), Launch(7, "k", 50_000, 2_000), HostWork(7_000), StreamSync(7, 1_000)])],
+                   launch_latency_ns=L, gpu_gap_ns=G)
+    _, g = _graph(tmp_path, prog)
+    with pytest.raises(DaydreamError, match="only CPU tasks"):
+        set_gap(g, ~g.is_cpu, 0)
+    with pytest.raises(DaydreamError, match="lane-order and launch"):
+        remove_edges(g, g.edge_kind == EdgeKind.LAUNCH)
+    cpu = int(np.nonzero(g.is_cpu)[0][0])
+    with pytest.raises(DaydreamError, match="exists already"):
+        add_thread(g, pid=int(g.pid[cpu]), tid=int(g.tid[cpu]), like=cpu, dur_ns=[1], gap_ns=[0], names=["x"])
+    # removing the wait: the sync returns after its own cost; nothing else moves
+    g2 = remove_edges(g, g.edge_kind == EdgeKind.WAIT)
+    tl, tl2 = simulate(g), simulate(g2)
+    sync = int(np.nonzero(g.blocking)[0][0])
+    assert tl2.end_ns[sync] == tl2.start_ns[sync] + g.dur_ns[sync] < tl.end_ns[sync]
+    assert (tl2.start_ns[~g.is_cpu] == tl.start_ns[~g.is_cpu]).all()
+    # a new thread runs its tasks in order, from the trace start, each after its gap
+    g3, new = add_thread(g, pid=1, tid=2, like=cpu, dur_ns=[10, 20], gap_ns=[5, 7], names=["a", "b"])
+    tl3 = simulate(g3)
+    assert tl3.start_ns[new].tolist() == [g.t0_ns + 5, g.t0_ns + 5 + 10 + 7]
+    g4 = set_gap(g, np.arange(g.n) == cpu, 0)
+    assert simulate(g4).start_ns[cpu] == g.t0_ns
