@@ -327,7 +327,7 @@ def test_gpu_table_matching():
     assert find_gpu("NVIDIA H100 PCIe").name == "H100 PCIe"
     assert find_gpu("Tesla V100-DGXS-32GB").name == "V100 SXM2"
     assert find_gpu("NVIDIA GeForce RTX 3080").name == "RTX 3080"
-    assert find_gpu("NVIDIA L4").name == "L4" and find_gpu("NVIDIA L40S") is None
+    assert find_gpu("NVIDIA L4").name == "L4" and find_gpu("NVIDIA L40S").name == "L40S"
     assert find_gpu("AMD Instinct MI300X").name == "MI300X"
     assert find_gpu("b200").name == "B200" and find_gpu("h200").name == "H200"
     dev = DeviceInfo(id=0, name="AMD Radeon Graphics", compute_major=9, compute_minor=0, num_sms=104)
