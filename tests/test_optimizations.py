@@ -299,7 +299,7 @@ def gpu_trace(device="Tesla V100-SXM2-32GB", memory=34_089_730_048, cap=(7, 0), 
 def test_gpu_upgrade_exact():
     g = build_graph(gpu_trace())
     assert end(simulate(g)) == 2700
-    g2, tl, note = run(g, "gpu-upgrade:target=A100 40GB SXM")
+    g2, tl, note = run(g, "gpu-upgrade:target=A100 40GB SXM,kernel_model=peak")
     # sgemm 1250 * 125/312 = 500.8 -> 501; add 900 * 900/1555 = 520.9 -> 521
     assert g2.dur_ns[node(g2, SGEMM)] == 501 and g2.dur_ns[node(g2, ADD)] == 521
     assert end(tl) == 500 + 501 + 521 + 50
