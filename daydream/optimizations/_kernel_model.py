@@ -47,13 +47,14 @@ from ..gpus import GPU
 #: Rule codes (index into this tuple).
 RULES: tuple[str, ...] = ("unchanged", "roofline", "waves", "peak", "unknown-bound")
 #: Smallest kernel time per GPU (ns): the minimum kernel duration measured on the real traces of
-#: ``../shared/traces`` (SOURCES.md): H100 SXM 1,600 (tracelens h100 bert-small, elementwise add),
-#: MI300X 1,956 (tracelens mi300 bert-small), B200 (tracelens b200_eager), A100 (hta simple_add),
-#: V100 SXM2 (kineto_tbplugin resnet50). GPUs not listed use the source's floor. Note: the H100 and
-#: MI300X values come from the two sides of the bert-small pair itself (docs/cross_gpu.md).
-KERNEL_FLOOR_NS: dict[str, int] = {
-    "H100 SXM": 1_600, "MI300X": 1_956, "B200": 1_472, "A100 40GB SXM": 1_344, "V100 SXM2": 1_376,
-}
+#: ``../shared/traces`` (SOURCES.md), the least over the traces of that GPU: H100 SXM 1,120
+#: (tracelens h100 owlv2; the h100 bert-small trace: 1,600), MI300X 1,964 (tracelens mi300
+#: bert-small), B200 1,984 (tracelens b200_eager), MI250 GCD 2,240 (hta mi250_minitoy). The A100
+#: and V100 traces there are recorded at 1 us resolution (minimums 4,000 and 1,000 ns), too coarse:
+#: not listed. GPUs not listed use the source's floor (the smallest kernel of the trace). The
+#: MI300X value comes from the measured side of the bert-small pair (docs/cross_gpu.md shows the
+#: prediction without it as well).
+KERNEL_FLOOR_NS: dict[str, int] = {"H100 SXM": 1_120, "MI300X": 1_964, "B200": 1_984, "MI250 GCD": 2_240}
 #: kernels up to this many times the floor are reported as latency-bound
 LATENCY_MULT = 2.0
 
@@ -179,6 +180,7 @@ def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt:
     bs = np.full(n, 255, dtype=np.uint8)
     bs[comp] = K.BOUND_CODE["compute"]
     bs[mem] = K.BOUND_CODE["memory"]
+    bs[unk] = K.BOUND_CODE["unknown"]
     bt = bs.copy()
     factor, rule, bs, bt = _roofline(data, r, has, comp | mem, (p_s, p_t, u_s, u_t), src, tgt, factor, rule, bs, bt)
     scaled = comp | mem | unk

@@ -1,0 +1,174 @@
+"""gpu-upgrade's per-kernel rules (daydream/optimizations/_kernel_model.py) on hand-built kernels
+with exact expected times, the host-path parameters, and the launch-data reader on real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.events import DeviceInfo, TraceMeta
+from daydream.formats.launch_data import LaunchData, make_key, op_work, read_launch_data
+from daydream.gpus import GPUS, find_gpu
+from daydream.graph import NODE_CPU, build_graph
+from daydream.optimizations import _kernel_model as KM
+from daydream.optimizations import parse_spec
+from daydream.simulate import simulate
+
+from tablebuilder import TB
+
+SGEMM = "volta_sgemm_128x64_nn"
+ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >"
+       "(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
+OTHER = "my_custom_kernel"
+HGEMM = "ampere_h16816gemm_128x128_ldg8_nn"
+H100, A100 = find_gpu("H100 SXM"), find_gpu("A100 40GB SXM")
+TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
+
+
+def four_kernels():
+    """sgemm 10 us, add 5 us, an unclassified kernel 4 us, an fp16 GEMM 8 us, back to back."""
+    b = TB()
+    calls = [b.call("cudaLaunchKernel", 20 * i, 20 * i + 10) for i in range(4)]
+    s = 1000
+    for c, name, d in zip(calls, (SGEMM, ADD, OTHER, HGEMM), (10_000, 5_000, 4_000, 8_000)):
+        b.gpu(c, s, s + d, name=name)
+        s += d
+    return build_graph(b.table()), calls
+
+
+def launch_data(calls):
+    """sgemm: 264 blocks of 256 threads, 128 registers; hgemm: 1,024 blocks of 128 threads, shapes 4096^3."""
+    return LaunchData(key=make_key([0, 0], [calls[0], calls[3]]), grid=np.array([[264, 1, 1], [1024, 1, 1]]),
+                      block=np.array([[256, 1, 1], [128, 1, 1]]), regs=np.array([128, -1]), smem=np.array([0, -1]),
+                      flops=np.array([-1.0, 2 * 4096.0**3]), bytes=np.array([-1.0, 3 * 4096.0**2 * 2]), op=["", "aten::mm"])
+
+
+def test_occupancy_and_fill():
+    # 256 threads x 128 registers = 32,768 registers per block: 2 blocks per SM on both
+    assert KM.resident_blocks(H100, np.array([256]), np.array([128]), np.array([0]))[0] == 2
+    assert KM.resident_blocks(A100, np.array([128]), np.array([-1]), np.array([-1]))[0] == 16  # 2048 / 128 threads
+    assert KM.resident_blocks(A100, np.array([128]), np.array([-1]), np.array([100 * 1024]))[0] == 1  # 164 KiB / 100 KiB
+    # 264 blocks: one full wave on H100 (132 x 2), two waves on A100 (108 x 2 = 216): 264 / 432 used
+    assert KM.fill(H100, np.array([264]), np.array([256]), np.array([128]), np.array([0]))[0] == 1.0
+    assert KM.fill(A100, np.array([264]), np.array([256]), np.array([128]), np.array([0]))[0] == pytest.approx(264 / 432)
+    assert KM.fill(A100, np.array([-1]), np.array([1]), np.array([-1]), np.array([-1]))[0] == 1.0  # unknown grid
+
+
+def test_each_rule_exact():
+    g, calls = four_kernels()
+    p = KM.plan(g, H100, A100, launch_data(calls), floor_src=1000, floor_tgt=2000)
+    k = g.node_kind != NODE_CPU
+    # sgemm, waves: 2000 + 9000 * (67 * 1) / (19.5 * 264/432) = 52,601.4
+    # add, peak (no launch record): 2000 + 4000 * 3350 / 1555 = 10,617.4
+    # other, unknown bound: the smaller speed-up, max(989.4/312, 3350/1555) -> 2000 + 3000 * 3.1712 = 11,513.5
+    # hgemm, roofline: compute-bound on both; fill 1024/2112 on H100, 1024/1728 on A100:
+    #   2000 + 7000 * (989.4 * 1024/2112) / (312 * 1024/1728) = 20,162.1
+    assert p.new_dur[k].tolist() == [52601, 10617, 11513, 20162]
+    assert [KM.RULES[r] for r in p.rule[k]] == ["waves", "peak", "unknown-bound", "roofline"]
+    assert p.factor[k][0] == pytest.approx(67 / (19.5 * 264 / 432))
+    cov = KM.coverage(g, p)
+    assert cov["roofline"] == (8000, 1) and cov["waves"] == (10000, 1) and cov["peak"] == (5000, 1)
+
+
+def test_roofline_bound_can_change_with_the_gpu():
+    """A GEMM whose arithmetic intensity lies between the two GPUs' ridge points."""
+    g, calls = four_kernels()
+    d = launch_data(calls)
+    # intensity 200 FLOP/B: A100 ridge 312e12 / 1555e9 = 200.6 (memory-bound there), H100 295 (memory too);
+    # V100 125e12 / 900e9 = 139 -> compute-bound on V100
+    d.flops[1], d.bytes[1] = 200.0 * 1e8, 1e8
+    v100 = find_gpu("V100 SXM2")
+    p = KM.plan(g, v100, A100, d, 1000, 1000)
+    i = np.nonzero(g.node_kind != NODE_CPU)[0][3]
+    assert KM.RULES[p.rule[i]] == "roofline"
+    assert p.bound_src[i] == 0 and p.bound_tgt[i] == 1  # compute on V100, memory on A100
+
+
+def test_kernel_at_the_floor_does_not_speed_up():
+    g, calls = four_kernels()
+    p = KM.plan(g, H100, find_gpu("B200"), LaunchData(), floor_src=5000, floor_tgt=5000)
+    i = np.nonzero(g.node_kind != NODE_CPU)[0][1]  # the 5 us add is all floor
+    assert p.new_dur[i] == 5000 and p.latency[i]
+
+
+def test_identity_plan_is_exact():
+    g, calls = four_kernels()
+    for gpu in GPUS:
+        p = KM.plan(g, gpu, gpu, launch_data(calls), 1000, 1000)
+        assert np.array_equal(p.new_dur, g.dur_ns), gpu.name
+
+
+def run(g, spec):
+    opt, params = parse_spec(spec)
+    g2, note = opt.apply(g, params)
+    return g2, simulate(g2), note
+
+
+def gpu_graph(device="NVIDIA H100 80GB HBM3"):
+    g, _ = four_kernels()
+    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name=device)])
+    g.devices = g.table.meta.devices
+    return g
+
+
+def test_host_path_parameters():
+    g = gpu_graph()
+    g2, tl, note = run(g, "gpu-upgrade:target=H100 SXM,cpu_speed=2,launch_latency_ns=300,launch_cpu_ns=4")
+    cpu = g.node_kind == NODE_CPU
+    assert g2.launch_latency_ns == 300 and "launch latency L" in note
+    assert np.array_equal(g2.dur_ns[cpu], np.full(4, 4))  # launch calls set to 4 ns after halving
+    assert np.array_equal(g2.gap_ns[cpu], np.rint(g.gap_ns[cpu] / 2).astype(np.int64))
+    assert np.array_equal(g2.dur_ns[~cpu], g.dur_ns[~cpu])  # same GPU: kernels unchanged
+    assert tl.start_ns[np.nonzero(~cpu)[0][0]] == 300  # first kernel ready L after its call at 0
+
+
+def test_note_and_cross_vendor():
+    g = gpu_graph()
+    _, _, note = run(g, "gpu-upgrade:target=MI300X")
+    assert "H100 SXM -> MI300X" in note and "cross-vendor" in note and "peak 3 tasks" in note
+    assert "unknown-bound 1 tasks" in note and "launch data for 0 of 4 kernels" in note
+    _, _, note = run(g, "gpu-upgrade:target=B200")
+    assert "cross-vendor" not in note
+
+
+def test_amd_to_nvidia():
+    g = gpu_graph("AMD Instinct MI300X VF")
+    g2, _, note = run(g, "gpu-upgrade:target=H100 SXM")
+    assert "MI300X -> H100 SXM" in note and "(amd -> nvidia)" in note
+    assert g2.dur_ns.sum() != g.dur_ns.sum()
+
+
+def test_op_work():
+    assert op_work("aten::mm", [[64, 32], [32, 16]], ["float", "float"]) == (2.0 * 64 * 32 * 16, 4.0 * (64 * 32 + 32 * 16 + 64 * 16))
+    assert op_work("aten::addmm", [[16], [64, 32], [32, 16], [], []], ["c10::BFloat16"] * 3 + ["Scalar"] * 2)[0] == 2.0 * 64 * 32 * 16
+    assert op_work("aten::bmm", [[3, 4, 5], [3, 5, 6]], ["float", "float"])[0] == 2.0 * 3 * 4 * 5 * 6
+    f, b = op_work("aten::_flash_attention_forward", [[1, 8, 128, 64], [1, 8, 128, 64], [1, 8, 128, 64]], ["c10::Half"] * 3)
+    assert f == 4.0 * 8 * 128 * 128 * 64 and b == 4 * 8 * 128 * 64 * 2.0
+    assert op_work("aten::add", [[10, 10], [10, 10], []], ["float", "float", "Scalar"]) == (100.0, 1200.0)
+    assert op_work("aten::index_select", [[100, 8], [], [5]], ["float", "Scalar", "long int"]) == (-1.0, -1.0)
+    assert op_work("aten::mm", [[2, 3], [4, 5]], ["float", "float"]) == (-1.0, -1.0)  # mismatched inner dims
+    assert op_work("aten::mm", "junk", None) == (-1.0, -1.0)
+
+
+def test_launch_data_on_real_traces():
+    p = TRACES / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+    if not p.exists():
+        pytest.skip("no real traces")
+    d = read_launch_data(str(p), "kineto")
+    assert len(d) == 60 and d.counts["with launch configuration"] == 60 and d.counts["with shapes"] >= 50
+    n = read_launch_data(str(TRACES / "nsys_ai" / "mock.sqlite"), "nsys")
+    assert len(n) == 2 and (n.grid[:, 0] > 0).all()
+    assert read_launch_data(str(p), "saved").reason and read_launch_data("/nonexistent", "kineto").reason
+    bad = TRACES / ".." / "nope.json"
+    assert read_launch_data(str(bad), "kineto").reason
+
+
+def test_launch_data_bad_content(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text('{"traceEvents": [{"cat": "kernel", "args": {"grid": [1, "x", 2], "correlation": 1e400}}, 5]}')
+    assert "unreadable" in read_launch_data(str(f), "kineto").reason
+    f.write_text('{"traceEvents": [{"cat": "kernel", "name": "k", "args": {"grid": [1, "x", 2], "correlation": 3, "device": 0}}]}')
+    d = read_launch_data(str(f), "kineto")
+    assert len(d) == 1 and d.grid[0].tolist() == [-1, -1, -1]
