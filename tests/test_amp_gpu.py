@@ -102,3 +102,27 @@ def test_fp32_classes_kept():
     g2, _ = run(g, "amp")
     k = np.nonzero(g.node_kind != 0)[0]
     assert g2.dur_ns[k].tolist() == [1000, 8000]
+
+
+def test_casts_and_loss_scaling_on_resnet50():
+    from pathlib import Path
+
+    from daydream.formats import load_trace
+    from daydream.mapping import map_events
+
+    p = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "kineto_tbplugin" / \
+        "resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
+    if not p.exists():
+        pytest.skip("no real traces")
+    t = load_trace(str(p))
+    g = build_graph(t, map_events(t))
+    g2, note = run(g, "amp:dtype=fp16")
+    assert "V100 SXM2 model (fp16)" in note and "cast kernels (fp32 weights -> fp16" in note
+    assert "fp16 loss scaling (6 step(s))" in note
+    g3, note3 = run(g, "amp:casts=off")
+    assert "cast" not in note3 and g3.dur_ns.sum() < g2.dur_ns.sum()
+
+
+def test_casts_not_placed_without_launch_data():
+    _, note = run(trace(), "amp")
+    assert "cast kernels not placed" in note

@@ -69,6 +69,10 @@ class LaunchData:
     smem: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flops: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    #: bytes of the op's last tensor input as recorded (a GEMM's weight operand; -1 unknown)
+    last_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    #: element size (bytes) of that input: 4 for fp32 (-1 unknown)
+    last_elem: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     op: list = field(default_factory=list)
     reason: str = ""
     counts: dict = field(default_factory=dict)
@@ -89,6 +93,17 @@ def _numel(dims: Any) -> int:
     for d in dims:
         n *= d
     return n
+
+
+def last_operand(dims: Any, types: Any) -> tuple[float, int]:
+    """(bytes, element size) of the last tensor input of an op; (-1, -1) when unknown."""
+    if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
+        return -1.0, -1
+    for d, t in zip(reversed(dims), reversed(types)):
+        if isinstance(d, list) and d:
+            n, s = _numel(d), DTYPE_BYTES.get(t, 0)
+            return (float(n * s), s) if n >= 0 and s else (-1.0, -1)
+    return -1.0, -1
 
 
 def op_work(name: str, dims: Any, types: Any) -> tuple[float, float]:
@@ -207,6 +222,8 @@ def _columns(kern: list, ops: dict) -> LaunchData:
     per_ext = dict(zip(u.tolist(), cnt.tolist()))
     flops = np.full(n, -1.0)
     nbytes = np.full(n, -1.0)
+    lb = np.full(n, -1.0)
+    le = np.full(n, -1, dtype=np.int64)
     opn = [""] * n
     shared = 0
     for i, x in enumerate(ext.tolist()):  # one entry per kernel record: the reader's measured core
@@ -218,9 +235,11 @@ def _columns(kern: list, ops: dict) -> LaunchData:
             shared += 1
             continue
         flops[i], nbytes[i] = op_work(o[0], o[1], o[2])
+        lb[i], le[i] = last_operand(o[1], o[2])
     order = np.argsort(make_key(dev, corr), kind="stable")
     out.key, out.grid, out.block, out.regs, out.smem = make_key(dev, corr)[order], grid[order], block[order], regs[order], smem[order]
     out.flops, out.bytes, out.op = flops[order], nbytes[order], [opn[i] for i in order.tolist()]
+    out.last_bytes, out.last_elem = lb[order], le[order]
     out.counts.update({"with launch configuration": int(np.count_nonzero(grid[:, 0] > 0)),
                        "with shapes": int(np.count_nonzero(flops >= 0)),
                        "op launched several kernels (no shapes)": shared})

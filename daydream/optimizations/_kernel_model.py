@@ -35,6 +35,7 @@ Caches (L2 residency), clocks under power limits and instruction mixes are not m
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,6 +132,27 @@ def _peaks(gpu: GPU, path: np.ndarray) -> np.ndarray:
     return out
 
 
+#: HIP launch calls whose grid argument is the global work size in work-items, not a block count
+#: (HIP API reference: ``hipExtModuleLaunchKernel(f, globalWorkSizeX, ..., localWorkSizeX, ...)``;
+#: ``hipHccModuleLaunchKernel`` likewise). ROCm's Tensile GEMMs (``Cijk_*``) are launched this way:
+#: the MI300X bert-small trace records grid 73,728 with block 256 for a 288-workgroup GEMM.
+WORK_ITEM_LAUNCHES = re.compile(r"hipExtModuleLaunchKernel|hipHccModuleLaunchKernel")
+
+
+def work_item_grid(graph) -> np.ndarray:
+    """Nodes launched by a call of :data:`WORK_ITEM_LAUNCHES` (their recorded grid is in work-items)."""
+    out = np.zeros(graph.n, dtype=bool)
+    lch = graph.launch
+    has = (graph.node_kind == Kind.KERNEL) & (lch >= 0)
+    if not has.any():
+        return out
+    nid = graph.name_id[lch[has]]
+    uniq, inv = np.unique(nid, return_inverse=True)
+    hit = np.fromiter((WORK_ITEM_LAUNCHES.search(graph.names[int(i)]) is not None for i in uniq), bool, len(uniq))
+    out[np.nonzero(has)[0]] = hit[inv.reshape(-1)]
+    return out
+
+
 def match_launches(graph, data: LaunchData) -> np.ndarray:
     """Row of ``data`` for each node (-1 none), by (device, correlation)."""
     out = np.full(graph.n, -1, dtype=np.int64)
@@ -160,6 +182,7 @@ def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt:
     r = np.maximum(row, 0)
     g = data.grid[r] if len(data) else np.full((n, 3), -1)
     b = data.block[r] if len(data) else np.full((n, 3), -1)
+    g = np.where(work_item_grid(graph)[:, None] & (b > 0), -(-g // np.maximum(b, 1)), g)
     blocks = np.where(has & (g[:, 0] > 0), g.prod(axis=1), -1)
     threads = np.where(has & (b[:, 0] > 0), b.prod(axis=1), 1)
     regs = np.where(has, data.regs[r], -1) if len(data) else np.full(n, -1)

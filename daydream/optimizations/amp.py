@@ -38,9 +38,11 @@ from ..errors import NotApplicable
 from ..events import Kind
 from ..formats.launch_data import read_launch_data
 from ..gpus import find_gpu
-from ..transform import scale
+from ..graph import profiler_steps
+from ..transform import scale, set_duration
 from . import Optimization, Param, register
 from . import _kernel_model as KM
+from ._common import mapped_phase, median_launch_ns
 from .gpu_upgrade import source_gpu
 
 
@@ -114,6 +116,9 @@ AUTOCAST_LOW_OPS: tuple[str, ...] = (
     "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linear", "addbmm", "baddbmm", "bmm",
     "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell",
     "rnn_relu_cell", "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+    # the backend ops a convolution ends in (autocast casts at conv2d/_convolution; the kernel's
+    # innermost recorded op is the backend's)
+    "cudnn_convolution", "miopen_convolution", "cudnn_convolution_transpose",
 )
 #: kernel classes whose ops are on the fp32 list (normalization, softmax, reductions incl. losses)
 AUTOCAST_FP32_CLASSES = ("normalization", "reduction")
@@ -178,6 +183,9 @@ def _apply_gpu(graph, p, gpu):
             f"before: {fmt(before)}; after: {fmt(after)}")
     if already:
         note += f"; {already:,} kernels already half/fp8 left as they are"
+    if p["casts"] == "on":
+        g, words = _add_casts(graph, g, gpu, c32 | ctf, p)
+        note += "; " + words
     return g, note
 
 
@@ -198,6 +206,64 @@ def _roofline_cap(graph, gpu, factor, comp):
     floor = np.minimum(t16 / np.maximum(graph.dur_ns[idx], 1), 1.0)
     factor[idx] = np.maximum(factor[idx], floor)
     return factor
+
+
+def _forward_casts(graph, gpu, sel, floor_ns: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """Autocast's weight casts: before each forward GEMM/convolution of an op on the lower-precision list
+    whose last operand (the weight) was recorded fp32, a cast kernel reads it (4 B/element) and writes
+    it in 16-bit (2 B): floor + 1.5 x weight bytes / bandwidth (ns). Returns (cast ns per node,
+    weight bytes per node, why none where none)."""
+    cast = np.zeros(graph.n)
+    wbytes = np.zeros(graph.n)
+    fwd = mapped_phase(graph, "forward")
+    if fwd is None:
+        return cast, wbytes, "no forward/backward mapping"
+    meta = getattr(graph.table, "meta", None)
+    data = read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", ""))
+    if not len(data):
+        return cast, wbytes, data.reason or "no launch records"
+    row = KM.match_launches(graph, data)
+    m = sel & fwd & (row >= 0)
+    r = row[m]
+    low = np.fromiter((data.op[i].removeprefix("aten::") in AUTOCAST_LOW_OPS for i in r.tolist()), bool, len(r))
+    ok = low & (data.last_elem[r] == 4) & (data.last_bytes[r] > 0)
+    idx = np.nonzero(m)[0][ok]
+    wbytes[idx] = data.last_bytes[r[ok]]
+    cast[idx] = floor_ns + 1.5 * wbytes[idx] / (gpu.mem_gbps * 1e9) * 1e9
+    return cast, wbytes, "" if len(idx) else "no forward GEMM with recorded fp32 weight shapes"
+
+
+def _add_casts(graph, g, gpu, sel, p):
+    """Fold the cast kernels into their GEMMs (same stream, back to back) and their launch calls into the
+    GEMMs' launch calls; for fp16, GradScaler's per-step unscale + inf check (reads and writes every fp32
+    gradient: 2 x weight bytes per step, plus one tiny update-scale kernel) into the optimizer kernels."""
+    floor = KM.kernel_floor_ns(gpu, graph)
+    cast, wbytes, why = _forward_casts(graph, gpu, sel, floor)
+    words = []
+    has = cast > 0
+    if has.any():
+        g = set_duration(g, has, np.rint(g.dur_ns[has] + cast[has]).astype(np.int64))
+        calls = graph.launch[has]
+        calls = calls[calls >= 0]
+        g = set_duration(g, np.isin(np.arange(g.n), calls), g.dur_ns[np.unique(calls)] + median_launch_ns(graph))
+        words.append(f"{int(has.sum()):,} cast kernels (fp32 weights -> {p['dtype']}, {wbytes.sum() / 1e6:.1f} MB) folded into "
+                     f"their GEMMs: +{cast.sum() / 1e6:.3f} ms GPU")
+    else:
+        words.append(f"cast kernels not placed ({why})")
+    if p["dtype"] == "fp16":
+        opt = (graph.node_kind == Kind.KERNEL) & K.kernel_info(graph).is_class("optimizer")
+        ph = mapped_phase(graph, "optimizer")
+        if ph is not None:
+            opt |= (graph.node_kind == Kind.KERNEL) & ph
+        if opt.any() and wbytes.sum() > 0:
+            steps = max(len(profiler_steps(graph.table)), 1)
+            extra = steps * 2 * floor + 2 * wbytes.sum() / (gpu.mem_gbps * 1e9) * 1e9
+            share = graph.dur_ns[opt] / max(graph.dur_ns[opt].sum(), 1)
+            g = set_duration(g, opt, np.rint(g.dur_ns[opt] + extra * share).astype(np.int64))
+            words.append(f"fp16 loss scaling ({steps} step(s)): +{extra / 1e6:.3f} ms on the optimizer kernels")
+        else:
+            words.append("fp16 loss scaling not placed (" + ("no optimizer kernels: inference" if not opt.any() else "no weight shapes") + ")")
+    return g, "; ".join(words)
 
 
 def _apply(graph, p):
@@ -232,6 +298,8 @@ register(
                           lambda v: v in ("auto", "on", "off"), "auto, on or off"),
             "gpu": Param("", "GPU of the trace; empty = from its device name (daydream/gpus.py)", str,
                          lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/gpus.py, or empty"),
+            "casts": Param("on", "add autocast's weight-cast kernels (forward GEMMs with recorded fp32 weights) and, for "
+                           "fp16, GradScaler's loss-scaling work: on or off", str, lambda v: v in ("on", "off"), "on or off"),
             "tc_efficiency": Param(TC_EFFICIENCY, "Tensor-Core efficiency relative to CUDA-core SGEMM (assumption, see "
                                    "amp.TC_EFFICIENCY)", float, lambda v: 0 < v <= 1, "0 < x <= 1"),
             "compute_factor": Param(1 / 3, "duration multiplier of fp32 compute-bound kernels (GEMM, conv, attention); "
