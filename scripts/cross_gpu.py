@@ -85,6 +85,28 @@ def direction(a, b) -> list[list[str]]:
     return rows
 
 
+def class_rows(a, b) -> list[list[str]]:
+    """Kernel time per class (daydream.kernels): source, predicted (launch model), measured on the target."""
+    from daydream.kernels import CLASSES, kernel_info
+
+    (ga, _), (gb, _) = a, b
+    tgt = gpu_of_device(gb.devices[0])
+    opt, p = parse_spec(f"gpu-upgrade:target={tgt.name}")
+    g2, _ = opt.apply(ga, p)
+    out = []
+    sums = []
+    for g in (ga, g2, gb):
+        info = kernel_info(g)
+        k = g.node_kind == Kind.KERNEL
+        sums.append(np.bincount(info.cls[k], weights=g.dur_ns[k], minlength=len(CLASSES)))
+    src = gpu_of_device(ga.devices[0])
+    for i, c in enumerate(CLASSES):
+        if any(s[i] > 0 for s in sums):
+            out.append([f"{src.name} -> {tgt.name}", c, f"{sums[0][i] / 1e3:,.1f}", f"{sums[1][i] / 1e3:,.1f}",
+                        f"{sums[2][i] / 1e3:,.1f}", _err(int(sums[1][i]), int(sums[2][i]))])
+    return out
+
+
 def _err(pred: int, meas: int) -> str:
     return f"{(pred - meas) / meas * 100:+.1f} %" if meas else ""
 
@@ -103,6 +125,13 @@ def main(argv=None) -> int:
         x, y = load(paths[i]), load(paths[i + 1])
         rows += direction(x, y) + direction(y, x)
     md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    head2 = ["direction", "kernel class", "source (us)", "predicted (us)", "measured on target (us)", "error"]
+    crow = []
+    for i in range(0, len(paths), 2):
+        x, y = load(paths[i]), load(paths[i + 1])
+        crow += class_rows(x, y) + class_rows(y, x)
+    md += ["", "Kernel time per class (launch model):", "", "| " + " | ".join(head2) + " |", "|" + "---|" * len(head2)]
+    md += ["| " + " | ".join(r) + " |" for r in crow]
     text = "\n".join(md)
     print(text)
     if a.write:
