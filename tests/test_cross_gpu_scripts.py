@@ -46,4 +46,4 @@ def test_compare_two_folders(pairs, tmp_path, capsys):
     pairs.main(["compare", str(tmp_path / "h100"), str(tmp_path / "mi300x"), "--write", str(out_md)])
     text = out_md.read_text()
     assert "H100 SXM -> MI300X" in text and "MI300X -> H100 SXM" in text and "predicted: launch" in text
-    assert text.count("measured on target") == 2
+    assert text.count("| measured on target |") == 2 and "kernel class" in text
