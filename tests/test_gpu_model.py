@@ -273,3 +273,41 @@ def test_every_real_trace_places_its_gpu_time(real_graphs):
         _, _, note = run(g, "gpu-upgrade:source=H100 SXM,target=MI300X")
         shares = [int(x) for x in _re.findall(r"\((\d+)%\)", note.split("latency-bound")[0])]
         assert 97 <= sum(shares) <= 103, (name, note)
+
+
+def _slower_host(prog, k: int):
+    """The same program on a host k times slower: host work and every call's own CPU time x k."""
+    import dataclasses
+
+    def op(o):
+        names = [f.name for f in dataclasses.fields(o)] if dataclasses.is_dataclass(o) else []
+        ch = {n: getattr(o, n) * k for n in names if n in ("call_dur_ns", "call_own_ns") or (n == "dur_ns" and type(o).__name__ == "HostWork")}
+        return dataclasses.replace(o, **ch) if ch else o
+
+    threads = [dataclasses.replace(t, ops=tuple(op(o) for o in t.ops)) for t in prog.threads]
+    return dataclasses.replace(prog, threads=tuple(threads))
+
+
+def _exact(graph, tl, want):
+    corr = graph.table.correlation[graph.row]
+    cpu = graph.node_kind == NODE_CPU
+    exp = {("c", c.correlation): (c.start_ns, c.end_ns) for c in want.calls}
+    exp.update({("t", t.correlation): (t.start_ns, t.end_ns) for t in want.tasks})
+    got = {("c" if k else "t", int(c)): (int(s), int(e)) for k, c, s, e in zip(cpu, corr, tl.start_ns, tl.end_ns)}
+    return got == exp
+
+
+@SETTINGS
+@given(programs(max_threads=1), st.sampled_from([2, 4]))
+def test_slower_host_equals_the_emulator(tmp_path_factory, prog, k):
+    """gpu-upgrade's cpu_speed=1/k (same GPU) predicts the program run on a host k times slower: CPU
+    gaps and call durations (a blocking call's own cost) x k."""
+    rec = emulate(prog)
+    assume(measure_latencies(rec) == (prog.L, prog.G))
+    path = tmp_path_factory.mktemp("e") / "emu.json"
+    to_kineto(rec, str(path))
+    graph = build_graph(load_trace(str(path)))
+    assume(graph.t0_ns == prog.t0_ns)
+    g2, tl, note = run(graph, f"gpu-upgrade:source=H100 SXM,target=H100 SXM,cpu_speed={1 / k}")
+    assert "host CPU" in note
+    assert _exact(graph, tl, emulate(_slower_host(prog, k)))
