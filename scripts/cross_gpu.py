@@ -107,6 +107,25 @@ def class_rows(a, b) -> list[list[str]]:
     return out
 
 
+def kernel_rows(a, b, n: int) -> list[str]:
+    """The n largest kernel groups of direction a -> b: name, class, reason, source and predicted time."""
+    from daydream.display import markup_text
+    from daydream.formats.launch_data import read_launch_data
+    from daydream.optimizations import _kernel_model as KM
+
+    (ga, _), (gb, _) = a, b
+    src, tgt = gpu_of_device(ga.devices[0]), gpu_of_device(gb.devices[0])
+    data = read_launch_data(ga.table.meta.source, ga.table.meta.format)
+    floor_s = KM.kernel_floor_ns(src, ga)
+    pl = KM.plan(ga, src, tgt, data, floor_s, KM.KERNEL_FLOOR_NS.get(tgt.name, floor_s))
+    out = ["", f"Largest kernels, {src.name} -> {tgt.name}:", "", "| kernel | class | reason | tasks | source (us) | predicted (us) |",
+           "|---|---|---|---|---|---|"]
+    for name, cls, why, cnt, ts, tp in KM.reasons(ga, pl, src, tgt)[:n]:
+        short = markup_text(name[:70]).replace("|", "\\|")
+        out.append(f"| {short} | {cls} | {why} | {cnt} | {ts / 1e3:,.1f} | {tp / 1e3:,.1f} |")
+    return out
+
+
 def _err(pred: int, meas: int) -> str:
     return f"{(pred - meas) / meas * 100:+.1f} %" if meas else ""
 
@@ -115,6 +134,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("traces", nargs="*", help="pairs of traces of the same program on two GPUs")
     ap.add_argument("--write", help="also write the table as Markdown to this file")
+    ap.add_argument("--kernels", type=int, default=0, metavar="N", help="also list the N largest kernel groups of each "
+                    "direction with their rule and reason")
     a = ap.parse_args(argv)
     paths = a.traces or [str(TRACES / p) for p in PAIR]
     if len(paths) % 2:
@@ -132,6 +153,10 @@ def main(argv=None) -> int:
         crow += class_rows(x, y) + class_rows(y, x)
     md += ["", "Kernel time per class (launch model):", "", "| " + " | ".join(head2) + " |", "|" + "---|" * len(head2)]
     md += ["| " + " | ".join(r) + " |" for r in crow]
+    if a.kernels:
+        for i in range(0, len(paths), 2):
+            x, y = load(paths[i]), load(paths[i + 1])
+            md += kernel_rows(x, y, a.kernels) + kernel_rows(y, x, a.kernels)
     text = "\n".join(md)
     print(text)
     if a.write:

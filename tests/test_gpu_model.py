@@ -311,3 +311,14 @@ def test_slower_host_equals_the_emulator(tmp_path_factory, prog, k):
     g2, tl, note = run(graph, f"gpu-upgrade:source=H100 SXM,target=H100 SXM,cpu_speed={1 / k}")
     assert "host CPU" in note
     assert _exact(graph, tl, emulate(_slower_host(prog, k)))
+
+
+def test_reasons_per_kernel_group():
+    g, calls = four_kernels()
+    p = KM.plan(g, H100, A100, launch_data(calls), floor_src=1000, floor_tgt=2000)
+    rows = KM.reasons(g, p, H100, A100)
+    assert [r[0] for r in rows] == [SGEMM, HGEMM, ADD, OTHER]  # largest source time first
+    assert rows[0][2] == "waves: compute-bound on H100 SXM, compute-bound on A100 40GB SXM"
+    assert rows[1][1] == "gemm" and rows[1][2].startswith("roofline: compute-bound")
+    assert rows[3][2].startswith("unknown-bound: unknown-bound")
+    assert [r[4] for r in rows] == [10000, 8000, 5000, 4000] and rows[0][5] == 52601

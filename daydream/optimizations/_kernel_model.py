@@ -247,3 +247,32 @@ def coverage(graph, p: KernelPlan) -> dict[str, tuple[int, int]]:
     if p.latency.any():
         out["latency-bound"] = (int(graph.dur_ns[p.latency].sum()), int(p.latency.sum()))
     return out
+
+
+def reasons(graph, p: KernelPlan, src: GPU, tgt: GPU) -> list[tuple[str, str, str, int, int, int]]:
+    """Per distinct (kernel name, rule, bounds, latency flag): (name, class, reason, tasks, source ns,
+    predicted ns), largest source time first. The reason names the rule, the bound on each GPU and
+    whether the kernel is latency-bound. One entry per group, not per task (a few hundred at most)."""
+    gpu = np.nonzero(graph.node_kind != 0)[0]
+    if not len(gpu):
+        return []
+    info = K.kernel_info(graph)
+    key = np.stack([graph.name_id[gpu].astype(np.int64), p.rule[gpu], p.bound_src[gpu], p.bound_tgt[gpu], p.latency[gpu]], axis=1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    cnt = np.bincount(inv)
+    ts = np.bincount(inv, weights=graph.dur_ns[gpu].astype(np.float64))
+    tp = np.bincount(inv, weights=p.new_dur[gpu].astype(np.float64))
+    first = np.full(len(uniq), len(gpu))
+    np.minimum.at(first, inv, np.arange(len(gpu)))
+    out = []
+    for j in np.argsort(-ts).tolist():
+        nid, rule, bs, bt, lat = (int(x) for x in uniq[j])
+        node = int(gpu[first[j]])
+        cls = K.CLASSES[int(info.cls[node])] if info.cls[node] != K.NONE else "-"
+        bound = lambda b: K.BOUNDS[b] if b != 255 else "-"  # noqa: E731
+        why = f"{RULES[rule]}: {bound(bs)}-bound on {src.name}, {bound(bt)}-bound on {tgt.name}" if rule else "unchanged (not a device kernel scaled by this model)"
+        if lat:
+            why += "; latency-bound (within 2x the floor)"
+        out.append((graph.names[nid], cls, why, int(cnt[j]), int(ts[j]), int(tp[j])))
+    return out
