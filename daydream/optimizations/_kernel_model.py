@@ -240,10 +240,17 @@ def coverage(graph, p: KernelPlan) -> dict[str, tuple[int, int]]:
     """GPU time (ns) and task count per rule, plus 'latency-bound' (a subset)."""
     out = {}
     gpu = graph.node_kind != 0
+    info = K.kernel_info(graph)
+    kern = graph.node_kind == Kind.KERNEL
+    same = gpu & (p.rule == 0)
+    why = {"unchanged (communication kernels)": same & kern & info.is_class("communication"),
+           "unchanged (host/peer copies)": same & (graph.node_kind == Kind.MEMCPY)}
+    why["unchanged (other)"] = same & ~why["unchanged (communication kernels)"] & ~why["unchanged (host/peer copies)"]
     for code, name in enumerate(RULES):
-        m = gpu & (p.rule == code)
-        if m.any():
-            out[name] = (int(graph.dur_ns[m].sum()), int(m.sum()))
+        parts = why.items() if code == 0 else [(name, gpu & (p.rule == code))]
+        for label, m in parts:
+            if m.any():
+                out[label] = (int(graph.dur_ns[m].sum()), int(m.sum()))
     if p.latency.any():
         out["latency-bound"] = (int(graph.dur_ns[p.latency].sum()), int(p.latency.sum()))
     return out
