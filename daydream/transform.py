@@ -485,3 +485,31 @@ def remove_edges(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
     if graph.order_valid:
         g = g.known_valid()
     return g
+
+# ------------------------------------------------------------------------------- host path ---
+def scale_gaps(graph: TaskGraph, mask: np.ndarray, factor: float) -> TaskGraph:
+    """New graph with the CPU gaps before the selected CPU tasks multiplied by ``factor`` (a faster
+    or slower host CPU runs the framework code between API calls faster or slower); rounded to ns.
+
+    Raises:
+        DaydreamError: a negative or non-finite factor.
+    """
+    if not np.isfinite(factor) or factor < 0:
+        raise DaydreamError("scale_gaps: the factor must be finite and >= 0")
+    m = np.asarray(mask, dtype=bool) & (graph.node_kind == NODE_CPU)
+    gap = graph.gap_ns.copy()
+    gap[m] = np.rint(gap[m] * float(factor)).astype(np.int64)
+    return dataclasses.replace(graph, gap_ns=gap)
+
+
+def set_launch_latency(graph: TaskGraph, latency_ns: int) -> TaskGraph:
+    """New graph whose launch latency ``L`` (ns from a launching call's start to the earliest start
+    of its task, ``docs/model.md`` rule 5) is ``latency_ns``; the GPU gap ``G`` is kept, capped at
+    the new ``L`` (G <= L holds on every trace).
+
+    Raises:
+        DaydreamError: a negative latency.
+    """
+    if latency_ns < 0:
+        raise DaydreamError("set_launch_latency: the latency must be >= 0")
+    return dataclasses.replace(graph, launch_latency_ns=int(latency_ns), gpu_gap_ns=min(int(graph.gpu_gap_ns), int(latency_ns)))

@@ -36,8 +36,14 @@ import numpy as np
 from .. import kernels as K
 from ..errors import NotApplicable
 from ..events import Kind
-from ..transform import scale
+from ..formats.launch_data import read_launch_data
+from ..gpus import find_gpu
+from ..graph import profiler_steps
+from ..transform import scale, set_duration
 from . import Optimization, Param, register
+from . import _kernel_model as KM
+from ._common import mapped_phase, median_launch_ns
+from .gpu_upgrade import source_gpu
 
 
 #: A trace whose compute-bound kernel time (of known precision) is more than this share fp16/bf16/
@@ -66,7 +72,7 @@ def _targets(graph, info: K.KernelInfo):
     return c32, ctf, mem, already, share
 
 
-def _apply(graph, p):
+def _apply_paper(graph, p):
     info = K.kernel_info(graph)
     if not np.any(graph.node_kind == Kind.KERNEL):
         raise NotApplicable("the trace has no GPU kernels")
@@ -91,6 +97,187 @@ def _apply(graph, p):
     return g, note
 
 
+#: Ops autocast keeps in fp32 (``torch.amp.autocast_mode`` CUDA "fp32" list, PyTorch 2.x docs "Autocast
+#: Op Reference": softmax, log_softmax, layer_norm, group_norm, norms, losses, exp/log/pow, sum/prod/
+#: cumsum, ...) and ops it runs in 16-bit ("lower precision" list: matmul, mm, addmm, bmm, linear,
+#: conv*, baddbmm, addbmm, prelu, scaled_dot_product_attention, ...). At kernel level: these kernel
+#: classes stay fp32 under autocast, so their bytes do not halve.
+AUTOCAST_PYTORCH_VERSION = "2.4"
+AUTOCAST_FP32_OPS: tuple[str, ...] = (
+    "softmax", "log_softmax", "layer_norm", "group_norm", "norm", "frobenius_norm", "nuclear_norm", "cosine_similarity",
+    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss",
+    "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
+    "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp", "exp", "log",
+    "log10", "log2", "log1p", "pow", "reciprocal", "rsqrt", "sinh", "tan", "acos", "asin", "cosh", "erfinv", "prod",
+    "cumprod", "cumsum", "sum",
+)
+AUTOCAST_LOW_OPS: tuple[str, ...] = (
+    "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linear", "addbmm", "baddbmm", "bmm",
+    "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell",
+    "rnn_relu_cell", "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+    # the backend ops a convolution ends in (autocast casts at conv2d/_convolution; the kernel's
+    # innermost recorded op is the backend's)
+    "cudnn_convolution", "miopen_convolution", "cudnn_convolution_transpose",
+)
+#: kernel classes whose ops are on the fp32 list (normalization, softmax, reductions incl. losses)
+AUTOCAST_FP32_CLASSES = ("normalization", "reduction")
+#: Tensor-Core efficiency relative to a CUDA-core SGEMM (an assumption, to be replaced by measured
+#: pairs: small tiles, epilogues and launch keep Tensor-Core GEMMs further from their peak than
+#: SGEMM from its own; the one measured pair at hand, issue 19's A100 SAM ViT-H fp32 -> bf16, ran
+#: 8.9x faster where the peak ratio is 312 / 19.5 = 16x, i.e. 0.56)
+TC_EFFICIENCY = 0.5
+
+
+def _path_factor(gpu, path: str, eff: float) -> float:
+    """Duration multiplier of a compute-bound kernel moved from ``path`` (fp32 / tf32) to 16-bit Tensor
+    Cores on ``gpu``: path peak / (half peak x efficiency), the efficiency only when the path is
+    NVIDIA's CUDA-core fp32 (TF32 and AMD's FP32 matrix path are matrix units already); at most 1."""
+    peak = gpu.peak_tflops(path)
+    cuda_core = path == "fp32" or (path == "tf32" and gpu.tf32_tflops == 0)  # no TF32 (Volta): fp32 on CUDA cores
+    e = eff if (cuda_core and gpu.vendor == "nvidia") else 1.0
+    return min(1.0, peak / (gpu.tc_tflops * e))
+
+
+def _path_times(graph, info, mask) -> dict[str, float]:
+    """GPU time (ms) per precision path over ``mask``."""
+    out = {}
+    for code, name in enumerate(K.PRECISIONS):
+        m = mask & (info.precision == code)
+        if m.any():
+            out[name] = float(graph.dur_ns[m].sum()) / 1e6
+    return out
+
+
+def _apply_gpu(graph, p, gpu):
+    """The per-GPU model: fp32/TF32 compute-bound kernels by the path factor, capped by the roofline of
+    the launching op's shapes; memory-bound kernels outside the autocast fp32 list by memory_factor."""
+    info = K.kernel_info(graph)
+    c32, ctf, mem, already, share = _targets(graph, info)
+    if share > HALF_SHARE:
+        raise NotApplicable(f"the trace already runs in half precision ({share:.0%} of the GEMM/convolution/attention time "
+                            f"of known precision is fp16/bf16/fp8)")
+    if p["tf32"] == "on":  # the baseline ran fp32 GEMMs as TF32: unnamed-precision GEMMs are TF32
+        unk = c32 & info.has_precision("unknown")
+        c32, ctf = c32 & ~unk, ctf | unk
+    mem = mem & ~info.is_class(*AUTOCAST_FP32_CLASSES)
+    if not (c32 | ctf | mem).any():
+        raise NotApplicable("no compute- or memory-bound fp32 kernel in the trace" if not already
+                            else f"the trace already runs in half precision ({already:,} half/fp8 kernels, none in fp32)")
+    f32, ftf = _path_factor(gpu, "fp32", p["tc_efficiency"]), _path_factor(gpu, "tf32", p["tc_efficiency"])
+    factor = np.ones(graph.n)
+    factor[c32], factor[ctf], factor[mem] = f32, ftf, p["memory_factor"]
+    factor = _roofline_cap(graph, gpu, factor, c32 | ctf)
+    sel = c32 | ctf | mem
+    g = scale(graph, sel, lambda gr, ids: factor[ids])
+    kern = graph.node_kind == Kind.KERNEL
+    before, after = _path_times(graph, info, kern), _path_times(g, info, kern & ~sel)
+    moved = float(g.dur_ns[c32 | ctf].sum()) / 1e6
+    after[p["dtype"]] = after.get("half", 0.0) + moved
+    after.pop("half", None)
+    after["fp32 (memory-bound, halved bytes)"] = float(g.dur_ns[mem].sum()) / 1e6
+    fmt = lambda d: ", ".join(f"{k} {v:.3f}" for k, v in d.items())  # noqa: E731
+    note = (f"{gpu.name} model ({p['dtype']}): {int(c32.sum()):,} fp32 CUDA-core compute kernels x{f32:.4g}, {int(ctf.sum()):,} "
+            f"TF32 x{ftf:.4g} (peaks {gpu.peak_tflops('fp32'):g}/{gpu.peak_tflops('tf32'):g} -> {gpu.tc_tflops:g} TFLOPS, "
+            f"efficiency {p['tc_efficiency']:g}), {int(mem.sum()):,} memory-bound x{p['memory_factor']:g}; GPU ms per path "
+            f"before: {fmt(before)}; after: {fmt(after)}")
+    if already:
+        note += f"; {already:,} kernels already half/fp8 left as they are"
+    if p["casts"] == "on":
+        g, words = _add_casts(graph, g, gpu, c32 | ctf, p)
+        note += "; " + words
+    return g, note
+
+
+def _roofline_cap(graph, gpu, factor, comp):
+    """Where the launching op's FLOPs and bytes are recorded, a compute kernel cannot become faster than
+    its 16-bit roofline allows: factor >= max(F / P_half, B / 2 / W) / recorded time."""
+    meta = getattr(graph.table, "meta", None)
+    data = read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", "")) if comp.any() else None
+    if data is None or not len(data):
+        return factor
+    row = KM.match_launches(graph, data)
+    m = comp & (row >= 0)
+    r = row[m]
+    ok = (data.flops[r] >= 0) & (data.bytes[r] > 0)
+    idx = np.nonzero(m)[0][ok]
+    r = r[ok]
+    t16 = np.maximum(data.flops[r] / (gpu.tc_tflops * 1e12), data.bytes[r] / 2 / (gpu.mem_gbps * 1e9)) * 1e9
+    floor = np.minimum(t16 / np.maximum(graph.dur_ns[idx], 1), 1.0)
+    factor[idx] = np.maximum(factor[idx], floor)
+    return factor
+
+
+def _forward_casts(graph, gpu, sel, floor_ns: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """Autocast's weight casts: before each forward GEMM/convolution of an op on the lower-precision list
+    whose last operand (the weight) was recorded fp32, a cast kernel reads it (4 B/element) and writes
+    it in 16-bit (2 B): floor + 1.5 x weight bytes / bandwidth (ns). Returns (cast ns per node,
+    weight bytes per node, why none where none)."""
+    cast = np.zeros(graph.n)
+    wbytes = np.zeros(graph.n)
+    fwd = mapped_phase(graph, "forward")
+    if fwd is None:
+        return cast, wbytes, "no forward/backward mapping"
+    meta = getattr(graph.table, "meta", None)
+    data = read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", ""))
+    if not len(data):
+        return cast, wbytes, data.reason or "no launch records"
+    row = KM.match_launches(graph, data)
+    m = sel & fwd & (row >= 0)
+    r = row[m]
+    low = np.fromiter((data.op[i].removeprefix("aten::") in AUTOCAST_LOW_OPS for i in r.tolist()), bool, len(r))
+    ok = low & (data.last_elem[r] == 4) & (data.last_bytes[r] > 0)
+    idx = np.nonzero(m)[0][ok]
+    wbytes[idx] = data.last_bytes[r[ok]]
+    cast[idx] = floor_ns + 1.5 * wbytes[idx] / (gpu.mem_gbps * 1e9) * 1e9
+    return cast, wbytes, "" if len(idx) else "no forward GEMM with recorded fp32 weight shapes"
+
+
+def _add_casts(graph, g, gpu, sel, p):
+    """Fold the cast kernels into their GEMMs (same stream, back to back) and their launch calls into the
+    GEMMs' launch calls; for fp16, GradScaler's per-step unscale + inf check (reads and writes every fp32
+    gradient: 2 x weight bytes per step, plus one tiny update-scale kernel) into the optimizer kernels."""
+    floor = KM.kernel_floor_ns(gpu, graph)
+    cast, wbytes, why = _forward_casts(graph, gpu, sel, floor)
+    words = []
+    has = cast > 0
+    if has.any():
+        g = set_duration(g, has, np.rint(g.dur_ns[has] + cast[has]).astype(np.int64))
+        calls = graph.launch[has]
+        calls = calls[calls >= 0]
+        g = set_duration(g, np.isin(np.arange(g.n), calls), g.dur_ns[np.unique(calls)] + median_launch_ns(graph))
+        words.append(f"{int(has.sum()):,} cast kernels (fp32 weights -> {p['dtype']}, {wbytes.sum() / 1e6:.1f} MB) folded into "
+                     f"their GEMMs: +{cast.sum() / 1e6:.3f} ms GPU")
+    else:
+        words.append(f"cast kernels not placed ({why})")
+    if p["dtype"] == "fp16":
+        opt = (graph.node_kind == Kind.KERNEL) & K.kernel_info(graph).is_class("optimizer")
+        ph = mapped_phase(graph, "optimizer")
+        if ph is not None:
+            opt |= (graph.node_kind == Kind.KERNEL) & ph
+        if opt.any() and wbytes.sum() > 0:
+            steps = max(len(profiler_steps(graph.table)), 1)
+            extra = steps * 2 * floor + 2 * wbytes.sum() / (gpu.mem_gbps * 1e9) * 1e9
+            share = graph.dur_ns[opt] / max(graph.dur_ns[opt].sum(), 1)
+            g = set_duration(g, opt, np.rint(g.dur_ns[opt] + extra * share).astype(np.int64))
+            words.append(f"fp16 loss scaling ({steps} step(s)): +{extra / 1e6:.3f} ms on the optimizer kernels")
+        else:
+            words.append("fp16 loss scaling not placed (" + ("no optimizer kernels: inference" if not opt.any() else "no weight shapes") + ")")
+    return g, "; ".join(words)
+
+
+def _apply(graph, p):
+    if not np.any(graph.node_kind == Kind.KERNEL):
+        raise NotApplicable("the trace has no GPU kernels")
+    if p["model"] == "paper":
+        return _apply_paper(graph, p)
+    gpu, traced = source_gpu(graph, p["gpu"])
+    if gpu is None:
+        g, note = _apply_paper(graph, p)
+        return g, note + " (paper model: the GPU is not in the table" + (f": {traced!r}" if traced else "") + "; give amp:gpu=NAME)"
+    return _apply_gpu(graph, p, gpu)
+
+
 def _factor(v: float) -> bool:
     return 0 <= v <= 1
 
@@ -98,9 +285,23 @@ def _factor(v: float) -> bool:
 register(
     Optimization(
         name="amp",
-        summary="automatic mixed precision: fp32 GEMM/conv kernels 3x faster, memory-bound kernels 2x (Daydream AMP model)",
+        summary="automatic mixed precision: fp32/TF32 GEMM/conv/attention kernels by the GPU's peak ratio to 16-bit Tensor "
+                "Cores, memory-bound kernels outside autocast's fp32 list 2x (amp:model=paper: the Daydream paper's 3x/2x)",
         apply=_apply,
         params={
+            "model": Param("gpu", "'gpu': factors from the GPU table per execution path; 'paper': the Daydream paper's "
+                           "constants below", str, lambda v: v in ("gpu", "paper"), "gpu or paper"),
+            "dtype": Param("bf16", "16-bit type autocast uses (bf16 or fp16; same Tensor-Core peak on every GPU of the table)",
+                           str, lambda v: v in ("bf16", "fp16"), "bf16 or fp16"),
+            "tf32": Param("auto", "what the baseline's fp32 GEMMs ran as: auto = from kernel names (unnamed: fp32, PyTorch's "
+                          "default allow_tf32=False for matmul), on = unnamed-precision GEMMs were TF32, off", str,
+                          lambda v: v in ("auto", "on", "off"), "auto, on or off"),
+            "gpu": Param("", "GPU of the trace; empty = from its device name (daydream/gpus.py)", str,
+                         lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/gpus.py, or empty"),
+            "casts": Param("on", "add autocast's weight-cast kernels (forward GEMMs with recorded fp32 weights) and, for "
+                           "fp16, GradScaler's loss-scaling work: on or off", str, lambda v: v in ("on", "off"), "on or off"),
+            "tc_efficiency": Param(TC_EFFICIENCY, "Tensor-Core efficiency relative to CUDA-core SGEMM (assumption, see "
+                                   "amp.TC_EFFICIENCY)", float, lambda v: 0 < v <= 1, "0 < x <= 1"),
             "compute_factor": Param(1 / 3, "duration multiplier of fp32 compute-bound kernels (GEMM, conv, attention); "
                                     "1/3 = the Daydream paper's AMP model (Tensor-Core kernels 3x faster)", float, _factor, "0..1"),
             "memory_factor": Param(0.5, "duration multiplier of fp32 memory-bound kernels; 1/2 = half the bytes moved "

@@ -23,8 +23,13 @@ from .. import kernels as K
 from ..errors import NotApplicable, UsageError
 from ..events import CopyKind, Kind
 from ..gpus import GPU, find_gpu, gpu_of_device, names
-from ..transform import scale
+from ..cuda_api import ApiRole
+from ..formats.launch_data import read_launch_data
+from ..graph import NODE_CPU
+from ..transform import scale, scale_gaps, set_duration, set_launch_latency
 from . import Optimization, Param, register
+from . import _kernel_model as KM
+from ._common import cpu_roles, median_launch_ns
 
 
 def source_gpu(graph, given: str) -> tuple[GPU | None, str]:
@@ -44,6 +49,64 @@ def source_gpu(graph, given: str) -> tuple[GPU | None, str]:
     return gpu_of_device(dev), dev.name
 
 
+def _host(graph, p) -> tuple:
+    """The host and launch path of the target platform (parameters ``cpu_speed``, ``launch_latency_ns``,
+    ``launch_cpu_ns``): a new graph and the note's words."""
+    words = []
+    g = graph
+    cpu = graph.node_kind == NODE_CPU
+    if p["cpu_speed"] != 1.0:
+        g = scale(g, cpu, 1.0 / p["cpu_speed"])
+        g = scale_gaps(g, cpu, 1.0 / p["cpu_speed"])
+        words.append(f"host CPU x{p['cpu_speed']:g} as fast (CPU tasks and gaps x{1 / p['cpu_speed']:.3f})")
+    if p["launch_cpu_ns"] >= 0:
+        calls = np.unique(graph.launch[(graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)])
+        m = np.zeros(graph.n, dtype=bool)
+        m[calls] = True
+        m &= cpu_roles(graph) == ApiRole.LAUNCH
+        g = set_duration(g, m, int(p["launch_cpu_ns"]))
+        words.append(f"{int(m.sum()):,} kernel-launch calls cost {p['launch_cpu_ns'] / 1e3:g} us "
+                     f"(trace median {median_launch_ns(graph) / 1e3:.3f} us)")
+    if p["launch_latency_ns"] >= 0:
+        g = set_launch_latency(g, int(p["launch_latency_ns"]))
+        words.append(f"launch latency L {graph.launch_latency_ns / 1e3:.3f} -> {p['launch_latency_ns'] / 1e3:g} us")
+    return g, words
+
+
+def _peak_model(graph, src: GPU, target: GPU):
+    """The first model (``kernel_model=peak``): peak Tensor-Core and bandwidth ratios, no floor."""
+    info = K.kernel_info(graph)
+    kern = graph.node_kind == Kind.KERNEL
+    dram_copy = (graph.node_kind == Kind.MEMCPY) & (graph.copy_kind == CopyKind.DTOD)
+    comp = kern & info.is_bound("compute")
+    mem = (kern & info.is_bound("memory")) | dram_copy | (graph.node_kind == Kind.MEMSET)
+    fc = src.tc_tflops / target.tc_tflops
+    fm = src.mem_gbps / target.mem_gbps
+    g = scale(scale(graph, comp, fc), mem, fm)
+    return g, (f"peak model: {int(comp.sum()):,} compute-bound tasks x{fc:.3f} ({src.tc_tflops:g} -> {target.tc_tflops:g} TFLOPS), "
+               f"{int(mem.sum()):,} memory-bound x{fm:.3f} ({src.mem_gbps:g} -> {target.mem_gbps:g} GB/s)")
+
+
+def _launch_model(graph, src: GPU, target: GPU, p):
+    """Per-kernel rules of :mod:`._kernel_model`: a new graph and the note."""
+    meta = getattr(graph.table, "meta", None)
+    data = read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", ""))
+    floor_s = KM.kernel_floor_ns(src, graph)
+    floor_t = int(p["target_floor_ns"]) if p["target_floor_ns"] >= 0 else (
+        KM.KERNEL_FLOOR_NS.get(target.name, floor_s) if target is not src else floor_s)
+    pl = KM.plan(graph, src, target, data, floor_s, floor_t)
+    gpu = graph.node_kind != NODE_CPU
+    g = set_duration(graph, gpu, pl.new_dur[gpu])
+    cov = KM.coverage(graph, pl)
+    total = max(int(graph.dur_ns[gpu].sum()), 1)
+    parts = [f"{k} {v[1]:,} tasks {v[0] / 1e6:.3f} ms ({v[0] / total:.0%})" for k, v in cov.items()]
+    kern = graph.node_kind == Kind.KERNEL
+    note = (f"per-kernel model: GPU task time {total / 1e6:.3f} -> {int(pl.new_dur[gpu].sum()) / 1e6:.3f} ms; "
+            f"floor {floor_s / 1e3:.3f} -> {floor_t / 1e3:.3f} us; rules: " + ", ".join(parts)
+            + f"; launch data for {pl.matched:,} of {int(kern.sum()):,} kernels" + (f" ({data.reason})" if data.reason else ""))
+    return g, note
+
+
 def _apply(graph, p):
     target = find_gpu(p["target"])
     if target is None:
@@ -52,25 +115,25 @@ def _apply(graph, p):
     if src is None:
         what = f"the traced GPU {traced!r} is not in the GPU table" if traced else "the trace does not name its GPU"
         raise NotApplicable(f"{what}; give it as gpu-upgrade:source=NAME (known: {', '.join(names())})")
-    info = K.kernel_info(graph)
-    kern = graph.node_kind == Kind.KERNEL
-    dram_copy = (graph.node_kind == Kind.MEMCPY) & (graph.copy_kind == CopyKind.DTOD)
-    comp = kern & info.is_bound("compute")
-    mem = (kern & info.is_bound("memory")) | dram_copy | (graph.node_kind == Kind.MEMSET)
-    fc = src.tc_tflops / target.tc_tflops
-    fm = src.mem_gbps / target.mem_gbps
-    g = scale(graph, comp, fc)
-    g = scale(g, mem, fm)
-    word = "(same GPU: no change)" if src is target else ("upgrade" if fc <= 1 and fm <= 1 else "change (slower in compute or bandwidth)")
-    return g, (f"{src.name} -> {target.name} {word}: {int(comp.sum()):,} compute-bound tasks x{fc:.3f} "
-               f"({src.tc_tflops:g} -> {target.tc_tflops:g} TFLOPS), {int(mem.sum()):,} memory-bound x{fm:.3f} "
-               f"({src.mem_gbps:g} -> {target.mem_gbps:g} GB/s)")
+    if p["kernel_model"] == "peak":
+        g, note = _peak_model(graph, src, target)
+    else:
+        g, note = _launch_model(graph, src, target, p)
+    g, host = _host(g, p)
+    word = "(same GPU)" if src is target else ""
+    out = f"{src.name} -> {target.name} {word}".rstrip() + ": " + note
+    if host:
+        out += "; " + "; ".join(host)
+    if src.vendor != target.vendor:
+        out += (f"; cross-vendor ({src.vendor} -> {target.vendor}): the target's libraries choose other kernels "
+                "(tiles, grids, fusion), which this model does not know")
+    return g, out
 
 
 register(
     Optimization(
         name="gpu-upgrade",
-        summary="run on another GPU: compute-bound kernels scale by peak Tensor-Core TFLOPS, memory-bound by DRAM bandwidth",
+        summary="run on another GPU: per-kernel floor + roofline/waves/peak rules from launch data and shapes; host path as parameters",
         apply=_apply,
         params={
             "target": Param("B200", "GPU to predict for (daydream/gpus.py table, names matched loosely: " + ", ".join(names())
@@ -78,6 +141,20 @@ register(
                             lambda v: find_gpu(v) is not None, "a GPU of daydream/gpus.py"),
             "source": Param("", "GPU the trace ran on; empty = from the trace's device name", str,
                             lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/gpus.py, or empty"),
+            "kernel_model": Param("launch", "per-kernel model: 'launch' (floor + work part scaled by roofline / waves / "
+                                  "peak rules, daydream/optimizations/_kernel_model.py) or 'peak' (the first model: "
+                                  "peak Tensor-Core and bandwidth ratios)", str, lambda v: v in ("launch", "peak"),
+                                  "launch or peak"),
+            "target_floor_ns": Param(-1.0, "smallest kernel time on the target, ns; -1 = the measured table "
+                                     "(_kernel_model.KERNEL_FLOOR_NS), else the source's", float, lambda v: v == -1 or 0 <= v <= 1e9,
+                                     "-1 or 0..1e9"),
+            "cpu_speed": Param(1.0, "host CPU speed relative to the traced host (CPU task durations and gaps are divided "
+                               "by it); 1 = same host (no source for another host: give a measured ratio)", float,
+                               lambda v: 0 < v <= 100, "0 < x <= 100"),
+            "launch_latency_ns": Param(-1.0, "launch latency L of the target platform, ns; -1 = the trace's measured L "
+                                       "(docs/model.md rule 5)", float, lambda v: v == -1 or 0 <= v <= 1e9, "-1 or 0..1e9"),
+            "launch_cpu_ns": Param(-1.0, "CPU cost of one kernel-launch call on the target platform, ns; -1 = as "
+                                   "recorded", float, lambda v: v == -1 or 0 <= v <= 1e9, "-1 or 0..1e9"),
         },
     )
 )

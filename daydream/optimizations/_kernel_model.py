@@ -1,0 +1,285 @@
+"""Per-kernel time on another GPU: the rules of ``gpu-upgrade`` (and the GPU facts ``amp`` uses).
+
+A kernel's recorded time ``t`` on the source GPU is split into a fixed part, the smallest time any
+kernel takes on that GPU (``floor``: launch ramp-up, block scheduling and drain, memory latency;
+measured, see :data:`KERNEL_FLOOR_NS`), and a work part ``t - floor`` that scales with the
+throughput the kernel can use::
+
+    t_target = floor_target + max(t - floor_source, 0) * r
+
+Rules, first match decides ``r`` (each kernel gets a rule code, :data:`RULES`, and a bound):
+
+``unchanged``     CPU tasks, host/peer copies, communication kernels: r = 1, floor not changed.
+``roofline``      shapes recorded (FLOPs F and bytes B of the launching op,
+                  :mod:`daydream.formats.launch_data`): time ∝ max(F / (P·u), B / (W·u)) on each GPU,
+                  with P the peak of the kernel's precision path (:meth:`daydream.gpus.GPU.peak_tflops`),
+                  W the DRAM bandwidth and u the fill (below); r = target / source. The larger term
+                  is the kernel's bound on that GPU.
+``waves``         launch configuration recorded, no shapes: r = (X_s · u_s) / (X_t · u_t), X the
+                  path's peak for a compute-bound kernel, the bandwidth for a memory-bound one.
+``peak``          neither: r = X_s / X_t (the datasheet ratio; u = 1 on both).
+``unknown-bound`` class ``other`` (no name rule): the smaller of the compute and the memory speed-up
+                  (a documented assumption; the note counts its GPU time).
+
+Fill ``u`` (waves and occupancy): resident blocks per SM ``res`` from the occupancy limits
+(threads, blocks, registers, shared memory per SM of the GPU; CUDA Occupancy Calculator rules),
+capacity ``c = SMs · res``, ``waves = ceil(blocks / c)``, ``u = blocks / (waves · c)``: a grid
+smaller than the GPU, or a last partial wave, leaves SMs idle. Kernels whose recorded time is
+within ``LATENCY_MULT`` times the floor are reported as latency-bound (their time is mostly the
+floor, which does not shrink on a faster GPU).
+
+Limits: the same kernel (same launch configuration) is assumed on the target; libraries of another
+vendor (cuBLAS vs hipBLASLt, flash-attention vs CK/Triton) choose different kernels, tiles and grids.
+Caches (L2 residency), clocks under power limits and instruction mixes are not modelled.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kernels as K
+from ..events import CopyKind, Kind
+from ..formats.launch_data import LaunchData, make_key
+from ..gpus import GPU
+
+#: Rule codes (index into this tuple).
+RULES: tuple[str, ...] = ("unchanged", "roofline", "waves", "peak", "unknown-bound")
+#: Smallest kernel time per GPU (ns): the minimum kernel duration measured on the real traces of
+#: ``../shared/traces`` (SOURCES.md), the least over the traces of that GPU: H100 SXM 1,120
+#: (tracelens h100 owlv2; the h100 bert-small trace: 1,600), MI300X 1,964 (tracelens mi300
+#: bert-small), B200 1,984 (tracelens b200_eager), MI250 GCD 2,240 (hta mi250_minitoy). The A100
+#: and V100 traces there are recorded at 1 us resolution (minimums 4,000 and 1,000 ns), too coarse:
+#: not listed. GPUs not listed use the source's floor (the smallest kernel of the trace). The
+#: MI300X value comes from the measured side of the bert-small pair (docs/cross_gpu.md shows the
+#: prediction without it as well).
+KERNEL_FLOOR_NS: dict[str, int] = {"H100 SXM": 1_120, "MI300X": 1_964, "B200": 1_984, "MI250 GCD": 2_240}
+#: kernels up to this many times the floor are reported as latency-bound
+LATENCY_MULT = 2.0
+
+
+def kernel_floor_ns(gpu: GPU, graph=None) -> int:
+    """The floor of ``gpu``: :data:`KERNEL_FLOOR_NS`, else the smallest kernel time of ``graph`` (the
+    trace's own GPU), else 0."""
+    if gpu.name in KERNEL_FLOOR_NS:
+        return KERNEL_FLOOR_NS[gpu.name]
+    if graph is not None:
+        d = graph.dur_ns[(graph.node_kind == Kind.KERNEL) & (graph.row >= 0)]
+        d = d[d > 0]
+        if len(d):
+            return int(d.min())
+    return 0
+
+
+def resident_blocks(gpu: GPU, threads: np.ndarray, regs: np.ndarray, smem: np.ndarray) -> np.ndarray:
+    """Blocks of ``threads`` threads (``regs`` registers per thread, ``smem`` shared bytes per block;
+    -1 unknown: that limit is not applied) resident on one SM of ``gpu``: the least of
+    max_blocks_sm, max_threads_sm // threads, regs_sm // (regs · threads rounded up to a warp),
+    smem_sm // smem; at least 1 (a launched block always fits one SM)."""
+    t = np.maximum(threads, 1).astype(np.int64)
+    res = np.minimum(gpu.max_blocks_sm, gpu.max_threads_sm // t)
+    warp = 64 if gpu.vendor == "amd" else 32
+    if gpu.regs_sm > 0:
+        rt = np.where(regs > 0, regs * (-(-t // warp) * warp), 0)
+        res = np.where(rt > 0, np.minimum(res, gpu.regs_sm // np.maximum(rt, 1)), res)
+    if gpu.smem_kib_sm > 0:
+        res = np.where(smem > 0, np.minimum(res, int(gpu.smem_kib_sm * 1024) // np.maximum(smem, 1)), res)
+    return np.maximum(res, 1)
+
+
+def fill(gpu: GPU, blocks: np.ndarray, threads: np.ndarray, regs: np.ndarray, smem: np.ndarray) -> np.ndarray:
+    """Used fraction of ``gpu``'s block slots over the grid's waves (0..1]; 1 where blocks <= 0 (unknown)."""
+    cap = resident_blocks(gpu, threads, regs, smem) * max(gpu.sms, 1)
+    b = np.maximum(blocks, 1)
+    waves = -(-b // cap)
+    return np.where(blocks > 0, b / (waves * cap), 1.0)
+
+
+@dataclass
+class KernelPlan:
+    """Per-node result (length ``graph.n``): rule code (255 = not a GPU task), factor ``r`` on the
+    work part, new duration (ns), bound on source and target (index into kernels.BOUNDS, 255 none),
+    whether it is latency-bound."""
+
+    rule: np.ndarray
+    factor: np.ndarray
+    new_dur: np.ndarray
+    bound_src: np.ndarray
+    bound_tgt: np.ndarray
+    latency: np.ndarray
+    matched: int  #: GPU kernels matched to a launch record
+
+
+def path_of(info: K.KernelInfo, n: int, default_compute: str = "half") -> np.ndarray:
+    """Execution path name per node for the peak lookup: fp8, half, tf32, fp32, fp32_vector."""
+    prec = info.precision
+    out = np.full(n, default_compute, dtype=object)
+    code = K.PRECISION_CODE
+    out[prec == code["fp8"]] = "fp8"
+    out[prec == code["half"]] = "half"
+    out[prec == code["tf32"]] = "tf32"
+    out[prec == code["fp32"]] = "fp32"
+    out[(prec == code["fp64"]) | (prec == code["int"])] = "fp32_vector"
+    return out
+
+
+def _peaks(gpu: GPU, path: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(path))
+    for p in np.unique(path).tolist():
+        out[path == p] = gpu.peak_tflops(p)
+    return out
+
+
+#: HIP launch calls whose grid argument is the global work size in work-items, not a block count
+#: (HIP API reference: ``hipExtModuleLaunchKernel(f, globalWorkSizeX, ..., localWorkSizeX, ...)``;
+#: ``hipHccModuleLaunchKernel`` likewise). ROCm's Tensile GEMMs (``Cijk_*``) are launched this way:
+#: the MI300X bert-small trace records grid 73,728 with block 256 for a 288-workgroup GEMM.
+WORK_ITEM_LAUNCHES = re.compile(r"hipExtModuleLaunchKernel|hipHccModuleLaunchKernel")
+
+
+def work_item_grid(graph) -> np.ndarray:
+    """Nodes launched by a call of :data:`WORK_ITEM_LAUNCHES` (their recorded grid is in work-items)."""
+    out = np.zeros(graph.n, dtype=bool)
+    lch = graph.launch
+    has = (graph.node_kind == Kind.KERNEL) & (lch >= 0)
+    if not has.any():
+        return out
+    nid = graph.name_id[lch[has]]
+    uniq, inv = np.unique(nid, return_inverse=True)
+    hit = np.fromiter((WORK_ITEM_LAUNCHES.search(graph.names[int(i)]) is not None for i in uniq), bool, len(uniq))
+    out[np.nonzero(has)[0]] = hit[inv.reshape(-1)]
+    return out
+
+
+def match_launches(graph, data: LaunchData) -> np.ndarray:
+    """Row of ``data`` for each node (-1 none), by (device, correlation)."""
+    out = np.full(graph.n, -1, dtype=np.int64)
+    if len(data) == 0:
+        return out
+    kern = (graph.node_kind == Kind.KERNEL) & (graph.correlation >= 0)
+    key = make_key(graph.device[kern], graph.correlation[kern])
+    pos = np.searchsorted(data.key, key).clip(0, len(data) - 1)
+    hit = data.key[pos] == key
+    idx = np.nonzero(kern)[0]
+    out[idx[hit]] = pos[hit]
+    return out
+
+
+def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt: int, default_compute: str = "half") -> KernelPlan:
+    """Apply the rules to every GPU task of ``graph`` (see the module docstring)."""
+    n = graph.n
+    info = K.kernel_info(graph)
+    nk = graph.node_kind
+    kern = nk == Kind.KERNEL
+    dram = ((nk == Kind.MEMCPY) & (graph.copy_kind == CopyKind.DTOD)) | (nk == Kind.MEMSET)
+    comp = kern & info.is_bound("compute")
+    mem = (kern & info.is_bound("memory")) | dram
+    unk = kern & info.is_bound("unknown")
+    row = match_launches(graph, data)
+    has = row >= 0
+    r = np.maximum(row, 0)
+    g = data.grid[r] if len(data) else np.full((n, 3), -1)
+    b = data.block[r] if len(data) else np.full((n, 3), -1)
+    g = np.where(work_item_grid(graph)[:, None] & (b > 0), -(-g // np.maximum(b, 1)), g)
+    blocks = np.where(has & (g[:, 0] > 0), g.prod(axis=1), -1)
+    threads = np.where(has & (b[:, 0] > 0), b.prod(axis=1), 1)
+    regs = np.where(has, data.regs[r], -1) if len(data) else np.full(n, -1)
+    smem = np.where(has, data.smem[r], -1) if len(data) else np.full(n, -1)
+    u_s, u_t = fill(src, blocks, threads, regs, smem), fill(tgt, blocks, threads, regs, smem)
+    path = path_of(info, n, default_compute)
+    p_s, p_t = _peaks(src, path), _peaks(tgt, path)
+    fc = (p_s * u_s) / (p_t * u_t)
+    fm = (src.mem_gbps * u_s) / (tgt.mem_gbps * u_t)
+    factor = np.ones(n)
+    rule = np.full(n, 255, dtype=np.uint8)
+    rule[nk != 0] = 0
+    factor[comp] = fc[comp]
+    factor[mem] = fm[mem]
+    factor[unk] = np.maximum(fc, fm)[unk]
+    rule[comp | mem] = np.where(blocks[comp | mem] > 0, 2, 3)
+    rule[unk] = 4
+    bs = np.full(n, 255, dtype=np.uint8)
+    bs[comp] = K.BOUND_CODE["compute"]
+    bs[mem] = K.BOUND_CODE["memory"]
+    bs[unk] = K.BOUND_CODE["unknown"]
+    bt = bs.copy()
+    factor, rule, bs, bt = _roofline(data, r, has, comp | mem, (p_s, p_t, u_s, u_t), src, tgt, factor, rule, bs, bt)
+    scaled = comp | mem | unk
+    dur = graph.dur_ns.astype(np.float64)
+    fixed = np.minimum(dur, floor_src)
+    ratio = floor_tgt / floor_src if floor_src > 0 else 1.0
+    new = dur.copy()
+    new[scaled] = (fixed * ratio + (dur - fixed) * factor)[scaled]
+    lat = scaled & (dur <= LATENCY_MULT * max(floor_src, 1))
+    return KernelPlan(rule, factor, np.rint(new).astype(np.int64), bs, bt, lat, int(np.count_nonzero(has & kern)))
+
+
+def _roofline(data, r, has, sel, pu, src, tgt, factor, rule, bs, bt):
+    """Kernels whose launching op has shapes: r from the roofline times on each GPU."""
+    if not len(data):
+        return factor, rule, bs, bt
+    p_s, p_t, u_s, u_t = pu
+    fl = np.where(has, data.flops[r], -1.0)
+    by = np.where(has, data.bytes[r], -1.0)
+    m = sel & (fl >= 0) & (by > 0)
+    if not m.any():
+        return factor, rule, bs, bt
+    tc_s, tc_t = fl[m] / (p_s[m] * 1e12 * u_s[m]), fl[m] / (p_t[m] * 1e12 * u_t[m])
+    tm_s, tm_t = by[m] / (src.mem_gbps * 1e9 * u_s[m]), by[m] / (tgt.mem_gbps * 1e9 * u_t[m])
+    ts, tt = np.maximum(tc_s, tm_s), np.maximum(tc_t, tm_t)
+    factor[m] = tt / ts
+    rule[m] = 1
+    bs[m] = np.where(tc_s >= tm_s, K.BOUND_CODE["compute"], K.BOUND_CODE["memory"])
+    bt[m] = np.where(tc_t >= tm_t, K.BOUND_CODE["compute"], K.BOUND_CODE["memory"])
+    return factor, rule, bs, bt
+
+
+def coverage(graph, p: KernelPlan) -> dict[str, tuple[int, int]]:
+    """GPU time (ns) and task count per rule, plus 'latency-bound' (a subset)."""
+    out = {}
+    gpu = graph.node_kind != 0
+    info = K.kernel_info(graph)
+    kern = graph.node_kind == Kind.KERNEL
+    same = gpu & (p.rule == 0)
+    why = {"unchanged (communication kernels)": same & kern & info.is_class("communication"),
+           "unchanged (host/peer copies)": same & (graph.node_kind == Kind.MEMCPY)}
+    why["unchanged (other)"] = same & ~why["unchanged (communication kernels)"] & ~why["unchanged (host/peer copies)"]
+    for code, name in enumerate(RULES):
+        parts = why.items() if code == 0 else [(name, gpu & (p.rule == code))]
+        for label, m in parts:
+            if m.any():
+                out[label] = (int(graph.dur_ns[m].sum()), int(m.sum()))
+    if p.latency.any():
+        out["latency-bound"] = (int(graph.dur_ns[p.latency].sum()), int(p.latency.sum()))
+    return out
+
+
+def reasons(graph, p: KernelPlan, src: GPU, tgt: GPU) -> list[tuple[str, str, str, int, int, int]]:
+    """Per distinct (kernel name, rule, bounds, latency flag): (name, class, reason, tasks, source ns,
+    predicted ns), largest source time first. The reason names the rule, the bound on each GPU and
+    whether the kernel is latency-bound. One entry per group, not per task (a few hundred at most)."""
+    gpu = np.nonzero(graph.node_kind != 0)[0]
+    if not len(gpu):
+        return []
+    info = K.kernel_info(graph)
+    key = np.stack([graph.name_id[gpu].astype(np.int64), p.rule[gpu], p.bound_src[gpu], p.bound_tgt[gpu], p.latency[gpu]], axis=1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    cnt = np.bincount(inv)
+    ts = np.bincount(inv, weights=graph.dur_ns[gpu].astype(np.float64))
+    tp = np.bincount(inv, weights=p.new_dur[gpu].astype(np.float64))
+    first = np.full(len(uniq), len(gpu))
+    np.minimum.at(first, inv, np.arange(len(gpu)))
+    out = []
+    for j in np.argsort(-ts).tolist():
+        nid, rule, bs, bt, lat = (int(x) for x in uniq[j])
+        node = int(gpu[first[j]])
+        cls = K.CLASSES[int(info.cls[node])] if info.cls[node] != K.NONE else "-"
+        bound = lambda b: K.BOUNDS[b] if b != 255 else "-"  # noqa: E731
+        why = f"{RULES[rule]}: {bound(bs)}-bound on {src.name}, {bound(bt)}-bound on {tgt.name}" if rule else "unchanged (not a device kernel scaled by this model)"
+        if lat:
+            why += "; latency-bound (within 2x the floor)"
+        out.append((graph.names[nid], cls, why, int(cnt[j]), int(ts[j]), int(tp[j])))
+    return out

@@ -1,0 +1,128 @@
+"""amp's per-GPU model (amp:model=gpu, the default): path factors per GPU with exact values, 16-bit
+kernels left alone, autocast's fp32 classes kept, the paper model reproducible."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daydream.events import DeviceInfo, TraceMeta
+from daydream.gpus import find_gpu
+from daydream.graph import build_graph
+from daydream.optimizations import amp as A
+from daydream.optimizations import parse_spec
+from daydream.simulate import simulate
+
+from tablebuilder import TB
+
+SGEMM = "ampere_sgemm_128x64_nn"
+TF32 = "ampere_s16816gemm_tf32_128x128_nn"
+HGEMM = "ampere_h16816gemm_128x128_ldg8_nn"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int)"
+LN = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float, float const*)"
+
+
+@pytest.mark.parametrize("gpu, fp32, tf32", [
+    ("V100 SXM2", 15.7 / (125.0 * 0.5), 15.7 / (125.0 * 0.5)),  # no TF32 on Volta: the fp32 path
+    ("A100 40GB SXM", 19.5 / (312.0 * 0.5), 156.0 / 312.0),
+    ("H100 SXM", 67.0 / (989.4 * 0.5), 494.7 / 989.4),
+    ("MI300X", 163.4 / 1307.4, 653.7 / 1307.4),  # FP32 GEMMs already on matrix cores: no efficiency term
+])
+def test_path_factors(gpu, fp32, tf32):
+    g = find_gpu(gpu)
+    assert A._path_factor(g, "fp32", 0.5) == fp32
+    assert A._path_factor(g, "tf32", 0.5) == tf32
+
+
+def test_exact_values():
+    assert A._path_factor(find_gpu("A100 40GB SXM"), "fp32", 0.5) == 0.125
+    assert A._path_factor(find_gpu("V100 SXM2"), "fp32", 0.5) == pytest.approx(0.2512)
+    assert A._path_factor(find_gpu("H100 SXM"), "fp32", 1.0) == pytest.approx(0.0677178)
+
+
+def trace(device="NVIDIA A100-SXM4-40GB", names=(SGEMM, TF32, HGEMM, ADD, LN)):
+    b = TB()
+    calls = [b.call("cudaLaunchKernel", 20 * i, 20 * i + 10) for i in range(len(names))]
+    s = 1000
+    for c, n in zip(calls, names):
+        b.gpu(c, s, s + 8000, name=n)
+        s += 8000
+    t = b.table()
+    t.meta = TraceMeta(devices=[DeviceInfo(id=0, name=device, total_memory_bytes=40 << 30)])
+    return build_graph(t)
+
+
+def run(g, spec):
+    opt, p = parse_spec(spec)
+    g2, note = opt.apply(g, p)
+    return g2, note
+
+
+def test_a100_kernels():
+    g = trace()
+    g2, note = run(g, "amp")
+    k = np.nonzero(g.node_kind != 0)[0]
+    # sgemm 8000 x 0.125 = 1000; TF32 x 0.5 = 4000; fp16 GEMM unchanged; add x 0.5; layer norm kept fp32
+    assert g2.dur_ns[k].tolist() == [1000, 4000, 8000, 4000, 8000]
+    assert "A100 40GB SXM model (bf16)" in note and "before: half 0.008, tf32 0.008, fp32 0.024" in note
+
+
+def test_note_paths_and_paper_model():
+    g = trace()
+    _, note = run(g, "amp")
+    assert "GPU ms per path before:" in note and "after:" in note and "bf16" in note
+    g3, _ = run(g, "amp:model=paper")
+    k = np.nonzero(g.node_kind != 0)[0]
+    # the paper: fp32 compute x1/3, TF32 x1/2, half left, memory-bound (add and layer norm) x1/2
+    assert g3.dur_ns[k].tolist() == [2667, 4000, 8000, 4000, 4000]
+
+
+def test_tf32_on_and_unknown_gpu():
+    g = trace(names=("nvjet_tst_128x64_64x4_1x2_h_bz_coopA_NTT", ADD))
+    g2, _ = run(g, "amp")  # unnamed precision: fp32 CUDA-core
+    g3, _ = run(g, "amp:tf32=on")
+    k = np.nonzero(g.node_kind != 0)[0][0]
+    assert g2.dur_ns[k] == 1000 and g3.dur_ns[k] == 4000
+    gx = trace(device="Some Unknown GPU")
+    _, note = run(gx, "amp")
+    assert "paper model" in note
+    _, note = run(gx, "amp:gpu=H100 SXM")
+    assert "H100 SXM model" in note
+
+
+def test_half_kernels_left_alone():
+    g = trace(names=(HGEMM, HGEMM, SGEMM))
+    with pytest.raises(Exception, match="already runs in half precision"):
+        run(g, "amp")
+
+
+def test_fp32_classes_kept():
+    """Layer norm is on autocast's fp32 list: unchanged; the paper model halves it."""
+    g = trace(names=(SGEMM, LN))
+    g2, _ = run(g, "amp")
+    k = np.nonzero(g.node_kind != 0)[0]
+    assert g2.dur_ns[k].tolist() == [1000, 8000]
+
+
+def test_casts_and_loss_scaling_on_resnet50():
+    from pathlib import Path
+
+    from daydream.formats import load_trace
+    from daydream.mapping import map_events
+
+    p = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "kineto_tbplugin" / \
+        "resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
+    if not p.exists():
+        pytest.skip("no real traces")
+    t = load_trace(str(p))
+    g = build_graph(t, map_events(t))
+    g2, note = run(g, "amp:dtype=fp16")
+    assert "V100 SXM2 model (fp16)" in note and "cast kernels (fp32 weights -> fp16" in note
+    assert "fp16 loss scaling (6 step(s))" in note
+    g3, note3 = run(g, "amp:casts=off")
+    assert "cast" not in note3 and g3.dur_ns.sum() < g2.dur_ns.sum()
+
+
+def test_casts_not_placed_without_launch_data():
+    _, note = run(trace(), "amp")
+    assert "cast kernels not placed" in note

@@ -1,0 +1,324 @@
+"""gpu-upgrade's per-kernel rules (daydream/optimizations/_kernel_model.py) on hand-built kernels
+with exact expected times, the host-path parameters, and the launch-data reader on real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.events import DeviceInfo, TraceMeta
+from daydream.formats.launch_data import LaunchData, make_key, op_work, read_launch_data
+from daydream.gpus import GPUS, find_gpu
+from daydream.graph import NODE_CPU, build_graph
+from daydream.optimizations import _kernel_model as KM
+from daydream.optimizations import parse_spec
+from daydream.simulate import simulate
+
+from tablebuilder import TB
+
+SGEMM = "volta_sgemm_128x64_nn"
+ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >"
+       "(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
+OTHER = "my_custom_kernel"
+HGEMM = "ampere_h16816gemm_128x128_ldg8_nn"
+H100, A100 = find_gpu("H100 SXM"), find_gpu("A100 40GB SXM")
+TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
+
+
+def four_kernels():
+    """sgemm 10 us, add 5 us, an unclassified kernel 4 us, an fp16 GEMM 8 us, back to back."""
+    b = TB()
+    calls = [b.call("cudaLaunchKernel", 20 * i, 20 * i + 10) for i in range(4)]
+    s = 1000
+    for c, name, d in zip(calls, (SGEMM, ADD, OTHER, HGEMM), (10_000, 5_000, 4_000, 8_000)):
+        b.gpu(c, s, s + d, name=name)
+        s += d
+    return build_graph(b.table()), calls
+
+
+def launch_data(calls):
+    """sgemm: 264 blocks of 256 threads, 128 registers; hgemm: 1,024 blocks of 128 threads, shapes 4096^3."""
+    return LaunchData(key=make_key([0, 0], [calls[0], calls[3]]), grid=np.array([[264, 1, 1], [1024, 1, 1]]),
+                      block=np.array([[256, 1, 1], [128, 1, 1]]), regs=np.array([128, -1]), smem=np.array([0, -1]),
+                      flops=np.array([-1.0, 2 * 4096.0**3]), bytes=np.array([-1.0, 3 * 4096.0**2 * 2]), op=["", "aten::mm"])
+
+
+def test_occupancy_and_fill():
+    # 256 threads x 128 registers = 32,768 registers per block: 2 blocks per SM on both
+    assert KM.resident_blocks(H100, np.array([256]), np.array([128]), np.array([0]))[0] == 2
+    assert KM.resident_blocks(A100, np.array([128]), np.array([-1]), np.array([-1]))[0] == 16  # 2048 / 128 threads
+    assert KM.resident_blocks(A100, np.array([128]), np.array([-1]), np.array([100 * 1024]))[0] == 1  # 164 KiB / 100 KiB
+    # 264 blocks: one full wave on H100 (132 x 2), two waves on A100 (108 x 2 = 216): 264 / 432 used
+    assert KM.fill(H100, np.array([264]), np.array([256]), np.array([128]), np.array([0]))[0] == 1.0
+    assert KM.fill(A100, np.array([264]), np.array([256]), np.array([128]), np.array([0]))[0] == pytest.approx(264 / 432)
+    assert KM.fill(A100, np.array([-1]), np.array([1]), np.array([-1]), np.array([-1]))[0] == 1.0  # unknown grid
+
+
+def test_each_rule_exact():
+    g, calls = four_kernels()
+    p = KM.plan(g, H100, A100, launch_data(calls), floor_src=1000, floor_tgt=2000)
+    k = g.node_kind != NODE_CPU
+    # sgemm, waves: 2000 + 9000 * (67 * 1) / (19.5 * 264/432) = 52,601.4
+    # add, peak (no launch record): 2000 + 4000 * 3350 / 1555 = 10,617.4
+    # other, unknown bound: the smaller speed-up, max(989.4/312, 3350/1555) -> 2000 + 3000 * 3.1712 = 11,513.5
+    # hgemm, roofline: compute-bound on both; fill 1024/2112 on H100, 1024/1728 on A100:
+    #   2000 + 7000 * (989.4 * 1024/2112) / (312 * 1024/1728) = 20,162.1
+    assert p.new_dur[k].tolist() == [52601, 10617, 11513, 20162]
+    assert [KM.RULES[r] for r in p.rule[k]] == ["waves", "peak", "unknown-bound", "roofline"]
+    assert p.factor[k][0] == pytest.approx(67 / (19.5 * 264 / 432))
+    cov = KM.coverage(g, p)
+    assert cov["roofline"] == (8000, 1) and cov["waves"] == (10000, 1) and cov["peak"] == (5000, 1)
+
+
+def test_roofline_bound_can_change_with_the_gpu():
+    """A GEMM whose arithmetic intensity lies between the two GPUs' ridge points."""
+    g, calls = four_kernels()
+    d = launch_data(calls)
+    # intensity 200 FLOP/B: A100 ridge 312e12 / 1555e9 = 200.6 (memory-bound there), H100 295 (memory too);
+    # V100 125e12 / 900e9 = 139 -> compute-bound on V100
+    d.flops[1], d.bytes[1] = 200.0 * 1e8, 1e8
+    v100 = find_gpu("V100 SXM2")
+    p = KM.plan(g, v100, A100, d, 1000, 1000)
+    i = np.nonzero(g.node_kind != NODE_CPU)[0][3]
+    assert KM.RULES[p.rule[i]] == "roofline"
+    assert p.bound_src[i] == 0 and p.bound_tgt[i] == 1  # compute on V100, memory on A100
+
+
+def test_kernel_at_the_floor_does_not_speed_up():
+    g, calls = four_kernels()
+    p = KM.plan(g, H100, find_gpu("B200"), LaunchData(), floor_src=5000, floor_tgt=5000)
+    i = np.nonzero(g.node_kind != NODE_CPU)[0][1]  # the 5 us add is all floor
+    assert p.new_dur[i] == 5000 and p.latency[i]
+
+
+def test_identity_plan_is_exact():
+    g, calls = four_kernels()
+    for gpu in GPUS:
+        p = KM.plan(g, gpu, gpu, launch_data(calls), 1000, 1000)
+        assert np.array_equal(p.new_dur, g.dur_ns), gpu.name
+
+
+def run(g, spec):
+    opt, params = parse_spec(spec)
+    g2, note = opt.apply(g, params)
+    return g2, simulate(g2), note
+
+
+def gpu_graph(device="NVIDIA H100 80GB HBM3"):
+    g, _ = four_kernels()
+    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name=device)])
+    g.devices = g.table.meta.devices
+    return g
+
+
+def test_host_path_parameters():
+    g = gpu_graph()
+    g2, tl, note = run(g, "gpu-upgrade:target=H100 SXM,cpu_speed=2,launch_latency_ns=300,launch_cpu_ns=4")
+    cpu = g.node_kind == NODE_CPU
+    assert g2.launch_latency_ns == 300 and "launch latency L" in note
+    assert np.array_equal(g2.dur_ns[cpu], np.full(4, 4))  # launch calls set to 4 ns after halving
+    assert np.array_equal(g2.gap_ns[cpu], np.rint(g.gap_ns[cpu] / 2).astype(np.int64))
+    assert np.array_equal(g2.dur_ns[~cpu], g.dur_ns[~cpu])  # same GPU: kernels unchanged
+    assert tl.start_ns[np.nonzero(~cpu)[0][0]] == 300  # first kernel ready L after its call at 0
+
+
+def test_note_and_cross_vendor():
+    g = gpu_graph()
+    _, _, note = run(g, "gpu-upgrade:target=MI300X")
+    assert "H100 SXM -> MI300X" in note and "cross-vendor" in note and "peak 3 tasks" in note
+    assert "unknown-bound 1 tasks" in note and "launch data for 0 of 4 kernels" in note
+    _, _, note = run(g, "gpu-upgrade:target=B200")
+    assert "cross-vendor" not in note
+
+
+def test_amd_to_nvidia():
+    g = gpu_graph("AMD Instinct MI300X VF")
+    g2, _, note = run(g, "gpu-upgrade:target=H100 SXM")
+    assert "MI300X -> H100 SXM" in note and "(amd -> nvidia)" in note
+    assert g2.dur_ns.sum() != g.dur_ns.sum()
+
+
+def test_op_work():
+    assert op_work("aten::mm", [[64, 32], [32, 16]], ["float", "float"]) == (2.0 * 64 * 32 * 16, 4.0 * (64 * 32 + 32 * 16 + 64 * 16))
+    assert op_work("aten::addmm", [[16], [64, 32], [32, 16], [], []], ["c10::BFloat16"] * 3 + ["Scalar"] * 2)[0] == 2.0 * 64 * 32 * 16
+    assert op_work("aten::bmm", [[3, 4, 5], [3, 5, 6]], ["float", "float"])[0] == 2.0 * 3 * 4 * 5 * 6
+    f, b = op_work("aten::_flash_attention_forward", [[1, 8, 128, 64], [1, 8, 128, 64], [1, 8, 128, 64]], ["c10::Half"] * 3)
+    assert f == 4.0 * 8 * 128 * 128 * 64 and b == 4 * 8 * 128 * 64 * 2.0
+    assert op_work("aten::add", [[10, 10], [10, 10], []], ["float", "float", "Scalar"]) == (100.0, 1200.0)
+    assert op_work("aten::index_select", [[100, 8], [], [5]], ["float", "Scalar", "long int"]) == (-1.0, -1.0)
+    assert op_work("aten::mm", [[2, 3], [4, 5]], ["float", "float"]) == (-1.0, -1.0)  # mismatched inner dims
+    assert op_work("aten::mm", "junk", None) == (-1.0, -1.0)
+
+
+def test_launch_data_on_real_traces():
+    p = TRACES / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+    if not p.exists():
+        pytest.skip("no real traces")
+    d = read_launch_data(str(p), "kineto")
+    assert len(d) == 60 and d.counts["with launch configuration"] == 60 and d.counts["with shapes"] >= 50
+    n = read_launch_data(str(TRACES / "nsys_ai" / "mock.sqlite"), "nsys")
+    assert len(n) == 2 and (n.grid[:, 0] > 0).all()
+    assert read_launch_data(str(p), "saved").reason and read_launch_data("/nonexistent", "kineto").reason
+    bad = TRACES / ".." / "nope.json"
+    assert read_launch_data(str(bad), "kineto").reason
+
+
+def test_launch_data_bad_content(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text('{"traceEvents": [{"cat": "kernel", "args": {"grid": [1, "x", 2], "correlation": 1e400}}, 5]}')
+    assert "unreadable" in read_launch_data(str(f), "kineto").reason
+    f.write_text('{"traceEvents": [{"cat": "kernel", "name": "k", "args": {"grid": [1, "x", 2], "correlation": 3, "device": 0}}]}')
+    d = read_launch_data(str(f), "kineto")
+    assert len(d) == 1 and d.grid[0].tolist() == [-1, -1, -1]
+
+
+# ------------------------------------------------------------------ the emulator as the judge ---
+from hypothesis import HealthCheck, assume, given, settings, strategies as st  # noqa: E402
+
+from daydream.formats import load_trace  # noqa: E402
+from daydream.testing.emulator import emulate, measure_latencies, programs, to_kineto  # noqa: E402
+from daydream.transform import set_launch_latency  # noqa: E402
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@SETTINGS
+@given(programs(max_threads=1), st.integers(0, 20_000))
+def test_target_launch_latency_equals_the_emulator(tmp_path_factory, prog, new_l):
+    """One launching thread (with several, a sync call that the recording saw wait for a task of another
+    thread may not wait for it when L changes: the recorded order is fixed in the graph). The program run with
+    another launch latency L' (G <= L') is what the replay predicts with
+    launch_latency_ns=L' from the trace of the program run with L."""
+    import dataclasses
+
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    assume(new_l >= prog.G)
+    path = tmp_path_factory.mktemp("e") / "emu.json"
+    to_kineto(run, str(path))
+    graph = build_graph(load_trace(str(path)))
+    tl = simulate(set_launch_latency(graph, new_l))
+    want = emulate(dataclasses.replace(prog, launch_latency_ns=new_l))
+    corr = graph.table.correlation[graph.row]
+    cpu = graph.node_kind == NODE_CPU
+    exp = {("c", c.correlation): (c.start_ns, c.end_ns) for c in want.calls}
+    exp.update({("t", t.correlation): (t.start_ns, t.end_ns) for t in want.tasks})
+    got = {("c" if k else "t", int(c)): (int(s), int(e)) for k, c, s, e in zip(cpu, corr, tl.start_ns, tl.end_ns)}
+    assert got == exp
+
+
+def test_hip_work_item_grids():
+    """hipExtModuleLaunchKernel records the global work size: 73,728 work-items of 256 = 288 blocks."""
+    b = TB()
+    c1 = b.call("hipExtModuleLaunchKernel", 0, 10)
+    c2 = b.call("hipLaunchKernel", 20, 30)
+    b.gpu(c1, 1000, 9000, name="Cijk_Alik_Bljk_B_BS_BH_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1")
+    b.gpu(c2, 9000, 12000, name=ADD)
+    g = build_graph(b.table())
+    wi = KM.work_item_grid(g)
+    k = np.nonzero(g.node_kind != NODE_CPU)[0]
+    assert wi[k].tolist() == [True, False]
+    mi300, h100 = find_gpu("MI300X"), H100
+    d = LaunchData(key=make_key([0, 0], [c1, c2]), grid=np.array([[73728, 1, 1], [36, 1, 1]]),
+                   block=np.array([[256, 1, 1], [256, 1, 1]]), regs=np.array([-1, -1]), smem=np.array([-1, -1]),
+                   flops=np.array([-1.0, -1.0]), bytes=np.array([-1.0, -1.0]), op=["", ""])
+    p = KM.plan(g, mi300, h100, d, 1000, 1000)
+    # 288 blocks of 256: MI300X 304 CUs x 8 resident -> u = 288 / 2432; H100 132 x 8 = 1056 -> u = 288 / 1056
+    fc = (1307.4 * 288 / 2432) / (989.4 * 288 / 1056)  # bf16 ('_B_' Tensile type): half path
+    assert p.factor[k[0]] == pytest.approx(fc)
+
+
+@pytest.fixture(scope="module")
+def real_graphs():
+    from daydream.mapping import map_events
+
+    paths = sorted(p for p in TRACES.glob("*/*") if p.suffix in (".gz", ".json", ".sqlite"))
+    if not paths:
+        pytest.skip("no real traces")
+    out = {}
+    for p in paths:
+        t = load_trace(str(p))
+        out[p.name] = build_graph(t, map_events(t))
+    return out
+
+
+def test_identity_with_host_parameters_on_every_real_trace(real_graphs):
+    """Target = source and host parameters at the trace's own values: the baseline exactly."""
+    from daydream.gpus import gpu_of_device
+    from daydream.optimizations._common import median_launch_ns
+
+    done = 0
+    for name, g in real_graphs.items():
+        src = gpu_of_device(g.devices[0]) if g.devices else None
+        if src is None:
+            continue
+        base = simulate(g)
+        spec = (f"gpu-upgrade:target={src.name},cpu_speed=1,launch_latency_ns={g.launch_latency_ns},"
+                f"target_floor_ns={KM.kernel_floor_ns(src, g)}")
+        g2, tl, _ = run(g, spec)
+        assert np.array_equal(tl.start_ns, base.start_ns) and np.array_equal(tl.end_ns, base.end_ns), name
+        done += 1
+    assert done >= 5
+
+
+def test_every_real_trace_places_its_gpu_time(real_graphs):
+    """The note accounts for all GPU time: the rules' shares add up to the GPU task time."""
+    import re as _re
+
+    for name, g in real_graphs.items():
+        if not (g.node_kind != NODE_CPU).any():
+            continue
+        _, _, note = run(g, "gpu-upgrade:source=H100 SXM,target=MI300X")
+        shares = [int(x) for x in _re.findall(r"\((\d+)%\)", note.split("latency-bound")[0])]
+        assert 97 <= sum(shares) <= 103, (name, note)
+
+
+def _slower_host(prog, k: int):
+    """The same program on a host k times slower: host work and every call's own CPU time x k."""
+    import dataclasses
+
+    def op(o):
+        names = [f.name for f in dataclasses.fields(o)] if dataclasses.is_dataclass(o) else []
+        ch = {n: getattr(o, n) * k for n in names if n in ("call_dur_ns", "call_own_ns") or (n == "dur_ns" and type(o).__name__ == "HostWork")}
+        return dataclasses.replace(o, **ch) if ch else o
+
+    threads = [dataclasses.replace(t, ops=tuple(op(o) for o in t.ops)) for t in prog.threads]
+    return dataclasses.replace(prog, threads=tuple(threads))
+
+
+def _exact(graph, tl, want):
+    corr = graph.table.correlation[graph.row]
+    cpu = graph.node_kind == NODE_CPU
+    exp = {("c", c.correlation): (c.start_ns, c.end_ns) for c in want.calls}
+    exp.update({("t", t.correlation): (t.start_ns, t.end_ns) for t in want.tasks})
+    got = {("c" if k else "t", int(c)): (int(s), int(e)) for k, c, s, e in zip(cpu, corr, tl.start_ns, tl.end_ns)}
+    return got == exp
+
+
+@SETTINGS
+@given(programs(max_threads=1), st.sampled_from([2, 4]))
+def test_slower_host_equals_the_emulator(tmp_path_factory, prog, k):
+    """gpu-upgrade's cpu_speed=1/k (same GPU) predicts the program run on a host k times slower: CPU
+    gaps and call durations (a blocking call's own cost) x k."""
+    rec = emulate(prog)
+    assume(measure_latencies(rec) == (prog.L, prog.G))
+    path = tmp_path_factory.mktemp("e") / "emu.json"
+    to_kineto(rec, str(path))
+    graph = build_graph(load_trace(str(path)))
+    assume(graph.t0_ns == prog.t0_ns)
+    g2, tl, note = run(graph, f"gpu-upgrade:source=H100 SXM,target=H100 SXM,cpu_speed={1 / k}")
+    assert "host CPU" in note
+    assert _exact(graph, tl, emulate(_slower_host(prog, k)))
+
+
+def test_reasons_per_kernel_group():
+    g, calls = four_kernels()
+    p = KM.plan(g, H100, A100, launch_data(calls), floor_src=1000, floor_tgt=2000)
+    rows = KM.reasons(g, p, H100, A100)
+    assert [r[0] for r in rows] == [SGEMM, HGEMM, ADD, OTHER]  # largest source time first
+    assert rows[0][2] == "waves: compute-bound on H100 SXM, compute-bound on A100 40GB SXM"
+    assert rows[1][1] == "gemm" and rows[1][2].startswith("roofline: compute-bound")
+    assert rows[3][2].startswith("unknown-bound: unknown-bound")
+    assert [r[4] for r in rows] == [10000, 8000, 5000, 4000] and rows[0][5] == 52601
