@@ -73,6 +73,7 @@ class SizeSource(enum.IntEnum):
     KERNEL_ARGS = 1
     CPU_OP_ARGS = 2  #: record_param_comms
     ANNOTATION_SHAPES = 3  #: nccl:* annotation with Input Dims
+    INSERTED = 4  #: inserted by a what-if (size in its name)
 
 
 OP_LABELS = {Op.UNKNOWN: "unknown", Op.ALL_REDUCE: "all-reduce", Op.ALL_GATHER: "all-gather",
@@ -210,6 +211,7 @@ def find_collectives(graph: TaskGraph, args: CommArgs | None = None) -> Collecti
             counts["collective args not readable (sizes unknown)"] = 1
         if args is not None and len(args):
             _sizes_from_args(graph, node, args, op, size, group, src)
+        _sizes_of_inserted(graph, node, names, size, group, src)
         ws = int(getattr(getattr(table, "meta", None), "world_size", -1) or -1)
         fill = (group < 0) & (ws > 0)
         group[fill] = ws
@@ -260,6 +262,19 @@ def _sizes_from_args(graph: TaskGraph, node: np.ndarray, a: CommArgs, op: np.nda
                 rr = np.zeros(len(node), np.int64)
                 rr[idx[flag]] = ar[flag]
                 _take(h, rr, nbytes, a_op, a.group_size, source, op, size, group, src)
+
+
+_INSERTED_RX = re.compile(r"\(inserted, (\d+) B, n=(\d+)\)$")
+
+
+def _sizes_of_inserted(graph: TaskGraph, node: np.ndarray, names: np.ndarray, size, group, src) -> None:
+    """Collectives inserted by a what-if carry their size and group in their name
+    (``... (inserted, 26214400 B, n=8)``, :func:`daydream.optimizations._comm.allreduce_name`)."""
+    ins = np.nonzero(graph.row[node] < 0)[0]
+    for i in ins.tolist():  # inserted collectives: tens
+        m = _INSERTED_RX.search(names[node[i]])
+        if m:
+            size[i], group[i], src[i] = int(m.group(1)), int(m.group(2)), SizeSource.INSERTED
 
 
 def _take(hit, arow, nbytes, a_op, a_group, source, op, size, group, src) -> None:
