@@ -20,7 +20,8 @@ from ..formats.comm_args import elem_bytes, read_comm_args
 from ..graph import NODE_CPU, EdgeKind, TaskGraph
 from ..transform import add_edges, add_stream, insert, insert_on_stream
 from . import Param
-from ._common import cpu_nodes_in_ranges, cpu_ranges
+from ..cuda_api import ApiRole
+from ._common import cpu_nodes_in_ranges, cpu_ranges, cpu_roles
 
 #: PyTorch DDP's default bucket size: ``bucket_cap_mb=25`` (torch/nn/parallel/distributed.py),
 #: in MiB (DDP multiplies by 1024 * 1024)
@@ -283,7 +284,20 @@ def insert_allreduces(graph: TaskGraph, ready: np.ndarray, dur_ns: np.ndarray, w
     w = np.asarray(waiter) >= 0
     if w.any():
         g = add_edges(g, nodes[w], np.asarray(waiter)[w], EdgeKind.XSTREAM)
-    return g, nodes
+    return _device_syncs_wait(g, nodes), nodes
+
+
+def _device_syncs_wait(g: TaskGraph, nodes: np.ndarray) -> TaskGraph:
+    """A device synchronize of the process waits for the last all-reduce launched before it (it
+    waits for every stream of the device, the communication stream too; docs/model.md)."""
+    pid = int(g.pid[g.launch[nodes[0]]])
+    ds = np.nonzero((cpu_roles(g) == ApiRole.DEVICE_SYNC) & (g.pid == pid))[0]
+    if not len(ds):
+        return g
+    pos = g.position_ns[g.launch[nodes]]
+    j = np.searchsorted(pos, g.position_ns[ds], side="left") - 1
+    ok = j >= 0
+    return add_edges(g, nodes[j[ok]], ds[ok], EdgeKind.WAIT) if ok.any() else g
 
 
 def comm_collectives(graph: TaskGraph) -> Collectives:
