@@ -453,13 +453,18 @@ def insert_on_stream(graph: TaskGraph, *, lane: int, like: int, dur_ns: int, nam
     on = np.nonzero(graph.lane == lane)[0]
     if len(on):
         last = int(on[graph.lane_next[on] < 0][0])
-        return insert(graph, after=last, dur_ns=dur_ns, name=name, launch=launch, preds=preds)
+        g, v = insert(graph, after=last, dur_ns=dur_ns, name=name, launch=launch, preds=preds)
+        if launch is not None:  # a GPU task's place is its launching call's start (docs/model.md)
+            g.position_ns[v] = g.position_ns[launch]
+        return g, v
     if not 0 <= like < graph.n or graph.node_kind[like] == NODE_CPU:
         raise DaydreamError("insert_on_stream: `like` must be a GPU task")
     g = _append_node(graph, like=like, code=int(Kind.KERNEL), lane=lane, dur_ns=dur_ns, gap_ns=0, name=name)
     v = graph.n
     g.stream[v] = int(graph.lane_keys[lane][3])
     g.copy_kind[v] = 0
+    if launch is not None:
+        g.position_ns[v] = graph.position_ns[launch]
     src = [int(p) for p in preds] + ([int(launch)] if launch is not None else [])
     kinds = [EdgeKind.XSTREAM] * (len(src) - (launch is not None)) + ([EdgeKind.LAUNCH] if launch is not None else [])
     order = graph.order.tolist()

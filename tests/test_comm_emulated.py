@@ -69,3 +69,26 @@ def test_buckets_follow_ddp():
     assert br.tolist() == [0, 2, 4, 5] and (bb >> 20).tolist() == [1, 4, 4, 5]
     br, bb = buckets(r, b, 100 << 20, 100 << 20)  # one bucket, closed by the last gradient
     assert br.tolist() == [5] and (bb >> 20).tolist() == [14]
+
+
+def test_one_bucket_on_a_small_program_exact(tmp_path):
+    """Hand-computed: L = 5 us, G = 1 us; k1 (10 us) then, 2 us of host work later, the optimizer
+    kernel k2 (5 us) on the same stream; one 1 MiB all-reduce over 2 ranks after k1."""
+    from daydream.testing.emulator import HostWork, Program, Thread
+
+    prog = Program([Thread([Launch(7, "volta_sgemm_bwd", 10_000, 1_000), HostWork(2_000), Launch(7, "adam_kernel", 5_000, 1_000)])],
+                   launch_latency_ns=5_000, gpu_gap_ns=1_000)
+    run = emulate(prog)
+    p = tmp_path / "t.json"
+    to_kineto(run, str(p))
+    g = build_graph(load_trace(str(p)))
+    k1, k2 = [int(v) for v in np.nonzero(g.node_kind != NODE_CPU)[0]]
+    D = int(cm.collective_ns(cm.ALL_REDUCE, 1 << 20, 2, NET))
+    assert D == 8400 + 2 * 5700 + round((1 << 20) / 15.754e9 * 1e9)  # b + 2(n-1) a + 2(n-1)/n S/B
+    g2, nodes = insert_allreduces(g, np.array([k1]), np.array([D]), np.array([k2]))
+    tl = simulate(g2)
+    t0 = g.t0_ns
+    assert (tl.start_ns[k1] - t0, tl.end_ns[k1] - t0) == (5_000, 15_000)
+    ar = int(nodes[0])
+    assert (tl.start_ns[ar] - t0, tl.end_ns[ar] - t0) == (16_000, 16_000 + D)  # after k1 + G
+    assert tl.start_ns[k2] - t0 == 17_000 + D  # the optimizer waits for the all-reduce + G

@@ -47,7 +47,7 @@ def _link(text: str) -> str:
 
 
 NETWORK_PARAMS: dict[str, Param] = {
-    "link": Param("nvlink2", "intra-node link: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth (25GB/s, 200Gb/s); "
+    "bandwidth": Param("nvlink2", "intra-node link: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth (25GB/s, 200Gb/s); "
                   "default NVLink 2 (the V100 machines of the paper); sources in docs/distributed.md", _link),
     "latency": Param("", "per-step latency (5us, 800ns); default: the link preset's (NCCL tuning.cc hwLat)", str),
     "inter": Param("", "inter-node link preset or bandwidth; empty: all ranks in one node", str),
@@ -66,7 +66,7 @@ def network_of(p: dict[str, Any]) -> cm.Network:
         UsageError: a bandwidth or latency that does not parse.
     """
     try:
-        intra = _as_link(p["link"])
+        intra = _as_link(p["bandwidth"])
         if p.get("latency"):
             intra = cm.Link(intra.name, intra.bandwidth, cm.parse_latency(p["latency"]), intra.source + "; latency given")
         inter = _as_link(p["inter"]) if p.get("inter") else None
