@@ -450,30 +450,31 @@ def insert_on_stream(graph: TaskGraph, *, lane: int, like: int, dur_ns: int, nam
     """
     if not 0 <= lane < len(graph.lanes) or not graph.lane_is_gpu[lane]:
         raise DaydreamError(f"insert_on_stream: lane {lane} is not a GPU stream")
+    preds = [int(p) for p in preds]
     on = np.nonzero(graph.lane == lane)[0]
-    if len(on):
-        last = int(on[graph.lane_next[on] < 0][0])
-        g, v = insert(graph, after=last, dur_ns=dur_ns, name=name, launch=launch, preds=preds)
-        if launch is not None:  # a GPU task's place is its launching call's start (docs/model.md)
-            g.position_ns[v] = g.position_ns[launch]
-        return g, v
+    last = int(on[graph.lane_next[on] < 0][0]) if len(on) else -1
     if not 0 <= like < graph.n or graph.node_kind[like] == NODE_CPU:
         raise DaydreamError("insert_on_stream: `like` must be a GPU task")
+    for x in [*preds, *([launch] if launch is not None else [])]:
+        if not 0 <= x < graph.n:
+            raise DaydreamError(f"insert_on_stream: {x} is not a node")
     g = _append_node(graph, like=like, code=int(Kind.KERNEL), lane=lane, dur_ns=dur_ns, gap_ns=0, name=name)
     v = graph.n
     g.stream[v] = int(graph.lane_keys[lane][3])
     g.copy_kind[v] = 0
-    if launch is not None:
+    if launch is not None:  # a GPU task's place is its launching call's start (docs/model.md)
         g.position_ns[v] = graph.position_ns[launch]
-    src = [int(p) for p in preds] + ([int(launch)] if launch is not None else [])
-    kinds = [EdgeKind.XSTREAM] * (len(src) - (launch is not None)) + ([EdgeKind.LAUNCH] if launch is not None else [])
-    order = graph.order.tolist()
-    pos = max([order.index(s) for s in src], default=-1)
-    order.insert(pos + 1, v)
+    src = [*preds, *([int(launch)] if launch is not None else []), *([last] if last >= 0 else [])]
+    kinds = ([EdgeKind.XSTREAM] * len(preds) + ([EdgeKind.LAUNCH] if launch is not None else [])
+             + ([EdgeKind.STREAM] if last >= 0 else []))
+    rank = np.empty(graph.n, np.int64)
+    rank[graph.order] = np.arange(graph.n)
+    pos = int(rank[src].max()) if src else -1  # visited after everything it depends on: the order stays valid
+    order = np.insert(graph.order, pos + 1, v)
     g = dataclasses.replace(
         g, edge_src=np.concatenate([graph.edge_src, np.asarray(src, np.int64)]),
         edge_dst=np.concatenate([graph.edge_dst, np.full(len(src), v, np.int64)]),
         edge_kind=np.concatenate([graph.edge_kind, np.asarray(kinds, np.uint8)]),
         edge_origin=np.concatenate([graph.edge_origin, np.full(len(src), Origin.INSERTED, np.uint8)]),
-        order=np.asarray(order, dtype=np.int64))
+        order=order.astype(np.int64))
     return _with_valid_order(requeue(g)), v
