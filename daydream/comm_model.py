@@ -178,15 +178,18 @@ def parse_bandwidth(text: str) -> float:
     if t.lower() in PRESETS:
         return PRESETS[t.lower()].bandwidth
     units = (("tb/s", 1e12), ("gb/s", 1e9), ("mb/s", 1e6), ("gbps", 1e9 / 8), ("mbps", 1e6 / 8))
-    for u, f in units:
-        if t.lower().endswith(u):
-            num, unit = t[: -len(u)], t[-len(u):]
-            # lower-case b in the unit means bits ("Gb/s"), upper-case bytes ("GB/s")
-            bits = unit[1] == "b" and u.endswith("/s")
-            v = float(num) * f / (8 if bits else 1)
-            break
-    else:
-        v = float(t)
+    try:
+        for u, f in units:
+            if t.lower().endswith(u):
+                num, unit = t[: -len(u)], t[-len(u):]
+                # lower-case b in the unit means bits ("Gb/s"), upper-case bytes ("GB/s")
+                bits = unit[1] == "b" and u.endswith("/s")
+                v = float(num) * f / (8 if bits else 1)
+                break
+        else:
+            v = float(t)
+    except ValueError:
+        v = float("nan")
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"not a positive bandwidth: {text!r}")
     return v
@@ -199,14 +202,17 @@ def parse_latency(text: str) -> float:
         ValueError: not a latency.
     """
     t = text.strip().lower()
-    for u, f in (("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)):
-        if t.endswith(u):
-            v = float(t[: -len(u)]) * f
-            break
-    else:
-        v = float(t)
+    try:
+        for u, f in (("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)):
+            if t.endswith(u):
+                v = float(t[: -len(u)]) * f
+                break
+        else:
+            v = float(t)
+    except ValueError:
+        v = float("nan")
     if not np.isfinite(v) or v < 0:
-        raise ValueError(f"not a latency: {text!r}")
+        raise ValueError(f"not a latency: {text!r} (5us, 800ns, 1ms, or ns)")
     return v
 
 

@@ -46,6 +46,9 @@ def _link(text: str) -> str:
     return text
 
 
+_link.__name__ = "bandwidth (a preset name, 25GB/s, 200Gb/s, 100Gbps or bytes/s)"  # named in --opt errors
+
+
 NETWORK_PARAMS: dict[str, Param] = {
     "bandwidth": Param("nvlink2", "intra-node link: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth (25GB/s, 200Gb/s); "
                   "default NVLink 2 (the V100 machines of the paper); sources in docs/distributed.md", _link),
@@ -71,7 +74,7 @@ def network_of(p: dict[str, Any]) -> cm.Network:
             intra = cm.Link(intra.name, intra.bandwidth, cm.parse_latency(p["latency"]), intra.source + "; latency given")
         inter = _as_link(p["inter"]) if p.get("inter") else None
     except ValueError as e:
-        raise UsageError(f"--opt: {e}") from None
+        raise UsageError(f"--opt: {e}") from None  # the optimization is named by the caller's spec
     return cm.Network(intra, inter, int(p["gpus_per_node"]), float(p["contention"]),
                       algorithm=cm.TREE if p["algorithm"] == "tree" else cm.RING)
 
