@@ -59,6 +59,9 @@ def test_inserted_allreduces_equal_the_emulator(tmp_path_factory, prog, seed, si
                                                                             [(keys[c][0], where[keys[c][1]]) for c in tasks]}
     got = [(int(pred.start_ns[v]), int(pred.end_ns[v])) for v in nodes]
     assert got == [e_tasks[(0, i)] for i in ar]
+    # doubling the bandwidth never slows the prediction
+    fast = cm.collective_ns(cm.ALL_REDUCE, np.asarray(sizes[:k]), world, cm.Network(cm.PRESETS["pcie4"]))
+    assert simulate(insert_allreduces(g, ready, fast, w)[0]).end_ns.max() <= pred.end_ns.max()
 
 
 def test_buckets_follow_ddp():

@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 
 from .. import comm_model as cm
-from ..collectives import Collectives, find_collectives
+from ..collectives import Collectives, find_collectives, kernel_is_collective
 from ..errors import NotApplicable, UsageError
 from ..events import Kind
 from ..formats.comm_args import elem_bytes, read_comm_args
@@ -242,12 +242,12 @@ def buckets(ready: np.ndarray, nbytes: np.ndarray, bucket_bytes: float, first_by
     return np.asarray(out_r, np.int64), np.asarray(out_b, np.int64)
 
 
-def first_after(graph: TaskGraph, after: int, phases=(3,)) -> int:
+def first_after(graph: TaskGraph, after: int, phases=(3,), exclude: np.ndarray | None = None) -> int:
     """The first GPU task launched after ``after`` (by position) on its device whose mapped phase
     is in ``phases`` (default: optimizer), else the first GPU task launched after it that is not
-    backward; -1 none."""
+    backward; collectives (or ``exclude``, a node mask) never count; -1 none."""
     gpu = (graph.node_kind != NODE_CPU) & (graph.position_ns > graph.position_ns[after]) & (graph.device == graph.device[after])
-    gpu &= ~np.char.startswith(graph.node_names().astype(str), "nccl") if gpu.any() else gpu
+    gpu &= ~(kernel_is_collective(graph) if exclude is None else exclude)
     mp = graph.mapping
     for cand in ((gpu & np.isin(mp.phase, phases)) if mp is not None else gpu, gpu & ((mp.phase != 2) if mp is not None else gpu)):
         v = np.nonzero(cand)[0]

@@ -51,11 +51,12 @@ def plan(graph, p) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]
     r, b, s, note = gradients(graph, p)
     net = network_of(p)
     rr, bb, ww = [], [], []
+    coll = kernel_is_collective(graph)
     for it in np.unique(s).tolist():  # iterations: a handful
         m = s == it
         br, bbytes = buckets(r[m], b[m], p["bucket_mb"] * MIB, p["first_bucket_mb"] * MIB)
         w = np.full(len(br), -1, np.int64)
-        w[-1] = first_after(graph, int(br[-1]))
+        w[-1] = first_after(graph, int(br[-1]), exclude=coll)
         rr.append(br)
         bb.append(bbytes)
         ww.append(w)

@@ -74,10 +74,11 @@ def _apply(graph, p):
     o = np.lexsort((np.arange(len(rs)), graph.position_ns[rs]))  # launch order on the stream
     rs, bs, ss, gi = rs[o], bs[o], ss[o], gi[o]
     waiter = _consumers(graph, ss, gi, b, steps)
+    coll = kernel_is_collective(graph)
     for it in np.unique(ss).tolist():
         m = np.nonzero(ss == it)[0]
         if (waiter[m] < 0).all():
-            waiter[m[-1]] = first_after(graph, int(rs[m[-1]]))
+            waiter[m[-1]] = first_after(graph, int(rs[m[-1]]), exclude=coll)
     d = cm.collective_ns(cm.ALL_REDUCE, bs, p["world"], network_of(p))
     g, nodes = insert_allreduces(graph, rs, d, waiter, [allreduce_name(x, p["world"]) for x in bs.tolist()])
     pr = np.zeros(g.n, np.int64)
