@@ -35,7 +35,7 @@ all-to-all = ``b + (g-1) a_I + (n-g) a_E + c ((g-1)/n S/B_I + (n-g)/n S/B_E)`` (
 own NIC, as on DGX systems); broadcast, reduce and send/recv use the inter-node link.
 
 **Contention factor** ``c``: collectives overlapped with compute kernels run slower than on
-exclusive links; the Daydream paper (Zhu et al., USENIX ATC 2020, section 6, data-parallel
+exclusive links; the Daydream paper (Zhu et al., USENIX ATC 2020, evaluation of data-parallel
 training) measured NCCL about 34 % slower than its exclusive-link estimate:
 :data:`PAPER_CONTENTION` = 1.34. The default is 1 (exclusive links); it is a named parameter of
 every communication what-if.
@@ -52,7 +52,7 @@ ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE, SEND_RECV
 RING, TREE = 1, 2
 
 #: contention factor the Daydream paper measured (NCCL ~34 % slower than the exclusive-link
-#: estimate; Zhu et al., ATC 2020, section 6)
+#: estimate; Zhu et al., ATC 2020, distributed-training evaluation; section number not re-checked)
 PAPER_CONTENTION = 1.34
 
 #: per-collective base latency, ns: NCCL ``src/graph/tuning.cc`` ``baseLat`` Ring/Simple = 8.4 us

@@ -1,6 +1,6 @@
 """``ddp``: what if this one-GPU iteration ran data-parallel on ``world`` GPUs (PyTorch DDP)?
 
-The Daydream paper's distributed what-if (section 6): per iteration, the gradients backward
+The Daydream paper's distributed what-if (its distributed-training case study): per iteration, the gradients backward
 produces are grouped into buckets in production order (DDP: the first bucket 1 MiB, then
 ``bucket_mb`` = 25 MiB, ``torch/nn/parallel/distributed.py``), and one all-reduce per bucket runs
 on a new communication stream, launched from the thread that produced the bucket's last gradient

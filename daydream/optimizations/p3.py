@@ -1,6 +1,6 @@
 """``p3``: priority-based parameter propagation (Jayarajan et al., "Priority-based Parameter
 Propagation for Distributed DNN Training", SysML 2019), from a one-GPU trace, as the Daydream
-paper models it (section 6): gradients are cut into slices of ``slice_mb`` (small gradients share one), one all-reduce per
+paper models it (its P3 case study): gradients are cut into slices of ``slice_mb`` (small gradients share one), one all-reduce per
 slice on a communication stream scheduled by priority (the ``set_priority`` primitive: the slices
 the next forward pass needs first, i.e. the gradients backward produces last, go first), and the
 next iteration's forward work waits only for its own layer's slices instead of the optimizer
