@@ -196,6 +196,19 @@ def layers_section(r: Report) -> list[str]:
     return _table(LAYER_COLS, r.layers) if r.layers else []
 
 
+def communication_section(r: Report) -> list[str]:
+    """The trace's collectives per operation with the bus bandwidth they achieved (nccl-tests)."""
+    c = r.communication
+    if c is None:
+        return []
+    head = f"communication: {c.collectives:,} collectives" + (f", {c.without_size:,} without a message size in the trace" if c.without_size else "")
+    rows = []
+    for o in c.by_op:
+        bw = f"busbw median {o.busbw_median_gbps:,.2f} GB/s, best {o.busbw_max_gbps:,.2f} GB/s" if o.busbw_median_gbps is not None else "busbw unknown"
+        rows.append(f"  {o.op:<15} {o.count:>7,}  sized {o.sized:>7,}  {o.bytes / 2**20:>10,.1f} MiB  {_ms(o.time_ns):>10} ms  {bw}")
+    return [head, *rows]
+
+
 def critical_path_section(title: str, cp: CriticalPath) -> list[str]:
     """The length of a critical path, its time by cause, and by phase when mapped."""
 
@@ -269,6 +282,8 @@ def sections(r: Report) -> list[list[str]]:
         phases_section(r),
         layers_section(r),
         top_tables_section(r),
+
+        communication_section(r),
         critical_path_section("critical path of the replayed baseline", r.critical_path),
         waits_section(r.critical_path),
         *(prediction_section(p, r.trust) for p in r.predictions),

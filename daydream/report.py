@@ -17,10 +17,10 @@ from typing import NamedTuple
 import numpy as np
 import msgspec
 
+from .collectives import find_collectives
 from .critical_path import CriticalPath, critical_path, gpu_relevant
 from .events import Accounting, Kind, TraceMeta
 from .graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
-from .graph import EdgeKind
 from .kernels import classify_name
 from .mapping import PHASES
 from .simulate import Timeline
@@ -164,6 +164,32 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     layers: list[GroupStats] = []  #: top layers by GPU time
     trust: Trust | None = None  #: how faithful the baseline replay is (set by build_report)
     summary: Summary | None = None  #: the opening answer and the top tables (daydream.summary)
+
+    communication: "CommSummary | None" = None  #: the trace's collectives (None: it has none)
+
+
+class CollectiveStats(msgspec.Struct, forbid_unknown_fields=True):
+    """The collectives of one operation (daydream/collectives.py): how many, how many with a
+    message size in the trace, their bytes (nccl-tests' S) and recorded time, and the bus
+    bandwidth they achieved (GB/s, nccl-tests' busbw; None when no size is known)."""
+
+    op: str
+    count: int
+    sized: int
+    bytes: int
+    time_ns: int
+    busbw_median_gbps: float | None
+    busbw_max_gbps: float | None
+
+
+class CommSummary(msgspec.Struct, forbid_unknown_fields=True):
+    """The trace's collectives: total, those without a message size in the trace, per operation,
+    and what detection counted (reasons)."""
+
+    collectives: int
+    without_size: int
+    by_op: list[CollectiveStats]
+    counts: dict[str, int]
 
 
 # ---------------------------------------------------------------- computation -----------------
@@ -368,7 +394,17 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     _, cp = critical_path(graph, tl, *_phase_args(graph), detail=detail)
     return Report(REPORT_VERSION, t.meta, t.accounting, summary, window, steps, cp, processes=_process_windows(graph, tl, rec),
                   phases=phases, layers=layers, warnings=_warnings(graph), trust=build_trust(graph, tl, rec, window, steps),
-                  summary=build_summary(graph, tl, rec, cp, detail, steps, window))
+                  summary=build_summary(graph, tl, rec, cp, detail, steps, window), communication=comm_summary(graph))
+
+
+def comm_summary(graph: TaskGraph) -> CommSummary | None:
+    """The :class:`CommSummary` of ``graph``'s collectives, None when it has none."""
+    c = find_collectives(graph)
+    if not len(c):
+        return None
+    by = [CollectiveStats(op, v["count"], v["sized"], v["bytes"], v["time_ns"], v["busbw_median_GBps"], v["busbw_max_GBps"])
+          for op, v in c.summary().items()]
+    return CommSummary(len(c), int((c.size_bytes < 0).sum()), by, dict(c.counts))
 
 
 def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int = 1) -> tuple[str, str]:

@@ -513,3 +513,70 @@ def set_launch_latency(graph: TaskGraph, latency_ns: int) -> TaskGraph:
     if latency_ns < 0:
         raise DaydreamError("set_launch_latency: the latency must be >= 0")
     return dataclasses.replace(graph, launch_latency_ns=int(latency_ns), gpu_gap_ns=min(int(graph.gpu_gap_ns), int(latency_ns)))
+
+def add_stream(graph: TaskGraph, *, pid: int, device: int, stream: int | None = None) -> tuple[TaskGraph, int]:
+    """New graph with one more (empty) GPU stream lane on ``device`` of process ``pid``.
+
+    Args:
+        stream: the stream id; default: one more than the largest stream id of the graph.
+
+    Returns:
+        (new graph, id of the new lane).
+
+    Raises:
+        DaydreamError: the stream already has a lane.
+    """
+    if stream is None:
+        gpu = graph.node_kind != NODE_CPU
+        stream = int(graph.stream[gpu].max()) + 1 if gpu.any() else 0
+    key = np.array([[1, pid, device, stream]], dtype=np.int64)
+    if len(graph.lane_keys) and (graph.lane_keys == key).all(axis=1).any():
+        raise DaydreamError(f"add_stream: stream {stream} of device {device} already has a lane")
+    return dataclasses.replace(
+        graph, lanes=[*graph.lanes, f"gpu {device} stream {stream} (pid {pid})"],
+        lane_is_gpu=np.append(graph.lane_is_gpu, True), lane_keys=np.vstack([graph.lane_keys.reshape(-1, 4), key])), len(graph.lanes)
+
+
+def insert_on_stream(graph: TaskGraph, *, lane: int, like: int, dur_ns: int, name: str, launch: int | None = None,
+                     preds: Iterable[int] = ()) -> tuple[TaskGraph, int]:
+    """New graph with a kernel appended at the end of GPU ``lane`` (which may be empty, e.g. made
+    by :func:`add_stream`): launched by ``launch`` (ready at its start + L), after the lane's last
+    task (+G) and its cross-stream producers ``preds`` (+G). ``like`` (a GPU node) lends its
+    identity fields (pid, device, mapping); the new task takes the lane's stream.
+
+    Returns:
+        (new graph, id of the new node).
+
+    Raises:
+        DaydreamError: bad ids, or a lane that is not a GPU stream.
+    """
+    if not 0 <= lane < len(graph.lanes) or not graph.lane_is_gpu[lane]:
+        raise DaydreamError(f"insert_on_stream: lane {lane} is not a GPU stream")
+    preds = [int(p) for p in preds]
+    on = np.nonzero(graph.lane == lane)[0]
+    last = int(on[graph.lane_next[on] < 0][0]) if len(on) else -1
+    if not 0 <= like < graph.n or graph.node_kind[like] == NODE_CPU:
+        raise DaydreamError("insert_on_stream: `like` must be a GPU task")
+    for x in [*preds, *([launch] if launch is not None else [])]:
+        if not 0 <= x < graph.n:
+            raise DaydreamError(f"insert_on_stream: {x} is not a node")
+    g = _append_node(graph, like=like, code=int(Kind.KERNEL), lane=lane, dur_ns=dur_ns, gap_ns=0, name=name)
+    v = graph.n
+    g.stream[v] = int(graph.lane_keys[lane][3])
+    g.copy_kind[v] = 0
+    if launch is not None:  # a GPU task's place is its launching call's start (docs/model.md)
+        g.position_ns[v] = graph.position_ns[launch]
+    src = [*preds, *([int(launch)] if launch is not None else []), *([last] if last >= 0 else [])]
+    kinds = ([EdgeKind.XSTREAM] * len(preds) + ([EdgeKind.LAUNCH] if launch is not None else [])
+             + ([EdgeKind.STREAM] if last >= 0 else []))
+    rank = np.empty(graph.n, np.int64)
+    rank[graph.order] = np.arange(graph.n)
+    pos = int(rank[src].max()) if src else -1  # visited after everything it depends on: the order stays valid
+    order = np.insert(graph.order, pos + 1, v)
+    g = dataclasses.replace(
+        g, edge_src=np.concatenate([graph.edge_src, np.asarray(src, np.int64)]),
+        edge_dst=np.concatenate([graph.edge_dst, np.full(len(src), v, np.int64)]),
+        edge_kind=np.concatenate([graph.edge_kind, np.asarray(kinds, np.uint8)]),
+        edge_origin=np.concatenate([graph.edge_origin, np.full(len(src), Origin.INSERTED, np.uint8)]),
+        order=order.astype(np.int64))
+    return _with_valid_order(requeue(g)), v

@@ -36,13 +36,13 @@ DEFERRED_IMPORTS_ALLOWED_IN = frozenset({"daydream.cli"})
 # ``*`` globs. Every daydream module outside daydream.testing must be in exactly one layer, and
 # every member must name something that exists.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("daydream.errors", "daydream.cuda_api", "daydream.display")),
+    ("base", ("daydream.errors", "daydream.cuda_api", "daydream.display", "daydream.comm_model")),
     # the event table and the facts read straight off it: GPU specs, the launch-link ids
     ("events", ("daydream.events", "daydream.gpus", "daydream.links")),
     ("formats", ("daydream.formats",)),
     ("mapping", ("daydream.mapping",)),
     # the kernel classifier classifies graph tasks (kernel_info takes a TaskGraph)
-    ("graph", ("daydream.graph", "daydream.kernels")),
+    ("graph", ("daydream.graph", "daydream.kernels", "daydream.collectives")),
     ("transform", ("daydream.transform", "daydream.optimizations")),
     ("simulate", ("daydream.simulate", "daydream.critical_path")),
     ("report", ("daydream.report", "daydream.timeline", "daydream.render_*", "daydream.schemas", "daydream.summary")),

@@ -1,0 +1,137 @@
+"""``network``, ``world-size``, ``buckets``: re-cost the collectives a trace already has.
+
+Each sized collective (:mod:`daydream.collectives`) gets ``new = max(recorded + model_new -
+model_old, 0)``: the model's change is added to what was recorded, so the part of a recorded
+collective that is waiting for peers (or anything the model does not see) is kept, and the same
+network gives the recorded time back. ``model_old`` is :func:`daydream.comm_model.collective_ns`
+on the trace's own network, calibrated from it (bandwidth: the highest bus bandwidth any of its
+collectives achieved; latency: the ``link`` preset's), at the recorded group size. Compute is
+unchanged; collectives without a size in the trace are left as recorded (counted in the note).
+
+* ``network:link=...,latency=...,inter=...``: the given network instead of the calibrated one.
+* ``world-size:n=N``: N ranks instead of the recorded group size (all-reduce, broadcast,
+  all-to-all keep their message; all-gather and reduce-scatter keep each rank's shard, so their
+  ``S`` scales by N/n).
+* ``buckets:size=MB``: the all-reduces of each iteration re-bucketed: their bytes, in stream
+  order, cut into buckets of ``size`` MiB; a bucket is charged to the recorded all-reduce during
+  which its last byte was recorded (its gradients were ready by then), each bucket paying the
+  model's latency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .. import comm_model as cm
+from ..collectives import Op
+from ..transform import set_duration
+from . import Optimization, Param, register
+from ._comm import DDP_BUCKET_MB, MIB, NETWORK_PARAMS, comm_collectives, network_of, step_of_nodes
+
+
+def calibrated(c, like: cm.Network) -> cm.Network:
+    """``like`` with its intra-node link replaced by the one fitted to the collectives ``c``
+    (bandwidth: :func:`daydream.comm_model.calibrate`), and the base and per-step latencies lowered
+    where a recorded collective was faster than they allow (so no recorded collective is shorter
+    than the calibrated model says)."""
+    link = cm.calibrate(c.op, c.size_bytes, c.group_size, c.dur_ns, like.intra)
+    if link is None:
+        return like
+    net = dataclasses.replace(like, intra=link, inter=None, contention=1.0)
+    m = _sized(c) & (c.group_size > 1)
+    if m.any():
+        base = min(net.base_latency_ns, float(c.dur_ns[m].min()))
+        net = dataclasses.replace(net, base_latency_ns=base)
+        zero = dataclasses.replace(net, intra=dataclasses.replace(link, latency_ns=0.0))
+        xfer = cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], zero)
+        steps = np.maximum((cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], net) - xfer) / max(link.latency_ns, 1e-9), 1e-9)
+        a = float(np.clip((c.dur_ns[m] - xfer) / steps, 0, link.latency_ns).min())
+        net = dataclasses.replace(net, intra=dataclasses.replace(link, latency_ns=a))
+    return net
+
+
+def _sized(c):
+    return (c.size_bytes >= 0) & (c.group_size >= 1) & (c.op != Op.UNKNOWN)
+
+
+def recost(graph, c, m, new_size, new_n, new_net, old_net):
+    """Graph with collectives ``c.node[m]`` re-costed (module docstring); (graph, old ns, new ns)."""
+    old_model = cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], old_net)
+    new_model = cm.collective_ns(c.op[m], new_size[m], new_n[m], new_net)
+    new = np.maximum(c.dur_ns[m] + new_model - old_model, 0)
+    mask = np.zeros(graph.n, bool)
+    mask[c.node[m]] = True
+    dur = graph.dur_ns.copy()
+    dur[c.node[m]] = new
+    return set_duration(graph, mask, dur[mask]), int(c.dur_ns[m].sum()), int(new.sum())
+
+
+def _note(c, m, old, new, what):
+    left = int((~m).sum())
+    s = f"{int(m.sum()):,} collectives re-costed for {what}: {old / 1e6:,.3f} -> {new / 1e6:,.3f} ms"
+    return s + (f"; {left:,} others (no size in the trace, or not concerned) left as recorded" if left else "")
+
+
+def _network(graph, p):
+    c = comm_collectives(graph)
+    m = _sized(c)
+    new_net = network_of(p)
+    g, old, new = recost(graph, c, m, c.size_bytes, c.group_size, new_net, calibrated(c, new_net))
+    return g, _note(c, m, old, new, new_net.intra.name + (f" + {new_net.inter.name}" if new_net.inter else ""))
+
+
+def _world(graph, p):
+    c = comm_collectives(graph)
+    m = _sized(c) & (c.group_size > 1)
+    net = calibrated(c, network_of(p))  # the trace's own network: only the group size changes
+    n = np.full(len(c), p["n"], np.int64)
+    shard = np.isin(c.op, (Op.ALL_GATHER, Op.REDUCE_SCATTER))
+    size = np.where(shard, np.rint(c.size_bytes * (p["n"] / np.maximum(c.group_size, 1))).astype(np.int64), c.size_bytes)
+    g, old, new = recost(graph, c, m, size, n, net, calibrated(c, net))
+    return g, _note(c, m, old, new, f"{p['n']} ranks")
+
+
+def rebucket(c, m_ar, steps, bucket_bytes, net) -> np.ndarray:
+    """New model time (ns) per collective of ``m_ar`` (all-reduces, in node order) when each
+    iteration's all-reduce bytes are re-bucketed (module docstring)."""
+    out = np.zeros(len(c), np.int64)
+    for s in np.unique(steps[m_ar]).tolist():  # iterations: a handful
+        idx = np.nonzero(m_ar & (steps == s))[0]
+        idx = idx[np.argsort(c.node[idx], kind="stable")]
+        cum = np.cumsum(c.size_bytes[idx])
+        total = int(cum[-1])
+        ends = np.minimum(np.arange(1, int(np.ceil(total / bucket_bytes)) + 1) * bucket_bytes, total)
+        sizes = np.diff(np.concatenate([[0], ends]))
+        owner = np.minimum(np.searchsorted(cum, ends - 1e-9), len(idx) - 1)
+        t = cm.collective_ns(cm.ALL_REDUCE, sizes, c.group_size[idx[owner]], net)
+        np.add.at(out, idx[owner], t)
+    return out
+
+
+def _buckets(graph, p):
+    c = comm_collectives(graph)
+    m = _sized(c) & (c.op == Op.ALL_REDUCE) & (c.group_size > 1)
+    if not m.any():
+        return graph, "no sized all-reduce to re-bucket; nothing changed"
+    net = calibrated(c, network_of(p))
+    steps = step_of_nodes(graph)[c.node]
+    new_model = rebucket(c, m, steps, p["size"] * MIB, net)
+    old_model = cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], net)
+    new = np.maximum(c.dur_ns[m] + new_model[m] - old_model, 0)
+    mask = np.zeros(graph.n, bool)
+    mask[c.node[m]] = True
+    dur = graph.dur_ns.copy()
+    dur[c.node[m]] = new
+    return set_duration(graph, mask, dur[mask]), _note(c, m, int(c.dur_ns[m].sum()), int(new.sum()), f"{p['size']:g} MiB buckets")
+
+
+for _name, _summary, _fn, _own in (
+    ("network", "re-cost the trace's collectives on another network (bandwidth, latency, inter-node link)", _network, {}),
+    ("world-size", "re-cost the trace's collectives for N ranks", _world,
+     {"n": Param(16, "number of ranks", int, lambda v: 1 <= v <= 1 << 20, "1 to 2^20")}),
+    ("buckets", "re-bucket the trace's all-reduces (DDP bucket size)", _buckets,
+     {"size": Param(DDP_BUCKET_MB, "bucket size, MiB (PyTorch DDP bucket_cap_mb default 25)", float, lambda v: v > 0, "> 0")}),
+):
+    register(Optimization(name=_name, summary=_summary, apply=_fn, what_if=True, params={**_own, **NETWORK_PARAMS}))

@@ -1,0 +1,114 @@
+"""Communication what-ifs on real traces: ddp:world=1 is the baseline, doubling bandwidth never
+slows a prediction, more workers never make communication cheaper per byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import daydream
+from daydream.graph import build_graph
+from daydream.mapping import map_events
+from daydream.optimizations import parse_spec
+from daydream.simulate import simulate
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+RESNET = "kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
+WITH_COLLECTIVES = ["hta/nccl_data.json.gz", "tracelens/b200_eager_trace.json.gz", "param_dlrm/dlrm_8rank_worker0.pt.trace.json.gz"]
+needs = pytest.mark.skipif(not (TRACES / RESNET).exists(), reason="../shared/traces not present")
+
+
+def _graph(rel):
+    t = daydream.load_trace(str(TRACES / rel))
+    return build_graph(t, map_events(t))
+
+
+def _end(g, spec):
+    opt, p = parse_spec(spec)
+    g2, _ = opt.apply(g, p)
+    return int(simulate(g2).end_ns.max()), g2
+
+
+@needs
+def test_ddp_world_1_is_the_baseline_and_bandwidth_helps():
+    g = _graph(RESNET)
+    base = simulate(g)
+    e1, g1 = _end(g, "ddp:world=1")
+    tl = simulate(g1)
+    assert np.array_equal(tl.start_ns, base.start_ns) and np.array_equal(tl.end_ns, base.end_ns)
+    slow, g8 = _end(g, "ddp:world=8,bandwidth=pcie3")
+    fast, _ = _end(g, "ddp:world=8,bandwidth=32GB/s")  # 2x PCIe 3 bandwidth
+    assert fast <= slow and slow >= int(base.end_ns.max())
+    assert (g8.row < 0).sum() == 60  # 30 all-reduces and the 30 calls that launch them
+
+
+@needs
+@pytest.mark.parametrize("rel", WITH_COLLECTIVES)
+def test_doubling_bandwidth_never_slows(rel):
+    g = _graph(rel)
+    for a, b in (("pcie3", "pcie4"), ("pcie4", "pcie5"), ("ib200", "ib400"), ("nvlink2", "nvlink3")):
+        assert _end(g, f"network:bandwidth={b}")[0] <= _end(g, f"network:bandwidth={a}")[0]
+
+
+@needs
+@pytest.mark.parametrize("rel", WITH_COLLECTIVES)
+def test_more_workers_never_cheaper_per_byte(rel):
+    from daydream.collectives import find_collectives
+    g = _graph(rel)
+    c = find_collectives(g)
+    m = c.size_bytes > 0
+    prev = None
+    for n in (2, 4, 8, 16, 64, 256):
+        _, g2 = _end(g, f"world-size:n={n},inter=ib200")
+        per_byte = g2.dur_ns[c.node[m]] / c.size_bytes[m]
+        if prev is not None:
+            assert (per_byte >= prev - 1e-12).all(), n
+        prev = per_byte
+
+
+@needs
+def test_recost_on_the_calibrated_network_is_the_identity():
+    from daydream.collectives import find_collectives
+    from daydream.optimizations._comm import network_of, NETWORK_PARAMS
+    from daydream.optimizations.recost import calibrated, recost, _sized
+    g = _graph("hta/nccl_data.json.gz")
+    c = find_collectives(g)
+    net = calibrated(c, network_of({k: p.default for k, p in NETWORK_PARAMS.items()}))
+    g2, old, new = recost(g, c, _sized(c), c.size_bytes, c.group_size, net, net)
+    assert old == new and np.array_equal(g2.dur_ns, g.dur_ns)
+
+
+@needs
+def test_compression_and_p3_run_and_say_what_they_did():
+    g = _graph("param_dlrm/dlrm_8rank_worker0.pt.trace.json.gz")
+    opt, p = parse_spec("compression:ratio=4")
+    g2, note = opt.apply(g, p)
+    assert "8 collectives compressed 4x" in note and (g2.row < 0).sum() == 8  # one decompression kernel each
+    ratio1, _ = parse_spec("compression:ratio=1")
+    g3, _ = ratio1.apply(g, _)
+    assert (g3.dur_ns[g3.row >= 0] >= g.dur_ns).all()  # ratio 1 only adds the (de)compression passes
+    opt, p = parse_spec("p3:bandwidth=pcie3")
+    with pytest.raises(Exception, match="already has collective"):
+        opt.apply(g, p)
+
+
+@needs
+def test_ddp_refuses_without_sizes_and_reads_a_param_file(tmp_path):
+    import json
+    from daydream.errors import NotApplicable, UsageError
+    g = _graph("hta/alexnet_benchmark_result_2869224_1695835535_trace.json.gz")
+    opt, p = parse_spec("ddp")
+    with pytest.raises(NotApplicable, match="gradient sizes not found: the trace records no input shapes"):
+        opt.apply(g, p)
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({"parameters": [{"numel": 4 << 20, "name": "w"}, {"numel": 10, "dtype": "bfloat16"}]}))
+    g = _graph(RESNET)
+    g2, note = opt.apply(g, parse_spec(f"ddp:params={f}")[1])
+    assert "2 parameters" in note and "inferred" in note
+    # backward order: 20 B then 16 MiB: the first bucket (>= 1 MiB) closes with both; per step a call and a kernel
+    assert (g2.row < 0).sum() == 2 * 6
+    f.write_text('{"parameters": [{"numel": -5}]}')
+    with pytest.raises(UsageError, match="parameters\\[0\\]"):
+        opt.apply(g, parse_spec(f"ddp:params={f}")[1])
