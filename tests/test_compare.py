@@ -1,0 +1,119 @@
+"""``--compare-to AFTER``: predicted (or this trace) against another trace's measurement
+(daydream/compare.py), and CPU ranges carried into a replay (daydream/ranges.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import daydream
+from daydream.cli import main
+from daydream.compare import GROUPS, compare
+from daydream.graph import profiler_steps
+from daydream.ranges import carry, cpu_range_rows
+from daydream.report import step_windows
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "fixtures" / "train_step.json.gz"
+BERT = ROOT.parent / "shared" / "traces" / "tracelens"
+H100 = BERT / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+MI300 = BERT / "mi300_gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def _run(tmp_path, capsys, *args) -> tuple[dict, str]:
+    js = tmp_path / "r.json"
+    assert main([*map(str, args), "--json", str(js)]) == 0
+    text = capsys.readouterr().out
+    return json.loads(js.read_bytes()), text
+
+
+def test_trace_against_itself_has_zero_error_everywhere(tmp_path, capsys):
+    rep, text = _run(tmp_path, capsys, FIXTURE, "--compare-to", FIXTURE)
+    c = rep["comparison"]
+    assert c["predicted_by"] == "" and c["window_error_pct"] == 0 and c["max_step_error_pct"] == 0
+    groups = {r["group"] for r in c["rows"]}
+    assert groups == set(GROUPS) - {"phase CPU"} or groups == set(GROUPS)
+    for r in c["rows"]:
+        assert r["error_ns"] == 0 and r["error_pct"] == 0, r
+        assert r["before_ns"] == r["predicted_ns"] == r["after_ns"]
+    assert sum(r["group"] == "window" for r in c["rows"]) == 1 + len(rep["steps"])
+    assert "compared with" in text and "this trace against its measurement" in text
+
+
+def test_prediction_against_the_same_trace_is_the_prediction(tmp_path, capsys):
+    """With --opt, the predicted column is the report's prediction and the error its distance
+    from the (unchanged) measurement."""
+    rep, text = _run(tmp_path, capsys, FIXTURE, "--opt", "scale-kernels:pattern=gemm,factor=0.5", "--compare-to", FIXTURE)
+    c, p = rep["comparison"], rep["predictions"][0]
+    assert c["predicted_by"] == "scale-kernels:pattern=gemm,factor=0.5"
+    win = [r for r in c["rows"] if r["group"] == "window"]
+    assert [r["predicted_ns"] for r in win] == [p["window"]["predicted_ns"]] + [s["predicted_ns"] for s in p["steps"]]
+    assert [r["after_ns"] for r in win] == [rep["window"]["measured_ns"]] + [s["measured_ns"] for s in rep["steps"]]
+    cp = {r["name"]: r for r in c["rows"] if r["group"] == "critical path"}
+    assert cp["length"]["predicted_ns"] == p["critical_path"]["length_ns"]
+    assert cp["length"]["after_ns"] == rep["critical_path"]["length_ns"]
+    gemm = next(r for r in c["rows"] if r["group"] == "kernel class" and r["name"] == "gemm")
+    assert gemm["predicted_ns"] < gemm["after_ns"] and gemm["error_ns"] == gemm["predicted_ns"] - gemm["after_ns"]
+    for r in c["rows"]:
+        assert r["error_ns"] == r["predicted_ns"] - r["after_ns"]
+        if r["after_ns"]:
+            assert r["error_pct"] == pytest.approx(r["error_ns"] / r["after_ns"] * 100, abs=1e-4)
+    assert "predicted ms" in text
+
+
+@pytest.mark.skipif(not (H100.exists() and MI300.exists()), reason="../shared/traces/tracelens bert-small pair not present")
+def test_bert_small_h100_to_mi300(tmp_path, capsys):
+    rep, text = _run(tmp_path, capsys, H100, "--opt", "gpu-upgrade:target=MI300X", "--compare-to", MI300)
+    after, _ = _run(tmp_path, capsys, MI300)
+    c = rep["comparison"]
+    assert c["predicted_by"].startswith("gpu-upgrade:target=MI300X")
+    rows = {(r["group"], r["name"]): r for r in c["rows"]}
+    w = rows[("window", "traced window")]
+    assert w["before_ns"] == rep["window"]["measured_ns"] and w["after_ns"] == after["window"]["measured_ns"]
+    assert w["predicted_ns"] == rep["predictions"][0]["window"]["predicted_ns"]
+    assert c["window_error_pct"] == abs(w["error_pct"]) > 0
+    assert {"gemm", "softmax_attention"} <= {n for g, n in rows if g == "kernel class"}
+    assert ("phase GPU", "forward") in rows and ("CPU range", "aten::linear") in rows
+    # the MI300 trace measured the same model: same kernels classes, same ops
+    assert rows[("CPU range", "aten::linear")]["after_ns"] > 0
+
+
+def test_compare_to_refusals(tmp_path, capsys):
+    assert main([str(FIXTURE), "--opt", "all", "--compare-to", str(FIXTURE)]) == 2
+    assert "--opt all" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main([str(FIXTURE), "--compare-to", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and len(err.strip().splitlines()) == 1
+    assert main([str(FIXTURE), "--compare-to", str(FIXTURE), "--json", str(FIXTURE)]) == 2
+
+
+def test_compare_api_matches_cli(tmp_path, capsys):
+    table = daydream.load_trace(str(FIXTURE))
+    a = daydream.analyze(table, ["scale-kernels:pattern=gemm,factor=0.5"])
+    b = daydream.analyze(daydream.load_trace(str(FIXTURE)))
+    c = compare(a, b)
+    rep, _ = _run(tmp_path, capsys, FIXTURE, "--opt", "scale-kernels:pattern=gemm,factor=0.5", "--compare-to", FIXTURE)
+    assert [r.predicted_ns for r in c.rows] == [r["predicted_ns"] for r in rep["comparison"]["rows"]]
+
+
+def test_carried_steps_are_the_reports_step_boundaries():
+    """The ProfilerStep ranges carried into the replay (and into a prediction) lie where the
+    report puts the steps' CPU ranges; recorded ranges keep their times."""
+    table = daydream.load_trace(str(FIXTURE))
+    res = daydream.analyze(table, ["scale-kernels:pattern=gemm,factor=0.5"])
+    rows = cpu_range_rows(table)
+    steps = profiler_steps(table)
+    assert len(steps) == 3
+    for g, tl in ((res.graph, res.replay), (res.predicted_graph, res.predicted)):
+        r = carry(g, tl, rows)
+        assert r.carried > 0 and (r.end_ns >= r.start_ns).all()
+        by_start = {(int(table.start_ns[x]), table.name_of(x)): (int(s), int(e)) for x, s, e in zip(r.rows, r.start_ns, r.end_ns)}
+        for w, (name, s, _e, _p, _t) in zip(step_windows(g, tl), steps):
+            assert by_start[(s, name)] == (w.replayed_cpu_start_ns, w.replayed_cpu_end_ns)
+    rec = carry(res.graph, None, rows)
+    assert np.array_equal(rec.start_ns, table.start_ns[rows]) and rec.carried == 0
