@@ -352,3 +352,16 @@ def render_html(r: Report) -> str:
             "<p>Times in ms. Step time by cause: the critical path of the traced window by cause, and each "
             "ProfilerStep's time by task kind; then the ranking of --opt all (when run) and GPU busy vs idle time.</p>\n"
             f"{figs}\n</body>\n</html>\n")
+
+
+def render_figure(r: Report, ident: str = "fig-causes") -> str:
+    """One figure (``ident``: ``fig-causes``, ``fig-ranking``, ``fig-gpu`` or ``fig-compare``) as
+    its own SVG document, under the same heading line as :func:`render_svg`.
+
+    Raises:
+        KeyError: the report has no data for that figure (e.g. ``fig-ranking`` without ``--opt all``).
+    """
+    body, h = {i: (b, hh) for i, b, hh in figures(r)}[ident]
+    head = _text(LABEL_X, 18, _heading(r), cls="note")
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            + _svg(f'{head}<g class="figure" id="{ident}" transform="translate(0,26)">{body}</g>', h + 30) + "\n")
