@@ -5,7 +5,9 @@ One file holds the predicted timeline (real process, thread and stream ids) and,
 baseline replay beside it (process ids + ``BASELINE_PID_OFFSET`` and devices +
 ``BASELINE_DEVICE_OFFSET``, correlation ids + ``BASELINE_CORRELATION_OFFSET``, named
 "baseline ..."). ``process_sort_index`` puts the baseline's processes above the prediction's, each
-side's critical-path track first, then its host processes, then its GPUs. A GPU is drawn on a pid
+side's critical-path track first, then its host processes, then its GPUs (chrome://tracing has
+always honoured the sort index; Perfetto's JSON importer does since google/perfetto PR 3273,
+2025-10, and orders processes by other rules before). A GPU is drawn on a pid
 of its own, above every host pid in the file (:func:`_gpu_pid_base`), so it never shares a
 process's row; ``args.device`` keeps the device id. Every task is a Kineto-style event:
 ``cuda_runtime``/``cuda_driver`` calls on their thread, ``kernel``/``gpu_memcpy``/``gpu_memset`` on
@@ -394,7 +396,7 @@ def _side_events(side: tuple[TaskGraph, Timeline], base_ns: int, label: str, off
     if i in critical:
         mask[critical[i]] = True
     events = _events(d, label, mask, annotations)
-    cp_pid = gpu_pid - 1 - i
+    cp_pid = gpu_pid - 1 - i  # within GPU_PID_BELOW
     names = "critical path" if i in critical else ""
     track = [{"ph": "M", "name": "process_name", "pid": cp_pid, "tid": 0, "args": {"name": f"{label}{names + ' and ' if names else ''}step windows"}},
              {"ph": "M", "name": "thread_name", "pid": cp_pid, "tid": 0, "args": {"name": "critical path (by cause)"}},
@@ -406,17 +408,31 @@ def _side_events(side: tuple[TaskGraph, Timeline], base_ns: int, label: str, off
     return events, track, fid
 
 
+#: pids from the GPU base up: each side's GPUs (base + device, base + BASELINE_DEVICE_OFFSET + device)
+GPU_PID_SPAN = 2 * BASELINE_DEVICE_OFFSET
+#: pids below the GPU base: the two critical-path tracks and synchronization records without a device
+GPU_PID_BELOW = 3
+
+
 def _gpu_pid_base(sides) -> int:
-    """The pid of GPU 0 in the file: a multiple of 1000 above every host pid drawn (a trace's
-    process ids, + BASELINE_PID_OFFSET for the baseline), so a GPU never shares a host's pid;
-    the three pids below it hold the critical path tracks and synchronization records without a device."""
-    hi = -1
+    """The pid of GPU 0 in the file: a multiple of 1000 whose block [base - GPU_PID_BELOW, base +
+    GPU_PID_SPAN) holds no host pid drawn (a trace's process ids, + BASELINE_PID_OFFSET for the
+    baseline), so a GPU never shares a host's pid: the first above every host pid when that stays
+    below 2^31 (pids readers keep in 32 bits), else the lowest free block."""
+    hosts = []
     for (g, _tl), _label, (pid_off, _d, _c) in sides:
         t = g.table
-        host = np.concatenate([g.lane_keys[~g.lane_is_gpu, 1], t.pid[t.device < 0]]).astype(np.int64)
-        if len(host):
-            hi = max(hi, int(host.max()) + pid_off)
-    return ((hi + 10) // 1000 + 1) * 1000
+        hosts.append(np.concatenate([g.lane_keys[~g.lane_is_gpu, 1], t.pid[t.device < 0]]).astype(np.int64) + np.int64(pid_off))
+    h = np.unique(np.concatenate(hosts)) if hosts else np.zeros(0, np.int64)
+    above = ((int(h.max()) + GPU_PID_BELOW) // 1000 + 1) * 1000 if len(h) else 1000
+    if above + GPU_PID_SPAN < 2**31:
+        return above
+    base = 1000
+    while True:
+        lo, hi = np.searchsorted(h, [base - GPU_PID_BELOW, base + GPU_PID_SPAN])
+        if lo == hi:
+            return base
+        base += 1000
 
 
 def _write(path: str, doc: dict) -> None:

@@ -117,3 +117,19 @@ def test_carried_steps_are_the_reports_step_boundaries():
             assert by_start[(s, name)] == (w.replayed_cpu_start_ns, w.replayed_cpu_end_ns)
     rec = carry(res.graph, None, rows)
     assert np.array_equal(rec.start_ns, table.start_ns[rows]) and rec.carried == 0
+
+
+@pytest.mark.skipif(not (H100.exists() and MI300.exists()), reason="../shared/traces/tracelens bert-small pair not present")
+def test_unpaired_steps_and_no_prediction_are_said(tmp_path, capsys):
+    """A different number of steps: paired by order, said in a note; an optimization that does
+    not apply: no prediction, this trace against the other, said in a note."""
+    rep, _ = _run(tmp_path, capsys, FIXTURE, "--compare-to", H100)
+    c = rep["comparison"]
+    assert sum(r["group"] == "window" for r in c["rows"]) == 2
+    assert any("3 ProfilerStep(s) in this trace, 1 in the other" in n for n in c["notes"])
+    rep, text = _run(tmp_path, capsys, H100, "--opt", "fused-adam", "--compare-to", MI300)
+    c = rep["comparison"]
+    assert c["predicted_by"] == "" and not rep["predictions"]
+    assert any("fused-adam: not applicable" in n for n in c["notes"])
+    assert all(r["predicted_ns"] == r["before_ns"] for r in c["rows"])
+    assert "note: no prediction" in text

@@ -182,3 +182,25 @@ def test_segments_are_the_critical_path_on_real_traces(path):
         total[s.cause] += s.end_ns - s.start_ns
     assert {k: v for k, v in total.items()} == {k: v for k, v in r.report.critical_path.by_cause_ns.items() if v}
     assert all(a.end_ns == b.start_ns for a, b in zip(segs, segs[1:]))
+
+
+def test_gpu_pids_avoid_any_host_pid():
+    """Host pids near the int64 limit (a damaged trace) or filling the blocks above: the GPUs get
+    the lowest free block instead, still apart from every host pid."""
+    from types import SimpleNamespace
+
+    from daydream.timeline import GPU_PID_BELOW, GPU_PID_SPAN, _gpu_pid_base
+
+    def side(pids):
+        pids = np.asarray(pids, np.int64)
+        keys = np.zeros((len(pids), 4), np.int64)
+        keys[:, 1] = pids
+        t = SimpleNamespace(pid=pids, device=np.full(len(pids), -1, np.int64))
+        g = SimpleNamespace(lane_keys=keys, lane_is_gpu=np.zeros(len(pids), bool), table=t)
+        return ((g, None), "", (0, 0, 0))
+
+    assert _gpu_pid_base([side([4242])]) == 5000
+    for pids in ([5, 2**63 - 1], [999, 1500, 2**40], list(range(0, 5000, 7)) + [2**62]):
+        base = _gpu_pid_base([side(pids)])
+        assert not any(base - GPU_PID_BELOW <= p < base + GPU_PID_SPAN for p in pids), (pids, base)
+        assert base < 2**31
