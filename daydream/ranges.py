@@ -42,13 +42,12 @@ def cpu_range_rows(table: EventTable) -> np.ndarray:
     """Rows of CPU ranges: framework ops (``cpu_op``) and annotation ranges on a CPU thread
     (``user_annotation``, NVTX, DataLoader, ``Optimizer.step``), without Python stack frames and
     GPU annotations (:data:`SKIPPED_RANGE_CATEGORIES`); shape (k,), by start time."""
-    skip = np.zeros(len(table.names), dtype=bool)
-    for i, s in enumerate(table.names):
-        skip[i] = s in SKIPPED_RANGE_CATEGORIES
     m = ((table.kind == Kind.CPU_OP) | (table.kind == Kind.RANGE)) & (table.tid >= 0) & (table.device < 0)
     m &= table.end_ns >= table.start_ns
-    if len(skip):
-        m &= ~skip[np.maximum(table.cat_id, 0)]
+    cats = np.unique(table.cat_id[m])  # the few categories in use, not every interned name
+    skipped = [int(c) for c in cats.tolist() if 0 <= c < len(table.names) and table.names[int(c)] in SKIPPED_RANGE_CATEGORIES]
+    if skipped:
+        m &= ~np.isin(table.cat_id, skipped)
     rows = np.nonzero(m)[0]
     return rows[np.argsort(table.start_ns[rows], kind="stable")]
 

@@ -264,7 +264,7 @@ COMPARE_COLS = [
     _ms_col("this ms", 12, "before_ns"),
     _ms_col("predicted ms", 14, "predicted_ns"),
     _ms_col("other ms", 12, "after_ns"),
-    _ms_col("error ms", 12, "error_ns"),
+    Col("error ms", 12, lambda x: _ms(x.error_ns) if abs(x.error_ns) >= 500 else "0.000"),
     Col("error %", 10, lambda x: _pct(x.error_pct) if x.after_ns else "-"),
 ]
 
