@@ -296,7 +296,7 @@ def critical_segments(graph: TaskGraph, tl: Timeline) -> tuple[np.ndarray, list[
     for v in path.tolist():
         if v in twice:  # the later of its two visits: reached at its end, after a wait
             twice.discard(v)
-            order = _wait_charge(graph, tl, v, by[str(v)])
+            order = _wait_charge(graph, tl, v, by.setdefault(str(v), {}))
         else:
             own_last = "cpu" if cpu[v] else ("communication" if comm[v] else "gpu_compute")
             order = ([(c_, ns, True) for c_, ns in _in_order(by.get(str(v + n), {}), "cpu" if cpu[v] else "launch")]
