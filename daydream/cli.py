@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (schemas/report.schema.json); '-' for stdout")
     p.add_argument("--save-table", metavar="FILE", help="save the parsed event table (.npz) to skip parsing next time")
     p.add_argument("--plot", metavar="FILE", help="draw the report's figures: FILE.svg, or FILE.html (one page, the figures inline)")
+    p.add_argument("--compare-to", metavar="AFTER_TRACE",
+                   help="compare with a trace recorded after making the change: the --opt prediction (or, without --opt, this trace) against its measurement, by step, phase, kernel class and CPU range")
     p.add_argument("--strict", action="store_true", help="refuse damaged input (e.g. a truncated JSON) instead of salvaging it")
     p.add_argument(
         "--strict-replay",
@@ -188,6 +190,15 @@ class _Progress:
             print(f"daydream-analyze: {what} ({self._time() - self.t0:,.1f} s)", file=sys.stderr, flush=True)
 
 
+def _compare(result, args) -> None:
+    """``--compare-to``: analyze the other trace and put the comparison in the report."""
+    from .analysis import analyze
+    from .compare import compare
+
+    after = analyze(_load(args.compare_to, args.strict))
+    result.report.comparison = compare(result, after)
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from .optimizations import describe_all
@@ -209,9 +220,13 @@ def run(argv: list[str] | None = None) -> int:
     opts = [parse_spec(s) for s in specs] if specs else []  # usage errors before the slow load
     if args.plot and os.path.splitext(args.plot)[1].lower() not in (".svg", ".html"):
         raise UsageError(f"--plot {args.plot}: the file name must end in .svg or .html")
+    if args.compare_to and specs is None:
+        raise UsageError("--compare-to compares one prediction with a measurement; it cannot be combined with --opt all")
     outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"), (args.plot, "--plot"))
     for path, flag in outputs:
         _check_output(path, flag, args.trace)
+        if args.compare_to:
+            _check_output(path, flag, args.compare_to)
     _check_distinct(outputs)
     progress = _Progress(args.trace)
     table = _load(args.trace, args.strict)
@@ -225,6 +240,8 @@ def run(argv: list[str] | None = None) -> int:
             raise
         raise TraceFormatError(args.trace, e.where, e.reason) from None
     progress.stage("analysis done")
+    if args.compare_to:
+        _compare(result, args)
     _check_trust(result.report, args)
     if args.timeline:
         _atomic(args.timeline, result.write_timeline)

@@ -11,6 +11,9 @@ Like :mod:`daydream.render_text` this module lays out the report model only. The
 2. *Speed-up of each optimization alone* (``--opt all``): one bar per applicable optimization,
    a line at x1; the ones that do not apply listed as text.
 3. *GPU busy vs idle*: per window, measured and replayed, in ms summed over devices.
+4. *Predicted against measured* (``--compare-to``): per window, kernel class and critical-path
+   cause, the prediction (or, without ``--opt``, this trace) beside the other trace's
+   measurement, with the error in %.
 
 Every series has its own lightness and its own hatch, so the figures read in grey-scale print.
 Every string from the trace goes through :func:`daydream.display.markup_text`, cut first to the
@@ -48,6 +51,9 @@ SERIES: dict[str, tuple[str, str, str]] = {
     "busy": ("GPU busy", "#1f4e3d", "solid"),
     "idle": ("GPU idle", "#e4e4e4", "diag"),
     "speedup": ("speed-up", "#3b6fb6", "vert"),
+    "before": ("this trace, measured", "#9ecae1", "diag"),
+    "predicted": ("predicted", "#0b2f6b", "solid"),
+    "after": ("other trace, measured", "#e69f00", "dots"),
 }
 KINDS = ("cpu_runtime_ns", "cpu_gap_ns", "sync_wait_ns", "kernel_ns", "memcpy_ns", "memset_ns")
 _HATCH = {
@@ -266,12 +272,52 @@ def _busy_rows(w: WindowStats) -> list[Row]:
                 right=pct(w.gpu_busy_replayed_ns, w.gpu_idle_replayed_ns), cls="row replayed")]
 
 
+#: groups of the comparison drawn, with their panel headings (the rest is in the text and JSON)
+COMPARE_PANELS = (("window", "Traced window and each ProfilerStep (paired by order)"),
+                  ("kernel class", "GPU time by kernel class, summed over streams"),
+                  ("critical path", "Critical path by cause (of each trace's replay)"))
+
+
+def _compare_rows(rows, predicted: bool) -> list[Row]:
+    """Per quantity: this trace's measurement (or the prediction) and the other's, each its own bar."""
+    out = []
+    for x in rows[:MAX_STEPS]:
+        err = f"error {x.error_pct:+.2f} %" if x.after_ns else ""
+        first = [Row(_name(x.name, GROUP_CHARS), "predicted", [("predicted", _ms(x.predicted_ns))], right=err, cls="row predicted")] if predicted \
+            else [Row(_name(x.name, GROUP_CHARS), "this trace", [("before", _ms(x.before_ns))], right=err, cls="row before")]
+        out += first + [Row("", "other trace", [("after", _ms(x.after_ns))], right=f"{_ms(x.after_ns):.3f} ms", cls="row after")]
+    return out
+
+
+def fig_compare(r: Report) -> tuple[str, float]:
+    """Figure 4 (``--compare-to``): the prediction (or this trace) against the other trace's
+    measurement, per window, kernel class and critical-path cause, with the error in %."""
+    c = r.comparison
+    assert c is not None
+    what = "Predicted against measured" if c.predicted_by else "This trace against the other"
+    out = [_text(LABEL_X, 22, what, cls="title"),
+           _text(LABEL_X, 38, _name(f"other trace: {c.after}" + (f"; prediction: {c.predicted_by}" if c.predicted_by else ""),
+                                    int((WIDTH - 2 * LABEL_X) / CHAR_W)), cls="note")]
+    y = 44.0
+    keys = ["predicted" if c.predicted_by else "before", "after"]
+    for group, heading in COMPARE_PANELS:
+        rows = [x for x in c.rows if x.group == group and (x.before_ns or x.predicted_ns or x.after_ns)]
+        if rows:
+            svg, y = _panel(y, heading, _compare_rows(rows, bool(c.predicted_by)), "time (ms); error = (predicted - measured) / measured"
+                            if c.predicted_by else "time (ms); error = (this - other) / other", keys)
+            out.append(svg)
+            y += 8
+    return "".join(out), y
+
+
 def figures(r: Report) -> list[tuple[str, str, float]]:
     """(id, SVG body, height) of each figure the report has data for."""
     figs = [("fig-causes", *fig_causes(r))]
     if r.ranking:
         figs.append(("fig-ranking", *fig_ranking(r)))
     figs.append(("fig-gpu", *fig_gpu(r)))
+    if r.comparison is not None:
+        figs.append(("fig-compare", *fig_compare(r)))
     return figs
 
 
@@ -306,3 +352,16 @@ def render_html(r: Report) -> str:
             "<p>Times in ms. Step time by cause: the critical path of the traced window by cause, and each "
             "ProfilerStep's time by task kind; then the ranking of --opt all (when run) and GPU busy vs idle time.</p>\n"
             f"{figs}\n</body>\n</html>\n")
+
+
+def render_figure(r: Report, ident: str = "fig-causes") -> str:
+    """One figure (``ident``: ``fig-causes``, ``fig-ranking``, ``fig-gpu`` or ``fig-compare``) as
+    its own SVG document, under the same heading line as :func:`render_svg`.
+
+    Raises:
+        KeyError: the report has no data for that figure (e.g. ``fig-ranking`` without ``--opt all``).
+    """
+    body, h = {i: (b, hh) for i, b, hh in figures(r)}[ident]
+    head = _text(LABEL_X, 18, _heading(r), cls="note")
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            + _svg(f'{head}<g class="figure" id="{ident}" transform="translate(0,26)">{body}</g>', h + 30) + "\n")

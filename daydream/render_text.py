@@ -272,6 +272,32 @@ def input_section(r: Report) -> list[str]:
     ]
 
 
+COMPARE_COLS = [
+    Col("quantity", 44, lambda x: f"{x.group}: {x.name}"[:43], left=True),
+    _ms_col("this ms", 12, "before_ns"),
+    _ms_col("predicted ms", 14, "predicted_ns"),
+    _ms_col("other ms", 12, "after_ns"),
+    Col("error ms", 12, lambda x: _ms(x.error_ns) if abs(x.error_ns) >= 500 else "0.000"),
+    Col("error %", 10, lambda x: _pct(x.error_pct) if x.after_ns else "-"),
+]
+
+
+def comparison_section(r: Report) -> list[str]:
+    """``--compare-to``: the prediction (or this trace) against the other trace's measurement."""
+    c = r.comparison
+    if c is None:
+        return []
+    what = f"prediction ({c.predicted_by})" if c.predicted_by else "this trace"
+    cols = COMPARE_COLS if c.predicted_by else [COMPARE_COLS[0], COMPARE_COLS[1], COMPARE_COLS[3], COMPARE_COLS[4], COMPARE_COLS[5]]
+    return [
+        f"  compared with {c.after} [{c.after_format}]: {what} against its measurement; error = "
+        + ("predicted" if c.predicted_by else "this") + " - other (ms, summed over threads and streams)",
+        f"    window error {_pct(c.window_error_pct)} %, max step error {_pct(c.max_step_error_pct)} %",
+        *(f"    note: {n}" for n in c.notes),
+        *_table(cols, c.rows, rule=True),
+    ]
+
+
 def sections(r: Report) -> list[list[str]]:
     """The report's sections in order; an empty one is left out."""
     return [
@@ -289,6 +315,7 @@ def sections(r: Report) -> list[list[str]]:
         *(prediction_section(p, r.trust) for p in r.predictions),
         *(not_applicable_section(name, why) for name, why in r.not_applicable.items()),
         ranking_section(r),
+        comparison_section(r),
         input_section(r),
     ]
 

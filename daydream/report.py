@@ -164,8 +164,8 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     layers: list[GroupStats] = []  #: top layers by GPU time
     trust: Trust | None = None  #: how faithful the baseline replay is (set by build_report)
     summary: Summary | None = None  #: the opening answer and the top tables (daydream.summary)
-
     communication: "CommSummary | None" = None  #: the trace's collectives (None: it has none)
+    comparison: "Comparison | None" = None  #: ``--compare-to``: predicted (or this trace) against another trace's measurement
 
 
 class CollectiveStats(msgspec.Struct, forbid_unknown_fields=True):
@@ -190,6 +190,32 @@ class CommSummary(msgspec.Struct, forbid_unknown_fields=True):
     without_size: int
     by_op: list[CollectiveStats]
     counts: dict[str, int]
+
+
+class CompareRow(msgspec.Struct, forbid_unknown_fields=True):
+    """One quantity of ``--compare-to``: this trace, the prediction and the other trace (ns)."""
+
+    group: str  #: "window", "GPU busy", "critical path", "phase GPU", "phase CPU", "kernel class", "CPU range"
+    name: str
+    before_ns: int  #: measured in this trace (critical path: of its replay)
+    predicted_ns: int  #: the prediction; equal to before_ns for a plain trace-against-trace comparison
+    after_ns: int  #: measured in the other trace (critical path: of its replay)
+    error_ns: int  #: predicted - after
+    error_pct: float  #: error_ns / after_ns * 100 (0 when after_ns is 0)
+
+
+class Comparison(msgspec.Struct, forbid_unknown_fields=True):
+    """``--compare-to AFTER``: the prediction (or, without ``--opt``, this trace's measurement)
+    against the measurement of AFTER, the trace recorded with the change made (built by
+    :func:`daydream.compare.compare`)."""
+
+    after: str  #: the other trace's source
+    after_format: str
+    predicted_by: str  #: the optimizations as given ("a:p=v + b"); "" for a plain comparison of the two traces
+    rows: list[CompareRow]
+    window_error_pct: float  #: |error| of the traced window
+    max_step_error_pct: float  #: max |error| over the steps paired by order (0 without steps)
+    notes: list[str] = []  #: how the two were paired, and what could not be
 
 
 # ---------------------------------------------------------------- computation -----------------

@@ -1,0 +1,145 @@
+"""``--compare-to AFTER``: a prediction against the measurement of the trace recorded with the
+change made for real, quantity by quantity; or, without a prediction, one trace against another.
+
+The rows (:class:`~daydream.report.CompareRow`), each with this trace's measurement
+(``before``), the prediction (``predicted``; without ``--opt`` the measurement of this trace
+again, so the error is the difference between the two traces) and AFTER's measurement, and the
+error ``predicted - after`` in ns and % of ``after``:
+
+* ``window``: the traced window and each ProfilerStep (paired by order: the N-th step of one
+  trace with the N-th of the other), the report's numbers (``measured_ns``, ``predicted_ns``);
+* ``GPU busy``: the same windows' GPU busy time (union of GPU task intervals, per device, summed);
+* ``critical path``: the window's critical path by cause; a critical path exists only for a
+  replay, so both traces' are those of their replays (the report's ``critical_path``);
+* ``phase GPU`` / ``phase CPU``: kernels, copies and sets by the phase that launched them, and
+  the time of API calls (less blocked time) by phase (mapped traces);
+* ``kernel class``: GPU task time by class (:data:`daydream.kernels.CLASSES`);
+* ``CPU range``: total time of the CPU ranges of each name (framework ops, annotations,
+  DataLoader, optimizer; :func:`daydream.ranges.cpu_range_rows`), the :data:`TOP_RANGES` names
+  with the most time in either trace; the prediction's ranges are carried into its timeline
+  (:func:`daydream.ranges.carry`).
+
+All times are sums over threads and streams (ns). Comparing a trace with itself gives zero error
+in every row (tests/test_compare.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from .critical_path import CAUSES
+from .graph import NODE_CPU, TaskGraph
+from .kernels import CLASSES, kernel_info
+from .mapping import PHASES
+from .ranges import carry, cpu_range_rows
+from .report import CompareRow, Comparison, Report
+from .simulate import Timeline, recorded
+
+#: CPU range names compared (those with the most time in either trace)
+TOP_RANGES = 15
+GROUPS = ("window", "GPU busy", "critical path", "phase GPU", "phase CPU", "kernel class", "CPU range")
+
+
+def _row(group: str, name: str, before: int, predicted: int, after: int) -> CompareRow:
+    err = int(predicted) - int(after)
+    pct = round(err / after * 100.0, 4) + 0.0 if after > 0 else 0.0
+    return CompareRow(group, name, int(before), int(predicted), int(after), err, pct)
+
+
+def measures(graph: TaskGraph, tl: Timeline, ranges_tl: Timeline | None) -> dict[str, dict[str, int]]:
+    """Per group (``phase GPU``, ``phase CPU``, ``kernel class``, ``CPU range``), ns per name in
+    the timeline ``tl`` of ``graph``; CPU ranges carried into ``ranges_tl`` (None: as recorded)."""
+    out: dict[str, dict[str, int]] = {}
+    cpu = graph.node_kind == NODE_CPU
+    dur = (tl.end_ns - tl.start_ns).astype(np.int64)
+    own = dur - tl.blocked_ns
+    if graph.mapping is not None and graph.n:
+        ph = graph.mapping.phase.astype(np.int64)
+        ok = ph >= 0
+        g = np.bincount(ph[ok & ~cpu], weights=dur[ok & ~cpu], minlength=len(PHASES))
+        c = np.bincount(ph[ok & cpu], weights=own[ok & cpu], minlength=len(PHASES))
+        out["phase GPU"] = {PHASES[i]: int(g[i]) for i in range(len(PHASES)) if g[i]}
+        out["phase CPU"] = {PHASES[i]: int(c[i]) for i in range(len(PHASES)) if c[i]}
+    cls = kernel_info(graph).cls.astype(np.int64)
+    k = np.bincount(cls[~cpu], weights=dur[~cpu], minlength=len(CLASSES)) if (~cpu).any() else np.zeros(len(CLASSES))
+    out["kernel class"] = {CLASSES[i]: int(k[i]) for i in range(len(CLASSES)) if k[i]}
+    t = graph.table
+    r = carry(graph, ranges_tl, cpu_range_rows(t))
+    by_name = np.bincount(t.name_id[r.rows].astype(np.int64), weights=r.end_ns - r.start_ns, minlength=len(t.names)) if len(r.rows) else np.zeros(0)
+    out["CPU range"] = {t.names[i]: int(by_name[i]) for i in np.nonzero(by_name)[0].tolist()}
+    return out
+
+
+def _window_rows(before: Report, after: Report, notes: list[str]) -> list[CompareRow]:
+    """The traced window and the steps paired by order: time and GPU busy."""
+    p = before.predictions[0] if before.predictions else None
+    rows = [_row("window", "traced window", before.window.measured_ns, p.window.predicted_ns if p else before.window.measured_ns,
+                 after.window.measured_ns)]
+    busy = [_row("GPU busy", "traced window", before.window.gpu_busy_measured_ns,
+                 p.window.gpu_busy_predicted_ns if p else before.window.gpu_busy_measured_ns, after.window.gpu_busy_measured_ns)]
+    pred_steps = {s.name: s for s in p.steps} if p else {}
+    n = min(len(before.steps), len(after.steps))
+    if len(before.steps) != len(after.steps):
+        notes.append(f"{len(before.steps)} ProfilerStep(s) in this trace, {len(after.steps)} in the other: the first {n} paired by order")
+    for b, a in zip(before.steps[:n], after.steps[:n]):
+        name = b.name if b.name == a.name else f"{b.name} / {a.name}"
+        ps = pred_steps.get(b.name)
+        rows.append(_row("window", name, b.measured_ns, ps.predicted_ns if ps else b.measured_ns, a.measured_ns))
+        busy.append(_row("GPU busy", name, b.gpu_busy_measured_ns, ps.gpu_busy_predicted_ns if ps else b.gpu_busy_measured_ns,
+                         a.gpu_busy_measured_ns))
+    return rows + busy
+
+
+def _critical_rows(before: Report, after: Report) -> list[CompareRow]:
+    p = before.predictions[0] if before.predictions else None
+    pred = p.critical_path if p else before.critical_path
+    rows = [_row("critical path", "length", before.critical_path.length_ns, pred.length_ns, after.critical_path.length_ns)]
+    for c in CAUSES:
+        rows.append(_row("critical path", c, before.critical_path.by_cause_ns.get(c, 0), pred.by_cause_ns.get(c, 0),
+                         after.critical_path.by_cause_ns.get(c, 0)))
+    return rows
+
+
+def _group_rows(mb: dict, mp: dict, ma: dict) -> list[CompareRow]:
+    """Rows of the per-name groups, names in a fixed order (phases and classes as defined, CPU
+    ranges by the larger of the two measurements, the :data:`TOP_RANGES` first)."""
+    rows = []
+    for group in GROUPS[3:]:
+        b, p, a = mb.get(group, {}), mp.get(group, {}), ma.get(group, {})
+        names = set(b) | set(a) | set(p)
+        if group == "CPU range":
+            order = sorted(names, key=lambda x: (-max(b.get(x, 0), a.get(x, 0)), x))[:TOP_RANGES]
+        else:
+            ref = PHASES if group.startswith("phase") else CLASSES
+            order = [x for x in ref if x in names]
+        rows += [_row(group, x, b.get(x, 0), p.get(x, 0), a.get(x, 0)) for x in order]
+    return rows
+
+
+def _spec(name: str, params: dict[str, str]) -> str:
+    """``name:k=v,...`` with the parameters that have a value."""
+    kv = ",".join(f"{k}={v}" for k, v in params.items() if v != "")
+    return name + (":" + kv if kv else "")
+
+
+def compare(before, after) -> Comparison:
+    """``before`` (an analysis: ``report``, ``graph``, and ``predicted_graph``/``predicted`` when
+    it made a prediction, as :class:`daydream.analysis.Result`) against ``after`` (the analysis of
+    the trace recorded with the change), as a :class:`~daydream.report.Comparison`."""
+    notes: list[str] = []
+    rb, ra = before.report, after.report
+    g, ga = before.graph, after.graph
+    mb = measures(g, recorded(g), None)
+    predicted = getattr(before, "predicted_graph", None) is not None and bool(rb.predictions)
+    mp = measures(before.predicted_graph, before.predicted, before.predicted) if predicted else mb
+    ma = measures(ga, recorded(ga), None)
+    rows = _window_rows(rb, ra, notes) + _critical_rows(rb, ra) + _group_rows(mb, mp, ma)
+    if not predicted and rb.not_applicable:
+        notes.append("no prediction (" + "; ".join(f"{k}: not applicable" for k in rb.not_applicable) + "): this trace's measurement against the other's")
+    if g.mapping is None or ga.mapping is None:
+        notes.append("phases compared only where both traces are mapped")
+    spec = " + ".join(_spec(o.name, o.params) for o in rb.predictions[0].optimizations) if predicted else ""
+    steps = [abs(r.error_pct) for r in rows if r.group == "window" and r.name != "traced window"]
+    return Comparison(ra.trace.source, ra.trace.format, spec, rows, abs(rows[0].error_pct) + 0.0, max(steps, default=0.0) + 0.0, notes)

@@ -1,0 +1,94 @@
+"""CPU ranges (framework ops, annotations, DataLoader and optimizer ranges) carried into a replay.
+
+A range is not a task of the graph: the replay moves the API calls of its thread, and the range
+moves with them. Each boundary ``b`` of a range lies in the CPU gap before some API call ``x`` of
+its thread (the first call starting at or after ``b``); replayed it stays ``min(x.start - b,
+x.gap)`` before ``x``: the recorded distance, but never more than the gap ``x`` still has in the
+graph, so a range shrinks with the calls a transformation removed and nested ranges stay nested.
+After the thread's last call a boundary keeps its recorded distance to that call's end. This is
+the rule the report places ProfilerStep boundaries by (``daydream.report._replayed_boundaries``),
+vectorized over every range of a thread. A range on a thread without API calls in the graph
+keeps its recorded times.
+
+Used by :mod:`daydream.compare` (CPU ranges predicted against measured) and
+:mod:`daydream.timeline` (the ranges drawn on the baseline and the prediction).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .events import EventTable, Kind
+from .graph import NODE_CPU, TaskGraph
+from .simulate import Timeline
+
+#: Kineto categories of RANGE rows that are not drawn or compared: Python stack frames (thousands
+#: per step, names carrying object addresses) and GPU-side annotations.
+SKIPPED_RANGE_CATEGORIES = frozenset({"python_function", "gpu_user_annotation"})
+
+
+class Ranges(NamedTuple):
+    """CPU ranges of a table: row ids and their times (int64 ns), shapes (n,)."""
+
+    rows: np.ndarray  #: table rows
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    carried: int  #: ranges moved with their thread's calls (the others keep their recorded times)
+
+
+def cpu_range_rows(table: EventTable) -> np.ndarray:
+    """Rows of CPU ranges: framework ops (``cpu_op``) and annotation ranges on a CPU thread
+    (``user_annotation``, NVTX, DataLoader, ``Optimizer.step``), without Python stack frames and
+    GPU annotations (:data:`SKIPPED_RANGE_CATEGORIES`); shape (k,), by start time."""
+    m = ((table.kind == Kind.CPU_OP) | (table.kind == Kind.RANGE)) & (table.tid >= 0) & (table.device < 0)
+    m &= table.end_ns >= table.start_ns
+    cats = np.unique(table.cat_id[m])  # the few categories in use, not every interned name
+    skipped = [int(c) for c in cats.tolist() if 0 <= c < len(table.names) and table.names[int(c)] in SKIPPED_RANGE_CATEGORIES]
+    if skipped:
+        m &= ~np.isin(table.cat_id, skipped)
+    rows = np.nonzero(m)[0]
+    return rows[np.argsort(table.start_ns[rows], kind="stable")]
+
+
+def carry(graph: TaskGraph, tl: Timeline | None, rows: np.ndarray) -> Ranges:
+    """Times of the CPU ranges ``rows`` (table rows of ``graph.table``) in the timeline ``tl``
+    (a replay of ``graph``); ``tl`` None: the recorded times. Loops over CPU threads, vectorized
+    over the ranges of each."""
+    t = graph.table
+    s = t.start_ns[rows].astype(np.int64)
+    e = t.end_ns[rows].astype(np.int64)
+    if tl is None or not len(rows):
+        return Ranges(rows, s, e, 0)
+    s, e = s.copy(), e.copy()
+    carried = 0
+    cpu_lanes = np.nonzero(~graph.lane_is_gpu)[0]
+    keys = graph.lane_keys[cpu_lanes]
+    nodes_all = np.nonzero(graph.node_kind == NODE_CPU)[0]
+    lane_of = graph.lane[nodes_all]
+    for li, (pid, tid) in zip(cpu_lanes.tolist(), keys[:, 1:3].tolist()):
+        m = (t.pid[rows] == pid) & (t.tid[rows] == tid)
+        if not m.any():
+            continue
+        nodes = nodes_all[lane_of == li]
+        if not len(nodes):
+            continue
+        nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
+        s[m] = _boundaries(graph, tl, nodes, s[m])
+        e[m] = np.maximum(_boundaries(graph, tl, nodes, e[m]), s[m])
+        carried += int(m.sum())
+    return Ranges(rows, s, e, carried)
+
+
+def _boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Replayed places of recorded times ``b`` (shape (k,)) on the thread whose calls are
+    ``nodes`` (sorted by recorded start)."""
+    rs = graph.rec_start_ns[nodes]
+    k = np.searchsorted(rs, b, side="left")
+    inside = k < len(nodes)
+    x = nodes[np.minimum(k, len(nodes) - 1)]
+    before = tl.start_ns[x] - np.minimum(graph.rec_start_ns[x] - b, graph.gap_ns[x])
+    y = nodes[-1]
+    after = tl.end_ns[y] + (b - graph.rec_end_ns[y])
+    return np.where(inside, before, after).astype(np.int64)

@@ -1,0 +1,192 @@
+"""``--compare-to AFTER``: predicted (or this trace) against another trace's measurement
+(daydream/compare.py), and CPU ranges carried into a replay (daydream/ranges.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import daydream
+from daydream.cli import main
+from daydream.compare import GROUPS, compare
+from daydream.graph import profiler_steps
+from daydream.ranges import carry, cpu_range_rows
+from daydream.report import step_windows
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "fixtures" / "train_step.json.gz"
+BERT = ROOT.parent / "shared" / "traces" / "tracelens"
+H100 = BERT / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+MI300 = BERT / "mi300_gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def _run(tmp_path, capsys, *args) -> tuple[dict, str]:
+    js = tmp_path / "r.json"
+    assert main([*map(str, args), "--json", str(js)]) == 0
+    text = capsys.readouterr().out
+    return json.loads(js.read_bytes()), text
+
+
+def test_trace_against_itself_has_zero_error_everywhere(tmp_path, capsys):
+    rep, text = _run(tmp_path, capsys, FIXTURE, "--compare-to", FIXTURE)
+    c = rep["comparison"]
+    assert c["predicted_by"] == "" and c["window_error_pct"] == 0 and c["max_step_error_pct"] == 0
+    groups = {r["group"] for r in c["rows"]}
+    assert groups == set(GROUPS) - {"phase CPU"} or groups == set(GROUPS)
+    for r in c["rows"]:
+        assert r["error_ns"] == 0 and r["error_pct"] == 0, r
+        assert r["before_ns"] == r["predicted_ns"] == r["after_ns"]
+    assert sum(r["group"] == "window" for r in c["rows"]) == 1 + len(rep["steps"])
+    assert "compared with" in text and "this trace against its measurement" in text
+
+
+def test_prediction_against_the_same_trace_is_the_prediction(tmp_path, capsys):
+    """With --opt, the predicted column is the report's prediction and the error its distance
+    from the (unchanged) measurement."""
+    rep, text = _run(tmp_path, capsys, FIXTURE, "--opt", "scale-kernels:pattern=gemm,factor=0.5", "--compare-to", FIXTURE)
+    c, p = rep["comparison"], rep["predictions"][0]
+    assert c["predicted_by"] == "scale-kernels:pattern=gemm,factor=0.5"
+    win = [r for r in c["rows"] if r["group"] == "window"]
+    assert [r["predicted_ns"] for r in win] == [p["window"]["predicted_ns"]] + [s["predicted_ns"] for s in p["steps"]]
+    assert [r["after_ns"] for r in win] == [rep["window"]["measured_ns"]] + [s["measured_ns"] for s in rep["steps"]]
+    cp = {r["name"]: r for r in c["rows"] if r["group"] == "critical path"}
+    assert cp["length"]["predicted_ns"] == p["critical_path"]["length_ns"]
+    assert cp["length"]["after_ns"] == rep["critical_path"]["length_ns"]
+    gemm = next(r for r in c["rows"] if r["group"] == "kernel class" and r["name"] == "gemm")
+    assert gemm["predicted_ns"] < gemm["after_ns"] and gemm["error_ns"] == gemm["predicted_ns"] - gemm["after_ns"]
+    for r in c["rows"]:
+        assert r["error_ns"] == r["predicted_ns"] - r["after_ns"]
+        if r["after_ns"]:
+            assert r["error_pct"] == pytest.approx(r["error_ns"] / r["after_ns"] * 100, abs=1e-4)
+    assert "predicted ms" in text
+
+
+@pytest.mark.skipif(not (H100.exists() and MI300.exists()), reason="../shared/traces/tracelens bert-small pair not present")
+def test_bert_small_h100_to_mi300(tmp_path, capsys):
+    rep, text = _run(tmp_path, capsys, H100, "--opt", "gpu-upgrade:target=MI300X", "--compare-to", MI300)
+    after, _ = _run(tmp_path, capsys, MI300)
+    c = rep["comparison"]
+    assert c["predicted_by"].startswith("gpu-upgrade:target=MI300X")
+    rows = {(r["group"], r["name"]): r for r in c["rows"]}
+    w = rows[("window", "traced window")]
+    assert w["before_ns"] == rep["window"]["measured_ns"] and w["after_ns"] == after["window"]["measured_ns"]
+    assert w["predicted_ns"] == rep["predictions"][0]["window"]["predicted_ns"]
+    assert c["window_error_pct"] == abs(w["error_pct"]) > 0
+    assert {"gemm", "softmax_attention"} <= {n for g, n in rows if g == "kernel class"}
+    assert ("phase GPU", "forward") in rows and ("CPU range", "aten::linear") in rows
+    # the MI300 trace measured the same model: same kernels classes, same ops
+    assert rows[("CPU range", "aten::linear")]["after_ns"] > 0
+
+
+def test_compare_to_refusals(tmp_path, capsys):
+    assert main([str(FIXTURE), "--opt", "all", "--compare-to", str(FIXTURE)]) == 2
+    assert "--opt all" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main([str(FIXTURE), "--compare-to", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and len(err.strip().splitlines()) == 1
+    assert main([str(FIXTURE), "--compare-to", str(FIXTURE), "--json", str(FIXTURE)]) == 2
+
+
+def test_compare_api_matches_cli(tmp_path, capsys):
+    table = daydream.load_trace(str(FIXTURE))
+    a = daydream.analyze(table, ["scale-kernels:pattern=gemm,factor=0.5"])
+    b = daydream.analyze(daydream.load_trace(str(FIXTURE)))
+    c = compare(a, b)
+    rep, _ = _run(tmp_path, capsys, FIXTURE, "--opt", "scale-kernels:pattern=gemm,factor=0.5", "--compare-to", FIXTURE)
+    assert [r.predicted_ns for r in c.rows] == [r["predicted_ns"] for r in rep["comparison"]["rows"]]
+
+
+def test_carried_steps_are_the_reports_step_boundaries():
+    """The ProfilerStep ranges carried into the replay (and into a prediction) lie where the
+    report puts the steps' CPU ranges; recorded ranges keep their times."""
+    table = daydream.load_trace(str(FIXTURE))
+    res = daydream.analyze(table, ["scale-kernels:pattern=gemm,factor=0.5"])
+    rows = cpu_range_rows(table)
+    steps = profiler_steps(table)
+    assert len(steps) == 3
+    for g, tl in ((res.graph, res.replay), (res.predicted_graph, res.predicted)):
+        r = carry(g, tl, rows)
+        assert r.carried > 0 and (r.end_ns >= r.start_ns).all()
+        by_start = {(int(table.start_ns[x]), table.name_of(x)): (int(s), int(e)) for x, s, e in zip(r.rows, r.start_ns, r.end_ns)}
+        for w, (name, s, _e, _p, _t) in zip(step_windows(g, tl), steps):
+            assert by_start[(s, name)] == (w.replayed_cpu_start_ns, w.replayed_cpu_end_ns)
+    rec = carry(res.graph, None, rows)
+    assert np.array_equal(rec.start_ns, table.start_ns[rows]) and rec.carried == 0
+
+
+@pytest.mark.skipif(not (H100.exists() and MI300.exists()), reason="../shared/traces/tracelens bert-small pair not present")
+def test_unpaired_steps_and_no_prediction_are_said(tmp_path, capsys):
+    """A different number of steps: paired by order, said in a note; an optimization that does
+    not apply: no prediction, this trace against the other, said in a note."""
+    rep, _ = _run(tmp_path, capsys, FIXTURE, "--compare-to", H100)
+    c = rep["comparison"]
+    assert sum(r["group"] == "window" for r in c["rows"]) == 2
+    assert any("3 ProfilerStep(s) in this trace, 1 in the other" in n for n in c["notes"])
+    rep, text = _run(tmp_path, capsys, H100, "--opt", "fused-adam", "--compare-to", MI300)
+    c = rep["comparison"]
+    assert c["predicted_by"] == "" and not rep["predictions"]
+    assert any("fused-adam: not applicable" in n for n in c["notes"])
+    assert all(r["predicted_ns"] == r["before_ns"] for r in c["rows"])
+    assert "note: no prediction" in text
+
+
+# ------------------------------------------------------------------ the emulator as the judge ---
+import dataclasses  # noqa: E402
+
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from daydream.testing.emulator import GraphLaunch, Launch, emulate, measure_latencies, programs, to_kineto, training_step_program  # noqa: E402
+
+
+def _scaled(prog, factor: int):
+    """The program with every kernel ``factor`` times as long (integer: no rounding)."""
+
+    def change(op):
+        if isinstance(op, GraphLaunch):
+            return dataclasses.replace(op, kernels=tuple((k, d * factor) for k, d in op.kernels))
+        return dataclasses.replace(op, kernel_dur_ns=op.kernel_dur_ns * factor) if isinstance(op, Launch) else op
+
+    return prog.map_ops(change)
+
+
+def _compare_emulated(tmp, prog, factor: int):
+    run, changed = emulate(prog), emulate(_scaled(prog, factor))
+    a, b = tmp / "a.json", tmp / "b.json"
+    to_kineto(run, str(a), emit_sync_events=True)
+    to_kineto(changed, str(b), emit_sync_events=True)
+    before = daydream.analyze(daydream.load_trace(str(a)), [f"scale-kernels:factor={factor}"])
+    return run, changed, compare(before, daydream.analyze(daydream.load_trace(str(b))))
+
+
+def test_exact_prediction_compares_with_zero_error(tmp_path):
+    """The fixture's program with every kernel twice as long, run by the emulator: the prediction
+    scale-kernels:factor=2 made from the original trace matches it in every row, the critical
+    path by cause included."""
+    _, _, c = _compare_emulated(tmp_path, training_step_program(), 2)
+    assert c.window_error_pct == 0 and c.max_step_error_pct == 0
+    assert {r.group for r in c.rows} == set(GROUPS)
+    bad = [r for r in c.rows if r.error_ns]
+    assert bad == []
+    gemm = next(r for r in c.rows if (r.group, r.name) == ("kernel class", "gemm"))
+    assert gemm.after_ns == 2 * gemm.before_ns > 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(programs(graph_launches=True), st.sampled_from([2, 3]))
+def test_compare_is_exact_where_the_prediction_is(tmp_path_factory, prog, factor):
+    """Random emulated programs, every kernel slowed ``factor`` times for real: where the replay
+    model holds (the measured latencies are the program's, and the threads issue their calls in
+    the same order), every row of the comparison shows zero error, the critical path by cause and
+    the carried CPU ranges included (150 examples checked once; 25 each run), so an error the
+    comparison shows on a real trace is the prediction's, not the comparison's."""
+    run, changed, c = _compare_emulated(tmp_path_factory.mktemp("c"), prog, factor)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    assume([(k.thread, k.op_index) for k in run.calls] == [(k.thread, k.op_index) for k in changed.calls])
+    assert [r for r in c.rows if r.error_ns] == []
+    assert c.window_error_pct == 0 and c.max_step_error_pct == 0
