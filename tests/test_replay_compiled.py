@@ -127,6 +127,7 @@ def test_times_that_could_leave_int64_never_reach_the_kernel():
 def test_environment_forces_either_path(monkeypatch):
     g = _blocking_copy_graph()
     p = prepare(g, g.order)
+    monkeypatch.delenv("DAYDREAM_REPLAY", raising=False)
     assert not compiled.use_kernel(g, p)  # small: the Python loop
     monkeypatch.setenv("DAYDREAM_REPLAY", "compiled")
     assert compiled.use_kernel(g, p) == HAS_NUMBA
