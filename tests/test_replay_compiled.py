@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from daydream import jit
 from daydream.errors import TraceFormatError
 from daydream.events import CopyKind, Kind, MemKind
 from daydream.graph import NODE_CPU, build_graph
@@ -127,11 +128,11 @@ def test_times_that_could_leave_int64_never_reach_the_kernel():
 def test_environment_forces_either_path(monkeypatch):
     g = _blocking_copy_graph()
     p = prepare(g, g.order)
-    monkeypatch.delenv("DAYDREAM_REPLAY", raising=False)
+    monkeypatch.delenv("DAYDREAM_JIT", raising=False)
     assert not compiled.use_kernel(g, p)  # small: the Python loop
-    monkeypatch.setenv("DAYDREAM_REPLAY", "compiled")
+    monkeypatch.setenv("DAYDREAM_JIT", "on")
     assert compiled.use_kernel(g, p) == HAS_NUMBA
-    monkeypatch.setenv("DAYDREAM_REPLAY", "python")
+    monkeypatch.setenv("DAYDREAM_JIT", "off")
     assert not compiled.use_kernel(g, p, forced=True)
     assert not isinstance(replay(g, g.order, compiled=True)[0], np.ndarray)
 
@@ -149,5 +150,5 @@ def test_without_a_writable_cache_the_kernel_compiles_in_memory():
                 raise RuntimeError("cannot cache function: no locator available")
             return lambda fn: fn
 
-    assert compiled._jit(FakeNumba, compiled._finish) is compiled._finish
+    assert jit.compile_with(FakeNumba, compiled._finish) is compiled._finish
     assert [c.get("cache", False) for c in calls] == [True, False]

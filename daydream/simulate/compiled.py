@@ -20,21 +20,14 @@ sum of durations, gaps and edge offsets along one chain of tasks, so it is at mo
 bound reaches :data:`LIMIT` (2**62, leaving room for the sentinel and for ``blocked = w - s``),
 the Python loop runs instead (and raises its usual error when a time leaves int64).
 
-Cache: numba's on-disk cache (``cache=True``) keeps the machine code beside this file (or in
-``NUMBA_CACHE_DIR``, or numba's user-wide cache directory when the package directory is
-read-only), so the ~1-2 s compile is paid once per machine, not per run. When no cache
-location is writable the kernel is compiled in memory for the process (once per run).
-
-Environment: ``DAYDREAM_REPLAY=python`` never uses the kernel, ``DAYDREAM_REPLAY=compiled``
-uses it whatever the graph's size (tests use both).
+Compilation, its cache and the ``DAYDREAM_JIT`` switch: :mod:`daydream.jit`.
 """
 
 from __future__ import annotations
 
-import os
-import warnings
-
 import numpy as np
+
+from .. import jit
 
 #: graphs with fewer tasks replay in Python unless forced: importing numba and loading the
 #: cached kernel costs about 0.3 s (measured: ``import numba`` 0.24-0.34 s on the 2-core bench
@@ -44,12 +37,6 @@ MIN_TASKS = 100_000
 #: bound on |every replayed time| for the kernel to run (see the module docstring)
 LIMIT = float(1 << 62)
 _NEG = -(1 << 62)  # below any time the kernel can meet (|times| < LIMIT)
-
-_state: dict[str, object] = {}
-
-
-def _mode() -> str:
-    return os.environ.get("DAYDREAM_REPLAY", "auto").strip().lower()
 
 
 def fits_int64(p, dur: np.ndarray, gap: np.ndarray) -> bool:
@@ -64,34 +51,19 @@ def fits_int64(p, dur: np.ndarray, gap: np.ndarray) -> bool:
 
 
 def kernel():
-    """The compiled kernel, or None when numba cannot be imported (compiled once per process;
-    machine code from numba's on-disk cache when there is one)."""
-    if "kernel" not in _state:
-        try:
-            import numba
-        except ImportError:  # optional at run time: the Python loop runs
-            _state["kernel"] = None
-            return None
-        global _finish_c
-        _finish_c = _jit(numba, _finish)  # the kernel calls the compiled _finish through this name
-        _state["kernel"] = _jit(numba, _kernel)
-    return _state["kernel"]
-
-
-def _jit(numba, fn):
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except Exception:  # no writable cache location (read-only install, no home): compile in memory
-        return numba.njit(nogil=True)(fn)
+    """The compiled kernel, or None without numba (:func:`daydream.jit.compiled`)."""
+    global _finish_c
+    fin = jit.compiled(_finish)
+    if fin is None:
+        return None
+    _finish_c = fin  # the kernel calls the compiled _finish through this name
+    return jit.compiled(_kernel)
 
 
 def use_kernel(graph, p, forced: bool = False) -> bool:
-    """Whether :func:`run` should replay this graph (see :data:`MIN_TASKS`, the environment
-    variable in the module docstring, and :func:`fits_int64`)."""
-    mode = _mode()
-    if mode == "python":
-        return False
-    if not (forced or mode == "compiled" or graph.n >= MIN_TASKS):
+    """Whether :func:`run` should replay this graph: :func:`daydream.jit.wanted` (size
+    :data:`MIN_TASKS`), every time within int64 (:func:`fits_int64`), numba importable."""
+    if not jit.wanted(graph.n, MIN_TASKS, forced):
         return False
     return fits_int64(p, graph.dur_ns, graph.gap_ns) and kernel() is not None
 
@@ -103,9 +75,7 @@ def run(p, order: np.ndarray, dur: np.ndarray, gap: np.ndarray, fn=None) -> tupl
     args = (order, p.prev, p.code, p.a_col, p.q_src, p.deferred.astype(np.bool_),
             p.g_ptr, p.g_src, p.g_ae, p.g_off, p.g_ph, p.e_ptr, p.e_src, p.e_ae, p.e_off,
             np.ascontiguousarray(dur, np.int64), np.ascontiguousarray(gap, np.int64), p.t0, p.L, p.G, _NEG)
-    with warnings.catch_warnings():  # numba warns when it cannot write its cache; the kernel still runs
-        warnings.simplefilter("ignore")
-        start, end, blocked = fn(*args)
+    start, end, blocked = jit.call(fn, *args)
     n = len(dur)
     return start[:n], end[:n], blocked
 
