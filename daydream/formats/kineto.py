@@ -964,9 +964,11 @@ def _missing_to(a: np.ndarray, fill: int = -1) -> np.ndarray:
 
 
 #: events already read from a file before its ts/dur texts are parsed by the compiled kernel
-#: (:func:`_parse_us_kernel`): by then the file is big enough that importing numba (~0.3 s) pays
-#: off (the kernel saves ~0.4 us a value over the numpy byte matrix); both give the same values
-US_KERNEL_AFTER_EVENTS = 200_000
+#: (:func:`_parse_us_kernel`; both give the same values). Importing numba and loading the cached
+#: kernel cost ~0.5 s CPU and ~115 MB of peak RSS (LLVM; measured on the bench VM); the kernel saves
+#: ~0.4 us a value over the numpy byte matrix. From 2 M events on a file pays for both (a 1 M-event
+#: load stays as it was, below its file size in peak memory, scripts/bench.py)
+US_KERNEL_AFTER_EVENTS = 2_000_000
 
 
 def _us_text_to_ns(raws: list, events_seen: int = 0, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:

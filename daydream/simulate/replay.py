@@ -14,6 +14,9 @@ three virtual nodes standing in for "no launching call" (ready at ``t0``) and "f
 lane"; every other task (code 2) reads its in-edge list with the rule of each edge. A task with
 an END edge whose source may not be final when the task is visited (a blocking copy waits for
 the copy it launches itself) is finished lazily: when something reads its end, or after the loop.
+
+The loop's inputs are prepared once as flat arrays (:func:`prepare`); big graphs run them through
+the same loop compiled with numba (:mod:`.compiled`), with identical results.
 """
 
 from __future__ import annotations
