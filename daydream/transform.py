@@ -349,13 +349,12 @@ def insert(
     add_s = np.concatenate([np.asarray(x[0], np.int64) for x in new])
     add_d = np.concatenate([np.asarray(x[1], np.int64) for x in new])
     add_k = np.concatenate([np.full(len(x[0]), x[2], np.uint8) for x in new])
-    order = graph.order.tolist()
-    order.insert(order.index(after) + 1, v)
+    order = np.insert(graph.order, int(np.flatnonzero(graph.order == after)[0]) + 1, v)
     g = dataclasses.replace(
         g, edge_src=np.concatenate([src, add_s]), edge_dst=np.concatenate([dst, add_d]),
         edge_kind=np.concatenate([graph.edge_kind, add_k]),
         edge_origin=np.concatenate([graph.edge_origin, np.full(len(add_s), Origin.INSERTED, np.uint8)]),
-        order=np.asarray(order, dtype=np.int64))
+        order=order.astype(np.int64, copy=False))
     if nxt >= 0 and nxt in preds:
         raise DaydreamError("insert: the new task would wait for the task that follows it on its lane (a cycle)")
     return _with_valid_order(requeue(g)), v

@@ -179,16 +179,23 @@ def child_bare_sql(path: str) -> dict:
 
 
 def child_pipeline(path: str) -> dict:
-    """Graph build, replay, report and a second --opt on the built graph."""
+    """Mapping, graph build, replay, report, a second --opt on the built graph, and --opt all
+    (every registered optimization ranked on the built graph, as ``daydream-analyze --opt all``
+    does after its baseline). numba is imported and its cached kernels loaded first, timed on
+    their own (``jit``): a CLI run pays that once per process."""
     from daydream.analysis import apply_all
+    from daydream.errors import NotApplicable
     from daydream.formats import load_trace
     from daydream.graph import build_graph
-    from daydream.optimizations import parse_spec
+    from daydream.mapping import map_events
+    from daydream.optimizations import load_all, parse_spec
     from daydream.report import build_prediction, build_report
     from daydream.simulate import recorded, simulate
 
     table = load_trace(path)
-    g, t_graph, c_graph = _timed(lambda: build_graph(table))
+    _, t_jit, c_jit = _timed(_warm_jit)
+    mp, t_map, c_map = _timed(lambda: map_events(table))
+    g, t_graph, c_graph = _timed(lambda: build_graph(table, mp))
     tl, t_sim, c_sim = _timed(lambda: simulate(g))
     rep, t_rep, c_rep = _timed(lambda: build_report(g, tl, recorded(g)))
     opt = parse_spec(OPT_SPEC)
@@ -198,9 +205,45 @@ def child_pipeline(path: str) -> dict:
         tl2 = simulate(g2)
         return build_prediction(rep, g2, tl2, applied)
 
+    def opt_all():
+        n = 0
+        for _, o in load_all().items():
+            if o.what_if:
+                continue
+            try:
+                g2, applied = apply_all(g, [(o, {k: p.default for k, p in o.params.items()})])
+            except NotApplicable:
+                continue
+            build_prediction(rep, g2, simulate(g2), applied)
+            n += 1
+        return n
+
     _, t_opt, c_opt = _timed(second_opt)
-    return {"tasks": int(g.n), "rows": len(table), "graph": t_graph, "graph_cpu": c_graph, "sim": t_sim, "sim_cpu": c_sim,
-            "report": t_rep, "report_cpu": c_rep, "opt": t_opt, "opt_cpu": c_opt, "hwm_mb": _hwm_mb()}
+    n_all, t_all, c_all = _timed(opt_all)
+    return {"tasks": int(g.n), "rows": len(table), "jit": t_jit, "jit_cpu": c_jit, "map": t_map, "map_cpu": c_map,
+            "graph": t_graph, "graph_cpu": c_graph, "sim": t_sim, "sim_cpu": c_sim,
+            "report": t_rep, "report_cpu": c_rep, "opt": t_opt, "opt_cpu": c_opt, "optall": t_all, "optall_cpu": c_all,
+            "all_applied": n_all, "hwm_mb": _hwm_mb()}
+
+
+def _warm_jit() -> None:
+    """Import numba and load the compiled kernels (from numba's cache) when this daydream has them."""
+    try:
+        from daydream import jit
+        from daydream.mapping import _sweep_innermost
+        from daydream.simulate import compiled
+    except ImportError:  # an older daydream (--compare-src): nothing compiled
+        return
+    if jit.mode() == "off":
+        return
+    import numpy as np
+
+    i64, e = np.int64, np.zeros(0, np.int64)
+    if compiled.kernel() is not None:  # first calls: numba loads the machine code from its cache
+        jit.call(compiled.kernel(), e, e, np.zeros(0, np.int8), e, e, np.zeros(0, bool), np.zeros(1, i64), e, np.zeros(0, bool), e,
+                 np.zeros(0, np.int8), np.zeros(1, i64), e, np.zeros(0, bool), e, e, e, 0, 0, 0, -(1 << 62))
+    if jit.compiled(_sweep_innermost) is not None:
+        jit.call(jit.compiled(_sweep_innermost), e, e, e)
 
 
 def child_save(path: str, out: str) -> dict:
@@ -226,9 +269,12 @@ def child_profile(path: str, what: str) -> dict:
         load_trace(path)
         pr.disable()
     else:
+        from daydream.mapping import map_events
+
         table = load_trace(path)
+        _warm_jit()
         pr.enable()
-        simulate(build_graph(table))
+        simulate(build_graph(table, map_events(table)))
         pr.disable()
     s = io.StringIO()
     st = pstats.Stats(pr, stream=s)
@@ -367,6 +413,13 @@ def _best(runs: list[dict], key: str) -> dict:
     return dict(min(ok, key=lambda r: r.get(key, 1e99))) if ok else (runs[-1] if runs else {"error": "not run"})
 
 
+def _with_core(r: dict) -> dict:
+    """``r`` with ``core``: mapping + graph build + replay, CPU s (the best-of key of a pipeline run)."""
+    if "graph" in r:
+        r["core"] = r.get("map_cpu", 0.0) + r["graph_cpu"] + r["sim_cpu"]
+    return r
+
+
 def me(mode: str, *args: str) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--child", mode, *args]
 
@@ -430,19 +483,19 @@ def measure_input(path: Path, fmt: str, repeat: int, budget: Budget, hta_py: str
                   cache_dir: Path, env: dict, pipeline: bool = True) -> dict:
     """All measurements of one input file (``pipeline``: also graph, replay, report, --opt)."""
     r: dict = {"file": path.name}
-    r["load"] = best_of(repeat, lambda: run_child(me("load", str(path)), env), budget)
+    r["load"] = best_of(repeat, lambda: run_child(me("load", str(path)), env), budget, key="cpu")
     if fmt == "kineto":
-        r["bare"] = best_of(repeat, lambda: run_child(me("bare-json", str(path)), env), budget)
+        r["bare"] = best_of(repeat, lambda: run_child(me("bare-json", str(path)), env), budget, key="cpu")
         if hta_py and hta_ok:
             r["hta"] = best_of(1, lambda: run_child([hta_py, "-c", HTA_CHILD, str(path)], timeout=max(budget.left(), 60)), budget)
     else:
-        r["bare"] = best_of(repeat, lambda: run_child(me("bare-sql", str(path)), env), budget)
+        r["bare"] = best_of(repeat, lambda: run_child(me("bare-sql", str(path)), env), budget, key="cpu")
     npz = cache_dir / (path.name + ".npz")
     r["save"] = run_child(me("save", str(path), str(npz)), env)
     if "error" not in r["save"]:
-        r["reload"] = best_of(repeat, lambda: run_child(me("load", str(npz)), env), budget)
+        r["reload"] = best_of(repeat, lambda: run_child(me("load", str(npz)), env), budget, key="cpu")
         if pipeline:  # cheap (the table comes from the cache): best of 3 at every size
-            r["pipeline"] = best_of(max(repeat, 3), lambda: run_child(me("pipeline", str(npz)), env), budget, key="graph")
+            r["pipeline"] = best_of(max(repeat, 3), lambda: _with_core(run_child(me("pipeline", str(npz)), env)), budget, key="core")
     r["cli"] = best_of(1, lambda: run_child_rusage([sys.executable, "-m", "daydream.cli", str(path)], env), budget)
     if npz.exists():
         npz.unlink()
@@ -466,7 +519,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-src", help="an older daydream source tree (its root): before/after on the smallest size")
     ap.add_argument("--keep-big", action="store_true", help="keep the --load-only inputs")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--render-only", action="store_true", help="rewrite --out from DIR/bench-results.json (no measuring)")
     args = ap.parse_args(argv)
+    if args.render_only:
+        return _render_saved(args)
 
     budget = Budget(args.budget_s)
     d = Path(args.dir).resolve()
@@ -558,15 +614,29 @@ def main(argv: list[str] | None = None) -> int:
                 runs["new_load"].append(run_child(me("load", str(d / fname)), env))
                 runs["old_pipe"].append(run_child(me("pipeline", str(npz)), old_env))
                 runs["new_pipe"].append(run_child(me("pipeline", str(npz)), env))
-            compare[fname] = {k: _best(v, "graph" if "pipe" in k else "wall") for k, v in runs.items()}
+            compare[fname] = {k: _best([_with_core(x) for x in v], "core" if "pipe" in k else "cpu") for k, v in runs.items()}
             npz.unlink(missing_ok=True)
 
     results["elapsed"] = time.perf_counter() - budget.t0
     LOAD_ONLY_LABEL[:] = [label(n) for n in load_only][:1]
     out = Path(args.out)
     out.write_text(render(results, profiles, compare, hta_py is not None, hta_version, args, sizes))
-    (d / "bench-results.json").write_text(json.dumps({"results": results, "compare": compare}, indent=1, default=str))
+    saved = {"results": results, "compare": compare, "have_hta": hta_py is not None, "hta_version": hta_version,
+             "profiles": [[k[0], k[1], v] for k, v in profiles.items()], "load_only_label": LOAD_ONLY_LABEL,
+             "args": {k: getattr(args, k) for k in ("sizes", "load_only", "repeat", "hta_max", "compare_src")}, "size_list": sizes}
+    (d / "bench-results.json").write_text(json.dumps(saved, indent=1, default=str))
     log(f"wrote {out} ({results['elapsed']:.0f} s)")
+    return 0
+
+
+def _render_saved(args) -> int:
+    """``--render-only``: the report again from the saved raw numbers (e.g. after editing its notes)."""
+    saved = json.loads((Path(args.dir) / "bench-results.json").read_text())
+    a = argparse.Namespace(**saved["args"])
+    LOAD_ONLY_LABEL[:] = saved.get("load_only_label", [])
+    profiles = {(f, w): v for f, w, v in saved.get("profiles", [])}
+    Path(args.out).write_text(render(saved["results"], profiles, saved["compare"], saved["have_hta"], saved["hta_version"], a,
+                                     saved["size_list"]))
     return 0
 
 
@@ -579,6 +649,83 @@ def _v(r: dict, *keys, default=None):
             return default
         r = r[k]
     return r
+
+
+def _ratio(a, b) -> str:
+    return f"{a / b:.2f}" if a and b else "–"
+
+
+def _load_goals(lab: str, kin, nsy, S: dict) -> list:
+    """Goals of the loaders at one size: (goal, measured, met); wall ratios, CPU ratios beside."""
+    goals = []
+    for suf, pct_goal in ((".json.gz", 80), (".json", 70)):
+        lw, bw, lc, bc = kin(lab, suf, "load", "wall"), kin(lab, suf, "bare", "wall"), kin(lab, suf, "load", "cpu"), kin(lab, suf, "bare", "cpu")
+        if lc and bc:
+            pct, pctc = bw / lw * 100, bc / lc * 100
+            goals.append((f"Kineto load >= {pct_goal} % of the bare msgspec decode's speed ({lab}{suf})",
+                          f"CPU {pctc:.0f} % (wall {pct:.0f} %)", pctc >= pct_goal))
+        hw, hc = kin(lab, suf, "hta", "wall"), kin(lab, suf, "hta", "cpu")
+        if lc and hc:
+            goals.append((f"Kineto load >= 5x faster than HTA's loader ({lab}{suf})", f"CPU {hc / lc:.1f}x (wall {_ratio(hw, lw)}x)", hc / lc >= 5))
+        size, hwm = kin(lab, suf, "manifest", "uncompressed_bytes") or kin(lab, suf, "manifest", "bytes"), kin(lab, suf, "load", "hwm_mb")
+        if size and hwm:
+            goals.append((f"Kineto peak RSS of the load <= uncompressed file size ({lab}{suf})", f"{hwm:,.0f} MB vs {size / 2**20:,.0f} MB",
+                          hwm * 2**20 <= size))
+    lw, bw, lc, bc = nsy(lab, "load", "wall"), nsy(lab, "bare", "wall"), nsy(lab, "load", "cpu"), nsy(lab, "bare", "cpu")
+    if lc and bc:
+        goals.append((f"nsys load <= 1.5x the bare SQL scan's time ({lab})", f"CPU {lc / bc:.2f}x (wall {_ratio(lw, bw)}x)", lc / bc <= 1.5))
+    size, hwm, rows = nsy(lab, "manifest", "bytes"), nsy(lab, "load", "hwm_mb"), nsy(lab, "load", "rows") or 0
+    if size and hwm:
+        ok = hwm <= size / 2**20 + 100
+        goals.append((f"nsys peak RSS <= file size + 100 MB, at 4 M rows and above ({lab}, {rows:,} rows)",
+                      f"{hwm:,.0f} MB vs {size / 2**20:,.0f} MB" + ("" if rows >= 4e6 else " (below 4 M rows: shown only)"),
+                      ok if rows >= 3.9e6 else None))
+    return goals
+
+
+def _pipeline_goals(lab: str, S: dict) -> list:
+    goals = []
+    for fname, r in S.get(lab, {}).items():
+        p = r.get("pipeline", {})
+        if not p.get("tasks") or p.get("graph") is None or "error" in p:
+            continue
+        t, n = p["tasks"], p["tasks"]
+        w = p.get("map", 0) + p["graph"] + p["sim"]
+        c = p.get("map_cpu", 0) + p["graph_cpu"] + p["sim_cpu"]
+        jw = p.get("jit", 0)
+        jc = p.get("jit_cpu", 0)
+        goals.append((f"mapping + graph build + replay >= 2 M tasks/s ({fname}, {t:,} tasks)",
+                      f"CPU {rate(n, c)} (wall {rate(n, w)}; counting the one-off numba import and kernel load: CPU {rate(n, c + jc)}, "
+                      f"wall {rate(n, w + jw)})", n / c >= 2e6))
+        per_m, per_mc = p["opt"] / n * 1e6, p["opt_cpu"] / n * 1e6
+        goals.append((f"a second prediction (`--opt {OPT_SPEC}`) <= 0.5 s per M tasks ({fname})",
+                      f"CPU {per_mc:.2f} s/M tasks (wall {per_m:.2f})", per_mc <= 0.5))
+        if p.get("optall") is not None:
+            goal = "nsys" in fname and lab == "1m"
+            goals.append((f"`--opt all` on the built graph{' <= 1.5 s' if goal else ''} ({fname}, {p.get('all_applied', 0)} optimizations apply)",
+                          f"CPU {p['optall_cpu']:.2f} s (wall {p['optall']:.2f})", p['optall_cpu'] <= 1.5 if goal else None))
+        lw, rw = _v(r, "load", "wall"), _v(r, "reload", "wall")
+        if lw and rw:
+            goals.append((f"saved-table reload >= 20x faster than parsing ({fname})", f"{lw / rw:.0f}x", lw / rw >= 20))
+    return goals
+
+
+def _growth_goals(res: dict, sizes: list[int]) -> list:
+    """Linear growth: CPU time of the largest size / the smallest's <= 1.25 x the ratio of events."""
+    if len(sizes) < 2:
+        return []
+    S, lo, hi = res["sizes"], label(sizes[0]), label(sizes[-1])
+    goals = []
+    for fname_of in (lambda l: f"kineto_{l}.json.gz", lambda l: f"nsys_{l}.sqlite"):
+        a, b = S.get(lo, {}).get(fname_of(lo), {}), S.get(hi, {}).get(fname_of(hi), {})
+        ea, eb = _v(a, "manifest", "events"), _v(b, "manifest", "events")
+        for step, keys in (("load", ("load", "cpu")), ("mapping", ("pipeline", "map_cpu")), ("graph build", ("pipeline", "graph_cpu")),
+                           ("replay", ("pipeline", "sim_cpu")), ("second prediction", ("pipeline", "opt_cpu"))):
+            va, vb = _v(a, *keys), _v(b, *keys)
+            if va and vb and ea and eb:
+                g = (vb / va) / (eb / ea)
+                goals.append((f"linear growth {lo} -> {hi}: {step} ({fname_of(hi)})", f"CPU time x{vb / va:.1f} for events x{eb / ea:.1f}", g <= 1.25))
+    return goals
 
 
 def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version: str, args, sizes: list[int]) -> str:
@@ -594,8 +741,8 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
         f"Written by `python scripts/bench.py --sizes {args.sizes} --load-only {args.load_only}` on {now}, in "
         f"{res['elapsed']:.0f} s: {os.cpu_count()} CPUs, {mem_gb:.0f} GiB RAM, Python {platform.python_version()}, "
         f"numpy {numpy.__version__}, msgspec {msgspec.__version__}.",
-        "The machine is shared with other work, so wall times are noisy (the same step on the same table "
-        "can differ 2x between runs): each load timing is the best of "
+        "The machine is shared with other work (2 cores, several processes), so wall times are noisy and every goal "
+        "below is judged on CPU time, wall time beside; each load timing is the best (least CPU) of "
         f"{args.repeat} runs on the smallest size and 1 run above it, graph/replay/--opt the best of 3 at every "
         "size, the whole command 1 run (the CPU time of that run is shown beside each; on this shared VM it "
         "moves with the wall time, so contention slows the work itself). Read ratios within one run, not across runs. "
@@ -609,6 +756,9 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
         "",
     ]
 
+    if res.get("note"):
+        L += [f"Note: {res['note']}", ""]
+
     # ---- goals
     first = label(sizes[0]) if sizes else None
     S = res["sizes"]
@@ -620,55 +770,22 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
     def nsy(lab, *k):
         return _v(S, lab, f"nsys_{lab}.sqlite", *k)
 
-    big = label(sizes[-1]) if sizes else None
-    for lab in [x for x in (first, big) if x] if first != big else [first]:
-        for suf in (".json", ".json.gz"):
-            lw, bw = kin(lab, suf, "load", "wall"), kin(lab, suf, "bare", "wall")
-            if lw and bw:
-                pct = bw / lw * 100
-                goals.append((f"Kineto load >= 80 % of the bare msgspec bound's speed ({lab}{suf})", f"{pct:.0f} %", pct >= 80))
-        lw, hw = kin(lab, ".json.gz", "load", "wall"), kin(lab, ".json.gz", "hta", "wall")
-        if lw and hw:
-            goals.append((f"Kineto load >= 5x faster than HTA's loader ({lab}.json.gz)", f"{hw / lw:.1f}x", hw / lw >= 5))
-        lw, hw = kin(lab, ".json", "load", "wall"), kin(lab, ".json", "hta", "wall")
-        if lw and hw:
-            goals.append((f"Kineto load >= 5x faster than HTA's loader ({lab}.json)", f"{hw / lw:.1f}x", hw / lw >= 5))
-        lw, bw = nsy(lab, "load", "wall"), nsy(lab, "bare", "wall")
-        if lw and bw:
-            goals.append((f"nsys load within 1.5x of the bare SQL scan ({lab})", f"{lw / bw:.2f}x", lw / bw <= 1.5))
-    for lab in [x for x in sizes]:
-        lab = label(lab)
-        for fname, r in S.get(lab, {}).items():
-            size = _v(r, "manifest", "uncompressed_bytes") or _v(r, "manifest", "bytes")
-            hwm = _v(r, "load", "hwm_mb")
-            if size and hwm:
-                goals.append((f"peak RSS of the load <= uncompressed file size ({fname})", f"{hwm:,.0f} MB vs {size / 2**20:,.0f} MB",
-                              hwm * 2**20 <= size))
-        for fname, r in S.get(lab, {}).items():
-            p = r.get("pipeline", {})
-            if p.get("tasks") and p.get("graph") is not None:
-                t = p["graph"] + p["sim"]
-                tc = p["graph_cpu"] + p["sim_cpu"]
-                goals.append((f"graph build + replay >= 1 M tasks/s ({fname}, {p['tasks']:,} tasks)",
-                              f"{rate(p['tasks'], t)} (CPU time: {rate(p['tasks'], tc)})", p["tasks"] / t >= 1e6))
-        for fname, r in S.get(lab, {}).items():
-            p = r.get("pipeline", {})
-            if p.get("tasks") and p.get("opt") is not None:
-                per_m = p["opt"] / p["tasks"] * 1e6
-                goals.append((f"second --opt on a loaded trace < 1 s per million tasks ({fname})",
-                              f"{per_m:.2f} s/M tasks (CPU time: {p['opt_cpu'] / p['tasks'] * 1e6:.2f})", per_m < 1))
-        for fname, r in S.get(lab, {}).items():
-            lw, rw = _v(r, "load", "wall"), _v(r, "reload", "wall")
-            if lw and rw:
-                goals.append((f"saved-table reload >= 20x faster than parsing ({fname})", f"{lw / rw:.0f}x", lw / rw >= 20))
+    for lab in [label(x) for x in sizes]:
+        goals += _load_goals(lab, kin, nsy, S)
+        goals += _pipeline_goals(lab, S)
     for fname, r in res["load_only"].items():
         size = _v(r, "manifest", "uncompressed_bytes") or _v(r, "manifest", "bytes")
         hwm = _v(r, "load", "hwm_mb")
         if size and hwm:
-            goals.append((f"bounded memory at 16 M events: peak RSS <= uncompressed size ({fname})", f"{hwm:,.0f} MB vs {size / 2**20:,.0f} MB",
-                          hwm * 2**20 <= size))
+            if "nsys" in fname:
+                goals.append((f"nsys peak RSS <= file size + 100 MB ({fname}, load only)", f"{hwm:,.0f} MB vs {size / 2**20:,.0f} MB",
+                              hwm <= size / 2**20 + 100))
+            else:
+                goals.append((f"bounded memory: peak RSS <= uncompressed size ({fname}, load only)", f"{hwm:,.0f} MB vs {size / 2**20:,.0f} MB",
+                              hwm * 2**20 <= size))
+    goals += _growth_goals(res, sizes)
     L += ["## Goals", "", "| goal | measured | met |", "|---|---:|---|"]
-    L += [f"| {g} | {m} | {'yes' if ok else '**no**'} |" for g, m, ok in goals]
+    L += [f"| {g} | {m} | {'–' if ok is None else 'yes' if ok else '**no**'} |" for g, m, ok in goals]
     L += ["", GOAL_NOTES, ""]
 
     # ---- per input
@@ -700,11 +817,19 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
                 L.append(f"| graph build, replay, report, --opt | see {fname}.gz (same table) | | | |")
             if p and "error" not in p:
                 t = p["tasks"]
+                if p.get("jit") is not None:
+                    L.append(f"| import numba + load the cached kernels (once per process) | {fmt_s(p['jit'])} | {fmt_s(p['jit_cpu'])} | | |")
+                if p.get("map") is not None:
+                    L.append(f"| mapping (`map_events`) | {fmt_s(p['map'])} | {fmt_s(p['map_cpu'])} | {rate(t, p['map'])} tasks | |")
                 L.append(f"| graph build ({t:,} tasks) | {fmt_s(p['graph'])} | {fmt_s(p['graph_cpu'])} | {rate(t, p['graph'])} tasks | |")
                 L.append(f"| replay (simulate) | {fmt_s(p['sim'])} | {fmt_s(p['sim_cpu'])} | {rate(t, p['sim'])} tasks | |")
-                L.append(f"| graph build + replay | {fmt_s(p['graph'] + p['sim'])} | {fmt_s(p['graph_cpu'] + p['sim_cpu'])} | {rate(t, p['graph'] + p['sim'])} tasks | |")
+                m_, mc_ = p.get("map", 0), p.get("map_cpu", 0)
+                L.append(f"| mapping + graph build + replay | {fmt_s(m_ + p['graph'] + p['sim'])} | {fmt_s(mc_ + p['graph_cpu'] + p['sim_cpu'])} | "
+                         f"{rate(t, m_ + p['graph'] + p['sim'])} tasks | |")
                 L.append(f"| report (measured vs replayed, per step) | {fmt_s(p['report'])} | {fmt_s(p['report_cpu'])} | | |")
                 L.append(f"| second `--opt {OPT_SPEC}` on the built graph | {fmt_s(p['opt'])} | {fmt_s(p['opt_cpu'])} | {rate(t, p['opt'])} tasks | {fmt_mb(p.get('hwm_mb'))} (whole process) |")
+                if p.get("optall") is not None:
+                    L.append(f"| `--opt all` on the built graph ({p.get('all_applied', 0)} apply) | {fmt_s(p['optall'])} | {fmt_s(p['optall_cpu'])} | | |")
             c = r.get("cli", {})
             if c:
                 L.append(f"| whole `daydream-analyze {fname}` (1 run) | {fmt_s(c.get('wall'))} | {fmt_s(c.get('cpu'))} | {rate(ev, c.get('wall'))} events | {fmt_mb(c.get('hwm_mb'))} |"
@@ -726,6 +851,7 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
                         ("nsys .sqlite", lambda l: f"nsys_{l}.sqlite")):
         rows = []
         for step, get in (("load", lambda r: _v(r, "load", "wall")), ("peak RSS MB (load)", lambda r: _v(r, "load", "hwm_mb")),
+                          ("mapping", lambda r: _v(r, "pipeline", "map")),
                           ("graph build", lambda r: _v(r, "pipeline", "graph")), ("replay", lambda r: _v(r, "pipeline", "sim")),
                           ("second --opt", lambda r: _v(r, "pipeline", "opt")), ("daydream-analyze", lambda r: _v(r, "cli", "wall")),
                           ("reload .npz", lambda r: _v(r, "reload", "wall"))):
@@ -805,8 +931,10 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
                          f"{ol['wall'] / nl['wall']:.1f}x ({ol['cpu'] / nl['cpu']:.1f}x) | {fmt_mb(ol.get('hwm_mb'))} | {fmt_mb(nl.get('hwm_mb'))} |")
             op, np_ = c["old_pipe"], c["new_pipe"]
             if "error" not in op and np_.get("graph") is not None:
-                for k, nm in (("graph", "graph build"), ("sim", "replay"), ("opt", "second --opt")):
+                for k, nm in (("map", "mapping"), ("graph", "graph build"), ("sim", "replay"), ("opt", "second --opt"), ("optall", "--opt all")):
                     kc = k + "_cpu"
+                    if k not in op or k not in np_:
+                        continue
                     L.append(f"| {fname} | {nm} | {fmt_s(op[k])} ({fmt_s(op[kc])}) | {fmt_s(np_[k])} ({fmt_s(np_[kc])}) | "
                              f"{op[k] / np_[k]:.1f}x ({op[kc] / np_[kc]:.1f}x) | | |")
         L += ["", CHANGES, ""]
@@ -817,59 +945,49 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
     return "\n".join(L)
 
 
-GOAL_NOTES = """Causes and plans for the goals not met:
+GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles):
 
-* **Kineto load vs the bare msgspec bound.** The bound is msgspec's C decoder alone. The loader then turns ~10
-  fields of every event into numpy columns: in Python each field is one C-level pass over the decoded events
-  (`map(attrgetter)` + `numpy.fromiter`, about 0.05-0.1 us per event and field), and `ts`/`dur` are kept as raw
-  number text so that the ns are exact, which costs a byte-matrix parse (~0.3-0.4 us per value). Together that
-  is about as much again as the decode. (At 4 M the bound itself slows down: it holds the whole document and all
-  decoded events at once, 3.4 GB, while the loader streams.) Plan: have the decoder write the columns directly (a
-  small compiled extension over msgspec's output, or a purpose-built C tokenizer for the Kineto layout) so that
-  nothing per event runs in Python, with the exact decimal parse in the same C loop.
-* **nsys load vs the bare SQL scan.** Python's `sqlite3` hands out one Python object per value; the adapter also
-  reads a NULL flag next to each nullable column (to tell NULL from -1), joins names from StringIds, converts every
-  value to numpy and sorts the rows, so it takes 2-4x the scan's time in these runs. Plan: a columnar reader (SQLite's
-  C API into numpy buffers through a small extension, or DuckDB's sqlite scanner into Arrow) would make the
-  per-value work disappear.
-* **Peak RSS <= file size for nsys.** The export stores integers as SQLite varints (2-3 bytes each); the table
-  holds them as int64 (105 bytes a row), so the table alone outgrows the file. Memory is bounded and linear
-  (rows are fetched 65 k at a time; the peak is the fetched columns plus the table and its sorted copy), just not
-  below the file size. Plan: sort the parts by start before concatenating (a merge instead of a full permuted
-  copy) and drop each table's columns as soon as they are emitted.
-* **Graph build + replay, second --opt.** The replay is a Python loop over tasks in topological order (about
-  0.4 us a task, plus numpy set-up), graph build is a dozen sorts and searches over the tasks, and a second --opt
-  is the transformation plus another replay plus the prediction report; each is 0.5-1 us a task, so the sums sit
-  at 0.5-1 M tasks/s instead of above. Plan: the vectorized "wavefront" replay (segmented max-plus scans per lane,
-  iterated between cross-lane dependencies), or the loop compiled; the report's per-window interval unions
-  vectorized."""
+* **Kineto load vs the bare msgspec decode.** The decode itself is msgspec's C loop; after it, the loader still
+  makes one C-level pass per field over the decoded events (`map(attrgetter)` + `numpy.fromiter`, the largest
+  item in the profile after the decode and the gunzip), interns (ph, cat) pairs and names, and sorts the table.
+  This round moved the exact `ts`/`dur` parse into a compiled pass over one joined buffer, used from 2 M
+  events on (importing numba adds ~0.5 s CPU and ~115 MB of peak memory, which a 1 M-event load cannot
+  afford), so it does not show at 1 M; the per-field passes remain. Next: a decoder
+  that writes the columns itself (a compiled tokenizer for the Kineto layout) so nothing per event runs in Python.
+* **nsys load vs the bare SQL scan, and its peak memory.** Unchanged this round: `sqlite3`'s `fetchmany`
+  still builds one Python object per value (most of the load's profile), the adapter reads NULL flags, joins
+  names and sorts. The Arrow-based reader (e.g. `adbc-driver-sqlite`, optional, today's reader as fallback)
+  and the column-at-a-time sort were not built in the time of this round.
+* **mapping + graph build + replay >= 2 M tasks/s.** The replay and the mapping's interval search are now
+  compiled (numba) and take a small part of the sum; graph build (`daydream/graph/*`, not in this round's
+  scope) is now the largest term, then the mapping's name classification and per-thread numpy passes.
+* **A second prediction, `--opt all`.** Each prediction is the transformation, a replay (now ~10x faster) and
+  `build_prediction`, which walks the critical path of the new timeline (`daydream/critical_path.py`: a
+  Python loop over ~500 k binding records at 1 M events, rewritten by another change this round and measured
+  here as it stands in this tree) and re-runs the per-window report; those two are most of the time left."""
 
-HOTSPOT_NOTES = """What the profiles say: the Kineto load is msgspec's decode, the exact `ts`/`dur` text parse
-(`_us_text_to_ns`), the per-field extraction passes (`numpy.fromiter`, `map`) and freeing each slice's decoded
-events; the nsys load is `fetchmany` (SQLite stepping and Python row objects) plus the int conversion; graph
-build is numpy sorts and searches, and the replay is its per-task loop."""
+HOTSPOT_NOTES = """What the profiles say: the Kineto load is msgspec's decode, gunzip and the per-field extraction
+passes (`numpy.fromiter`, `map`), with the `ts`/`dur` parse now a small compiled step; the nsys load is
+`fetchmany` (SQLite stepping and one Python object per value) plus the int conversion; mapping + graph +
+replay is numpy sorts and searches in the graph build and the mapping, the replay's compiled loop being
+a few milliseconds (rows from numba's own modules, `imputils`, `ffi`, are its one-off loading of the cached
+kernels, which that profile run had not done before the profiler started)."""
 
-CHANGES = """What changed:
+CHANGES = """What changed in this round (issue 18), results identical (the accuracy table, every test, and the
+mapping and tables of these inputs array for array):
 
-* **Kineto**: the document is read a slice (16 MB of JSON) at a time: the array is cut after an event (a cut is
-  checked by decoding the slice; the comma is overwritten in place, so the text is never copied), each slice's
-  events are turned into numpy columns and freed, and the table is built once from the columns; anything unusual
-  (repairs, errors, a top-level array) still takes the whole-document path, so the table and every message are
-  unchanged. Only the events that use a field are read for it (`dur` of X events, device/stream/correlation of
-  GPU and runtime events, ...); (ph, cat) pairs and names are interned in one C-level pass; the exact `ts`/`dur`
-  parse works on a column-major byte matrix with lookup tables; the GC is paused while loading; the table's
-  columns are sorted one at a time and intermediates are dropped as soon as they are dead. Peak memory went from
-  about 4x the JSON size to below it.
-* **nsys**: rows are fetched 65 k at a time and converted per batch (`np.fromiter` over the row tuples instead of
-  an object array), names are interned per batch (`NameTable.intern_many` is one C-level pass), so the fetched
-  rows never all exist as Python objects.
-* **graph**: the lane keys and the (waiter, waited) pairs are made unique on packed int64 keys instead of
-  `np.unique(axis=0)` (which sorts rows as opaque records), and the per-lane order is a stable radix sort of
-  the global order by lane instead of a second 6-key lexsort.
-* **simulate**: the order is checked once up front (vectorized, `check_topological`); a valid order is replayed
-  by a loop over node attributes pre-permuted into visiting order (`zip` over lists), with virtual nodes for
-  "no launch" / "first on its lane" instead of branches; an invalid order takes the original checked loop, so
-  the errors are unchanged."""
+* **replay compiled**: the per-task loop runs as a numba kernel (`daydream/simulate/compiled.py`) over flat
+  arrays prepared once in numpy; the Python loop stays (graphs under 100 k tasks, no numba, or times that
+  could leave int64, checked up front); a hypothesis property compares both on start, end, blocked and the
+  binding records over random emulator programs and transformed graphs.
+* **mapping**: the innermost enclosing context is found by a compiled stack sweep instead of a max-end sparse
+  table, and the contexts are sorted by a stable argsort (they arrive in start order) instead of a lexsort.
+* **Kineto**: `ts`/`dur` texts parsed by a compiled pass over one joined buffer once a file has passed 2 M
+  events (no `bytes` object per value, no byte matrix); not used at 1 M, so the load rows here measure
+  the numpy parse of before.
+* **transform.insert**: the new task placed in the visiting order with numpy instead of list operations.
+* numba's machine code is cached on disk (`cache=True`), so the compile (1-5 s) is paid once per machine; the
+  import and cache load (~0.3 s, the `import numba` row) once per process, only for inputs big enough."""
 
 
 if __name__ == "__main__":

@@ -655,3 +655,27 @@ def test_property_accounting_and_kernels(tmp_path, events, as_array):
     assert sorted(tb.start_ns[k].tolist()) == sorted(us_to_ns(Decimal(repr(e["ts"]))) for e in kernels)
     assert sorted((tb.end_ns[k] - tb.start_ns[k]).tolist()) == sorted(us_to_ns(Decimal(repr(e["dur"]))) for e in kernels)
     assert np.all(tb.tid[k] == -1)
+
+
+_num_text = st.one_of(
+    st.from_regex(r"\A-?[0-9]{0,22}(\.[0-9]{0,8})?\Z", fullmatch=True),
+    st.from_regex(r"\A-?[0-9]{1,3}\.[0-9]{1,3}[eE][+-]?[0-9]{1,2}\Z", fullmatch=True),
+    st.sampled_from(["", "-", ".", "-.5", "1.", "1.2.3", "+1", "null", '"12.5"', '" 7 "', "1.0005", "-1.0005", "0.0004999",
+                     "9223372036854775.807", "9223372036854775807", "1" * 41, "1." + "0" * 39 + "6", "1e400", "12a", "1 "]),
+    st.text(alphabet="0123456789.-+eE\" x", max_size=12),
+)
+
+
+@pytest.mark.parametrize("method", ["kernel-py", "kernel"])
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_num_text, min_size=1, max_size=60))
+def test_us_text_parse_kernel_equals_numpy(method, texts):
+    """The compiled ts/dur parse (texts joined in one buffer) gives the numpy matrix parse's
+    values and flags exactly, for plain decimals and everything that falls back to Decimal."""
+    import msgspec
+
+    raws = [msgspec.Raw(t.encode()) for t in texts]
+    want_ns, want_ok = kineto._us_text_to_ns(raws, method="numpy")
+    got_ns, got_ok = kineto._us_text_to_ns(raws, method=method)
+    assert np.array_equal(got_ok, want_ok)
+    assert np.array_equal(got_ns, want_ns)

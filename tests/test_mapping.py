@@ -404,24 +404,28 @@ def test_phase_breakdown_and_top_layers():
         phase_breakdown(m, tb, g, gd[:2])
 
 
+@pytest.mark.parametrize("method", ["table", "sweep-py", "sweep"])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), max_size=40),
        st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10)), min_size=1, max_size=20))
-def test_enclosers_match_brute_force(ivs, qs):
-    """Innermost = latest start among enclosing intervals (ties: shorter, then later input)."""
+def test_enclosers_match_brute_force(method, ivs, qs):
+    """Innermost = latest start among enclosing intervals (ties: shorter, then later input), by
+    the numpy sparse table, the stack sweep uncompiled, and the sweep compiled (the table when
+    numba is missing)."""
     s = np.array([a for a, _ in ivs], dtype=np.int64)
     e = np.array([a + b for a, b in ivs], dtype=np.int64)
     qs_ = np.array([a for a, _ in qs], dtype=np.int64)
     qe_ = np.array([a + b for a, b in qs], dtype=np.int64)
     enc = _Enclosers(s, e)
-    got = enc.innermost(qs_, qe_)
+    got = enc.innermost(qs_, qe_, method=method)
     anyenc = enc.any_enclosing(qs_, qe_)
     for k in range(len(qs)):
         cand = [i for i in range(len(ivs)) if s[i] <= qs_[k] and e[i] >= qe_[k]]
         want = max(cand, key=lambda i: (s[i], -e[i], i)) if cand else -1
         assert (enc.order[got[k]] if got[k] >= 0 else -1) == want
         assert anyenc[k] == bool(cand)
-    par = enc.parents()
+    par = enc.innermost(enc.start, enc.end, np.arange(len(enc), dtype=np.int64), method=method)
+    assert np.array_equal(par, enc.parents())
     for j in range(len(ivs)):
         i = enc.order[j]
         cand = [enc.order[x] for x in range(j) if e[enc.order[x]] >= e[i]]
@@ -731,3 +735,20 @@ def test_annotations_for_graph_nodes():
     assert nm.phase[kb] == 0 and nm.layer_id[kb] == -1
     assert nm.phase[-1] == 0 and nm.layer_id[-1] == -1 and nm.op_id[-1] == -1
     assert nm.gap_phase[-1] == 0 and nm.gap_layer_id[-1] == -1
+
+
+@pytest.mark.parametrize("method", ["sweep-py", "sweep"])
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 3000), st.sampled_from([10, 1_000, 10**6, 2**60]))
+def test_enclosers_sweep_equals_table_on_many_intervals(method, seed, n, span):
+    """The stack sweep and the sparse table agree on thousands of nested and overlapping
+    intervals and queries (including ones starting at an interval's start or ending at its end)."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, span, n)
+    e = s + rng.integers(0, max(span // 10, 1), n)
+    qs = np.concatenate([rng.integers(0, span, n), s[: n // 2]])
+    qe = np.concatenate([qs[:n] + rng.integers(0, max(span // 50, 1), n), e[: n // 2]])
+    enc = _Enclosers(s, e)
+    assert np.array_equal(enc.innermost(qs, qe, method=method), enc.innermost(qs, qe, method="table"))
+    k = np.arange(len(enc), dtype=np.int64)
+    assert np.array_equal(enc.innermost(enc.start, enc.end, k, method=method), enc.innermost(enc.start, enc.end, k, method="table"))

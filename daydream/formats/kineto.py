@@ -103,6 +103,7 @@ from typing import Any, Optional, Union
 import msgspec
 import numpy as np
 
+from .. import jit
 from ..errors import TraceFormatError
 from ..events import (
     DTYPES,
@@ -962,17 +963,40 @@ def _missing_to(a: np.ndarray, fill: int = -1) -> np.ndarray:
     return np.where(a <= _NONNUM, fill, a)
 
 
-def _us_text_to_ns(raws: list) -> tuple[np.ndarray, np.ndarray]:
+#: events already read from a file before its ts/dur texts are parsed by the compiled kernel
+#: (:func:`_parse_us_kernel`; both give the same values). Importing numba and loading the cached
+#: kernel cost ~0.5 s CPU and ~115 MB of peak RSS (LLVM; measured on the bench VM); the kernel saves
+#: ~0.4 us a value over the numpy byte matrix. From 2 M events on a file pays for both (a 1 M-event
+#: load stays as it was, below its file size in peak memory, scripts/bench.py)
+US_KERNEL_AFTER_EVENTS = 2_000_000
+
+
+def _us_text_to_ns(raws: list, events_seen: int = 0, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Exact int64 ns from JSON number texts in microseconds; returns (ns, ok).
 
-    Plain decimals (``-?digits[.digits]``) are parsed column-wise with numpy; the rest
-    (exponents, numbers written as JSON strings, null, absent) go through ``Decimal`` one by one
-    (rare), absent and non-numbers giving ok=False. More than 3 decimals round half away from
-    zero; a value beyond int64 saturates (and is then skipped as out of range).
+    Plain decimals (``-?digits[.digits]``) are parsed in bulk: by a compiled pass over the texts
+    joined in one buffer (:func:`_parse_us_kernel`, once ``events_seen`` reaches
+    :data:`US_KERNEL_AFTER_EVENTS`, or ``method="kernel"`` / ``"kernel-py"`` uncompiled for
+    tests), else column-wise with numpy (``method="numpy"``); the rest (exponents, numbers
+    written as JSON strings, null, absent) go through ``Decimal`` one by one (rare), absent and
+    non-numbers giving ok=False. More than 3 decimals round half away from zero; a value beyond
+    int64 saturates (and is then skipped as out of range).
     """
     n = len(raws)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool)
+    fn = None
+    if method == "kernel-py":
+        fn = _parse_us_kernel
+    elif method != "numpy" and jit.wanted(events_seen + n, US_KERNEL_AFTER_EVENTS, forced=method == "kernel"):
+        fn = jit.compiled(_parse_us_kernel)
+    if fn is not None:
+        lens = np.fromiter(map(len, raws), np.int64, count=n)
+        offs = np.zeros(n + 1, np.int64)
+        np.cumsum(lens, out=offs[1:])
+        buf = np.frombuffer(b"".join(raws), np.uint8)
+        ns, simple, empty = jit.call(fn, buf, offs, _MAX_US_INT, _MAX_NUMBER_TEXT)
+        return _us_fallback(raws, ns, simple, empty, lambda i: bytes(raws[i]))
     bs = list(map(bytes, raws))
     a = np.array(bs, dtype=bytes)
     if a.dtype.itemsize > _MAX_NUMBER_TEXT:  # not a plain number (e.g. an object); keep the matrix small
@@ -1010,9 +1034,14 @@ def _us_text_to_ns(raws: list) -> tuple[np.ndarray, np.ndarray]:
     simple &= ip <= _MAX_US_INT  # ip * 1000 + 999 fits in int64
     ns = np.where(simple, ip, 0) * 1000 + frac
     ns = np.where(neg, -ns, ns)
+    return _us_fallback(raws, ns, simple, empty, bs.__getitem__)
+
+
+def _us_fallback(raws, ns: np.ndarray, simple: np.ndarray, empty: np.ndarray, text) -> tuple[np.ndarray, np.ndarray]:
+    """(ns, ok) after the ``Decimal`` parse of the texts that are neither plain nor empty."""
     ok = simple.copy()
     for i in np.nonzero(~simple & ~empty)[0].tolist():
-        b = bs[i]
+        b = text(i)
         if b[:1] == b'"' and b[-1:] == b'"':  # a number written as a JSON string (rocprof): its text
             b = b[1:-1].strip()
         try:
@@ -1023,6 +1052,69 @@ def _us_text_to_ns(raws: list) -> tuple[np.ndarray, np.ndarray]:
         except (ArithmeticError, UnicodeDecodeError, ValueError):  # decimal.InvalidOperation, Overflow, ...
             pass
     return ns, ok
+
+
+def _parse_us_kernel(buf, offs, max_us_int, max_text):
+    """The numpy byte-matrix parse of :func:`_us_text_to_ns`, text by text (compiled by numba).
+
+    Text i is ``buf[offs[i]:offs[i + 1]]``. Returns (ns, simple, empty): ``simple`` where the
+    text is ``-?digits[.digits]`` with 1-18 integer digits and a value that fits (then ``ns``
+    is exact: 3 decimals, the 4th rounding half away from zero); for other texts ``ns`` is what
+    the matrix parse leaves there (the first 3 decimals after the first dot, signed; 0 for a
+    text over ``max_text`` bytes), overwritten by the ``Decimal`` fallback where it parses.
+    """
+    n = len(offs) - 1
+    ns = np.zeros(n, np.int64)
+    simple = np.zeros(n, np.bool_)
+    empty = np.zeros(n, np.bool_)
+    for i in range(n):  # bytes are read as int64 (uint8 arithmetic would wrap uncompiled)
+        a = offs[i]
+        b = offs[i + 1]
+        if a == b:
+            empty[i] = True
+            continue
+        neg = np.int64(buf[a]) == 45
+        j = a + 1 if neg else a
+        ip = 0
+        nd = 0
+        while j < b and 48 <= np.int64(buf[j]) <= 57:
+            if nd < 18:
+                ip = ip * 10 + (np.int64(buf[j]) - 48)
+            nd += 1
+            j += 1
+        frac = 0
+        up = 0
+        if j < b and np.int64(buf[j]) == 46:
+            j += 1
+            k = 0
+            while j < b and 48 <= np.int64(buf[j]) <= 57:
+                if k < 3:
+                    frac = frac * 10 + (np.int64(buf[j]) - 48)
+                elif k == 3 and np.int64(buf[j]) >= 53:
+                    up = 1
+                k += 1
+                j += 1
+            while k < 3:
+                frac *= 10
+                k += 1
+        if j == b and 1 <= nd <= 18 and ip <= max_us_int:
+            v = ip * 1000 + frac + up
+            ns[i] = -v if neg else v
+            simple[i] = True
+        elif b - a <= max_text:  # what the matrix parse leaves for a text it does not take
+            p = a
+            while p < b and np.int64(buf[p]) != 46:
+                p += 1
+            v = 0
+            for k in range(1, 5):
+                c = p + k
+                d = np.int64(buf[c]) - 48 if c < b and 48 <= np.int64(buf[c]) <= 57 else 0
+                if k < 4:
+                    v = v * 10 + d
+                elif d >= 5:
+                    v += 1
+            ns[i] = -v if neg else v
+    return ns, simple, empty
 
 
 #: bytes of a plain decimal text in the matrix of _us_text_to_ns: digits, '.', padding (0)
@@ -1208,12 +1300,12 @@ class _Columns:
         self._put("name", np.fromiter(map(self.name_ix.__getitem__, map(g("name"), events)), np.int32, count=n))
         self._put("pid", _int_column(list(map(g("pid"), events)), n))
         self._put("tid", _int_column(list(map(g("tid"), events)), n))
-        ts, ok = _us_text_to_ns(list(map(g("ts"), events)))
+        ts, ok = _us_text_to_ns(list(map(g("ts"), events)), base)
         self._put("ts", ts)
         self._put("ts_ok", ok)
         # dur: only X events use it
         xi = np.flatnonzero(cls == _C_ROW)
-        d, ok = _us_text_to_ns(list(map(g("dur"), _take(events, xi))))
+        d, ok = _us_text_to_ns(list(map(g("dur"), _take(events, xi))), base)
         self._put("dur@", xi + base)
         self._put("dur", d)
         self._put("dur_ok", ok)

@@ -57,8 +57,8 @@ def _run(graph: TaskGraph, order: np.ndarray, event_driven: bool) -> Timeline:
                 check_topological(graph, order)  # says which dependency the order breaks
                 raise DaydreamError("internal: the visiting order is not a permutation of the tasks")
             s, e, b = replay(graph, order)
-        start = np.fromiter(s, dtype=np.int64, count=graph.n)
-        end = np.fromiter(e, dtype=np.int64, count=graph.n)
+        start = s if isinstance(s, np.ndarray) else np.fromiter(s, dtype=np.int64, count=graph.n)
+        end = e if isinstance(e, np.ndarray) else np.fromiter(e, dtype=np.int64, count=graph.n)
     except OverflowError:  # times are Python ints in the loop; int64 when they are stored
         src = getattr(getattr(graph.table, "meta", None), "source", "") or "the trace"
         raise TraceFormatError(

@@ -14,13 +14,19 @@ three virtual nodes standing in for "no launching call" (ready at ``t0``) and "f
 lane"; every other task (code 2) reads its in-edge list with the rule of each edge. A task with
 an END edge whose source may not be final when the task is visited (a blocking copy waits for
 the copy it launches itself) is finished lazily: when something reads its end, or after the loop.
+
+The loop's inputs are prepared once as flat arrays (:func:`prepare`); big graphs run them through
+the same loop compiled with numba (:mod:`.compiled`), with identical results.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..graph import EdgeKind, Phase, TaskGraph, rule_arrays
+from . import compiled as compiled_kernel
 
 _NEG = -(1 << 200)  # below any time
 
@@ -58,34 +64,98 @@ def _codes(graph: TaskGraph, ph, anchor_end, off, eager, deferred) -> np.ndarray
     return np.where(simple & (n_end == 0), np.where(is_cpu, 1, 0), np.where(simple & is_cpu & (n_end == 1), 3, 2)).astype(np.int8)
 
 
-def replay(graph: TaskGraph, order: np.ndarray) -> tuple[list, list, list]:
-    """(start, end, blocked) lists of ns for every node, visiting ``order`` (must be valid)."""
+class Prepared(NamedTuple):
+    """The replay's inputs as flat arrays (both the Python loop and the compiled kernel read them).
+
+    Per node (int64 unless said): ``prev`` lane predecessor (virtual node ``n+1`` / ``n+2`` for
+    the first call / GPU task of a lane), ``code`` (int8, module docstring), ``a_col`` (code 0:
+    the launching call or virtual ``n``; else the CPU gap, ns), ``q_src`` (code 3: the GPU task
+    waited for), ``deferred`` (bool: finished lazily). Generic in-edges of code-2 nodes as CSR
+    by destination (edge-id order within a node): ``g_ptr`` (n+1), ``g_src``, ``g_ae`` (bool:
+    anchored at the source's end), ``g_off`` (ns), ``g_ph`` (int8 Phase); END edges apart in
+    ``e_ptr``, ``e_src``, ``e_ae``, ``e_off``. Scalars ns: ``t0``, ``L``, ``G``.
+    """
+
+    prev: np.ndarray
+    code: np.ndarray
+    a_col: np.ndarray
+    q_src: np.ndarray
+    deferred: np.ndarray
+    g_ptr: np.ndarray
+    g_src: np.ndarray
+    g_ae: np.ndarray
+    g_off: np.ndarray
+    g_ph: np.ndarray
+    e_ptr: np.ndarray
+    e_src: np.ndarray
+    e_ae: np.ndarray
+    e_off: np.ndarray
+    t0: int
+    L: int
+    G: int
+
+
+def _csr(n: int, idx: np.ndarray, dst, src, ae, off, ph) -> tuple[np.ndarray, ...]:
+    """Edges ``idx`` grouped by destination (stable: edge-id order within a node)."""
+    idx = idx[np.argsort(dst[idx], kind="stable")]
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst[idx], minlength=n), out=ptr[1:])
+    return ptr, src[idx].astype(np.int64), ae[idx].astype(np.bool_), off[idx].astype(np.int64), ph[idx].astype(np.int8)
+
+
+def prepare(graph: TaskGraph, order: np.ndarray) -> Prepared:
+    """The flat inputs of a replay of ``graph`` visiting ``order`` (must be valid)."""
     n = graph.n
-    t0, L, G = int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns)
     ra = rule_arrays()
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
     ph, anchor_end = ra.phase[k], ra.anchor_end[k]
     off = ra.graph_offsets_ns(graph)[k]
     eager, deferred = _end_edges(graph, order, ph)
     code = _codes(graph, ph, anchor_end, off, eager, deferred)
-    V_LAUNCH, V_CPU0, V_GPU0 = n, n + 1, n + 2
     is_cpu = graph.is_cpu
     lp = graph.lane_prev
-    prev = np.where(lp >= 0, lp, np.where(is_cpu, V_CPU0, V_GPU0))
+    prev = np.where(lp >= 0, lp, np.where(is_cpu, n + 1, n + 2)).astype(np.int64)
     la = graph.launch
-    a_col = np.where((code == 0), np.where(la >= 0, la, V_LAUNCH), graph.gap_ns)
+    a_col = np.where((code == 0), np.where(la >= 0, la, n), graph.gap_ns).astype(np.int64)
     q_src = np.zeros(n, np.int64)  # code 3: the GPU task the call waits for
     e3 = np.nonzero((ph == Phase.END) & (code[dst] == 3))[0]
     q_src[dst[e3]] = src[e3]
-    q_src = q_src.tolist()
+    g2 = code[dst] == 2
+    is_end = ph == Phase.END
+    g = _csr(n, np.nonzero(g2 & ~is_end)[0], dst, src, anchor_end, off, ph)
+    e = _csr(n, np.nonzero(g2 & is_end)[0], dst, src, anchor_end, off, ph)
+    return Prepared(prev, code, a_col, q_src, deferred, *g, *e[:4],
+                    int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns))
+
+
+def _in_lists(ptr: np.ndarray, src, ae, off, ph) -> dict[int, list[tuple[int, bool, int, int]]]:
+    """CSR in-edges as {node: [(src, anchor_end, offset, phase), ...]} (the Python loop's form)."""
+    nodes = np.nonzero(np.diff(ptr))[0].tolist()
+    rows = list(zip(src.tolist(), ae.tolist(), off.tolist(), ph.tolist()))
+    bounds = ptr.tolist()
+    return {v: rows[bounds[v]:bounds[v + 1]] for v in nodes}
+
+
+def replay(graph: TaskGraph, order: np.ndarray, compiled: bool | None = None) -> tuple:
+    """(start, end, blocked) of every node, ns, visiting ``order`` (must be valid): int64 arrays
+    from the compiled kernel (:mod:`.compiled`), lists of ints from the Python loop.
+
+    ``compiled``: None picks the kernel when :func:`.compiled.use_kernel` says so (numba
+    importable, graph big enough, every time provably within int64); True/False force the
+    choice (True still falls back when numba is missing or a time could leave int64).
+    Both give the same times to the nanosecond (tests/test_replay_compiled.py).
+    """
+    n = graph.n
+    pr = prepare(graph, order)
+    if (compiled is not False) and compiled_kernel.use_kernel(graph, pr, forced=compiled is True):
+        return compiled_kernel.run(pr, np.ascontiguousarray(order, np.int64), graph.dur_ns, graph.gap_ns)
+    t0, L, G = pr.t0, pr.L, pr.G
+    V_LAUNCH, V_CPU0, V_GPU0 = n, n + 1, n + 2
+    prev, code, a_col, deferred = pr.prev, pr.code, pr.a_col, pr.deferred
+    q_src = pr.q_src.tolist()
     # generic in-edge lists of code-2 nodes: (src, anchor_end, offset, phase); END edges apart
-    gen: dict[int, list[tuple[int, bool, int, int]]] = {}
-    gen_end: dict[int, list[tuple[int, bool, int, int]]] = {}
-    g2 = np.nonzero(code[dst] == 2)[0]
-    if len(g2):
-        g2 = g2[np.argsort(dst[g2], kind="stable")]
-        for v, u, ae, o, p in zip(dst[g2].tolist(), src[g2].tolist(), anchor_end[g2].tolist(), off[g2].tolist(), ph[g2].tolist()):
-            (gen_end if p == 2 else gen).setdefault(v, []).append((u, ae, o, p))
+    gen = _in_lists(pr.g_ptr, pr.g_src, pr.g_ae, pr.g_off, pr.g_ph)
+    gen_end = _in_lists(pr.e_ptr, pr.e_src, pr.e_ae, pr.e_off, np.full(len(pr.e_src), Phase.END, np.int8))
     start = [0] * (n + 3)
     end = [0] * (n + 3)
     blocked = [0] * n

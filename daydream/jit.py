@@ -1,0 +1,71 @@
+"""Optional numba compilation of the measured loops (the replay, the mapping's interval sweep).
+
+A kernel is written as a plain Python function over numpy arrays; :func:`compiled` returns it
+compiled by numba (``njit``, with numba's on-disk cache), or None when numba is not installed or
+the environment turns compilation off. Every caller keeps a numpy or pure-Python path that gives
+the same results, and the tests compare them (tests/test_replay_compiled.py,
+tests/test_mapping.py).
+
+Why numba: the per-task replay loop and the interval sweep are sequential (each step reads the
+previous ones), so numpy cannot express them without a per-element Python loop or an O(n log n)
+workaround; compiled they run at about 10 ns a step (issue 18 measured 24-33x on the replay).
+numba is a dependency (pyproject.toml) but optional at run time: importing it costs about 0.3 s,
+so callers compile only for inputs big enough to pay that back.
+
+Cache: ``cache=True`` keeps the machine code beside the module (or in ``NUMBA_CACHE_DIR``, or
+numba's user-wide cache directory when the package directory is read-only), so a kernel's
+one-time compile (1-5 s) is paid once per machine. When no cache location is writable numba
+refuses ``cache=True``; the kernel is then compiled in memory, once per process.
+
+Environment: ``DAYDREAM_JIT=off`` (or ``python``) never compiles; ``DAYDREAM_JIT=on`` (or
+``compiled``) makes callers use their kernels whatever the input size; default ``auto``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+_compiled: dict[object, object] = {}
+
+
+def mode() -> str:
+    """"off", "on" or "auto", from ``DAYDREAM_JIT``."""
+    m = os.environ.get("DAYDREAM_JIT", "auto").strip().lower()
+    return {"python": "off", "0": "off", "compiled": "on", "1": "on"}.get(m, m if m in ("off", "on") else "auto")
+
+
+def wanted(size: int, min_size: int, forced: bool = False) -> bool:
+    """Whether a caller should use its compiled kernel for an input of ``size`` (its own
+    threshold ``min_size``; ``forced``: the caller's caller asked for it)."""
+    m = mode()
+    return m != "off" and (forced or m == "on" or size >= min_size)
+
+
+def compiled(fn):
+    """``fn`` compiled by numba (once per process, machine code from the on-disk cache when
+    there is one), or None without numba."""
+    if fn not in _compiled:
+        try:
+            import numba
+        except ImportError:
+            _compiled[fn] = None
+        else:
+            _compiled[fn] = compile_with(numba, fn)
+    return _compiled[fn]
+
+
+def compile_with(numba, fn):
+    """``numba.njit(cache=True)(fn)``, or in-memory compilation when no cache location is writable."""
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except Exception:  # numba: "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True)(fn)
+
+
+def call(fn, *args):
+    """``fn(*args)`` with numba's warnings silenced (it warns when it cannot write its cache;
+    the kernel still runs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args)
