@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
         "daydream's CUPTI JSON Lines dumps; the format is detected from the content.",
     )
     p.add_argument("trace", nargs="?", help="trace file (.sqlite, .json, .json.gz, .jsonl[.gz], or a saved table .npz)")
+    p.add_argument("more_traces", nargs="*", metavar="TRACE", help="more traces (or a folder): one per rank of one job, replayed coupled (docs/jobs.md)")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="job: read the ranks' traces in N processes")
     p.add_argument(
         "--opt",
         action="append",
@@ -196,6 +198,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if not args.trace:
         raise UsageError("daydream-analyze: a trace file is needed (see --help)")
+    if args.more_traces or os.path.isdir(args.trace):
+        return _run_job(args)
     if "all" in args.opt and len(args.opt) > 1:
         raise UsageError("--opt all ranks each optimization alone; it cannot be combined with other --opt")
     from .analysis import analyze
@@ -246,6 +250,24 @@ def run(argv: list[str] | None = None) -> int:
             raise
         except OSError as e:
             raise UsageError(f"cannot write the report to standard output: {e.strerror or e}") from None
+    return 0
+
+
+def _run_job(args) -> int:
+    """Several traces (or a folder): one job, its ranks replayed coupled (daydream.job)."""
+    from .job import analyze_job, job_report_json, render_job_text
+
+    if args.opt or args.timeline or args.save_table or args.plot:
+        raise UsageError("a job (several traces) takes --json and --workers; --opt/--timeline/--save-table/--plot apply to one trace")
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    _check_output(args.json, "--json", args.trace)
+    job = analyze_job([args.trace, *args.more_traces], strict=args.strict, workers=args.workers)
+    if args.json:
+        _write(args.json, job_report_json(job.report))
+    if args.json != "-":
+        sys.stdout.write(render_job_text(job.report))
+        sys.stdout.flush()
     return 0
 
 
