@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("trace", nargs="?", help="trace file (.sqlite, .json, .json.gz, .jsonl[.gz], or a saved table .npz)")
     p.add_argument("more_traces", nargs="*", metavar="TRACE", help="more traces (or a folder): one per rank of one job, replayed coupled (docs/jobs.md)")
     p.add_argument("--workers", type=int, default=1, metavar="N", help="job: read the ranks' traces in N processes")
+    p.add_argument("--ranks", metavar="R,R,...", help="job: apply --opt to these ranks only (default: every rank)")
     p.add_argument(
         "--opt",
         action="append",
@@ -257,12 +258,17 @@ def _run_job(args) -> int:
     """Several traces (or a folder): one job, its ranks replayed coupled (daydream.job)."""
     from .job import analyze_job, job_report_json, render_job_text
 
-    if args.opt or args.timeline or args.save_table or args.plot:
-        raise UsageError("a job (several traces) takes --json and --workers; --opt/--timeline/--save-table/--plot apply to one trace")
+    if args.timeline or args.save_table or args.plot or "all" in args.opt:
+        raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json and --workers; "
+                         "--opt all/--timeline/--save-table/--plot apply to one trace")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    try:
+        only = sorted({int(x) for x in args.ranks.split(",")}) if args.ranks else None
+    except ValueError:
+        raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
     _check_output(args.json, "--json", args.trace)
-    job = analyze_job([args.trace, *args.more_traces], strict=args.strict, workers=args.workers)
+    job = analyze_job([args.trace, *args.more_traces], opts=args.opt, only=only, strict=args.strict, workers=args.workers)
     if args.json:
         _write(args.json, job_report_json(job.report))
     if args.json != "-":

@@ -148,10 +148,47 @@ def test_cli_job_json_deterministic(tmp_path, capsys):
     assert doc["ranks"] == 8 and doc["straggler"]["rank"] == 7
     assert main([files[0], files[1]]) == 2
     assert "world size 8" in capsys.readouterr().err
-    assert main([str(DLRM), "--opt", "amp"]) == 2
 
 
 @needs_traces
 def test_single_trace_unchanged(capsys):
     assert main([str(DLRM / "dlrm_8rank_worker0.pt.trace.json.gz")]) == 0
     assert "job:" not in capsys.readouterr().out
+
+
+@needs_traces
+def test_whatif_identity_and_one_rank(dlrm):
+    """A what-if that changes nothing predicts the baseline exactly; slowing one rank's compute
+    never makes any rank faster, and the rank itself is not faster."""
+    from daydream.job.whatif import parse_job_specs, predict
+
+    m, c = dlrm.matching, dlrm.coupled
+    p = predict(dlrm.ranks, m, c, parse_job_specs(["scale-kernels:factor=1"], 8))
+    base = [r.replayed_ns for r in dlrm.report.rank_rows]
+    assert p.rank_predicted_ns == base and p.predicted_ns == p.replayed_ns and p.speedup == 1.0
+    slow = predict(dlrm.ranks, m, c, parse_job_specs([r"scale-kernels:pattern=^(?!nccl),factor=3"], 8), only=[4])
+    assert slow.ranks == [4]
+    assert all(a >= b for a, b in zip(slow.rank_predicted_ns, base))
+    assert slow.rank_predicted_ns[4] > base[4]
+
+
+@needs_traces
+def test_whatif_straggler(dlrm):
+    from daydream.job.whatif import parse_job_specs, predict
+
+    p = predict(dlrm.ranks, dlrm.matching, dlrm.coupled, parse_job_specs(["straggler:rank=7"], 8))
+    assert "7" in p.notes and "earlier" in p.notes["7"]
+    # rank 7 no longer arrives last at the first collective: its peers wait less there
+    assert p.predicted_ns <= p.replayed_ns
+    for bad in ("straggler", "straggler:rank=8", "straggler:rank=x", "straggler:r=1"):
+        with pytest.raises(UsageError):
+            parse_job_specs([bad], 8)
+
+
+@needs_traces
+def test_cli_job_opt(capsys):
+    assert main([str(DLRM), "--opt", "fused-adam", "--ranks", "0,3"]) == 0
+    out = capsys.readouterr().out
+    assert "what-if fused-adam on ranks 0,3" in out
+    assert main([str(DLRM), "--opt", "amp", "--ranks", "9"]) == 2
+    assert main([str(DLRM), "--opt", "all"]) == 2

@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..errors import NotApplicable, UsageError
 from .couple import Coupled, couple
 from .load import RankTrace, expand_inputs, load_ranks
 from .match import Matching, check_world, match
 from .report import JobReport, build_job_report, job_report_json, render_job_text
+from .whatif import parse_job_specs, predict
 
 __all__ = ["Coupled", "Job", "JobReport", "Matching", "RankTrace", "analyze_job", "couple", "expand_inputs",
            "job_report_json", "load_ranks", "match", "render_job_text"]
@@ -33,9 +35,13 @@ class Job:
     report: JobReport
 
 
-def analyze_job(paths: list[str], *, strict: bool = False, workers: int = 1, mapper: Callable | None = None) -> Job:
+def analyze_job(paths: list[str], *, opts: list[str] = (), only: list[int] | None = None, strict: bool = False,
+                workers: int = 1, mapper: Callable | None = None) -> Job:
     """Read one trace per rank (files or folders), check they are one job, match and split the
     collectives, replay the ranks coupled, and report.
+
+    ``opts``: ``--opt`` specs (composed in order, one prediction) applied to the ranks ``only``
+    (default all), including ``straggler:rank=R`` (:mod:`.whatif`).
 
     Raises:
         UsageError: not one job (world size, ranks, collectives), or a missing file.
@@ -48,4 +54,13 @@ def analyze_job(paths: list[str], *, strict: bool = False, workers: int = 1, map
     c = couple([r.graph for r in ranks], m)
     counts = {f"rank number from the {src}": sum(r.rank_source == src for r in ranks)
               for src in ("file name", "order") if any(r.rank_source == src for r in ranks)}
-    return Job(ranks, m, c, build_job_report(ranks, m, c, world, counts))
+    report = build_job_report(ranks, m, c, world, counts)
+    if only is not None and not set(only) <= set(range(world)):
+        raise UsageError(f"--ranks {','.join(map(str, only))}: the job has ranks 0..{world - 1}")
+    if opts:
+        parsed = parse_job_specs(list(opts), world)
+        try:
+            report.predictions.append(predict(ranks, m, c, parsed, only))
+        except NotApplicable as e:
+            report.not_applicable[" + ".join(opts)] = str(e)
+    return Job(ranks, m, c, report)

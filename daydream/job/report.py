@@ -62,6 +62,18 @@ class Straggler(msgspec.Struct, forbid_unknown_fields=True):
     critical_path: dict[str, int]  #: its own by cause (cpu, gpu_compute, communication, launch, sync)
 
 
+class JobPrediction(msgspec.Struct, forbid_unknown_fields=True):
+    """A job-level what-if, replayed coupled (times ns)."""
+
+    name: str  #: the optimizations, composed in order
+    ranks: list[int]  #: ranks the single-trace optimizations were applied to ([] for straggler alone)
+    replayed_ns: int  #: the job's step (slowest rank's window), baseline coupled replay
+    predicted_ns: int
+    speedup: float  #: replayed / predicted
+    rank_predicted_ns: list[int]  #: each rank's window, predicted
+    notes: dict[str, str]  #: per rank: what was changed, or why the optimization did not apply
+
+
 class JobReport(msgspec.Struct, forbid_unknown_fields=True):
     report_version: int
     ranks: int
@@ -76,6 +88,13 @@ class JobReport(msgspec.Struct, forbid_unknown_fields=True):
     collective_rows: list[CollectiveRow]
     straggler: Straggler | None
     counts: dict[str, int]
+    predictions: list[JobPrediction] = []
+    not_applicable: dict[str, str] = {}
+
+
+def job_windows(graphs, timelines) -> list[tuple[int, int, int, int]]:
+    """Per rank: (measured start, measured end, replayed start, replayed end) of its window."""
+    return [_window(g, tl, recorded(g)) for g, tl in zip(graphs, timelines)]
 
 
 def _pct(a: int, b: int) -> float:
@@ -192,6 +211,13 @@ def render_job_text(r: JobReport) -> str:
             grp = f" [{x.group}]" if x.group else ""
             out.append(f"  {x.index:>3} {x.op}{grp} {x.size_bytes:,} B  rank {x.last_rank} / {x.last_rank_replayed}  "
                        f"{_ms(x.wait_max_ns)}  {_ms(x.transfer_ns)}")
+    for p in r.predictions:
+        who = f" on ranks {','.join(map(str, p.ranks))}" if p.ranks else ""
+        out += ["", f"what-if {p.name}{who}: job step {_ms(p.replayed_ns)} -> {_ms(p.predicted_ns)} ms (x{p.speedup:.3f})",
+                "  per rank ms: " + ", ".join(f"r{i} {_ms(x)}" for i, x in enumerate(p.rank_predicted_ns))]
+        out += [f"  rank {k}: {v}" for k, v in p.notes.items()]
+    for k, v in r.not_applicable.items():
+        out.append(f"what-if {k}: not applicable: {v}")
     for k, v in r.counts.items():
         out.append(f"note: {k}: {v:,}")
     return terminal_lines("\n".join(out)) + "\n"
