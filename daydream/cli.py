@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("more_traces", nargs="*", metavar="TRACE", help="more traces (or a folder): one per rank of one job, replayed coupled (docs/jobs.md)")
     p.add_argument("--workers", type=int, default=1, metavar="N", help="job: read the ranks' traces in N processes")
     p.add_argument("--ranks", metavar="R,R,...", help="job: apply --opt to these ranks only (default: every rank)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="job: read the ranks on this Dask cluster (tcp://host:8786 or a scheduler .json file; needs daydream[dask])")
     p.add_argument(
         "--opt",
         action="append",
@@ -199,7 +200,7 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if not args.trace:
         raise UsageError("daydream-analyze: a trace file is needed (see --help)")
-    if args.more_traces or os.path.isdir(args.trace):
+    if args.more_traces or os.path.isdir(args.trace) or args.scheduler:
         return _run_job(args)
     if "all" in args.opt and len(args.opt) > 1:
         raise UsageError("--opt all ranks each optimization alone; it cannot be combined with other --opt")
@@ -268,7 +269,14 @@ def _run_job(args) -> int:
     except ValueError:
         raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
     _check_output(args.json, "--json", args.trace)
-    job = analyze_job([args.trace, *args.more_traces], opts=args.opt, only=only, strict=args.strict, workers=args.workers)
+    paths = [args.trace, *args.more_traces]
+    if args.scheduler:
+        from .job.scale import dask_mapper
+
+        with dask_mapper(args.scheduler) as mapper:
+            job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, mapper=mapper)
+    else:
+        job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=args.workers)
     if args.json:
         _write(args.json, job_report_json(job.report))
     if args.json != "-":

@@ -32,7 +32,8 @@ _RANK_RX = re.compile(r"(?:rank|worker|node|proc|gpu)[_\-.]?(\d+)", re.IGNORECAS
 
 @dataclass
 class RankTrace:
-    """One rank's trace as the job needs it: the graph (with its table), its collectives, the
+    """One rank's trace as the job needs it: the graph (its table slimmed to what the job reads,
+    :func:`slim_table`), its collectives, the
     process group of each collective ("" where the trace does not say), and where the rank
     number came from ("trace", "file name" or "order")."""
 
@@ -105,6 +106,7 @@ def read_rank(path: str, index: int = 0, strict: bool = False) -> RankTrace:
     coll = find_collectives(graph)
     group = _group_names(graph, coll)
     meta = table.meta
+    graph.table = slim_table(table)
     if meta.rank >= 0:
         rank, src = int(meta.rank), "trace"
     elif rank_from_name(path) >= 0:
@@ -112,6 +114,16 @@ def read_rank(path: str, index: int = 0, strict: bool = False) -> RankTrace:
     else:
         rank, src = index, "order"
     return RankTrace(path, rank, src, int(meta.world_size), graph, coll, group, meta.format)
+
+
+def slim_table(table):
+    """The part of ``table`` a job keeps once the rank's graph is built: its metadata, its
+    accounting and the ``ProfilerStep#N`` rows (the step windows); the other columns stay in the
+    process that read the file. (A table row of a graph node no longer indexes it: the
+    single-trace what-ifs that read table rows, e.g. ``ddp``, do not apply to job ranks.)"""
+    steps = table.name_ids(lambda s: s.startswith("ProfilerStep#"))
+    rows = np.nonzero(steps[table.name_id])[0] if steps.any() else np.zeros(0, np.int64)
+    return table.take(rows)
 
 
 def _read_star(a: tuple[str, int, bool]) -> RankTrace:
