@@ -1,12 +1,12 @@
 """Job-level what-ifs: single-trace optimizations applied to every rank (or chosen ranks) and
 replayed coupled, and ``straggler:rank=R`` (that rank as fast as the median rank).
 
-A single-trace optimization transforms a rank's graph as it would alone (``analysis.apply_all``);
-the collectives are found again in the new graph by their table row (a transformation keeps the
-rows of the tasks it keeps), and a collective whose kernel the optimization re-timed keeps the
-same share: its transfer is scaled by ``new duration / recorded duration`` (a re-costing that
-models the transfer alone is therefore applied to the recorded wait + transfer in proportion: a
-limit, docs/jobs.md). A rank where the optimization does not apply keeps its graph (reported).
+A single-trace optimization transforms a rank's graph as it would alone (``analysis.apply_all``),
+given the graph with each collective lasting its **transfer** (its recorded wait for peers taken
+out): what the optimization makes of a collective's duration (scaled, or re-costed by the
+communication model) is its new transfer, and the wait follows from the coupled replay. The
+collectives are found again in the new graph by their table row (a transformation keeps the rows
+of the tasks it keeps). A rank where the optimization does not apply keeps its graph (reported).
 
 ``straggler:rank=R``: rank R starts its first step with the median rank (its graph's trace start
 ``t0`` moved earlier by its late start, so every replayed time moves with it) and its own work
@@ -75,6 +75,13 @@ def _remap(base: RankTrace, g, nodes: np.ndarray) -> np.ndarray:
     return out
 
 
+def _transfers(graph, nodes: np.ndarray, transfer_ns: np.ndarray):
+    """``graph`` with the collectives ``nodes`` lasting their transfers."""
+    dur = graph.dur_ns.copy()
+    dur[nodes] = transfer_ns
+    return dataclasses.replace(graph, dur_ns=dur)
+
+
 def _straggler(ranks: list[RankTrace], graphs: list, m: Matching, base: Coupled, rows, r: int) -> tuple[Any, str]:
     i = int(np.nonzero(m.ranks == r)[0][0])
     starts = np.array([w[0] for w in rows], np.int64) - m.offset_ns
@@ -98,7 +105,7 @@ def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple
     Raises:
         NotApplicable: no selected rank takes the optimizations, or one removes a collective.
     """
-    graphs = [r.graph for r in ranks]
+    graphs = [_transfers(r.graph, m.node[i][m.member[i]], m.transfer_ns[i][m.member[i]]) for i, r in enumerate(ranks)]
     rows = job_windows(base.graphs, base.timelines)
     notes: dict[str, str] = {}
     real = [o for o in opts if o[0] != STRAGGLER]
@@ -120,11 +127,8 @@ def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple
             i = int(np.nonzero(m.ranks == o[1]["rank"])[0][0])
             graphs[i], notes[str(o[1]["rank"])] = _straggler(ranks, graphs, m, base, rows, o[1]["rank"])
     node = np.stack([_remap(r, g, m.node[i]) for i, (r, g) in enumerate(zip(ranks, graphs))]) if len(m) else m.node
-    old = np.stack([r.graph.dur_ns[np.maximum(m.node[i], 0)] for i, r in enumerate(ranks)]) if len(m) else m.transfer_ns
     new = np.stack([g.dur_ns[np.maximum(node[i], 0)] for i, g in enumerate(graphs)]) if len(m) else m.transfer_ns
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(old > 0, new / np.maximum(old, 1), 1.0)
-    tr = np.where(m.member, np.round(m.transfer_ns * ratio).astype(np.int64), 0)
+    tr = np.where(m.member, new, 0).astype(np.int64)
     c = couple(graphs, dataclasses.replace(m, node=node), tr)
     pred = job_windows(c.graphs, c.timelines)
     base_ns = max(w[3] - w[2] for w in rows)
