@@ -95,3 +95,59 @@ def test_change_on_one_rank_equals_emulator(progs, data):
                 parse_job_specs([f"scale-kernels:pattern=^gemm_,factor={factor}"], len(progs)), only=[rank])
     want = [max(t.end_ns for t in run.tasks) - run.trace_t0_ns for run in job2.runs]
     assert p.rank_predicted_ns == want
+
+
+def test_mixed_formats_one_job(tmp_path):
+    """Ranks in different formats (Kineto JSON, CUPTI JSON Lines, a saved table), numbered by
+    their file names, are one job: the same matching and an exact coupled replay."""
+    from daydream.formats import load_trace
+    from daydream.formats.cupti_export import write_cupti_jsonl
+
+    def rank(skew, work):
+        return Program([Thread([Launch(COMPUTE, "warm_a", 60_000, 4_000), Launch(COMPUTE, "warm_b", 2_000, 4_000),
+                                StreamSync(COMPUTE, 1_000), HostWork(skew), Launch(COMPUTE, "gemm_0", work, 4_000),
+                                Launch(COMPUTE, ALL_REDUCE, 20_000, 4_000), StreamSync(COMPUTE, 1_000)])],
+                       launch_latency_ns=L, gpu_gap_ns=G)
+
+    job = emulate_job([rank(0, 10_000), rank(50_000, 30_000), rank(20_000, 2_000)])
+    paths = write_job(job, tmp_path)
+    write_cupti_jsonl(load_trace(paths[1]), tmp_path / "trace_rank1.jsonl")
+    load_trace(paths[2]).save(str(tmp_path / "trace_rank2.npz"))
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (tmp_path / "rank0.json").rename(mixed / "trace_rank0.json")
+    (tmp_path / "trace_rank1.jsonl").rename(mixed / "trace_rank1.jsonl")
+    (tmp_path / "trace_rank2.npz").rename(mixed / "trace_rank2.npz")
+    res = analyze_job([str(mixed)])
+    assert [r.rank_source for r in res.ranks] == ["file name"] * 3
+    assert [r.fmt for r in res.ranks][:2] == ["kineto", "cupti-jsonl"] and res.ranks[2].path.endswith(".npz")
+    assert list(res.matching.arrive_ns) == list(job.arrive_ns)
+    assert int(res.matching.ranks[res.matching.last[0]]) == 1
+    for g, tl in zip(res.coupled.graphs, res.coupled.timelines):
+        real = g.row >= 0
+        assert np.array_equal(tl.end_ns[real], g.rec_end_ns[real])
+
+
+@given(jobs(max_colls=2), st.lists(st.integers(-5_000, 5_000), min_size=4, max_size=4))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_clock_offsets(progs, offs):
+    """Ranks recorded on clocks offset by up to +-5 ms: where the offsets leave a matched
+    collective without a common instant they are estimated from the collectives' ends (exactly:
+    the ends agree), counted as inferred, and the coupled replay is exact on every rank's own clock."""
+    job = emulate_job(progs)
+    for run in job.runs:
+        assume(measure_latencies(run) == (L, G))
+    offs = [o * 1_000 - offs[0] * 1_000 for o in offs[: len(progs)]]
+    with tempfile.TemporaryDirectory() as d:
+        write_job(job, d, offsets_ns=offs)
+        res = analyze_job([d])
+    m = res.matching
+    if m.clock == "estimated":
+        assert list(m.offset_ns) == offs
+        assert m.counts["rank clock offset estimated from collective ends (inferred)"] == sum(o != 0 for o in offs)
+    else:
+        assert not m.offset_ns.any()
+    for g, tl in zip(res.coupled.graphs, res.coupled.timelines):
+        real = g.row >= 0
+        if m.clock == "estimated":
+            assert np.array_equal(tl.end_ns[real], g.rec_end_ns[real])

@@ -102,12 +102,25 @@ def emulate_job(programs: list[Program]) -> JobRun:
     raise ValueError("the job did not settle: its collectives wait on each other in a cycle (a deadlock)")
 
 
-def write_job(job: JobRun, folder: str | os.PathLike, **kw) -> list[str]:
-    """Write each rank's run as a Kineto trace ``rank{r}.json`` in ``folder``; returns the paths
-    (``kw`` goes to :func:`~daydream.testing.emulator.to_kineto`)."""
+def shift_run(run: Run, d_ns: int) -> Run:
+    """``run`` as a clock ``d_ns`` ahead would record it (every time + ``d_ns``)."""
+    def sh(rec, names):
+        return dataclasses.replace(rec, **{n: getattr(rec, n) + d_ns for n in names})
+
+    return dataclasses.replace(
+        run, program=dataclasses.replace(run.program, t0_ns=run.program.t0_ns + d_ns),
+        calls=tuple(sh(c, ("start_ns", "end_ns")) for c in run.calls),
+        tasks=tuple(sh(t, ("ready_ns", "start_ns", "end_ns")) for t in run.tasks),
+        ranges=tuple(sh(r, ("start_ns", "end_ns")) for r in run.ranges))
+
+
+def write_job(job: JobRun, folder: str | os.PathLike, offsets_ns: list[int] | None = None, **kw) -> list[str]:
+    """Write each rank's run as a Kineto trace ``rank{r}.json`` in ``folder``, its clock
+    ``offsets_ns[r]`` ahead of the shared one (default 0); returns the paths (``kw`` goes to
+    :func:`~daydream.testing.emulator.to_kineto`)."""
     paths = []
     for r, run in enumerate(job.runs):
         p = os.path.join(folder, f"rank{r}.json")
-        to_kineto(run, p, **kw)
+        to_kineto(shift_run(run, offsets_ns[r]) if offsets_ns else run, p, **kw)
         paths.append(p)
     return paths
