@@ -98,6 +98,10 @@ def test_dlrm_coupled_replay(dlrm):
         assert abs(row.error_pct - row.alone_error_pct) < 0.1
         assert abs(row.error_pct) < 10
     assert dlrm.report.rank_rows[7].waited_for.keys() <= {"4", "5"}
+    # the step's end waits for rank 4 at the last all-reduce; rank 4's path back is its CPU
+    cp = dlrm.report.critical_path
+    assert [s.rank for s in cp.segments] == [1, 4] and cp.segments[0].via_collective == 7
+    assert cp.by_cause_ns["cpu"] > 0.9 * cp.total_ns
 
 
 @needs_traces

@@ -73,6 +73,13 @@ def test_coupled_replay_reproduces_every_rank(progs):
         assert np.array_equal(tl.end_ns[real], g.rec_end_ns[real]), f"rank {i} ends"
     for r in res.report.rank_rows:
         assert r.error_pct == 0.0 and r.wait_measured_ns == r.wait_replayed_ns
+    # the job's critical path tiles [trace start of the rank it starts on, the job's last end]
+    cp = res.report.critical_path
+    segs = cp.segments
+    assert all(v >= 0 for v in cp.by_cause_ns.values()) and sum(cp.by_cause_ns.values()) == cp.total_ns
+    assert all(a.start_ns == b.end_ns for a, b in zip(segs, segs[1:]))
+    first = res.coupled.graphs[segs[-1].rank]
+    assert segs[-1].start_ns == first.t0_ns and segs[0].end_ns - segs[-1].start_ns == cp.total_ns
 
 
 @given(jobs(), st.data())

@@ -17,6 +17,7 @@ from ..display import terminal_lines
 from ..report import _union_length, step_windows
 from ..simulate import Timeline, recorded, simulate
 from .couple import Coupled
+from .critical import JobCriticalPath, job_critical_path
 from .load import RankTrace
 from .match import Matching
 
@@ -90,6 +91,7 @@ class JobReport(msgspec.Struct, forbid_unknown_fields=True):
     counts: dict[str, int]
     predictions: list[JobPrediction] = []
     not_applicable: dict[str, str] = {}
+    critical_path: JobCriticalPath | None = None  #: of the coupled replay, across ranks
 
 
 def job_windows(graphs, timelines) -> list[tuple[int, int, int, int]]:
@@ -177,8 +179,9 @@ def build_job_report(ranks: list[RankTrace], m: Matching, c: Coupled, world: int
     slow_m = max(rows, key=lambda x: x.measured_ns) if rows else None
     slow_r = max(rows, key=lambda x: x.replayed_ns) if rows else None
     sm, sr = (slow_m.measured_ns if slow_m else 0), (slow_r.replayed_ns if slow_r else 0)
+    cp = job_critical_path(m, c, rows.index(slow_r)) if rows else None
     return JobReport(JOB_REPORT_VERSION, len(ranks), world, m.clock, len(m), c.rounds, sm, sr, _pct(sr, sm), rows, colls,
-                     _straggler(m, rows, starts), dict(sorted({**counts, **m.counts}.items())))
+                     _straggler(m, rows, starts), dict(sorted({**counts, **m.counts}.items())), critical_path=cp)
 
 
 def job_report_json(r: JobReport) -> bytes:
@@ -205,6 +208,12 @@ def render_job_text(r: JobReport) -> str:
     if r.straggler is not None:
         s = r.straggler
         out += ["", f"straggler: rank {s.rank} (its peers waited {_ms(s.caused_wait_ns)} ms for it): {s.cause}"]
+    if r.critical_path is not None:
+        cp = r.critical_path
+        causes = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(cp.by_cause_ns.items(), key=lambda kv: -kv[1]) if v)
+        hops = " <- ".join(f"rank {sg.rank}" + (f" (collective {sg.via_collective})" if sg.via_collective >= 0 else " from its trace start")
+                           for sg in cp.segments)
+        out += ["", f"job critical path {_ms(cp.total_ns)} ms: {hops}; by cause: {causes}"]
     if r.collective_rows:
         out += ["", "collectives (first 10): #, op, bytes, last to arrive (recorded / replayed), longest wait ms, transfer ms"]
         for x in r.collective_rows[:10]:
