@@ -65,3 +65,19 @@ def job_critical_path(m: Matching, c: Coupled, slowest: int) -> JobCriticalPath:
         end = int(tl.start_ns[v])
     by = {k: int(acc.by_cause.get(k, 0)) for k in (*CAUSES, *sorted(set(acc.by_cause) - set(CAUSES)))}
     return JobCriticalPath(int(sum(by.values())), by, segs)
+
+
+def rank_critical_path(c: Coupled, i: int) -> dict[str, int]:
+    """Rank row ``i``'s own critical path by cause (ns), from its last task: as the single-rank
+    one, except that where it reaches a peer-arrival pin the time before the last peer arrived is
+    charged to ``peers`` (not to this rank's CPU)."""
+    g, tl = c.graphs[i], with_bindings(c.graphs[i], c.timelines[i])
+    acc = _Charges(None, None, None)
+    v = int(np.argmax(np.where(gpu_relevant(g), tl.end_ns, np.iinfo(np.int64).min)))
+    last = int(_Walk(g, tl, tl.bound_start.tolist(), tl.bound_base.tolist(), tl.bound_end.tolist(), acc).run(v)[-1])
+    by = {k: int(x) for k, x in acc.by_cause.items()}
+    by["peers"] = 0
+    if last in set(c.pin[i][c.pin[i] >= 0].tolist()):
+        by["cpu"] -= int(tl.end_ns[last] - g.t0_ns)
+        by["peers"] = int(tl.end_ns[last] - g.t0_ns)
+    return by

@@ -12,12 +12,12 @@ import msgspec
 import numpy as np
 
 from ..collectives import OP_LABELS, Op
-from ..critical_path import communication_mask, critical_path
+from ..critical_path import communication_mask
 from ..display import terminal_lines
 from ..report import _union_length, step_windows
 from ..simulate import Timeline, recorded, simulate
 from .couple import Coupled
-from .critical import JobCriticalPath, job_critical_path
+from .critical import JobCriticalPath, job_critical_path, rank_critical_path
 from .load import RankTrace
 from .match import Matching
 
@@ -41,7 +41,7 @@ class RankRow(msgspec.Struct, forbid_unknown_fields=True):
     transfer_ns: int  #: time inside collectives after the last arrival, recorded
     comm_overlap_pct: float  #: share of its communication time (replayed) overlapped by its compute kernels
     last_arrivals: int  #: collectives it reached last
-    critical_path: dict[str, int]  #: its coupled replay's critical path by cause
+    critical_path: dict[str, int]  #: its coupled replay's critical path by cause; ``peers``: before the last peer arrived
 
 
 class CollectiveRow(msgspec.Struct, forbid_unknown_fields=True):
@@ -136,12 +136,11 @@ def _rank_row(i: int, r: RankTrace, m: Matching, c: Coupled) -> tuple[RankRow, d
     for k in np.nonzero(mem & (m.wait_ns[i] > 0))[0].tolist():
         key = str(int(m.ranks[m.last[k]]))
         waited[key] = waited.get(key, 0) + int(m.wait_ns[i, k])
-    _, cp = critical_path(g, tl)
     row = RankRow(int(r.rank), os.path.basename(r.path), r.rank_source, int(m.offset_ns[i]), hi_m - lo_m, hi_r - lo_r,
                   _pct(hi_r - lo_r, hi_m - lo_m), _pct(a_hi_r - a_lo_r, a_hi_m - a_lo_m), int(m.wait_ns[i, mem].sum()),
                   int(c.wait_ns[i, mem].sum()), dict(sorted(waited.items(), key=lambda kv: int(kv[0]))),
                   int(m.transfer_ns[i, mem].sum()), _overlap_pct(g, tl), int(np.count_nonzero(m.last == i)),
-                  {k: int(v) for k, v in cp.by_cause_ns.items()})
+                  rank_critical_path(c, i))
     return row, {"start": lo_m - int(m.offset_ns[i])}
 
 
@@ -156,7 +155,7 @@ def _straggler(m: Matching, rows: list[RankRow], starts: np.ndarray) -> Straggle
     ks = np.nonzero(m.last == s)[0]
     lateness = int((m.arrive_ns[ks] - np.median(np.where(m.member[:, ks], m.start_ns[:, ks], m.arrive_ns[ks]), axis=0)).max())
     cp = rows[s].critical_path
-    inside = max(((v, k) for k, v in cp.items() if k != "communication"), default=(0, "cpu"))[1]
+    inside = max(((v, k) for k, v in cp.items() if k not in ("communication", "peers")), default=(0, "cpu"))[1]
     if late and late * 2 >= lateness:
         cause = (f"started its step {late / 1e6:,.3f} ms after the median rank (before the traced window: data loading "
                  f"or the previous step); it reached collectives up to {lateness / 1e6:,.3f} ms after the median")
@@ -200,11 +199,12 @@ def render_job_text(r: JobReport) -> str:
            f"job step (slowest rank): measured {_ms(r.step_measured_ns)} ms, replayed {_ms(r.step_replayed_ns)} ms "
            f"({r.step_error_pct:+.2f} %)", "",
            f"{'rank':>4} {'measured ms':>12} {'replayed ms':>12} {'err %':>7} {'alone %':>8} {'wait ms':>8} "
-           f"{'transfer ms':>11} {'overlap %':>9}  waited for (ms)"]
+           f"{'transfer ms':>11} {'overlap %':>9} {'bound by':>13}  waited for (ms)"]
     for x in r.rank_rows:
         wf = ", ".join(f"r{k} {_ms(v)}" for k, v in sorted(x.waited_for.items(), key=lambda kv: -kv[1])[:3])
         out.append(f"{x.rank:>4} {_ms(x.measured_ns):>12} {_ms(x.replayed_ns):>12} {x.error_pct:>7.2f} {x.alone_error_pct:>8.2f} "
-                   f"{_ms(x.wait_measured_ns):>8} {_ms(x.transfer_ns):>11} {x.comm_overlap_pct:>9.1f}  {wf}")
+                   f"{_ms(x.wait_measured_ns):>8} {_ms(x.transfer_ns):>11} {x.comm_overlap_pct:>9.1f} "
+                   f"{max(x.critical_path, key=x.critical_path.get) if x.critical_path else '-':>13}  {wf}")
     if r.straggler is not None:
         s = r.straggler
         out += ["", f"straggler: rank {s.rank} (its peers waited {_ms(s.caused_wait_ns)} ms for it): {s.cause}"]
