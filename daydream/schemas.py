@@ -13,12 +13,14 @@ from typing import Callable
 
 from .events import event_table_schema
 from .formats.cupti_jsonl import cupti_jsonl_schema
+from .job_report import job_report_schema
 from .report import report_schema
 
 SCHEMAS: dict[str, Callable[[], dict]] = {
     "event_table.schema.json": event_table_schema,
     "report.schema.json": report_schema,
     "cupti-jsonl.schema.json": cupti_jsonl_schema,
+    "job_report.schema.json": job_report_schema,
 }
 
 #: where the committed schema files live (``schemas/`` at the repository root)

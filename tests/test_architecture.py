@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("graph", ("daydream.graph", "daydream.kernels", "daydream.collectives")),
     ("transform", ("daydream.transform", "daydream.optimizations")),
     ("simulate", ("daydream.simulate", "daydream.critical_path")),
-    ("report", ("daydream.report", "daydream.timeline", "daydream.render_*", "daydream.schemas")),
+    ("report", ("daydream.report", "daydream.timeline", "daydream.render_*", "daydream.schemas", "daydream.job_report")),
     ("facade", ("daydream.analysis", "daydream.cli", "daydream.job", ROOT)),
 )
 

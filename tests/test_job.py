@@ -196,3 +196,12 @@ def test_cli_job_opt(capsys):
     assert "what-if fused-adam on ranks 0,3" in out
     assert main([str(DLRM), "--opt", "amp", "--ranks", "9"]) == 2
     assert main([str(DLRM), "--opt", "all"]) == 2
+
+
+@needs_traces
+def test_job_json_matches_schema(dlrm):
+    jsonschema = pytest.importorskip("jsonschema")
+    from daydream.job import job_report_json
+
+    schema = json.loads((ROOT / "schemas" / "job_report.schema.json").read_text())
+    jsonschema.validate(json.loads(job_report_json(dlrm.report)), schema)

@@ -12,26 +12,13 @@ the path lies on.
 
 from __future__ import annotations
 
-import msgspec
 import numpy as np
 
 from ..critical_path import CAUSES, _Charges, _Walk, gpu_relevant  # the single-rank walk, reused as is
+from ..job_report import JobCriticalPath, Segment
 from ..simulate import with_bindings
 from .couple import Coupled
 from .match import Matching
-
-
-class Segment(msgspec.Struct, forbid_unknown_fields=True):
-    rank: int
-    start_ns: int  #: on the lowest rank's clock
-    end_ns: int
-    via_collective: int  #: the collective the path left this rank by (-1: it starts here)
-
-
-class JobCriticalPath(msgspec.Struct, forbid_unknown_fields=True):
-    total_ns: int  #: last end minus the trace start of the rank the path starts on
-    by_cause_ns: dict[str, int]
-    segments: list[Segment]  #: latest first
 
 
 def job_critical_path(m: Matching, c: Coupled, slowest: int) -> JobCriticalPath:
