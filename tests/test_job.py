@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from daydream.cli import main
 from daydream.errors import UsageError
-from daydream.job import analyze_job, load_ranks
+from daydream.job import analyze_job, load_ranks, match
 from daydream.job.load import expand_inputs, rank_from_name
 from daydream.job.match import align, check_world
 
@@ -205,3 +205,43 @@ def test_job_json_matches_schema(dlrm):
 
     schema = json.loads((ROOT / "schemas" / "job_report.schema.json").read_text())
     jsonschema.validate(json.loads(job_report_json(dlrm.report)), schema)
+
+
+def _fake_rank(rank, colls):
+    """A RankTrace stand-in: ``colls`` = [(group, op, start_ns, end_ns)] in launch order."""
+    from types import SimpleNamespace
+
+    from daydream.job.load import RankTrace
+
+    n = len(colls)
+    s = np.array([c[2] for c in colls], np.int64)
+    e = np.array([c[3] for c in colls], np.int64)
+    graph = SimpleNamespace(position_ns=s - 10, rec_start_ns=s, rec_end_ns=e)
+    coll = SimpleNamespace(node=np.arange(n, dtype=np.int64), op=np.array([c[1] for c in colls], np.uint8),
+                           size_bytes=np.full(n, 64, np.int64))
+    return RankTrace(f"rank{rank}.json", rank, "file name", 3, graph, coll, np.array([c[0] for c in colls], dtype=object))
+
+
+def test_match_by_process_group():
+    """Collectives of two sub-communicators are matched within each group, by order; a rank
+    outside a group is not a participant, and each group's last arrival is its own."""
+    from daydream.collectives import Op
+
+    ar, a2a = int(Op.ALL_REDUCE), int(Op.ALL_TO_ALL)
+    ranks = [_fake_rank(0, [("a", ar, 100, 500), ("a", ar, 900, 1000)]),
+             _fake_rank(1, [("a", ar, 300, 501), ("b", a2a, 400, 700), ("a", ar, 950, 1001)]),
+             _fake_rank(2, [("b", a2a, 650, 700)])]
+    m = match(ranks)
+    assert list(m.group) == ["a", "a", "b"]
+    assert m.node.tolist() == [[0, 1, -1], [0, 2, 1], [-1, -1, 0]]
+    assert m.clock == "shared"
+    assert m.arrive_ns.tolist() == [300, 950, 650]
+    assert m.ranks[m.last].tolist() == [1, 1, 2]
+    assert m.wait_ns.tolist() == [[200, 50, 0], [0, 0, 250], [0, 0, 0]]
+    assert m.transfer_ns.tolist() == [[200, 50, 0], [201, 51, 50], [0, 0, 50]]
+    bad = [_fake_rank(0, [("a", ar, 1, 2)]), _fake_rank(1, [("a", a2a, 1, 2)])]
+    with pytest.raises(UsageError, match="not one job"):
+        match(bad)
+    short = [_fake_rank(0, [("", ar, 1, 2), ("", ar, 3, 4)]), _fake_rank(1, [("", ar, 1, 2)])]
+    with pytest.raises(UsageError, match="different numbers"):
+        match(short)
