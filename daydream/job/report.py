@@ -16,7 +16,7 @@ from ..critical_path import communication_mask
 from ..display import terminal_lines
 from ..report import _union_length, step_windows
 from ..simulate import Timeline, recorded, simulate
-from ..job_report import JOB_REPORT_VERSION, CollectiveRow, JobPrediction, JobReport, RankRow, Straggler
+from ..job_report import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankRow, Straggler
 from .couple import Coupled
 from .critical import job_critical_path, rank_critical_path
 from .load import RankTrace

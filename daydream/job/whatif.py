@@ -25,12 +25,13 @@ import numpy as np
 from ..analysis import apply_all
 from ..critical_path import communication_mask
 from ..errors import NotApplicable, UsageError
+from ..job_report import JobPrediction
 from ..optimizations import check_composition, parse_spec
 from ..transform import scale
 from .couple import Coupled, couple
 from .load import RankTrace
 from .match import Matching
-from .report import JobPrediction, job_windows
+from .report import job_windows
 
 STRAGGLER = "straggler"
 
@@ -82,7 +83,7 @@ def _transfers(graph, nodes: np.ndarray, transfer_ns: np.ndarray):
     return dataclasses.replace(graph, dur_ns=dur)
 
 
-def _straggler(ranks: list[RankTrace], graphs: list, m: Matching, base: Coupled, rows, r: int) -> tuple[Any, str]:
+def _straggler(graphs: list, m: Matching, base: Coupled, rows, r: int) -> tuple[Any, str]:
     i = int(np.nonzero(m.ranks == r)[0][0])
     starts = np.array([w[0] for w in rows], np.int64) - m.offset_ns
     late = int(max(starts[i] - int(np.median(starts)), 0))
@@ -125,7 +126,7 @@ def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple
     for o in opts:
         if o[0] == STRAGGLER:
             i = int(np.nonzero(m.ranks == o[1]["rank"])[0][0])
-            graphs[i], notes[str(o[1]["rank"])] = _straggler(ranks, graphs, m, base, rows, o[1]["rank"])
+            graphs[i], notes[str(o[1]["rank"])] = _straggler(graphs, m, base, rows, o[1]["rank"])
     node = np.stack([_remap(r, g, m.node[i]) for i, (r, g) in enumerate(zip(ranks, graphs))]) if len(m) else m.node
     new = np.stack([g.dur_ns[np.maximum(node[i], 0)] for i, g in enumerate(graphs)]) if len(m) else m.transfer_ns
     tr = np.where(m.member, new, 0).astype(np.int64)
