@@ -19,6 +19,7 @@ import numpy as np
 
 from ..collectives import Collectives, find_collectives
 from ..errors import UsageError
+from ..events import Kind
 from ..formats import load_trace
 from ..formats.comm_args import read_comm_args
 from ..graph import TaskGraph, build_graph
@@ -118,12 +119,12 @@ def read_rank(path: str, index: int = 0, strict: bool = False) -> RankTrace:
 
 def slim_table(table):
     """The part of ``table`` a job keeps once the rank's graph is built: its metadata, its
-    accounting and the ``ProfilerStep#N`` rows (the step windows); the other columns stay in the
-    process that read the file. (A table row of a graph node no longer indexes it: the
-    single-trace what-ifs that read table rows, e.g. ``ddp``, do not apply to job ranks.)"""
-    steps = table.name_ids(lambda s: s.startswith("ProfilerStep#"))
-    rows = np.nonzero(steps[table.name_id])[0] if steps.any() else np.zeros(0, np.int64)
-    return table.take(rows)
+    accounting, and its CPU ops and annotation ranges (the ``ProfilerStep#N`` step windows, and the
+    ops the collective and gradient finders join their args to by External id); the runtime
+    calls and GPU activities, already in the graph, stay in the process that read the file. (A
+    graph node's table row no longer indexes this table; nothing a job runs reads it.)"""
+    keep = np.isin(table.kind, (Kind.CPU_OP, Kind.RANGE))
+    return table.take(np.nonzero(keep)[0])
 
 
 def _read_star(a: tuple[str, int, bool]) -> RankTrace:
