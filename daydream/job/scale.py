@@ -3,7 +3,7 @@
 Each rank's file is read, its table built, its graph built and its collectives found by a Dask
 worker (:func:`daydream.job.load.read_rank`), where the file is: the workers must see the trace
 paths (a shared filesystem). Only the per-rank result travels back: the graph's arrays and a
-table slimmed to its metadata and ProfilerStep rows. The coupled replay and the report run in
+table slimmed to its metadata, CPU ops and annotation ranges. The coupled replay and the report run in
 the coordinating process, exactly as on the local path, so the JSON reports are byte-identical.
 
 Needs the ``dask`` extra (``pip install 'daydream[dask]'``: ``dask[distributed]``).
