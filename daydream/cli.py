@@ -30,6 +30,10 @@ def _parser() -> argparse.ArgumentParser:
         "daydream's CUPTI JSON Lines dumps; the format is detected from the content.",
     )
     p.add_argument("trace", nargs="?", help="trace file (.sqlite, .json, .json.gz, .jsonl[.gz], or a saved table .npz)")
+    p.add_argument("more_traces", nargs="*", metavar="TRACE", help="more traces (or a folder): one per rank of one job, replayed coupled (docs/jobs.md)")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="job: read the ranks' traces in N processes")
+    p.add_argument("--ranks", metavar="R,R,...", help="job: apply --opt to these ranks only (default: every rank)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="job: read the ranks on this Dask cluster (tcp://host:8786 or a scheduler .json file; needs daydream[dask])")
     p.add_argument(
         "--opt",
         action="append",
@@ -208,6 +212,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if not args.trace:
         raise UsageError("daydream-analyze: a trace file is needed (see --help)")
+    if args.more_traces or os.path.isdir(args.trace) or args.scheduler:
+        return _run_job(args)
     if "all" in args.opt and len(args.opt) > 1:
         raise UsageError("--opt all ranks each optimization alone; it cannot be combined with other --opt")
     from .analysis import analyze
@@ -277,6 +283,36 @@ def _not_applicable_status(report) -> int:
     for name, why in report.not_applicable.items():
         print(_one_line(f"daydream-analyze: not applicable: {name}: {why}"), file=sys.stderr)
     return EXIT_NOT_APPLICABLE if report.not_applicable else 0
+
+
+def _run_job(args) -> int:
+    """Several traces (or a folder): one job, its ranks replayed coupled (daydream.job)."""
+    from .job import analyze_job, job_report_json, render_job_text
+
+    if args.timeline or args.save_table or args.plot or "all" in args.opt:
+        raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json and --workers; "
+                         "--opt all/--timeline/--save-table/--plot apply to one trace")
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    try:
+        only = sorted({int(x) for x in args.ranks.split(",")}) if args.ranks else None
+    except ValueError:
+        raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
+    _check_output(args.json, "--json", args.trace)
+    paths = [args.trace, *args.more_traces]
+    if args.scheduler:
+        from .job.scale import dask_mapper
+
+        with dask_mapper(args.scheduler) as mapper:
+            job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, mapper=mapper)
+    else:
+        job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=args.workers)
+    if args.json:
+        _write(args.json, job_report_json(job.report))
+    if args.json != "-":
+        sys.stdout.write(render_job_text(job.report))
+        sys.stdout.flush()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from typing import Callable
 from .events import event_table_schema
 from .formats.cupti_jsonl import cupti_jsonl_schema
 from .optimizations._comm import param_sizes_schema
+from .job_report import job_report_schema
 from .report import report_schema
 
 SCHEMAS: dict[str, Callable[[], dict]] = {
@@ -21,6 +22,7 @@ SCHEMAS: dict[str, Callable[[], dict]] = {
     "report.schema.json": report_schema,
     "cupti-jsonl.schema.json": cupti_jsonl_schema,
     "ddp-params.schema.json": param_sizes_schema,
+    "job_report.schema.json": job_report_schema,
 }
 
 #: where the committed schema files live (``schemas/`` at the repository root)

@@ -19,6 +19,11 @@ the source:
   offset (0 and NULL stay missing), by ``INSERT ... SELECT`` from the attached source, so SQLite
   does the copying; the other tables (StringIds, TARGET_INFO_*, ENUM_*, metadata) are copied once.
 
+``--job-ranks N`` also writes a multi-rank job: ``DIR/job_N/rank{i}.pt.trace.json.gz`` for
+i < N, rank i a copy of the source job's rank ``i mod n`` (``--job`` folder, default the 8 DLRM
+ranks) with ``distributedInfo`` rank i and world size N; the copies keep their times (one shared
+clock) and their collectives, so the set is one job to ``daydream-analyze DIR/job_N``.
+
 "Events" are Kineto ``traceEvents`` entries, or rows of the nsys event tables (RUNTIME, KERNEL,
 MEMCPY, MEMSET, SYNCHRONIZATION, CUDA_EVENT, NVTX_EVENTS). The number of copies is the requested
 size divided by the source's events, rounded (at least 1), so sizes are approximate; the manifest
@@ -312,6 +317,23 @@ def write_nsys(src: Path, facts: dict, copies: int, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+def write_job_set(src_dir: Path, ranks: int, out: Path, level: int) -> dict:
+    """``ranks`` rank files copied round-robin from the job in ``src_dir`` (module docstring)."""
+    srcs = sorted(p for p in src_dir.iterdir() if p.name.endswith((".json", ".json.gz")))
+    if not srcs:
+        raise SystemExit(f"{src_dir}: no Kineto rank traces")
+    docs = [orjson.loads(gzip.decompress(p.read_bytes()) if p.name.endswith(".gz") else p.read_bytes()) for p in srcs]
+    out.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for i in range(ranks):
+        doc = docs[i % len(docs)]
+        doc["distributedInfo"] = dict(doc.get("distributedInfo") or {}, rank=i, world_size=ranks)
+        data = gzip.compress(orjson.dumps(doc), compresslevel=level, mtime=0)
+        (out / f"rank{i}.pt.trace.json.gz").write_bytes(data)
+        total += len(data)
+    return {"ranks": ranks, "source": str(src_dir), "bytes": total}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default /tmp/daydream-bench)")
@@ -322,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gzip-level", type=int, default=1, help="gzip level of the .json.gz files (default 1: fast)")
     ap.add_argument("--compact", action="store_true", help="write events without indentation (default: indented, like the source)")
     ap.add_argument("--force", action="store_true", help="rewrite files that already exist")
+    ap.add_argument("--job-ranks", type=int, default=0, help="also write a job of this many ranks (DIR/job_N), copied from --job")
+    ap.add_argument("--job", default=str(ROOT.parent / "shared" / "traces" / "param_dlrm"), help="source job folder (one Kineto trace per rank)")
     args = ap.parse_args(argv)
 
     out = Path(args.out).resolve()
@@ -340,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
                 and all(m.get(k) == v for k, v in same.items())
                 and (not p.name.endswith(".gz") or "uncompressed_bytes" in m))
 
+    if args.job_ranks > 0:
+        t0 = time.perf_counter()
+        info = write_job_set(Path(args.job), args.job_ranks, out / f"job_{args.job_ranks}", args.gzip_level)
+        print(f"job of {args.job_ranks} ranks -> {out / f'job_{args.job_ranks}'}: {info['bytes']:,} B ({time.perf_counter() - t0:.1f} s)",
+              file=sys.stderr)
     if formats & {"json", "json.gz"}:
         t0 = time.perf_counter()
         tpl = KinetoTemplate(Path(args.kineto), indent=not args.compact)

@@ -45,8 +45,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("graph", ("daydream.graph", "daydream.kernels", "daydream.collectives")),
     ("transform", ("daydream.transform", "daydream.optimizations")),
     ("simulate", ("daydream.simulate", "daydream.critical_path")),
-    ("report", ("daydream.report", "daydream.timeline", "daydream.render_*", "daydream.schemas", "daydream.summary", "daydream.ranges", "daydream.compare")),
-    ("facade", ("daydream.analysis", "daydream.cli", ROOT)),
+    ("report", ("daydream.report", "daydream.timeline", "daydream.render_*", "daydream.schemas", "daydream.summary", "daydream.ranges", "daydream.compare",
+                "daydream.job_report")),
+    ("facade", ("daydream.analysis", "daydream.cli", "daydream.job", ROOT)),
 )
 
 # Known violations as (rule, importer, imported module), rule one of "cycle", "layer",

@@ -1,0 +1,161 @@
+"""Reading one trace per rank: which file is which rank, and one :class:`RankTrace` each.
+
+The rank of a file is, in this order: the trace's own ``distributedInfo.rank`` (Kineto), a number
+in the file name (the last group of digits after ``rank``, ``worker``, ``node``, ``proc`` or
+``gpu``, e.g. ``dlrm_8rank_worker3.pt.trace.json.gz`` -> 3), and the position in the list given.
+Each source is counted (reported). Files are read and their graphs built independently, so
+:func:`load_ranks` runs them in a process pool (``workers``) or through any ``map`` callable (a
+Dask client's, :mod:`daydream.job.scale`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+
+from ..collectives import Collectives, find_collectives
+from ..errors import UsageError
+from ..events import Kind
+from ..formats import load_trace
+from ..formats.comm_args import read_comm_args
+from ..graph import TaskGraph, build_graph
+from ..mapping import map_events
+
+#: suffixes of the files a folder given on the command line contributes
+TRACE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".sqlite", ".npz")
+
+_RANK_RX = re.compile(r"(?:rank|worker|node|proc|gpu)[_\-.]?(\d+)", re.IGNORECASE)
+
+
+@dataclass
+class RankTrace:
+    """One rank's trace as the job needs it: the graph (its table slimmed to what the job reads,
+    :func:`slim_table`), its collectives, the
+    process group of each collective ("" where the trace does not say), and where the rank
+    number came from ("trace", "file name" or "order")."""
+
+    path: str
+    rank: int
+    rank_source: str
+    world_size: int  #: from the trace, -1 unknown
+    graph: TaskGraph
+    coll: Collectives
+    group: np.ndarray  #: object str per collective: the ``Process Group Name`` ("" unknown)
+    fmt: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def expand_inputs(items: Iterable[str]) -> list[str]:
+    """The trace files named by ``items``: files as given, folders by their trace files
+    (:data:`TRACE_SUFFIXES`) in name order.
+
+    Raises:
+        UsageError: an item does not exist, or a folder holds no trace file.
+    """
+    out: list[str] = []
+    for it in items:
+        if os.path.isdir(it):
+            files = sorted(f for f in os.listdir(it) if f.lower().endswith(TRACE_SUFFIXES) and not f.startswith("."))
+            if not files:
+                raise UsageError(f"{it}: the folder holds no trace file ({', '.join(TRACE_SUFFIXES)})")
+            out.extend(os.path.join(it, f) for f in files)
+        elif os.path.exists(it):
+            out.append(it)
+        else:
+            raise UsageError(f"{it}: no such file or folder")
+    return out
+
+
+def rank_from_name(path: str) -> int:
+    """The rank a file name states (last ``rank3``/``worker3``/... group), -1 none."""
+    m = _RANK_RX.findall(os.path.basename(path))
+    return int(m[-1]) if m else -1
+
+
+def _group_names(graph: TaskGraph, coll: Collectives) -> np.ndarray:
+    """Per collective: the process group named in the kernel's own args (joined by correlation),
+    "" where the trace does not say."""
+    out = np.full(len(coll), "", dtype=object)
+    source = getattr(getattr(graph.table, "meta", None), "source", "") or ""
+    if not len(coll) or not source:
+        return out
+    a = read_comm_args(source)
+    m = (a.corr >= 0) & (a.pg != "") if len(a) else np.zeros(0, bool)
+    if not m.any():
+        return out
+    o = np.argsort(a.corr[m], kind="stable")
+    kc, kp = a.corr[m][o], a.pg[m][o]
+    corr = graph.correlation[coll.node]
+    j = np.clip(np.searchsorted(kc, corr), 0, len(kc) - 1)
+    hit = (corr >= 0) & (kc[j] == corr)
+    out[hit] = kp[j[hit]]
+    return out
+
+
+def read_rank(path: str, index: int = 0, strict: bool = False) -> RankTrace:
+    """Read ``path``, build its graph and find its collectives (picklable: runs in a worker).
+
+    Raises:
+        TraceFormatError: the file cannot be read.
+    """
+    table = load_trace(path, strict=strict)
+    graph = build_graph(table, map_events(table))
+    coll = find_collectives(graph)
+    group = _group_names(graph, coll)
+    meta = table.meta
+    graph.table = slim_table(table)
+    if meta.rank >= 0:
+        rank, src = int(meta.rank), "trace"
+    elif rank_from_name(path) >= 0:
+        rank, src = rank_from_name(path), "file name"
+    else:
+        rank, src = index, "order"
+    return RankTrace(path, rank, src, int(meta.world_size), graph, coll, group, meta.format)
+
+
+def slim_table(table):
+    """The part of ``table`` a job keeps once the rank's graph is built: its metadata, its
+    accounting, and its CPU ops and annotation ranges (the ``ProfilerStep#N`` step windows, and the
+    ops the collective and gradient finders join their args to by External id); the runtime
+    calls and GPU activities, already in the graph, stay in the process that read the file. (A
+    graph node's table row no longer indexes this table; nothing a job runs reads it.)"""
+    keep = np.isin(table.kind, (Kind.CPU_OP, Kind.RANGE))
+    return table.take(np.nonzero(keep)[0])
+
+
+def _read_star(a: tuple[str, int, bool]) -> RankTrace:
+    return read_rank(*a)
+
+
+def load_ranks(paths: list[str], *, strict: bool = False, workers: int = 1,
+               mapper: Callable | None = None) -> list[RankTrace]:
+    """Read every rank (in a process pool of ``workers`` when > 1, or with ``mapper(fn, items)``,
+    e.g. a Dask client's map-and-gather), then give each its rank.
+
+    A trace's own rank wins; the others keep their file-name rank or their position. Returns the
+    ranks sorted by rank.
+
+    Raises:
+        UsageError: two files claim one rank.
+        TraceFormatError: a file cannot be read.
+    """
+    items = [(p, i, strict) for i, p in enumerate(paths)]
+    if mapper is not None:
+        ranks = list(mapper(_read_star, items))
+    elif workers > 1 and len(items) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(items))) as ex:
+            ranks = list(ex.map(_read_star, items))
+    else:
+        ranks = [_read_star(a) for a in items]
+    seen: dict[int, str] = {}
+    for r in ranks:
+        if r.rank in seen:
+            raise UsageError(f"{r.path} and {seen[r.rank]} are both rank {r.rank} ({r.rank_source}); one trace per rank is needed")
+        seen[r.rank] = r.path
+    return sorted(ranks, key=lambda r: r.rank)
