@@ -507,6 +507,9 @@ class Program:
             0: unlimited.
         staging_latency_ns: ``S``: the DMA of a staged copy (pageable HtoD above the staging
             size) is ready ``L + S`` after its call starts: its first chunk is staged first.
+        wait_latency_ns: ``W``: a cross-stream event wait holds its task until ``G + W`` after
+            the producer ends (the wait's own latency beyond ``G``; the trace does not say it,
+            ``docs/model.md``, "Inferred cross-stream waits"); ``0 <= W <= L``; default 0.
 
     Raises:
         ValueError: invalid constants, negative durations, unknown copy kinds or range
@@ -520,6 +523,7 @@ class Program:
     t0_ns: int = DEFAULT_T0_NS
     launch_queue_depth: int = LAUNCH_QUEUE_DEPTH
     staging_latency_ns: int = 0
+    wait_latency_ns: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "threads", tuple(self.threads))
@@ -543,6 +547,8 @@ class Program:
             raise ValueError("launch_queue_depth must be >= 0 (0: unlimited)")
         if self.staging_latency_ns < 0:
             raise ValueError("staging_latency_ns must be >= 0")
+        if not 0 <= self.wait_latency_ns <= self.launch_latency_ns:
+            raise ValueError("need 0 <= wait_latency_ns <= L")
         seen = set()
         for ti, th in enumerate(self.threads):
             if not isinstance(th, Thread):
@@ -878,11 +884,11 @@ class _Emulator:
         """Append the GPU task of ``op`` (launched at ``s``); returns its index."""
         lane = (op.device, op.stream)
         preds = [self.lane_last[lane]] if lane in self.lane_last else []
-        for p in self.pending_waits.pop(lane, []):
-            if p not in preds:
-                preds.append(p)
+        waited = [p for p in self.pending_waits.pop(lane, []) if p not in preds]
+        preds += list(dict.fromkeys(waited))
         ready = s + self.program.launch_latency_ns + (self.program.staging_latency_ns if getattr(op, "staged", False) else 0)
-        start = max([ready] + [self.tasks[p].end_ns + self.program.gpu_gap_ns for p in preds])
+        G, W = self.program.gpu_gap_ns, self.program.wait_latency_ns
+        start = max([ready] + [self.tasks[p].end_ns + G + (W if p in waited else 0) for p in preds])
         kind, tname = op.task_name()
         task_idx = len(self.tasks)
         self.tasks.append(TaskRecord(kind=kind, name=tname, device=op.device, stream=op.stream, call=call_idx,
@@ -1367,7 +1373,7 @@ class _ThreadDraw:
 
 
 def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, max_devices: int = 1,
-             sync_events: bool = True, graph_launches: bool = False):
+             sync_events: bool = True, graph_launches: bool = False, wait_latency: bool = False):
     """Hypothesis strategy of valid random programs.
 
     1..``max_threads`` threads (one process), streams from ``(7, 20, 24)[:max_streams]`` on
@@ -1385,6 +1391,7 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
             no cudaStreamWaitEvent.
         graph_launches: also draw :class:`GraphLaunch` ops (1-4 kernels on one stream), about
             one op in ten (off by default, so other properties draw the programs they always did).
+        wait_latency: also draw ``Program.wait_latency_ns`` in ``0..L`` (else 0).
     """
     from hypothesis import strategies as st
 
@@ -1404,7 +1411,8 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
                 choice = draw(st.sampled_from(choices))
                 td.step(choice, draw(st.sampled_from(lanes)))
             threads.append(td.thread())
-        return Program(threads, launch_latency_ns=L, gpu_gap_ns=G)
+        W = draw(st.integers(0, L)) if wait_latency else 0
+        return Program(threads, launch_latency_ns=L, gpu_gap_ns=G, wait_latency_ns=W)
 
     return _programs()
 
