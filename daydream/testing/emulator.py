@@ -948,21 +948,27 @@ def measure_latencies(run: Run) -> tuple[int, int]:
     """``(L, G)`` as rule 5 of ``docs/model.md`` measures them from ``run``'s trace.
 
     They equal ``(program.L, program.G)`` whenever the trace shows at least one task launched on an
-    idle stream and one "back-to-back" pair; otherwise the missing one measures 0. Tests of exact
+    idle stream and one "back-to-back" pair; otherwise the missing one measures 0. Staged copies
+    give an ``L`` sample only when no other task does, and are ready ``L + S`` after their call
+    (as in ``graph/latency.py``). Tests of exact
     replay can ``assume(measure_latencies(run) == (prog.L, prog.G))`` or compare only then.
     """
     tasks, calls = run.tasks, run.calls
-    lat = []
-    for t in tasks:
+    staged = [bool(getattr(calls[t.call].op, "staged", False)) for t in tasks]
+    lat, lat_staged = [], []
+    for t, st in zip(tasks, staged):
         s = calls[t.call].start_ns
         if all(tasks[p].end_ns <= s for p in t.preds):
-            lat.append(t.start_ns - s)
+            (lat_staged if st else lat).append(t.start_ns - s)
+    lat = lat or lat_staged  # staged copies (ready L + S after the call) only when nothing else
+    S = run.program.staging_latency_ns if lat is not lat_staged else 0
     L = statistics.median_low(lat) if lat else 0
     gaps = []
     for lane in run.lane_tasks().values():
         for a, b in zip(lane, lane[1:]):
             prev, t = tasks[a], tasks[b]
-            if calls[t.call].start_ns + L <= prev.end_ns and all(tasks[p].end_ns <= prev.end_ns for p in t.preds if p != a):
+            ready = calls[t.call].start_ns + L + (S if staged[b] else 0)
+            if ready <= prev.end_ns and all(tasks[p].end_ns <= prev.end_ns for p in t.preds if p != a):
                 gaps.append(t.start_ns - prev.end_ns)
     if len(gaps) >= 20:  # rule 5: the 5 %-trimmed mean (all queued gaps equal G in an emulated run)
         gaps.sort()
