@@ -68,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         w = rep.window
         steps = rep.steps
-        err = max((abs(s.error_pct) for s in steps), default=abs(w.error_pct))
+        err = max((abs(s.error_pct) for s in [*steps, *rep.processes]), default=abs(w.error_pct))
         scope = f"{len(steps)} steps" if steps else "window"
+        if rep.processes:
+            scope += f", {len(rep.processes)} processes"
         kernels = w.kernels
         busy_err = (w.gpu_busy_replayed_ns - w.gpu_busy_measured_ns) / w.gpu_busy_measured_ns * 100 if w.gpu_busy_measured_ns else 0.0
         if rel in SAMPLED:
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         "people on real GPUs; see their SOURCES.md). The replay simulates the dependency graph of the",
         "unmodified trace (rules in `docs/model.md`) without reading any GPU task's recorded start.",
         f"Target: at most {TOLERANCE_PCT:g} % error per ProfilerStep (or for the whole window where there are",
-        f"no steps) on every trace of at least {MIN_KERNELS} kernels, except sampled subsets. A step runs",
+        f"no steps), and per process where a trace holds several, on every trace of at least {MIN_KERNELS}",
+        "kernels, except sampled subsets; the error column gives the largest of these. A step runs",
         "from its ProfilerStep's start (or the previous step's end, when that step's GPU work ran later)",
         "until the GPU work it launched and the waits it made have ended (`daydream.report.step_windows`).",
         "",
