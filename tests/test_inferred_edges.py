@@ -22,9 +22,9 @@ from daydream.graph.inferred import AMBIGUOUS, INFERRED, LATE, UNLINKED, toleran
 from daydream.simulate import simulate
 from daydream.testing.emulator import (EventRecord, HostWork, Launch, Program, StreamWaitEvent, Thread, emulate,
                                        measure_latencies, programs, to_kineto, training_step_program)
-from daydream.transform import scale, select
+from daydream.transform import add_kernel_after, remove, scale, select
 from tablebuilder import TB
-from test_transform import _same_interleaving
+from test_transform import _drop_launch, _gap_ops, _same_interleaving
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
@@ -231,11 +231,12 @@ def _wait_programs(draw):
     durations, host work, L, G and the wait's own latency W in 0..L."""
     L = draw(st.integers(2_000, 15_000))
     G = draw(st.integers(0, min(L, 3_000)))
-    W = draw(st.integers(0, L))
+    W = draw(st.one_of(st.just(0), st.integers(0, L)))
     dur, host = st.integers(1_000, 200_000), st.integers(0, 50_000)
     ops = []
     for r in range(draw(st.integers(1, 4))):
-        ops += [Launch(7, "ncclKernel_SendRecv", draw(dur), draw(st.integers(1_000, 20_000))), EventRecord(("e", r), 7, 1_000)]
+        ops += [Launch(7, "ncclKernel_SendRecv", draw(st.one_of(dur, st.integers(100_000, 1_000_000))), draw(st.integers(1_000, 20_000))),
+                EventRecord(("e", r), 7, 1_000)]
         if draw(st.booleans()):
             ops.append(Launch(24, "rival", draw(dur), 2_000))
         ops += [HostWork(draw(host)), StreamWaitEvent(20, ("e", r), 1_000), HostWork(draw(host))]
@@ -286,3 +287,74 @@ def test_predictions_with_inferred_waits_follow_the_emulator(tmp_path_factory, p
             assert (got >= want - slack).all()
             if prog.wait_latency_ns == 0:
                 assert (got == want).all()
+
+
+def _starts_by_key(g, tl, keys, new_key):
+    """Predicted GPU task starts keyed by the (thread, op index) of the changed program."""
+    gpu = np.flatnonzero(g.node_kind != 0)
+    return {new_key(keys[int(g.correlation[i])]): int(tl.start_ns[i]) for i in gpu if int(g.correlation[i]) in keys}
+
+
+def _check_changed(got: dict, changed, slack: int, exact: bool) -> None:
+    want = {(changed.calls[t.call].thread, changed.calls[t.call].op_index): t.start_ns for t in changed.tasks}
+    assert all(k in want for k in got)
+    for k, v in got.items():
+        assert v <= want[k] and (not exact or v >= want[k] - slack), (k, v, want[k])
+
+
+@SETTINGS
+@given(_wait_programs(), st.integers(0, 2**32))
+def test_removing_a_kernel_with_inferred_waits_follows_the_emulator(tmp_path_factory, prog, seed):
+    """Removing one kernel and its launch: never later than the emulator's run of the changed
+    program; when every cross-stream dependency was inferred, within ``W`` per wait (exact at 0)."""
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graphs(tmp_path_factory.mktemp("e"), run)
+    assume((g.launch_latency_ns, g.gpu_gap_ns) == (prog.L, prog.G))
+    cands = [c for c in run.calls if isinstance(c.op, Launch) and c.op_index > 0]
+    assume(cands)
+    victim = cands[np.random.default_rng(seed).integers(len(cands))]
+    ops = list(prog.threads[0].ops)
+    removed = {victim.op_index} | _gap_ops(ops, victim.op_index)
+    changed = emulate(_drop_launch(prog, 0, victim.op_index))
+    g2 = remove(g, g.correlation == victim.correlation)
+    keys = {c.correlation: (c.thread, c.op_index) for c in run.calls if c.correlation != victim.correlation}
+
+    def new_key(k):
+        return (k[0], k[1] - sum(1 for r in removed if r < k[1]))
+
+    got = _starts_by_key(g2, simulate(g2), keys, new_key)
+    n_waits = sum(isinstance(c.op, StreamWaitEvent) for c in run.calls)
+    exact = _corr_edges(g, _inferred(g)) == _truth(run)
+    event(f"W {'> 0' if prog.wait_latency_ns else '= 0'}, {'all' if exact else 'not all'} waits inferred")
+    _check_changed(got, changed, prog.wait_latency_ns * n_waits, exact)
+
+
+@SETTINGS
+@given(_wait_programs(), st.integers(0, 2**32), st.integers(1_000, 100_000))
+def test_adding_a_kernel_with_inferred_waits_follows_the_emulator(tmp_path_factory, prog, seed, kdur):
+    """Adding a kernel after a random one (``add_kernel_after``, same stream): as for removal."""
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graphs(tmp_path_factory.mktemp("e"), run)
+    assume((g.launch_latency_ns, g.gpu_gap_ns) == (prog.L, prog.G))
+    launches = [c for c in run.calls if isinstance(c.op, Launch)]
+    anchor = launches[np.random.default_rng(seed).integers(len(launches))]
+    k = int(np.flatnonzero((g.correlation == anchor.correlation) & (g.node_kind != 0))[0])
+    g2, new_k = add_kernel_after(g, k, dur_ns=kdur, name="added", call_dur_ns=3_000)
+    th = prog.threads[0]
+    ops = list(th.ops)
+    ops.insert(anchor.op_index + 1, Launch(anchor.op.stream, "added", kdur, 3_000))
+    changed = emulate(dataclasses.replace(prog, threads=(dataclasses.replace(th, ops=tuple(ops)),)))
+    keys = {c.correlation: (c.thread, c.op_index) for c in run.calls}
+
+    def new_key(key):
+        return (key[0], key[1] + 1) if key[1] > anchor.op_index else key
+
+    tl = simulate(g2)
+    got = _starts_by_key(g2, tl, keys, new_key)
+    got[(0, anchor.op_index + 1)] = int(tl.start_ns[new_k])
+    n_waits = sum(isinstance(c.op, StreamWaitEvent) for c in run.calls)
+    exact = _corr_edges(g, _inferred(g)) == _truth(run)
+    event(f"W {'> 0' if prog.wait_latency_ns else '= 0'}, {'all' if exact else 'not all'} waits inferred")
+    _check_changed(got, changed, prog.wait_latency_ns * n_waits, exact)
