@@ -210,6 +210,8 @@ def test_backlog_never_lowers_the_measured_launch_latency(tmp_path_factory, prog
         clean, contaminated = _latency_samples(run, kept_calls, kept_tasks, first=True)
     if clean and not contaminated:
         assert g.launch_latency_ns == prog.L
-    # a wrong L is said: it rests on first-of-stream tasks only, or a wait's producer is missing
+    # a wrong L is said (it rests on first-of-stream tasks only, or a wait's producer is missing)
+    # wherever the trace shows a cut: it holds GPU tasks launched before it
     said = L_UNPROVEN in g.counts or "cross-stream wait with no producer or no consumer task in the trace" in g.counts
-    assert g.launch_latency_ns in (0, prog.L) or said, dict(g.counts)
+    cut_shows = bool(((g.node_kind != NODE_CPU) & (g.launch < 0)).any())
+    assert g.launch_latency_ns in (0, prog.L) or said or not cut_shows, dict(g.counts)

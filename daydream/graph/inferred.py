@@ -52,7 +52,7 @@ TOLERANCE_DIV = 2
 UNLINKED = "cudaStreamWaitEvent without a sync record naming its event (no cross-stream edge)"
 INFERRED = "cross-stream wait inferred from timing (no event id in the trace)"
 LATE = ("cross-stream wait inferred from timing whose producer ended more than G + G/2 before the "
-        "waiting task started (the only task that explains its delay; replayed up to that much early)")
+        "waiting task started (the only task ending within G + L before it; replayed up to L early)")
 AMBIGUOUS = ("cross-stream wait not inferred: tasks on several other streams end equally close to "
              "the waiting task's start (ambiguous)")
 
