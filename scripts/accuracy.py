@@ -68,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         w = rep.window
         steps = rep.steps
-        err = max((abs(s.error_pct) for s in steps), default=abs(w.error_pct))
+        err = max((abs(s.error_pct) for s in [*steps, *rep.processes]), default=abs(w.error_pct))
         scope = f"{len(steps)} steps" if steps else "window"
+        if rep.processes:
+            scope += f", {len(rep.processes)} processes"
         kernels = w.kernels
         busy_err = (w.gpu_busy_replayed_ns - w.gpu_busy_measured_ns) / w.gpu_busy_measured_ns * 100 if w.gpu_busy_measured_ns else 0.0
         if rel in SAMPLED:
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         "people on real GPUs; see their SOURCES.md). The replay simulates the dependency graph of the",
         "unmodified trace (rules in `docs/model.md`) without reading any GPU task's recorded start.",
         f"Target: at most {TOLERANCE_PCT:g} % error per ProfilerStep (or for the whole window where there are",
-        f"no steps) on every trace of at least {MIN_KERNELS} kernels, except sampled subsets. A step runs",
+        f"no steps), and per process where a trace holds several, on every trace of at least {MIN_KERNELS}",
+        "kernels, except sampled subsets; the error column gives the largest of these. A step runs",
         "from its ProfilerStep's start (or the previous step's end, when that step's GPU work ran later)",
         "until the GPU work it launched and the waits it made have ended (`daydream.report.step_windows`).",
         "",
@@ -121,19 +124,16 @@ def main(argv: list[str] | None = None) -> int:
         "neighbours of the kept kernels are missing.",
         "",
         "The DLRM ranks (`param_dlrm`, 8 ranks of one all-to-all job, Kineto without `cuda_sync` records,",
-        "timestamps in whole us) miss the target for one reason, which each report names under its",
-        "`baseline replay` line: a blocking call the replay lets through early. On ranks 0-4 and 6 it is",
-        "the `cudaMemcpyAsync` device-to-pageable copy after the second all-to-all (blocked 0.87, 0.86,",
-        "0.37, 0.86, 0.96, 0.36 ms in the trace, 0.008 ms replayed: 6.0, 4.3, 2.8, 4.4, 5.3, 2.7 % of the",
-        "step); on rank 5 that copy (0.92 ms) and a `cudaStreamSynchronize` after the first one (3.60 ms",
-        "recorded, 0 replayed). In the trace the copy (or the kernel it queues behind) starts 2-9 us",
-        "after an NCCL SendRecv kernel on stream 84 ends, behind a `cudaStreamWaitEvent` that names no",
-        "event: a cross-stream wait inside the rank. It is not inferred (`docs/model.md`, \"Inferred",
-        "cross-stream waits\") because that gap is further from G (1.0-1.9 us) than G / 2; where the gap",
-        "is within it (the first all-to-all on ranks 0, 1, 3, 4) the edge is inferred and the wait",
-        "replays within 7 us. The SendRecv kernels themselves last 0.5-7.6 ms, differently on each rank,",
-        "because they wait for their peers: the replay keeps those recorded durations, so the baseline",
-        "needs only the missing edge, but a prediction cannot move a peer's arrival.",
+        "timestamps in whole us) each wait twice for an NCCL SendRecv (the all-to-all) on stream 84",
+        "through a `cudaStreamWaitEvent` that names no event: the kernel or device-to-pageable copy that",
+        "waits (and the blocking call behind it: 0.36-0.96 ms, on rank 5 also a 3.60 ms",
+        "`cudaStreamSynchronize`) starts 1-9 us after the SendRecv ends. These edges are inferred",
+        "(`docs/model.md`, \"Inferred cross-stream waits\": the only task ending between G - G/2 and",
+        "G + L before the waiting task's start); before the window was widened from G +- G/2, the waits",
+        "3-9 us after the kernel were missed and ranks 0-6 replayed 2.7-8.6 % short per step. The",
+        "SendRecv kernels themselves last 0.5-7.6 ms, differently on each rank, because they wait for",
+        "their peers: the replay keeps those recorded durations, so the baseline needs only the edges,",
+        "but a prediction cannot move a peer's arrival.",
         "",
         "## Per step and per process",
         *details,

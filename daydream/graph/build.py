@@ -101,7 +101,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     hs, hd = handover_edges(table, nodes.pid, nodes.tid, rec_start, rec_end, nodes.n_cpu, counts)
     own_gaps(gap, rec_start, rec_end, lanes.lane_prev, t0, hs, hd)
     staged = np.concatenate([np.zeros(nodes.n_cpu, bool), copies.staged])
-    L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd, staged)
+    L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd, staged, counts)
     # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits")
     ys, yd = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xs, xd, L, G, counts)
     v = np.arange(len(row), dtype=np.int64)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._arrays import lower_median, trimmed_mean
+from ._arrays import count, lower_median, trimmed_mean
 
 #: fraction of the queued-pair gaps cut from each end before averaging them into G. A mean, not a
 #: median, because gaps add up along a queue: with the median (about 1.0 us on the V100 ResNet-50
@@ -19,13 +19,20 @@ GAP_MIN_PAIRS = 20
 _MIN = np.iinfo(np.int64).min
 
 
+#: counted when L rests only on first-of-stream tasks in a trace holding work launched before it
+L_UNPROVEN = ("launch latency L measured only on tasks first on their stream in a trace holding GPU work launched "
+              "before it (samples): L may include a backlog the trace does not show")
+
+
 def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst,
-                           staged: np.ndarray | None = None) -> tuple[int, int, int]:
+                           staged: np.ndarray | None = None, counts: dict | None = None) -> tuple[int, int, int]:
     """(L, G, S) in ns, measured from the recorded times.
 
     ``L``: lower median of ``start - launch.start`` over GPU tasks whose GPU predecessors (stream
     predecessor, cross-stream producers ``x_src -> x_dst``) had all ended by the launch and whose
-    stream predecessor, if any, was launched inside the window. ``G``:
+    stream predecessor was launched inside the window; the first task of a stream in the trace
+    (no predecessor: one that ran across the start of a cut window would not be in the trace) is a
+    sample only when no other task (staged copies aside) is. ``G``:
     5 %-trimmed mean (lower median below :data:`GAP_MIN_PAIRS` pairs) of ``start - prev.end``
     over queued tasks (ready by ``prev.end`` and bound by it), never above ``L``; 0 when no sample.
     ``S`` (pageable staging latency): the DMA of a copy from pageable host memory above the
@@ -33,7 +40,10 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     driver's pinned buffer (CUDA Runtime API, "API synchronization behavior"): the lower median of
     ``start - launch.start - L`` over such copies whose stream was idle at launch (left out of the
     ``L`` samples; a queued one is ready at ``launch.start + L + S`` for ``G``); 0 when there is none,
-    or when no other task gives an ``L`` sample (``L`` then comes from the staged copies). Measured on ../shared/traces it is
+    or when no other task gives an ``L`` sample (``L`` then comes from the staged copies).
+    ``counts`` (optional) gets :data:`L_UNPROVEN` (a missing link) when ``L`` rests only on
+    first-of-stream tasks and the trace holds GPU tasks launched before it (a sure sign of a
+    window cut from a longer run; a cut that leaves no such task cannot be told from the trace). Measured on ../shared/traces it is
     nearly constant per trace whatever the size (1.2-19 MB): 233-244 us on alexnet, 159-186 us on
     simple_add, 140-161 us on ResNet-50, 66-96 us on owlv2.
     """
@@ -51,6 +61,13 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     # only where the stream predecessor was launched inside the window: before a window cut from a
     # longer run, the stream can hold a backlog the trace does not show
     idle &= (lane_prev < 0) | (launch[np.maximum(lane_prev, 0)] >= 0)
+    # the first task of a stream in the trace may queue behind a task that ran across the window's
+    # start (not in the trace): sampled only when no task shows its stream idle by a predecessor
+    proven = idle & (lane_prev >= 0)
+    if (proven & ~staged).any():
+        idle = proven
+    elif counts is not None and (idle & ~staged).any() and (is_gpu & (launch < 0)).any():  # a sure sign of a cut
+        count(counts, L_UNPROVEN, int((idle & ~staged).sum()), missing=True)
     plain = idle & ~staged
     if not plain.any():  # S cannot be told apart from L without a plain sample: L from all, S = 0
         plain, staged = idle, np.zeros_like(staged)

@@ -507,6 +507,9 @@ class Program:
             0: unlimited.
         staging_latency_ns: ``S``: the DMA of a staged copy (pageable HtoD above the staging
             size) is ready ``L + S`` after its call starts: its first chunk is staged first.
+        wait_latency_ns: ``W``: a cross-stream event wait holds its task until ``G + W`` after
+            the producer ends (the wait's own latency beyond ``G``; the trace does not say it,
+            ``docs/model.md``, "Inferred cross-stream waits"); ``0 <= W <= L``; default 0.
 
     Raises:
         ValueError: invalid constants, negative durations, unknown copy kinds or range
@@ -520,6 +523,7 @@ class Program:
     t0_ns: int = DEFAULT_T0_NS
     launch_queue_depth: int = LAUNCH_QUEUE_DEPTH
     staging_latency_ns: int = 0
+    wait_latency_ns: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "threads", tuple(self.threads))
@@ -543,6 +547,8 @@ class Program:
             raise ValueError("launch_queue_depth must be >= 0 (0: unlimited)")
         if self.staging_latency_ns < 0:
             raise ValueError("staging_latency_ns must be >= 0")
+        if not 0 <= self.wait_latency_ns <= self.launch_latency_ns:
+            raise ValueError("need 0 <= wait_latency_ns <= L")
         seen = set()
         for ti, th in enumerate(self.threads):
             if not isinstance(th, Thread):
@@ -878,11 +884,11 @@ class _Emulator:
         """Append the GPU task of ``op`` (launched at ``s``); returns its index."""
         lane = (op.device, op.stream)
         preds = [self.lane_last[lane]] if lane in self.lane_last else []
-        for p in self.pending_waits.pop(lane, []):
-            if p not in preds:
-                preds.append(p)
+        waited = [p for p in self.pending_waits.pop(lane, []) if p not in preds]
+        preds += list(dict.fromkeys(waited))
         ready = s + self.program.launch_latency_ns + (self.program.staging_latency_ns if getattr(op, "staged", False) else 0)
-        start = max([ready] + [self.tasks[p].end_ns + self.program.gpu_gap_ns for p in preds])
+        G, W = self.program.gpu_gap_ns, self.program.wait_latency_ns
+        start = max([ready] + [self.tasks[p].end_ns + G + (W if p in waited else 0) for p in preds])
         kind, tname = op.task_name()
         task_idx = len(self.tasks)
         self.tasks.append(TaskRecord(kind=kind, name=tname, device=op.device, stream=op.stream, call=call_idx,
@@ -942,21 +948,27 @@ def measure_latencies(run: Run) -> tuple[int, int]:
     """``(L, G)`` as rule 5 of ``docs/model.md`` measures them from ``run``'s trace.
 
     They equal ``(program.L, program.G)`` whenever the trace shows at least one task launched on an
-    idle stream and one "back-to-back" pair; otherwise the missing one measures 0. Tests of exact
+    idle stream and one "back-to-back" pair; otherwise the missing one measures 0. Staged copies
+    give an ``L`` sample only when no other task does, and are ready ``L + S`` after their call
+    (as in ``graph/latency.py``). Tests of exact
     replay can ``assume(measure_latencies(run) == (prog.L, prog.G))`` or compare only then.
     """
     tasks, calls = run.tasks, run.calls
-    lat = []
-    for t in tasks:
+    staged = [bool(getattr(calls[t.call].op, "staged", False)) for t in tasks]
+    lat, lat_staged = [], []
+    for t, st in zip(tasks, staged):
         s = calls[t.call].start_ns
         if all(tasks[p].end_ns <= s for p in t.preds):
-            lat.append(t.start_ns - s)
+            (lat_staged if st else lat).append(t.start_ns - s)
+    lat = lat or lat_staged  # staged copies (ready L + S after the call) only when nothing else
+    S = run.program.staging_latency_ns if lat is not lat_staged else 0
     L = statistics.median_low(lat) if lat else 0
     gaps = []
     for lane in run.lane_tasks().values():
         for a, b in zip(lane, lane[1:]):
             prev, t = tasks[a], tasks[b]
-            if calls[t.call].start_ns + L <= prev.end_ns and all(tasks[p].end_ns <= prev.end_ns for p in t.preds if p != a):
+            ready = calls[t.call].start_ns + L + (S if staged[b] else 0)
+            if ready <= prev.end_ns and all(tasks[p].end_ns <= prev.end_ns for p in t.preds if p != a):
                 gaps.append(t.start_ns - prev.end_ns)
     if len(gaps) >= 20:  # rule 5: the 5 %-trimmed mean (all queued gaps equal G in an emulated run)
         gaps.sort()
@@ -1367,7 +1379,7 @@ class _ThreadDraw:
 
 
 def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, max_devices: int = 1,
-             sync_events: bool = True, graph_launches: bool = False):
+             sync_events: bool = True, graph_launches: bool = False, wait_latency: bool = False):
     """Hypothesis strategy of valid random programs.
 
     1..``max_threads`` threads (one process), streams from ``(7, 20, 24)[:max_streams]`` on
@@ -1385,6 +1397,7 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
             no cudaStreamWaitEvent.
         graph_launches: also draw :class:`GraphLaunch` ops (1-4 kernels on one stream), about
             one op in ten (off by default, so other properties draw the programs they always did).
+        wait_latency: also draw ``Program.wait_latency_ns`` in ``0..L`` (else 0).
     """
     from hypothesis import strategies as st
 
@@ -1404,7 +1417,8 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
                 choice = draw(st.sampled_from(choices))
                 td.step(choice, draw(st.sampled_from(lanes)))
             threads.append(td.thread())
-        return Program(threads, launch_latency_ns=L, gpu_gap_ns=G)
+        W = draw(st.integers(0, L)) if wait_latency else 0
+        return Program(threads, launch_latency_ns=L, gpu_gap_ns=G, wait_latency_ns=W)
 
     return _programs()
 
