@@ -98,9 +98,16 @@ def test_dlrm_coupled_replay(dlrm):
         assert abs(row.error_pct - row.alone_error_pct) < 0.1
         assert abs(row.error_pct) < 10
     assert dlrm.report.rank_rows[7].waited_for.keys() <= {"4", "5"}
-    # the step's end waits for rank 4 at the last all-reduce; rank 4's path back is its CPU
+    # the path starts at the slowest rank's end; it passes to a peer only through a collective
+    # whose replayed last arrival is that peer; segments are contiguous in time; the job is
+    # host-bound (the path is mostly CPU time)
     cp = dlrm.report.critical_path
-    assert [s.rank for s in cp.segments] == [1, 4] and cp.segments[0].via_collective == 7
+    assert cp.segments[0].rank == max(dlrm.report.rank_rows, key=lambda r: r.replayed_ns).rank
+    for a, b in zip(cp.segments, cp.segments[1:]):
+        assert a.via_collective >= 0 and a.start_ns == b.end_ns
+        k = a.via_collective
+        assert c.timelines[b.rank].start_ns[m.node[b.rank, k]] == c.arrive_ns[k]
+    assert sum(s.end_ns - s.start_ns for s in cp.segments) == cp.total_ns
     assert cp.by_cause_ns["cpu"] > 0.9 * cp.total_ns
 
 
@@ -245,3 +252,13 @@ def test_match_by_process_group():
     short = [_fake_rank(0, [("", ar, 1, 2), ("", ar, 3, 4)]), _fake_rank(1, [("", ar, 1, 2)])]
     with pytest.raises(UsageError, match="different numbers"):
         match(short)
+
+
+@pytest.mark.skipif(not (TRACES / "extrap").exists(), reason="needs ../shared/traces/extrap")
+def test_unrelated_traces_are_not_a_job(capsys):
+    """Bug found trying a folder of unrelated single-GPU traces (extrap/: three HPC codes): they
+    were taken as a 3-rank job with 0 collectives. Nothing ties such files together (no stated
+    world size, no collective): refused, one line, exit 2."""
+    assert main([str(TRACES / "extrap")]) == 2
+    err = capsys.readouterr().err
+    assert "none has a collective: not one job" in err and "Traceback" not in err

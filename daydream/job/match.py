@@ -83,6 +83,10 @@ def check_world(ranks: list[RankTrace]) -> int:
     stated = sorted({r.world_size for r in ranks if r.world_size > 0})
     if len(stated) > 1:
         raise UsageError(f"the traces state different world sizes ({', '.join(map(str, stated))}): not one job")
+    if not stated and len(ranks) > 1 and not any(len(r.coll) for r in ranks):
+        # nothing ties the files together: no stated job size and no collective to match
+        raise UsageError(f"none of the {len(ranks)} traces states a world size and none has a collective: "
+                         "not one job (analyse each trace on its own)")
     world = stated[0] if stated else len(ranks)
     got = [r.rank for r in ranks]
     if got != list(range(world)):
