@@ -27,6 +27,8 @@ from .simulate import Timeline
 BOUNDS = ("data loading", "host work", "launch overhead", "GPU compute", "communication", "synchronization")
 #: rows of the top-kernel and top-CPU-range tables before "other"
 TOP_N = 10
+#: the detail of the bound when the critical path is empty
+EMPTY_PATH = "no CUDA call or GPU task in the trace: the critical path is empty"
 #: a wait is named in the opening lines when it is at least this share of the critical path (%)
 WAIT_MIN_PCT = 10.0
 
@@ -54,7 +56,7 @@ class DeviceUtil(msgspec.Struct, forbid_unknown_fields=True):
 class Answer(msgspec.Struct, forbid_unknown_fields=True):
     """The opening lines of the report."""
 
-    step_ns: int  #: median replayed ProfilerStep (the window when the trace has no steps)
+    step_ns: int  #: median replayed ProfilerStep, over the steps with an API call inside when there are any (the window when the trace has no steps)
     steps: int  #: ProfilerSteps the median is over (0: the window)
     gpu_busy_pct: float  #: busy share of the busiest GPU over the window (measured), %
     bound_by: str  #: one of BOUNDS
@@ -97,6 +99,8 @@ def _bound(cp: CriticalPath) -> tuple[str, int, str]:
     cands = [(v, b, "") for b, v in ns.items() if b != "host work"]
     cands += [(v, "host work", f"in {p}") for p, v in host.items()]
     v, b, detail = max(cands, key=lambda x: (x[0], x[1]))
+    if v <= 0:  # an empty critical path: no CUDA call or GPU task, so only host work is traced
+        return "host work", 0, EMPTY_PATH
     top = _top_name(cp.by_range_ns if b == "data loading" else cp.by_kernel_ns if b in ("GPU compute", "communication") else {})
     if b == "host work" and detail == "in backward":  # the backward pass's host work: what the engine thread ran
         top = next((_top_name(w.top) for w in cp.waits if w.engine), "")
@@ -114,7 +118,9 @@ def build_summary(graph: TaskGraph, tl: Timeline, rec: Timeline, cp: CriticalPat
     """The :class:`Summary` of a baseline replay ``tl`` (recorded ``rec``), its critical path
     ``cp`` and that path's full breakdowns ``detail`` (:func:`~daydream.critical_path.critical_path`),
     the report's step and window rows."""
-    replayed = sorted(w.replayed_ns for w in steps)
+    # steps with no API call inside (a profiler's trailing, empty step) do not say how long a step is
+    worked = [w for w in steps if not w.note] or steps
+    replayed = sorted(w.replayed_ns for w in worked)
     step_ns = replayed[(len(replayed) - 1) // 2] if replayed else window.replayed_ns
     devices = device_utilization(graph, rec, graph.t0_ns, graph.t0_ns + window.measured_ns)
     b, v, det = _bound(cp)
