@@ -22,6 +22,7 @@ from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, ranges_
 from .graph import NODE_CPU, TaskGraph
 from .graph.ranges import NO_RANGE, split_by_range, thread_key
 from .kernels import CLASSES, classify_names, kernel_info
+from .mapping import nvtx_base_name
 from .simulate import Timeline
 
 BOUNDS = ("data loading", "host work", "launch overhead", "GPU compute", "communication", "synchronization")
@@ -193,6 +194,21 @@ def _cls_of(graph: TaskGraph, name: str) -> int:
     return int(classify_names([name])[0][0])
 
 
+def _by_op(names: list[str], tot: np.ndarray, path_ns: dict[str, int]) -> tuple[list[str], np.ndarray, dict[str, int]]:
+    """Range names, their totals and path times with emit_nvtx per-call names summed per op
+    (``aten::mm, seq = 12, op_id = 7`` -> ``aten::mm``, :func:`daydream.mapping.nvtx_base_name`)."""
+    base = [nvtx_base_name(n) for n in names]  # distinct range names
+    if base == names:
+        return names, tot, path_ns
+    uniq = list(dict.fromkeys(base))
+    where = {b: i for i, b in enumerate(uniq)}
+    out = np.bincount(np.array([where[b] for b in base], np.int64), weights=tot, minlength=len(uniq))
+    path: dict[str, int] = {}
+    for k, v in path_ns.items():
+        path[nvtx_base_name(k)] = path.get(nvtx_base_name(k), 0) + v
+    return uniq, out, path
+
+
 def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[str, int]) -> list[TopRow]:
     """The TOP_N CPU ranges by host time (calls' own time and gaps, summed over threads), then
     the rest by kind (``ns::`` framework ops by namespace, annotations)."""
@@ -206,8 +222,7 @@ def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: di
     w = np.concatenate([own, graph.gap_ns[cpu]])
     a, b = host_intervals(graph, v, part)
     _, lab, share = split_by_range(rt, thread_key(graph.pid[v], graph.tid[v]), a, b, w)
-    names = [NO_RANGE, *rt.labels]
-    tot = np.bincount(lab + 1, weights=share, minlength=len(names))
+    names, tot, path_ns = _by_op([NO_RANGE, *rt.labels], np.bincount(lab + 1, weights=share, minlength=len(rt.labels) + 1), path_ns)
     o = [i for i in np.lexsort((np.arange(len(names)), -tot)).tolist() if tot[i] > 0]
     top, rest = o[:TOP_N], o[TOP_N:]
     rows = _rows([names[i] for i in top], tot[top], path_ns, float(w.sum()), cp.length_ns)

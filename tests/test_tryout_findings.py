@@ -108,3 +108,24 @@ def test_compare_pairs_emit_nvtx_ranges_by_op():
     rows = [r for r in compare(before, after).rows if r.group == "CPU range"]
     assert rows and all(", op_id = " not in r.name and ", seq = " not in r.name for r in rows)
     assert any(r.name == "aten::to" and r.before_ns > 0 and r.after_ns > 0 for r in rows)
+
+
+def test_top_cpu_ranges_sum_emit_nvtx_calls_per_op():
+    # was: rows such as "aten::layer_norm, seq = 47588, op_id = 999617" (one call) and
+    # "other: aten:: (4456 names)" on the nsys_ai trace
+    import numpy as np
+
+    from daydream.summary import _by_op
+
+    names = ["(no range)", "aten::mm, seq = 1, op_id = 7", "aten::mm, seq = 2, op_id = 9", "Annotation"]
+    out, tot, path = _by_op(names, np.array([5.0, 2.0, 3.0, 1.0]), {"aten::mm, seq = 2, op_id = 9": 3, "Annotation": 1})
+    assert out == ["(no range)", "aten::mm", "Annotation"]
+    assert tot.tolist() == [5.0, 5.0, 1.0] and path == {"aten::mm": 3, "Annotation": 1}
+
+
+@needs_traces
+def test_top_cpu_ranges_of_an_emit_nvtx_trace_name_ops():
+    r = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite"))).report
+    rows = r.summary.top_cpu_ranges
+    assert rows and not any(", op_id = " in t.name or ", seq = " in t.name for t in rows)
+    assert sum(t.total_pct for t in rows) == pytest.approx(100.0, abs=0.2)
