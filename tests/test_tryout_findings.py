@@ -129,3 +129,13 @@ def test_top_cpu_ranges_of_an_emit_nvtx_trace_name_ops():
     rows = r.summary.top_cpu_ranges
     assert rows and not any(", op_id = " in t.name or ", seq = " in t.name for t in rows)
     assert sum(t.total_pct for t in rows) == pytest.approx(100.0, abs=0.2)
+
+
+@pytest.mark.parametrize("flag, a, b", [("--plot", "a.svg", "b.html"), ("--json", "a.json", "b.json"),
+                                        ("--timeline", "a.json.gz", "b.json.gz"), ("--save-table", "a.npz", "b.npz")])
+def test_one_file_option_given_twice_is_refused(flag, a, b, tmp_path, capsys):
+    # was: exit 0, only the second file written, the first silently not
+    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz")
+    assert main([fixture, flag, str(tmp_path / a), flag, str(tmp_path / b)]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert not (tmp_path / a).exists() and not (tmp_path / b).exists()
