@@ -28,6 +28,8 @@ from .simulate import Timeline
 BOUNDS = ("data loading", "host work", "launch overhead", "GPU compute", "communication", "synchronization")
 #: rows of the top-kernel and top-CPU-range tables before "other"
 TOP_N = 10
+#: the least predicted speed-up the opening line suggests: one printed as 1.00x is no advice
+WHATIF_MIN_SPEEDUP = 1.005
 #: the detail of the bound when the critical path is empty
 EMPTY_PATH = "no CUDA call or GPU task in the trace: the critical path is empty"
 #: a wait is named in the opening lines when it is at least this share of the critical path (%)
@@ -238,8 +240,9 @@ def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: di
 
 
 def answer_whatifs(summary: Summary, ranking: list) -> None:
-    """Complete the answer with the top two optimizations of an ``--opt all`` ranking (in place)."""
-    summary.answer.whatifs = {r.name: r.speedup for r in ranking if r.predicted_ns >= 0}
+    """Complete the answer with the top two optimizations of an ``--opt all`` ranking (in place),
+    those predicted at least :data:`WHATIF_MIN_SPEEDUP` times faster."""
+    summary.answer.whatifs = {r.name: r.speedup for r in ranking if r.predicted_ns >= 0 and r.speedup >= WHATIF_MIN_SPEEDUP}
     summary.answer.whatifs = dict(list(summary.answer.whatifs.items())[:2])
 
 

@@ -139,3 +139,15 @@ def test_one_file_option_given_twice_is_refused(flag, a, b, tmp_path, capsys):
     assert main([fixture, flag, str(tmp_path / a), flag, str(tmp_path / b)]) == 2
     assert "given twice" in capsys.readouterr().err
     assert not (tmp_path / a).exists() and not (tmp_path / b).exists()
+
+
+@needs_traces
+def test_answer_does_not_suggest_a_what_if_that_gains_nothing(capsys):
+    # was: "try cuda-graphs 1.00x" (con_kernel: 539.987 -> 539.811 ms), advice that gains nothing
+    from daydream.summary import WHATIF_MIN_SPEEDUP
+
+    r = analyze(load_trace(str(TRACES / "extrap" / "con_kernel.sqlite")), rank_all=True).report
+    assert r.ranking and all(v >= WHATIF_MIN_SPEEDUP for v in r.summary.answer.whatifs.values())
+    assert "cuda-graphs" not in r.summary.answer.whatifs
+    r = analyze(load_trace(str(RESNET)), rank_all=True).report  # real gains are still suggested
+    assert list(r.summary.answer.whatifs)[:1] == ["dataloader"]
