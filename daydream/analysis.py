@@ -17,7 +17,7 @@ from .graph import TaskGraph, build_graph
 from .mapping import map_events
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
 from .report import AppliedOpt, Ranked, Report, build_prediction, build_report
-from .summary import answer_whatifs, change_summary
+from .summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
 from .simulate import Timeline, recorded, simulate
 from .timeline import write_timeline
 
@@ -155,4 +155,5 @@ def cheap_whatifs(graph: TaskGraph, report: Report) -> None:
     except NotApplicable:
         return
     pred = build_prediction(report, g2, simulate(g2), applied)
-    report.summary.answer.whatifs = {name: pred.window.speedup}
+    if pred.window.speedup >= WHATIF_MIN_SPEEDUP:
+        report.summary.answer.whatifs = {name: pred.window.speedup}

@@ -22,6 +22,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
+class _Once(argparse.Action):
+    """A one-file option given twice is refused (argparse would keep the last one silently and
+    write nothing to the first file)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest) is not None:
+            parser.error(f"{option_string} given twice")
+        setattr(namespace, self.dest, values)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="daydream-analyze",
@@ -42,11 +52,11 @@ def _parser() -> argparse.ArgumentParser:
         help="predict the effect of an optimization; repeat to compose them in order; 'all' ranks every applicable one",
     )
     p.add_argument("--list-opts", action="store_true", help="list the optimizations and their parameters")
-    p.add_argument("--timeline", metavar="FILE", help="write the predicted (and baseline) timeline as Chrome-trace JSON for Perfetto (.json or .json.gz)")
-    p.add_argument("--json", metavar="FILE", help="write the report as JSON (schemas/report.schema.json); '-' for stdout")
-    p.add_argument("--save-table", metavar="FILE", help="save the parsed event table (.npz) to skip parsing next time")
-    p.add_argument("--plot", metavar="FILE", help="draw the report's figures: FILE.svg, or FILE.html (one page, the figures inline)")
-    p.add_argument("--compare-to", metavar="AFTER_TRACE",
+    p.add_argument("--timeline", metavar="FILE", action=_Once, help="write the predicted (and baseline) timeline as Chrome-trace JSON for Perfetto (.json or .json.gz)")
+    p.add_argument("--json", metavar="FILE", action=_Once, help="write the report as JSON (schemas/report.schema.json); '-' for stdout")
+    p.add_argument("--save-table", metavar="FILE", action=_Once, help="save the parsed event table (.npz) to skip parsing next time")
+    p.add_argument("--plot", metavar="FILE", action=_Once, help="draw the report's figures: FILE.svg, or FILE.html (one page, the figures inline)")
+    p.add_argument("--compare-to", metavar="AFTER_TRACE", action=_Once,
                    help="compare with a trace recorded after making the change: the --opt prediction (or, without --opt, this trace) against its measurement, by step, phase, kernel class and CPU range")
     p.add_argument("--strict", action="store_true", help="refuse damaged input (e.g. a truncated JSON) instead of salvaging it")
     p.add_argument(

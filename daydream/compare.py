@@ -15,6 +15,7 @@ error ``predicted - after`` in ns and % of ``after``:
   the time of API calls (less blocked time) by phase (mapped traces);
 * ``kernel class``: GPU task time by class (:data:`daydream.kernels.CLASSES`);
 * ``CPU range``: total time of the CPU ranges of each name (framework ops, annotations,
+  emit_nvtx ranges by op: ``aten::mm, seq = 12, op_id = 7`` counts as ``aten::mm``,
   DataLoader, optimizer; :func:`daydream.ranges.cpu_range_rows`), the :data:`TOP_RANGES` names
   with the most time in either trace; the prediction's ranges are carried into its timeline
   (:func:`daydream.ranges.carry`).
@@ -32,7 +33,7 @@ import numpy as np
 from .critical_path import CAUSES
 from .graph import NODE_CPU, TaskGraph
 from .kernels import CLASSES, kernel_info
-from .mapping import PHASES
+from .mapping import PHASES, nvtx_base_name
 from .ranges import carry, cpu_range_rows
 from .report import CompareRow, Comparison, Report
 from .simulate import Timeline, recorded
@@ -68,7 +69,10 @@ def measures(graph: TaskGraph, tl: Timeline, ranges_tl: Timeline | None) -> dict
     t = graph.table
     r = carry(graph, ranges_tl, cpu_range_rows(t))
     by_name = np.bincount(t.name_id[r.rows].astype(np.int64), weights=r.end_ns - r.start_ns, minlength=len(t.names)) if len(r.rows) else np.zeros(0)
-    out["CPU range"] = {t.names[i]: int(by_name[i]) for i in np.nonzero(by_name)[0].tolist()}
+    ranges: dict[str, int] = defaultdict(int)
+    for i in np.nonzero(by_name)[0].tolist():  # distinct names; emit_nvtx ones summed per op
+        ranges[nvtx_base_name(t.names[i])] += int(by_name[i])
+    out["CPU range"] = dict(ranges)
     return out
 
 

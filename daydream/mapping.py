@@ -141,6 +141,15 @@ COMM_KERNEL_PATTERN = r"(?i)^nccl|^rccl|ncclKernel|ncclDevKernel|^void\s+nccl|\b
 _MODULE_RE = re.compile(r"^nn\.Module: (.*)$", re.S)
 #: emit_nvtx range names: "<op>, seq = N, op_id = M" / "<op>, op_id = M" / "<op>, sizes = [...]"
 _NVTX_SUFFIX_RE = re.compile(r"^(.*?), (?:seq|op_id|sizes|stashed seq|input_op_ids) = ", re.S)
+
+
+def nvtx_base_name(name: str) -> str:
+    """``name`` without an emit_nvtx suffix (``aten::mm, seq = 12, op_id = 7`` -> ``aten::mm``):
+    the per-call part that makes every call's range name unique; other names unchanged."""
+    m = _NVTX_SUFFIX_RE.match(name) if ", " in name else None
+    return m.group(1) if m else name
+
+
 #: an identifier, possibly namespaced (``aten::mm``, ``FlashAttnFunc``, ``MulBackward0``)
 _IDENT_RE = re.compile(r"^[A-Za-z_][\w.]*(?:::[\w.]+)*$")
 #: op-like without an emit_nvtx suffix: a namespaced identifier or an NCCL API range (``ncclSend``)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 from .critical_path import CAUSES, CriticalPath
 from .display import terminal_lines, terminal_text
 from .report import Prediction, Report, Trust
+from .summary import EMPTY_PATH
 
 
 def _pct(x: float) -> str:
@@ -345,6 +346,8 @@ def answer_lines(r: Report) -> list[str]:
     step = f"step {_ms(a.step_ns)} ms (median of {a.steps} ProfilerSteps)" if a.steps else f"window {_ms(a.step_ns)} ms"
     line = f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %; bound by {a.bound_by} ({a.bound_pct:.0f} % of the critical path"
     line += (f"; {a.bound_detail})" if a.bound_detail else ")")
+    if a.bound_detail == EMPTY_PATH:  # nothing on the critical path: no share to give
+        line = line.replace(f" ({a.bound_pct:.0f} % of the critical path; ", " (")
     if a.whatifs:
         line += "; try " + ", ".join(f"{k} {v:.2f}x" for k, v in a.whatifs.items())
     return [line] + ([f"  {wait_text(a.wait)}"] if a.wait is not None else [])

@@ -22,11 +22,16 @@ from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, ranges_
 from .graph import NODE_CPU, TaskGraph
 from .graph.ranges import NO_RANGE, split_by_range, thread_key
 from .kernels import CLASSES, classify_names, kernel_info
+from .mapping import nvtx_base_name
 from .simulate import Timeline
 
 BOUNDS = ("data loading", "host work", "launch overhead", "GPU compute", "communication", "synchronization")
 #: rows of the top-kernel and top-CPU-range tables before "other"
 TOP_N = 10
+#: the least predicted speed-up the opening line suggests: one printed as 1.00x is no advice
+WHATIF_MIN_SPEEDUP = 1.005
+#: the detail of the bound when the critical path is empty
+EMPTY_PATH = "no CUDA call or GPU task in the trace: the critical path is empty"
 #: a wait is named in the opening lines when it is at least this share of the critical path (%)
 WAIT_MIN_PCT = 10.0
 
@@ -54,7 +59,7 @@ class DeviceUtil(msgspec.Struct, forbid_unknown_fields=True):
 class Answer(msgspec.Struct, forbid_unknown_fields=True):
     """The opening lines of the report."""
 
-    step_ns: int  #: median replayed ProfilerStep (the window when the trace has no steps)
+    step_ns: int  #: median replayed ProfilerStep, over the steps with an API call inside when there are any (the window when the trace has no steps)
     steps: int  #: ProfilerSteps the median is over (0: the window)
     gpu_busy_pct: float  #: busy share of the busiest GPU over the window (measured), %
     bound_by: str  #: one of BOUNDS
@@ -97,6 +102,8 @@ def _bound(cp: CriticalPath) -> tuple[str, int, str]:
     cands = [(v, b, "") for b, v in ns.items() if b != "host work"]
     cands += [(v, "host work", f"in {p}") for p, v in host.items()]
     v, b, detail = max(cands, key=lambda x: (x[0], x[1]))
+    if v <= 0:  # an empty critical path: no CUDA call or GPU task, so only host work is traced
+        return "host work", 0, EMPTY_PATH
     top = _top_name(cp.by_range_ns if b == "data loading" else cp.by_kernel_ns if b in ("GPU compute", "communication") else {})
     if b == "host work" and detail == "in backward":  # the backward pass's host work: what the engine thread ran
         top = next((_top_name(w.top) for w in cp.waits if w.engine), "")
@@ -114,7 +121,9 @@ def build_summary(graph: TaskGraph, tl: Timeline, rec: Timeline, cp: CriticalPat
     """The :class:`Summary` of a baseline replay ``tl`` (recorded ``rec``), its critical path
     ``cp`` and that path's full breakdowns ``detail`` (:func:`~daydream.critical_path.critical_path`),
     the report's step and window rows."""
-    replayed = sorted(w.replayed_ns for w in steps)
+    # steps with no API call inside (a profiler's trailing, empty step) do not say how long a step is
+    worked = [w for w in steps if not w.note] or steps
+    replayed = sorted(w.replayed_ns for w in worked)
     step_ns = replayed[(len(replayed) - 1) // 2] if replayed else window.replayed_ns
     devices = device_utilization(graph, rec, graph.t0_ns, graph.t0_ns + window.measured_ns)
     b, v, det = _bound(cp)
@@ -187,6 +196,21 @@ def _cls_of(graph: TaskGraph, name: str) -> int:
     return int(classify_names([name])[0][0])
 
 
+def _by_op(names: list[str], tot: np.ndarray, path_ns: dict[str, int]) -> tuple[list[str], np.ndarray, dict[str, int]]:
+    """Range names, their totals and path times with emit_nvtx per-call names summed per op
+    (``aten::mm, seq = 12, op_id = 7`` -> ``aten::mm``, :func:`daydream.mapping.nvtx_base_name`)."""
+    base = [nvtx_base_name(n) for n in names]  # distinct range names
+    if base == names:
+        return names, tot, path_ns
+    uniq = list(dict.fromkeys(base))
+    where = {b: i for i, b in enumerate(uniq)}
+    out = np.bincount(np.array([where[b] for b in base], np.int64), weights=tot, minlength=len(uniq))
+    path: dict[str, int] = {}
+    for k, v in path_ns.items():
+        path[nvtx_base_name(k)] = path.get(nvtx_base_name(k), 0) + v
+    return uniq, out, path
+
+
 def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[str, int]) -> list[TopRow]:
     """The TOP_N CPU ranges by host time (calls' own time and gaps, summed over threads), then
     the rest by kind (``ns::`` framework ops by namespace, annotations)."""
@@ -200,8 +224,7 @@ def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: di
     w = np.concatenate([own, graph.gap_ns[cpu]])
     a, b = host_intervals(graph, v, part)
     _, lab, share = split_by_range(rt, thread_key(graph.pid[v], graph.tid[v]), a, b, w)
-    names = [NO_RANGE, *rt.labels]
-    tot = np.bincount(lab + 1, weights=share, minlength=len(names))
+    names, tot, path_ns = _by_op([NO_RANGE, *rt.labels], np.bincount(lab + 1, weights=share, minlength=len(rt.labels) + 1), path_ns)
     o = [i for i in np.lexsort((np.arange(len(names)), -tot)).tolist() if tot[i] > 0]
     top, rest = o[:TOP_N], o[TOP_N:]
     rows = _rows([names[i] for i in top], tot[top], path_ns, float(w.sum()), cp.length_ns)
@@ -217,8 +240,9 @@ def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: di
 
 
 def answer_whatifs(summary: Summary, ranking: list) -> None:
-    """Complete the answer with the top two optimizations of an ``--opt all`` ranking (in place)."""
-    summary.answer.whatifs = {r.name: r.speedup for r in ranking if r.predicted_ns >= 0}
+    """Complete the answer with the top two optimizations of an ``--opt all`` ranking (in place),
+    those predicted at least :data:`WHATIF_MIN_SPEEDUP` times faster."""
+    summary.answer.whatifs = {r.name: r.speedup for r in ranking if r.predicted_ns >= 0 and r.speedup >= WHATIF_MIN_SPEEDUP}
     summary.answer.whatifs = dict(list(summary.answer.whatifs.items())[:2])
 
 

@@ -252,7 +252,7 @@ def test_identity_with_host_parameters_on_every_real_trace(real_graphs):
     done = 0
     for name, g in real_graphs.items():
         src = gpu_of_device(g.devices[0]) if g.devices else None
-        if src is None:
+        if src is None or not (g.node_kind != NODE_CPU).any():  # no GPU task: gpu-upgrade does not apply
             continue
         base = simulate(g)
         spec = (f"gpu-upgrade:target={src.name},cpu_speed=1,launch_latency_ns={g.launch_latency_ns},"

@@ -224,6 +224,23 @@ def spread_over_backward(graph: TaskGraph, sizes: np.ndarray, steps: np.ndarray)
     return np.concatenate(ready), np.concatenate(nbytes), np.concatenate(st)
 
 
+#: most pieces (slices, buckets) one iteration's gradient bytes may be cut into: each piece is an
+#: array row or an inserted graph task, so a tiny size (``slice_mb=1e-9``) would allocate
+#: gigabytes or run for hours; a guard on the input, not a model constant
+MAX_PIECES = 1 << 20
+
+
+def check_pieces(total_bytes: int, piece_bytes: float, what: str) -> int:
+    """The number of pieces of ``piece_bytes`` that ``total_bytes`` is cut into; raises
+    :class:`~daydream.errors.UsageError` (exit 2) when it exceeds :data:`MAX_PIECES` (``what``:
+    the option and parameter, e.g. ``"p3: slice_mb"``)."""
+    n = int(np.ceil(total_bytes / piece_bytes)) if total_bytes > 0 else 0
+    if n > MAX_PIECES:
+        raise UsageError(f"--opt {what}={piece_bytes / MIB:g} cuts {total_bytes:,} bytes of one iteration into {n:,} pieces "
+                         f"(at most {MAX_PIECES:,}); give a larger size")
+    return n
+
+
 def buckets(ready: np.ndarray, nbytes: np.ndarray, bucket_bytes: float, first_bytes: float) -> tuple[np.ndarray, np.ndarray]:
     """Gradients (production order) grouped as DDP does: a bucket closes once it holds at least
     its capacity (the first ``first_bytes``, then ``bucket_bytes``). Returns per bucket (the ready

@@ -111,6 +111,8 @@ def _apply(graph, p):
     target = find_gpu(p["target"])
     if target is None:
         raise UsageError(f"--opt gpu-upgrade: unknown target GPU {p['target']!r} (known: {', '.join(names())})")
+    if not (graph.node_kind != NODE_CPU).any() and p["cpu_speed"] == 1.0:  # nothing this what-if changes
+        raise NotApplicable("the trace has no GPU kernels, copies or sets (cpu_speed changes its host side)")
     src, traced = source_gpu(graph, p["source"])
     if src is None:
         what = f"the traced GPU {traced!r} is not in the GPU table" if traced else "the trace does not name its GPU"

@@ -28,7 +28,7 @@ from .. import comm_model as cm
 from ..collectives import Op
 from ..transform import set_duration
 from . import Optimization, Param, register
-from ._comm import DDP_BUCKET_MB, MIB, NETWORK_PARAMS, comm_collectives, network_of, step_of_nodes
+from ._comm import DDP_BUCKET_MB, MIB, NETWORK_PARAMS, check_pieces, comm_collectives, network_of, step_of_nodes
 
 
 def calibrated(c, like: cm.Network) -> cm.Network:
@@ -102,7 +102,7 @@ def rebucket(c, m_ar, steps, bucket_bytes, net) -> np.ndarray:
         idx = idx[np.argsort(c.node[idx], kind="stable")]
         cum = np.cumsum(c.size_bytes[idx])
         total = int(cum[-1])
-        ends = np.minimum(np.arange(1, int(np.ceil(total / bucket_bytes)) + 1) * bucket_bytes, total)
+        ends = np.minimum(np.arange(1, check_pieces(total, bucket_bytes, "buckets: size") + 1) * bucket_bytes, total)
         sizes = np.diff(np.concatenate([[0], ends]))
         owner = np.minimum(np.searchsorted(cum, ends - 1e-9), len(idx) - 1)
         t = cm.collective_ns(cm.ALL_REDUCE, sizes, c.group_size[idx[owner]], net)

@@ -1,0 +1,153 @@
+"""Defects a new user found trying the merged tool (CPU what-ifs, gpu-upgrade, communication
+what-ifs, --compare-to) on the real traces, each pinned with the right behaviour."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from daydream.analysis import analyze
+from daydream.cli import main
+from daydream.errors import UsageError
+from daydream.formats import load_trace
+from daydream.mapping import nvtx_base_name
+from daydream.optimizations._comm import MAX_PIECES, MIB, check_pieces
+from daydream.summary import EMPTY_PATH
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces"
+needs_traces = pytest.mark.skipif(not TRACES.exists(), reason="../shared/traces absent")
+RESNET = TRACES / "kineto_tbplugin" / "resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
+
+
+def test_check_pieces_refuses_a_size_that_cuts_too_many_pieces():
+    assert check_pieces(100 * MIB, 25 * MIB, "buckets: size") == 4
+    assert check_pieces(0, 1.0, "buckets: size") == 0
+    with pytest.raises(UsageError, match="pieces"):
+        check_pieces(100 * MIB, 100 * MIB / (MAX_PIECES + 1), "buckets: size")
+
+
+@needs_traces
+def test_tiny_bucket_size_is_a_usage_error_not_a_memory_error(capsys):
+    # was: internal error (MemoryError: Unable to allocate 726. GiB ...), exit 1
+    assert main([str(TRACES / "hta" / "nccl_data.json.gz"), "--opt", "buckets:size=1e-9"]) == 2
+    err = capsys.readouterr().err
+    assert "pieces" in err and "internal error" not in err
+
+
+@needs_traces
+def test_tiny_p3_slice_is_refused_quickly(capsys):
+    # was: ran for many minutes (5.8 M slices inserted one by one)
+    assert main([str(RESNET), "--opt", "p3:world=64,slice_mb=0.0001"]) == 2
+    assert "slice_mb" in capsys.readouterr().err
+
+
+@needs_traces
+def test_answer_step_is_not_the_empty_trailing_step():
+    # mi250: ProfilerStep#1 9.3 ms with all the work, ProfilerStep#2 0.049 ms with no API call;
+    # the answer said "step 0.049 ms (median of 2 ProfilerSteps)"
+    r = analyze(load_trace(str(TRACES / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"))).report
+    worked = [s for s in r.steps if not s.note]
+    assert len(worked) == 1 and len(r.steps) == 2
+    assert r.summary.answer.step_ns == worked[0].replayed_ns
+    assert r.summary.answer.steps == 1
+
+
+def _empty_trace(tmp_path) -> str:
+    p = tmp_path / "empty.json"
+    p.write_text(json.dumps({"traceEvents": []}))
+    return str(p)
+
+
+def test_empty_critical_path_is_not_called_synchronization(tmp_path, capsys):
+    # was: "bound by synchronization (0 % of the critical path)" (the tie-break of all-zero shares)
+    f = _empty_trace(tmp_path)
+    a = analyze(load_trace(f)).report.summary.answer
+    assert a.bound_by == "host work" and a.bound_detail == EMPTY_PATH
+    assert main([f]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "synchronization" not in first and "0 % of the critical path" not in first
+    assert "critical path is empty" in first
+
+
+@needs_traces
+def test_cpu_only_trace_is_bound_by_host_work():
+    a = analyze(load_trace(str(TRACES / "hta" / "cpu_only.json.gz"))).report.summary.answer
+    assert a.bound_by == "host work" and a.bound_detail == EMPTY_PATH
+
+
+@needs_traces
+def test_gpu_upgrade_without_gpu_tasks_does_not_apply(capsys):
+    # was: ranked first by --opt all ("try gpu-upgrade 1.00x") on a trace with no GPU task
+    f = str(TRACES / "hta" / "cupti_profiler_benchmark_result_924719_1679055439_trace.json.gz")
+    assert main([f, "--opt", "gpu-upgrade"]) == 3
+    assert "no GPU kernels" in capsys.readouterr().err
+    assert main([f, "--opt", "gpu-upgrade:cpu_speed=2"]) == 0  # the host side still changes
+    r = analyze(load_trace(f), rank_all=True).report
+    assert "gpu-upgrade" not in r.summary.answer.whatifs
+
+
+def test_nvtx_base_name():
+    assert nvtx_base_name("aten::mm, seq = 12, op_id = 7") == "aten::mm"
+    assert nvtx_base_name("aten::to, op_id = 998949") == "aten::to"
+    assert nvtx_base_name("aten::add, sizes = [[2], [2]]") == "aten::add"
+    assert nvtx_base_name("FSDP::pre_forward (blocks.1), x") == "FSDP::pre_forward (blocks.1), x"
+    assert nvtx_base_name("DataLoader") == "DataLoader"
+
+
+@needs_traces
+def test_compare_pairs_emit_nvtx_ranges_by_op():
+    # was: "CPU range: aten::to, op_id = 998949   0.000  15.319  -100 %": every emit_nvtx range
+    # name is unique per call, so no range of one trace matched the other's
+    from daydream.compare import compare
+
+    before = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite")))
+    after = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_after.sqlite")))
+    rows = [r for r in compare(before, after).rows if r.group == "CPU range"]
+    assert rows and all(", op_id = " not in r.name and ", seq = " not in r.name for r in rows)
+    assert any(r.name == "aten::to" and r.before_ns > 0 and r.after_ns > 0 for r in rows)
+
+
+def test_top_cpu_ranges_sum_emit_nvtx_calls_per_op():
+    # was: rows such as "aten::layer_norm, seq = 47588, op_id = 999617" (one call) and
+    # "other: aten:: (4456 names)" on the nsys_ai trace
+    import numpy as np
+
+    from daydream.summary import _by_op
+
+    names = ["(no range)", "aten::mm, seq = 1, op_id = 7", "aten::mm, seq = 2, op_id = 9", "Annotation"]
+    out, tot, path = _by_op(names, np.array([5.0, 2.0, 3.0, 1.0]), {"aten::mm, seq = 2, op_id = 9": 3, "Annotation": 1})
+    assert out == ["(no range)", "aten::mm", "Annotation"]
+    assert tot.tolist() == [5.0, 5.0, 1.0] and path == {"aten::mm": 3, "Annotation": 1}
+
+
+@needs_traces
+def test_top_cpu_ranges_of_an_emit_nvtx_trace_name_ops():
+    r = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite"))).report
+    rows = r.summary.top_cpu_ranges
+    assert rows and not any(", op_id = " in t.name or ", seq = " in t.name for t in rows)
+    assert sum(t.total_pct for t in rows) == pytest.approx(100.0, abs=0.2)
+
+
+@pytest.mark.parametrize("flag, a, b", [("--plot", "a.svg", "b.html"), ("--json", "a.json", "b.json"),
+                                        ("--timeline", "a.json.gz", "b.json.gz"), ("--save-table", "a.npz", "b.npz")])
+def test_one_file_option_given_twice_is_refused(flag, a, b, tmp_path, capsys):
+    # was: exit 0, only the second file written, the first silently not
+    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz")
+    assert main([fixture, flag, str(tmp_path / a), flag, str(tmp_path / b)]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert not (tmp_path / a).exists() and not (tmp_path / b).exists()
+
+
+@needs_traces
+def test_answer_does_not_suggest_a_what_if_that_gains_nothing(capsys):
+    # was: "try cuda-graphs 1.00x" (con_kernel: 539.987 -> 539.811 ms), advice that gains nothing
+    from daydream.summary import WHATIF_MIN_SPEEDUP
+
+    r = analyze(load_trace(str(TRACES / "extrap" / "con_kernel.sqlite")), rank_all=True).report
+    assert r.ranking and all(v >= WHATIF_MIN_SPEEDUP for v in r.summary.answer.whatifs.values())
+    assert "cuda-graphs" not in r.summary.answer.whatifs
+    r = analyze(load_trace(str(RESNET)), rank_all=True).report  # real gains are still suggested
+    assert list(r.summary.answer.whatifs)[:1] == ["dataloader"]
