@@ -151,3 +151,23 @@ def test_answer_does_not_suggest_a_what_if_that_gains_nothing(capsys):
     assert "cuda-graphs" not in r.summary.answer.whatifs
     r = analyze(load_trace(str(RESNET)), rank_all=True).report  # real gains are still suggested
     assert list(r.summary.answer.whatifs)[:1] == ["dataloader"]
+
+
+@needs_traces
+def test_a_trace_without_small_kernels_does_not_set_the_floor():
+    """hta/cuda_event_sync_multi_stream (A100, three 123 us kernels): the A100 has no measured floor,
+    and the trace's smallest kernel had been taken as the floor, so all of its time was 'floor' and
+    A100 -> H100 predicted 0.372 -> 0.003 ms (124x). The trace-derived floor is capped at the
+    largest measured floor; the predicted GPU time stays within the datasheets' ratios (< 5x)."""
+    import numpy as np
+
+    from daydream.events import Kind
+    from daydream.gpus import find_gpu
+    from daydream.optimizations import _kernel_model as KM
+
+    res = analyze(load_trace(str(TRACES / "hta" / "cuda_event_sync_multi_stream.json.gz")), ["gpu-upgrade:target=H100"])
+    g, pg = res.graph, res.predicted_graph
+    assert KM.kernel_floor_ns(find_gpu("A100"), g) == max(KM.KERNEL_FLOOR_NS.values())
+    before = int(g.dur_ns[g.node_kind == Kind.KERNEL].sum())
+    after = int(pg.dur_ns[pg.node_kind == Kind.KERNEL].sum())
+    assert before / 5 < after < before

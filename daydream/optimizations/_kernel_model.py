@@ -62,14 +62,20 @@ LATENCY_MULT = 2.0
 
 def kernel_floor_ns(gpu: GPU, graph=None) -> int:
     """The floor of ``gpu``: :data:`KERNEL_FLOOR_NS`, else the smallest kernel time of ``graph`` (the
-    trace's own GPU), else 0."""
+    trace's own GPU) capped at the largest floor of the table, else 0.
+
+    The cap: a floor is what the smallest kernel costs on a GPU (launch ramp-up, block scheduling,
+    memory latency), 1.1-2.2 us on the four GPUs measured. A trace whose smallest kernel is longer
+    (e.g. three 123 us kernels on hta/cuda_event_sync_multi_stream) holds no kernel that small, and
+    says nothing about the floor: taking its smallest kernel as the floor would make all of its
+    time "floor" and predict a 100x speed-up on a faster GPU (found by a new user's try-out)."""
     if gpu.name in KERNEL_FLOOR_NS:
         return KERNEL_FLOOR_NS[gpu.name]
     if graph is not None:
         d = graph.dur_ns[(graph.node_kind == Kind.KERNEL) & (graph.row >= 0)]
         d = d[d > 0]
         if len(d):
-            return int(d.min())
+            return int(min(d.min(), max(KERNEL_FLOOR_NS.values())))
     return 0
 
 
