@@ -244,6 +244,15 @@ def _warm_jit() -> None:
                  np.zeros(0, np.int8), np.zeros(1, i64), e, np.zeros(0, bool), e, e, e, 0, 0, 0, -(1 << 62))
     if jit.compiled(_sweep_innermost) is not None:
         jit.call(jit.compiled(_sweep_innermost), e, e, e)
+    try:
+        from daydream.simulate import critical_walk
+    except ImportError:  # a daydream before the compiled critical-path walk
+        return
+    if critical_walk.kernel() is not None:
+        b = np.zeros(1, bool)
+        z = np.zeros(1, i64)
+        critical_walk.walk(critical_walk.kernel(), 0, z, z, z, b, b, np.full(1, -1, i64), np.full(1, -1, i64), np.full(1, -1, i64),
+                           e, np.zeros(0, bool), np.zeros(0, np.int8), e, 0, -2)
 
 
 def child_save(path: str, out: str) -> dict:
