@@ -19,12 +19,13 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from . import jit
 from .events import CopyKind, Kind
 from .kernels import kernel_info
 from .mapping import PHASES
 from .graph import NODE_CPU, RULES, TaskGraph, rule_arrays
 from .graph.ranges import NO_RANGE, RangeTimeline, range_timeline, split_by_range, thread_key
-from .simulate import BOUND_BY_LANE, Timeline, with_bindings
+from .simulate import BOUND_BY_LANE, Timeline, critical_walk, with_bindings
 
 CAUSES = ("cpu", "gpu_compute", "communication", "launch", "sync")
 OWN, GAP, EDGE = 0, 1, 2  #: what of a task a charged segment was (see _Charges)
@@ -103,8 +104,10 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
     if phase is not None and gap_phase is None and graph.mapping is not None and graph.mapping.gap_phase is not None:
         gap_phase = graph.mapping.gap_phase
     acc = _Charges(phase_names, phase, gap_phase if gap_phase is not None else phase)
-    walk = _Walk(graph, tl, bs.tolist(), bb.tolist(), be.tolist(), acc)
-    path = walk.run(int(np.argmax(np.where(gpu_relevant(graph), tl.end_ns, np.iinfo(np.int64).min))))
+    last = int(np.argmax(np.where(gpu_relevant(graph), tl.end_ns, np.iinfo(np.int64).min)))
+    path = _compiled_walk(graph, tl, last, acc)
+    if path is None:
+        path = _Walk(graph, tl, bs.tolist(), bb.tolist(), be.tolist(), acc).run(last)
     total = sum(acc.by_cause.values())
     path_a = np.asarray(path, dtype=np.int64)
     by_range, by_kernel, waits = attribute(graph, path_a, acc.parts, acc.end_waited, detail)
@@ -122,6 +125,28 @@ class _Charges:
         self.names = phase_names
         self.ph = phase.tolist() if phase is not None and phase_names is not None else None
         self.gph = gap_phase.tolist() if self.ph is not None else None
+
+    def add_all(self, parts: np.ndarray, cause: np.ndarray, gap: np.ndarray) -> None:
+        """Take the charges of a whole walk at once: ``parts`` (k, 3) int64 (node, ns > 0, part),
+        ``cause`` (k,) index into CAUSES, ``gap`` (k,) the gap-phase flag; the same sums as k calls."""
+        self.parts = parts
+        sums = np.zeros(len(CAUSES), np.int64)
+        np.add.at(sums, cause.astype(np.int64), parts[:, 1])
+        for i, c in enumerate(CAUSES):
+            self.by_cause[c] += int(sums[i])
+        if self.ph is None or not len(parts):
+            return
+        v = parts[:, 0]
+        code = np.where(gap, np.asarray(self.gph, np.int64)[v], np.asarray(self.ph, np.int64)[v])
+        ucode, inv = np.unique(code, return_inverse=True)
+        per = np.zeros((len(ucode), len(CAUSES)), np.int64)
+        np.add.at(per, (inv.reshape(-1), cause.astype(np.int64)), parts[:, 1])
+        for i, u in enumerate(ucode.tolist()):
+            d = self.by_phase.get(self.names[u])
+            if d is None:
+                d = self.by_phase[self.names[u]] = dict.fromkeys(CAUSES, 0)
+            for j, c in enumerate(CAUSES):
+                d[c] += int(per[i, j])
 
     def __call__(self, cause: str, ns: int, v: int, gap: bool = False, part: int = -1) -> None:
         """Charge ``ns`` to ``cause`` (and ``v``'s phase, its gap phase with ``gap``); ``part``:
@@ -205,6 +230,30 @@ class _Walk:
             charge("cpu" if self.is_cpu[v] else "launch", lo - self.t0, v, gap=self.is_cpu[v], part=GAP if self.is_cpu[v] else EDGE)
             v = -1
         return path
+
+
+def _compiled_walk(graph: TaskGraph, tl: Timeline, v: int, acc: _Charges) -> np.ndarray | None:
+    """The walk of :class:`_Walk` from ``v`` by the compiled kernel
+    (:mod:`daydream.simulate.critical_walk`), its charges summed into ``acc`` as ``_Charges``
+    would; the path (node ids, last to first), or None where the Python walk must run (small
+    graph, no numba, ``DAYDREAM_JIT=off``, times near the int64 edge, a cycle in the records)."""
+    fn = critical_walk.kernel() if jit.wanted(graph.n, critical_walk.MIN_TASKS) else None
+    if fn is None or not critical_walk.fits(graph.t0_ns, tl.start_ns, tl.end_ns, graph.gap_ns):
+        return None
+    k = graph.edge_kind
+    code_of_kind = np.array([CAUSES.index(RULES[x].cause if x in RULES else "cpu") for x in range(int(k.max()) + 1 if len(k) else 0)], np.int8)
+    lane_prev = np.asarray(_lane_predecessor_in_run(graph, tl), np.int64) if (tl.bound_start == BOUND_BY_LANE).any() else np.zeros(0, np.int64)
+    i64 = lambda a: np.ascontiguousarray(a, np.int64)  # noqa: E731
+    out = critical_walk.walk(fn, v, i64(tl.start_ns), i64(tl.end_ns), i64(graph.gap_ns), np.ascontiguousarray(graph.is_cpu, bool),
+                             np.ascontiguousarray(communication_mask(graph), bool), i64(tl.bound_start), i64(tl.bound_base),
+                             i64(tl.bound_end), i64(graph.edge_src), np.ascontiguousarray(rule_arrays().anchor_end[k], bool),
+                             code_of_kind[k], lane_prev, int(graph.t0_ns), BOUND_BY_LANE)
+    if out is None:
+        return None
+    path, parts, cause, gap, ew = out
+    acc.add_all(parts, cause, gap)
+    acc.end_waited = ew
+    return path
 
 
 def _lane_predecessor_in_run(graph: TaskGraph, tl: Timeline) -> list[int]:
