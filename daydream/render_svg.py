@@ -54,6 +54,12 @@ SERIES: dict[str, tuple[str, str, str]] = {
     "before": ("this trace, measured", "#9ecae1", "diag"),
     "predicted": ("predicted", "#0b2f6b", "solid"),
     "after": ("other trace, measured", "#e69f00", "dots"),
+    # jobs (daydream.render_job_svg): a rank's step, and its wait split by the peer waited for
+    "step_measured": ("measured", "#9ecae1", "diag"),
+    "step_replayed": ("coupled replay", "#0b2f6b", "solid"),
+    "wait_a": ("waiting for peer rN (rank N)", "#e69f00", "dots"),
+    "wait_b": ("the next peer waited for", "#f3eb7a", "horiz"),
+    "transfer": ("transfer (after the last arrival)", "#2f8f5b", "backdiag"),
 }
 KINDS = ("cpu_runtime_ns", "cpu_gap_ns", "sync_wait_ns", "kernel_ns", "memcpy_ns", "memset_ns")
 _HATCH = {
@@ -100,6 +106,7 @@ class Row(NamedTuple):
     tick: float | None = None
     right: str = ""
     cls: str = "row"
+    labels: tuple[str, ...] = ()  #: per segment, shown before its value (e.g. the peer waited for); escaped
 
 
 def _ticks(vmax: float) -> list[float]:
@@ -124,13 +131,16 @@ def _bar(row: Row, y: float, scale: float) -> str:
     out = [f'<g class="{row.cls}">']
     out.append(_text(LABEL_X, y + BAR_H - 3, row.group) + _text(SUB_X, y + BAR_H - 3, row.sub, cls="note"))
     x = PLOT_X0
-    for key, v in row.segments:
+    for i, (key, v) in enumerate(row.segments):
         w = max(v, 0) * scale
         if w <= 0:
             continue
+        name = row.labels[i] if i < len(row.labels) else ""
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{BAR_H}" fill="url(#p-{key})" stroke="#000" '
-                   f'stroke-width="0.5"><title>{SERIES[key][0]}: {v:,.3f}</title></rect>')
-        label = f"{v:.2f}"
+                   f'stroke-width="0.5"><title>{name or SERIES[key][0]}: {v:,.3f}</title></rect>')
+        label = f"{name} {v:.2f}" if name else f"{v:.2f}"
+        if name and w < len(label) * CHAR_W + 6:
+            label = name
         if w >= len(label) * CHAR_W + 6:
             out.append(_text(x + w / 2, y + BAR_H - 3, label, "middle", "seg"))
         x += w
