@@ -222,9 +222,10 @@ def test_emulated_timelines_tracks_and_flows(tmp_path_factory, prog):
     a stream by launch (:func:`_launch_order_kept`; hypothesis seed
     19060112367518233242490114368794578728: a DtoD copy launched 23.6 us after the next kernel of
     its stream ran before it in the prediction; pinned by
-    test_prediction_that_reorders_launches_across_threads_reads_back), and on some programs whose
-    launch order is kept, a blocking call's end differs (two threads, graph launches and
-    cudaDeviceSynchronize; open, see the report of branch view2)."""
+    test_prediction_that_reorders_launches_across_threads_reads_back), and, of the same kind, where
+    the prediction moved one thread's launch before another thread's cudaDeviceSynchronize
+    (1 ns before it, launched after it in the trace): the replay keeps the set of tasks the call
+    waits for, the read-back makes it wait for that launch too (its end moves 2.5 us)."""
     import daydream
 
     d = tmp_path_factory.mktemp("t")
