@@ -11,7 +11,7 @@ numbers are the JSON report's (``rank_rows``), in ms.
 from __future__ import annotations
 
 from .job_report import JobReport, RankRow
-from .render_svg import GROUP_CHARS, LABEL_X, MAX_STEPS, SUB_CHARS, WIDTH, CHAR_W, Row, _ms, _name, _panel, _svg, _text
+from .render_svg import CHAR_W, GROUP_CHARS, JOB_SERIES, LABEL_X, MAX_STEPS, SUB_CHARS, WIDTH, Row, _ms, _name, _panel, _svg, _text
 
 #: ranks drawn; the others are counted in a note (the text and JSON reports have them all)
 MAX_RANKS = MAX_STEPS
@@ -78,7 +78,7 @@ def render_job_svg(rep: JobReport) -> str:
     body, h = fig_job(rep)
     head = _text(LABEL_X, 18, _heading(rep), cls="note")
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            + _svg(f'{head}<g class="figure" id="fig-job" transform="translate(0,26)">{body}</g>', h + 30) + "\n")
+            + _svg(f'{head}<g class="figure" id="fig-job" transform="translate(0,26)">{body}</g>', h + 30, series=JOB_SERIES) + "\n")
 
 
 def render_job_html(rep: JobReport) -> str:
@@ -89,4 +89,4 @@ def render_job_html(rep: JobReport) -> str:
             f"</head>\n<body>\n<h1>{_heading(rep)}</h1>\n"
             "<p>Times in ms. Per rank: its traced window measured and in the coupled replay; then its recorded time "
             "inside collectives, waiting for each peer that arrived last, and transfer.</p>\n"
-            f"<figure>{_svg(body, h, 'fig-job')}</figure>\n</body>\n</html>\n")
+            f"<figure>{_svg(body, h, 'fig-job', JOB_SERIES)}</figure>\n</body>\n</html>\n")

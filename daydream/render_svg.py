@@ -54,7 +54,10 @@ SERIES: dict[str, tuple[str, str, str]] = {
     "before": ("this trace, measured", "#9ecae1", "diag"),
     "predicted": ("predicted", "#0b2f6b", "solid"),
     "after": ("other trace, measured", "#e69f00", "dots"),
-    # jobs (daydream.render_job_svg): a rank's step, and its wait split by the peer waited for
+}
+#: the job figure's series (daydream.render_job_svg): a rank's step, its wait split by the peer
+#: waited for, and transfer; kept apart so that one trace's SVG defines only SERIES
+JOB_SERIES: dict[str, tuple[str, str, str]] = {
     "step_measured": ("measured", "#9ecae1", "diag"),
     "step_replayed": ("coupled replay", "#0b2f6b", "solid"),
     "wait_a": ("waiting for peer rN (rank N)", "#e69f00", "dots"),
@@ -81,9 +84,13 @@ def _text(x: float, y: float, s: str, anchor: str = "start", cls: str = "") -> s
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{c}>{s}</text>'
 
 
-def _defs() -> str:
+def _series(key: str) -> tuple[str, str, str]:
+    return SERIES[key] if key in SERIES else JOB_SERIES[key]
+
+
+def _defs(series: dict[str, tuple[str, str, str]] = SERIES) -> str:
     out = []
-    for key, (_, fill, hatch) in SERIES.items():
+    for key, (_, fill, hatch) in series.items():
         ink = "#fff" if _dark(fill) else "#000"
         mark = (f'<circle cx="3" cy="3" r="1.3" fill="{ink}"/>' if hatch == "dots"
                 else f'<path d="{_HATCH[hatch]}" stroke="{ink}" stroke-width="1.2"/>' if _HATCH[hatch] else "")
@@ -137,7 +144,7 @@ def _bar(row: Row, y: float, scale: float) -> str:
             continue
         name = row.labels[i] if i < len(row.labels) else ""
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{BAR_H}" fill="url(#p-{key})" stroke="#000" '
-                   f'stroke-width="0.5"><title>{name or SERIES[key][0]}: {v:,.3f}</title></rect>')
+                   f'stroke-width="0.5"><title>{name or _series(key)[0]}: {v:,.3f}</title></rect>')
         label = f"{name} {v:.2f}" if name else f"{v:.2f}"
         if name and w < len(label) * CHAR_W + 6:
             label = name
@@ -154,7 +161,7 @@ def _bar(row: Row, y: float, scale: float) -> str:
 def _legend(y: float, keys: list[str]) -> tuple[str, float]:
     out, x = [], PLOT_X0
     for key in keys:
-        label = SERIES[key][0]
+        label = _series(key)[0]
         w = 18 + len(label) * CHAR_W + 14
         if x + w > WIDTH - 10:
             x, y = PLOT_X0, y + 16
@@ -331,11 +338,11 @@ def figures(r: Report) -> list[tuple[str, str, float]]:
     return figs
 
 
-def _svg(body: str, height: float, ident: str = "") -> str:
+def _svg(body: str, height: float, ident: str = "", series: dict[str, tuple[str, str, str]] = SERIES) -> str:
     i = f' id="{ident}"' if ident else ""
     h = int(height + 0.999)
     return (f'<svg xmlns="http://www.w3.org/2000/svg"{i} viewBox="0 0 {WIDTH} {h}" width="{WIDTH}" height="{h}" role="img">'
-            f"<style>{_STYLE}</style>{_defs()}<rect width=\"{WIDTH}\" height=\"{h}\" fill=\"#fff\"/>{body}</svg>")
+            f"<style>{_STYLE}</style>{_defs(series)}<rect width=\"{WIDTH}\" height=\"{h}\" fill=\"#fff\"/>{body}</svg>")
 
 
 def _heading(r: Report) -> str:
