@@ -299,9 +299,9 @@ def _run_job(args) -> int:
     """Several traces (or a folder): one job, its ranks replayed coupled (daydream.job)."""
     from .job import analyze_job, job_report_json, render_job_text
 
-    if args.timeline or args.save_table or args.plot or "all" in args.opt:
-        raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json and --workers; "
-                         "--opt all/--timeline/--save-table/--plot apply to one trace")
+    if args.timeline or args.save_table or "all" in args.opt:
+        raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json, --plot and --workers; "
+                         "--opt all/--timeline/--save-table apply to one trace")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     try:
@@ -309,6 +309,7 @@ def _run_job(args) -> int:
     except ValueError:
         raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
     _check_output(args.json, "--json", args.trace)
+    _check_job_plot(args)
     paths = [args.trace, *args.more_traces]
     if args.scheduler:
         from .job.scale import dask_mapper
@@ -319,10 +320,24 @@ def _run_job(args) -> int:
         job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=args.workers)
     if args.json:
         _write(args.json, job_report_json(job.report))
+    if args.plot:
+        from .render_job_svg import render_job_html, render_job_svg
+
+        _write(args.plot, (render_job_html if args.plot.lower().endswith(".html") else render_job_svg)(job.report).encode())
     if args.json != "-":
         sys.stdout.write(render_job_text(job.report))
         sys.stdout.flush()
     return 0
+
+
+def _check_job_plot(args) -> None:
+    """A job's ``--plot``: .svg or .html, not the input, not the --json file (usage errors)."""
+    if not args.plot:
+        return
+    if os.path.splitext(args.plot)[1].lower() not in (".svg", ".html"):
+        raise UsageError(f"--plot {args.plot}: the file name must end in .svg or .html")
+    _check_output(args.plot, "--plot", args.trace)
+    _check_distinct(((args.json, "--json"), (args.plot, "--plot")))
 
 
 def main(argv: list[str] | None = None) -> int:

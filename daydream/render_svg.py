@@ -55,6 +55,15 @@ SERIES: dict[str, tuple[str, str, str]] = {
     "predicted": ("predicted", "#0b2f6b", "solid"),
     "after": ("other trace, measured", "#e69f00", "dots"),
 }
+#: the job figure's series (daydream.render_job_svg): a rank's step, its wait split by the peer
+#: waited for, and transfer; kept apart so that one trace's SVG defines only SERIES
+JOB_SERIES: dict[str, tuple[str, str, str]] = {
+    "step_measured": ("measured", "#9ecae1", "diag"),
+    "step_replayed": ("coupled replay", "#0b2f6b", "solid"),
+    "wait_a": ("waiting for peer rN (rank N)", "#e69f00", "dots"),
+    "wait_b": ("the next peer waited for", "#f3eb7a", "horiz"),
+    "transfer": ("transfer (after the last arrival)", "#2f8f5b", "backdiag"),
+}
 KINDS = ("cpu_runtime_ns", "cpu_gap_ns", "sync_wait_ns", "kernel_ns", "memcpy_ns", "memset_ns")
 _HATCH = {
     "solid": "", "diag": "M-1,1L1,-1M0,6L6,0M5,7L7,5", "backdiag": "M0,0L6,6M-1,5L1,7M5,-1L7,1",
@@ -75,9 +84,13 @@ def _text(x: float, y: float, s: str, anchor: str = "start", cls: str = "") -> s
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{c}>{s}</text>'
 
 
-def _defs() -> str:
+def _series(key: str) -> tuple[str, str, str]:
+    return SERIES[key] if key in SERIES else JOB_SERIES[key]
+
+
+def _defs(series: dict[str, tuple[str, str, str]] = SERIES) -> str:
     out = []
-    for key, (_, fill, hatch) in SERIES.items():
+    for key, (_, fill, hatch) in series.items():
         ink = "#fff" if _dark(fill) else "#000"
         mark = (f'<circle cx="3" cy="3" r="1.3" fill="{ink}"/>' if hatch == "dots"
                 else f'<path d="{_HATCH[hatch]}" stroke="{ink}" stroke-width="1.2"/>' if _HATCH[hatch] else "")
@@ -100,6 +113,7 @@ class Row(NamedTuple):
     tick: float | None = None
     right: str = ""
     cls: str = "row"
+    labels: tuple[str, ...] = ()  #: per segment, shown before its value (e.g. the peer waited for); escaped
 
 
 def _ticks(vmax: float) -> list[float]:
@@ -124,13 +138,16 @@ def _bar(row: Row, y: float, scale: float) -> str:
     out = [f'<g class="{row.cls}">']
     out.append(_text(LABEL_X, y + BAR_H - 3, row.group) + _text(SUB_X, y + BAR_H - 3, row.sub, cls="note"))
     x = PLOT_X0
-    for key, v in row.segments:
+    for i, (key, v) in enumerate(row.segments):
         w = max(v, 0) * scale
         if w <= 0:
             continue
+        name = row.labels[i] if i < len(row.labels) else ""
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{BAR_H}" fill="url(#p-{key})" stroke="#000" '
-                   f'stroke-width="0.5"><title>{SERIES[key][0]}: {v:,.3f}</title></rect>')
-        label = f"{v:.2f}"
+                   f'stroke-width="0.5"><title>{name or _series(key)[0]}: {v:,.3f}</title></rect>')
+        label = f"{name} {v:.2f}" if name else f"{v:.2f}"
+        if name and w < len(label) * CHAR_W + 6:
+            label = name
         if w >= len(label) * CHAR_W + 6:
             out.append(_text(x + w / 2, y + BAR_H - 3, label, "middle", "seg"))
         x += w
@@ -144,7 +161,7 @@ def _bar(row: Row, y: float, scale: float) -> str:
 def _legend(y: float, keys: list[str]) -> tuple[str, float]:
     out, x = [], PLOT_X0
     for key in keys:
-        label = SERIES[key][0]
+        label = _series(key)[0]
         w = 18 + len(label) * CHAR_W + 14
         if x + w > WIDTH - 10:
             x, y = PLOT_X0, y + 16
@@ -321,11 +338,11 @@ def figures(r: Report) -> list[tuple[str, str, float]]:
     return figs
 
 
-def _svg(body: str, height: float, ident: str = "") -> str:
+def _svg(body: str, height: float, ident: str = "", series: dict[str, tuple[str, str, str]] = SERIES) -> str:
     i = f' id="{ident}"' if ident else ""
     h = int(height + 0.999)
     return (f'<svg xmlns="http://www.w3.org/2000/svg"{i} viewBox="0 0 {WIDTH} {h}" width="{WIDTH}" height="{h}" role="img">'
-            f"<style>{_STYLE}</style>{_defs()}<rect width=\"{WIDTH}\" height=\"{h}\" fill=\"#fff\"/>{body}</svg>")
+            f"<style>{_STYLE}</style>{_defs(series)}<rect width=\"{WIDTH}\" height=\"{h}\" fill=\"#fff\"/>{body}</svg>")
 
 
 def _heading(r: Report) -> str:

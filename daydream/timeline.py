@@ -11,7 +11,9 @@ always honoured the sort index; Perfetto's JSON importer does since google/perfe
 of its own, above every host pid in the file (:func:`_gpu_pid_base`), so it never shares a
 process's row; ``args.device`` keeps the device id. Every task is a Kineto-style event:
 ``cuda_runtime``/``cuda_driver`` calls on their thread, ``kernel``/``gpu_memcpy``/``gpu_memset`` on
-the GPU's pid and tid = stream, with the correlation ids, ``ac2g`` launch flows, and
+the GPU's pid and tid = stream, with the correlation ids, ``args.daydream_pid`` (the task's
+process: the Kineto reader takes it over the join by correlation id, which is ambiguous when two
+processes' ids collide and empty for a task launched before the trace), ``ac2g`` launch flows, and
 ``cuda_sync`` records that name what each synchronizing call and cross-stream wait depended on,
 so reading the file back rebuilds the same graph. Layer, phase and op are in ``args`` when the
 graph is mapped. The CPU ranges of the trace (framework ops, annotations, DataLoader, optimizer;
@@ -141,6 +143,8 @@ def _task_events(d: _Drawn, critical: np.ndarray | None, annotations: dict | Non
         gpid, stream = d.place(v)
         dev = int(lk[v, 2]) + d.dev_off
         args.update({"device": dev, "stream": stream})
+        if lk[v, 1] >= 0:  # its process: correlation ids of two processes can collide, an unlaunched task has none
+            args["daydream_pid"] = int(d.pid[v])
         if has_row[v] and graph.node_kind[v] != Kind.KERNEL and t.bytes[r0[v]] >= 0:
             args["bytes"] = int(t.bytes[r0[v]])
         ev.append({"ph": "X", "cat": _GPU_CAT[int(graph.node_kind[v])], "name": names[v], "pid": gpid, "tid": stream,
@@ -169,6 +173,8 @@ def _sync_events(d: _Drawn) -> list[dict]:
         sk = int(t.sync_kind[r])
         a = {"cuda_sync_kind": _SYNC_NAME.get(sk, "Unknown"), "stream": int(t.stream[r]), "correlation": int(d.corr[v]),
              "device": int(t.device[r]) + d.dev_off if t.device[r] >= 0 else -1}
+        if t.pid[r] >= 0:
+            a["daydream_pid"] = int(t.pid[r]) + d.pid_off
         if sk in (SyncKind.EVENT_SYNC, SyncKind.STREAM_WAIT_EVENT):
             a["wait_on_stream"] = int(t.link_stream[r])
             lc = int(t.link_correlation[r])

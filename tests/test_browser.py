@@ -93,10 +93,10 @@ def pixel_facts(tmp_path: Path, png: Path) -> dict:
     return json.loads(facts[0].split('", source:')[0])
 
 
-def _check(tmp_path: Path, page: Path, figures: int) -> dict:
+def _check(tmp_path: Path, page: Path, figures: int, drawn: int = 3) -> dict:
     messages, dom, png = open_page(tmp_path, page)
     assert messages == [], messages
-    assert dom.count("<svg") == figures and dom.count('class="figure"') + dom.count("<figure>") == 3
+    assert dom.count("<svg") == figures and dom.count('class="figure"') + dom.count("<figure>") == drawn
     assert png_size(png) == (WIDTH, HEIGHT)
     facts = pixel_facts(tmp_path, png)
     assert (facts["w"], facts["h"]) == (WIDTH, HEIGHT)
@@ -122,6 +122,19 @@ def test_bert_pair_page_opens_in_chromium(tmp_path, capsys):
                  "--compare-to", str(BERT / "mi300_gaunernst_bert-small-uncased__1016001.json.gz"), "--plot", str(page)]) == 0
     capsys.readouterr()
     _check(tmp_path, page, 3)
+
+
+DLRM = ROOT.parent / "shared" / "traces" / "param_dlrm"
+
+
+@pytest.mark.skipif(not DLRM.exists(), reason="../shared/traces/param_dlrm not present")
+@pytest.mark.parametrize("ext", ["html", "svg"])
+def test_job_plot_opens_in_chromium(tmp_path, capsys, ext):
+    """A job's --plot (one figure: each rank's step, its wait by peer and transfer)."""
+    page = tmp_path / f"job.{ext}"
+    assert main([str(DLRM), "--plot", str(page)]) == 0
+    capsys.readouterr()
+    _check(tmp_path, page, 1, drawn=1)
 
 
 def test_the_checks_can_fail(tmp_path):

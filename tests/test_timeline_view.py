@@ -216,10 +216,16 @@ from daydream.testing.emulator import emulate, programs, to_kineto  # noqa: E402
 def test_emulated_timelines_tracks_and_flows(tmp_path_factory, prog):
     """Random emulated programs: the file with prediction and baseline reads back into a graph
     of both copies' tasks, its critical-path tracks add up to the report's by cause, and every
-    flow runs forward in time. (That the read-back graph replays to its recorded times is checked
-    on the fixture and real traces above; on some random programs it does not, with the writer
-    before these changes too: a copy replayed up to 61 us off, hypothesis seed
-    19060112367518233242490114368794578728; left to the timeline/replay owners.)"""
+    flow runs forward in time. The read-back graph does not always replay to its recorded times
+    (checked on the fixture and real traces above): where a replay launched two consecutive tasks
+    of a stream in the other order, it keeps the stream's recorded order while the read-back orders
+    a stream by launch (:func:`_launch_order_kept`; hypothesis seed
+    19060112367518233242490114368794578728: a DtoD copy launched 23.6 us after the next kernel of
+    its stream ran before it in the prediction; pinned by
+    test_prediction_that_reorders_launches_across_threads_reads_back), and, of the same kind, where
+    the prediction moved one thread's launch before another thread's cudaDeviceSynchronize
+    (1 ns before it, launched after it in the trace): the replay keeps the set of tasks the call
+    waits for, the read-back makes it wait for that launch too (its end moves 2.5 us)."""
     import daydream
 
     d = tmp_path_factory.mktemp("t")
@@ -243,3 +249,91 @@ def test_emulated_timelines_tracks_and_flows(tmp_path_factory, prog):
     for side, cp in (("baseline", r.report.critical_path), ("predicted", r.report.predictions[0].critical_path)):
         assert {c: total[(side, c)] for c in cp.by_cause_ns} == cp.by_cause_ns
     assert all(p["f"] >= p["s"] for p in pairs.values())
+
+
+def _two_processes() -> TB:
+    """Two processes whose correlation ids collide (each counts from 1, as CUPTI does per
+    process), each with a GPU task launched before the trace (no launching call)."""
+    b = TB(pid=100)
+    b.gpu(900, 0, 2500, stream=7, name="before_0", device=0)
+    k = b.call("cudaLaunchKernel", 0, 1000)
+    b.gpu(k, 3000, 5000, stream=7, name="a", device=0)
+    b.pid = 200
+    b.gpu(901, 0, 1200, stream=7, name="before_1", device=1)
+    k2 = b.call("cudaLaunchKernel", 500, 1500, corr=k)
+    b.gpu(k2, 4000, 6000, stream=7, name="b", device=1)
+    return b
+
+
+def test_processes_with_colliding_correlation_ids_read_back(tmp_path):
+    """Each GPU task keeps its process on read-back (args.daydream_pid): with correlation ids
+    that collide across processes the join by id alone gave both kernels the first process, and
+    a task without its launch had no process at all (a lane of its own, so its stream lost its
+    order); found on nsys_ai/mfu_2gpu_before.sqlite (half the GPU tasks on the wrong lanes)."""
+    g = build_graph(_two_processes().table())
+    p = tmp_path / "t.json"
+    write_timeline(str(p), (g, simulate(g)))
+    g2 = build_graph(load_trace(str(p)))
+    assert sorted(map(tuple, g2.lane_keys.tolist())) == sorted(map(tuple, g.lane_keys.tolist()))
+    assert int((g2.launch >= 0).sum()) == int((g.launch >= 0).sum())
+    tl = simulate(g2)
+    assert np.array_equal(tl.start_ns, g2.rec_start_ns) and np.array_equal(tl.end_ns, g2.rec_end_ns)
+
+
+MFU = ROOT.parent / "shared" / "traces" / "nsys_ai" / "mfu_2gpu_before.sqlite"
+
+
+@pytest.mark.skipif(not MFU.exists(), reason="../shared/traces/nsys_ai not present")
+def test_two_process_nsys_trace_reads_back_and_replays_to_itself(tmp_path):
+    """The timeline of a 2-process, 2-GPU Nsight trace (baseline and prediction) reads back
+    with the same lanes and replays to its own times (it had 12,572 of 25,530 tasks off)."""
+    import daydream
+
+    r = daydream.analyze(daydream.load_trace(str(MFU)), ["scale-kernels:factor=0.5"])
+    out = tmp_path / "t.json.gz"
+    r.write_timeline(str(out))
+    g = build_graph(load_trace(str(out)))
+    assert g.n == r.graph.n + r.predicted_graph.n
+    assert len(g.lane_keys) == 2 * len(r.graph.lane_keys)
+    tl = simulate(g)
+    assert np.array_equal(tl.start_ns, g.rec_start_ns) and np.array_equal(tl.end_ns, g.rec_end_ns)
+
+
+def _launch_order_kept(g, tl) -> bool:
+    """Whether the replay ``tl`` launched each stream's consecutive tasks (with launches, from
+    different calls) strictly in stream order, the order the Kineto read-back rebuilds."""
+    from daydream.graph import NODE_CPU
+
+    v = np.nonzero((g.node_kind != NODE_CPU) & (g.lane_prev >= 0))[0]
+    a, b = g.lane_prev[v], v
+    ok = (g.launch[a] >= 0) & (g.launch[b] >= 0) & (g.launch[a] != g.launch[b])
+    return bool((tl.start_ns[g.launch[a[ok]]] < tl.start_ns[g.launch[b[ok]]]).all())
+
+
+@pytest.mark.xfail(strict=True, reason="open: the replay keeps a stream's recorded order when a prediction "
+                   "reorders its launches across threads; the read-back orders the stream by launch (see the report of branch view2)")
+def test_prediction_that_reorders_launches_across_threads_reads_back():
+    """Two threads launch on one stream; halving the kernels lets the worker's launch (after its
+    device synchronize) come 1 ns before the main thread's second launch, but the replay runs
+    the kernels in the recorded order: the written timeline is not FIFO by launch, so its
+    read-back (FIFO by launch, as CUDA runs a stream) orders and replays it differently (the
+    cause of the DLRM worker 5 and seeded emulator read-back differences)."""
+    import daydream
+    from daydream.testing import emulator as em
+
+    k = em.Launch(device=0, stream=7, kernel_name="ampere_sgemm_128x64_tn", kernel_dur_ns=1000, call_dur_ns=1000)
+    h = em.HostWork(dur_ns=0)
+    prog = em.Program(threads=(em.Thread(ops=(k, em.HostWork(dur_ns=1501), k, h), pid=4242, tid=4242, name="main"),
+                               em.Thread(ops=(em.DeviceSync(device=0, call_own_ns=0), k), pid=4242, tid=5001, name="worker")),
+                      launch_latency_ns=2000, gpu_gap_ns=0, t0_ns=1_700_000_000_123_456_789, launch_queue_depth=1024,
+                      staging_latency_ns=0, wait_latency_ns=0)
+    import tempfile, os
+
+    with tempfile.TemporaryDirectory() as d:
+        em.to_kineto(em.emulate(prog), os.path.join(d, "a.json"), emit_sync_events=True)
+        r = daydream.analyze(daydream.load_trace(os.path.join(d, "a.json")), ["scale-kernels:factor=0.5"])
+        assert not _launch_order_kept(r.predicted_graph, r.predicted)
+        write_timeline(os.path.join(d, "t.json"), (r.predicted_graph, r.predicted))
+        g = build_graph(load_trace(os.path.join(d, "t.json")))
+    tl = simulate(g)
+    assert np.array_equal(tl.start_ns, g.rec_start_ns) and np.array_equal(tl.end_ns, g.rec_end_ns)

@@ -36,7 +36,9 @@ Columns
 * GPU rows (KERNEL, MEMCPY, MEMSET, SYNC, ``gpu_user_annotation``): ``device = args.device``
   (else the event pid, which Kineto sets to the device), ``stream = args.stream`` (else the tid,
   ``"stream N"`` parsed; for SYNC rows a virtual tid >= 1,000,000 has the offset removed; a stream
-  written as 4294967295 becomes -1), ``tid = -1``, ``pid`` = the pid of the RUNTIME row with the
+  written as 4294967295 becomes -1), ``tid = -1``, ``pid`` = ``args.daydream_pid`` where given (daydream's
+  own timeline writes it: correlation ids of several processes can collide, and a task launched
+  before the window has none), else the pid of the RUNTIME row with the
   same ``args.correlation`` (a sorted-array join), else the trace's only CPU process (the single pid
   of its runtime rows, or of its CPU ops when it has none), else -1; such rows are counted in
   ``Accounting.notes``.
@@ -155,6 +157,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     cuda_sync_kind: _Num = _ABSENT
     wait_on_stream: _Num = _ABSENT
     wait_on_cuda_event_record_corr_id: _Num = _ABSENT
+    daydream_pid: _Num = _ABSENT  #: written by daydream's timeline on GPU tasks and sync records
 
 
 _NO_ARGS = _Args()
@@ -1323,7 +1326,7 @@ class _Columns:
         kind = self._kind_p[pair_of[ri]]
         gpu = self._gpu_p[pair_of[ri]]
         for cols, sel in (
-            (("device", "stream", "correlation"), gpu | (kind == Kind.RUNTIME)),
+            (("device", "stream", "correlation", "daydream_pid"), gpu | (kind == Kind.RUNTIME)),
             (("bytes",), (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)),
             (("wait_on_stream", "wait_on_cuda_event_record_corr_id"), kind == Kind.SYNC),
         ):
@@ -1589,7 +1592,8 @@ def _place_rows(
     acct.add("notes", "args.correlation not an integer within int64 (no launch link)", int(np.count_nonzero(a_corr == _NONNUM)))
     a_corr = _missing_to(a_corr)
     ext = _missing_to(cc.sparse("ext", src, _ABSENT, np.int64))
-    cc.drop("device@", "device", "stream@", "stream", "correlation@", "correlation", "ext@", "ext")
+    a_proc = cc.sparse("daydream_pid", src, _ABSENT, np.int64)
+    cc.drop("device@", "device", "stream@", "stream", "correlation@", "correlation", "ext@", "ext", "daydream_pid@", "daydream_pid")
     device, stream = _device_and_stream(on_gpu, is_sync, a_dev, a_stream, r_pid, r_tid)
     del a_dev, a_stream
     linked_kind = on_gpu & (kind != Kind.RANGE)  # kernels, copies, sets, syncs
@@ -1597,6 +1601,9 @@ def _place_rows(
     correlation = _flow_links(cc, rows, r_pid, r_tid, linked_kind, correlation, int(a_corr.max(initial=-1)), acct)
     del a_corr
     gpu_pid = _gpu_row_pids(kind, linked_kind, correlation, r_pid, acct)
+    # daydream's own timeline names each GPU task's and sync record's process (args.daydream_pid):
+    # correlation ids of several processes can collide, and a task without its launch has none
+    gpu_pid = np.where(linked_kind & (a_proc > _NONNUM), a_proc, gpu_pid)
     return {
         "pid": _missing_to(np.where(on_gpu, gpu_pid, r_pid)),
         "tid": np.where(on_gpu, -1, r_tid),
