@@ -333,7 +333,7 @@ def wait_text(w) -> str:
     where = f"in backward() (after {w.during})" if w.engine else f"in {w.during}"
     what = f"the autograd engine {w.waited_for}" if w.engine else w.waited_for
     top = ", ".join(f"{k} {_ms(v)} ms" for k, v in w.top.items())
-    return f"{w.waiter} waits {where} for {what}: {_ms(w.ns)} ms on the critical path" + (f" ({top})" if top else "")
+    return f"{w.waiter} waits {where} for {what}: {_ms(w.ns)} ms on the traced window's critical path" + (f" ({top})" if top else "")
 
 
 def answer_lines(r: Report) -> list[str]:
