@@ -143,6 +143,7 @@ class Trust(msgspec.Struct, forbid_unknown_fields=True):
     inferred_edges: dict[str, int] = {}  #: edges derived by a rule, not read from the trace: by kind
     incomplete: dict[str, int] = {}  #: graph counts of links the trace lacks (GPU tasks without a launch, ...)
     cause: str = ""  #: when not "good": the recorded wait the replay reproduces least, and what in the trace held it (see replay_cause)
+    gpu_start_error_p99_pct: float = 0.0  #: gpu_start_error_p99_us as % of the median measured ProfilerStep (the window without steps); judged like the step error (see start_error_verdict)
 
 
 class Report(msgspec.Struct, forbid_unknown_fields=True):
@@ -433,9 +434,15 @@ def comm_summary(graph: TaskGraph) -> CommSummary | None:
     return CommSummary(len(c), int((c.size_bytes < 0).sum()), by, dict(c.counts))
 
 
-def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int = 1) -> tuple[str, str]:
-    """(verdict, reason) from the absolute replay errors (%): the worse of the two decides."""
+def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int = 1, start_error_pct: float = 0.0,
+                  start_error_us: float = 0.0) -> tuple[str, str]:
+    """(verdict, reason) from the absolute replay errors (%): the worse of the two decides, and the
+    GPU start error (p99 ``start_error_us``, ``start_error_pct`` of the median step or the window)
+    when it is worse still (:func:`start_error_verdict`)."""
     what, err = ("max step error", max_step_error_pct) if steps and max_step_error_pct >= window_error_pct else ("window error", window_error_pct)
+    by_start = start_error_verdict(start_error_pct, start_error_us, steps)
+    if by_start is not None and start_error_pct > err:
+        return by_start
     if err > TRUST_UNRELIABLE_PCT:
         return "unreliable", f"{what} {err:.2f} % > {TRUST_UNRELIABLE_PCT:g} %: the baseline replay does not reproduce the trace"
     if err > TRUST_FAIR_PCT:
@@ -443,20 +450,41 @@ def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int
     return "good", f"{what} {err:.2f} % <= {TRUST_FAIR_PCT:g} %"
 
 
+#: How the reason of a verdict decided by the GPU start error begins (render_text shows it).
+START_ERROR_REASON = "GPU start error p99"
+
+
+def start_error_verdict(start_error_pct: float, start_error_us: float, steps: int = 1) -> tuple[str, str] | None:
+    """(verdict, reason) from the p99 GPU start error as % of the median step (the window without
+    steps), or None when it is within TRUST_FAIR_PCT. A GPU task replayed e away from its recorded
+    start has its slack misplaced by e: a prediction that changes the work around it can move by
+    up to e, so e as a share of the step bounds a prediction error on the same scale as the step
+    error, and is held to the same targets (docs/model.md, "How far the baseline replay is trusted")."""
+    ref = "the median step" if steps else "the window"
+    what = f"{START_ERROR_REASON} {start_error_us:,.0f} us is {start_error_pct:.2f} % of {ref}"
+    if start_error_pct > TRUST_UNRELIABLE_PCT:
+        return "unreliable", f"{what} > {TRUST_UNRELIABLE_PCT:g} %: the replay does not reproduce when GPU work runs"
+    if start_error_pct > TRUST_FAIR_PCT:
+        return "fair", f"{what} > {TRUST_FAIR_PCT:g} %: predictions that move GPU work can be off by as much"
+    return None
+
+
 def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowStats, steps: list[WindowStats]) -> Trust:
     """The :class:`Trust` of a baseline replay ``tl`` against the recorded timeline ``rec``."""
     step_err = max((abs(w.error_pct) for w in steps), default=0.0)
     win_err = abs(window.error_pct)
-    verdict, reason = trust_verdict(step_err, win_err, len(steps))
     gpu = (graph.node_kind != NODE_CPU) & (graph.rec_end_ns >= graph.rec_start_ns)
     d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
     p50, p99 = (float(np.percentile(d_us, 50)), float(np.percentile(d_us, 99))) if len(d_us) else (0.0, 0.0)
+    ref_ns = float(np.median([w.measured_ns for w in steps])) if steps else float(window.measured_ns)
+    p99_pct = round(p99 * 1e5 / ref_ns, 3) if ref_ns > 0 else 0.0
+    verdict, reason = trust_verdict(step_err, win_err, len(steps), p99_pct, p99)
     inferred = {k: v["inferred"] for k, v in sorted(graph.edge_counts().items()) if v.get("inferred")}
     missing = getattr(graph.counts, "missing", ())
     incomplete = {k: v for k, v in sorted(graph.counts.items()) if v and k in missing}
     cause = replay_cause(graph, tl, rec, window.measured_ns) if verdict != "good" else ""
     return Trust(verdict, f"{reason}; {cause}" if cause else reason, step_err + 0.0, len(steps), win_err + 0.0, round(p50, 3), round(p99, 3),
-                 int(np.count_nonzero(gpu)), inferred, incomplete, cause)
+                 int(np.count_nonzero(gpu)), inferred, incomplete, cause, p99_pct)
 
 
 def replay_cause(graph: TaskGraph, tl: Timeline, rec: Timeline, window_ns: int) -> str:

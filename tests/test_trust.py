@@ -13,7 +13,7 @@ from daydream.analysis import analyze
 from daydream.cli import main
 from daydream.formats import load_trace
 from daydream.render_text import render_text
-from daydream.report import TRUST_FAIR_PCT, TRUST_UNRELIABLE_PCT, report_json, report_schema, trust_verdict
+from daydream.report import START_ERROR_REASON, TRUST_FAIR_PCT, TRUST_UNRELIABLE_PCT, report_json, report_schema, trust_verdict
 from tablebuilder import TB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_json_has_trust_and_validates(tmp_path):
     jsonschema.validate(doc, report_schema())
     assert set(doc["trust"]) == {
         "verdict", "reason", "max_step_error_pct", "steps", "window_error_pct", "gpu_start_error_p50_us",
-        "gpu_start_error_p99_us", "gpu_tasks_compared", "inferred_edges", "incomplete", "cause",
+        "gpu_start_error_p99_us", "gpu_tasks_compared", "inferred_edges", "incomplete", "cause", "gpu_start_error_p99_pct",
     }
     assert doc["trust"]["verdict"] == "unreliable"
 
@@ -141,7 +141,7 @@ def test_dlrm_verdicts_follow_their_errors(capsys):
     for path in DLRM:
         r = analyze(load_trace(str(path))).report
         t = r.trust
-        verdict, reason = trust_verdict(t.max_step_error_pct, t.window_error_pct, t.steps)
+        verdict, reason = trust_verdict(t.max_step_error_pct, t.window_error_pct, t.steps, t.gpu_start_error_p99_pct, t.gpu_start_error_p99_us)
         assert t.verdict == verdict and t.reason.startswith(reason)  # the reason goes on with the cause
         assert t.max_step_error_pct == max(abs(s.error_pct) for s in r.steps)
         assert any("without" in k for k in t.incomplete)  # waits without event ids
@@ -181,7 +181,7 @@ def test_cause_names_the_missed_wait_and_the_collective_before_it():
     assert "1 cudaStreamWaitEvent without an event id" in t.cause and "waiting for peer ranks (1.000 ms here)" in t.cause
     lines = render_text(r).splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("daydream: "))  # after the opening answer
-    assert lines[head + 2] == f"    {t.cause}"
+    assert lines[head + 2 + t.reason.startswith(START_ERROR_REASON)] == f"    {t.cause}"  # after the start error's line
 
 
 def test_cause_of_an_unexplained_late_kernel_names_no_collective():
@@ -198,5 +198,58 @@ def test_dlrm_waits_for_the_all_to_all_are_inferred():
     inferred (docs/model.md, "Inferred cross-stream waits"), so every rank replays well."""
     for path in [TRACES / "param_dlrm" / f"dlrm_8rank_worker{i}.pt.trace.json.gz" for i in range(8)]:
         t = analyze(load_trace(str(path))).report.trust
-        assert t.verdict == "good" and t.cause == "", (path.name, t.cause)
+        assert t.cause == "", (path.name, t.cause)
         assert t.max_step_error_pct < 1.0
+        # the steps replay well; kernels that start 0.3-1 ms after their launch for a reason the
+        # trace does not show lower the verdict of some ranks (test_start_error_decides_on_real_traces)
+        assert t.verdict == "good" or t.reason.startswith(START_ERROR_REASON), (path.name, t.reason)
+
+
+# ---------------------------------------------------------------- the GPU start error --------
+@pytest.mark.parametrize(
+    "step, start_pct, verdict, decides",
+    [
+        (0.0, TRUST_FAIR_PCT, "good", False),  # at the threshold: within the target
+        (0.0, 1.01, "fair", True),
+        (0.5, TRUST_UNRELIABLE_PCT, "fair", True),
+        (0.5, 5.01, "unreliable", True),
+        (3.0, 2.0, "fair", False),  # the worse error decides: the step error here
+        (6.0, 40.0, "unreliable", True),
+        (6.0, 2.0, "unreliable", False),
+    ],
+)
+def test_start_error_thresholds(step, start_pct, verdict, decides):
+    v, reason = trust_verdict(step, 0.0, 1, start_pct, 1234.0)
+    assert v == verdict
+    assert reason.startswith(START_ERROR_REASON) == decides
+    if decides:
+        assert f"{START_ERROR_REASON} 1,234 us is {start_pct:.2f} % of the median step" in reason
+
+
+def test_a_replay_that_ends_right_but_runs_gpu_work_elsewhere_is_not_good():
+    """The late kernel's wait is recorded on the sync (so the step ends on time) but its
+    start is misplaced by 1 ms of a 2 ms step."""
+    r = analyze(late_kernel_table(1_000_000)).report
+    t = r.trust
+    assert t.gpu_start_error_p99_pct > TRUST_UNRELIABLE_PCT
+    assert analyze(late_kernel_table(0)).report.trust.gpu_start_error_p99_pct < TRUST_FAIR_PCT
+
+
+@needs_traces
+def test_start_error_decides_on_real_traces(capsys):
+    """extrap/con_kernel replays its window within 0.03 %, but a copy and a kernel run 247 ms
+    away from where the replay puts them (45.8 % of the window): unreliable, with the reason in
+    the text and --strict-replay refusing a prediction."""
+    path = TRACES / "extrap" / "con_kernel.sqlite"
+    r = analyze(load_trace(str(path))).report
+    t = r.trust
+    assert t.window_error_pct < TRUST_FAIR_PCT and t.gpu_start_error_p99_us > 200_000
+    assert t.verdict == "unreliable" and t.reason.startswith(f"{START_ERROR_REASON} 247,099 us is 45.77 % of the window > 5 %")
+    lines = render_text(r).splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("daydream: "))
+    assert lines[head + 1].startswith("  baseline replay: unreliable (window error 0.03 %")
+    assert lines[head + 2] == "    " + t.reason.split("; ")[0]
+    assert main([str(path), "--opt", "scale-kernels:factor=0.5", "--strict-replay"]) == 2
+    assert "GPU start error p99" in capsys.readouterr().err
+    good = analyze(load_trace(str(GOOD))).report.trust  # p99 20 us of an 87 ms window
+    assert good.verdict == "good" and good.gpu_start_error_p99_pct < TRUST_FAIR_PCT
