@@ -22,6 +22,17 @@ error ``predicted - after`` in ns and % of ``after``:
 
 All times are sums over threads and streams (ns). Comparing a trace with itself gives zero error
 in every row (tests/test_compare.py).
+
+**Unrelated traces are refused** (:func:`check_related`, :class:`~daydream.errors.UsageError`,
+exit status 2): AFTER must record the same program with the change made. A change replaces a
+part of a program, so most names survive it: two traces are related when, for the kernel names or
+for the CPU range names (ops and annotations, emit_nvtx ranges folded by op, ProfilerStep ranges
+left out), the names both traces hold are at least as many as those only one holds (Jaccard index
+of the distinct names >= :data:`RELATED_MIN_JACCARD`). Either kind suffices: another GPU vendor
+or an optimization such as AMP renames the kernels but keeps the ops (bert-small on H100 and
+MI300X: kernel names 0.14, CPU range names 1.00), CUDA graphs drop the per-op ranges but keep the
+kernels. A kind whose names neither trace holds does not count; traces with no names at all are
+not judged.
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ from collections import defaultdict
 import numpy as np
 
 from .critical_path import CAUSES
+from .errors import UsageError
+from .events import Kind
 from .graph import NODE_CPU, TaskGraph
 from .kernels import CLASSES, kernel_info
 from .mapping import PHASES, nvtx_base_name
@@ -74,6 +87,38 @@ def measures(graph: TaskGraph, tl: Timeline, ranges_tl: Timeline | None) -> dict
         ranges[nvtx_base_name(t.names[i])] += int(by_name[i])
     out["CPU range"] = dict(ranges)
     return out
+
+
+#: Least Jaccard index of the kernel names or of the CPU range names for which two traces count
+#: as recordings of one program: the shared names at least as many as those of one trace only
+#: (a change replaces a part of the program, not most of it). A stated rule, not a fitted value:
+#: of the 465 pairs of ../shared/traces, those of one program or job reach 0.83-1.00 in one kind,
+#: pairs of different programs at most 0.39.
+RELATED_MIN_JACCARD = 0.5
+
+
+def _names(graph: TaskGraph, ranges: dict[str, int]) -> dict[str, set[str]]:
+    """The distinct kernel names of ``graph`` and its CPU range names (``ranges``: measures()'s
+    ``CPU range``) without ProfilerStep ranges."""
+    k = np.unique(graph.name_id[graph.node_kind == int(Kind.KERNEL)]).tolist()
+    return {"kernel names": {graph.names[i] for i in k},
+            "CPU range names": {x for x in ranges if not x.startswith("ProfilerStep#")}}
+
+
+def name_overlap(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[str, float]:
+    """Jaccard index |A & B| / |A | B| per kind of names (kinds that both lack are left out)."""
+    return {k: len(before[k] & after[k]) / len(before[k] | after[k]) for k in before if before[k] | after[k]}
+
+
+def check_related(before: Report, after: Report, overlap: dict[str, float]) -> None:
+    """Raise :class:`UsageError` (one line) when no kind of names overlaps by
+    :data:`RELATED_MIN_JACCARD`: ``after`` is not a recording of ``before``'s program."""
+    if not overlap or max(overlap.values()) >= RELATED_MIN_JACCARD:
+        return
+    shares = ", ".join(f"{k} {v:.2f}" for k, v in overlap.items())
+    raise UsageError(f"{after.trace.source}: not a recording of the program of {before.trace.source}: they share few names "
+                     f"({shares}; Jaccard index, at least {RELATED_MIN_JACCARD:g} in one is needed); "
+                     "--compare-to takes the same program recorded with the change made")
 
 
 def _window_rows(before: Report, after: Report, notes: list[str]) -> list[CompareRow]:
@@ -139,6 +184,7 @@ def compare(before, after) -> Comparison:
     predicted = getattr(before, "predicted_graph", None) is not None and bool(rb.predictions)
     mp = measures(before.predicted_graph, before.predicted, before.predicted) if predicted else mb
     ma = measures(ga, recorded(ga), None)
+    check_related(rb, ra, name_overlap(_names(g, mb["CPU range"]), _names(ga, ma["CPU range"])))
     rows = _window_rows(rb, ra, notes) + _critical_rows(rb, ra) + _group_rows(mb, mp, ma)
     if not predicted and rb.not_applicable:
         notes.append("no prediction (" + "; ".join(f"{k}: not applicable" for k in rb.not_applicable) + "): this trace's measurement against the other's")

@@ -11,7 +11,9 @@ import pytest
 
 import daydream
 from daydream.cli import main
-from daydream.compare import GROUPS, compare
+from daydream.compare import GROUPS, RELATED_MIN_JACCARD, _names, compare, measures, name_overlap
+from daydream.errors import UsageError
+from daydream.simulate import recorded
 from daydream.graph import profiler_steps
 from daydream.ranges import carry, cpu_range_rows
 from daydream.report import step_windows
@@ -123,7 +125,9 @@ def test_carried_steps_are_the_reports_step_boundaries():
 def test_unpaired_steps_and_no_prediction_are_said(tmp_path, capsys):
     """A different number of steps: paired by order, said in a note; an optimization that does
     not apply: no prediction, this trace against the other, said in a note."""
-    rep, _ = _run(tmp_path, capsys, FIXTURE, "--compare-to", H100)
+    one = tmp_path / "one_step.json"
+    to_kineto(emulate(training_step_program(n_layers=4, steps=1, seed=0)), one, emit_sync_events=True)
+    rep, _ = _run(tmp_path, capsys, FIXTURE, "--compare-to", one)
     c = rep["comparison"]
     assert sum(r["group"] == "window" for r in c["rows"]) == 2
     assert any("3 ProfilerStep(s) in this trace, 1 in the other" in n for n in c["notes"])
@@ -135,6 +139,63 @@ def test_unpaired_steps_and_no_prediction_are_said(tmp_path, capsys):
     assert any("fused-adam: not applicable" in n for n in c["notes"])
     assert all(r["predicted_ns"] == r["before_ns"] for r in c["rows"])
     assert "note: no prediction" in text
+
+
+# ------------------------------------------------------------------ unrelated traces -----------
+def test_unrelated_trace_is_refused(tmp_path, capsys):
+    """The fixture against another program: no kernel name and few CPU range names in common."""
+    other = tmp_path / "other.json"
+    prog = training_step_program(n_layers=2, steps=1, seed=0)
+    to_kineto(emulate(_renamed(prog)), other, emit_sync_events=True)
+    js = tmp_path / "r.json"
+    assert main([str(FIXTURE), "--compare-to", str(other), "--json", str(js)]) == 2
+    out = capsys.readouterr()
+    err = out.err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in out.err and not js.exists()
+    assert err[0].startswith(f"daydream-analyze: error: {other}: not a recording of the program of {FIXTURE}: ")
+    assert "kernel names 0.00" in err[0] and f"at least {RELATED_MIN_JACCARD:g} in one is needed" in err[0]
+    with pytest.raises(UsageError):
+        compare(daydream.analyze(daydream.load_trace(str(FIXTURE))), daydream.analyze(daydream.load_trace(str(other))))
+
+
+def _renamed(prog):
+    """``prog`` with every kernel and CPU range (but the ProfilerSteps) renamed: another program
+    of the same shape."""
+    import dataclasses
+
+    from daydream.testing.emulator import RangeBegin
+
+    def change(op):
+        if isinstance(op, Launch):
+            return dataclasses.replace(op, kernel_name="other_" + op.kernel_name)
+        if isinstance(op, RangeBegin) and not op.name.startswith("ProfilerStep#"):
+            return dataclasses.replace(op, name="other_" + op.name)
+        return op
+    return prog.map_ops(change)
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ({"k": {"x", "y"}, "r": {"op"}}, {"k": {"x", "y"}, "r": {"op"}}, {"k": 1.0, "r": 1.0}),
+        ({"k": {"x", "y"}, "r": set()}, {"k": {"y", "z"}, "r": set()}, {"k": 1 / 3}),  # a kind neither has: left out
+        ({"k": {"x"}, "r": {"a", "b"}}, {"k": {"y"}, "r": {"a", "b", "c"}}, {"k": 0.0, "r": 2 / 3}),
+    ],
+)
+def test_name_overlap(a, b, expected):
+    assert name_overlap(a, b) == pytest.approx(expected)
+    assert name_overlap(b, a) == pytest.approx(expected)
+
+
+@pytest.mark.skipif(not (H100.exists() and MI300.exists()), reason="../shared/traces/tracelens bert-small pair not present")
+def test_cross_vendor_pair_is_related_by_its_ops():
+    """H100 and MI300X kernels have other names (cuBLAS/cuDNN vs rocBLAS/MIOpen), the ops are the same."""
+    n = []
+    for p in (H100, MI300):
+        r = daydream.analyze(daydream.load_trace(str(p)))
+        n.append(_names(r.graph, measures(r.graph, recorded(r.graph), None)["CPU range"]))
+    o = name_overlap(*n)
+    assert o["kernel names"] < RELATED_MIN_JACCARD <= o["CPU range names"]
 
 
 # ------------------------------------------------------------------ the emulator as the judge ---
