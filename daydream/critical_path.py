@@ -22,7 +22,7 @@ import numpy as np
 from . import jit
 from .events import CopyKind, Kind
 from .kernels import kernel_info
-from .mapping import PHASES
+from .mapping import PHASES, fold_by_op
 from .graph import NODE_CPU, RULES, TaskGraph, rule_arrays
 from .graph.ranges import NO_RANGE, RangeTimeline, range_timeline, split_by_range, thread_key
 from .simulate import BOUND_BY_LANE, Timeline, critical_walk, with_bindings
@@ -53,7 +53,7 @@ class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
     tasks: int  #: tasks on the path
     by_cause_ns: dict[str, int]
     by_phase_ns: dict[str, dict[str, int]] = {}
-    #: host time on the path by the CPU range it ran in (daydream.mapping.RANGE_RULES; "(no range)": none), top TOP_ROWS then "other"
+    #: host time on the path by the CPU range it ran in (daydream.mapping.RANGE_RULES; "(no range)": none; emit_nvtx calls summed per op), top TOP_ROWS then "other"
     by_range_ns: dict[str, int] = {}
     #: GPU time on the path by kernel (copy, set) name, top TOP_ROWS then "other"
     by_kernel_ns: dict[str, int] = {}
@@ -330,7 +330,7 @@ def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, in
     qi, lab, share = split_by_range(rt, thread_key(graph.pid[hv], graph.tid[hv]), a, b, ns[host])
     names = [NO_RANGE, *rt.labels]
     range_ns = np.bincount(lab + 1, weights=share, minlength=len(names))
-    by_range = _top(names, range_ns)
+    by_range = _top(*fold_by_op(names, range_ns))  # emit_nvtx calls summed per op, as in the summary's table
     uniq, inv = np.unique(graph.name_id[v[gpu]], return_inverse=True)
     k_names = [graph.names[int(i)] for i in uniq]
     kernel_ns = np.bincount(inv.reshape(-1), weights=ns[gpu], minlength=len(uniq))

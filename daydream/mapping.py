@@ -150,6 +150,19 @@ def nvtx_base_name(name: str) -> str:
     return m.group(1) if m else name
 
 
+def fold_by_op(names: list[str], ns: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Distinct range ``names`` with their times ``ns`` (shape (len(names),)) summed per op:
+    emit_nvtx per-call names fold into their :func:`nvtx_base_name`. Returns the folded names in
+    first-seen order and their sums (shape (k,); ``names``, ``ns`` unchanged when none folds).
+    The one fold of per-call ranges, for the summary's tables and ``CriticalPath.by_range_ns``."""
+    base = [nvtx_base_name(n) for n in names]  # distinct range names: few
+    if base == names:
+        return names, ns
+    uniq = list(dict.fromkeys(base))
+    where = {b: i for i, b in enumerate(uniq)}
+    return uniq, np.bincount(np.array([where[b] for b in base], np.int64), weights=ns, minlength=len(uniq))
+
+
 #: an identifier, possibly namespaced (``aten::mm``, ``FlashAttnFunc``, ``MulBackward0``)
 _IDENT_RE = re.compile(r"^[A-Za-z_][\w.]*(?:::[\w.]+)*$")
 #: op-like without an emit_nvtx suffix: a namespaced identifier or an NCCL API range (``ncclSend``)

@@ -22,7 +22,7 @@ from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, ranges_
 from .graph import NODE_CPU, TaskGraph
 from .graph.ranges import NO_RANGE, split_by_range, thread_key
 from .kernels import CLASSES, classify_names, kernel_info
-from .mapping import nvtx_base_name
+from .mapping import fold_by_op
 from .simulate import Timeline
 
 BOUNDS = ("data loading", "host work", "launch overhead", "GPU compute", "communication", "synchronization")
@@ -199,16 +199,11 @@ def _cls_of(graph: TaskGraph, name: str) -> int:
 def _by_op(names: list[str], tot: np.ndarray, path_ns: dict[str, int]) -> tuple[list[str], np.ndarray, dict[str, int]]:
     """Range names, their totals and path times with emit_nvtx per-call names summed per op
     (``aten::mm, seq = 12, op_id = 7`` -> ``aten::mm``, :func:`daydream.mapping.nvtx_base_name`)."""
-    base = [nvtx_base_name(n) for n in names]  # distinct range names
-    if base == names:
+    uniq, out = fold_by_op(names, tot)
+    if uniq is names:
         return names, tot, path_ns
-    uniq = list(dict.fromkeys(base))
-    where = {b: i for i, b in enumerate(uniq)}
-    out = np.bincount(np.array([where[b] for b in base], np.int64), weights=tot, minlength=len(uniq))
-    path: dict[str, int] = {}
-    for k, v in path_ns.items():
-        path[nvtx_base_name(k)] = path.get(nvtx_base_name(k), 0) + v
-    return uniq, out, path
+    keys, vals = fold_by_op(list(path_ns), np.array(list(path_ns.values()), np.float64))
+    return uniq, out, {k: int(round(v)) for k, v in zip(keys, vals.tolist())}
 
 
 def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[str, int]) -> list[TopRow]:
