@@ -55,6 +55,19 @@ def compiled(fn):
     return _compiled[fn]
 
 
+def compiled_calling(namespace: dict, name: str, helper, kernel):
+    """``kernel`` compiled, after binding ``name`` in ``namespace`` (the kernel's module globals)
+    to ``helper`` compiled: a compiled kernel calls another function through a module-level name,
+    which numba resolves when it compiles the kernel, so the name must hold the compiled helper
+    by then (the plain one stays bound otherwise, for the pure-Python path). None without numba,
+    and ``name`` then left as it was."""
+    h = compiled(helper)
+    if h is None:
+        return None
+    namespace[name] = h
+    return compiled(kernel)
+
+
 def compile_with(numba, fn):
     """``numba.njit(cache=True)(fn)``, or in-memory compilation when no cache location is writable."""
     try:

@@ -25,7 +25,7 @@ from daydream.transform import add_kernel_after, remove, scale, select
 
 from tablebuilder import TB
 from test_replay_emulator import _assert_exact
-from test_transform import _baseline_keys, _by_corr, _check_prediction, _drop_launch, _emulated_by_key, _gap_ops, _same_interleaving
+from emulated_checks import _baseline_keys, _by_corr, _check_prediction, _check_removal, _emulated_by_key, _predict_removal, _same_interleaving
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
@@ -179,26 +179,9 @@ def test_removing_a_kernel_predicts_the_changed_program(tmp_path_factory, prog, 
     prog = _with_depth(prog, depth)
     run = emulate(prog)
     assume(measure_latencies(run) == (prog.L, prog.G))
-    first = {min((c.op_index for c in run.calls if c.thread == t), default=-1) for t in range(len(prog.threads))}
-    cands = [c for c in run.calls if isinstance(c.op, Launch) and c.op_index not in first]
-    assume(cands)
-    victim = cands[np.random.default_rng(seed).integers(len(cands))]
-    g = _graph(tmp_path_factory.mktemp("q"), run, depth)
-    g2 = remove(g, g.table.correlation[g.row] == victim.correlation)
-    pred = simulate(g2)
-    changed = emulate(_drop_launch(prog, victim.thread, victim.op_index))
-    removed = {victim.op_index} | _gap_ops(list(prog.threads[victim.thread].ops), victim.op_index)
-
-    def new_key(k):
-        t, i = k
-        return k if t != victim.thread else (t, i - sum(1 for r in removed if r < i))
-
-    assume(_same_interleaving(run, changed, new_key, skip={(victim.thread, victim.op_index)}))
-    keys = _baseline_keys(run)
-    calls, tasks = _by_corr(g2, pred)
-    e_calls, e_tasks = _emulated_by_key(changed)
-    assert {new_key(keys[c]): v for c, v in calls.items()} == e_calls
-    assert {new_key(keys[c]): v for c, v in tasks.items()} == e_tasks
+    r = _predict_removal(prog, run, seed, _graph(tmp_path_factory.mktemp("q"), run, depth))
+    assume(_same_interleaving(run, r.changed, r.new_key, skip={(r.victim.thread, r.victim.op_index)}))
+    _check_removal(r.graph, r.pred, run, r.changed, r.new_key)
 
 
 @SETTINGS

@@ -23,11 +23,11 @@ from daydream.graph import NODE_CPU, EdgeKind, build_graph
 from daydream.simulate import simulate
 from daydream.testing.emulator import (HostWork, Launch, Memcpy, MemcpyAsync, Program, StreamSync, Thread, emulate,
                                        measure_latencies)
-from daydream.transform import remove, scale, select
+from daydream.transform import scale, select
 
 from tablebuilder import TB
 from test_replay_emulator import _assert_exact, _replay
-from test_transform import _baseline_keys, _by_corr, _check_prediction, _drop_launch, _emulated_by_key, _gap_ops, _graph_of
+from emulated_checks import _check_prediction, _check_removal, _graph_of, _predict_removal
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 BIG = PAGEABLE_STAGING_BYTES + 1
@@ -197,25 +197,7 @@ def test_scaling_kernels_around_copies_predicts_the_changed_program(tmp_path_fac
 def test_removing_a_kernel_before_copies_predicts_the_changed_program(tmp_path_factory, prog, seed):
     run = emulate(prog)
     assume(measure_latencies(run) == (prog.L, prog.G))
-    first = {min((c.op_index for c in run.calls if c.thread == t), default=-1) for t in range(len(prog.threads))}
-    cands = [c for c in run.calls if isinstance(c.op, Launch) and c.op_index not in first]
-    assume(cands)
-    victim = cands[np.random.default_rng(seed).integers(len(cands))]
-    g = _graph_of(tmp_path_factory.mktemp("p"), run)
-    m = g.table.correlation[g.row] == victim.correlation
-    g2 = remove(g, m)
-    pred = simulate(g2)
-    changed = emulate(_drop_launch(prog, victim.thread, victim.op_index))
-    removed = {victim.op_index} | _gap_ops(list(prog.threads[victim.thread].ops), victim.op_index)
-
-    def new_key(k):
-        t, i = k
-        return k if t != victim.thread else (t, i - sum(1 for r in removed if r < i))
-
-    base = [new_key((c.thread, c.op_index)) for c in run.calls if c is not victim]
-    assume(base == [(c.thread, c.op_index) for c in changed.calls])
-    keys = _baseline_keys(run)
-    calls, tasks = _by_corr(g2, pred)
-    e_calls, e_tasks = _emulated_by_key(changed)
-    assert {new_key(keys[c]): v for c, v in calls.items()} == e_calls
-    assert {new_key(keys[c]): v for c, v in tasks.items()} == e_tasks
+    r = _predict_removal(prog, run, seed, _graph_of(tmp_path_factory.mktemp("p"), run))
+    base = [r.new_key((c.thread, c.op_index)) for c in run.calls if c is not r.victim]
+    assume(base == [(c.thread, c.op_index) for c in r.changed.calls])
+    _check_removal(r.graph, r.pred, run, r.changed, r.new_key)

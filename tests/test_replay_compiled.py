@@ -17,16 +17,16 @@ from hypothesis import strategies as st
 from daydream import jit
 from daydream.errors import TraceFormatError
 from daydream.events import CopyKind, Kind, MemKind
-from daydream.graph import NODE_CPU, build_graph
+from daydream.graph import build_graph
 from daydream.simulate import Timeline, compiled, simulate, with_bindings
 from daydream.simulate.replay import prepare, replay
 from daydream.testing.emulator import emulate, programs
-from daydream.transform import add_kernel_after, remove, scale
+from daydream.transform import scale
 
 from tablebuilder import TB
 from test_handover import handover_programs
 from test_pageable_copies import copy_programs
-from test_transform import _graph_of
+from emulated_checks import _graph_of, _random_transform
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 HAS_NUMBA = compiled.kernel() is not None
@@ -56,16 +56,7 @@ def _transformed(g, steps):
     for what, seed in steps:
         if g.n == 0:
             break
-        rng = np.random.default_rng(seed)
-        if what == "scale":
-            g = scale(g, rng.random(g.n) < 0.3, float(rng.random() * 2))
-        elif what == "remove":
-            g = remove(g, rng.random(g.n) < 0.2)
-        else:
-            gpu = np.nonzero((g.node_kind != NODE_CPU) & (g.launch >= 0))[0]
-            if len(gpu):
-                k = int(gpu[rng.integers(len(gpu))])
-                g, _ = add_kernel_after(g, k, dur_ns=int(rng.integers(1, 10_000)), name="new", call_dur_ns=1000)
+        g = _random_transform(g, what, seed)
     return g
 
 

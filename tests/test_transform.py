@@ -13,56 +13,19 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from daydream.testing.emulator import HostWork, Launch, RangeBegin, RangeEnd, emulate, measure_latencies, programs, to_kineto
+from daydream.testing.emulator import Launch, emulate, measure_latencies, programs
 from daydream.errors import DaydreamError
-from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
 from daydream.simulate import check_topological, simulate
 from daydream.transform import add_kernel_after, insert, remove, scale, select, topological_order
 
 from tablebuilder import TB
+from emulated_checks import (  # noqa: F401  (importers of these names from here keep working)
+    _baseline_keys, _by_corr, _check_prediction, _check_removal, _drop_launch, _emulated_by_key, _gap_ops, _graph_of,
+    _predict_removal, _random_transform, _same_interleaving,
+)
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-
-
-def _graph_of(tmp, run):
-    p = tmp / "t.json"
-    to_kineto(run, str(p))
-    return build_graph(load_trace(str(p)))
-
-
-def _by_corr(graph, tl):
-    corr = graph.table.correlation[np.maximum(graph.row, 0)]
-    cpu = graph.node_kind == NODE_CPU
-    calls = {int(c): (int(s), int(e)) for c, s, e, r in zip(corr[cpu], tl.start_ns[cpu], tl.end_ns[cpu], graph.row[cpu]) if r >= 0}
-    tasks = {int(c): (int(s), int(e)) for c, s, e, r in zip(corr[~cpu], tl.start_ns[~cpu], tl.end_ns[~cpu], graph.row[~cpu]) if r >= 0}
-    return calls, tasks
-
-
-def _emulated_by_key(run):
-    """Emulator times keyed by (thread, op index) so a changed program can be matched up."""
-    calls = {(c.thread, c.op_index): (c.start_ns, c.end_ns) for c in run.calls}
-    tasks = {(run.calls[t.call].thread, run.calls[t.call].op_index): (t.start_ns, t.end_ns) for t in run.tasks}
-    return calls, tasks
-
-
-def _same_interleaving(base_run, changed_run, new_key=lambda k: k, skip=frozenset()):
-    """True when the calls of different threads are issued in the same global order in both runs.
-
-    A dependency graph is built from one run's order of events; when an optimization changes the
-    order in which threads issue their calls (which launch reaches a shared stream first, which
-    record a wait binds to), the program has a different graph. Daydream, like the paper, assumes
-    the structure stays; these tests check predictions exactly where it does.
-    """
-    a = [new_key((c.thread, c.op_index)) for c in base_run.calls if (c.thread, c.op_index) not in skip]
-    b = [(c.thread, c.op_index) for c in changed_run.calls]
-    b = [k for k in b if k in set(a)]
-    return a == b
-
-
-def _baseline_keys(run):
-    """correlation id -> (thread, op index) in the baseline run."""
-    return {c.correlation: (c.thread, c.op_index) for c in run.calls}
 
 
 # ------------------------------------------------------------------- identity properties ----
@@ -95,16 +58,7 @@ def test_any_sequence_of_primitives_keeps_graph_acyclic(tmp_path_factory, prog, 
     for what, seed in steps:
         if g.n == 0:
             break
-        rng = np.random.default_rng(seed)
-        if what == "scale":
-            g = scale(g, rng.random(g.n) < 0.3, float(rng.random() * 2))
-        elif what == "remove":
-            g = remove(g, rng.random(g.n) < 0.2)
-        else:
-            gpu = np.nonzero((g.node_kind != NODE_CPU) & (g.launch >= 0))[0]
-            if len(gpu):
-                k = int(gpu[rng.integers(len(gpu))])
-                g, _ = add_kernel_after(g, k, dur_ns=int(rng.integers(1, 10_000)), name="new", call_dur_ns=1000)
+        g = _random_transform(g, what, seed)
         check_topological(g, g.order)
         check_topological(g, topological_order(g))
         simulate(g)
@@ -140,16 +94,6 @@ def test_insert_rejects_bad_input():
 
 
 # ------------------------------------------------------- predictions equal the emulator ----
-def _check_prediction(graph, pred_tl, base_run, changed_run, dropped_keys=frozenset()):
-    keys = _baseline_keys(base_run)
-    calls, tasks = _by_corr(graph, pred_tl)
-    e_calls, e_tasks = _emulated_by_key(changed_run)
-    got_calls = {keys[c]: v for c, v in calls.items()}
-    got_tasks = {keys[c]: v for c, v in tasks.items()}
-    assert got_calls == e_calls
-    assert got_tasks == e_tasks
-
-
 @SETTINGS
 @given(programs(), st.sampled_from(["sgemm", "elementwise", "reduce", "nccl"]), st.sampled_from([0.0, 0.25, 0.5, 1.5, 3.0]))
 def test_scaling_kernels_predicts_the_changed_program(tmp_path_factory, prog, pattern, factor):
@@ -168,63 +112,16 @@ def test_scaling_kernels_predicts_the_changed_program(tmp_path_factory, prog, pa
     _check_prediction(g, pred, run, changed)
 
 
-def _gap_ops(ops, op_index):
-    """Indices of the host work between the previous API call and ops[op_index] (range markers
-    in between are not calls and stay)."""
-    out = set()
-    j = op_index - 1
-    while j >= 0 and isinstance(ops[j], (HostWork, RangeBegin, RangeEnd)):
-        if isinstance(ops[j], HostWork):
-            out.add(j)
-        j -= 1
-    return out
-
-
-def _drop_launch(prog, thread, op_index):
-    """The program without one Launch op and the host work right before it."""
-    th = prog.threads[thread]
-    ops = list(th.ops)
-    drop = _gap_ops(ops, op_index) | {op_index}
-    ops = [op for i, op in enumerate(ops) if i not in drop]
-    threads = list(prog.threads)
-    threads[thread] = dataclasses.replace(th, ops=tuple(ops))
-    return dataclasses.replace(prog, threads=tuple(threads))
-
-
 @SETTINGS
 @given(programs(), st.integers(0, 2**32))
 def test_removing_a_kernel_and_its_launch_predicts_the_changed_program(tmp_path_factory, prog, seed):
     run = emulate(prog)
     assume(measure_latencies(run) == (prog.L, prog.G))
-    first_calls = {min((c.op_index for c in run.calls if c.thread == t), default=-1) for t in range(len(prog.threads))}
-    cands = [c for c in run.calls if isinstance(c.op, Launch) and c.op_index not in first_calls]
-    assume(cands)
-    victim = cands[np.random.default_rng(seed).integers(len(cands))]
-    g = _graph_of(tmp_path_factory.mktemp("t"), run)
-    corr = g.table.correlation[g.row]
-    m = corr == victim.correlation  # the launch call and its kernel
-    assert m.sum() == 2
-    pred = simulate(remove(g, m))
-    changed_prog = _drop_launch(prog, victim.thread, victim.op_index)
-    changed = emulate(changed_prog)
+    r = _predict_removal(prog, run, seed, _graph_of(tmp_path_factory.mktemp("t"), run))
+    assert r.mask.sum() == 2  # the launch call and its kernel
     # match the changed run's (thread, op index) back to the baseline's
-    keys = _baseline_keys(run)
-    g2 = remove(g, m)
-    calls, tasks = _by_corr(g2, pred)
-    shift = {}
-    th_ops = prog.threads[victim.thread].ops
-    removed_idx = {victim.op_index} | _gap_ops(list(th_ops), victim.op_index)
-
-    def new_key(k):
-        t, i = k
-        if t != victim.thread:
-            return k
-        return (t, i - sum(1 for r in removed_idx if r < i))
-
-    assume(_same_interleaving(run, changed, new_key, skip={(victim.thread, victim.op_index)}))
-    e_calls, e_tasks = _emulated_by_key(changed)
-    assert {new_key(keys[c]): v for c, v in calls.items()} == e_calls
-    assert {new_key(keys[c]): v for c, v in tasks.items()} == e_tasks
+    assume(_same_interleaving(run, r.changed, r.new_key, skip={(r.victim.thread, r.victim.op_index)}))
+    _check_removal(r.graph, r.pred, run, r.changed, r.new_key)
 
 
 @SETTINGS

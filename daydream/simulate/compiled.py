@@ -51,13 +51,9 @@ def fits_int64(p, dur: np.ndarray, gap: np.ndarray) -> bool:
 
 
 def kernel():
-    """The compiled kernel, or None without numba (:func:`daydream.jit.compiled`)."""
-    global _finish_c
-    fin = jit.compiled(_finish)
-    if fin is None:
-        return None
-    _finish_c = fin  # the kernel calls the compiled _finish through this name
-    return jit.compiled(_kernel)
+    """The compiled kernel, or None without numba (:func:`daydream.jit.compiled_calling`: the
+    kernel calls the compiled _finish through the name ``_finish_c``)."""
+    return jit.compiled_calling(globals(), "_finish_c", _finish, _kernel)
 
 
 def use_kernel(graph, p, forced: bool = False) -> bool:

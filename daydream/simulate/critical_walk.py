@@ -114,13 +114,9 @@ def _put(cv, cns, cpart, ccause, cgap, i, v, ns, part, cause, gap):
 
 
 def kernel():
-    """The compiled kernel, or None without numba (:func:`daydream.jit.compiled`)."""
-    global _put_c
-    put = jit.compiled(_put)
-    if put is None:
-        return None
-    _put_c = put  # the kernel calls the compiled _put through this name
-    return jit.compiled(_kernel)
+    """The compiled kernel, or None without numba (:func:`daydream.jit.compiled_calling`: the
+    kernel calls the compiled _put through the name ``_put_c``)."""
+    return jit.compiled_calling(globals(), "_put_c", _put, _kernel)
 
 
 _put_c = _put  # rebound to the compiled _put by kernel()
