@@ -1,7 +1,7 @@
 """The job's critical path: across ranks, through the collectives.
 
 Within a rank it is the single-rank critical path (:mod:`daydream.critical_path`, the walk back
-over the replay's binding records). Where a collective's end was bound by its peer-arrival pin
+over the replay's binding records; compiled on big graphs as there). Where a collective's end was bound by its peer-arrival pin
 (the rank waited for a peer), the walk leaves the rank: the pin's time is not CPU time of this
 rank, and the walk goes on from the collective's start on the rank that arrived last, whose own
 charge for the collective is dropped (the transfer was charged once, on the rank the walk came
@@ -14,11 +14,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..critical_path import CAUSES, _Charges, _Walk, gpu_relevant  # the single-rank walk, reused as is
+from ..critical_path import CAUSES, _Charges, _compiled_walk, _Walk, gpu_relevant  # the single-rank walk, reused as is
 from ..job_report import JobCriticalPath, Segment
 from ..simulate import with_bindings
 from .couple import Coupled
 from .match import Matching
+
+
+def _walk(g, tl, v: int, acc: _Charges):
+    """The single-rank walk of ``tl`` from node ``v``, by the compiled kernel where
+    :func:`daydream.critical_path.critical_path` uses it (big graphs with numba), else in Python;
+    its ns per cause added to ``acc.by_cause``. The path (node ids, last to first)."""
+    one = _Charges(None, None, None)  # a walk's own charges (the compiled walk replaces .parts)
+    path = _compiled_walk(g, tl, v, one)
+    if path is None:
+        path = _Walk(g, tl, tl.bound_start.tolist(), tl.bound_base.tolist(), tl.bound_end.tolist(), one).run(v)
+    for k, x in one.by_cause.items():
+        acc.by_cause[k] = acc.by_cause.get(k, 0) + int(x)
+    return path
 
 
 def job_critical_path(m: Matching, c: Coupled, slowest: int) -> JobCriticalPath:
@@ -35,7 +48,7 @@ def job_critical_path(m: Matching, c: Coupled, slowest: int) -> JobCriticalPath:
     end = int(tl.end_ns[v])
     drop = 0
     for _ in range(c.pin.shape[1] + 1):  # at most one jump per collective
-        path = _Walk(g, tl, tl.bound_start.tolist(), tl.bound_base.tolist(), tl.bound_end.tolist(), acc).run(v)
+        path = _walk(g, tl, v, acc)
         acc.by_cause["communication"] -= drop
         last = int(path[-1])
         k = pin_of.get((i, last))
@@ -61,7 +74,7 @@ def rank_critical_path(c: Coupled, i: int) -> dict[str, int]:
     g, tl = c.graphs[i], with_bindings(c.graphs[i], c.timelines[i])
     acc = _Charges(None, None, None)
     v = int(np.argmax(np.where(gpu_relevant(g), tl.end_ns, np.iinfo(np.int64).min)))
-    last = int(_Walk(g, tl, tl.bound_start.tolist(), tl.bound_base.tolist(), tl.bound_end.tolist(), acc).run(v)[-1])
+    last = int(_walk(g, tl, v, acc)[-1])
     by = {k: int(x) for k, x in acc.by_cause.items()}
     by["peers"] = 0
     if last in set(c.pin[i][c.pin[i] >= 0].tolist()):
