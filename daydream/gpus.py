@@ -92,6 +92,18 @@ _CC100 = dict(max_threads_sm=2048, max_blocks_sm=32, regs_sm=65536, smem_kib_sm=
 _CDNA = dict(vendor="amd", max_threads_sm=2048, max_blocks_sm=32, regs_sm=0, smem_kib_sm=64)
 _CUDA_GUIDE = "CUDA C++ Programming Guide, Compute Capabilities table (per-SM limits)"
 
+#: The FP32 GEMM path of an SM whose FP32 peak counts a datapath shared with INT32, as a fraction
+#: of that peak. On GA10x (compute capability 8.6) and AD10x (8.9) SMs, half of the 128 FP32 lanes
+#: share their datapath with INT32 (NVIDIA Ampere GA102 GPU Architecture whitepaper, "2x FP32
+#: throughput"; NVIDIA Ada GPU Architecture whitepaper), so a GEMM's address and loop arithmetic
+#: takes FP32 issue slots and SGEMM cannot reach the datasheet's FP32 peak. Measured: cuBLAS SGEMM
+#: (4096 x 4096) ran at 23.25 TFLOPS on an RTX A6000 whose FP32 peak is 38.7 TFLOPS (S. Boehm,
+#: "How to Optimize a CUDA Matmul Kernel for cuBLAS-like Performance: a Worklog", 2022; RTX A6000
+#: datasheet), i.e. 0.601. GA100 (A100), GV100 (V100) and GH100 (H100) SMs have dedicated FP32
+#: lanes: their FP32 GEMM path is the FP32 peak.
+SHARED_DATAPATH_SGEMM = 23.25 / 38.7
+_SD = SHARED_DATAPATH_SGEMM
+
 #: The GPU table. Order matters: more specific entries first.
 GPUS: tuple[GPU, ...] = (
     GPU("V100 PCIe", 112.0, 900.0,
@@ -161,31 +173,50 @@ GPUS: tuple[GPU, ...] = (
     GPU("L40S", 362.05, 864.0,
         "NVIDIA L40S datasheet (BF16/FP16 Tensor 362.05 TFLOPS, 733 with sparsity; TF32 183; FP8 733; FP32 91.6; "
         "864 GB/s GDDR6)",
-        (r"l40s",), sms=142, clock_mhz=2520, l2_mib=96, fp32_tflops=91.6, fp32_gemm_tflops=91.6, tf32_tflops=183.0,
+        (r"l40s",), sms=142, clock_mhz=2520, l2_mib=96, fp32_tflops=91.6, fp32_gemm_tflops=91.6 * _SD, tf32_tflops=183.0,
         fp8_tflops=733.0, arch_source="NVIDIA Ada GPU Architecture whitepaper (AD102: L40S 142 SMs, 96 MB L2, boost "
         "2,520 MHz); " + _CUDA_GUIDE, **_CC89),
     GPU("L4", 121.0, 300.0,
         "NVIDIA L4 Tensor Core GPU datasheet (FP16/BF16 Tensor Core 242 TFLOPS with sparsity, TF32 120 with sparsity, "
         "FP8 485 with sparsity, FP32 30.3 TFLOPS; 300 GB/s)",
-        (r"(?<![a-z0-9])l4(?![0-9])",), sms=58, clock_mhz=2040, l2_mib=48, fp32_tflops=30.3, fp32_gemm_tflops=30.3,
+        (r"(?<![a-z0-9])l4(?![0-9])",), sms=58, clock_mhz=2040, l2_mib=48, fp32_tflops=30.3, fp32_gemm_tflops=30.3 * _SD,
         tf32_tflops=60.0, fp8_tflops=242.5, arch_source="NVIDIA Ada GPU Architecture whitepaper (AD104: L4 58 SMs, 48 MB "
         "L2, boost 2,040 MHz); " + _CUDA_GUIDE, **_CC89),
+    GPU("RTX A6000", 154.8, 768.0,
+        "NVIDIA RTX A6000 datasheet (Tensor Performance 309.7 TFLOPS with sparsity: 154.8 dense FP16/BF16; "
+        "single precision 38.7 TFLOPS; 768 GB/s GDDR6)",
+        (r"(?<![a-z0-9])a6000",), sms=84, clock_mhz=1800, l2_mib=6, fp32_tflops=38.7, fp32_gemm_tflops=38.7 * _SD,
+        tf32_tflops=77.4, arch_source="NVIDIA Ampere GA102 GPU Architecture whitepaper (GA102: RTX A6000 84 SMs, 6 MB L2); "
+        "boost 1,800 MHz (38.7 TFLOPS / (84 x 128 x 2)); " + _CUDA_GUIDE, **_CC86),
+    GPU("A10G", 70.0, 600.0,
+        "AWS EC2 G5 instance documentation (NVIDIA A10G Tensor Core GPU: 24 GB GDDR6, 80 RT cores = 80 SMs) and the "
+        "A10 vs A10G specification table of Baseten, 'NVIDIA A10 vs A10G for ML model inference' (FP32 35 TFLOPS, "
+        "TF32 Tensor 35, BF16/FP16 Tensor 70 dense, 600 GB/s): Tensor Cores at the GeForce rate with FP32 accumulate",
+        (r"a10g",), sms=80, clock_mhz=1710, l2_mib=6, fp32_tflops=35.0, fp32_gemm_tflops=35.0 * _SD, tf32_tflops=35.0,
+        arch_source="GA102 (NVIDIA Ampere GA102 GPU Architecture whitepaper: 6 MB L2); boost 1,710 MHz (35 TFLOPS / "
+        "(80 x 128 x 2)); " + _CUDA_GUIDE, **_CC86),
+    GPU("A10", 125.0, 600.0,
+        "NVIDIA A10 Tensor Core GPU datasheet (BF16/FP16 Tensor Core 125 TFLOPS, 250 with sparsity; TF32 62.5; FP32 "
+        "31.2 TFLOPS; 24 GB GDDR6, 600 GB/s)",
+        (r"(?<![a-z0-9])a10(?![0-9g])",), sms=72, clock_mhz=1695, l2_mib=6, fp32_tflops=31.2, fp32_gemm_tflops=31.2 * _SD,
+        tf32_tflops=62.5, arch_source="NVIDIA Ampere GA102 GPU Architecture whitepaper (GA102: 6 MB L2); A10 72 SMs "
+        "(72 RT cores, datasheet), boost 1,695 MHz; " + _CUDA_GUIDE, **_CC86),
     GPU("RTX 3080", 59.5, 760.0,
         "NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3080 (Peak FP16 Tensor TFLOPS with FP32 "
         "Accumulate 59.5 dense, TF32 29.8, FP32 29.8; 760 GB/s GDDR6X)",
-        (r"3080(?!ti)",), sms=68, clock_mhz=1710, l2_mib=5, fp32_tflops=29.8, fp32_gemm_tflops=29.8, tf32_tflops=29.8,
+        (r"3080(?!ti)",), sms=68, clock_mhz=1710, l2_mib=5, fp32_tflops=29.8, fp32_gemm_tflops=29.8 * _SD, tf32_tflops=29.8,
         arch_source="NVIDIA Ampere GA102 GPU Architecture whitepaper (RTX 3080: 68 SMs, 5 MB L2, boost 1,710 MHz); "
         + _CUDA_GUIDE, **_CC86),
     GPU("RTX 3090", 71.0, 936.0,
         "NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090 (Peak FP16 Tensor TFLOPS with FP32 "
         "Accumulate 71 dense, TF32 35.6, FP32 35.6; 936 GB/s GDDR6X)",
-        (r"3090",), sms=82, clock_mhz=1695, l2_mib=6, fp32_tflops=35.6, fp32_gemm_tflops=35.6, tf32_tflops=35.6,
+        (r"3090",), sms=82, clock_mhz=1695, l2_mib=6, fp32_tflops=35.6, fp32_gemm_tflops=35.6 * _SD, tf32_tflops=35.6,
         arch_source="NVIDIA Ampere GA102 GPU Architecture whitepaper (RTX 3090: 82 SMs, 6 MB L2, boost 1,695 MHz); "
         + _CUDA_GUIDE, **_CC86),
     GPU("RTX 4090", 165.2, 1008.0,
         "NVIDIA Ada GPU Architecture whitepaper, GeForce RTX 4090 (Peak FP16 Tensor TFLOPS with FP32 Accumulate "
         "165.2 dense, TF32 82.6, FP8 330.3 with FP32 accumulate, FP32 82.6; 1,008 GB/s GDDR6X)",
-        (r"4090",), sms=128, clock_mhz=2520, l2_mib=72, fp32_tflops=82.6, fp32_gemm_tflops=82.6, tf32_tflops=82.6,
+        (r"4090",), sms=128, clock_mhz=2520, l2_mib=72, fp32_tflops=82.6, fp32_gemm_tflops=82.6 * _SD, tf32_tflops=82.6,
         fp8_tflops=330.3, arch_source="NVIDIA Ada GPU Architecture whitepaper (RTX 4090: 128 SMs, 72 MB L2, boost "
         "2,520 MHz); " + _CUDA_GUIDE, **_CC89),
     GPU("MI250X GCD", 191.5, 1638.4,

@@ -126,3 +126,28 @@ def test_casts_and_loss_scaling_on_resnet50():
 def test_casts_not_placed_without_launch_data():
     _, note = run(trace(), "amp")
     assert "cast kernels not placed" in note
+
+
+def test_shared_datapath_gpus():
+    """GA10x/Ada SGEMM reaches 23.25/38.7 of the FP32 peak (gpus.SHARED_DATAPATH_SGEMM); the A10G's
+    Tensor Cores run at half the A10's rate, so bf16 gains less there."""
+    from daydream.gpus import SHARED_DATAPATH_SGEMM
+
+    assert SHARED_DATAPATH_SGEMM == 23.25 / 38.7
+    a10g, a10 = find_gpu("NVIDIA A10G"), find_gpu("NVIDIA A10")
+    assert (a10g.name, a10.name) == ("A10G", "A10")
+    assert find_gpu("NVIDIA A100-SXM4-40GB").name == "A100 40GB SXM"
+    assert A._path_factor(a10g, "fp32", 0.5) == 35.0 * SHARED_DATAPATH_SGEMM / 35.0
+    assert A._path_factor(a10, "fp32", 0.5) == 31.2 * SHARED_DATAPATH_SGEMM / 62.5
+    assert A._path_factor(a10g, "tf32", 0.5) == 0.5 and A._path_factor(a10, "tf32", 0.5) == 0.5
+    assert find_gpu("RTX A6000").peak_tflops("fp32") == 23.25  # the measured SGEMM itself
+    assert find_gpu("A100 40GB SXM").peak_tflops("fp32") == 19.5  # dedicated FP32 lanes: the peak
+
+
+def test_a10g_kernels():
+    g = trace(device="NVIDIA A10G", names=(SGEMM, HGEMM, ADD))
+    g2, note = run(g, "amp")
+    k = np.nonzero(g.node_kind != 0)[0]
+    assert g2.dur_ns[k[0]] == round(8000 * 35.0 * 23.25 / 38.7 / 35.0)
+    assert g2.dur_ns[k[1]] == 8000 and g2.dur_ns[k[2]] == 4000
+    assert "A10G" in note
