@@ -221,6 +221,9 @@ def _u32_id(a: np.ndarray) -> np.ndarray:
     return np.where((a < 0) | (a == _U32_NONE), -1, a)
 
 
+#: exports contain user strings that are not always valid UTF-8 (e.g. Windows user names)
+_TEXT_REPLACE = functools.partial(str, encoding="utf-8", errors="replace")
+
 #: rows fetched and converted at a time
 _FETCH_BATCH = 1 << 16
 
@@ -284,7 +287,7 @@ class _Reader:
         # the private copy (rare) is read by sqlite3 alone, which applied its -wal / -journal file
         self._arrow_uri = None if private else uri
         # exports contain user strings that are not always valid UTF-8 (e.g. Windows user names)
-        self.con.text_factory = functools.partial(str, encoding="utf-8", errors="replace")
+        self.con.text_factory = _TEXT_REPLACE
 
     def _exec(self, sql: str, where: str, params: Iterable = ()) -> list[tuple]:
         try:
@@ -318,50 +321,84 @@ class _Reader:
 
         With ``intern`` (a default string per text expression), each text column comes back as
         ``(ids, null)`` instead: the ids of its values interned in row order (NULL as the default,
-        as :func:`_texts`) and the mask of its NULLs. Rows are fetched and converted a batch at a
-        time, so they never all exist as Python objects at once. A value that is not an integer
-        sends the query to :meth:`_fetch_all`, which reports it as it always did.
+        as :func:`_texts`) and the mask of its NULLs. The NULL tests among ``int_exprs`` (``... IS
+        NULL)``, or ``1`` for an absent column) are read as one packed integer per row and come back
+        as int8 0/1. Rows are read through Arrow when :mod:`.sqlite_arrow` can (same result), else
+        by ``sqlite3`` a batch at a time, so they never all exist as Python objects at once. A
+        value that is not an integer sends the query to :meth:`_fetch_all`, which reports it as it
+        always did.
         """
-        sql = f"SELECT {', '.join(int_exprs + text_exprs)} {tail}"
         k, nt = len(int_exprs), len(text_exprs)
+        flags = [i for i, e in enumerate(int_exprs) if e.endswith(" IS NULL)") or e == "1"][:7]  # 7 bits: int8
+        sel = [e for i, e in enumerate(int_exprs) if i not in flags]
+        if flags:  # fewer values per row: each costs a Python object in sqlite3
+            sel.append("(" + " | ".join(f"({int_exprs[i]} << {j})" for j, i in enumerate(flags)) + ")")
+        sql = f"SELECT {', '.join(sel + text_exprs)} {tail}"
+        got = None
         if self._arrow is not None and (intern is not None or not nt):
-            # the NULL tests (0/1) as int8: less memory, the same values
-            flags = tuple(i for i, e in enumerate(int_exprs) if e.endswith(" IS NULL)") or e in ("0", "1"))
-            got = self._arrow.fetch(sql, k, nt, self._counts.get(table, 0), flags)
+            got = self._arrow.fetch(sql, len(sel), nt, self._counts.get(table, 0), (len(sel) - 1,) if flags else ())
             if got is not None:
-                ints, codes = got
-                return ints, [self._intern_codes(c, v, d) for (c, v), d in zip(codes, intern or [])]
-        where = f"table {table}"
-        int_parts: list[np.ndarray] = []
-        text_parts: list[list] = [[] for _ in text_exprs]
-        ints_of = operator.itemgetter(slice(0, k))
+                got = got[0], [self._intern_codes(c, v, d) for (c, v), d in zip(got[1], intern or [])]
+        if got is None:
+            got = self._fetch_rows(table, sql, len(sel), nt, intern)
+            if got is None:
+                return self._fetch_all(table, int_exprs, text_exprs, tail, intern)
+        fetched, texts = got
+        if not flags:
+            return fetched, texts
+        packed = fetched.pop()
+        values = iter(fetched)
+        ints = [((packed >> flags.index(i)) & 1).astype(np.int8) if i in flags else next(values) for i in range(k)]
+        return ints, texts
+
+    def _fetch_rows(self, table: str, sql: str, k: int, nt: int, intern: list[str] | None):
+        """:meth:`_fetch` by ``sqlite3``, a batch at a time; None on a value that is not an integer.
+
+        Text is decoded by ``str`` (C), and only a query that meets text that is not UTF-8 is run
+        again with the connection's replacing decoder: the same strings, without a Python call per value.
+        """
         try:
-            cur = self.con.execute(sql)
-            while True:
-                rows = cur.fetchmany(_FETCH_BATCH)
-                if not rows:
-                    break
-                n = len(rows)
-                try:
-                    flat = itertools.chain.from_iterable(map(ints_of, rows) if nt else rows)
-                    # column-major per batch, so each column is later one contiguous copy per batch
-                    int_parts.append(np.ascontiguousarray(np.fromiter(flat, np.int64, count=n * k).reshape(n, k).T))
-                except (TypeError, ValueError, OverflowError):
-                    cur.close()
-                    return self._fetch_all(table, int_exprs, text_exprs, tail, intern)
-                for j in range(nt):
-                    col = list(map(operator.itemgetter(k + j), rows))
-                    if intern is None:
-                        arr = np.empty(len(col), dtype=object)
-                        arr[:] = col
-                        text_parts[j].append(arr)
-                    else:
-                        text_parts[j].append(self._intern_texts(col, intern[j]))
-                del rows
+            self.con.text_factory = str
+            try:
+                return self._fetch_batches(table, sql, k, nt, intern)
+            except sqlite3.OperationalError as e:
+                if "decode" not in str(e):
+                    raise
+            self.con.text_factory = _TEXT_REPLACE
+            return self._fetch_batches(table, sql, k, nt, intern)
         except sqlite3.Error as e:
-            raise TraceFormatError(self.path, where, f"cannot read the SQLite database ({e})") from None
+            raise TraceFormatError(self.path, f"table {table}", f"cannot read the SQLite database ({e})") from None
         except UnicodeDecodeError:  # sqlite's message quotes a damaged schema's bytes
-            raise TraceFormatError(self.path, where, "cannot read the SQLite database (damaged: its schema is not valid text)") from None
+            raise TraceFormatError(self.path, f"table {table}", "cannot read the SQLite database (damaged: its schema is not valid text)") from None
+        finally:
+            self.con.text_factory = _TEXT_REPLACE
+
+    def _fetch_batches(self, table: str, sql: str, k: int, nt: int, intern: list[str] | None):
+        int_parts: list[np.ndarray] = []
+        text_parts: list[list] = [[] for _ in range(nt)]
+        ints_of = operator.itemgetter(slice(0, k))
+        cur = self.con.execute(sql)
+        while True:
+            rows = cur.fetchmany(_FETCH_BATCH)
+            if not rows:
+                break
+            n = len(rows)
+            try:
+                flat = itertools.chain.from_iterable(map(ints_of, rows) if nt else rows)
+                # column-major per batch, so each column is later one contiguous copy per batch
+                int_parts.append(np.ascontiguousarray(np.fromiter(flat, np.int64, count=n * k).reshape(n, k).T))
+            except (TypeError, ValueError, OverflowError):
+                cur.close()
+                return None
+            for j in range(nt):
+                col = list(map(operator.itemgetter(k + j), rows))
+                if intern is None:
+                    arr = np.empty(len(col), dtype=object)
+                    arr[:] = col
+                    text_parts[j].append(arr)
+                else:
+                    text_parts[j].append(self._intern_texts(col, intern[j]))
+            del rows
         ints = [np.concatenate([p[i] for p in int_parts]) if int_parts else np.zeros(0, np.int64) for i in range(k)]
         del int_parts
         texts: list = []
