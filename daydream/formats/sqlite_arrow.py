@@ -159,15 +159,19 @@ class _IntColumns:
 
 class _TextColumn:
     """A text column as codes into its distinct values (in order of first appearance), built one
-    Arrow batch at a time: Arrow dictionary-encodes each batch, so Python sees each distinct value
-    once per batch."""
+    Arrow batch at a time: Arrow dictionary-encodes each batch and finds which of its values
+    earlier batches had, so Python decodes each distinct value once."""
 
     def __init__(self) -> None:
-        self.index: dict[str, int] = {}
+        self.index: dict[str, int] = {}  #: decoded text -> code
+        self.known = None  #: Arrow large_binary array: the distinct byte strings seen so far
+        self.known_code = np.zeros(0, np.int32)  #: code of each of them
         self.codes: list[np.ndarray] = []
 
     def add(self, arr, pa) -> bool:
         """Add one batch's column; False when sqlite3 could read it differently (see the module)."""
+        import pyarrow.compute as pc
+
         if arr.null_count == len(arr):  # all NULL (the driver then types the column int64)
             self.codes.append(np.full(len(arr), -1, np.int32))
             return True
@@ -176,13 +180,23 @@ class _TextColumn:
         elif not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
             return False  # a number type: the driver saw numbers only in the first batch
         enc = arr.dictionary_encode()
+        dictionary = enc.dictionary.cast(pa.large_binary())
+        lut = np.empty(len(dictionary), np.int32)
+        new = np.ones(len(dictionary), bool)
+        if self.known is not None and len(dictionary):
+            pos = pc.index_in(dictionary, value_set=self.known)
+            new = pos.is_null().to_numpy(zero_copy_only=False)
+            lut[~new] = self.known_code[pos.drop_null().to_numpy()]
+        fresh = dictionary.filter(pa.array(new)) if not new.all() else dictionary
         # decoded as sqlite3 does (its text_factory, and bytes.decode for BLOBs): invalid UTF-8
-        # replaced; distinct byte strings may then give the same text, hence the index below
-        values = [b.decode("utf-8", "replace") for b in enc.dictionary.to_pylist()]
-        if any(_real_like(s) for s in values):
+        # replaced; distinct byte strings may then give the same text, hence the index
+        values = [b.decode("utf-8", "replace") for b in fresh.to_pylist()]
+        if any(_real_like(v) for v in values):
             return False
         index = self.index
-        lut = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int32, count=len(values))
+        lut[new] = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int32, count=len(values))
+        self.known = fresh if self.known is None else pa.concat_arrays([self.known, fresh])
+        self.known_code = np.concatenate([self.known_code, lut[new]])
         local = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
         self.codes.append(np.where(local >= 0, lut[np.clip(local, 0, None)] if len(lut) else -1, -1).astype(np.int32))
         return True
