@@ -33,6 +33,12 @@ Judgement calls, each counted in ``accounting.notes`` when it applies:
   when the CUDA_EVENT table lacks it (nsys 2022), the latest earlier record of the same eventId
   in the same process and context. Without the CUDA_EVENT table: -1.
 
+Reading: each event table is one query. With the optional ``fast`` extra installed (Arrow's
+SQLite driver, :mod:`.sqlite_arrow`), big exports are read through Arrow without a Python object
+per value; otherwise, or whenever Arrow's result could differ, by Python's ``sqlite3`` a batch at
+a time. Both give the same table (tests/test_nsys_arrow.py). The table is then assembled and
+sorted one column at a time.
+
 Facts used: ``../shared/docs/formats.md`` sections A and S.
 """
 
@@ -607,6 +613,7 @@ class _Reader:
             col = cols.pop(c) if c in cols else self._column(c)
             cols[c] = col if order is None else col[order]
             del col
+            _release_freed_memory()
         seen = np.unique(np.concatenate(gpu_devices)) if gpu_devices else np.zeros(0, np.int64)
         meta = TraceMeta(source=self.path, format=NAME, devices=self._devices(seen[seen >= 0]), extra=self._extra())
         return EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
@@ -1053,6 +1060,30 @@ class _Reader:
             if n:
                 extra[f"not used: {tname}"] = f"{n} rows"
         return extra
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None (another C library, or no ctypes)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+def _release_freed_memory() -> None:
+    """Give the pages of freed memory back to the system (glibc only; else nothing).
+
+    The parts of the table are freed column by column while the sorted columns are allocated, but
+    glibc keeps freed blocks in the middle of its heap mapped, so the process's peak memory grows
+    by what the freed parts leave behind (measured: 70-90 MB at 4 M rows, 23 MB at 1 M).
+    ``malloc_trim(0)`` unmaps those pages; it frees nothing in use.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _side_files(path: str) -> list[str]:
