@@ -33,6 +33,12 @@ Judgement calls, each counted in ``accounting.notes`` when it applies:
   when the CUDA_EVENT table lacks it (nsys 2022), the latest earlier record of the same eventId
   in the same process and context. Without the CUDA_EVENT table: -1.
 
+Reading: each event table is one query. With the optional ``fast`` extra installed (Arrow's
+SQLite driver, :mod:`.sqlite_arrow`), big exports are read through Arrow without a Python object
+per value; otherwise, or whenever Arrow's result could differ, by Python's ``sqlite3`` a batch at
+a time. Both give the same table (tests/test_nsys_arrow.py). The table is then assembled and
+sorted one column at a time.
+
 Facts used: ``../shared/docs/formats.md`` sections A and S.
 """
 
@@ -67,7 +73,7 @@ from ..events import (
     SyncKind,
     TraceMeta,
 )
-from . import SQLITE_MAGIC, TIME_LIMIT_NS
+from . import SQLITE_MAGIC, TIME_LIMIT_NS, sqlite_arrow
 
 NAME = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite)"
@@ -221,6 +227,9 @@ def _u32_id(a: np.ndarray) -> np.ndarray:
     return np.where((a < 0) | (a == _U32_NONE), -1, a)
 
 
+#: exports contain user strings that are not always valid UTF-8 (e.g. Windows user names)
+_TEXT_REPLACE = functools.partial(str, encoding="utf-8", errors="replace")
+
 #: rows fetched and converted at a time
 _FETCH_BATCH = 1 << 16
 
@@ -252,7 +261,8 @@ class _Reader:
         self.strict = strict
         self.acc = Accounting()
         self.names = NameTable()
-        self.parts: list[dict[str, np.ndarray]] = []
+        #: emitted rows: (row count, columns: arrays in the table's dtypes, or scalars)
+        self.parts: list[tuple[int, dict[str, np.ndarray]]] = []
         self._cols_cache: dict[str, list[str]] = {}
         self._ctx_dev: list[np.ndarray] = []
 
@@ -273,14 +283,17 @@ class _Reader:
                 path, "", "not a SQLite database; if this is an Nsight Systems report (.nsys-rep/.qdrep), "
                 "export it first: nsys export --type sqlite --output trace.sqlite REPORT.nsys-rep")
         uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
-        if _side_files(path):  # committed content beside the file: read a private copy
+        private = bool(_side_files(path))
+        if private:  # committed content beside the file: read a private copy
             uri = self._private_copy()
         try:
             self.con = sqlite3.connect(uri, uri=True)
         except sqlite3.Error as e:
             raise TraceFormatError(path, "", f"cannot open the SQLite database ({e})") from None
+        # the private copy (rare) is read by sqlite3 alone, which applied its -wal / -journal file
+        self._arrow_uri = None if private else uri
         # exports contain user strings that are not always valid UTF-8 (e.g. Windows user names)
-        self.con.text_factory = functools.partial(str, encoding="utf-8", errors="replace")
+        self.con.text_factory = _TEXT_REPLACE
 
     def _exec(self, sql: str, where: str, params: Iterable = ()) -> list[tuple]:
         try:
@@ -314,43 +327,84 @@ class _Reader:
 
         With ``intern`` (a default string per text expression), each text column comes back as
         ``(ids, null)`` instead: the ids of its values interned in row order (NULL as the default,
-        as :func:`_texts`) and the mask of its NULLs. Rows are fetched and converted a batch at a
-        time, so they never all exist as Python objects at once. A value that is not an integer
-        sends the query to :meth:`_fetch_all`, which reports it as it always did.
+        as :func:`_texts`) and the mask of its NULLs. The NULL tests among ``int_exprs`` (``... IS
+        NULL)``, or ``1`` for an absent column) are read as one packed integer per row and come back
+        as int8 0/1. Rows are read through Arrow when :mod:`.sqlite_arrow` can (same result), else
+        by ``sqlite3`` a batch at a time, so they never all exist as Python objects at once. A
+        value that is not an integer sends the query to :meth:`_fetch_all`, which reports it as it
+        always did.
         """
-        sql = f"SELECT {', '.join(int_exprs + text_exprs)} {tail}"
         k, nt = len(int_exprs), len(text_exprs)
-        where = f"table {table}"
-        int_parts: list[np.ndarray] = []
-        text_parts: list[list] = [[] for _ in text_exprs]
-        ints_of = operator.itemgetter(slice(0, k))
+        flags = [i for i, e in enumerate(int_exprs) if e.endswith(" IS NULL)") or e == "1"][:7]  # 7 bits: int8
+        sel = [e for i, e in enumerate(int_exprs) if i not in flags]
+        if flags:  # fewer values per row: each costs a Python object in sqlite3
+            sel.append("(" + " | ".join(f"({int_exprs[i]} << {j})" for j, i in enumerate(flags)) + ")")
+        sql = f"SELECT {', '.join(sel + text_exprs)} {tail}"
+        got = None
+        if self._arrow is not None and (intern is not None or not nt):
+            got = self._arrow.fetch(sql, len(sel), nt, self._counts.get(table, 0), (len(sel) - 1,) if flags else ())
+            if got is not None:
+                got = got[0], [self._intern_codes(c, v, d) for (c, v), d in zip(got[1], intern or [])]
+        if got is None:
+            got = self._fetch_rows(table, sql, len(sel), nt, intern)
+            if got is None:
+                return self._fetch_all(table, int_exprs, text_exprs, tail, intern)
+        fetched, texts = got
+        if not flags:
+            return fetched, texts
+        packed = fetched.pop()
+        values = iter(fetched)
+        ints = [((packed >> flags.index(i)) & 1).astype(np.int8) if i in flags else next(values) for i in range(k)]
+        return ints, texts
+
+    def _fetch_rows(self, table: str, sql: str, k: int, nt: int, intern: list[str] | None):
+        """:meth:`_fetch` by ``sqlite3``, a batch at a time; None on a value that is not an integer.
+
+        Text is decoded by ``str`` (C), and only a query that meets text that is not UTF-8 is run
+        again with the connection's replacing decoder: the same strings, without a Python call per value.
+        """
         try:
-            cur = self.con.execute(sql)
-            while True:
-                rows = cur.fetchmany(_FETCH_BATCH)
-                if not rows:
-                    break
-                n = len(rows)
-                try:
-                    flat = itertools.chain.from_iterable(map(ints_of, rows) if nt else rows)
-                    # column-major per batch, so each column is later one contiguous copy per batch
-                    int_parts.append(np.ascontiguousarray(np.fromiter(flat, np.int64, count=n * k).reshape(n, k).T))
-                except (TypeError, ValueError, OverflowError):
-                    cur.close()
-                    return self._fetch_all(table, int_exprs, text_exprs, tail, intern)
-                for j in range(nt):
-                    col = list(map(operator.itemgetter(k + j), rows))
-                    if intern is None:
-                        arr = np.empty(len(col), dtype=object)
-                        arr[:] = col
-                        text_parts[j].append(arr)
-                    else:
-                        text_parts[j].append(self._intern_texts(col, intern[j]))
-                del rows
+            self.con.text_factory = str
+            try:
+                return self._fetch_batches(table, sql, k, nt, intern)
+            except sqlite3.OperationalError as e:
+                if "decode" not in str(e):
+                    raise
+            self.con.text_factory = _TEXT_REPLACE
+            return self._fetch_batches(table, sql, k, nt, intern)
         except sqlite3.Error as e:
-            raise TraceFormatError(self.path, where, f"cannot read the SQLite database ({e})") from None
+            raise TraceFormatError(self.path, f"table {table}", f"cannot read the SQLite database ({e})") from None
         except UnicodeDecodeError:  # sqlite's message quotes a damaged schema's bytes
-            raise TraceFormatError(self.path, where, "cannot read the SQLite database (damaged: its schema is not valid text)") from None
+            raise TraceFormatError(self.path, f"table {table}", "cannot read the SQLite database (damaged: its schema is not valid text)") from None
+        finally:
+            self.con.text_factory = _TEXT_REPLACE
+
+    def _fetch_batches(self, table: str, sql: str, k: int, nt: int, intern: list[str] | None):
+        int_parts: list[np.ndarray] = []
+        text_parts: list[list] = [[] for _ in range(nt)]
+        ints_of = operator.itemgetter(slice(0, k))
+        cur = self.con.execute(sql)
+        while True:
+            rows = cur.fetchmany(_FETCH_BATCH)
+            if not rows:
+                break
+            n = len(rows)
+            try:
+                flat = itertools.chain.from_iterable(map(ints_of, rows) if nt else rows)
+                # column-major per batch, so each column is later one contiguous copy per batch
+                int_parts.append(np.ascontiguousarray(np.fromiter(flat, np.int64, count=n * k).reshape(n, k).T))
+            except (TypeError, ValueError, OverflowError):
+                cur.close()
+                return None
+            for j in range(nt):
+                col = list(map(operator.itemgetter(k + j), rows))
+                if intern is None:
+                    arr = np.empty(len(col), dtype=object)
+                    arr[:] = col
+                    text_parts[j].append(arr)
+                else:
+                    text_parts[j].append(self._intern_texts(col, intern[j]))
+            del rows
         ints = [np.concatenate([p[i] for p in int_parts]) if int_parts else np.zeros(0, np.int64) for i in range(k)]
         del int_parts
         texts: list = []
@@ -368,6 +422,31 @@ class _Reader:
         null = np.fromiter(map(operator.is_, col, itertools.repeat(None)), dtype=bool, count=len(col))
         strings = col if set(map(type, col)) == {str} else _texts(col, default)
         return self._intern(strings), null
+
+    def _intern_codes(self, codes: np.ndarray, values: list[str], default: str) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_intern_texts` of a dictionary-encoded column (``codes`` into ``values``, -1 NULL).
+
+        Interns in order of first appearance in the rows, as the row-by-row path does, so the
+        name ids are the same.
+        """
+        null = codes < 0
+        if not len(codes):
+            return np.zeros(0, np.int32), null
+        key = np.where(null, np.int32(len(values)), codes).astype(np.int32, copy=False)
+        strings = values + [default]
+        run_max = np.maximum.accumulate(codes)
+        if codes[0] <= 0 and np.all(codes[1:] <= run_max[:-1] + 1):
+            # values already in order of first appearance (Arrow's hash encoding): only the
+            # default's place is to find, after the values seen before the first NULL
+            first_null = int(np.argmax(null)) if null.any() else len(codes)
+            m = int(run_max[first_null - 1]) + 1 if first_null > 0 else 0
+            seq = list(range(m)) + ([len(values)] if first_null < len(codes) else []) + list(range(m, len(values)))
+        else:
+            uniq, first = np.unique(key, return_index=True)
+            seq = uniq[np.argsort(first)].tolist()
+        lut = np.zeros(len(strings), np.int32)
+        lut[seq] = self._intern([strings[i] for i in seq])
+        return lut[key], null
 
     def _fetch_all(self, table: str, int_exprs: list[str], text_exprs: list[str], tail: str,
                    intern: list[str] | None = None) -> tuple[list[np.ndarray], list]:
@@ -421,7 +500,9 @@ class _Reader:
         n = int(np.count_nonzero(keep))
         self.acc.add("kept", table, n)
         if n:
-            self.parts.append({c: np.asarray(a)[keep] if np.ndim(a) else np.full(n, a) for c, a in cols.items()})
+            # arrays in their table dtype (as the concatenation would cast them), scalars as they are
+            part = {c: np.asarray(a)[keep].astype(DTYPES[c], copy=False) if np.ndim(a) else a for c, a in cols.items()}
+            self.parts.append((n, part))
 
     def _intern(self, strings) -> np.ndarray:
         return self.names.intern_many(strings)
@@ -452,12 +533,15 @@ class _Reader:
     # ---- main ---------------------------------------------------------------------------------
     def read(self) -> EventTable:
         self._tmp = None
+        self._arrow = None
         try:
             self._open()
             try:
                 return self._read()
             finally:
                 self.con.close()
+                if self._arrow is not None:
+                    self._arrow.close()
         finally:
             if self._tmp is not None:
                 self._tmp.cleanup()
@@ -477,6 +561,12 @@ class _Reader:
         if STRINGS not in self.tables:
             raise TraceFormatError(self.path, "table StringIds", "missing: an nsys export keeps names in StringIds; the file is incomplete")
         self._counts = {t: self._count(t) for t in EVENT_TABLES if t in self.tables}
+        # the event queries go through Arrow when it is installed and pays for its import (see sqlite_arrow)
+        if self._arrow_uri is not None and sqlite_arrow.wanted(sum(self._counts.values())):
+            try:
+                self._arrow = sqlite_arrow.ArrowReader(self._arrow_uri)
+            except Exception:  # noqa: BLE001 - the driver could not open it: sqlite3 reads it (and words errors)
+                self._arrow = None
         for t, n in self._counts.items():
             self.acc.add("read", t, n)
         if not self._counts:
@@ -496,7 +586,7 @@ class _Reader:
             self._skip(CUDA_EVENT, "not waited on by any synchronization record", self._counts[CUDA_EVENT])
         nvtx_open = self._nvtx() if NVTX in self.tables else None
 
-        cols = self._concat()
+        cols = {c: self._column(c) for c in ("kind", "start_ns", "end_ns")}
         # trace end: the latest timestamp of any row; unterminated NVTX ranges end there
         if len(cols["kind"]):
             t_max = int(max(cols["start_ns"].max(), cols["end_ns"].max()))
@@ -511,16 +601,31 @@ class _Reader:
         if neg:
             self.acc.add("notes", "negative start timestamp (before the collection start)", neg)
 
+        # the table's row order (EventTable.from_columns's sort: start, kind, end, ties in adapter
+        # order), applied one column at a time so the unsorted and sorted copies of the whole
+        # table never exist together
+        order = None
+        if len(cols["kind"]):
+            order = np.lexsort((cols["end_ns"], cols["kind"], cols["start_ns"]))
+            if np.all(order[:-1] < order[1:]):
+                order = None
+        for c in COLUMNS:
+            col = cols.pop(c) if c in cols else self._column(c)
+            cols[c] = col if order is None else col[order]
+            del col
+            _release_freed_memory()
         seen = np.unique(np.concatenate(gpu_devices)) if gpu_devices else np.zeros(0, np.int64)
         meta = TraceMeta(source=self.path, format=NAME, devices=self._devices(seen[seen >= 0]), extra=self._extra())
-        return EventTable.from_columns(cols, self.names.names, meta, self.acc)
+        return EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
 
-    def _concat(self) -> dict[str, np.ndarray]:
-        """All columns of the emitted parts, missing ones filled with their missing value."""
-        out: dict[str, np.ndarray] = {}
-        for c in COLUMNS:
-            arrs = [p[c] if c in p else np.full(len(p["kind"]), MISSING[c]) for p in self.parts]
-            out[c] = np.concatenate(arrs).astype(DTYPES[c]) if arrs else np.zeros(0, DTYPES[c])
+    def _column(self, c: str) -> np.ndarray:
+        """Column ``c`` of all emitted parts, in emission order (its missing value where a part
+        lacks it), taken out of the parts."""
+        out = np.empty(sum(n for n, _ in self.parts), DTYPES[c])
+        at = 0
+        for n, part in self.parts:
+            out[at: at + n] = part.pop(c) if c in part else MISSING[c]
+            at += n
         return out
 
     # ---- common row checks ----------------------------------------------------------------------
@@ -846,6 +951,7 @@ class _Reader:
         ints, ((name_id, unnamed),) = self._fetch(t, exprs, [name_sql], f"FROM {t} n {join}", intern=["(unnamed)"])
         start, start_n, end, end_n, gtid, gtid_n, etype, domain, cross = ints
         pid, tid = _pid_of(gtid, gtid_n != 0), _tid_of(gtid, gtid_n != 0)
+        del ints, gtid, gtid_n  # 2.4 M rows at 4 M events: every column counts
 
         is_range = np.isin(etype, list(range_t))
         is_mark = np.isin(etype, list(mark_t))
@@ -954,6 +1060,30 @@ class _Reader:
             if n:
                 extra[f"not used: {tname}"] = f"{n} rows"
         return extra
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None (another C library, or no ctypes)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+def _release_freed_memory() -> None:
+    """Give the pages of freed memory back to the system (glibc only; else nothing).
+
+    The parts of the table are freed column by column while the sorted columns are allocated, but
+    glibc keeps freed blocks in the middle of its heap mapped, so the process's peak memory grows
+    by what the freed parts leave behind (measured: 70-90 MB at 4 M rows, 23 MB at 1 M).
+    ``malloc_trim(0)`` unmaps those pages; it frees nothing in use.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _side_files(path: str) -> list[str]:
