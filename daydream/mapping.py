@@ -272,8 +272,15 @@ class _Enclosers:
     def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
         o = np.argsort(start, kind="stable")  # contexts come in start order: timsort's O(n) case
         ss = start[o]
-        if len(o) > 1 and np.any(ss[1:] == ss[:-1]):  # equal starts: the longer first
-            o = np.lexsort((-end, start))
+        if len(o) > 1:  # equal starts: the longer first (np.lexsort((-end, start)) on the tied ones only)
+            eq = ss[1:] == ss[:-1]
+            if eq.any():
+                tied = np.zeros(len(o), dtype=bool)
+                tied[1:] = eq
+                tied[:-1] |= eq
+                p = np.flatnonzero(tied)  # runs of equal starts, in start order
+                sub = o[p]
+                o[p] = sub[np.lexsort((-end[sub], start[sub]))]
         self.order = o
         self.start = start[o]
         self.end = end[o]
@@ -384,6 +391,96 @@ def _sweep_innermost(end, k, qe):
                 hi = mid
         out[t] = stack[lo - 1] if lo > 0 else -1
     return out
+
+
+#: categories of the fused sweep (:func:`_sweep_fused`): bit i of a context's membership word
+_CAT_MODULE, _CAT_SCOPE, _CAT_OP, _CAT_ALL, _CAT_BW = range(5)
+#: first category bit of the priority levels (one bit per level, highest priority first)
+_CAT_LEVEL0 = 5
+
+
+def _sweep_fused(end, member, offset, nflat, parent_cats, k, qe, qo):
+    """Every category's :func:`_sweep_innermost` in one pass (``k`` ascending).
+
+    ``end``: the thread's contexts in (start asc, end desc) order; ``member[i]``: bit c set when
+    context i belongs to category c; categories ``0 .. nflat-1`` are answered each, the later
+    ones are priority levels (highest first) of which only the first with a hit is; ``offset``
+    (ncat + 1,): cumulative member counts. Query t is the ``qo[t]``-th query of the caller.
+    Returns ``hits`` (nflat, q): per category and query ``qo[t]`` the largest member j < k[t]
+    with end[j] >= qe[t] (-1 none), ``lev_hit``/``lev`` (q,): that member and its level index
+    for the first level with one (-1 none), and ``parent`` (n,): for contexts in a category of
+    the bit mask ``parent_cats`` (at most one per context), the largest earlier member of that
+    category with end >= its end (-1 none; :meth:`_Enclosers.parents` of the category's subset,
+    as indices into all contexts). One stack per category, as in :func:`_sweep_innermost`; a
+    stack is searched from its top by doubling steps, then bisection (the answer is usually
+    near the top). O((n + q) * ncat + q * ncat * log n).
+    """
+    n = len(end)
+    q = len(k)
+    ncat = len(offset) - 1
+    stack = np.empty(max(offset[ncat], 1), np.int64)
+    top = np.zeros(ncat, np.int64)
+    hits = np.empty((nflat, q), np.int64)
+    lev_hit = np.full(q, -1, np.int64)
+    lev = np.full(q, -1, np.int64)
+    parent = np.full(n, -1, np.int64)
+    i = 0
+    for t in range(q + 1):
+        kk = k[t] if t < q else n  # after the last query: push the rest (their parents)
+        while i < kk:
+            e = end[i]
+            m = member[i]
+            for c in range(ncat):
+                if (m >> c) == 0:
+                    break
+                if (m >> c) & 1:
+                    base = offset[c]
+                    tp = top[c]
+                    if (parent_cats >> c) & 1:
+                        j = _stack_search_c(end, stack, base, tp, e)
+                        parent[i] = stack[base + j] if j >= 0 else -1
+                    while tp > 0 and end[stack[base + tp - 1]] <= e:
+                        tp -= 1
+                    stack[base + tp] = i
+                    top[c] = tp + 1
+            i += 1
+        if t == q:
+            break
+        x = qe[t]
+        r = qo[t]
+        for c in range(nflat):
+            j = _stack_search_c(end, stack, offset[c], top[c], x)
+            hits[c, r] = stack[offset[c] + j] if j >= 0 else -1
+        for c in range(nflat, ncat):
+            j = _stack_search_c(end, stack, offset[c], top[c], x)
+            if j >= 0:
+                lev_hit[r] = stack[offset[c] + j]
+                lev[r] = c - nflat
+                break
+    return hits, lev_hit, lev, parent
+
+
+def _stack_search(end, stack, base, top, x):
+    """Topmost position p < ``top`` of the stack ``stack[base:]`` (ends strictly decreasing
+    upwards) with end >= x, -1 none: doubling steps down from the top, then bisection."""
+    hi = top  # positions hi and above end below x
+    step = 1
+    lo = hi - 1
+    while lo >= 0 and end[stack[base + lo]] < x:
+        hi = lo
+        lo -= step
+        step *= 2
+    lo = max(lo, -1) + 1  # positions below lo reach x
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if end[stack[base + mid]] >= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+_stack_search_c = _stack_search  # rebound to the compiled _stack_search by _fused_kernel()
 
 
 class _Interner:
@@ -523,7 +620,7 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
 # main entry
 
 
-def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> Mapping:
+def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, method: str = "auto") -> Mapping:
     """Layer path, framework op and phase of every RUNTIME and GPU task row of ``table``.
 
     Phase of a runtime call (GPU rows take their launching call's phase):
@@ -549,6 +646,11 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
 
     Other rows (CPU_OP, RANGE, SYNC, MARKER) stay ``unmapped`` with no layer or op. Never raises
     for a readable table; a table without annotations maps every row ``unmapped``.
+
+    ``method`` (same results whichever): "auto" answers a thread's interval searches in one
+    compiled sweep (:func:`_sweep_fused`) from :data:`SWEEP_MIN` contexts + queries when numba
+    is there, else one numpy search per context class; "numpy" always the latter; "fused" the
+    compiled sweep whatever the size; "fused-py" the sweep uncompiled (tests).
     """
     kind = table.kind
     out = _RowMaps.empty(len(table))
@@ -560,7 +662,7 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
     gpu_rows = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET))
     ctx = _classify_contexts(table, rules) if len(rt_rows) else None
     if ctx is not None and len(ctx.rows):
-        autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern)
+        autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method)
     if len(gpu_rows):
         _map_gpu_rows(table, rt_rows, gpu_rows, out, counts)
     phase, gap_phase = out.phase, out.gap_phase
@@ -614,12 +716,14 @@ class _ThreadContexts:
 
 
 def _map_runtime_calls(
-    table: EventTable, rules: Sequence[PhaseRule], ctx: _Contexts, rt_rows: np.ndarray, out: _RowMaps, intern: _Interner
+    table: EventTable, rules: Sequence[PhaseRule], ctx: _Contexts, rt_rows: np.ndarray, out: _RowMaps, intern: _Interner,
+    method: str = "auto",
 ) -> list[tuple[int, int]]:
     """Fill layer, op and phase of the RUNTIME rows and of the gaps before them, thread by thread.
 
     Each thread's queries are its calls ``[start, end]``, then the midpoints of the gaps before
-    them. Returns the (pid, tid) of the threads found to be autograd engine threads.
+    them. Returns the (pid, tid) of the threads found to be autograd engine threads. ``method``:
+    see :func:`map_events`.
     """
     autograd_threads: list[tuple[int, int]] = []
     op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
@@ -633,17 +737,98 @@ def _map_runtime_calls(
         qs = np.concatenate([start[q], gap_mid[q]])
         qe = np.concatenate([end[q], gap_mid[q]])
         th = _ThreadContexts(ctx, c, c_start[c], c_end[c])
-        lay = _layer_ids(th, qs, qe, intern)
+        fn = _fused_kernel(method, len(c) + len(qs))
+        if fn is not None:  # every interval search of the thread in one compiled sweep
+            lay, op_ids, ph, is_autograd = _thread_fused(fn, th, qs, qe, nq, levels, intern, op_label)
+        else:
+            lay = _layer_ids(th, qs, qe, intern)
+            op_ids = _op_ids(th, qs[:nq], qe[:nq], op_label) if ctx.op[c].any() else None
+            ph, is_autograd = _thread_phases(th, qs, qe, nq, levels)
         out.layer_id[q] = lay[:nq]
         out.gap_layer_id[q] = lay[nq:]
-        if ctx.op[c].any():
-            out.op_id[q] = _op_ids(th, qs[:nq], qe[:nq], op_label)
-        ph, is_autograd = _thread_phases(th, qs, qe, nq, levels)
+        if op_ids is not None:
+            out.op_id[q] = op_ids
         if is_autograd:
             autograd_threads.append((pid, tid))
         out.phase[q] = ph[:nq]
         out.gap_phase[q] = ph[nq:]
     return autograd_threads
+
+
+def _fused_kernel(method: str, size: int):
+    """The fused sweep to use for a thread of ``size`` contexts + queries, or None for the
+    per-search numpy path (``method`` "numpy", or "auto" below :data:`SWEEP_MIN` / without numba)."""
+    if method == "fused-py":
+        return _sweep_fused
+    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused"):
+        return None
+    global _stack_search_c
+    search = jit.compiled(_stack_search)
+    if search is None:
+        return None
+    _stack_search_c = search  # the kernel calls the compiled search through this name
+    return jit.compiled(_sweep_fused)
+
+
+def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: int, levels: list[int], intern: _Interner,
+                  op_label: np.ndarray):
+    """(layer ids, op ids of the calls or None, phase codes, is autograd thread) of one thread's
+    queries by one :func:`_sweep_fused` pass; the same answers as :func:`_layer_ids`,
+    :func:`_op_ids` and :func:`_thread_phases` (a category's members keep the order the
+    thread's (start asc, end desc) sort gives them, which is their own sort)."""
+    ctx = th.ctx
+    enc = _Enclosers(th.cs, th.ce)
+    srt = th.c[enc.order]
+    module, scope, op, phase = ctx.module[srt], ctx.scope[srt], ctx.op[srt], ctx.phase[srt]
+    member = (module.astype(np.int64) << _CAT_MODULE) | (scope.astype(np.int64) << _CAT_SCOPE)
+    member |= (op.astype(np.int64) << _CAT_OP) | (np.int64(1) << _CAT_ALL) | ((phase == BACKWARD).astype(np.int64) << _CAT_BW)
+    asc = np.asarray(levels[::-1], dtype=np.int64)  # level index of each context's priority, -1 none
+    prio = ctx.prio[srt]
+    j = np.minimum(np.searchsorted(asc, prio), len(asc) - 1)
+    lv = np.where((asc[j] == prio) & (phase >= 0), len(asc) - 1 - j, -1)
+    member |= np.where(lv >= 0, np.int64(1) << (_CAT_LEVEL0 + lv), 0)
+    counts = [module.sum(), scope.sum(), op.sum(), len(srt), (phase == BACKWARD).sum()]
+    counts += np.bincount(lv + 1, minlength=len(levels) + 1)[1:].tolist()
+    qo = np.argsort(qs, kind="stable")
+    k = np.searchsorted(enc.start, qs[qo], side="right").astype(np.int64)
+    offset = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    hits, lev_hit, lev, parent = jit.call(fn, np.ascontiguousarray(enc.end, np.int64), member, offset, _CAT_LEVEL0,
+                                          (1 << _CAT_MODULE) | (1 << _CAT_SCOPE), k, np.ascontiguousarray(qe[qo], np.int64),
+                                          qo.astype(np.int64))
+    lay = np.full(len(qs), -1, dtype=np.int64)
+    for cat, mask in ((_CAT_MODULE, module), (_CAT_SCOPE, scope)):
+        if not mask.any():
+            continue
+        pos = np.cumsum(mask) - 1  # index within the category
+        sub = np.flatnonzero(mask)
+        par = parent[sub]
+        paths = _path_labels(np.where(par >= 0, pos[np.maximum(par, 0)], -1), ctx.comp[srt[sub]], ctx.comp_names, intern)
+        hit = hits[cat]
+        take = (hit >= 0) & (lay < 0)
+        lay[take] = paths[pos[hit[take]]]
+    op_ids = None
+    if op.any():
+        hit = hits[_CAT_OP, :nq]
+        ok = hit >= 0
+        op_ids = np.full(nq, -1, dtype=np.int64)
+        op_ids[ok] = op_label[ctx.op_name[srt[hit[ok]]]]
+    ph, is_autograd = _phases_from_hits(hits, lev_hit, lev, phase, nq, levels)
+    return lay, op_ids, ph, is_autograd
+
+
+def _phases_from_hits(hits: np.ndarray, lev_hit: np.ndarray, lev: np.ndarray, phase: np.ndarray, nq: int,
+                      levels: list[int]) -> tuple[np.ndarray, bool]:
+    """:func:`_thread_phases` from the fused sweep's answers (``phase``: per sorted context)."""
+    enclosed = hits[_CAT_ALL] >= 0
+    is_autograd = False
+    if (phase == BACKWARD).any() and enclosed[:nq].any():  # decided by the calls alone
+        is_autograd = bool((hits[_CAT_BW, :nq] >= 0).sum() > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
+    if is_autograd:
+        enclosed[:] = True
+    ph = np.where(lev_hit >= 0, phase[lev_hit], -1)
+    if is_autograd and AUTOGRAD_THREAD_RULE.priority in levels:  # below its level: the autograd rule
+        ph[(lev < 0) | (lev > levels.index(AUTOGRAD_THREAD_RULE.priority))] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
+    return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
 
 
 def _layer_ids(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, intern: _Interner) -> np.ndarray:

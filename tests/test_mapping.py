@@ -752,3 +752,46 @@ def test_enclosers_sweep_equals_table_on_many_intervals(method, seed, n, span):
     assert np.array_equal(enc.innermost(qs, qe, method=method), enc.innermost(qs, qe, method="table"))
     k = np.arange(len(enc), dtype=np.int64)
     assert np.array_equal(enc.innermost(enc.start, enc.end, k, method=method), enc.innermost(enc.start, enc.end, k, method="table"))
+
+
+# ---- the fused compiled sweep (map_events method "fused") against the per-search numpy path
+
+_CTX_NAMES = ["nn.Module: Net_0", "nn.Module: Lin_1", "aten::mm", "aten::mm, seq = 3, op_id = 9", "MulBackward0",
+              "autograd::engine::evaluate_function: MulBackward0", "Optimizer.step#SGD.step", "ProfilerStep#1",
+              "## forward ##", "backward pass", "nccl:all_reduce", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+              "my scope", "train.py(12): step"]
+
+
+def _assert_same_mapping(a: Mapping, b: Mapping) -> None:
+    for f in ("phase", "layer_id", "op_id", "launch_row", "gap_phase", "gap_layer_id"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert a.labels == b.labels and a.autograd_threads == b.autograd_threads and a.counts == b.counts
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_CTX_NAMES) - 1), st.sampled_from(["rng", "op", "py"]), st.integers(0, 60),
+                          st.integers(0, 30), st.integers(1, 2)), max_size=40),
+       st.lists(st.tuples(st.integers(0, 70), st.integers(0, 6), st.integers(1, 2)), min_size=1, max_size=25))
+def test_fused_sweep_equals_numpy_path(ctxs, calls):
+    """Layer, op, phase and gap context of every row: the fused sweep (uncompiled and compiled)
+    gives exactly what the per-context-class numpy searches give, on random nested, overlapping
+    and tied contexts of every rule class on two threads (labels interned in the same order)."""
+    t = T()
+    for name, how, s, d, tid in ctxs:
+        if how == "op":
+            t.op(_CTX_NAMES[name], s, s + d, tid=tid)
+        else:
+            t.rng(_CTX_NAMES[name], s, s + d, tid=tid, cat="python_function" if how == "py" else "user_annotation")
+    for s, d, tid in calls:
+        t.call(s, s + d, tid=tid)
+    tb = t.table()
+    want = map_events(tb, method="numpy")
+    for method in ("fused-py", "fused"):
+        _assert_same_mapping(map_events(tb, method=method), want)
+
+
+@needs_traces
+@pytest.mark.parametrize("rel", [MI250, BERT, PROFILE1, NCCL, MFU, OWL, "hta/sampled_rank-0.json.gz"])
+def test_fused_sweep_equals_numpy_path_on_real_traces(rel):
+    tb, _ = load(rel)
+    _assert_same_mapping(map_events(tb, method="fused"), map_events(tb, method="numpy"))
