@@ -68,30 +68,44 @@ def small_ints(x: np.ndarray, bound: int) -> np.ndarray:
 
 def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, axis=0, return_inverse=True)`` for an (n, k) int64 array (rows sorted
-    lexicographically), without sorting rows as opaque records: each column is ranked on its own
-    and the ranks are packed into one int64 key when they fit."""
+    lexicographically), without sorting rows as opaque records: :func:`unique_columns` of its
+    columns."""
     n, k = keys.shape
+    return unique_columns([np.ascontiguousarray(keys[:, c]) for c in range(k)])
+
+
+def unique_columns(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(unique rows (u, k) int64 sorted lexicographically, inverse (n,) int64) of the rows made
+    of the int64 columns ``cols``: when the columns, shifted to start at 0, fit side by side in
+    one int64, the packed keys' distinct values (hashed, then sorted) and a binary search for
+    the inverse (cheap: few distinct rows, such as lanes); else each column is ranked on its own
+    and the ranks are packed."""
+    k = len(cols)
+    n = len(cols[0]) if k else 0
     if n == 0:
         return np.zeros((0, k), np.int64), np.zeros(0, np.int64)
-    lows = keys.min(axis=0)
-    bits = [max(int(hi) - int(lo), 0).bit_length() for lo, hi in zip(lows.tolist(), keys.max(axis=0).tolist())]
-    if sum(bits) <= 62:  # the columns, shifted to start at 0, fit side by side in one int64
+    lows = [int(c.min()) for c in cols]
+    bits = [max(int(c.max()) - lo, 0).bit_length() for c, lo in zip(cols, lows)]
+    if sum(bits) <= 62:
         packed = np.zeros(n, np.int64)
         for c in range(k):
-            packed = (packed << np.int64(bits[c])) | (keys[:, c] - lows[c])
-        _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
-        return keys[first], inv.reshape(-1).astype(np.int64)
+            packed = (packed << np.int64(bits[c])) | (cols[c] - np.int64(lows[c]))
+        u = np.unique(packed)
+        inv = np.searchsorted(u, packed).astype(np.int64)
+        rep = np.empty(len(u), np.int64)
+        rep[inv] = np.arange(n)  # a row of each distinct key (all its rows are equal)
+        return np.stack([c[rep] for c in cols], axis=1).astype(np.int64), inv
     packed = np.zeros(n, np.int64)
     span = 1
     for c in range(k):
-        u, inv = np.unique(keys[:, c], return_inverse=True)
+        u, inv = np.unique(cols[c], return_inverse=True)
         span *= len(u)
         if span >= (1 << 62):
-            uniq, lane = np.unique(keys, axis=0, return_inverse=True)
+            uniq, lane = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
             return uniq, lane.reshape(-1).astype(np.int64)
         packed = packed * np.int64(len(u)) + inv.reshape(-1)
     _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
-    return keys[first], inv.reshape(-1).astype(np.int64)
+    return np.stack([c[first] for c in cols], axis=1).astype(np.int64), inv.reshape(-1).astype(np.int64)
 
 
 def segmented_cummax(x: np.ndarray, seg_start: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
-from ._arrays import count, segmented_cummax, small_ints, unique_rows
+from ._arrays import count, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
 
@@ -147,8 +147,8 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     """
     n = len(node_kind)
     is_gpu = (node_kind != NODE_CPU).astype(np.int64)
-    keys = np.stack([is_gpu, pid, tid_or_dev, np.where(is_gpu == 1, stream, 0)], axis=1) if n else np.zeros((0, 4), np.int64)
-    uniq, lane = unique_rows(keys.astype(np.int64))
+    cols = [is_gpu, pid, tid_or_dev, np.where(is_gpu == 1, stream, 0)]
+    uniq, lane = unique_columns([np.asarray(c, dtype=np.int64) for c in cols])
     lane_is_gpu = uniq[:, 0] == 1 if len(uniq) else np.zeros(0, bool)
     names = [(f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()]
     position = unlaunched_positions(lane, is_gpu == 1, launch, position, rec_start)
