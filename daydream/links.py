@@ -18,8 +18,11 @@ def _corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
 
 def only_process(table: EventTable, rt_rows: np.ndarray) -> int:
     """The process that makes API calls (``rt_rows``) when there is exactly one, else -1."""
-    pids = np.unique(table.pid[rt_rows])
-    return int(pids[0]) if len(pids) == 1 else -1
+    if len(rt_rows) == 0:
+        return -1
+    pids = table.pid[rt_rows]
+    lo = pids.min()
+    return int(lo) if lo == pids.max() else -1
 
 
 def pids_of(table: EventTable, rows: np.ndarray, only: int) -> np.ndarray:

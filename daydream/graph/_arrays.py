@@ -77,9 +77,8 @@ def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def unique_columns(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(unique rows (u, k) int64 sorted lexicographically, inverse (n,) int64) of the rows made
     of the int64 columns ``cols``: when the columns, shifted to start at 0, fit side by side in
-    one int64, the packed keys' distinct values (hashed, then sorted) and a binary search for
-    the inverse (cheap: few distinct rows, such as lanes); else each column is ranked on its own
-    and the ranks are packed."""
+    one int64, a stable sort of the packed keys; else each column is ranked on its own and the
+    ranks are packed."""
     k = len(cols)
     n = len(cols[0]) if k else 0
     if n == 0:
@@ -90,10 +89,13 @@ def unique_columns(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         packed = np.zeros(n, np.int64)
         for c in range(k):
             packed = (packed << np.int64(bits[c])) | (cols[c] - np.int64(lows[c]))
-        u = np.unique(packed)
-        inv = np.searchsorted(u, packed).astype(np.int64)
-        rep = np.empty(len(u), np.int64)
-        rep[inv] = np.arange(n)  # a row of each distinct key (all its rows are equal)
+        o = np.argsort(packed, kind="stable")  # node columns come in long runs: timsort's near-O(n) case
+        ps = packed[o]
+        new = np.ones(n, dtype=bool)
+        new[1:] = ps[1:] != ps[:-1]
+        inv = np.empty(n, np.int64)
+        inv[o] = np.cumsum(new) - 1
+        rep = o[new]  # the first row of each distinct key
         return np.stack([c[rep] for c in cols], axis=1).astype(np.int64), inv
     packed = np.zeros(n, np.int64)
     span = 1
