@@ -270,8 +270,11 @@ class _Enclosers:
     """
 
     def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
-        o = np.argsort(start, kind="stable")  # contexts come in start order: timsort's O(n) case
-        ss = start[o]
+        if len(start) < 2 or bool(np.all(start[1:] >= start[:-1])):  # contexts come in start order
+            o, ss = np.arange(len(start)), start
+        else:
+            o = np.argsort(start, kind="stable")
+            ss = start[o]
         if len(o) > 1:  # equal starts: the longer first (np.lexsort((-end, start)) on the tied ones only)
             eq = ss[1:] == ss[:-1]
             if eq.any():
@@ -399,25 +402,33 @@ _CAT_MODULE, _CAT_SCOPE, _CAT_OP, _CAT_ALL, _CAT_BW = range(5)
 _CAT_LEVEL0 = 5
 
 
-def _sweep_fused(end, member, offset, nflat, parent_cats, k, qe, qo):
+def _sweep_fused(end, member, ncat, nflat, parent_cats, k, qe, qo):
     """Every category's :func:`_sweep_innermost` in one pass (``k`` ascending).
 
-    ``end``: the thread's contexts in (start asc, end desc) order; ``member[i]``: bit c set when
-    context i belongs to category c; categories ``0 .. nflat-1`` are answered each, the later
-    ones are priority levels (highest first) of which only the first with a hit is; ``offset``
-    (ncat + 1,): cumulative member counts. Query t is the ``qo[t]``-th query of the caller.
-    Returns ``hits`` (nflat, q): per category and query ``qo[t]`` the largest member j < k[t]
-    with end[j] >= qe[t] (-1 none), ``lev_hit``/``lev`` (q,): that member and its level index
-    for the first level with one (-1 none), and ``parent`` (n,): for contexts in a category of
-    the bit mask ``parent_cats`` (at most one per context), the largest earlier member of that
-    category with end >= its end (-1 none; :meth:`_Enclosers.parents` of the category's subset,
-    as indices into all contexts). One stack per category, as in :func:`_sweep_innermost`; a
-    stack is searched from its top by doubling steps, then bisection (the answer is usually
-    near the top). O((n + q) * ncat + q * ncat * log n).
+    ``end``: contexts in (start asc, end desc) order; ``member[i]``: bit c set when context i
+    belongs to category c (< ``ncat``); categories ``0 .. nflat-1`` are answered each, the later
+    ones are priority levels (highest first) of which only the first with a hit is. Query t is
+    the ``qo[t]``-th query of the caller. Returns ``hits`` (nflat, q): per category and query
+    ``qo[t]`` the largest member j < k[t] with end[j] >= qe[t] (-1 none), ``lev_hit``/``lev``
+    (q,): that member and its level index for the first level with one (-1 none), and
+    ``parent`` (n,): for contexts in a category of the bit mask ``parent_cats`` (at most one per
+    context), the largest earlier member of that category with end >= its end (-1 none;
+    :meth:`_Enclosers.parents` of the category's subset, as indices into all contexts). One
+    stack per category, as in :func:`_sweep_innermost`; a stack is searched from its top by
+    doubling steps, then bisection (the answer is usually near the top).
+    O((n + q) * ncat + q * ncat * log n).
     """
     n = len(end)
     q = len(k)
-    ncat = len(offset) - 1
+    offset = np.zeros(ncat + 1, np.int64)  # each category's part of one stack array
+    for i in range(n):
+        m = member[i]
+        for c in range(ncat):
+            if (m >> c) == 0:
+                break
+            offset[c + 1] += (m >> c) & 1
+    for c in range(ncat):
+        offset[c + 1] += offset[c]
     stack = np.empty(max(offset[ncat], 1), np.int64)
     top = np.zeros(ncat, np.int64)
     hits = np.empty((nflat, q), np.int64)
@@ -513,8 +524,10 @@ def _path_labels(parent: np.ndarray, comp: np.ndarray, comp_names: list[str], in
     for d in range(int(depth.max()) + 1):
         idx = np.flatnonzero(depth == d)
         pp = path[parent[idx]] if d else np.full(len(idx), _NO_LABEL, dtype=np.int64)
-        pairs = np.stack([pp, comp[idx].astype(np.int64)], axis=1)
-        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        ci = comp[idx].astype(np.int64)
+        span = int(ci.max()) + 1 if len(ci) else 1
+        packed, inv = np.unique((pp + 1) * span + ci, return_inverse=True)  # (parent path, component) pairs, in order
+        uniq = np.stack([packed // span - 1, packed % span], axis=1)
         ids = np.empty(len(uniq), dtype=np.int64)
         for u, (p, c) in enumerate(uniq.tolist()):  # one iteration per distinct path
             name = comp_names[c]
@@ -541,6 +554,24 @@ class _Contexts:
     op_name: np.ndarray  #: int: index into op_names of its op label, -1 none
     comp_names: list[str]
     op_names: list[str]
+    #: int64: the categories of the fused sweep it belongs to (bits _CAT_MODULE, _SCOPE, _OP,
+    #: _BW and _CAT_LEVEL0 + its priority level; not _CAT_ALL), see :func:`_member_bits`
+    member: np.ndarray | None = None
+
+
+def _phase_levels(rules: Sequence[PhaseRule]) -> list[int]:
+    """The priority levels of ``rules`` that give a phase (and the autograd rule's), highest first."""
+    return sorted({r.priority for r in rules if r.phase is not None} | {AUTOGRAD_THREAD_RULE.priority}, reverse=True)
+
+
+def _member_bits(module, scope, op, phase, prio, levels: list[int]) -> np.ndarray:
+    """The fused sweep's category bits (:data:`_CAT_MODULE` ...) of contexts with these facts."""
+    asc = np.asarray(levels[::-1], dtype=np.int64)  # level index of each priority, -1 none
+    j = np.minimum(np.searchsorted(asc, prio), len(asc) - 1)
+    lv = np.where((asc[j] == prio) & (phase >= 0), len(asc) - 1 - j, -1)
+    bits = (module.astype(np.int64) << _CAT_MODULE) | (scope.astype(np.int64) << _CAT_SCOPE) | (op.astype(np.int64) << _CAT_OP)
+    bits |= ((phase == BACKWARD).astype(np.int64) << _CAT_BW) | np.where(lv >= 0, np.int64(1) << (_CAT_LEVEL0 + np.maximum(lv, 0)), 0)
+    return bits
 
 
 def _classify_names(names: list[str], used: np.ndarray, rules: Sequence[PhaseRule]):
@@ -578,17 +609,37 @@ def _classify_names(names: list[str], used: np.ndarray, rules: Sequence[PhaseRul
 
 
 def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contexts:
-    """Find the context rows of ``table`` and classify them (module / op / scope, phase rule)."""
+    """Find the context rows of ``table`` and classify them (module / op / scope, phase rule).
+
+    What a context says depends only on (name, CPU_OP or not, ``python_function`` category or
+    not): each distinct such key present is classified once (:func:`_classify_keys`), and the
+    rows take their key's answers."""
     kind = table.kind
     names = table.names
     rows = np.flatnonzero(((kind == Kind.RANGE) & (table.device < 0)) | (kind == Kind.CPU_OP))
-    used = np.zeros(len(names), dtype=bool)
-    used[table.name_id[rows]] = True
-    display, module_n, nvtx_op_n, hash_n, rule_n, op_rule_n = _classify_names(names, used, rules)
-    name = table.name_id[rows].astype(np.int64)
-    is_op_kind = kind[rows] == Kind.CPU_OP
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
-    python = np.isin(table.cat_id[rows], py_id) if py_id else np.zeros(len(rows), dtype=bool)
+    key = table.name_id[rows].astype(np.int64) * 4 + (kind[rows] == Kind.CPU_OP) * 2
+    if py_id:
+        key += np.isin(table.cat_id[rows], py_id)
+    present = np.flatnonzero(np.bincount(key, minlength=4 * len(names)))  # sorted distinct keys
+    k = _classify_keys(names, present, rules)
+    at = np.zeros(4 * len(names), dtype=np.int64)
+    at[present] = np.arange(len(present))
+    rk = at[key]  # each row's index among the present keys
+    member = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
+    return _Contexts(rows, k["module"][rk], k["op"][rk], k["scope"][rk], k["phase"][rk], k["prio"][rk], k["comp"][rk],
+                     k["op_name"][rk], k["comp_names"], k["op_names"], member[rk])
+
+
+def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]) -> dict:
+    """Module / op / scope flags, phase and priority of the rule, layer component and op label of
+    each context key (``name_id * 4 + 2 * is CPU_OP + is python_function``; sorted, distinct)."""
+    used = np.zeros(len(names), dtype=bool)
+    name = key // 4
+    used[name] = True
+    display, module_n, nvtx_op_n, hash_n, rule_n, op_rule_n = _classify_names(names, used, rules)
+    is_op_kind = (key & 2) != 0
+    python = (key & 1) != 0
     module = module_n[name] & ~is_op_kind
     op = np.where(is_op_kind, ~hash_n[name], nvtx_op_n[name] & ~python) & ~module
     rule = np.where(op, op_rule_n[name], rule_n[name])
@@ -605,15 +656,13 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
         m = _MODULE_RE.match(names[i]) if module_n[i] else None
         comp_of_name[i] = len(comp_names)
         comp_names.append(m.group(1) if m else display[i])
-    op_names: list[str] = []
     op_of_name = np.full(len(names), -1, dtype=np.int64)
     op_ids: dict[str, int] = {}
     for i in np.unique(name[op]).tolist():  # distinct op names
         op_of_name[i] = op_ids.setdefault(display[i], len(op_ids))
-    op_names = list(op_ids)
-    comp = np.where(module | scope, comp_of_name[name], -1)
-    op_name = np.where(op, op_of_name[name], -1)
-    return _Contexts(rows, module, op, scope, phase, prio[rule_i], comp, op_name, comp_names, op_names)
+    return {"module": module, "op": op, "scope": scope, "phase": phase, "prio": prio[rule_i],
+            "comp": np.where(module | scope, comp_of_name[name], -1), "op_name": np.where(op, op_of_name[name], -1),
+            "comp_names": comp_names, "op_names": list(op_ids)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -727,7 +776,7 @@ def _map_runtime_calls(
     """
     autograd_threads: list[tuple[int, int]] = []
     op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
-    levels = sorted({r.priority for r in rules if r.phase is not None} | {AUTOGRAD_THREAD_RULE.priority}, reverse=True)
+    levels = _phase_levels(rules)
     start, end = table.start_ns, table.end_ns
     c_start, c_end = start[ctx.rows], end[ctx.rows]
     gap_mid = np.zeros(len(table), dtype=np.int64)
@@ -775,57 +824,52 @@ def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: i
     """(layer ids, op ids of the calls or None, phase codes, is autograd thread) of one thread's
     queries by one :func:`_sweep_fused` pass; the same answers as :func:`_layer_ids`,
     :func:`_op_ids` and :func:`_thread_phases` (a category's members keep the order the
-    thread's (start asc, end desc) sort gives them, which is their own sort)."""
+    thread's (start asc, end desc) sort gives them, which is their own sort). Contexts in no
+    category (Python frames, structural ranges) only decide whether a query is enclosed at all,
+    which the prefix maximum of ends answers; the sweep sees the others."""
     ctx = th.ctx
     enc = _Enclosers(th.cs, th.ce)
-    srt = th.c[enc.order]
-    module, scope, op, phase = ctx.module[srt], ctx.scope[srt], ctx.op[srt], ctx.phase[srt]
-    member = (module.astype(np.int64) << _CAT_MODULE) | (scope.astype(np.int64) << _CAT_SCOPE)
-    member |= (op.astype(np.int64) << _CAT_OP) | (np.int64(1) << _CAT_ALL) | ((phase == BACKWARD).astype(np.int64) << _CAT_BW)
-    asc = np.asarray(levels[::-1], dtype=np.int64)  # level index of each context's priority, -1 none
-    prio = ctx.prio[srt]
-    j = np.minimum(np.searchsorted(asc, prio), len(asc) - 1)
-    lv = np.where((asc[j] == prio) & (phase >= 0), len(asc) - 1 - j, -1)
-    member |= np.where(lv >= 0, np.int64(1) << (_CAT_LEVEL0 + lv), 0)
-    counts = [module.sum(), scope.sum(), op.sum(), len(srt), (phase == BACKWARD).sum()]
-    counts += np.bincount(lv + 1, minlength=len(levels) + 1)[1:].tolist()
+    enclosed = enc.any_enclosing(qs, qe)
+    member = ctx.member[th.c[enc.order]]
+    sel = np.flatnonzero(member)  # in (start asc, end desc) order
+    srt = th.c[enc.order[sel]]
+    member = member[sel]
     qo = np.argsort(qs, kind="stable")
-    k = np.searchsorted(enc.start, qs[qo], side="right").astype(np.int64)
-    offset = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    hits, lev_hit, lev, parent = jit.call(fn, np.ascontiguousarray(enc.end, np.int64), member, offset, _CAT_LEVEL0,
-                                          (1 << _CAT_MODULE) | (1 << _CAT_SCOPE), k, np.ascontiguousarray(qe[qo], np.int64),
-                                          qo.astype(np.int64))
+    k = np.searchsorted(enc.start[sel], qs[qo], side="right").astype(np.int64)
+    hits, lev_hit, lev, parent = jit.call(fn, np.ascontiguousarray(enc.end[sel], np.int64), member, _CAT_LEVEL0 + len(levels),
+                                          _CAT_LEVEL0, (1 << _CAT_MODULE) | (1 << _CAT_SCOPE), k,
+                                          np.ascontiguousarray(qe[qo], np.int64), qo.astype(np.int64))
     lay = np.full(len(qs), -1, dtype=np.int64)
-    for cat, mask in ((_CAT_MODULE, module), (_CAT_SCOPE, scope)):
-        if not mask.any():
+    for cat in (_CAT_MODULE, _CAT_SCOPE):
+        sub = np.flatnonzero((member >> cat) & 1)  # the category's members, in sorted order
+        if not len(sub):
             continue
-        pos = np.cumsum(mask) - 1  # index within the category
-        sub = np.flatnonzero(mask)
         par = parent[sub]
-        paths = _path_labels(np.where(par >= 0, pos[np.maximum(par, 0)], -1), ctx.comp[srt[sub]], ctx.comp_names, intern)
+        par = np.where(par >= 0, np.searchsorted(sub, par), -1)  # as indices into sub
+        paths = _path_labels(par, ctx.comp[srt[sub]], ctx.comp_names, intern)
         hit = hits[cat]
         take = (hit >= 0) & (lay < 0)
-        lay[take] = paths[pos[hit[take]]]
+        lay[take] = paths[np.searchsorted(sub, hit[take])]
     op_ids = None
-    if op.any():
+    if ((member >> _CAT_OP) & 1).any():
         hit = hits[_CAT_OP, :nq]
         ok = hit >= 0
         op_ids = np.full(nq, -1, dtype=np.int64)
         op_ids[ok] = op_label[ctx.op_name[srt[hit[ok]]]]
-    ph, is_autograd = _phases_from_hits(hits, lev_hit, lev, phase, nq, levels)
+    ph, is_autograd = _phases_from_hits(hits, lev_hit, lev, ctx.phase[srt], enclosed, nq, levels)
     return lay, op_ids, ph, is_autograd
 
 
-def _phases_from_hits(hits: np.ndarray, lev_hit: np.ndarray, lev: np.ndarray, phase: np.ndarray, nq: int,
-                      levels: list[int]) -> tuple[np.ndarray, bool]:
-    """:func:`_thread_phases` from the fused sweep's answers (``phase``: per sorted context)."""
-    enclosed = hits[_CAT_ALL] >= 0
+def _phases_from_hits(hits: np.ndarray, lev_hit: np.ndarray, lev: np.ndarray, phase: np.ndarray, enclosed: np.ndarray,
+                      nq: int, levels: list[int]) -> tuple[np.ndarray, bool]:
+    """:func:`_thread_phases` from the fused sweep's answers (``phase``: per context of the
+    sweep; ``enclosed``: some context of the thread encloses the query)."""
     is_autograd = False
     if (phase == BACKWARD).any() and enclosed[:nq].any():  # decided by the calls alone
         is_autograd = bool((hits[_CAT_BW, :nq] >= 0).sum() > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
     if is_autograd:
         enclosed[:] = True
-    ph = np.where(lev_hit >= 0, phase[lev_hit], -1)
+    ph = np.where(lev_hit >= 0, phase[np.minimum(lev_hit, len(phase) - 1)], -1) if len(phase) else np.full(len(lev_hit), -1)
     if is_autograd and AUTOGRAD_THREAD_RULE.priority in levels:  # below its level: the autograd rule
         ph[(lev < 0) | (lev > levels.index(AUTOGRAD_THREAD_RULE.priority))] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
     return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
