@@ -966,22 +966,16 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
     t0 = int(table.start_ns.min())
     pid, tid = table.pid[rt_rows].astype(np.int64), table.tid[rt_rows].astype(np.int64)
     s, e = table.start_ns[rt_rows].astype(np.int64), table.end_ns[rt_rows].astype(np.int64)
-    o = np.lexsort((rt_rows, s, tid, pid))
-    new = np.ones(n, dtype=bool)
-    new[1:] = (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])
-    seg = np.cumsum(new) - 1
-    # running max of ends per thread, exclusive, on ranks (int64 timestamps of any size are safe)
-    eo = e[o]
-    by_end = np.argsort(eo, kind="stable")
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_end] = np.arange(n)
-    span = n + 1
-    shifted = np.empty(n, dtype=np.int64)
-    shifted[0] = -1
-    shifted[1:] = rank[:-1]
-    shifted[new] = -1  # nothing earlier on the thread
-    acc = np.maximum.accumulate(shifted + 1 + seg * span) - seg * span - 1
-    prev_end = np.where(acc >= 0, eo[by_end[np.maximum(acc, 0)]], t0)
+    tk = _pair_keys(pid, tid)
+    if tk is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
+        o = np.argsort(tk[0], kind="stable")
+        new = np.ones(n, dtype=bool)
+        new[1:] = tk[0][o][1:] != tk[0][o][:-1]
+    else:
+        o = np.lexsort((rt_rows, s, tid, pid))
+        new = np.ones(n, dtype=bool)
+        new[1:] = (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])
+    prev_end = _prev_max_end(e[o], new, t0)
     so = s[o]
     lo = np.minimum(prev_end, so)
     mid = np.empty(n, dtype=np.int64)
@@ -989,10 +983,56 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
     return mid
 
 
+def _prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int) -> np.ndarray:
+    """Per item: the largest ``eo`` of the earlier items of its segment (segments start where
+    ``new``), ``t0`` for a segment's first item. Segment offsets on the values when they fit in
+    int64, else on ranks (int64 timestamps of any size are safe)."""
+    n = len(eo)
+    seg = np.cumsum(new) - 1
+    lo = int(eo.min())
+    span = int(eo.max()) - lo + 2
+    if (int(seg[-1]) + 2) * span < (1 << 62):
+        v, back = eo - np.int64(lo), None
+    else:
+        back = np.argsort(eo, kind="stable")
+        v = np.empty(n, dtype=np.int64)
+        v[back] = np.arange(n)
+        span = n + 1
+    shifted = np.empty(n, dtype=np.int64)
+    shifted[0] = -1
+    shifted[1:] = v[:-1]
+    shifted[new] = -1  # nothing earlier on the thread
+    acc = np.maximum.accumulate(shifted + 1 + seg * np.int64(span)) - seg * np.int64(span) - 1
+    if back is None:
+        return np.where(acc >= 0, acc + np.int64(lo), t0)
+    return np.where(acc >= 0, eo[back[np.maximum(acc, 0)]], t0)
+
+
+def _pair_keys(a: np.ndarray, b: np.ndarray, *more: np.ndarray) -> list[np.ndarray] | None:
+    """One int64 per (a, b) pair, ordered as the pairs are (a first), for ``(a, b)`` and each
+    further pair of arrays in ``more`` (a2, b2, ...) on one common scale; None when the packed
+    pairs would not fit in 62 bits."""
+    pairs = [(a, b)] + [(more[i], more[i + 1]) for i in range(0, len(more), 2)]
+    alls = [x for x in (a,) + more[0::2] if len(x)]
+    blls = [x for x in (b,) + more[1::2] if len(x)]
+    if not alls:
+        return [np.zeros(0, np.int64) for _ in pairs]
+    alo, ahi = min(int(x.min()) for x in alls), max(int(x.max()) for x in alls)
+    blo, bhi = min(int(x.min()) for x in blls), max(int(x.max()) for x in blls)
+    bb = (bhi - blo).bit_length()
+    if (ahi - alo).bit_length() + bb > 62:
+        return None
+    return [((x.astype(np.int64) - np.int64(alo)) << np.int64(bb)) | (y.astype(np.int64) - np.int64(blo)) for x, y in pairs]
+
+
 def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):
     """Yield ((pid, tid), query rows, context indices into c_rows) per thread with queries."""
     q_pid, q_tid = table.pid[q_rows].astype(np.int64), table.tid[q_rows].astype(np.int64)
     c_pid, c_tid = table.pid[c_rows].astype(np.int64), table.tid[c_rows].astype(np.int64)
+    keys = _pair_keys(q_pid, q_tid, c_pid, c_tid)
+    if keys is not None and len(q_rows) and bool(np.all(q_rows[1:] > q_rows[:-1])):
+        yield from _by_thread_key(q_rows, keys[0], keys[1], q_pid, q_tid)
+        return
     qo = np.lexsort((q_tid, q_pid))
     co = np.lexsort((c_tid, c_pid))
     qp, qt = q_pid[qo], q_tid[qo]
@@ -1012,6 +1052,23 @@ def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):
         if len(c):
             yield (pid, tid), q, c
 
+
+
+def _by_thread_key(q_rows: np.ndarray, qk: np.ndarray, ck: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray):
+    """:func:`_by_thread` on packed (pid, tid) keys (``q_rows`` ascending): a stable sort keeps
+    each thread's rows and contexts ascending, as the lexsort and np.sort there do."""
+    qo = np.argsort(qk, kind="stable")
+    co = np.argsort(ck, kind="stable")
+    qs, cs = qk[qo], ck[co]
+    new = np.ones(len(qo), dtype=bool)
+    new[1:] = qs[1:] != qs[:-1]
+    firsts = np.flatnonzero(new)
+    bounds = np.append(firsts, len(qo)).tolist()
+    for k, f in enumerate(firsts.tolist()):
+        key = qs[f]
+        c = co[np.searchsorted(cs, key, "left"):np.searchsorted(cs, key, "right")]
+        if len(c):
+            yield (int(q_pid[qo[f]]), int(q_tid[qo[f]])), q_rows[qo[bounds[k]:bounds[k + 1]]], c
 
 # ---------------------------------------------------------------------------------------------
 # summaries for the report

@@ -795,3 +795,40 @@ def test_fused_sweep_equals_numpy_path(ctxs, calls):
 def test_fused_sweep_equals_numpy_path_on_real_traces(rel):
     tb, _ = load(rel)
     _assert_same_mapping(map_events(tb, method="fused"), map_events(tb, method="numpy"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(-2**62, 2**62)), min_size=1, max_size=30), st.booleans())
+def test_prev_max_end_equals_brute_force(items, small):
+    """The largest earlier end of each segment, on value offsets (when they fit) or on ranks."""
+    from daydream.mapping import _prev_max_end
+
+    new = np.array([True] + [b for b, _ in items[1:]])
+    eo = np.array([v for _, v in items], dtype=np.int64)
+    if small:
+        eo = eo % 1000
+    want, best = [], None
+    for i in range(len(eo)):
+        if new[i]:
+            best = None
+        want.append(-7 if best is None else best)
+        best = int(eo[i]) if best is None else max(best, int(eo[i]))
+    assert _prev_max_end(eo, new, -7).tolist() == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30),
+       st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30))
+def test_pair_keys_keep_the_pair_order(p1, p2):
+    from daydream.mapping import _pair_keys
+
+    a, b = np.array([x for x, _ in p1], np.int64), np.array([y for _, y in p1], np.int64)
+    c, d = np.array([x for x, _ in p2], np.int64), np.array([y for _, y in p2], np.int64)
+    keys = _pair_keys(a, b, c, d)
+    pairs = p1 + p2
+    if keys is None:
+        return
+    k = np.concatenate(keys).tolist()
+    for i in range(len(pairs)):
+        for j in range(len(pairs)):
+            assert (k[i] < k[j]) == (pairs[i] < pairs[j]) and (k[i] == k[j]) == (pairs[i] == pairs[j])
