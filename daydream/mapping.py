@@ -397,29 +397,31 @@ def _sweep_innermost(end, k, qe):
 
 
 #: categories of the fused sweep (:func:`_sweep_fused`): bit i of a context's membership word
-_CAT_MODULE, _CAT_SCOPE, _CAT_OP, _CAT_ALL, _CAT_BW = range(5)
+_CAT_MODULE, _CAT_SCOPE, _CAT_OP, _CAT_BW = range(4)
 #: first category bit of the priority levels (one bit per level, highest priority first)
-_CAT_LEVEL0 = 5
+_CAT_LEVEL0 = 4
 
 
-def _sweep_fused(end, member, ncat, nflat, parent_cats, k, qe, qo):
-    """Every category's :func:`_sweep_innermost` in one pass (``k`` ascending).
+def _sweep_fused(start, end, member, ncat, nflat, parent_cats, qs, qe, qo):
+    """Every category's :func:`_sweep_innermost` in one pass, queries in ``qs`` order.
 
-    ``end``: contexts in (start asc, end desc) order; ``member[i]``: bit c set when context i
-    belongs to category c (< ``ncat``); categories ``0 .. nflat-1`` are answered each, the later
-    ones are priority levels (highest first) of which only the first with a hit is. Query t is
-    the ``qo[t]``-th query of the caller. Returns ``hits`` (nflat, q): per category and query
-    ``qo[t]`` the largest member j < k[t] with end[j] >= qe[t] (-1 none), ``lev_hit``/``lev``
-    (q,): that member and its level index for the first level with one (-1 none), and
-    ``parent`` (n,): for contexts in a category of the bit mask ``parent_cats`` (at most one per
-    context), the largest earlier member of that category with end >= its end (-1 none;
-    :meth:`_Enclosers.parents` of the category's subset, as indices into all contexts). One
-    stack per category, as in :func:`_sweep_innermost`; a stack is searched from its top by
-    doubling steps, then bisection (the answer is usually near the top).
+    ``start``/``end``: a thread's contexts in (start asc, end desc) order; ``member[i]``: bit c
+    set when context i belongs to category c (< ``ncat``; 0: in none); categories
+    ``0 .. nflat-1`` are answered each, the later ones are priority levels (highest first) of
+    which only the first with a hit is. Query t (``qs`` ascending) is the ``qo[t]``-th query of
+    the caller. With k[t] the number of contexts starting at or before qs[t], returns ``hits``
+    (nflat, q): per category and query ``qo[t]`` the largest member j < k[t] with
+    end[j] >= qe[t] (-1 none); ``lev_hit``/``lev`` (q,): that member and its level index for
+    the first level with one (-1 none); ``enclosed`` (q,): some context j < k[t] (member or not)
+    ends at or after qe[t]; ``parent`` (n,): for contexts in a category of the bit mask
+    ``parent_cats`` (at most one per context), the largest earlier member of that category with
+    end >= its end (-1 none; :meth:`_Enclosers.parents` of the category's subset, as indices
+    into all contexts). One stack per category, as in :func:`_sweep_innermost`; a stack is
+    searched from its top by doubling steps, then bisection (the answer is usually near the top).
     O((n + q) * ncat + q * ncat * log n).
     """
     n = len(end)
-    q = len(k)
+    q = len(qs)
     offset = np.zeros(ncat + 1, np.int64)  # each category's part of one stack array
     for i in range(n):
         m = member[i]
@@ -434,12 +436,15 @@ def _sweep_fused(end, member, ncat, nflat, parent_cats, k, qe, qo):
     hits = np.empty((nflat, q), np.int64)
     lev_hit = np.full(q, -1, np.int64)
     lev = np.full(q, -1, np.int64)
+    enclosed = np.zeros(q, np.bool_)
     parent = np.full(n, -1, np.int64)
     i = 0
+    run_max = 0  # largest end pushed so far (meaningful once i > 0)
     for t in range(q + 1):
-        kk = k[t] if t < q else n  # after the last query: push the rest (their parents)
-        while i < kk:
+        while i < n and (t == q or start[i] <= qs[t]):  # after the last query: the rest (their parents)
             e = end[i]
+            if i == 0 or e > run_max:
+                run_max = e
             m = member[i]
             for c in range(ncat):
                 if (m >> c) == 0:
@@ -459,6 +464,7 @@ def _sweep_fused(end, member, ncat, nflat, parent_cats, k, qe, qo):
             break
         x = qe[t]
         r = qo[t]
+        enclosed[r] = i > 0 and run_max >= x
         for c in range(nflat):
             j = _stack_search_c(end, stack, offset[c], top[c], x)
             hits[c, r] = stack[offset[c] + j] if j >= 0 else -1
@@ -468,7 +474,7 @@ def _sweep_fused(end, member, ncat, nflat, parent_cats, k, qe, qo):
                 lev_hit[r] = stack[offset[c] + j]
                 lev[r] = c - nflat
                 break
-    return hits, lev_hit, lev, parent
+    return hits, lev_hit, lev, enclosed, parent
 
 
 def _stack_search(end, stack, base, top, x):
@@ -555,7 +561,7 @@ class _Contexts:
     comp_names: list[str]
     op_names: list[str]
     #: int64: the categories of the fused sweep it belongs to (bits _CAT_MODULE, _SCOPE, _OP,
-    #: _BW and _CAT_LEVEL0 + its priority level; not _CAT_ALL), see :func:`_member_bits`
+    #: _BW and _CAT_LEVEL0 + its priority level), see :func:`_member_bits`
     member: np.ndarray | None = None
 
 
@@ -824,21 +830,16 @@ def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: i
     """(layer ids, op ids of the calls or None, phase codes, is autograd thread) of one thread's
     queries by one :func:`_sweep_fused` pass; the same answers as :func:`_layer_ids`,
     :func:`_op_ids` and :func:`_thread_phases` (a category's members keep the order the
-    thread's (start asc, end desc) sort gives them, which is their own sort). Contexts in no
-    category (Python frames, structural ranges) only decide whether a query is enclosed at all,
-    which the prefix maximum of ends answers; the sweep sees the others."""
+    thread's (start asc, end desc) sort gives them, which is their own sort)."""
     ctx = th.ctx
     enc = _Enclosers(th.cs, th.ce)
-    enclosed = enc.any_enclosing(qs, qe)
-    member = ctx.member[th.c[enc.order]]
-    sel = np.flatnonzero(member)  # in (start asc, end desc) order
-    srt = th.c[enc.order[sel]]
-    member = member[sel]
+    srt = th.c[enc.order]
+    member = ctx.member[srt]
     qo = np.argsort(qs, kind="stable")
-    k = np.searchsorted(enc.start[sel], qs[qo], side="right").astype(np.int64)
-    hits, lev_hit, lev, parent = jit.call(fn, np.ascontiguousarray(enc.end[sel], np.int64), member, _CAT_LEVEL0 + len(levels),
-                                          _CAT_LEVEL0, (1 << _CAT_MODULE) | (1 << _CAT_SCOPE), k,
-                                          np.ascontiguousarray(qe[qo], np.int64), qo.astype(np.int64))
+    hits, lev_hit, lev, enclosed, parent = jit.call(
+        fn, np.ascontiguousarray(enc.start, np.int64), np.ascontiguousarray(enc.end, np.int64), member, _CAT_LEVEL0 + len(levels),
+        _CAT_LEVEL0, (1 << _CAT_MODULE) | (1 << _CAT_SCOPE), np.ascontiguousarray(qs[qo], np.int64),
+        np.ascontiguousarray(qe[qo], np.int64), qo.astype(np.int64))
     lay = np.full(len(qs), -1, dtype=np.int64)
     for cat in (_CAT_MODULE, _CAT_SCOPE):
         sub = np.flatnonzero((member >> cat) & 1)  # the category's members, in sorted order
@@ -851,8 +852,8 @@ def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: i
         take = (hit >= 0) & (lay < 0)
         lay[take] = paths[np.searchsorted(sub, hit[take])]
     op_ids = None
-    if ((member >> _CAT_OP) & 1).any():
-        hit = hits[_CAT_OP, :nq]
+    hit = hits[_CAT_OP, :nq]
+    if ctx.op[th.c].any():
         ok = hit >= 0
         op_ids = np.full(nq, -1, dtype=np.int64)
         op_ids[ok] = op_label[ctx.op_name[srt[hit[ok]]]]
