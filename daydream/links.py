@@ -52,7 +52,11 @@ def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, on
     g_pid = pids_of(table, gpu_rows, only_process(table, rt_rows) if only is None else only)
     g_corr = table.correlation[gpu_rows].astype(np.int64)
     rk = _corr_key(rt_pid, rt_corr)
-    o = np.lexsort((table.start_ns[rt_rows], rk))
+    rs = table.start_ns[rt_rows]
+    if len(rs) < 2 or bool(np.all(rs[1:] >= rs[:-1])):  # calls in start order: ties in start stay in call order
+        o = np.argsort(rk, kind="stable")
+    else:
+        o = np.lexsort((rs, rk))
     o = o[rt_corr[o] >= 0]
     rk_sorted = rk[o]
     dup = np.zeros(len(rt_rows), bool)

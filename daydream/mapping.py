@@ -967,7 +967,7 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
     t0 = int(table.start_ns.min())
     pid, tid = table.pid[rt_rows].astype(np.int64), table.tid[rt_rows].astype(np.int64)
     s, e = table.start_ns[rt_rows].astype(np.int64), table.end_ns[rt_rows].astype(np.int64)
-    tk = _pair_keys(pid, tid)
+    tk = pair_keys(pid, tid)
     if tk is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
         o = np.argsort(tk[0], kind="stable")
         new = np.ones(n, dtype=bool)
@@ -1009,7 +1009,7 @@ def _prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int) -> np.ndarray:
     return np.where(acc >= 0, eo[back[np.maximum(acc, 0)]], t0)
 
 
-def _pair_keys(a: np.ndarray, b: np.ndarray, *more: np.ndarray) -> list[np.ndarray] | None:
+def pair_keys(a: np.ndarray, b: np.ndarray, *more: np.ndarray) -> list[np.ndarray] | None:
     """One int64 per (a, b) pair, ordered as the pairs are (a first), for ``(a, b)`` and each
     further pair of arrays in ``more`` (a2, b2, ...) on one common scale; None when the packed
     pairs would not fit in 62 bits."""
@@ -1030,7 +1030,7 @@ def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):
     """Yield ((pid, tid), query rows, context indices into c_rows) per thread with queries."""
     q_pid, q_tid = table.pid[q_rows].astype(np.int64), table.tid[q_rows].astype(np.int64)
     c_pid, c_tid = table.pid[c_rows].astype(np.int64), table.tid[c_rows].astype(np.int64)
-    keys = _pair_keys(q_pid, q_tid, c_pid, c_tid)
+    keys = pair_keys(q_pid, q_tid, c_pid, c_tid)
     if keys is not None and len(q_rows) and bool(np.all(q_rows[1:] > q_rows[:-1])):
         yield from _by_thread_key(q_rows, keys[0], keys[1], q_pid, q_tid)
         return

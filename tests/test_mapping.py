@@ -820,11 +820,11 @@ def test_prev_max_end_equals_brute_force(items, small):
 @given(st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30),
        st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30))
 def test_pair_keys_keep_the_pair_order(p1, p2):
-    from daydream.mapping import _pair_keys
+    from daydream.mapping import pair_keys
 
     a, b = np.array([x for x, _ in p1], np.int64), np.array([y for _, y in p1], np.int64)
     c, d = np.array([x for x, _ in p2], np.int64), np.array([y for _, y in p2], np.int64)
-    keys = _pair_keys(a, b, c, d)
+    keys = pair_keys(a, b, c, d)
     pairs = p1 + p2
     if keys is None:
         return

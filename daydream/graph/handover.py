@@ -64,7 +64,11 @@ def _inside(starts, ends, lo, hi) -> np.ndarray:
 def _by_thread(rows: np.ndarray, table: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """``rows`` sorted by (pid, tid, start), and their packed (pid, tid) keys in that order."""
     key = _key(table.pid[rows], table.tid[rows])
-    o = np.lexsort((table.start_ns[rows], key))
+    st = table.start_ns[rows]
+    if len(st) < 2 or bool(np.all(st[1:] >= st[:-1])):  # rows in start order: a stable sort by key suffices
+        o = np.argsort(key, kind="stable")
+    else:
+        o = np.lexsort((st, key))
     return rows[o], key[o]
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
+from ..mapping import pair_keys
 from ._arrays import count, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
@@ -39,7 +40,9 @@ def cpu_tasks(table: EventTable, counts: dict[str, int]) -> CpuTasks:
     start, end = table.start_ns, table.end_ns
     rt_rows = np.nonzero(table.kind == Kind.RUNTIME)[0]
     rt_pid, rt_tid = table.pid[rt_rows], table.tid[rt_rows]
-    o = np.lexsort((rt_rows, rt_tid, rt_pid))  # rows are already start-sorted within a thread
+    tk = pair_keys(rt_pid, rt_tid)
+    # by (pid, tid, row); rows are already start-sorted within a thread
+    o = np.argsort(tk[0], kind="stable") if tk is not None else np.lexsort((rt_rows, rt_tid, rt_pid))
     rt_rows = rt_rows[o]
     rt_pid, rt_tid = rt_pid[o], rt_tid[o]
     rs, re_ = start[rt_rows], end[rt_rows]
