@@ -28,7 +28,7 @@ def only_process(table: EventTable, rt_rows: np.ndarray) -> int:
 def pids_of(table: EventTable, rows: np.ndarray, only: int) -> np.ndarray:
     """Process id of each row (int64); rows without one (-1), such as GPU activity or sync
     records of some exports, take ``only`` (:func:`only_process`) when it is known."""
-    pid = table.pid[rows].astype(np.int64)
+    pid = table.pid[rows].astype(np.int64, copy=False)
     if only >= 0:
         pid[pid < 0] = only
     return pid
@@ -47,10 +47,10 @@ def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, on
     out = np.full(len(gpu_rows), -1, dtype=np.int64)
     if len(gpu_rows) == 0 or len(rt_rows) == 0:
         return out, np.zeros(len(rt_rows), bool)
-    rt_pid = table.pid[rt_rows].astype(np.int64)
-    rt_corr = table.correlation[rt_rows].astype(np.int64)
+    rt_pid = table.pid[rt_rows].astype(np.int64, copy=False)
+    rt_corr = table.correlation[rt_rows].astype(np.int64, copy=False)
     g_pid = pids_of(table, gpu_rows, only_process(table, rt_rows) if only is None else only)
-    g_corr = table.correlation[gpu_rows].astype(np.int64)
+    g_corr = table.correlation[gpu_rows].astype(np.int64, copy=False)
     rk = _corr_key(rt_pid, rt_corr)
     rs = table.start_ns[rt_rows]
     if len(rs) < 2 or bool(np.all(rs[1:] >= rs[:-1])):  # calls in start order: ties in start stay in call order

@@ -530,7 +530,7 @@ def _path_labels(parent: np.ndarray, comp: np.ndarray, comp_names: list[str], in
     for d in range(int(depth.max()) + 1):
         idx = np.flatnonzero(depth == d)
         pp = path[parent[idx]] if d else np.full(len(idx), _NO_LABEL, dtype=np.int64)
-        ci = comp[idx].astype(np.int64)
+        ci = comp[idx].astype(np.int64, copy=False)
         span = int(ci.max()) + 1 if len(ci) else 1
         packed, inv = np.unique((pp + 1) * span + ci, return_inverse=True)  # (parent path, component) pairs, in order
         uniq = np.stack([packed // span - 1, packed % span], axis=1)
@@ -624,7 +624,7 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     names = table.names
     rows = np.flatnonzero(((kind == Kind.RANGE) & (table.device < 0)) | (kind == Kind.CPU_OP))
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
-    key = table.name_id[rows].astype(np.int64) * 4 + (kind[rows] == Kind.CPU_OP) * 2
+    key = table.name_id[rows].astype(np.int64, copy=False) * 4 + (kind[rows] == Kind.CPU_OP) * 2
     if py_id:
         key += np.isin(table.cat_id[rows], py_id)
     present = np.flatnonzero(np.bincount(key, minlength=4 * len(names)))  # sorted distinct keys
@@ -965,8 +965,8 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     t0 = int(table.start_ns.min())
-    pid, tid = table.pid[rt_rows].astype(np.int64), table.tid[rt_rows].astype(np.int64)
-    s, e = table.start_ns[rt_rows].astype(np.int64), table.end_ns[rt_rows].astype(np.int64)
+    pid, tid = table.pid[rt_rows].astype(np.int64, copy=False), table.tid[rt_rows].astype(np.int64, copy=False)
+    s, e = table.start_ns[rt_rows].astype(np.int64, copy=False), table.end_ns[rt_rows].astype(np.int64, copy=False)
     tk = pair_keys(pid, tid)
     if tk is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
         o = np.argsort(tk[0], kind="stable")
@@ -1028,8 +1028,8 @@ def pair_keys(a: np.ndarray, b: np.ndarray, *more: np.ndarray) -> list[np.ndarra
 
 def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):
     """Yield ((pid, tid), query rows, context indices into c_rows) per thread with queries."""
-    q_pid, q_tid = table.pid[q_rows].astype(np.int64), table.tid[q_rows].astype(np.int64)
-    c_pid, c_tid = table.pid[c_rows].astype(np.int64), table.tid[c_rows].astype(np.int64)
+    q_pid, q_tid = table.pid[q_rows].astype(np.int64, copy=False), table.tid[q_rows].astype(np.int64, copy=False)
+    c_pid, c_tid = table.pid[c_rows].astype(np.int64, copy=False), table.tid[c_rows].astype(np.int64, copy=False)
     keys = pair_keys(q_pid, q_tid, c_pid, c_tid)
     if keys is not None and len(q_rows) and bool(np.all(q_rows[1:] > q_rows[:-1])):
         yield from _by_thread_key(q_rows, keys[0], keys[1], q_pid, q_tid)
@@ -1089,7 +1089,7 @@ def phase_breakdown(mapping: Mapping, table: EventTable, rows, durations_ns) -> 
     if d.shape != rows.shape:
         raise ValueError("rows and durations_ns differ in length")
     tot = np.zeros(len(PHASES), dtype=np.int64)
-    np.add.at(tot, mapping.phase[rows].astype(np.int64), d)  # exact int64 sums
+    np.add.at(tot, mapping.phase[rows].astype(np.int64, copy=False), d)  # exact int64 sums
     return {p: int(tot[i]) for i, p in enumerate(PHASES)}
 
 

@@ -170,4 +170,4 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
     n = len(ci)
     count(counts, UNLINKED, len(w) - n, missing=True)  # one wait per inferred edge is no longer without an edge
     count(counts, INFERRED, n)
-    return pr.astype(np.int64), c[ci].astype(np.int64)
+    return pr.astype(np.int64), c[ci].astype(np.int64, copy=False)

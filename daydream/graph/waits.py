@@ -58,7 +58,7 @@ def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only
     r = np.maximum(sr, 0)
 
     def col(a):
-        return np.where(has, a[r].astype(np.int64), -1)
+        return np.where(has, a[r].astype(np.int64, copy=False), -1)
 
     return SyncInfo(col(table.stream), col(table.device), col(table.link_stream), col(table.link_correlation), has)
 
@@ -246,7 +246,7 @@ def blocking_copy_waits(c: Copies, n_cpu: int) -> tuple[np.ndarray, np.ndarray]:
     """Copies whose call waits for the copy to end: a ``cudaMemcpy`` except device-to-device and
     from pageable memory (``hipMemcpy*`` always), and an async device-to-pageable copy."""
     b = (c.sync & ~c.pageable_h2d & ~c.d2d) | c.pageable_d2h
-    return n_cpu + np.nonzero(b)[0].astype(np.int64), c.launch[b]
+    return n_cpu + np.nonzero(b)[0].astype(np.int64, copy=False), c.launch[b]
 
 
 def pageable_copy_edges(c: Copies, lanes: Lanes, n_cpu: int, rec_end, counts) -> tuple[np.ndarray, np.ndarray]:
