@@ -581,37 +581,43 @@ def _member_bits(module, scope, op, phase, prio, levels: list[int]) -> np.ndarra
 
 
 def _classify_names(names: list[str], used: np.ndarray, rules: Sequence[PhaseRule]):
-    """Per-name facts (arrays over name ids; only ``used`` ids are filled)."""
+    """Per-name facts (arrays over name ids; only ``used`` ids are filled). Whatever depends on
+    the display name alone is worked out once per distinct one (emit_nvtx names are unique per
+    call, their display names are not)."""
     n = len(names)
     display = list(names)
-    module = np.zeros(n, dtype=bool)
-    nvtx_op = np.zeros(n, dtype=bool)
-    has_hash = np.zeros(n, dtype=bool)
-    rule = np.full(n, -1, dtype=np.int64)
-    op_rule = np.full(n, -1, dtype=np.int64)
+    ids = np.flatnonzero(used)
     compiled = [(re.compile(r.pattern), r.ops_only) for r in rules]
-    cache: dict[str, tuple[int, int]] = {}  # emit_nvtx names are unique per op: match each base once
-    for i in np.flatnonzero(used).tolist():  # one iteration per distinct context name
+    cache: dict[tuple[str, bool], tuple[bool, int, int]] = {}
+    facts = []
+    for i in ids.tolist():  # one iteration per distinct context name
         s = names[i]
         m = _NVTX_SUFFIX_RE.match(s) if ", " in s else None
         base = m.group(1) if m else s
         display[i] = base
-        module[i] = s.startswith("nn.Module: ")
-        nvtx_op[i] = bool(_IDENT_RE.match(base)) if m else bool(_NAMESPACED_RE.match(s))
-        has_hash[i] = "#" in s
-        hit = cache.get(base)
+        hit = cache.get((base, m is not None))
         if hit is None:
-            r_any = r_op = -1
-            for j, (rx, ops_only) in enumerate(compiled):
-                if rx.search(base, 0, NAME_PREFIX):  # bounded cost per name
-                    if r_op < 0:
-                        r_op = j
-                    if not ops_only:
-                        r_any = j
-                        break
-            hit = cache[base] = (r_any, r_op)
-        rule[i], op_rule[i] = hit
+            hit = cache[(base, m is not None)] = (bool(_IDENT_RE.match(base)) if m else bool(_NAMESPACED_RE.match(s)),
+                                                  *_first_rules(compiled, base))
+        facts.append((s.startswith("nn.Module: "), "#" in s) + hit)
+    f = np.array(facts, dtype=np.int64).reshape(-1, 5)
+    module, has_hash, nvtx_op = (np.zeros(n, dtype=bool) for _ in range(3))
+    rule, op_rule = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    module[ids], has_hash[ids], nvtx_op[ids], rule[ids], op_rule[ids] = f[:, 0] != 0, f[:, 1] != 0, f[:, 2] != 0, f[:, 3], f[:, 4]
     return display, module, nvtx_op, has_hash, rule, op_rule
+
+
+def _first_rules(compiled: list, base: str) -> tuple[int, int]:
+    """(first rule any context of this display name takes, first rule an op takes), -1 none."""
+    r_any = r_op = -1
+    for j, (rx, ops_only) in enumerate(compiled):
+        if rx.search(base, 0, NAME_PREFIX):  # bounded cost per name
+            if r_op < 0:
+                r_op = j
+            if not ops_only:
+                r_any = j
+                break
+    return r_any, r_op
 
 
 def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contexts:
