@@ -137,4 +137,6 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
         staging_latency_ns=S,
     )
+    if keep.all():  # every lane and launch edge as built: seed the graph's views of them (same arrays)
+        graph.__dict__["lane_prev"], graph.__dict__["launch"] = lanes.lane_prev, launch
     return graph.known_valid()
