@@ -214,9 +214,12 @@ class Mapping:
         nodes without one (unmapped, no layer, no op)."""
         rows = np.asarray(rows, dtype=np.int64)
         ok = rows >= 0
-        r = rows[ok]
+        every = bool(ok.all())  # a built graph: every node has a row
+        r = rows if every else rows[ok]
 
         def pick(a: np.ndarray, missing: int, dtype) -> np.ndarray:
+            if every:
+                return a[r].astype(dtype, copy=False)
             out = np.full(len(rows), missing, dtype=dtype)
             out[ok] = a[r]
             return out

@@ -55,10 +55,13 @@ def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only
     c_corr = table.correlation[cpu_rows]
     sr = lookup_sorted(sk[so], so, sy_rows, corr_key(cpu_pid, c_corr), c_corr >= 0)
     has = sr >= 0
-    r = np.maximum(sr, 0)
+    at = np.flatnonzero(has)
+    r = sr[at]
 
-    def col(a):
-        return np.where(has, a[r].astype(np.int64, copy=False), -1)
+    def col(a):  # gathered at the calls with a record only (they are few)
+        out = np.full(len(sr), -1, dtype=np.int64)
+        out[at] = a[r]
+        return out
 
     return SyncInfo(col(table.stream), col(table.device), col(table.link_stream), col(table.link_correlation), has)
 
@@ -231,9 +234,12 @@ def copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) ->
     ok = g_l >= 0
     rl = np.zeros(len(g_l), dtype=np.uint8)
     rl[ok] = role[g_l[ok]]
-    names_hip = np.array([is_hip(s) for s in table.names] or [False], dtype=bool)
+    call_name = table.name_id[nodes.row[g_l[ok]]]
+    used = np.unique(call_name).tolist()  # the launching calls' distinct names, each tested once
+    names_hip = np.zeros(max(len(table.names), 1), dtype=bool)
+    names_hip[used] = [is_hip(table.names[i]) for i in used]
     hip = np.zeros(len(g_l), dtype=bool)
-    hip[ok] = names_hip[table.name_id[nodes.row[g_l[ok]]]]
+    hip[ok] = names_hip[call_name]
     copy = ok & (table.kind[gpu_rows] == Kind.MEMCPY)
     ck = table.copy_kind[gpu_rows]
     pageable_h2d = copy & ~hip & (ck == CopyKind.HTOD) & (table.src_kind[gpu_rows] == MemKind.PAGEABLE)
