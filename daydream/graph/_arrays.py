@@ -30,14 +30,21 @@ def corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     return (pid.astype(np.int64) << np.int64(40)) ^ (corr.astype(np.int64) & np.int64((1 << 40) - 1))
 
 
-def search_pairs(keys, pos, tie, q_keys, q_pos, q_tie, side: str) -> np.ndarray:
-    """``np.searchsorted`` on (key, pos, tie) triples: items must be sorted by (key, pos, tie)."""
-    dt = [("k", np.int64), ("p", np.int64), ("t", np.int64)]
-    rec = np.empty(len(keys), dtype=dt)
+def triples(keys, pos, tie) -> np.ndarray:
+    """(key, pos, tie) int64 triples as one structured array (compared field by field)."""
+    rec = np.empty(len(keys), dtype=_TRIPLE)
     rec["k"], rec["p"], rec["t"] = keys, pos, tie
-    q = np.empty(len(q_keys), dtype=dt)
-    q["k"], q["p"], q["t"] = q_keys, q_pos, q_tie
-    return np.searchsorted(rec, q, side=side)
+    return rec
+
+
+_TRIPLE = np.dtype([("k", np.int64), ("p", np.int64), ("t", np.int64)])
+
+
+def search_pairs(keys, pos, tie, q_keys, q_pos, q_tie, side: str, rec: np.ndarray | None = None) -> np.ndarray:
+    """``np.searchsorted`` on (key, pos, tie) triples: items must be sorted by (key, pos, tie).
+    ``rec``: :func:`triples` of the items when the caller keeps it (searched many times)."""
+    rec = triples(keys, pos, tie) if rec is None else rec
+    return np.searchsorted(rec, triples(q_keys, q_pos, q_tie), side=side)
 
 
 def trimmed_mean(x: np.ndarray, trim: float) -> int:

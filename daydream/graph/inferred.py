@@ -77,7 +77,8 @@ def _consumers(ix: WaitIndex, si: SyncInfo, w: np.ndarray) -> np.ndarray:
     """Rule 1: the consumer GPU task of each wait call ``w`` (-1 none)."""
     lane = ix.find_lane(ix.c_pid[w], si.device[w], si.stream[w])
     unknown = si.stream[w] < 0
-    lane[unknown] = ix.ffill_thread(ix.launched_lane, backwards=True)[w[unknown]]
+    if unknown.any():
+        lane[unknown] = ix.ffill_thread(ix.launched_lane, backwards=True)[w[unknown]]
     return ix.first_after(lane, ix.c_start[w], ix.c_corr[w])
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, is_hip, roles_of_names
 from ..events import CopyKind, EventTable, Kind, MemKind
 from ..links import pids_of
-from ._arrays import corr_key, count, lookup_sorted, search_pairs, segmented_ffill_exclusive
+from ._arrays import corr_key, count, lookup_sorted, search_pairs, segmented_ffill_exclusive, triples
 from .tasks import Lanes, Nodes
 
 _NONE = np.zeros(0, np.int64)
@@ -76,6 +76,7 @@ class WaitIndex:
         self.g_lane = lanes.lane[self.g_nodes]
         self.g_pos = position[self.g_nodes]
         self.g_corr = lanes.launch_corr[self.g_nodes]
+        self._triples: np.ndarray | None = None
         self.lane_keys = lanes.keys
         self.lane_is_gpu = lanes.is_gpu
         n_cpu = nodes.n_cpu
@@ -122,7 +123,9 @@ class WaitIndex:
         ok = lanes_q >= 0
         if not ok.any() or not len(self.g_lane):
             return res
-        k = search_pairs(self.g_lane, self.g_pos, self.g_corr, lanes_q[ok], t_q[ok], c_q[ok], side)
+        if self._triples is None:  # built once, searched by every wait stage
+            self._triples = triples(self.g_lane, self.g_pos, self.g_corr)
+        k = search_pairs(self.g_lane, self.g_pos, self.g_corr, lanes_q[ok], t_q[ok], c_q[ok], side, self._triples)
         if side == "left":
             k = k - 1
             found = k >= 0
