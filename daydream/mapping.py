@@ -985,7 +985,7 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
         o = np.lexsort((rt_rows, s, tid, pid))
         new = np.ones(n, dtype=bool)
         new[1:] = (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])
-    prev_end = _prev_max_end(e[o], new, t0)
+    prev_end = prev_max_end(e[o], new, t0)
     so = s[o]
     lo = np.minimum(prev_end, so)
     mid = np.empty(n, dtype=np.int64)
@@ -993,7 +993,7 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
     return mid
 
 
-def _prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int) -> np.ndarray:
+def prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int) -> np.ndarray:
     """Per item: the largest ``eo`` of the earlier items of its segment (segments start where
     ``new``), ``t0`` for a segment's first item. Segment offsets on the values when they fit in
     int64, else on ranks (int64 timestamps of any size are safe)."""

@@ -801,7 +801,7 @@ def test_fused_sweep_equals_numpy_path_on_real_traces(rel):
 @given(st.lists(st.tuples(st.booleans(), st.integers(-2**62, 2**62)), min_size=1, max_size=30), st.booleans())
 def test_prev_max_end_equals_brute_force(items, small):
     """The largest earlier end of each segment, on value offsets (when they fit) or on ranks."""
-    from daydream.mapping import _prev_max_end
+    from daydream.mapping import prev_max_end
 
     new = np.array([True] + [b for b, _ in items[1:]])
     eo = np.array([v for _, v in items], dtype=np.int64)
@@ -813,7 +813,7 @@ def test_prev_max_end_equals_brute_force(items, small):
             best = None
         want.append(-7 if best is None else best)
         best = int(eo[i]) if best is None else max(best, int(eo[i]))
-    assert _prev_max_end(eo, new, -7).tolist() == want
+    assert prev_max_end(eo, new, -7).tolist() == want
 
 
 @settings(max_examples=200, deadline=None)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
-from ..mapping import pair_keys
+from ..mapping import pair_keys, prev_max_end
 from ._arrays import count, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
@@ -50,11 +50,7 @@ def cpu_tasks(table: EventTable, counts: dict[str, int]) -> CpuTasks:
     new_thread[1:] = (rt_pid[1:] != rt_pid[:-1]) | (rt_tid[1:] != rt_tid[:-1])
     prev_end = np.full(len(rt_rows), np.iinfo(np.int64).min, dtype=np.int64)
     if len(rt_rows):  # running max of the previous calls' ends within each thread
-        shifted = np.empty_like(re_)
-        shifted[0] = np.iinfo(np.int64).min
-        shifted[1:] = re_[:-1]
-        shifted[new_thread] = np.iinfo(np.int64).min
-        prev_end = segmented_cummax(shifted, new_thread)
+        prev_end = prev_max_end(re_, new_thread, np.iinfo(np.int64).min)
     nested = (rs < prev_end) & (re_ <= prev_end)
     overlapping = (rs < prev_end) & (re_ > prev_end)
     count(counts, "API call nested inside another call on its thread (folded into the outer call)", nested.sum())
