@@ -117,7 +117,7 @@ def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarra
     if not nl.any():
         return position
     g = np.nonzero(is_gpu)[0]
-    o = g[np.lexsort((rec_start[g], lane[g]))]  # each stream in recorded execution order
+    o = g[np.lexsort((rec_start[g], small_ints(lane[g], int(lane.max()) + 1)))]  # each stream in recorded execution order
     big = np.iinfo(np.int64).max
     val = np.where(launch[o] >= 0, position[o], big)
     # suffix minimum within each lane, exclusive of the task itself
@@ -153,7 +153,7 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     position = unlaunched_positions(lane, is_gpu == 1, launch, position, rec_start)
     has_launch = launch >= 0
     launch_corr = np.where(has_launch, launch_corr_of_call[np.maximum(launch, 0)], -1)
-    order = np.lexsort((row, rec_start, launch_corr, is_gpu, position))
+    order = np.lexsort((row, rec_start, launch_corr, is_gpu.astype(np.int8), position))  # int8: a radix pass
     by_lane = order[np.argsort(small_ints(lane[order], len(uniq)), kind="stable")]
     lane_prev = np.full(n, -1, dtype=np.int64)
     if n:
