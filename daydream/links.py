@@ -18,14 +18,17 @@ def _corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
 
 def only_process(table: EventTable, rt_rows: np.ndarray) -> int:
     """The process that makes API calls (``rt_rows``) when there is exactly one, else -1."""
-    pids = np.unique(table.pid[rt_rows])
-    return int(pids[0]) if len(pids) == 1 else -1
+    if len(rt_rows) == 0:
+        return -1
+    pids = table.pid[rt_rows]
+    lo = pids.min()
+    return int(lo) if lo == pids.max() else -1
 
 
 def pids_of(table: EventTable, rows: np.ndarray, only: int) -> np.ndarray:
     """Process id of each row (int64); rows without one (-1), such as GPU activity or sync
     records of some exports, take ``only`` (:func:`only_process`) when it is known."""
-    pid = table.pid[rows].astype(np.int64)
+    pid = table.pid[rows].astype(np.int64, copy=False)
     if only >= 0:
         pid[pid < 0] = only
     return pid
@@ -44,12 +47,16 @@ def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, on
     out = np.full(len(gpu_rows), -1, dtype=np.int64)
     if len(gpu_rows) == 0 or len(rt_rows) == 0:
         return out, np.zeros(len(rt_rows), bool)
-    rt_pid = table.pid[rt_rows].astype(np.int64)
-    rt_corr = table.correlation[rt_rows].astype(np.int64)
+    rt_pid = table.pid[rt_rows].astype(np.int64, copy=False)
+    rt_corr = table.correlation[rt_rows].astype(np.int64, copy=False)
     g_pid = pids_of(table, gpu_rows, only_process(table, rt_rows) if only is None else only)
-    g_corr = table.correlation[gpu_rows].astype(np.int64)
+    g_corr = table.correlation[gpu_rows].astype(np.int64, copy=False)
     rk = _corr_key(rt_pid, rt_corr)
-    o = np.lexsort((table.start_ns[rt_rows], rk))
+    rs = table.start_ns[rt_rows]
+    if len(rs) < 2 or bool(np.all(rs[1:] >= rs[:-1])):  # calls in start order: ties in start stay in call order
+        o = np.argsort(rk, kind="stable")
+    else:
+        o = np.lexsort((rs, rk))
     o = o[rt_corr[o] >= 0]
     rk_sorted = rk[o]
     dup = np.zeros(len(rt_rows), bool)

@@ -227,9 +227,12 @@ class Mapping:
         nodes without one (unmapped, no layer, no op)."""
         rows = np.asarray(rows, dtype=np.int64)
         ok = rows >= 0
-        r = rows[ok]
+        every = bool(ok.all())  # a built graph: every node has a row
+        r = rows if every else rows[ok]
 
         def pick(a: np.ndarray, missing: int, dtype) -> np.ndarray:
+            if every:
+                return a[r].astype(dtype, copy=False)
             out = np.full(len(rows), missing, dtype=dtype)
             out[ok] = a[r]
             return out
@@ -283,10 +286,20 @@ class _Enclosers:
     """
 
     def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
-        o = np.argsort(start, kind="stable")  # contexts come in start order: timsort's O(n) case
-        ss = start[o]
-        if len(o) > 1 and np.any(ss[1:] == ss[:-1]):  # equal starts: the longer first
-            o = np.lexsort((-end, start))
+        if len(start) < 2 or bool(np.all(start[1:] >= start[:-1])):  # contexts come in start order
+            o, ss = np.arange(len(start)), start
+        else:
+            o = np.argsort(start, kind="stable")
+            ss = start[o]
+        if len(o) > 1:  # equal starts: the longer first (np.lexsort((-end, start)) on the tied ones only)
+            eq = ss[1:] == ss[:-1]
+            if eq.any():
+                tied = np.zeros(len(o), dtype=bool)
+                tied[1:] = eq
+                tied[:-1] |= eq
+                p = np.flatnonzero(tied)  # runs of equal starts, in start order
+                sub = o[p]
+                o[p] = sub[np.lexsort((-end[sub], start[sub]))]
         self.order = o
         self.start = start[o]
         self.end = end[o]
@@ -399,6 +412,110 @@ def _sweep_innermost(end, k, qe):
     return out
 
 
+#: categories of the fused sweep (:func:`_sweep_fused`): bit i of a context's membership word
+_CAT_MODULE, _CAT_SCOPE, _CAT_OP, _CAT_BW = range(4)
+#: first category bit of the priority levels (one bit per level, highest priority first)
+_CAT_LEVEL0 = 4
+
+
+def _sweep_fused(start, end, member, ncat, nflat, parent_cats, qs, qe, qo):
+    """Every category's :func:`_sweep_innermost` in one pass, queries in ``qs`` order.
+
+    ``start``/``end``: a thread's contexts in (start asc, end desc) order; ``member[i]``: bit c
+    set when context i belongs to category c (< ``ncat``; 0: in none); categories
+    ``0 .. nflat-1`` are answered each, the later ones are priority levels (highest first) of
+    which only the first with a hit is. Query t (``qs`` ascending) is the ``qo[t]``-th query of
+    the caller. With k[t] the number of contexts starting at or before qs[t], returns ``hits``
+    (nflat, q): per category and query ``qo[t]`` the largest member j < k[t] with
+    end[j] >= qe[t] (-1 none); ``lev_hit``/``lev`` (q,): that member and its level index for
+    the first level with one (-1 none); ``enclosed`` (q,): some context j < k[t] (member or not)
+    ends at or after qe[t]; ``parent`` (n,): for contexts in a category of the bit mask
+    ``parent_cats`` (at most one per context), the largest earlier member of that category with
+    end >= its end (-1 none; :meth:`_Enclosers.parents` of the category's subset, as indices
+    into all contexts). One stack per category, as in :func:`_sweep_innermost`; a stack is
+    searched from its top by doubling steps, then bisection (the answer is usually near the top).
+    O((n + q) * ncat + q * ncat * log n).
+    """
+    n = len(end)
+    q = len(qs)
+    offset = np.zeros(ncat + 1, np.int64)  # each category's part of one stack array
+    for i in range(n):
+        m = member[i]
+        for c in range(ncat):
+            if (m >> c) == 0:
+                break
+            offset[c + 1] += (m >> c) & 1
+    for c in range(ncat):
+        offset[c + 1] += offset[c]
+    stack = np.empty(max(offset[ncat], 1), np.int64)
+    top = np.zeros(ncat, np.int64)
+    hits = np.empty((nflat, q), np.int64)
+    lev_hit = np.full(q, -1, np.int64)
+    lev = np.full(q, -1, np.int64)
+    enclosed = np.zeros(q, np.bool_)
+    parent = np.full(n, -1, np.int64)
+    i = 0
+    run_max = 0  # largest end pushed so far (meaningful once i > 0)
+    for t in range(q + 1):
+        while i < n and (t == q or start[i] <= qs[t]):  # after the last query: the rest (their parents)
+            e = end[i]
+            if i == 0 or e > run_max:
+                run_max = e
+            m = member[i]
+            for c in range(ncat):
+                if (m >> c) == 0:
+                    break
+                if (m >> c) & 1:
+                    base = offset[c]
+                    tp = top[c]
+                    if (parent_cats >> c) & 1:
+                        j = _stack_search_c(end, stack, base, tp, e)
+                        parent[i] = stack[base + j] if j >= 0 else -1
+                    while tp > 0 and end[stack[base + tp - 1]] <= e:
+                        tp -= 1
+                    stack[base + tp] = i
+                    top[c] = tp + 1
+            i += 1
+        if t == q:
+            break
+        x = qe[t]
+        r = qo[t]
+        enclosed[r] = i > 0 and run_max >= x
+        for c in range(nflat):
+            j = _stack_search_c(end, stack, offset[c], top[c], x)
+            hits[c, r] = stack[offset[c] + j] if j >= 0 else -1
+        for c in range(nflat, ncat):
+            j = _stack_search_c(end, stack, offset[c], top[c], x)
+            if j >= 0:
+                lev_hit[r] = stack[offset[c] + j]
+                lev[r] = c - nflat
+                break
+    return hits, lev_hit, lev, enclosed, parent
+
+
+def _stack_search(end, stack, base, top, x):
+    """Topmost position p < ``top`` of the stack ``stack[base:]`` (ends strictly decreasing
+    upwards) with end >= x, -1 none: doubling steps down from the top, then bisection."""
+    hi = top  # positions hi and above end below x
+    step = 1
+    lo = hi - 1
+    while lo >= 0 and end[stack[base + lo]] < x:
+        hi = lo
+        lo -= step
+        step *= 2
+    lo = max(lo, -1) + 1  # positions below lo reach x
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if end[stack[base + mid]] >= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+_stack_search_c = _stack_search  # rebound to the compiled _stack_search by _fused_kernel()
+
+
 class _Interner:
     def __init__(self) -> None:
         self.labels: list[str] = []
@@ -429,8 +546,10 @@ def _path_labels(parent: np.ndarray, comp: np.ndarray, comp_names: list[str], in
     for d in range(int(depth.max()) + 1):
         idx = np.flatnonzero(depth == d)
         pp = path[parent[idx]] if d else np.full(len(idx), _NO_LABEL, dtype=np.int64)
-        pairs = np.stack([pp, comp[idx].astype(np.int64)], axis=1)
-        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        ci = comp[idx].astype(np.int64, copy=False)
+        span = int(ci.max()) + 1 if len(ci) else 1
+        packed, inv = np.unique((pp + 1) * span + ci, return_inverse=True)  # (parent path, component) pairs, in order
+        uniq = np.stack([packed // span - 1, packed % span], axis=1)
         ids = np.empty(len(uniq), dtype=np.int64)
         for u, (p, c) in enumerate(uniq.tolist()):  # one iteration per distinct path
             name = comp_names[c]
@@ -457,54 +576,98 @@ class _Contexts:
     op_name: np.ndarray  #: int: index into op_names of its op label, -1 none
     comp_names: list[str]
     op_names: list[str]
+    #: int64: the categories of the fused sweep it belongs to (bits _CAT_MODULE, _SCOPE, _OP,
+    #: _BW and _CAT_LEVEL0 + its priority level), see :func:`_member_bits`
+    member: np.ndarray | None = None
+
+
+def _phase_levels(rules: Sequence[PhaseRule]) -> list[int]:
+    """The priority levels of ``rules`` that give a phase (and the autograd rule's), highest first."""
+    return sorted({r.priority for r in rules if r.phase is not None} | {AUTOGRAD_THREAD_RULE.priority}, reverse=True)
+
+
+def _member_bits(module, scope, op, phase, prio, levels: list[int]) -> np.ndarray:
+    """The fused sweep's category bits (:data:`_CAT_MODULE` ...) of contexts with these facts."""
+    asc = np.asarray(levels[::-1], dtype=np.int64)  # level index of each priority, -1 none
+    j = np.minimum(np.searchsorted(asc, prio), len(asc) - 1)
+    lv = np.where((asc[j] == prio) & (phase >= 0), len(asc) - 1 - j, -1)
+    bits = (module.astype(np.int64) << _CAT_MODULE) | (scope.astype(np.int64) << _CAT_SCOPE) | (op.astype(np.int64) << _CAT_OP)
+    bits |= ((phase == BACKWARD).astype(np.int64) << _CAT_BW) | np.where(lv >= 0, np.int64(1) << (_CAT_LEVEL0 + np.maximum(lv, 0)), 0)
+    return bits
 
 
 def _classify_names(names: list[str], used: np.ndarray, rules: Sequence[PhaseRule]):
-    """Per-name facts (arrays over name ids; only ``used`` ids are filled)."""
+    """Per-name facts (arrays over name ids; only ``used`` ids are filled). Whatever depends on
+    the display name alone is worked out once per distinct one (emit_nvtx names are unique per
+    call, their display names are not)."""
     n = len(names)
     display = list(names)
-    module = np.zeros(n, dtype=bool)
-    nvtx_op = np.zeros(n, dtype=bool)
-    has_hash = np.zeros(n, dtype=bool)
-    rule = np.full(n, -1, dtype=np.int64)
-    op_rule = np.full(n, -1, dtype=np.int64)
+    ids = np.flatnonzero(used)
     compiled = [(re.compile(r.pattern), r.ops_only) for r in rules]
-    cache: dict[str, tuple[int, int]] = {}  # emit_nvtx names are unique per op: match each base once
-    for i in np.flatnonzero(used).tolist():  # one iteration per distinct context name
+    cache: dict[tuple[str, bool], tuple[bool, int, int]] = {}
+    facts = []
+    for i in ids.tolist():  # one iteration per distinct context name
         s = names[i]
         m = _NVTX_SUFFIX_RE.match(s) if ", " in s else None
         base = m.group(1) if m else s
         display[i] = base
-        module[i] = s.startswith("nn.Module: ")
-        nvtx_op[i] = bool(_IDENT_RE.match(base)) if m else bool(_NAMESPACED_RE.match(s))
-        has_hash[i] = "#" in s
-        hit = cache.get(base)
+        hit = cache.get((base, m is not None))
         if hit is None:
-            r_any = r_op = -1
-            for j, (rx, ops_only) in enumerate(compiled):
-                if rx.search(base, 0, NAME_PREFIX):  # bounded cost per name
-                    if r_op < 0:
-                        r_op = j
-                    if not ops_only:
-                        r_any = j
-                        break
-            hit = cache[base] = (r_any, r_op)
-        rule[i], op_rule[i] = hit
+            hit = cache[(base, m is not None)] = (bool(_IDENT_RE.match(base)) if m else bool(_NAMESPACED_RE.match(s)),
+                                                  *_first_rules(compiled, base))
+        facts.append((s.startswith("nn.Module: "), "#" in s) + hit)
+    f = np.array(facts, dtype=np.int64).reshape(-1, 5)
+    module, has_hash, nvtx_op = (np.zeros(n, dtype=bool) for _ in range(3))
+    rule, op_rule = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    module[ids], has_hash[ids], nvtx_op[ids], rule[ids], op_rule[ids] = f[:, 0] != 0, f[:, 1] != 0, f[:, 2] != 0, f[:, 3], f[:, 4]
     return display, module, nvtx_op, has_hash, rule, op_rule
 
 
+def _first_rules(compiled: list, base: str) -> tuple[int, int]:
+    """(first rule any context of this display name takes, first rule an op takes), -1 none."""
+    r_any = r_op = -1
+    for j, (rx, ops_only) in enumerate(compiled):
+        if rx.search(base, 0, NAME_PREFIX):  # bounded cost per name
+            if r_op < 0:
+                r_op = j
+            if not ops_only:
+                r_any = j
+                break
+    return r_any, r_op
+
+
 def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contexts:
-    """Find the context rows of ``table`` and classify them (module / op / scope, phase rule)."""
+    """Find the context rows of ``table`` and classify them (module / op / scope, phase rule).
+
+    What a context says depends only on (name, CPU_OP or not, ``python_function`` category or
+    not): each distinct such key present is classified once (:func:`_classify_keys`), and the
+    rows take their key's answers."""
     kind = table.kind
     names = table.names
     rows = np.flatnonzero(((kind == Kind.RANGE) & (table.device < 0)) | (kind == Kind.CPU_OP))
-    used = np.zeros(len(names), dtype=bool)
-    used[table.name_id[rows]] = True
-    display, module_n, nvtx_op_n, hash_n, rule_n, op_rule_n = _classify_names(names, used, rules)
-    name = table.name_id[rows].astype(np.int64)
-    is_op_kind = kind[rows] == Kind.CPU_OP
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
-    python = np.isin(table.cat_id[rows], py_id) if py_id else np.zeros(len(rows), dtype=bool)
+    key = table.name_id[rows].astype(np.int64, copy=False) * 4 + (kind[rows] == Kind.CPU_OP) * 2
+    if py_id:
+        key += np.isin(table.cat_id[rows], py_id)
+    present = np.flatnonzero(np.bincount(key, minlength=4 * len(names)))  # sorted distinct keys
+    k = _classify_keys(names, present, rules)
+    at = np.zeros(4 * len(names), dtype=np.int64)
+    at[present] = np.arange(len(present))
+    rk = at[key]  # each row's index among the present keys
+    member = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
+    return _Contexts(rows, k["module"][rk], k["op"][rk], k["scope"][rk], k["phase"][rk], k["prio"][rk], k["comp"][rk],
+                     k["op_name"][rk], k["comp_names"], k["op_names"], member[rk])
+
+
+def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]) -> dict:
+    """Module / op / scope flags, phase and priority of the rule, layer component and op label of
+    each context key (``name_id * 4 + 2 * is CPU_OP + is python_function``; sorted, distinct)."""
+    used = np.zeros(len(names), dtype=bool)
+    name = key // 4
+    used[name] = True
+    display, module_n, nvtx_op_n, hash_n, rule_n, op_rule_n = _classify_names(names, used, rules)
+    is_op_kind = (key & 2) != 0
+    python = (key & 1) != 0
     module = module_n[name] & ~is_op_kind
     op = np.where(is_op_kind, ~hash_n[name], nvtx_op_n[name] & ~python) & ~module
     rule = np.where(op, op_rule_n[name], rule_n[name])
@@ -521,22 +684,20 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
         m = _MODULE_RE.match(names[i]) if module_n[i] else None
         comp_of_name[i] = len(comp_names)
         comp_names.append(m.group(1) if m else display[i])
-    op_names: list[str] = []
     op_of_name = np.full(len(names), -1, dtype=np.int64)
     op_ids: dict[str, int] = {}
     for i in np.unique(name[op]).tolist():  # distinct op names
         op_of_name[i] = op_ids.setdefault(display[i], len(op_ids))
-    op_names = list(op_ids)
-    comp = np.where(module | scope, comp_of_name[name], -1)
-    op_name = np.where(op, op_of_name[name], -1)
-    return _Contexts(rows, module, op, scope, phase, prio[rule_i], comp, op_name, comp_names, op_names)
+    return {"module": module, "op": op, "scope": scope, "phase": phase, "prio": prio[rule_i],
+            "comp": np.where(module | scope, comp_of_name[name], -1), "op_name": np.where(op, op_of_name[name], -1),
+            "comp_names": comp_names, "op_names": list(op_ids)}
 
 
 # ---------------------------------------------------------------------------------------------
 # main entry
 
 
-def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> Mapping:
+def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, method: str = "auto") -> Mapping:
     """Layer path, framework op and phase of every RUNTIME and GPU task row of ``table``.
 
     Phase of a runtime call (GPU rows take their launching call's phase):
@@ -562,6 +723,11 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
 
     Other rows (CPU_OP, RANGE, SYNC, MARKER) stay ``unmapped`` with no layer or op. Never raises
     for a readable table; a table without annotations maps every row ``unmapped``.
+
+    ``method`` (same results whichever): "auto" answers a thread's interval searches in one
+    compiled sweep (:func:`_sweep_fused`) from :data:`SWEEP_MIN` contexts + queries when numba
+    is there, else one numpy search per context class; "numpy" always the latter; "fused" the
+    compiled sweep whatever the size; "fused-py" the sweep uncompiled (tests).
     """
     kind = table.kind
     out = _RowMaps.empty(len(table))
@@ -573,7 +739,7 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES) -> M
     gpu_rows = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET))
     ctx = _classify_contexts(table, rules) if len(rt_rows) else None
     if ctx is not None and len(ctx.rows):
-        autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern)
+        autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method)
     if len(gpu_rows):
         _map_gpu_rows(table, rt_rows, gpu_rows, out, counts)
     phase, gap_phase = out.phase, out.gap_phase
@@ -627,16 +793,18 @@ class _ThreadContexts:
 
 
 def _map_runtime_calls(
-    table: EventTable, rules: Sequence[PhaseRule], ctx: _Contexts, rt_rows: np.ndarray, out: _RowMaps, intern: _Interner
+    table: EventTable, rules: Sequence[PhaseRule], ctx: _Contexts, rt_rows: np.ndarray, out: _RowMaps, intern: _Interner,
+    method: str = "auto",
 ) -> list[tuple[int, int]]:
     """Fill layer, op and phase of the RUNTIME rows and of the gaps before them, thread by thread.
 
     Each thread's queries are its calls ``[start, end]``, then the midpoints of the gaps before
-    them. Returns the (pid, tid) of the threads found to be autograd engine threads.
+    them. Returns the (pid, tid) of the threads found to be autograd engine threads. ``method``:
+    see :func:`map_events`.
     """
     autograd_threads: list[tuple[int, int]] = []
     op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
-    levels = sorted({r.priority for r in rules if r.phase is not None} | {AUTOGRAD_THREAD_RULE.priority}, reverse=True)
+    levels = _phase_levels(rules)
     start, end = table.start_ns, table.end_ns
     c_start, c_end = start[ctx.rows], end[ctx.rows]
     gap_mid = np.zeros(len(table), dtype=np.int64)
@@ -646,17 +814,88 @@ def _map_runtime_calls(
         qs = np.concatenate([start[q], gap_mid[q]])
         qe = np.concatenate([end[q], gap_mid[q]])
         th = _ThreadContexts(ctx, c, c_start[c], c_end[c])
-        lay = _layer_ids(th, qs, qe, intern)
+        fn = _fused_kernel(method, len(c) + len(qs))
+        if fn is not None:  # every interval search of the thread in one compiled sweep
+            lay, op_ids, ph, is_autograd = _thread_fused(fn, th, qs, qe, nq, levels, intern, op_label)
+        else:
+            lay = _layer_ids(th, qs, qe, intern)
+            op_ids = _op_ids(th, qs[:nq], qe[:nq], op_label) if ctx.op[c].any() else None
+            ph, is_autograd = _thread_phases(th, qs, qe, nq, levels)
         out.layer_id[q] = lay[:nq]
         out.gap_layer_id[q] = lay[nq:]
-        if ctx.op[c].any():
-            out.op_id[q] = _op_ids(th, qs[:nq], qe[:nq], op_label)
-        ph, is_autograd = _thread_phases(th, qs, qe, nq, levels)
+        if op_ids is not None:
+            out.op_id[q] = op_ids
         if is_autograd:
             autograd_threads.append((pid, tid))
         out.phase[q] = ph[:nq]
         out.gap_phase[q] = ph[nq:]
     return autograd_threads
+
+
+def _fused_kernel(method: str, size: int):
+    """The fused sweep to use for a thread of ``size`` contexts + queries, or None for the
+    per-search numpy path (``method`` "numpy", or "auto" below :data:`SWEEP_MIN` / without numba)."""
+    if method == "fused-py":
+        return _sweep_fused
+    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused"):
+        return None
+    global _stack_search_c
+    search = jit.compiled(_stack_search)
+    if search is None:
+        return None
+    _stack_search_c = search  # the kernel calls the compiled search through this name
+    return jit.compiled(_sweep_fused)
+
+
+def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: int, levels: list[int], intern: _Interner,
+                  op_label: np.ndarray):
+    """(layer ids, op ids of the calls or None, phase codes, is autograd thread) of one thread's
+    queries by one :func:`_sweep_fused` pass; the same answers as :func:`_layer_ids`,
+    :func:`_op_ids` and :func:`_thread_phases` (a category's members keep the order the
+    thread's (start asc, end desc) sort gives them, which is their own sort)."""
+    ctx = th.ctx
+    enc = _Enclosers(th.cs, th.ce)
+    srt = th.c[enc.order]
+    member = ctx.member[srt]
+    qo = np.argsort(qs, kind="stable")
+    hits, lev_hit, lev, enclosed, parent = jit.call(
+        fn, np.ascontiguousarray(enc.start, np.int64), np.ascontiguousarray(enc.end, np.int64), member, _CAT_LEVEL0 + len(levels),
+        _CAT_LEVEL0, (1 << _CAT_MODULE) | (1 << _CAT_SCOPE), np.ascontiguousarray(qs[qo], np.int64),
+        np.ascontiguousarray(qe[qo], np.int64), qo.astype(np.int64))
+    lay = np.full(len(qs), -1, dtype=np.int64)
+    for cat in (_CAT_MODULE, _CAT_SCOPE):
+        sub = np.flatnonzero((member >> cat) & 1)  # the category's members, in sorted order
+        if not len(sub):
+            continue
+        par = parent[sub]
+        par = np.where(par >= 0, np.searchsorted(sub, par), -1)  # as indices into sub
+        paths = _path_labels(par, ctx.comp[srt[sub]], ctx.comp_names, intern)
+        hit = hits[cat]
+        take = (hit >= 0) & (lay < 0)
+        lay[take] = paths[np.searchsorted(sub, hit[take])]
+    op_ids = None
+    hit = hits[_CAT_OP, :nq]
+    if ctx.op[th.c].any():
+        ok = hit >= 0
+        op_ids = np.full(nq, -1, dtype=np.int64)
+        op_ids[ok] = op_label[ctx.op_name[srt[hit[ok]]]]
+    ph, is_autograd = _phases_from_hits(hits, lev_hit, lev, ctx.phase[srt], enclosed, nq, levels)
+    return lay, op_ids, ph, is_autograd
+
+
+def _phases_from_hits(hits: np.ndarray, lev_hit: np.ndarray, lev: np.ndarray, phase: np.ndarray, enclosed: np.ndarray,
+                      nq: int, levels: list[int]) -> tuple[np.ndarray, bool]:
+    """:func:`_thread_phases` from the fused sweep's answers (``phase``: per context of the
+    sweep; ``enclosed``: some context of the thread encloses the query)."""
+    is_autograd = False
+    if (phase == BACKWARD).any() and enclosed[:nq].any():  # decided by the calls alone
+        is_autograd = bool((hits[_CAT_BW, :nq] >= 0).sum() > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
+    if is_autograd:
+        enclosed[:] = True
+    ph = np.where(lev_hit >= 0, phase[np.minimum(lev_hit, len(phase) - 1)], -1) if len(phase) else np.full(len(lev_hit), -1)
+    if is_autograd and AUTOGRAD_THREAD_RULE.priority in levels:  # below its level: the autograd rule
+        ph[(lev < 0) | (lev > levels.index(AUTOGRAD_THREAD_RULE.priority))] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
+    return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
 
 
 def _layer_ids(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, intern: _Interner) -> np.ndarray:
@@ -748,24 +987,18 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     t0 = int(table.start_ns.min())
-    pid, tid = table.pid[rt_rows].astype(np.int64), table.tid[rt_rows].astype(np.int64)
-    s, e = table.start_ns[rt_rows].astype(np.int64), table.end_ns[rt_rows].astype(np.int64)
-    o = np.lexsort((rt_rows, s, tid, pid))
-    new = np.ones(n, dtype=bool)
-    new[1:] = (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])
-    seg = np.cumsum(new) - 1
-    # running max of ends per thread, exclusive, on ranks (int64 timestamps of any size are safe)
-    eo = e[o]
-    by_end = np.argsort(eo, kind="stable")
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_end] = np.arange(n)
-    span = n + 1
-    shifted = np.empty(n, dtype=np.int64)
-    shifted[0] = -1
-    shifted[1:] = rank[:-1]
-    shifted[new] = -1  # nothing earlier on the thread
-    acc = np.maximum.accumulate(shifted + 1 + seg * span) - seg * span - 1
-    prev_end = np.where(acc >= 0, eo[by_end[np.maximum(acc, 0)]], t0)
+    pid, tid = table.pid[rt_rows].astype(np.int64, copy=False), table.tid[rt_rows].astype(np.int64, copy=False)
+    s, e = table.start_ns[rt_rows].astype(np.int64, copy=False), table.end_ns[rt_rows].astype(np.int64, copy=False)
+    tk = pair_keys(pid, tid)
+    if tk is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
+        o = np.argsort(tk[0], kind="stable")
+        new = np.ones(n, dtype=bool)
+        new[1:] = tk[0][o][1:] != tk[0][o][:-1]
+    else:
+        o = np.lexsort((rt_rows, s, tid, pid))
+        new = np.ones(n, dtype=bool)
+        new[1:] = (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])
+    prev_end = prev_max_end(e[o], new, t0)
     so = s[o]
     lo = np.minimum(prev_end, so)
     mid = np.empty(n, dtype=np.int64)
@@ -773,10 +1006,56 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
     return mid
 
 
+def prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int) -> np.ndarray:
+    """Per item: the largest ``eo`` of the earlier items of its segment (segments start where
+    ``new``), ``t0`` for a segment's first item. Segment offsets on the values when they fit in
+    int64, else on ranks (int64 timestamps of any size are safe)."""
+    n = len(eo)
+    seg = np.cumsum(new) - 1
+    lo = int(eo.min())
+    span = int(eo.max()) - lo + 2
+    if (int(seg[-1]) + 2) * span < (1 << 62):
+        v, back = eo - np.int64(lo), None
+    else:
+        back = np.argsort(eo, kind="stable")
+        v = np.empty(n, dtype=np.int64)
+        v[back] = np.arange(n)
+        span = n + 1
+    shifted = np.empty(n, dtype=np.int64)
+    shifted[0] = -1
+    shifted[1:] = v[:-1]
+    shifted[new] = -1  # nothing earlier on the thread
+    acc = np.maximum.accumulate(shifted + 1 + seg * np.int64(span)) - seg * np.int64(span) - 1
+    if back is None:
+        return np.where(acc >= 0, acc + np.int64(lo), t0)
+    return np.where(acc >= 0, eo[back[np.maximum(acc, 0)]], t0)
+
+
+def pair_keys(a: np.ndarray, b: np.ndarray, *more: np.ndarray) -> list[np.ndarray] | None:
+    """One int64 per (a, b) pair, ordered as the pairs are (a first), for ``(a, b)`` and each
+    further pair of arrays in ``more`` (a2, b2, ...) on one common scale; None when the packed
+    pairs would not fit in 62 bits."""
+    pairs = [(a, b)] + [(more[i], more[i + 1]) for i in range(0, len(more), 2)]
+    alls = [x for x in (a,) + more[0::2] if len(x)]
+    blls = [x for x in (b,) + more[1::2] if len(x)]
+    if not alls:
+        return [np.zeros(0, np.int64) for _ in pairs]
+    alo, ahi = min(int(x.min()) for x in alls), max(int(x.max()) for x in alls)
+    blo, bhi = min(int(x.min()) for x in blls), max(int(x.max()) for x in blls)
+    bb = (bhi - blo).bit_length()
+    if (ahi - alo).bit_length() + bb > 62:
+        return None
+    return [((x.astype(np.int64) - np.int64(alo)) << np.int64(bb)) | (y.astype(np.int64) - np.int64(blo)) for x, y in pairs]
+
+
 def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):
     """Yield ((pid, tid), query rows, context indices into c_rows) per thread with queries."""
-    q_pid, q_tid = table.pid[q_rows].astype(np.int64), table.tid[q_rows].astype(np.int64)
-    c_pid, c_tid = table.pid[c_rows].astype(np.int64), table.tid[c_rows].astype(np.int64)
+    q_pid, q_tid = table.pid[q_rows].astype(np.int64, copy=False), table.tid[q_rows].astype(np.int64, copy=False)
+    c_pid, c_tid = table.pid[c_rows].astype(np.int64, copy=False), table.tid[c_rows].astype(np.int64, copy=False)
+    keys = pair_keys(q_pid, q_tid, c_pid, c_tid)
+    if keys is not None and len(q_rows) and bool(np.all(q_rows[1:] > q_rows[:-1])):
+        yield from _by_thread_key(q_rows, keys[0], keys[1], q_pid, q_tid)
+        return
     qo = np.lexsort((q_tid, q_pid))
     co = np.lexsort((c_tid, c_pid))
     qp, qt = q_pid[qo], q_tid[qo]
@@ -797,6 +1076,23 @@ def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):
             yield (pid, tid), q, c
 
 
+
+def _by_thread_key(q_rows: np.ndarray, qk: np.ndarray, ck: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray):
+    """:func:`_by_thread` on packed (pid, tid) keys (``q_rows`` ascending): a stable sort keeps
+    each thread's rows and contexts ascending, as the lexsort and np.sort there do."""
+    qo = np.argsort(qk, kind="stable")
+    co = np.argsort(ck, kind="stable")
+    qs, cs = qk[qo], ck[co]
+    new = np.ones(len(qo), dtype=bool)
+    new[1:] = qs[1:] != qs[:-1]
+    firsts = np.flatnonzero(new)
+    bounds = np.append(firsts, len(qo)).tolist()
+    for k, f in enumerate(firsts.tolist()):
+        key = qs[f]
+        c = co[np.searchsorted(cs, key, "left"):np.searchsorted(cs, key, "right")]
+        if len(c):
+            yield (int(q_pid[qo[f]]), int(q_tid[qo[f]])), q_rows[qo[bounds[k]:bounds[k + 1]]], c
+
 # ---------------------------------------------------------------------------------------------
 # summaries for the report
 
@@ -815,7 +1111,7 @@ def phase_breakdown(mapping: Mapping, table: EventTable, rows, durations_ns) -> 
     if d.shape != rows.shape:
         raise ValueError("rows and durations_ns differ in length")
     tot = np.zeros(len(PHASES), dtype=np.int64)
-    np.add.at(tot, mapping.phase[rows].astype(np.int64), d)  # exact int64 sums
+    np.add.at(tot, mapping.phase[rows].astype(np.int64, copy=False), d)  # exact int64 sums
     return {p: int(tot[i]) for i, p in enumerate(PHASES)}
 
 

@@ -752,3 +752,83 @@ def test_enclosers_sweep_equals_table_on_many_intervals(method, seed, n, span):
     assert np.array_equal(enc.innermost(qs, qe, method=method), enc.innermost(qs, qe, method="table"))
     k = np.arange(len(enc), dtype=np.int64)
     assert np.array_equal(enc.innermost(enc.start, enc.end, k, method=method), enc.innermost(enc.start, enc.end, k, method="table"))
+
+
+# ---- the fused compiled sweep (map_events method "fused") against the per-search numpy path
+
+_CTX_NAMES = ["nn.Module: Net_0", "nn.Module: Lin_1", "aten::mm", "aten::mm, seq = 3, op_id = 9", "MulBackward0",
+              "autograd::engine::evaluate_function: MulBackward0", "Optimizer.step#SGD.step", "ProfilerStep#1",
+              "## forward ##", "backward pass", "nccl:all_reduce", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+              "my scope", "train.py(12): step"]
+
+
+def _assert_same_mapping(a: Mapping, b: Mapping) -> None:
+    for f in ("phase", "layer_id", "op_id", "launch_row", "gap_phase", "gap_layer_id"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert a.labels == b.labels and a.autograd_threads == b.autograd_threads and a.counts == b.counts
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_CTX_NAMES) - 1), st.sampled_from(["rng", "op", "py"]), st.integers(0, 60),
+                          st.integers(0, 30), st.integers(1, 2)), max_size=40),
+       st.lists(st.tuples(st.integers(0, 70), st.integers(0, 6), st.integers(1, 2)), min_size=1, max_size=25))
+def test_fused_sweep_equals_numpy_path(ctxs, calls):
+    """Layer, op, phase and gap context of every row: the fused sweep (uncompiled and compiled)
+    gives exactly what the per-context-class numpy searches give, on random nested, overlapping
+    and tied contexts of every rule class on two threads (labels interned in the same order)."""
+    t = T()
+    for name, how, s, d, tid in ctxs:
+        if how == "op":
+            t.op(_CTX_NAMES[name], s, s + d, tid=tid)
+        else:
+            t.rng(_CTX_NAMES[name], s, s + d, tid=tid, cat="python_function" if how == "py" else "user_annotation")
+    for s, d, tid in calls:
+        t.call(s, s + d, tid=tid)
+    tb = t.table()
+    want = map_events(tb, method="numpy")
+    for method in ("fused-py", "fused"):
+        _assert_same_mapping(map_events(tb, method=method), want)
+
+
+@needs_traces
+@pytest.mark.parametrize("rel", [MI250, BERT, PROFILE1, NCCL, MFU, OWL, "hta/sampled_rank-0.json.gz"])
+def test_fused_sweep_equals_numpy_path_on_real_traces(rel):
+    tb, _ = load(rel)
+    _assert_same_mapping(map_events(tb, method="fused"), map_events(tb, method="numpy"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(-2**62, 2**62)), min_size=1, max_size=30), st.booleans())
+def test_prev_max_end_equals_brute_force(items, small):
+    """The largest earlier end of each segment, on value offsets (when they fit) or on ranks."""
+    from daydream.mapping import prev_max_end
+
+    new = np.array([True] + [b for b, _ in items[1:]])
+    eo = np.array([v for _, v in items], dtype=np.int64)
+    if small:
+        eo = eo % 1000
+    want, best = [], None
+    for i in range(len(eo)):
+        if new[i]:
+            best = None
+        want.append(-7 if best is None else best)
+        best = int(eo[i]) if best is None else max(best, int(eo[i]))
+    assert prev_max_end(eo, new, -7).tolist() == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30),
+       st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30))
+def test_pair_keys_keep_the_pair_order(p1, p2):
+    from daydream.mapping import pair_keys
+
+    a, b = np.array([x for x, _ in p1], np.int64), np.array([y for _, y in p1], np.int64)
+    c, d = np.array([x for x, _ in p2], np.int64), np.array([y for _, y in p2], np.int64)
+    keys = pair_keys(a, b, c, d)
+    pairs = p1 + p2
+    if keys is None:
+        return
+    k = np.concatenate(keys).tolist()
+    for i in range(len(pairs)):
+        for j in range(len(pairs)):
+            assert (k[i] < k[j]) == (pairs[i] < pairs[j]) and (k[i] == k[j]) == (pairs[i] == pairs[j])

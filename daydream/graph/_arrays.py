@@ -30,14 +30,21 @@ def corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     return (pid.astype(np.int64) << np.int64(40)) ^ (corr.astype(np.int64) & np.int64((1 << 40) - 1))
 
 
-def search_pairs(keys, pos, tie, q_keys, q_pos, q_tie, side: str) -> np.ndarray:
-    """``np.searchsorted`` on (key, pos, tie) triples: items must be sorted by (key, pos, tie)."""
-    dt = [("k", np.int64), ("p", np.int64), ("t", np.int64)]
-    rec = np.empty(len(keys), dtype=dt)
+def triples(keys, pos, tie) -> np.ndarray:
+    """(key, pos, tie) int64 triples as one structured array (compared field by field)."""
+    rec = np.empty(len(keys), dtype=_TRIPLE)
     rec["k"], rec["p"], rec["t"] = keys, pos, tie
-    q = np.empty(len(q_keys), dtype=dt)
-    q["k"], q["p"], q["t"] = q_keys, q_pos, q_tie
-    return np.searchsorted(rec, q, side=side)
+    return rec
+
+
+_TRIPLE = np.dtype([("k", np.int64), ("p", np.int64), ("t", np.int64)])
+
+
+def search_pairs(keys, pos, tie, q_keys, q_pos, q_tie, side: str, rec: np.ndarray | None = None) -> np.ndarray:
+    """``np.searchsorted`` on (key, pos, tie) triples: items must be sorted by (key, pos, tie).
+    ``rec``: :func:`triples` of the items when the caller keeps it (searched many times)."""
+    rec = triples(keys, pos, tie) if rec is None else rec
+    return np.searchsorted(rec, triples(q_keys, q_pos, q_tie), side=side)
 
 
 def trimmed_mean(x: np.ndarray, trim: float) -> int:
@@ -68,30 +75,46 @@ def small_ints(x: np.ndarray, bound: int) -> np.ndarray:
 
 def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, axis=0, return_inverse=True)`` for an (n, k) int64 array (rows sorted
-    lexicographically), without sorting rows as opaque records: each column is ranked on its own
-    and the ranks are packed into one int64 key when they fit."""
+    lexicographically), without sorting rows as opaque records: :func:`unique_columns` of its
+    columns."""
     n, k = keys.shape
+    return unique_columns([np.ascontiguousarray(keys[:, c]) for c in range(k)])
+
+
+def unique_columns(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(unique rows (u, k) int64 sorted lexicographically, inverse (n,) int64) of the rows made
+    of the int64 columns ``cols``: when the columns, shifted to start at 0, fit side by side in
+    one int64, a stable sort of the packed keys; else each column is ranked on its own and the
+    ranks are packed."""
+    k = len(cols)
+    n = len(cols[0]) if k else 0
     if n == 0:
         return np.zeros((0, k), np.int64), np.zeros(0, np.int64)
-    lows = keys.min(axis=0)
-    bits = [max(int(hi) - int(lo), 0).bit_length() for lo, hi in zip(lows.tolist(), keys.max(axis=0).tolist())]
-    if sum(bits) <= 62:  # the columns, shifted to start at 0, fit side by side in one int64
+    lows = [int(c.min()) for c in cols]
+    bits = [max(int(c.max()) - lo, 0).bit_length() for c, lo in zip(cols, lows)]
+    if sum(bits) <= 62:
         packed = np.zeros(n, np.int64)
         for c in range(k):
-            packed = (packed << np.int64(bits[c])) | (keys[:, c] - lows[c])
-        _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
-        return keys[first], inv.reshape(-1).astype(np.int64)
+            packed = (packed << np.int64(bits[c])) | (cols[c] - np.int64(lows[c]))
+        o = np.argsort(packed, kind="stable")  # node columns come in long runs: timsort's near-O(n) case
+        ps = packed[o]
+        new = np.ones(n, dtype=bool)
+        new[1:] = ps[1:] != ps[:-1]
+        inv = np.empty(n, np.int64)
+        inv[o] = np.cumsum(new) - 1
+        rep = o[new]  # the first row of each distinct key
+        return np.stack([c[rep] for c in cols], axis=1).astype(np.int64), inv
     packed = np.zeros(n, np.int64)
     span = 1
     for c in range(k):
-        u, inv = np.unique(keys[:, c], return_inverse=True)
+        u, inv = np.unique(cols[c], return_inverse=True)
         span *= len(u)
         if span >= (1 << 62):
-            uniq, lane = np.unique(keys, axis=0, return_inverse=True)
+            uniq, lane = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
             return uniq, lane.reshape(-1).astype(np.int64)
         packed = packed * np.int64(len(u)) + inv.reshape(-1)
     _, first, inv = np.unique(packed, return_index=True, return_inverse=True)
-    return keys[first], inv.reshape(-1).astype(np.int64)
+    return np.stack([c[first] for c in cols], axis=1).astype(np.int64), inv.reshape(-1).astype(np.int64)
 
 
 def segmented_cummax(x: np.ndarray, seg_start: np.ndarray) -> np.ndarray:

@@ -60,8 +60,11 @@ def _cpu_ranges(table: EventTable) -> CpuRanges:
     """The CPU-side ranges and framework ops (``Kind.RANGE``/``CPU_OP`` rows off the GPU)."""
     k = table.kind
     r = np.nonzero(((k == Kind.RANGE) | (k == Kind.CPU_OP)) & (table.device < 0))[0]
-    return CpuRanges(table.pid[r].astype(np.int64), table.tid[r].astype(np.int64), table.start_ns[r].astype(np.int64),
-                     table.end_ns[r].astype(np.int64), table.name_id[r].astype(np.int64))
+
+    def col(a):
+        return a[r].astype(np.int64, copy=False)
+
+    return CpuRanges(col(table.pid), col(table.tid), col(table.start_ns), col(table.end_ns), col(table.name_id))
 
 
 def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNCH_QUEUE_DEPTH) -> TaskGraph:
@@ -88,7 +91,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     has_launch = launch >= 0
     position[has_launch] = rec_start[launch[has_launch]]
     count(counts, "GPU task recorded starting before its launching call started", ((rec_start < position) & has_launch).sum())
-    corr = table.correlation[row].astype(np.int64)
+    corr = table.correlation[row].astype(np.int64, copy=False)
     lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device), nodes.stream,
                             position, launch, corr, row, rec_start)
     position = lanes.position
@@ -126,7 +129,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     nm = mapping.for_nodes(row) if mapping is not None else None
     graph = TaskGraph(
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
-        lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64), names=list(table.names),
+        lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64, copy=False), names=list(table.names),
         pid=nodes.pid, tid=nodes.tid, device=nodes.device, stream=nodes.stream, correlation=corr,
         copy_kind=table.copy_kind[row].astype(np.uint8), devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table),
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
@@ -134,4 +137,6 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
         staging_latency_ns=S,
     )
+    if keep.all():  # every lane and launch edge as built: seed the graph's views of them (same arrays)
+        graph.__dict__["lane_prev"], graph.__dict__["launch"] = lanes.lane_prev, launch
     return graph.known_valid()

@@ -64,7 +64,11 @@ def _inside(starts, ends, lo, hi) -> np.ndarray:
 def _by_thread(rows: np.ndarray, table: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """``rows`` sorted by (pid, tid, start), and their packed (pid, tid) keys in that order."""
     key = _key(table.pid[rows], table.tid[rows])
-    o = np.lexsort((table.start_ns[rows], key))
+    st = table.start_ns[rows]
+    if len(st) < 2 or bool(np.all(st[1:] >= st[:-1])):  # rows in start order: a stable sort by key suffices
+        o = np.argsort(key, kind="stable")
+    else:
+        o = np.lexsort((st, key))
     return rows[o], key[o]
 
 
@@ -76,8 +80,11 @@ def _key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
 def _threads(table: EventTable, pid, tid, rec_start, rec_end, n_cpu: int) -> dict:
     """Per CPU thread (pid, tid): its calls by start, whether each is in an engine op, its row starts."""
     names = table.names
-    is_eng_name = np.fromiter((ENGINE_OP.search(s) is not None for s in names), bool, len(names))
-    eng_rows = np.nonzero((table.kind == Kind.CPU_OP) & is_eng_name[table.name_id])[0] if len(names) else np.zeros(0, np.int64)
+    op_rows = np.nonzero(table.kind == Kind.CPU_OP)[0]
+    used = np.unique(table.name_id[op_rows]).tolist()  # each op name matched once
+    is_eng_name = np.zeros(len(names), bool)
+    is_eng_name[used] = [ENGINE_OP.search(names[i]) is not None for i in used]
+    eng_rows = op_rows[is_eng_name[table.name_id[op_rows]]]
     if not len(eng_rows):  # no autograd engine ops: no hand-over window can qualify
         return {}
     k = table.kind

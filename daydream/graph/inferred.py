@@ -77,7 +77,8 @@ def _consumers(ix: WaitIndex, si: SyncInfo, w: np.ndarray) -> np.ndarray:
     """Rule 1: the consumer GPU task of each wait call ``w`` (-1 none)."""
     lane = ix.find_lane(ix.c_pid[w], si.device[w], si.stream[w])
     unknown = si.stream[w] < 0
-    lane[unknown] = ix.ffill_thread(ix.launched_lane, backwards=True)[w[unknown]]
+    if unknown.any():
+        lane[unknown] = ix.ffill_thread(ix.launched_lane, backwards=True)[w[unknown]]
     return ix.first_after(lane, ix.c_start[w], ix.c_corr[w])
 
 
@@ -170,4 +171,4 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
     n = len(ci)
     count(counts, UNLINKED, len(w) - n, missing=True)  # one wait per inferred edge is no longer without an edge
     count(counts, INFERRED, n)
-    return pr.astype(np.int64), c[ci].astype(np.int64)
+    return pr.astype(np.int64), c[ci].astype(np.int64, copy=False)

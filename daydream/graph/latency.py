@@ -60,7 +60,8 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     idle = is_gpu & (launch >= 0) & (np.maximum(pe, xpe) <= gl_start)
     # only where the stream predecessor was launched inside the window: before a window cut from a
     # longer run, the stream can hold a backlog the trace does not show
-    idle &= (lane_prev < 0) | (launch[np.maximum(lane_prev, 0)] >= 0)
+    i = np.flatnonzero(idle)
+    idle[i] = (lane_prev[i] < 0) | (launch[np.maximum(lane_prev[i], 0)] >= 0)
     # the first task of a stream in the trace may queue behind a task that ran across the window's
     # start (not in the trace): sampled only when no task shows its stream idle by a predecessor
     proven = idle & (lane_prev >= 0)

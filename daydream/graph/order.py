@@ -127,6 +127,8 @@ def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int]) -> t
         return order, keep
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)
+    if _keeps_constraints(n, rank, src, dst, kind):  # the usual case, without building the constraints
+        return order, keep
     a, b, e = visit_constraints(n, src, dst, kind)
     back = rank[a] >= rank[b]
     if not back.any():
@@ -138,3 +140,23 @@ def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int]) -> t
     keep[np.unique(e[back])] = False
     count(counts, "wait or cross-stream dependency dropped: it closes a cycle (inconsistent timestamps)", (~keep).sum())
     return order, keep
+
+
+def _keeps_constraints(n: int, rank: np.ndarray, src, dst, kind) -> bool:
+    """Whether the order of ``rank`` (node -> position) keeps every :func:`visit_constraints`
+    pair: ``not (rank[a] >= rank[b]).any()``, without materializing the pairs (an END edge's
+    pairs hold when its source comes before the earliest reader of its destination's end)."""
+    ra = rule_arrays()
+    direct = ra.phase[kind] != Phase.END
+    rs, rd = rank[src], rank[dst]
+    if np.any((rs >= rd) & direct):
+        return False
+    end_e = np.flatnonzero(~direct)
+    if len(end_e) == 0:
+        return True
+    waited = np.zeros(n, dtype=bool)
+    waited[dst[end_e]] = True
+    readers = np.flatnonzero(ra.anchor_end[kind] & waited[src])  # out-edges anchored at a waited node's end
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, src[readers], rd[readers])
+    return not np.any(rs[end_e] >= first[dst[end_e]])

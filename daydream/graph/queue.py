@@ -42,7 +42,7 @@ def queue_pairs(by_lane: np.ndarray, lane: np.ndarray, is_gpu: np.ndarray, launc
     src, k = g[:-depth][same], g[depth:][same]
     dst = launch[k]
     ok = dst >= 0
-    return src[ok].astype(np.int64), dst[ok].astype(np.int64)
+    return src[ok].astype(np.int64, copy=False), dst[ok].astype(np.int64, copy=False)
 
 
 def _deepest_seen(by_lane, lane, is_gpu, launch, rec_end) -> int:

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
-from ._arrays import count, segmented_cummax, small_ints, unique_rows
+from ..mapping import pair_keys, prev_max_end
+from ._arrays import count, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
 
@@ -39,7 +40,9 @@ def cpu_tasks(table: EventTable, counts: dict[str, int]) -> CpuTasks:
     start, end = table.start_ns, table.end_ns
     rt_rows = np.nonzero(table.kind == Kind.RUNTIME)[0]
     rt_pid, rt_tid = table.pid[rt_rows], table.tid[rt_rows]
-    o = np.lexsort((rt_rows, rt_tid, rt_pid))  # rows are already start-sorted within a thread
+    tk = pair_keys(rt_pid, rt_tid)
+    # by (pid, tid, row); rows are already start-sorted within a thread
+    o = np.argsort(tk[0], kind="stable") if tk is not None else np.lexsort((rt_rows, rt_tid, rt_pid))
     rt_rows = rt_rows[o]
     rt_pid, rt_tid = rt_pid[o], rt_tid[o]
     rs, re_ = start[rt_rows], end[rt_rows]
@@ -47,11 +50,7 @@ def cpu_tasks(table: EventTable, counts: dict[str, int]) -> CpuTasks:
     new_thread[1:] = (rt_pid[1:] != rt_pid[:-1]) | (rt_tid[1:] != rt_tid[:-1])
     prev_end = np.full(len(rt_rows), np.iinfo(np.int64).min, dtype=np.int64)
     if len(rt_rows):  # running max of the previous calls' ends within each thread
-        shifted = np.empty_like(re_)
-        shifted[0] = np.iinfo(np.int64).min
-        shifted[1:] = re_[:-1]
-        shifted[new_thread] = np.iinfo(np.int64).min
-        prev_end = segmented_cummax(shifted, new_thread)
+        prev_end = prev_max_end(re_, new_thread, np.iinfo(np.int64).min)
     nested = (rs < prev_end) & (re_ <= prev_end)
     overlapping = (rs < prev_end) & (re_ > prev_end)
     count(counts, "API call nested inside another call on its thread (folded into the outer call)", nested.sum())
@@ -118,7 +117,7 @@ def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarra
     if not nl.any():
         return position
     g = np.nonzero(is_gpu)[0]
-    o = g[np.lexsort((rec_start[g], lane[g]))]  # each stream in recorded execution order
+    o = g[np.lexsort((rec_start[g], small_ints(lane[g], int(lane.max()) + 1)))]  # each stream in recorded execution order
     big = np.iinfo(np.int64).max
     val = np.where(launch[o] >= 0, position[o], big)
     # suffix minimum within each lane, exclusive of the task itself
@@ -147,14 +146,14 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     """
     n = len(node_kind)
     is_gpu = (node_kind != NODE_CPU).astype(np.int64)
-    keys = np.stack([is_gpu, pid, tid_or_dev, np.where(is_gpu == 1, stream, 0)], axis=1) if n else np.zeros((0, 4), np.int64)
-    uniq, lane = unique_rows(keys.astype(np.int64))
+    cols = [is_gpu, pid, tid_or_dev, np.where(is_gpu == 1, stream, 0)]
+    uniq, lane = unique_columns([np.asarray(c, dtype=np.int64) for c in cols])
     lane_is_gpu = uniq[:, 0] == 1 if len(uniq) else np.zeros(0, bool)
     names = [(f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()]
     position = unlaunched_positions(lane, is_gpu == 1, launch, position, rec_start)
     has_launch = launch >= 0
     launch_corr = np.where(has_launch, launch_corr_of_call[np.maximum(launch, 0)], -1)
-    order = np.lexsort((row, rec_start, launch_corr, is_gpu, position))
+    order = np.lexsort((row, rec_start, launch_corr, is_gpu.astype(np.int8), position))  # int8: a radix pass
     by_lane = order[np.argsort(small_ints(lane[order], len(uniq)), kind="stable")]
     lane_prev = np.full(n, -1, dtype=np.int64)
     if n:
@@ -199,8 +198,8 @@ def node_arrays(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, g_launch
     row = np.concatenate([cpu.cpu_rows, gpu_rows]).astype(np.int64)
     kind = np.concatenate([np.zeros(n_cpu, np.uint8), table.kind[gpu_rows].astype(np.uint8)])
     launch = np.concatenate([np.full(n_cpu, -1, np.int64), g_launch])
-    pid = np.concatenate([table.pid[cpu.cpu_rows].astype(np.int64), pids_of(table, gpu_rows, only)])
-    tid = np.concatenate([table.tid[cpu.cpu_rows].astype(np.int64), np.full(n_gpu, -1, np.int64)])
-    device = np.concatenate([np.full(n_cpu, -1, np.int64), table.device[gpu_rows].astype(np.int64)])
-    stream = np.concatenate([np.full(n_cpu, -1, np.int64), table.stream[gpu_rows].astype(np.int64)])
+    pid = np.concatenate([table.pid[cpu.cpu_rows].astype(np.int64, copy=False), pids_of(table, gpu_rows, only)])
+    tid = np.concatenate([table.tid[cpu.cpu_rows].astype(np.int64, copy=False), np.full(n_gpu, -1, np.int64)])
+    device = np.concatenate([np.full(n_cpu, -1, np.int64), table.device[gpu_rows].astype(np.int64, copy=False)])
+    stream = np.concatenate([np.full(n_cpu, -1, np.int64), table.stream[gpu_rows].astype(np.int64, copy=False)])
     return Nodes(row, kind, launch, pid, tid, device, stream, n_cpu)

@@ -14,7 +14,7 @@ import numpy as np
 from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, is_hip, roles_of_names
 from ..events import CopyKind, EventTable, Kind, MemKind
 from ..links import pids_of
-from ._arrays import corr_key, count, lookup_sorted, search_pairs, segmented_ffill_exclusive
+from ._arrays import corr_key, count, lookup_sorted, search_pairs, segmented_ffill_exclusive, triples
 from .tasks import Lanes, Nodes
 
 _NONE = np.zeros(0, np.int64)
@@ -55,10 +55,13 @@ def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only
     c_corr = table.correlation[cpu_rows]
     sr = lookup_sorted(sk[so], so, sy_rows, corr_key(cpu_pid, c_corr), c_corr >= 0)
     has = sr >= 0
-    r = np.maximum(sr, 0)
+    at = np.flatnonzero(has)
+    r = sr[at]
 
-    def col(a):
-        return np.where(has, a[r].astype(np.int64), -1)
+    def col(a):  # gathered at the calls with a record only (they are few)
+        out = np.full(len(sr), -1, dtype=np.int64)
+        out[at] = a[r]
+        return out
 
     return SyncInfo(col(table.stream), col(table.device), col(table.link_stream), col(table.link_correlation), has)
 
@@ -73,6 +76,7 @@ class WaitIndex:
         self.g_lane = lanes.lane[self.g_nodes]
         self.g_pos = position[self.g_nodes]
         self.g_corr = lanes.launch_corr[self.g_nodes]
+        self._triples: np.ndarray | None = None
         self.lane_keys = lanes.keys
         self.lane_is_gpu = lanes.is_gpu
         n_cpu = nodes.n_cpu
@@ -119,7 +123,9 @@ class WaitIndex:
         ok = lanes_q >= 0
         if not ok.any() or not len(self.g_lane):
             return res
-        k = search_pairs(self.g_lane, self.g_pos, self.g_corr, lanes_q[ok], t_q[ok], c_q[ok], side)
+        if self._triples is None:  # built once, searched by every wait stage
+            self._triples = triples(self.g_lane, self.g_pos, self.g_corr)
+        k = search_pairs(self.g_lane, self.g_pos, self.g_corr, lanes_q[ok], t_q[ok], c_q[ok], side, self._triples)
         if side == "left":
             k = k - 1
             found = k >= 0
@@ -231,9 +237,12 @@ def copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) ->
     ok = g_l >= 0
     rl = np.zeros(len(g_l), dtype=np.uint8)
     rl[ok] = role[g_l[ok]]
-    names_hip = np.array([is_hip(s) for s in table.names] or [False], dtype=bool)
+    call_name = table.name_id[nodes.row[g_l[ok]]]
+    used = np.unique(call_name).tolist()  # the launching calls' distinct names, each tested once
+    names_hip = np.zeros(max(len(table.names), 1), dtype=bool)
+    names_hip[used] = [is_hip(table.names[i]) for i in used]
     hip = np.zeros(len(g_l), dtype=bool)
-    hip[ok] = names_hip[table.name_id[nodes.row[g_l[ok]]]]
+    hip[ok] = names_hip[call_name]
     copy = ok & (table.kind[gpu_rows] == Kind.MEMCPY)
     ck = table.copy_kind[gpu_rows]
     pageable_h2d = copy & ~hip & (ck == CopyKind.HTOD) & (table.src_kind[gpu_rows] == MemKind.PAGEABLE)
@@ -246,7 +255,7 @@ def blocking_copy_waits(c: Copies, n_cpu: int) -> tuple[np.ndarray, np.ndarray]:
     """Copies whose call waits for the copy to end: a ``cudaMemcpy`` except device-to-device and
     from pageable memory (``hipMemcpy*`` always), and an async device-to-pageable copy."""
     b = (c.sync & ~c.pageable_h2d & ~c.d2d) | c.pageable_d2h
-    return n_cpu + np.nonzero(b)[0].astype(np.int64), c.launch[b]
+    return n_cpu + np.nonzero(b)[0].astype(np.int64, copy=False), c.launch[b]
 
 
 def pageable_copy_edges(c: Copies, lanes: Lanes, n_cpu: int, rec_end, counts) -> tuple[np.ndarray, np.ndarray]:

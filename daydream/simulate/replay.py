@@ -100,7 +100,7 @@ def _csr(n: int, idx: np.ndarray, dst, src, ae, off, ph) -> tuple[np.ndarray, ..
     idx = idx[np.argsort(dst[idx], kind="stable")]
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(dst[idx], minlength=n), out=ptr[1:])
-    return ptr, src[idx].astype(np.int64), ae[idx].astype(np.bool_), off[idx].astype(np.int64), ph[idx].astype(np.int8)
+    return ptr, src[idx].astype(np.int64, copy=False), ae[idx].astype(np.bool_), off[idx].astype(np.int64, copy=False), ph[idx].astype(np.int8)
 
 
 def prepare(graph: TaskGraph, order: np.ndarray) -> Prepared:

@@ -1,0 +1,86 @@
+"""Shortcuts of the graph builder (issue 18) against the straightforward computation they replace:
+each must give exactly the same answer."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daydream.graph.edges import RULES
+from daydream.testing.emulator import emulate, programs, to_kineto
+from daydream.graph.order import _keeps_constraints, visit_constraints
+
+KINDS = sorted(RULES)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11), st.sampled_from(KINDS)), max_size=30),
+       st.integers(0, 2**32))
+def test_keeps_constraints_equals_the_built_pairs(n, edges, seed):
+    """The order check without materialized pairs says what checking every visit-constraint pair says."""
+    a0 = np.array([a % n for a, _, _ in edges], dtype=np.int64)
+    b0 = np.array([b % n for _, b, _ in edges], dtype=np.int64)
+    kind = np.array([k for _, _, k in edges], dtype=np.uint8)
+    rng = np.random.default_rng(seed)
+    # as drawn, and pointing forward in node order (mostly valid orders: the END-edge readers decide)
+    for src, dst in ((a0, b0), (np.minimum(a0, b0), np.maximum(a0, b0))):
+        for order in (np.arange(n), rng.permutation(n)):
+            rank = np.empty(n, np.int64)
+            rank[order] = np.arange(n)
+            a, b, _ = visit_constraints(n, src, dst, kind)
+            assert _keeps_constraints(n, rank, src, dst, kind) == (not np.any(rank[a] >= rank[b]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 4), st.sampled_from([3, 1000, 2**40, 2**62]), st.integers(0, 2**32))
+def test_unique_columns_equals_numpy_unique_rows(n, k, span, seed):
+    """Packed (few bits or ranked) or not: the rows, their order and the inverse are numpy's."""
+    from daydream.graph._arrays import unique_columns, unique_rows
+
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(-span, span, (n, k), dtype=np.int64)
+    keys[n // 2:] = keys[: n - n // 2]  # repeats
+    want_u, want_inv = np.unique(keys, axis=0, return_inverse=True)
+    for u, inv in (unique_columns([keys[:, c].copy() for c in range(k)]), unique_rows(keys)):
+        assert np.array_equal(u, want_u.reshape(-1, k)) and np.array_equal(inv, want_inv.reshape(-1))
+
+
+def _bench_and_real_tables():
+    from pathlib import Path
+
+    from daydream.formats import load_trace
+
+    traces = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+    rels = ["nsys_ai/mfu_2gpu_before.sqlite", "extrap/profile1.sqlite", "hta/nccl_data.json.gz",
+            "hta/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "hta/sampled_rank-0.json.gz"]
+    return [load_trace(str(traces / r)) for r in rels if (traces / r).exists()]
+
+
+def test_seeded_lane_prev_and_launch_equal_the_edges():
+    """build_graph hands its lane predecessors and launches to the graph; they equal what the
+    graph derives from its edges (thread/stream and launch/staged kinds)."""
+    from daydream.graph import build_graph
+    from daydream.graph.edges import rule_arrays
+
+    tables = _bench_and_real_tables()
+    assert tables
+    for tb in tables:
+        g = build_graph(tb)
+        assert "lane_prev" in g.__dict__
+        assert np.array_equal(g.lane_prev, g._single(rule_arrays().lane))
+        assert np.array_equal(g.launch, g._single(rule_arrays().launch))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_seeded_views_equal_the_edges_on_emulated_traces(tmp_path_factory, program):
+    from daydream.formats import load_trace
+    from daydream.graph import build_graph
+    from daydream.graph.edges import rule_arrays
+
+    path = tmp_path_factory.mktemp("emu") / "t.json"
+    to_kineto(emulate(program), str(path))
+    g = build_graph(load_trace(str(path)))
+    assert np.array_equal(g.lane_prev, g._single(rule_arrays().lane))
+    assert np.array_equal(g.launch, g._single(rule_arrays().launch))
