@@ -23,6 +23,7 @@ from .events import Accounting, Kind, TraceMeta
 from .graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
 from .kernels import classify_name
 from .mapping import PHASES
+from .memo import cached, memo
 from .simulate import Timeline
 from .summary import Summary, build_summary
 
@@ -242,16 +243,30 @@ def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int
 
 def _gpu_busy(graph: TaskGraph, start: np.ndarray, end: np.ndarray, lo: int, hi: int, members: np.ndarray | None = None) -> tuple[int, int]:
     """(busy, idle) ns of the GPUs in [lo, hi]; busy is the union of GPU task intervals per device."""
+    per_device = _device_tasks(graph, members)
+    busy = 0
+    for idx in per_device:
+        busy += _union_length(start[idx], end[idx], lo, hi)
+    return busy, max(len(per_device), 1) * max(hi - lo, 0) - busy
+
+
+def _device_tasks(graph: TaskGraph, members: np.ndarray | None) -> list[np.ndarray]:
+    """The GPU tasks (among ``members``) of each device, by device id: structure only, kept in the
+    graph's memo per ``members`` array (the whole graph, each step's members; the memo holds the
+    array, so its id names it while it is kept)."""
+    seen = memo(graph).setdefault("report.device_tasks", {})
+    hit = seen.get(id(members))
+    if hit is not None and hit[0] is members:
+        return hit[1]
     gpu = graph.node_kind != NODE_CPU
     if members is not None:
         gpu = gpu & members
     dev = graph.lane_keys[graph.lane, 2]
-    busy = 0
-    devices = np.unique(dev[gpu])
-    for d in devices.tolist():
-        m = gpu & (dev == d)
-        busy += _union_length(start[m], end[m], lo, hi)
-    return busy, max(len(devices), 1) * max(hi - lo, 0) - busy
+    out = [np.flatnonzero(gpu & (dev == d)) for d in np.unique(dev[gpu]).tolist()]
+    if len(seen) >= 64:
+        seen.clear()
+    seen[id(members)] = (members, out)
+    return out
 
 
 def _breakdown(graph: TaskGraph, tl: Timeline, members: np.ndarray) -> Breakdown:
@@ -307,6 +322,17 @@ class StepWindow(NamedTuple):
     replayed_cpu_end_ns: int = 0
 
 
+def _step_members(graph: TaskGraph) -> list[tuple]:
+    """(name, start, end, pid, tid, member mask) of each ProfilerStep (:func:`step_windows`):
+    structure only, kept in the graph's memo (the masks are shared: do not change them)."""
+    def make():
+        rel = gpu_relevant(graph)
+        proc = graph.lane_keys[graph.lane, 1]
+        return [(name, s, e, pid, tid, (graph.position_ns >= s) & (graph.position_ns < e) & (proc == pid) & rel)
+                for name, s, e, pid, tid in profiler_steps(graph.table)]
+    return cached(graph, "report.step_members", make)
+
+
 def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
     """Each ProfilerStep as a :class:`StepWindow` (a tuple: name, measured start and end, replayed
     start and end, member mask, note, and the step's own CPU range measured and replayed).
@@ -324,10 +350,8 @@ def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
     Measured windows come from the recorded times, replayed ones from the replayed times.
     """
     out = []
-    rel = gpu_relevant(graph)
     prev: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> previous step's (measured, replayed) end
-    for name, s, e, pid, tid in profiler_steps(graph.table):
-        members = (graph.position_ns >= s) & (graph.position_ns < e) & (graph.lane_keys[graph.lane, 1] == pid) & rel
+    for name, s, e, pid, tid, members in _step_members(graph):
         cpu = _replayed_boundaries(graph, tl, s, e, pid, tid)
         rs, re_ = (s, e) if cpu is None else cpu
         end_m, end_r = _covering(e, graph.rec_end_ns, members), _covering(re_, tl.end_ns, members)

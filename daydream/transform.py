@@ -33,6 +33,7 @@ import numpy as np
 from .errors import DaydreamError
 from .events import Kind
 from .mapping import PHASES
+from .memo import same_structure
 from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, dedupe_edges, rule_arrays, topological_order
 from .graph.queue import requeue
 
@@ -181,14 +182,14 @@ def scale(graph: TaskGraph, mask: np.ndarray, factor: float | Callable[[TaskGrap
     if len(scaled) and scaled.max() >= MAX_DURATION_NS:
         raise DaydreamError(f"scale: a scaled duration would exceed {MAX_DURATION_NS / 1e9 / 86400:.0f} days; use a smaller factor")
     dur[ids] = scaled.astype(np.int64)
-    return dataclasses.replace(graph, dur_ns=dur)
+    return same_structure(graph, dataclasses.replace(graph, dur_ns=dur))
 
 
 def set_duration(graph: TaskGraph, mask: np.ndarray, dur_ns: np.ndarray | int) -> TaskGraph:
     """New graph with the selected tasks' durations set to ``dur_ns`` (ns, scalar or per task)."""
     dur = graph.dur_ns.copy()
     dur[np.asarray(mask, dtype=bool)] = np.asarray(dur_ns, dtype=np.int64)
-    return dataclasses.replace(graph, dur_ns=dur)
+    return same_structure(graph, dataclasses.replace(graph, dur_ns=dur))
 
 
 # ------------------------------------------------------------------------------- remove ------
