@@ -125,6 +125,16 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
     return path_a, CriticalPath(int(total), len(path), acc.by_cause, dict(sorted(acc.by_phase.items())), by_range, by_kernel, waits)
 
 
+def _int_bincount(idx: np.ndarray, w: np.ndarray, size: int) -> np.ndarray:
+    """int64 sums of the weights ``w`` (int64 >= 0) per index, as ``np.add.at`` gives them: through
+    float64 ``bincount`` when every partial sum stays below 2^53 (exact there), else ``add.at``."""
+    if len(w) and (int(w.min()) < 0 or float(w.sum(dtype=np.float64)) >= 2.0**53):
+        out = np.zeros(size, np.int64)
+        np.add.at(out, idx, w)
+        return out
+    return np.bincount(idx, weights=w, minlength=size).astype(np.int64)
+
+
 class _Charges:
     """Accumulates ns per cause, and per phase when phases are given."""
 
@@ -156,8 +166,7 @@ class _Charges:
         """Take the charges of a whole walk at once: ``parts`` (k, 3) int64 (node, ns > 0, part),
         ``cause`` (k,) index into CAUSES, ``gap`` (k,) the gap-phase flag; the same sums as k calls."""
         self.parts = parts
-        sums = np.zeros(len(CAUSES), np.int64)
-        np.add.at(sums, cause.astype(np.int64), parts[:, 1])
+        sums = _int_bincount(cause.astype(np.int64), parts[:, 1], len(CAUSES))
         for i, c in enumerate(CAUSES):
             self.by_cause[c] += int(sums[i])
         if self._ph_a is None or not len(parts):
@@ -165,8 +174,8 @@ class _Charges:
         v = parts[:, 0]
         code = np.where(gap, self._gph_a[v], self._ph_a[v])
         ucode, inv = np.unique(code, return_inverse=True)
-        per = np.zeros((len(ucode), len(CAUSES)), np.int64)
-        np.add.at(per, (inv.reshape(-1), cause.astype(np.int64)), parts[:, 1])
+        per = _int_bincount(inv.reshape(-1) * len(CAUSES) + cause.astype(np.int64), parts[:, 1],
+                            len(ucode) * len(CAUSES)).reshape(len(ucode), len(CAUSES))
         for i, u in enumerate(ucode.tolist()):
             d = self.by_phase.get(self.names[u])
             if d is None:

@@ -270,17 +270,30 @@ def _device_tasks(graph: TaskGraph, members: np.ndarray | None) -> list[np.ndarr
 
 
 def _breakdown(graph: TaskGraph, tl: Timeline, members: np.ndarray) -> Breakdown:
-    cpu = (graph.node_kind == NODE_CPU) & members
-    k = graph.node_kind
-    dur = tl.end_ns - tl.start_ns
+    cpu, kern, cp, st = _member_kinds(graph, members)
     return Breakdown(
-        cpu_runtime_ns=int((dur[cpu] - tl.blocked_ns[cpu]).sum()),
+        cpu_runtime_ns=int((tl.end_ns[cpu] - tl.start_ns[cpu] - tl.blocked_ns[cpu]).sum()),
         cpu_gap_ns=int(graph.gap_ns[cpu].sum()),
         sync_wait_ns=int(tl.blocked_ns[cpu].sum()),
-        kernel_ns=int(dur[(k == Kind.KERNEL) & members].sum()),
-        memcpy_ns=int(dur[(k == Kind.MEMCPY) & members].sum()),
-        memset_ns=int(dur[(k == Kind.MEMSET) & members].sum()),
+        kernel_ns=int((tl.end_ns[kern] - tl.start_ns[kern]).sum()),
+        memcpy_ns=int((tl.end_ns[cp] - tl.start_ns[cp]).sum()),
+        memset_ns=int((tl.end_ns[st] - tl.start_ns[st]).sum()),
     )
+
+
+def _member_kinds(graph: TaskGraph, members: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(CPU tasks, kernels, memcpys, memsets) among ``members``, as node ids: structure only, kept
+    in the graph's memo per ``members`` array (as :func:`_device_tasks`)."""
+    seen = memo(graph).setdefault("report.member_kinds", {})
+    hit = seen.get(id(members))
+    if hit is not None and hit[0] is members:
+        return hit[1]
+    k = graph.node_kind
+    out = tuple(np.flatnonzero((k == c) & members) for c in (NODE_CPU, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    if len(seen) >= 64:
+        seen.clear()
+    seen[id(members)] = (members, out)
+    return out
 
 
 def _error_pct(measured: int, replayed: int) -> float:
@@ -373,11 +386,9 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
     boundaries never cross. After the thread's last call, a boundary keeps its recorded distance
     to that call's end.
     """
-    lanes = np.nonzero((graph.lane_keys == np.array([0, pid, tid, 0])).all(axis=1))[0]
-    nodes = np.nonzero((graph.lane == (lanes[0] if len(lanes) else -1)) & (graph.node_kind == NODE_CPU))[0]
+    nodes = _thread_calls(graph, pid, tid)
     if not ((graph.rec_start_ns[nodes] >= s) & (graph.rec_end_ns[nodes] <= e)).any():
         return None
-    nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
     rs_sorted = graph.rec_start_ns[nodes]
 
     def boundary(b: int) -> int:
@@ -389,6 +400,16 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
         return int(tl.end_ns[y]) + (b - int(graph.rec_end_ns[y]))
 
     return boundary(s), boundary(e)
+
+
+def _thread_calls(graph: TaskGraph, pid: int, tid: int) -> np.ndarray:
+    """The API calls of thread (pid, tid) by recorded start (stable): structure only, kept in the
+    graph's memo."""
+    def make():
+        lanes = np.nonzero((graph.lane_keys == np.array([0, pid, tid, 0])).all(axis=1))[0]
+        nodes = np.nonzero((graph.lane == (lanes[0] if len(lanes) else -1)) & (graph.node_kind == NODE_CPU))[0]
+        return nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
+    return cached(graph, f"report.thread_calls {pid} {tid}", make)
 
 
 def _covering(end: int, ends: np.ndarray, members: np.ndarray) -> int:
