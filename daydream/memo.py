@@ -54,7 +54,12 @@ def same_structure(parent, child):
     return child
 
 
-def rules_key(ra) -> bytes:
-    """A key for the edge rules in force (``daydream.graph.rule_arrays()``: a kind registered
-    later changes it), for memo entries that read the rules."""
-    return b"".join(getattr(ra, f).tobytes() for f in ("phase", "anchor_end", "offset", "lane", "inherit", "prefer", "known", "launch"))
+def rules_key(ra, graph) -> bytes:
+    """A key for the edge rules in force (``daydream.graph.rule_arrays()``) for the kinds of
+    ``graph``'s edges, for memo entries that read the rules: a kind registered (or removed and
+    registered again) changes it only when the graph has edges of that kind."""
+    import numpy as np
+
+    kinds = cached(graph, "edge kinds", lambda: np.unique(graph.edge_kind))
+    return kinds.tobytes() + b"".join(getattr(ra, f)[kinds].tobytes()
+                                      for f in ("phase", "anchor_end", "offset", "lane", "inherit", "prefer", "known", "launch"))

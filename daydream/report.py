@@ -234,10 +234,11 @@ def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int
     # a new merged block starts where s > the running end of everything before it
     new_block = np.ones(len(s), dtype=bool)
     new_block[1:] = s[1:] > run_end[:-1]
-    block_id = np.cumsum(new_block) - 1
     b_start = s[new_block]
-    b_end = np.zeros(block_id[-1] + 1, dtype=np.int64)
-    np.maximum.at(b_end, block_id, e)
+    # a block's end: the running end at its last interval (earlier blocks all ended before its start)
+    last = np.ones(len(s), dtype=bool)
+    last[:-1] = new_block[1:]
+    b_end = run_end[last]
     return int((b_end - b_start).sum())
 
 

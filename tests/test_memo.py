@@ -73,3 +73,31 @@ def test_gaps_set_in_place_are_read_again(tmp_path_factory, prog, seed):
     assert np.array_equal(a.start_ns, b.start_ns) and np.array_equal(a.end_ns, b.end_ns)
     assert all(np.array_equal(x, y) for x, y in zip(bindings(g, a.start_ns, a.end_ns, a.blocked_ns),
                                                     bindings_reference(g, a.start_ns, a.end_ns, a.blocked_ns)))
+
+
+def _union_by_max_at(starts, ends, lo, hi):
+    """The union length as computed before (a maximum.at per block), the reference."""
+    s, e = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if len(s) == 0:
+        return 0
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    run_end = np.maximum.accumulate(e)
+    nb = np.ones(len(s), bool)
+    nb[1:] = s[1:] > run_end[:-1]
+    bid = np.cumsum(nb) - 1
+    b_end = np.zeros(bid[-1] + 1, np.int64)
+    np.maximum.at(b_end, bid, e)
+    return int((b_end - s[nb]).sum())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 80)), max_size=30), st.integers(0, 100), st.integers(0, 250))
+def test_union_length_by_running_end(iv, lo, hi):
+    from daydream.report import _union_length
+
+    s = np.array([a for a, _ in iv], np.int64)
+    e = np.array([a + d for a, d in iv], np.int64)
+    assert _union_length(s, e, lo, hi) == _union_by_max_at(s, e, lo, hi)

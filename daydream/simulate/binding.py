@@ -36,7 +36,7 @@ class _Rules(NamedTuple):
 
 def _edge_rules(graph: TaskGraph) -> _Rules:
     ra = rule_arrays()
-    key = ("binding.rules", rules_key(ra), int(graph.launch_latency_ns), int(graph.gpu_gap_ns), int(graph.staging_latency_ns))
+    key = ("binding.rules", rules_key(ra, graph), int(graph.launch_latency_ns), int(graph.gpu_gap_ns), int(graph.staging_latency_ns))
     return cached(graph, key, lambda: _make_rules(graph, ra))
 
 

@@ -109,7 +109,7 @@ def prepare(graph: TaskGraph, order: np.ndarray) -> Prepared:
     the CPU gaps is kept in the graph's structure memo (:mod:`daydream.memo`) for ``order``, the
     rules and the graph's constants: a graph that differs only in durations reuses it."""
     ra = rule_arrays()
-    key = ("replay.prepare", rules_key(ra), int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns),
+    key = ("replay.prepare", rules_key(ra, graph), int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns),
            int(graph.staging_latency_ns))
     hit = memo(graph).get(key)
     if hit is None or hit[0] is not order:
