@@ -283,10 +283,15 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
         if per_ext[x] > 1:
             shared += 1
             continue
-        key = msgspec.json.encode((o[0], o[1], o[2]))
-        w = memo.get(key)
+        try:
+            key = msgspec.json.encode((o[0], o[1], o[2]))
+        except (TypeError, OverflowError, msgspec.EncodeError):  # nothing JSON cannot say comes from a decode; kept safe
+            key = None
+        w = memo.get(key) if key is not None else None
         if w is None:
-            w = memo[key] = (*op_work(o[0], o[1], o[2]), *last_operand(o[1], o[2]))
+            w = (*op_work(o[0], o[1], o[2]), *last_operand(o[1], o[2]))
+            if key is not None:
+                memo[key] = w
         flops[i], nbytes[i], lb[i], le[i] = w
     order = np.argsort(make_key(dev, corr), kind="stable")
     out.key, out.grid, out.block, out.regs, out.smem = make_key(dev, corr)[order], grid[order], block[order], regs[order], smem[order]
