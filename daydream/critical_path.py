@@ -23,6 +23,7 @@ from . import jit
 from .events import CopyKind, Kind
 from .kernels import kernel_info
 from .mapping import PHASES, fold_by_op
+from .memo import cached
 from .graph import NODE_CPU, RULES, TaskGraph, rule_arrays
 from .graph.ranges import NO_RANGE, RangeTimeline, range_timeline, split_by_range, thread_key
 from .simulate import BOUND_BY_LANE, Timeline, critical_walk, with_bindings
@@ -62,7 +63,12 @@ class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def communication_mask(graph: TaskGraph) -> np.ndarray:
-    """GPU tasks that are communication: NCCL/RCCL kernels (daydream.kernels) and peer-to-peer copies."""
+    """GPU tasks that are communication: NCCL/RCCL kernels (daydream.kernels) and peer-to-peer copies.
+    Kept in the graph's structure memo (shared: do not change it)."""
+    return cached(graph, "communication_mask", lambda: _communication_mask(graph))
+
+
+def _communication_mask(graph: TaskGraph) -> np.ndarray:
     p2p = (graph.node_kind == Kind.MEMCPY) & (graph.copy_kind == CopyKind.PTOP)
     return (graph.node_kind != NODE_CPU) & (kernel_info(graph).is_class("communication") | p2p)
 
@@ -71,7 +77,12 @@ def gpu_relevant(graph: TaskGraph) -> np.ndarray:
     """Nodes that bound the traced window: GPU tasks, and the API calls of threads that launch
     or wait for GPU work. Threads that only poll or allocate (e.g. an NCCL watchdog calling
     cudaEventQuery) cannot be changed by a GPU-side optimization and would pin the window's end.
-    All nodes when the trace has no GPU work."""
+    All nodes when the trace has no GPU work. Kept in the graph's structure memo (shared: do not
+    change it)."""
+    return cached(graph, "gpu_relevant", lambda: _gpu_relevant(graph))
+
+
+def _gpu_relevant(graph: TaskGraph) -> np.ndarray:
     gpu = graph.node_kind != NODE_CPU
     if not gpu.any():
         return np.ones(graph.n, dtype=bool)
@@ -114,6 +125,16 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
     return path_a, CriticalPath(int(total), len(path), acc.by_cause, dict(sorted(acc.by_phase.items())), by_range, by_kernel, waits)
 
 
+def _int_bincount(idx: np.ndarray, w: np.ndarray, size: int) -> np.ndarray:
+    """int64 sums of the weights ``w`` (int64 >= 0) per index, as ``np.add.at`` gives them: through
+    float64 ``bincount`` when every partial sum stays below 2^53 (exact there), else ``add.at``."""
+    if len(w) and (int(w.min()) < 0 or float(w.sum(dtype=np.float64)) >= 2.0**53):
+        out = np.zeros(size, np.int64)
+        np.add.at(out, idx, w)
+        return out
+    return np.bincount(idx, weights=w, minlength=size).astype(np.int64)
+
+
 class _Charges:
     """Accumulates ns per cause, and per phase when phases are given."""
 
@@ -123,24 +144,38 @@ class _Charges:
         self.parts: list[tuple[int, int, int]] = []  #: (node, ns, OWN / GAP / EDGE) per charge
         self.end_waited: list[int] = []  #: nodes whose end the path found set by what they waited for
         self.names = phase_names
-        self.ph = phase.tolist() if phase is not None and phase_names is not None else None
-        self.gph = gap_phase.tolist() if self.ph is not None else None
+        on = phase is not None and phase_names is not None
+        self._ph_a = np.asarray(phase, np.int64) if on else None  # the arrays; lists only for the Python walk
+        self._gph_a = np.asarray(gap_phase, np.int64) if on else None
+        self._lists = None
+
+    @property
+    def ph(self):
+        return None if self._ph_a is None else self._as_lists()[0]
+
+    @property
+    def gph(self):
+        return None if self._ph_a is None else self._as_lists()[1]
+
+    def _as_lists(self):
+        if self._lists is None:
+            self._lists = (self._ph_a.tolist(), self._gph_a.tolist())
+        return self._lists
 
     def add_all(self, parts: np.ndarray, cause: np.ndarray, gap: np.ndarray) -> None:
         """Take the charges of a whole walk at once: ``parts`` (k, 3) int64 (node, ns > 0, part),
         ``cause`` (k,) index into CAUSES, ``gap`` (k,) the gap-phase flag; the same sums as k calls."""
         self.parts = parts
-        sums = np.zeros(len(CAUSES), np.int64)
-        np.add.at(sums, cause.astype(np.int64), parts[:, 1])
+        sums = _int_bincount(cause.astype(np.int64), parts[:, 1], len(CAUSES))
         for i, c in enumerate(CAUSES):
             self.by_cause[c] += int(sums[i])
-        if self.ph is None or not len(parts):
+        if self._ph_a is None or not len(parts):
             return
         v = parts[:, 0]
-        code = np.where(gap, np.asarray(self.gph, np.int64)[v], np.asarray(self.ph, np.int64)[v])
+        code = np.where(gap, self._gph_a[v], self._ph_a[v])
         ucode, inv = np.unique(code, return_inverse=True)
-        per = np.zeros((len(ucode), len(CAUSES)), np.int64)
-        np.add.at(per, (inv.reshape(-1), cause.astype(np.int64)), parts[:, 1])
+        per = _int_bincount(inv.reshape(-1) * len(CAUSES) + cause.astype(np.int64), parts[:, 1],
+                            len(ucode) * len(CAUSES)).reshape(len(ucode), len(CAUSES))
         for i, u in enumerate(ucode.tolist()):
             d = self.by_phase.get(self.names[u])
             if d is None:

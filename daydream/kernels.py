@@ -52,6 +52,7 @@ import numpy as np
 from .events import EventTable, Kind
 from .graph import NODE_CPU
 from .mapping import NAME_PREFIX  # names are classified on this bounded prefix
+from .memo import cached
 
 #: Kernel classes; ``*_code`` arrays hold indices into this tuple.
 CLASSES: tuple[str, ...] = (
@@ -242,7 +243,12 @@ NONE = 255  #: code of CPU nodes in KernelInfo arrays
 
 def kernel_info(graph) -> KernelInfo:
     """Classify every GPU task of a :class:`~daydream.graph.TaskGraph` (vectorized over the
-    distinct names; inserted tasks by their given names)."""
+    distinct names; inserted tasks by their given names). Kept in the graph's structure memo
+    (:mod:`daydream.memo`): the result is shared, do not change its arrays."""
+    return cached(graph, "kernel_info", lambda: _kernel_info(graph))
+
+
+def _kernel_info(graph) -> KernelInfo:
     n = graph.n
     cls = np.full(n, NONE, dtype=np.uint8)
     bound = np.full(n, NONE, dtype=np.uint8)

@@ -23,6 +23,7 @@ from .events import Accounting, Kind, TraceMeta
 from .graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
 from .kernels import classify_name
 from .mapping import PHASES
+from .memo import cached, memo
 from .simulate import Timeline
 from .summary import Summary, build_summary
 
@@ -234,39 +235,67 @@ def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int
     # a new merged block starts where s > the running end of everything before it
     new_block = np.ones(len(s), dtype=bool)
     new_block[1:] = s[1:] > run_end[:-1]
-    block_id = np.cumsum(new_block) - 1
     b_start = s[new_block]
-    b_end = np.zeros(block_id[-1] + 1, dtype=np.int64)
-    np.maximum.at(b_end, block_id, e)
+    # a block's end: the running end at its last interval (earlier blocks all ended before its start)
+    last = np.ones(len(s), dtype=bool)
+    last[:-1] = new_block[1:]
+    b_end = run_end[last]
     return int((b_end - b_start).sum())
 
 
 def _gpu_busy(graph: TaskGraph, start: np.ndarray, end: np.ndarray, lo: int, hi: int, members: np.ndarray | None = None) -> tuple[int, int]:
     """(busy, idle) ns of the GPUs in [lo, hi]; busy is the union of GPU task intervals per device."""
+    per_device = _device_tasks(graph, members)
+    busy = 0
+    for idx in per_device:
+        busy += _union_length(start[idx], end[idx], lo, hi)
+    return busy, max(len(per_device), 1) * max(hi - lo, 0) - busy
+
+
+def _device_tasks(graph: TaskGraph, members: np.ndarray | None) -> list[np.ndarray]:
+    """The GPU tasks (among ``members``) of each device, by device id: structure only, kept in the
+    graph's memo per ``members`` array (the whole graph, each step's members; the memo holds the
+    array, so its id names it while it is kept)."""
+    seen = memo(graph).setdefault("report.device_tasks", {})
+    hit = seen.get(id(members))
+    if hit is not None and hit[0] is members:
+        return hit[1]
     gpu = graph.node_kind != NODE_CPU
     if members is not None:
         gpu = gpu & members
     dev = graph.lane_keys[graph.lane, 2]
-    busy = 0
-    devices = np.unique(dev[gpu])
-    for d in devices.tolist():
-        m = gpu & (dev == d)
-        busy += _union_length(start[m], end[m], lo, hi)
-    return busy, max(len(devices), 1) * max(hi - lo, 0) - busy
+    out = [np.flatnonzero(gpu & (dev == d)) for d in np.unique(dev[gpu]).tolist()]
+    if len(seen) >= 64:
+        seen.clear()
+    seen[id(members)] = (members, out)
+    return out
 
 
 def _breakdown(graph: TaskGraph, tl: Timeline, members: np.ndarray) -> Breakdown:
-    cpu = (graph.node_kind == NODE_CPU) & members
-    k = graph.node_kind
-    dur = tl.end_ns - tl.start_ns
+    cpu, kern, cp, st = _member_kinds(graph, members)
     return Breakdown(
-        cpu_runtime_ns=int((dur[cpu] - tl.blocked_ns[cpu]).sum()),
+        cpu_runtime_ns=int((tl.end_ns[cpu] - tl.start_ns[cpu] - tl.blocked_ns[cpu]).sum()),
         cpu_gap_ns=int(graph.gap_ns[cpu].sum()),
         sync_wait_ns=int(tl.blocked_ns[cpu].sum()),
-        kernel_ns=int(dur[(k == Kind.KERNEL) & members].sum()),
-        memcpy_ns=int(dur[(k == Kind.MEMCPY) & members].sum()),
-        memset_ns=int(dur[(k == Kind.MEMSET) & members].sum()),
+        kernel_ns=int((tl.end_ns[kern] - tl.start_ns[kern]).sum()),
+        memcpy_ns=int((tl.end_ns[cp] - tl.start_ns[cp]).sum()),
+        memset_ns=int((tl.end_ns[st] - tl.start_ns[st]).sum()),
     )
+
+
+def _member_kinds(graph: TaskGraph, members: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(CPU tasks, kernels, memcpys, memsets) among ``members``, as node ids: structure only, kept
+    in the graph's memo per ``members`` array (as :func:`_device_tasks`)."""
+    seen = memo(graph).setdefault("report.member_kinds", {})
+    hit = seen.get(id(members))
+    if hit is not None and hit[0] is members:
+        return hit[1]
+    k = graph.node_kind
+    out = tuple(np.flatnonzero((k == c) & members) for c in (NODE_CPU, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    if len(seen) >= 64:
+        seen.clear()
+    seen[id(members)] = (members, out)
+    return out
 
 
 def _error_pct(measured: int, replayed: int) -> float:
@@ -308,6 +337,17 @@ class StepWindow(NamedTuple):
     replayed_cpu_end_ns: int = 0
 
 
+def _step_members(graph: TaskGraph) -> list[tuple]:
+    """(name, start, end, pid, tid, member mask) of each ProfilerStep (:func:`step_windows`):
+    structure only, kept in the graph's memo (the masks are shared: do not change them)."""
+    def make():
+        rel = gpu_relevant(graph)
+        proc = graph.lane_keys[graph.lane, 1]
+        return [(name, s, e, pid, tid, (graph.position_ns >= s) & (graph.position_ns < e) & (proc == pid) & rel)
+                for name, s, e, pid, tid in profiler_steps(graph.table)]
+    return cached(graph, "report.step_members", make)
+
+
 def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
     """Each ProfilerStep as a :class:`StepWindow` (a tuple: name, measured start and end, replayed
     start and end, member mask, note, and the step's own CPU range measured and replayed).
@@ -325,10 +365,8 @@ def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
     Measured windows come from the recorded times, replayed ones from the replayed times.
     """
     out = []
-    rel = gpu_relevant(graph)
     prev: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> previous step's (measured, replayed) end
-    for name, s, e, pid, tid in profiler_steps(graph.table):
-        members = (graph.position_ns >= s) & (graph.position_ns < e) & (graph.lane_keys[graph.lane, 1] == pid) & rel
+    for name, s, e, pid, tid, members in _step_members(graph):
         cpu = _replayed_boundaries(graph, tl, s, e, pid, tid)
         rs, re_ = (s, e) if cpu is None else cpu
         end_m, end_r = _covering(e, graph.rec_end_ns, members), _covering(re_, tl.end_ns, members)
@@ -350,11 +388,9 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
     boundaries never cross. After the thread's last call, a boundary keeps its recorded distance
     to that call's end.
     """
-    lanes = np.nonzero((graph.lane_keys == np.array([0, pid, tid, 0])).all(axis=1))[0]
-    nodes = np.nonzero((graph.lane == (lanes[0] if len(lanes) else -1)) & (graph.node_kind == NODE_CPU))[0]
+    nodes = _thread_calls(graph, pid, tid)
     if not ((graph.rec_start_ns[nodes] >= s) & (graph.rec_end_ns[nodes] <= e)).any():
         return None
-    nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
     rs_sorted = graph.rec_start_ns[nodes]
 
     def boundary(b: int) -> int:
@@ -366,6 +402,16 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
         return int(tl.end_ns[y]) + (b - int(graph.rec_end_ns[y]))
 
     return boundary(s), boundary(e)
+
+
+def _thread_calls(graph: TaskGraph, pid: int, tid: int) -> np.ndarray:
+    """The API calls of thread (pid, tid) by recorded start (stable): structure only, kept in the
+    graph's memo."""
+    def make():
+        lanes = np.nonzero((graph.lane_keys == np.array([0, pid, tid, 0])).all(axis=1))[0]
+        nodes = np.nonzero((graph.lane == (lanes[0] if len(lanes) else -1)) & (graph.node_kind == NODE_CPU))[0]
+        return nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
+    return cached(graph, f"report.thread_calls {pid} {tid}", make)
 
 
 def _covering(end: int, ends: np.ndarray, members: np.ndarray) -> int:

@@ -22,7 +22,8 @@ from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, ranges_
 from .graph import NODE_CPU, TaskGraph
 from .graph.ranges import NO_RANGE, split_by_range, thread_key
 from .kernels import CLASSES, classify_names, kernel_info
-from .mapping import fold_by_op
+from .mapping import fold_by_op, nvtx_base_name
+from .memo import cached
 from .simulate import Timeline
 
 BOUNDS = ("data loading", "host work", "launch overhead", "GPU compute", "communication", "synchronization")
@@ -250,21 +251,47 @@ def change_summary(before: TaskGraph, after: TaskGraph) -> str:
         return int(g.dur_ns[gpu].sum()), int(g.dur_ns[~gpu].sum() + g.gap_ns[~gpu].sum())
 
     parts = []
+    same = _same_tasks(before, after)
+    tb, ta = totals(before), totals(after)
     for label, is_gpu in (("GPU", True), ("host", False)):
         mb = (before.node_kind != NODE_CPU) == is_gpu
-        ma = (after.node_kind != NODE_CPU) == is_gpu
-        rb, ra = before.row[mb & (before.row >= 0)], after.row[ma & (after.row >= 0)]
-        kept = np.isin(rb, ra)
-        cost_b = (before.dur_ns + before.gap_ns)[mb & (before.row >= 0)]
-        pos = np.full(int(max(rb.max(initial=-1), ra.max(initial=-1))) + 1, -1, np.int64)
-        pos[ra] = np.nonzero(ma & (after.row >= 0))[0]
-        cost_a = (after.dur_ns + after.gap_ns)[np.maximum(pos[rb], 0)]
-        changed = int(np.count_nonzero(kept & (cost_a != cost_b)))
-        removed = int(np.count_nonzero(~kept))
-        added = int(np.count_nonzero(ma & (after.row < 0)))
-        tb, ta = totals(before), totals(after)
+        if same:  # the same tasks (a change of durations only): each row is its own match
+            m = mb & (before.row >= 0)
+            changed = int(np.count_nonzero((before.dur_ns + before.gap_ns)[m] != (after.dur_ns + after.gap_ns)[m]))
+            rb, removed, added = before.row[m], 0, int(np.count_nonzero(mb & (before.row < 0)))
+        else:
+            changed, removed, added, rb = _matched_changes(before, after, mb, is_gpu)
         t0, t1 = (tb[0], ta[0]) if is_gpu else (tb[1], ta[1])
         what = "tasks" if is_gpu else "calls"
         parts.append(f"{label} time {t0 / 1e6:,.3f} -> {t1 / 1e6:,.3f} ms ({changed:,} {what} changed, {removed:,} removed, "
                      f"{added:,} added, {len(rb) - changed - removed:,} left alone)")
     return "; ".join(parts)
+
+
+def _same_tasks(before: TaskGraph, after: TaskGraph) -> bool:
+    """``after`` has ``before``'s tasks in the same places (the same row and kind arrays, rows
+    distinct): matching by row is the identity."""
+    if after.row is not before.row or after.node_kind is not before.node_kind:
+        return False
+    return bool(cached(before, "summary.rows_distinct", lambda: _distinct(before.row[before.row >= 0])))
+
+
+def _distinct(rows: np.ndarray) -> bool:
+    """No row twice (``rows``: int64 >= 0)."""
+    return not len(rows) or int(np.bincount(rows).max()) <= 1
+
+
+def _matched_changes(before: TaskGraph, after: TaskGraph, mb: np.ndarray, is_gpu: bool) -> tuple[int, int, int, np.ndarray]:
+    """(changed, removed, added, recorded rows of ``before``) of one side (GPU or host), tasks
+    matched by table row."""
+    ma = (after.node_kind != NODE_CPU) == is_gpu
+    rb, ra = before.row[mb & (before.row >= 0)], after.row[ma & (after.row >= 0)]
+    kept = np.isin(rb, ra)
+    cost_b = (before.dur_ns + before.gap_ns)[mb & (before.row >= 0)]
+    pos = np.full(int(max(rb.max(initial=-1), ra.max(initial=-1))) + 1, -1, np.int64)
+    pos[ra] = np.nonzero(ma & (after.row >= 0))[0]
+    cost_a = (after.dur_ns + after.gap_ns)[np.maximum(pos[rb], 0)]
+    changed = int(np.count_nonzero(kept & (cost_a != cost_b)))
+    removed = int(np.count_nonzero(~kept))
+    added = int(np.count_nonzero(ma & (after.row < 0)))
+    return changed, removed, added, rb

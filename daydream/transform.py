@@ -33,6 +33,7 @@ import numpy as np
 from .errors import DaydreamError
 from .events import Kind
 from .mapping import PHASES
+from .memo import same_structure
 from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, dedupe_edges, rule_arrays, topological_order
 from .graph.queue import requeue
 
@@ -181,14 +182,14 @@ def scale(graph: TaskGraph, mask: np.ndarray, factor: float | Callable[[TaskGrap
     if len(scaled) and scaled.max() >= MAX_DURATION_NS:
         raise DaydreamError(f"scale: a scaled duration would exceed {MAX_DURATION_NS / 1e9 / 86400:.0f} days; use a smaller factor")
     dur[ids] = scaled.astype(np.int64)
-    return dataclasses.replace(graph, dur_ns=dur)
+    return same_structure(graph, dataclasses.replace(graph, dur_ns=dur))
 
 
 def set_duration(graph: TaskGraph, mask: np.ndarray, dur_ns: np.ndarray | int) -> TaskGraph:
     """New graph with the selected tasks' durations set to ``dur_ns`` (ns, scalar or per task)."""
     dur = graph.dur_ns.copy()
     dur[np.asarray(mask, dtype=bool)] = np.asarray(dur_ns, dtype=np.int64)
-    return dataclasses.replace(graph, dur_ns=dur)
+    return same_structure(graph, dataclasses.replace(graph, dur_ns=dur))
 
 
 # ------------------------------------------------------------------------------- remove ------
@@ -579,3 +580,91 @@ def insert_on_stream(graph: TaskGraph, *, lane: int, like: int, dur_ns: int, nam
         edge_origin=np.concatenate([graph.edge_origin, np.full(len(src), Origin.INSERTED, np.uint8)]),
         order=order.astype(np.int64))
     return _with_valid_order(requeue(g)), v
+
+
+def insert_launches(graph: TaskGraph, *, lane: int, anchor: np.ndarray, like: np.ndarray, dur_ns: np.ndarray,
+                    names: list[str], call_name: str) -> tuple[TaskGraph, np.ndarray]:
+    """New graph with ``K`` launched kernels at once: the graph :func:`insert` and
+    :func:`insert_on_stream` make one by one for ``k = 0 .. K-1``: a CPU call of duration 0 and gap 0
+    (named ``call_name``) right after ``anchor[k]`` on its thread, after the calls this inserted
+    there for an earlier ``k``; then a kernel ``names[k]`` of ``dur_ns[k]`` appended to GPU
+    ``lane``, launched by that call and waiting for ``like[k]`` (a GPU task, which lends its
+    identity, as in :func:`insert_on_stream`). Node ids, names and edges are those of the one-by-one
+    insertion (call ``k`` is ``n + 2k``, its kernel ``n + 2k + 1``); the visiting order is a
+    valid one.
+
+    Returns:
+        (new graph, the inserted kernels).
+
+    Raises:
+        DaydreamError: bad ids, an anchor that is not a CPU task, or a lane that is not a GPU stream.
+    """
+    n, k_n = graph.n, len(anchor)
+    anchor, like = np.asarray(anchor, np.int64), np.asarray(like, np.int64)
+    if not 0 <= lane < len(graph.lanes) or not graph.lane_is_gpu[lane]:
+        raise DaydreamError(f"insert_launches: lane {lane} is not a GPU stream")
+    if k_n == 0:
+        return graph, np.zeros(0, np.int64)
+    if min(anchor.min(), like.min()) < 0 or max(anchor.max(), like.max()) >= n or (graph.node_kind[anchor] != NODE_CPU).any() \
+            or (graph.node_kind[like] == NODE_CPU).any() or len(like) != k_n or len(dur_ns) != k_n or len(names) != k_n:
+        raise DaydreamError("insert_launches: anchors must be CPU tasks and like GPU tasks of the graph, one per kernel")
+    calls, kern = n + 2 * np.arange(k_n), n + 2 * np.arange(k_n) + 1
+    g = _take_nodes(graph, np.concatenate([np.arange(n), np.stack([anchor, like], 1).ravel()]))
+    g.row[n:], g.correlation[n:], g.gap_ns[n:] = -1, -1, 0
+    g.node_kind[calls], g.node_kind[kern] = NODE_CPU, int(Kind.KERNEL)
+    g.lane[kern] = lane
+    g.name_id[n:] = len(graph.names) + np.arange(2 * k_n)
+    g.dur_ns[calls], g.dur_ns[kern] = 0, np.asarray(dur_ns, np.int64)
+    g.rec_start_ns[n:] = g.rec_end_ns[n:]
+    g.stream[kern], g.copy_kind[kern] = int(graph.lane_keys[lane][3]), 0
+    g.position_ns[kern] = graph.position_ns[anchor]
+    names_all = list(graph.names)
+    for x in names:
+        names_all += [call_name, x]
+    src, dst, kind, origin, order = _launch_edges(graph, lane, anchor, like, calls, kern)
+    g = dataclasses.replace(g, names=names_all, edge_src=src, edge_dst=dst, edge_kind=kind, edge_origin=origin, order=order)
+    return _with_valid_order(requeue(g)), kern
+
+
+def _launch_edges(graph: TaskGraph, lane: int, anchor, like, calls, kern):
+    """Edges and a visiting order for :func:`insert_launches`: each anchor's calls chained between
+    it and its old thread successor (whose lane edge now leaves the last of them), each kernel
+    after its call (LAUNCH), ``like`` (XSTREAM) and the previous kernel on ``lane`` (STREAM)."""
+    n, k_n = graph.n, len(anchor)
+    o = np.argsort(anchor, kind="stable")
+    a_s = anchor[o]
+    first = np.r_[True, a_s[1:] != a_s[:-1]]
+    prev_call = np.where(first, a_s, np.r_[-1, calls[o][:-1]])  # thread predecessor of each call (by anchor, then k)
+    pred = np.empty(k_n, np.int64)
+    pred[o] = prev_call
+    last_at = np.full(n, -1, np.int64)
+    last_at[a_s] = calls[o]  # the last call at each anchor (the highest k)
+    src = graph.edge_src.copy()
+    nxt = graph.lane_next
+    moved = (last_at[src] >= 0) & (graph.edge_dst == nxt[src]) & rule_arrays().lane[graph.edge_kind]
+    src[moved] = last_at[src[moved]]
+    on = np.nonzero(graph.lane == lane)[0]
+    last = int(on[graph.lane_next[on] < 0][0]) if len(on) else -1
+    prev_k = np.r_[last, kern[:-1]]
+    has = prev_k >= 0
+    # per k: anchor/previous call -> call (THREAD); like -> kernel (XSTREAM); call -> kernel (LAUNCH); previous kernel (STREAM)
+    add_s = np.stack([pred, like, calls, prev_k], 1).ravel()
+    add_d = np.stack([calls, kern, kern, kern], 1).ravel()
+    add_k = np.tile(np.array([EdgeKind.THREAD, EdgeKind.XSTREAM, EdgeKind.LAUNCH, EdgeKind.STREAM], np.uint8), k_n)
+    keep = np.stack([np.ones(k_n, bool), np.ones(k_n, bool), np.ones(k_n, bool), has], 1).ravel()
+    src = np.concatenate([src, add_s[keep]])
+    dst = np.concatenate([graph.edge_dst, add_d[keep]])
+    kind = np.concatenate([graph.edge_kind, add_k[keep]])
+    origin = np.concatenate([graph.edge_origin, np.full(int(keep.sum()), Origin.INSERTED, np.uint8)])
+    rank = np.empty(n, np.int64)
+    rank[graph.order] = np.arange(n)
+    # visiting keys (primary rank, group, k): calls right after their anchor, kernels after their latest source
+    prim = np.maximum.accumulate(np.maximum(rank[like], rank[anchor]))
+    if last >= 0:
+        prim = np.maximum(prim, rank[last])
+    p_all = np.concatenate([rank, rank[anchor], prim])
+    grp = np.concatenate([np.zeros(n, np.int64), np.ones(k_n, np.int64), np.full(k_n, 2, np.int64)])
+    sub = np.concatenate([np.zeros(n, np.int64), np.arange(k_n), np.arange(k_n)])
+    ids = np.concatenate([np.arange(n), calls, kern])
+    order = ids[np.lexsort((sub, grp, p_all))]
+    return src, dst, kind, origin, order.astype(np.int64)

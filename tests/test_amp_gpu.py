@@ -151,3 +151,28 @@ def test_a10g_kernels():
     assert g2.dur_ns[k[0]] == round(8000 * 35.0 * 23.25 / 38.7 / 35.0)
     assert g2.dur_ns[k[1]] == 8000 and g2.dur_ns[k[2]] == 4000
     assert "A10G" in note
+
+
+def test_amp_after_gpu_upgrade_uses_the_target_gpu():
+    """gpu-upgrade then amp: amp models the GPU after the upgrade (H100 SXM), not the traced A100."""
+    g = trace()
+    g1, _ = run(g, "gpu-upgrade:target=H100 SXM,kernel_model=peak")
+    assert [d.name for d in g1.devices] == ["H100 SXM"] and [d.name for d in g.devices] == ["NVIDIA A100-SXM4-40GB"]
+    k = np.nonzero(g.node_kind != 0)[0]
+    # peak model: compute-bound 8000 x 312/989.4 = 2522.7 -> 2523; memory-bound 8000 x 1555/3350 = 3713.4 -> 3713
+    assert g1.dur_ns[k].tolist() == [2523, 2523, 2523, 3713, 3713]
+    g2, note = run(g1, "amp")
+    # H100 SXM factors: sgemm 67 / (989.4 x 0.5) -> 2523 x 0.13544 = 341.7 -> 342 (the A100's 0.125 would give 315);
+    # TF32 494.7/989.4 = 0.5 -> 1261.5 -> 1262; the fp16 GEMM unchanged; add x 0.5 -> 1856.5 -> 1856; layer norm kept fp32
+    assert g2.dur_ns[k].tolist() == [342, 1262, 2523, 1856, 3713]
+    assert note.startswith("H100 SXM model (bf16)")
+    g3, _ = run(g, "amp")  # amp alone still models the traced A100
+    assert g3.dur_ns[k].tolist() == [1000, 4000, 8000, 4000, 8000]
+
+
+def test_gpu_upgrade_names_a_device_for_an_unnamed_trace():
+    g = trace(device="")
+    g1, _ = run(g, "gpu-upgrade:source=A100 40GB SXM,target=H100 SXM,kernel_model=peak")
+    assert [(d.id, d.name) for d in g1.devices] == [(0, "H100 SXM")]
+    _, note = run(g1, "amp")
+    assert note.startswith("H100 SXM model (bf16)")

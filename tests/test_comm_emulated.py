@@ -5,6 +5,7 @@ predicts exactly the emulator's run of the program that issues those all-reduces
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from daydream import comm_model as cm
@@ -95,3 +96,60 @@ def test_one_bucket_on_a_small_program_exact(tmp_path):
     ar = int(nodes[0])
     assert (tl.start_ns[ar] - t0, tl.end_ns[ar] - t0) == (16_000, 16_000 + D)  # after k1 + G
     assert tl.start_ns[k2] - t0 == 17_000 + D  # the optimizer waits for the all-reduce + G
+
+
+def _same_graph(a, b):
+    import dataclasses
+
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name in ("table", "mapping", "order"):  # any valid visiting order (the one-by-one one may be a topological sort)
+            continue
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y), f.name
+        else:
+            assert x == y, f.name
+    assert a.order_valid and b.order_valid and sorted(a.order.tolist()) == sorted(b.order.tolist())
+    assert (a.mapping is None) == (b.mapping is None)
+    if a.mapping is not None:
+        for f in ("phase", "layer_id", "op_id"):
+            assert np.array_equal(getattr(a.mapping, f), getattr(b.mapping, f)), f
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(programs(), st.integers(0, 2**32), st.integers(1, 12), st.booleans(), st.booleans())
+def test_batched_allreduce_insertion_is_the_one_by_one_graph(tmp_path_factory, prog, seed, k, wait, twice):
+    """insert_allreduces (all buckets at once) makes the graph the one-by-one insertion makes:
+    node arrays, names, edges in order (a valid visiting order, not always the same), and the
+    same replay to the ns; several buckets ready
+    at one kernel, and a second insertion after a first (calls inserted there before)."""
+    from daydream.optimizations._comm import insert_allreduces_one_by_one
+
+    run = emulate(prog)
+    p = tmp_path_factory.mktemp("b") / "t.json"
+    to_kineto(run, str(p))
+    g = build_graph(load_trace(str(p)))
+    gpu = np.nonzero((g.node_kind != NODE_CPU) & (g.launch >= 0))[0]
+    assume(len(gpu) >= 1)
+    rng = np.random.default_rng(seed)
+    ready = np.sort(rng.choice(gpu, size=k, replace=True))  # repeats: buckets ready at one kernel
+    ready = ready[np.lexsort((np.arange(k), g.position_ns[ready]))]
+    durs = rng.integers(1, 50_000, k)
+    waiter = np.where(rng.random(k) < 0.5, rng.choice(gpu, size=k), -1) if wait else np.full(k, -1)
+    waiter[waiter >= 0] = np.maximum(waiter[waiter >= 0], ready[waiter >= 0])
+    waiter[waiter == ready] = -1
+    try:
+        a, na = insert_allreduces_one_by_one(g, ready, durs, waiter, [f"ar{i}" for i in range(k)])
+    except Exception as e:  # a cycle: the batched insertion refuses it too
+        with pytest.raises(type(e)):
+            insert_allreduces(g, ready, durs, waiter, [f"ar{i}" for i in range(k)])
+        return
+    b, nb = insert_allreduces(g, ready, durs, waiter, [f"ar{i}" for i in range(k)])
+    assert np.array_equal(na, nb)
+    _same_graph(a, b)
+    if twice:
+        a, _ = insert_allreduces_one_by_one(a, ready, durs[::-1], np.full(k, -1))
+        b, _ = insert_allreduces(b, ready, durs[::-1], np.full(k, -1))
+        _same_graph(a, b)
+    ta, tb = simulate(a), simulate(b)
+    assert np.array_equal(ta.start_ns, tb.start_ns) and np.array_equal(ta.end_ns, tb.end_ns)

@@ -322,3 +322,52 @@ def test_reasons_per_kernel_group():
     assert rows[1][1] == "gemm" and rows[1][2].startswith("roofline: compute-bound")
     assert rows[3][2].startswith("unknown-bound: unknown-bound")
     assert [r[4] for r in rows] == [10000, 8000, 5000, 4000] and rows[0][5] == 52601
+
+
+def _nsys_kernel_db(path, rows):
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (deviceId, correlationId, gridX, gridY, gridZ, blockX, blockY, blockZ, "
+                "registersPerThread, staticSharedMemory, dynamicSharedMemory)")
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+    con.commit()
+    con.close()
+
+
+_ODD = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-3, 1 << 31 + 1), st.none(),
+                 st.floats(allow_nan=False, allow_infinity=False, width=32), st.sampled_from(["7", "x", b"\x01"]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(*([_ODD] * 11)), min_size=1, max_size=8))
+def test_nsys_launch_columns_cleaned_in_sql_as_in_python(tmp_path_factory, rows):
+    """The nsys launch columns, cleaned in SQL, equal the per-value Python rules (_int, _triple)
+    applied to the raw rows."""
+    import sqlite3
+
+    from daydream.formats import launch_data as LD
+
+    f = tmp_path_factory.mktemp("ld") / "k.sqlite"
+    _nsys_kernel_db(str(f), rows)
+    d = LD._read(str(f), "nsys")
+    con = sqlite3.connect(str(f))
+    raw = con.execute("SELECT deviceId, correlationId, gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, "
+                      "staticSharedMemory + dynamicSharedMemory FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    con.close()
+    want = sorted((LD.make_key(LD._int(r[0]), LD._int(r[1])).item(), LD._triple(list(r[2:5])), LD._triple(list(r[5:8])),
+                   LD._int(r[8]), LD._int(r[9])) for r in raw)
+    got = sorted(zip(d.key.tolist(), map(tuple, d.grid.tolist()), map(tuple, d.block.tolist()), d.regs.tolist(), d.smem.tolist()))
+    assert got == want
+
+
+def test_launch_data_read_once_per_file(tmp_path):
+    """A second read of an unchanged file is the first one's result; a changed file is read again."""
+    f = tmp_path / "t.json"
+    f.write_text('{"traceEvents": [{"cat": "kernel", "name": "k", "args": {"grid": [1, 1, 1], "correlation": 3, "device": 0}}]}')
+    a = read_launch_data(str(f), "kineto")
+    assert read_launch_data(str(f), "kineto") is a and len(a) == 1
+    f.write_text('{"traceEvents": [{"cat": "Kernel", "name": "k", "args": {"grid": [2, 1, 1], "correlation": 3, "device": 0}}, '
+                 '{"cat": "kernel", "name": "k", "args": {"grid": [1, 1, 1], "correlation": 4, "device": 0}}]}')
+    b = read_launch_data(str(f), "kineto")
+    assert b is not a and len(b) == 2 and b.grid[:, 0].tolist() == [2, 1]

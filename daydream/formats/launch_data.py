@@ -155,14 +155,28 @@ class _KArgs(msgspec.Struct, rename={"ext": "External id", "ext2": "external id"
     types: Any = None
 
 
+class _KExt(msgspec.Struct, rename={"ext": "External id", "ext2": "external id"}):
+    ext: Any = None
+    ext2: Any = None
+
+
 class _KEvent(msgspec.Struct):
+    """One trace event with its ``args`` left undecoded: only kernel and op events' args are read
+    (about a quarter of a Kineto trace's events), the rest are skipped at JSON-scan speed."""
+
     cat: Any = None
     name: Any = None
-    args: Optional[_KArgs] = None
+    args: msgspec.Raw = msgspec.Raw(b"")
 
 
 class _KDoc(msgspec.Struct):
     traceEvents: list[_KEvent] = []
+
+
+_ARGS = msgspec.json.Decoder(Optional[_KArgs])
+#: event categories read (lower case): 1 kernel, 0 op
+_CATS = {"kernel": 1, "cpu_op": 0, "operator": 0}
+_EXT = msgspec.json.Decoder(Optional[_KExt])
 
 
 def _read_bytes(path: str) -> bytes:
@@ -190,34 +204,67 @@ def _triple(v: Any) -> tuple[int, int, int]:
     return -1, -1, -1
 
 
+def _ext(a) -> int:
+    return _int(a.ext if a.ext is not None else a.ext2)
+
+
 def _kineto(path: str) -> LaunchData:
+    """Kernels' args, then the args of the ops whose external id a kernel names (the last op with
+    an id wins); an ``args`` that is not an object (or null) in a kernel or op event raises
+    ``msgspec.DecodeError``, as a malformed document does."""
     doc = msgspec.json.decode(_read_bytes(path), type=_KDoc)
-    ops: dict[int, tuple[str, Any, Any]] = {}
     kern = []
-    for e in doc.traceEvents:
-        a = e.args
-        if a is None or not isinstance(e.cat, str):
+    op_events = []
+    for e in doc.traceEvents:  # one pass over the events: the reader's measured core
+        c = e.cat
+        k = _CATS.get(c) if isinstance(c, str) else None
+        if k is None:
+            if not isinstance(c, str) or c.islower():
+                continue
+            k = _CATS.get(c.lower())
+        if k is None or not e.args:
             continue
-        cat = e.cat.lower()
-        ext = _int(a.ext if a.ext is not None else a.ext2)
-        if cat in ("cpu_op", "operator") and ext >= 0:
-            ops[ext] = (str(e.name), a.dims, a.types)
-        elif cat == "kernel":
-            kern.append((_int(a.device), _int(a.correlation), ext, _triple(a.grid), _triple(a.block), _int(a.regs), _int(a.smem)))
-    return _columns(kern, ops)
+        if k:
+            a = _ARGS.decode(e.args)
+            if a is not None:
+                kern.append((_int(a.device), _int(a.correlation), _ext(a), _triple(a.grid), _triple(a.block), _int(a.regs), _int(a.smem)))
+        else:
+            op_events.append(e)
+    wanted = {k[2] for k in kern if k[2] >= 0}
+    last: dict[int, _KEvent] = {}
+    for e in op_events:
+        a = _EXT.decode(e.args)
+        x = _ext(a) if a is not None else -1
+        if x in wanted:
+            last[x] = e
+    ops: dict[int, tuple[str, Any, Any]] = {}
+    for x, e in last.items():
+        a = _ARGS.decode(e.args)
+        ops[x] = (str(e.name), a.dims, a.types)
+    return _columns(_kernel_arrays(kern), ops)
 
 
-def _columns(kern: list, ops: dict) -> LaunchData:
+def _kernel_arrays(kern: list) -> tuple:
+    """(device, correlation, external id, grid (n, 3), block (n, 3), regs, smem) int64 arrays of
+    the kernel tuples the Kineto pass collects."""
     n = len(kern)
-    out = LaunchData(counts={"kernels": n})
-    if n == 0:
-        out.reason = "no kernel records"
-        return out
     dev, corr, ext = (np.fromiter((k[i] for k in kern), np.int64, n) for i in range(3))
     grid = np.asarray([k[3] for k in kern], np.int64).reshape(n, 3)
     block = np.asarray([k[4] for k in kern], np.int64).reshape(n, 3)
     regs = np.fromiter((k[5] for k in kern), np.int64, n)
     smem = np.fromiter((k[6] for k in kern), np.int64, n)
+    return dev, corr, ext, grid, block, regs, smem
+
+
+def _columns(cols: tuple, ops: dict) -> LaunchData:
+    """The sorted :class:`LaunchData` of the kernel columns ``cols`` (:func:`_kernel_arrays`);
+    ``ops``: external id -> (op name, Input Dims, Input type)."""
+    dev, corr, ext, grid, block, regs, smem = cols
+    n = len(dev)
+    out = LaunchData(counts={"kernels": n})
+    if n == 0:
+        out.reason = "no kernel records"
+        return out
     u, cnt = np.unique(ext, return_counts=True)
     per_ext = dict(zip(u.tolist(), cnt.tolist()))
     flops = np.full(n, -1.0)
@@ -226,16 +273,26 @@ def _columns(kern: list, ops: dict) -> LaunchData:
     le = np.full(n, -1, dtype=np.int64)
     opn = [""] * n
     shared = 0
-    for i, x in enumerate(ext.tolist()):  # one entry per kernel record: the reader's measured core
-        o = ops.get(x) if x >= 0 else None
+    memo: dict[bytes, tuple] = {}  # ops of the same name and shapes repeat every iteration
+    for i in np.flatnonzero(ext >= 0).tolist() if ops else ():  # one entry per kernel record: the reader's measured core
+        x = int(ext[i])
+        o = ops.get(x)
         if o is None:
             continue
         opn[i] = o[0]
         if per_ext[x] > 1:
             shared += 1
             continue
-        flops[i], nbytes[i] = op_work(o[0], o[1], o[2])
-        lb[i], le[i] = last_operand(o[1], o[2])
+        try:
+            key = msgspec.json.encode((o[0], o[1], o[2]))
+        except (TypeError, OverflowError, msgspec.EncodeError):  # nothing JSON cannot say comes from a decode; kept safe
+            key = None
+        w = memo.get(key) if key is not None else None
+        if w is None:
+            w = (*op_work(o[0], o[1], o[2]), *last_operand(o[1], o[2]))
+            if key is not None:
+                memo[key] = w
+        flops[i], nbytes[i], lb[i], le[i] = w
     order = np.argsort(make_key(dev, corr), kind="stable")
     out.key, out.grid, out.block, out.regs, out.smem = make_key(dev, corr)[order], grid[order], block[order], regs[order], smem[order]
     out.flops, out.bytes, out.op = flops[order], nbytes[order], [opn[i] for i in order.tolist()]
@@ -259,18 +316,58 @@ def _nsys(path: str) -> LaunchData:
         regs = "registersPerThread" if "registersPerThread" in cols else "-1"
         sm = [c for c in ("staticSharedMemory", "dynamicSharedMemory") if c in cols]
         smem = " + ".join(sm) if sm else "-1"
-        rows = con.execute(f"SELECT {', '.join(need)}, {regs}, {smem} FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+        sql = f"SELECT {', '.join(need)}, {regs} AS regs, {smem} AS smem FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        rows = con.execute(_clean_sql(sql)).fetchall()
     finally:
         con.close()
-    kern = [(_int(r[0]), _int(r[1]), -1, _triple(list(r[2:5])), _triple(list(r[5:8])), _int(r[8]), _int(r[9])) for r in rows]
-    return _columns(kern, {})
+    a = np.array(rows, np.int64).reshape(len(rows), 10)
+    n = len(a)
+    return _columns((a[:, 0], a[:, 1], np.full(n, -1, np.int64), a[:, 2:5], a[:, 5:8], a[:, 8], a[:, 9]), {})
+
+
+def _clean_sql(select: str) -> str:
+    """The kernel rows of ``select`` (columns deviceId, correlationId, gridX/Y/Z, blockX/Y/Z, regs,
+    smem) with every value an integer, as :func:`_int` and :func:`_triple` clean them: a number
+    of magnitude below 2^62 (a real truncated toward zero), else -1; a grid or block whose three
+    values are integers in [0, 2^31), else (-1, -1, -1)."""
+    def num(c: str) -> str:
+        return (f"CASE WHEN typeof({c}) IN ('integer', 'real') AND {c} > -4611686018427387904.0 AND {c} < 4611686018427387904.0 "
+                f"THEN CAST({c} AS INTEGER) ELSE -1 END")
+
+    def triple(cs: tuple[str, ...]) -> str:
+        ok = " AND ".join(f"typeof({c}) = 'integer' AND {c} >= 0 AND {c} < 2147483648" for c in cs)
+        return ", ".join(f"CASE WHEN {ok} THEN {c} ELSE -1 END" for c in cs)
+
+    return (f"SELECT {num('deviceId')}, {num('correlationId')}, {triple(('gridX', 'gridY', 'gridZ'))}, "
+            f"{triple(('blockX', 'blockY', 'blockZ'))}, {num('regs')}, {num('smem')} FROM ({select})")
+
+
+#: the last file read: (path, format, size, mtime ns) -> its LaunchData. One entry: a process
+#: predicts from one trace (``gpu-upgrade`` and ``amp`` read it up to three times in ``--opt all``)
+_LAST: list = []
 
 
 def read_launch_data(path: str, fmt: str) -> LaunchData:
     """Launch configuration and shapes of the kernels of trace ``path`` (format name ``fmt``, as in
-    ``TraceMeta.format``). Never raises on the file's content: an empty result says why."""
+    ``TraceMeta.format``). Never raises on the file's content: an empty result says why.
+
+    The result of the last file read is kept (keyed by path, format, size and modification time)
+    and returned again while the file is unchanged: callers must not modify it."""
     if not path or not os.path.isfile(path):
         return LaunchData(reason="the trace file is not at hand (a saved table, or moved)")
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return LaunchData(reason=f"launch data unreadable ({type(e).__name__})")
+    key = (os.path.abspath(path), fmt, st.st_size, st.st_mtime_ns)
+    if _LAST and _LAST[0][0] == key:
+        return _LAST[0][1]
+    out = _read(path, fmt)
+    _LAST[:] = [(key, out)]
+    return out
+
+
+def _read(path: str, fmt: str) -> LaunchData:
     try:
         if fmt == "kineto":
             return _kineto(path)

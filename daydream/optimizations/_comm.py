@@ -18,7 +18,7 @@ from ..errors import NotApplicable, UsageError
 from ..events import Kind
 from ..formats.comm_args import elem_bytes, read_comm_args
 from ..graph import NODE_CPU, EdgeKind, TaskGraph
-from ..transform import add_edges, add_stream, insert, insert_on_stream
+from ..transform import add_edges, add_stream, insert, insert_launches, insert_on_stream
 from . import Param
 from ..cuda_api import ApiRole
 from ._common import cpu_nodes_in_ranges, cpu_ranges, cpu_roles
@@ -276,6 +276,43 @@ def first_after(graph: TaskGraph, after: int, phases=(3,), exclude: np.ndarray |
 def insert_allreduces(graph: TaskGraph, ready: np.ndarray, dur_ns: np.ndarray, waiter: np.ndarray,
                       names: list[str] | None = None) -> tuple[TaskGraph, np.ndarray]:
     """Insert one all-reduce kernel per bucket on a new communication stream.
+
+    Bucket k (in the order given) is launched by a new call of duration 0 right after the call
+    that launched ``ready[k]`` (same thread, no CPU time: DDP's hook; after calls inserted there
+    before, by this or an earlier what-if), waits for ``ready[k]`` (a cross-stream wait, +G) and
+    the stream's previous all-reduce, and lasts ``dur_ns[k]``. ``waiter[k] >= 0``: that GPU task
+    waits for bucket k (the optimizer step). The emulator equivalent: ``EventRecord``,
+    ``StreamWaitEvent``, ``Launch`` after the launch of ``ready[k]`` (daydream/testing/collectives.py).
+    All buckets are inserted at once (:func:`daydream.transform.insert_launches`); the graph is
+    the one :func:`insert_allreduces_one_by_one` makes.
+
+    Returns:
+        (new graph, the inserted all-reduce nodes).
+    """
+    ready = np.asarray(ready, np.int64)
+    lch = graph.launch[ready]
+    if (lch < 0).any():  # a ready task without its launching call: the one-by-one path says what it does
+        return insert_allreduces_one_by_one(graph, ready, dur_ns, waiter, names)
+    first = int(ready[0])
+    g, lane = add_stream(graph, pid=int(graph.pid[lch[0]]), device=int(graph.device[first]))
+    nxt, row, dur = g.lane_next, g.row, g.dur_ns
+    anchor = np.empty(len(ready), np.int64)
+    for k, a in enumerate(lch.tolist()):  # buckets: tens per iteration; skip calls inserted there before
+        while nxt[a] >= 0 and row[nxt[a]] < 0 and dur[nxt[a]] == 0:
+            a = int(nxt[a])
+        anchor[k] = a
+    g, nodes = insert_launches(g, lane=lane, anchor=anchor, like=ready, dur_ns=np.asarray(dur_ns),
+                               names=list(names) if names else [ALLREDUCE_NAME] * len(ready), call_name="ncclAllReduce (inserted)")
+    w = np.asarray(waiter) >= 0
+    if w.any():
+        g = add_edges(g, nodes[w], np.asarray(waiter)[w], EdgeKind.XSTREAM)
+    return _device_syncs_wait(g, nodes), nodes
+
+
+def insert_allreduces_one_by_one(graph: TaskGraph, ready: np.ndarray, dur_ns: np.ndarray, waiter: np.ndarray,
+                      names: list[str] | None = None) -> tuple[TaskGraph, np.ndarray]:
+    """:func:`insert_allreduces` made one insertion at a time (the reference the tests compare the
+    batched insertion with).
 
     Bucket k (in the order given) is launched by a new call of duration 0 right after the call
     that launched ``ready[k]`` (same thread, no CPU time: DDP's hook), waits for ``ready[k]`` (a

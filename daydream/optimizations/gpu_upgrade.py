@@ -17,11 +17,13 @@ on, matched loosely, then by memory size and by architecture/compute-unit count)
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import kernels as K
 from ..errors import NotApplicable, UsageError
-from ..events import CopyKind, Kind
+from ..events import CopyKind, DeviceInfo, Kind
 from ..gpus import GPU, find_gpu, gpu_of_device, names
 from ..cuda_api import ApiRole
 from ..formats.launch_data import read_launch_data
@@ -47,6 +49,22 @@ def source_gpu(graph, given: str) -> tuple[GPU | None, str]:
     dev_id = int(np.bincount(used).argmax()) if len(used) else devs[0].id
     dev = next((d for d in devs if d.id == dev_id), devs[0])
     return gpu_of_device(dev), dev.name
+
+
+def on_target(graph, g, target: GPU):
+    """``g`` (the upgraded graph) with its devices named as ``target`` (the table's name, which
+    :func:`source_gpu` finds again), so that a what-if composed after this one (``amp``'s per-GPU
+    model, ``compression``'s bandwidth) models the GPU after the upgrade, not the traced one.
+    Every GPU task was rescaled for ``target``, so every device is renamed; a trace that names no
+    device gets one entry for the device its GPU tasks used most."""
+    devs = list(graph.devices)
+    if not devs:
+        used = graph.device[(graph.node_kind != NODE_CPU) & (graph.device >= 0)]
+        if not len(used):
+            return g
+        devs = [DeviceInfo(id=int(np.bincount(used).argmax()))]
+    new = [DeviceInfo(id=d.id, name=target.name, num_sms=target.sms or -1) for d in devs]
+    return dataclasses.replace(g, devices=new)
 
 
 def _host(graph, p) -> tuple:
@@ -122,6 +140,7 @@ def _apply(graph, p):
     else:
         g, note = _launch_model(graph, src, target, p)
     g, host = _host(g, p)
+    g = on_target(graph, g, target)
     word = "(same GPU)" if src is target else ""
     out = f"{src.name} -> {target.name} {word}".rstrip() + ": " + note
     if host:

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..graph import EdgeKind, Phase, TaskGraph, rule_arrays
+from ..memo import memo, rules_key
 from . import compiled as compiled_kernel
 
 _NEG = -(1 << 200)  # below any time
@@ -104,9 +105,23 @@ def _csr(n: int, idx: np.ndarray, dst, src, ae, off, ph) -> tuple[np.ndarray, ..
 
 
 def prepare(graph: TaskGraph, order: np.ndarray) -> Prepared:
-    """The flat inputs of a replay of ``graph`` visiting ``order`` (must be valid)."""
-    n = graph.n
+    """The flat inputs of a replay of ``graph`` visiting ``order`` (must be valid). Everything but
+    the CPU gaps is kept in the graph's structure memo (:mod:`daydream.memo`) for ``order``, the
+    rules and the graph's constants: a graph that differs only in durations reuses it."""
     ra = rule_arrays()
+    key = ("replay.prepare", rules_key(ra, graph), int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns),
+           int(graph.staging_latency_ns))
+    hit = memo(graph).get(key)
+    if hit is None or hit[0] is not order:
+        hit = memo(graph)[key] = (order, _prepare_structure(graph, order, ra))
+    pr = hit[1]
+    a_col = np.where(pr.code == 0, pr.a_col, graph.gap_ns).astype(np.int64)
+    return pr._replace(a_col=a_col)
+
+
+def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra) -> Prepared:
+    """:func:`prepare` without the CPU gaps (``a_col`` holds the launching call of code-0 nodes)."""
+    n = graph.n
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
     ph, anchor_end = ra.phase[k], ra.anchor_end[k]
     off = ra.graph_offsets_ns(graph)[k]
@@ -116,7 +131,7 @@ def prepare(graph: TaskGraph, order: np.ndarray) -> Prepared:
     lp = graph.lane_prev
     prev = np.where(lp >= 0, lp, np.where(is_cpu, n + 1, n + 2)).astype(np.int64)
     la = graph.launch
-    a_col = np.where((code == 0), np.where(la >= 0, la, n), graph.gap_ns).astype(np.int64)
+    a_col = np.where(la >= 0, la, n).astype(np.int64)
     q_src = np.zeros(n, np.int64)  # code 3: the GPU task the call waits for
     e3 = np.nonzero((ph == Phase.END) & (code[dst] == 3))[0]
     q_src[dst[e3]] = src[e3]
