@@ -127,3 +127,16 @@ def test_join_parse_examples():
     assert ok.all()
     assert ns.tolist() == [_exact_ns(t) for t in texts]
     assert ns[0] == 1419117003011565 and ns[5] == 1752829956515358123
+
+
+@pytest.mark.skipif(not KINETO, reason="no Kineto traces (../shared/traces absent)")
+@pytest.mark.parametrize("path", KINETO[:6], ids=lambda p: p.name)
+def test_fast_path_equals_reference_in_small_slices(path, monkeypatch):
+    """Slices of ~8 KiB (new (ph, cat) pairs, names and sparse columns in later slices): same table."""
+    monkeypatch.setattr(kineto, "_STREAM_CHUNK", 8 << 10)
+    monkeypatch.setattr(kineto, "_READ_BLOCK", 4 << 10)
+    ref = _load(str(path), False, monkeypatch)
+    fast = _load(str(path), True, monkeypatch)
+    _assert_same(ref, fast)
+    monkeypatch.setattr(kineto, "_STREAM_CHUNK", 16 << 20)
+    _assert_same(ref, _load(str(path), True, monkeypatch))

@@ -1061,11 +1061,9 @@ def _us_text_to_ns(raws: list, events_seen: int = 0, method: str = "auto") -> tu
     return _us_fallback(raws, ns, simple, empty, bs.__getitem__)
 
 
-#: bytes of the joined texts that :func:`_us_join_parse` takes: digits, '.', '-', the separator ' '
-_JOIN_BYTE = np.zeros(256, bool)
-_JOIN_BYTE[48:58] = True
-_JOIN_BYTE[[32, 45, 46]] = True
 _POW10 = 10 ** np.arange(19, dtype=np.int64)
+#: |k| below which k with d <= 3 decimals is a ts/dur of at most _MAX_US_INT whole us
+_US_LIMIT = (_MAX_US_INT + 1) * _POW10[:4]
 
 
 def _us_join_parse(raws: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
@@ -1083,10 +1081,12 @@ def _us_join_parse(raws: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
     n = len(raws)
     joined = b" ".join(raws)
     u = np.frombuffer(joined, np.uint8)
-    if len(u) == 0 or not _JOIN_BYTE[u].all():
+    if len(u) == 0 or u.max() > 57:  # '9'
         return None
     sep = np.flatnonzero(u == 32)
-    if len(sep) != n - 1:
+    minus = np.flatnonzero(u == 45)
+    dots = np.flatnonzero(u == 46)
+    if len(sep) != n - 1 or np.count_nonzero(u < 48) != len(sep) + len(minus) + len(dots):  # a byte not in "0-9 -."
         return None
     start = np.empty(n, np.int64)
     start[0] = 0
@@ -1097,41 +1097,42 @@ def _us_join_parse(raws: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
     if not np.all(end > start):  # an empty text
         return None
     neg = u[start] == 45
-    minus = np.flatnonzero(u == 45)
-    dots = np.flatnonzero(u == 46)
     # '-' only first and followed by a digit; '.' between digits, at most one a text
     if len(minus) and (len(minus) != int(neg.sum()) or not np.all(minus + 1 < end[neg])):
         return None
-    if len(dots):
-        owner = np.searchsorted(sep, dots)  # the text holding each dot
-        if np.any(owner[1:] == owner[:-1]):
+    if len(dots) == n:  # a dot in every text: dot i must lie inside text i
+        if not (np.all(dots > start + neg) and np.all(dots + 1 < end)):
             return None
-        lo = start[owner] + neg[owner]
-        if np.any(dots <= lo) or np.any(dots + 1 >= end[owner]):
-            return None
+        dec = end - dots - 1  # decimals of each text
+    else:
+        dec = np.zeros(n, np.int64)
+        if len(dots):
+            owner = np.searchsorted(sep, dots)  # the text holding each dot
+            if np.any(owner[1:] == owner[:-1]) or np.any(dots <= start[owner] + neg[owner]) or np.any(dots + 1 >= end[owner]):
+                return None
+            dec[owner] = end[owner] - dots - 1
     try:
         k = np.fromstring(joined.replace(b".", b""), dtype=np.int64, sep=" ")
     except ValueError:
         return None
     if len(k) != n:
         return None
-    dec = np.zeros(n, np.int64)  # decimals of each text
-    ndig = end - start - neg
-    if len(dots):
-        dec[owner] = end[owner] - dots - 1
-        ndig[owner] -= 1
-    simple = (ndig <= 19) & (k != _INT64_MAX) & (k != _INT64_MIN)
-    mag = np.abs(np.where(simple, k, 0))
-    d = np.minimum(dec, 18)
-    ip = mag // _POW10[d]
-    simple &= ip <= _MAX_US_INT
-    mag = np.where(simple, mag, 0)
-    small = d <= 3
-    ns = np.where(small, mag * _POW10[np.where(small, 3 - d, 0)], 0)
-    if not small.all():
+    ndig = end - start - neg - (dec > 0)
+    hi = int(dec.max())
+    if hi <= 3:  # k * 10^(3 - d): exact where |k| < (_MAX_US_INT + 1) * 10^d (else Decimal)
+        lim = _US_LIMIT[dec]
+        simple = (ndig <= 19) & (k < lim) & (k > -lim)  # a saturated k (too many digits) fails too
+        ns = k if int(dec.min()) == 3 else k * _POW10[3 - dec]
+    else:
+        simple = (ndig <= 19) & (k != _INT64_MAX) & (k != _INT64_MIN)
+        mag = np.abs(np.where(simple, k, 0))
+        d = np.minimum(dec, 18)
+        simple &= mag // _POW10[d] <= _MAX_US_INT
+        mag = np.where(simple, mag, 0)
+        small = d <= 3
         dd = np.where(small, 4, d)
-        ns = np.where(small, ns, mag // _POW10[dd - 3] + ((mag // _POW10[dd - 4]) % 10 >= 5))
-    ns = np.where(neg, -ns, ns)
+        ns = np.where(small, mag * _POW10[np.where(small, 3 - d, 0)], mag // _POW10[dd - 3] + ((mag // _POW10[dd - 4]) % 10 >= 5))
+        ns = np.where(neg, -ns, ns)
     return _us_fallback(raws, ns, simple, np.zeros(n, bool), lambda i: bytes(raws[i]))
 
 
@@ -1345,6 +1346,9 @@ class _Columns:
     def __init__(self) -> None:
         self.n = 0
         self.pair_ix = _Ids()
+        self.ph_ix = _Ids()  # the fast path's ids of ph and cat values, and (ph id, cat id) -> pair id
+        self.cat_ix = _Ids()
+        self._lut = np.zeros((0, 0), np.int32)
         self.name_ix = _Ids()
         self.parts: dict[str, list[np.ndarray]] = {}
         self._cls_p = np.zeros(0, np.int8)
@@ -1389,7 +1393,9 @@ class _Columns:
             return
         g = operator.attrgetter
         base = self.n
-        pair_of = np.fromiter(map(self.pair_ix.__getitem__, zip(map(g("ph"), events), map(g("cat"), events))), np.int32, count=n)
+        pair_of = self._pair_ids(events) if _FAST else None
+        if pair_of is None:
+            pair_of = np.fromiter(map(self.pair_ix.__getitem__, zip(map(g("ph"), events), map(g("cat"), events))), np.int32, count=n)
         if len(self.pair_ix) > len(self._cls_p):  # classify the new (ph, cat) pairs
             info = [_classify(p, c, _Reasons())[:3] for p, c in list(self.pair_ix)[len(self._cls_p) :]]
             self._cls_p = np.concatenate([self._cls_p, np.array([i[0] for i in info], np.int8)])
@@ -1440,6 +1446,32 @@ class _Columns:
                 self._put("cuda_sync_kind@", ri[sel] + base)
                 self._put("cuda_sync_kind", np.fromiter(map(conv.__getitem__, raw), np.int8, count=len(sel)))
         self.n += n
+
+    def _pair_ids(self, events) -> Optional[np.ndarray]:
+        """The (ph, cat) pair id of each event (new pairs added to ``pair_ix`` in order of first
+        appearance, as the reference's dict over (ph, cat) tuples does), from one id per ph and
+        one per cat and a dense (ph, cat) table; None when that table would pass 4 M entries."""
+        g = operator.attrgetter
+        n = len(events)
+        ph = np.fromiter(map(self.ph_ix.__getitem__, map(g("ph"), events)), np.int32, count=n)
+        cat = np.fromiter(map(self.cat_ix.__getitem__, map(g("cat"), events)), np.int32, count=n)
+        nph, ncat = len(self.ph_ix), len(self.cat_ix)
+        if nph * ncat > 1 << 22:
+            return None
+        if self._lut.shape != (nph, ncat):
+            lut = np.full((nph, ncat), -1, np.int32)
+            lut[: self._lut.shape[0], : self._lut.shape[1]] = self._lut
+            self._lut = lut
+        pair_of = self._lut[ph, cat]
+        new = np.flatnonzero(pair_of < 0)
+        if len(new):
+            key = ph[new].astype(np.int64) * ncat + cat[new]
+            uk, first = np.unique(key, return_index=True)
+            phs, cats = list(self.ph_ix), list(self.cat_ix)
+            for k in uk[np.argsort(first)].tolist():
+                self._lut[k // ncat, k % ncat] = self.pair_ix[(phs[k // ncat], cats[k % ncat])]
+            pair_of = self._lut[ph, cat]
+        return pair_of
 
     def _add_flow_ends(self, events, fi: np.ndarray, base: int) -> None:
         """Sparse columns of the launch flow ends ``fi``: ``flow`` (the id as an integer, a number
