@@ -140,3 +140,25 @@ def test_fast_path_equals_reference_in_small_slices(path, monkeypatch):
     _assert_same(ref, fast)
     monkeypatch.setattr(kineto, "_STREAM_CHUNK", 16 << 20)
     _assert_same(ref, _load(str(path), True, monkeypatch))
+
+
+_int_like = st.one_of(
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.sampled_from([None, -(2**63), -(2**63) + 1, 2**63 - 1]),
+    st.from_regex(r"\A\s?[-+]?[0-9_]{1,21}\s?\Z", fullmatch=True),
+    st.sampled_from(["Spans", "stream 7", "0x1f", "0o7", "1.5", "", " ", "\u0661\u0662", "-9223372036854775808", "00", "0_1"]),
+    st.text(max_size=6),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_int_like, min_size=1, max_size=30), st.booleans())
+def test_int_column_typed_equals_reference(values, may_be_str):
+    """The typed column read (fromiter alone where it takes the values) gives the reference's
+    int64 values, for ints, None and (the pid/tid case) strings."""
+    if not may_be_str:
+        values = [v for v in values if not isinstance(v, str)] or [1]
+    want = kineto._int_column(list(values), len(values))
+    got = kineto._int_column_typed(list(values), len(values), may_be_str)
+    assert got.dtype == want.dtype
+    assert got.tolist() == want.tolist()

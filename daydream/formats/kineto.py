@@ -100,7 +100,7 @@ import re
 import warnings
 import zlib
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import msgspec
 import numpy as np
@@ -161,6 +161,69 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 
 
 _NO_ARGS = _Args()
+
+# the fast path's projection (``_FAST``): the same fields, with types that let the columns be read
+# without a type check per value: no floats in the integer fields (``np.fromiter`` would truncate
+# them), the known categories as literals (msgspec returns one cached string per category, so
+# interning them hashes nothing). A slice it does not fit is decoded with ``_Event`` instead.
+_Int = Union[int, None]
+_IntStr = Union[int, str, None]
+#: categories seen in real traces (../shared/traces), spelled as written
+_KNOWN_CATS = (
+    "cpu_op", "ac2g", "python_function", "cuda_runtime", "cpu_instant_event", "kernel", "Operator", "async",
+    "Runtime", "Kernel", "gpu_memcpy", "user_annotation", "gpu_memset", "fwdbwd", "cuda_driver", "Memset",
+    "cuda_sync", "cuda_profiler_range", "gpu_user_annotation", "Trace", "Memcpy", "overhead", "cuda_event",
+)
+
+
+class _IntArgs(msgspec.Struct, frozen=True, gc=False):
+    device: _Int = _ABSENT
+    stream: _Int = _ABSENT
+    correlation: _Int = _ABSENT
+    external_id: _Int = msgspec.field(default=_ABSENT, name="External id")
+    external_id_legacy: _Int = msgspec.field(default=_ABSENT, name="external id")
+    bytes: _Int = _ABSENT
+    cuda_sync_kind: _Num = _ABSENT
+    wait_on_stream: _Int = _ABSENT
+    wait_on_cuda_event_record_corr_id: _Int = _ABSENT
+    daydream_pid: _Int = _ABSENT
+
+
+class _IntEvent(msgspec.Struct, gc=False):
+    ph: Optional[str] = None
+    cat: Optional[Literal[_KNOWN_CATS]] = None
+    name: Optional[str] = None
+    pid: _IntStr = _ABSENT
+    tid: _IntStr = _ABSENT
+    ts: msgspec.Raw = _NO_RAW
+    dur: msgspec.Raw = _NO_RAW
+    args: _IntArgs = _IntArgs()
+    id: Any = None
+    bp: Optional[str] = None
+
+
+class _SliceDecoder:
+    """Decodes a slice of events as ``_IntEvent`` (fast path) where it fits, else as ``_Event``.
+
+    After ``_MAX_MISSES`` slices that did not fit, only ``_Event`` is tried (bounds the cost of
+    decoding a slice twice on traces that use other categories or float ids).
+    """
+
+    _MAX_MISSES = 2
+
+    def __init__(self) -> None:
+        self.generic = msgspec.json.Decoder(list[_Event])
+        self.typed = msgspec.json.Decoder(list[_IntEvent]) if _FAST else None
+        self.misses = 0
+
+    def decode(self, text) -> tuple[list, bool]:
+        """(events, typed?); raises msgspec.DecodeError where ``_Event`` cannot decode ``text``."""
+        if self.typed is not None and self.misses < self._MAX_MISSES:
+            try:
+                return self.typed.decode(text), True
+            except msgspec.ValidationError:
+                self.misses += 1
+        return self.generic.decode(text), False
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -464,7 +527,7 @@ def _stream(path: str, blocks, strict: bool = False) -> Optional[EventTable]:
     The head (the keys before ``traceEvents``) is decoded on its own, the events a slice at a
     time, then the last events with the keys after the array.
     """
-    dec_events = msgspec.json.Decoder(list[_Event])
+    dec_events = _SliceDecoder()
     dec_doc = msgspec.json.Decoder(_Doc)
     got = _stream_head(blocks, dec_doc)
     if got is None:
@@ -519,7 +582,7 @@ def _stream_head(blocks, dec_doc: msgspec.json.Decoder) -> Optional[tuple[_Doc, 
     return head_doc, bytearray(head[m.end() - 1 :])
 
 
-def _stream_events(blocks, buf: bytearray, dec_events: msgspec.json.Decoder, cols: _Columns) -> bool:
+def _stream_events(blocks, buf: bytearray, dec_events: _SliceDecoder, cols: _Columns) -> bool:
     """Add to ``cols`` the events of ``buf`` and the blocks after it, a slice of events at a time.
 
     ``buf`` always starts with the array's '['; it is read into up to ``_STREAM_CHUNK`` bytes
@@ -553,7 +616,7 @@ def _stream_events(blocks, buf: bytearray, dec_events: msgspec.json.Decoder, col
             return False
 
 
-def _add_slice(buf: bytearray, cands: list[int], dec_events: msgspec.json.Decoder, cols: _Columns) -> bool:
+def _add_slice(buf: bytearray, cands: list[int], dec_events: _SliceDecoder, cols: _Columns) -> bool:
     """Add the events of ``buf`` before one of the candidate cuts, and remove them from ``buf``.
 
     ``cands``: offsets of commas that may separate two events. The last ``_SPLIT_TRIES`` are
@@ -565,13 +628,13 @@ def _add_slice(buf: bytearray, cands: list[int], dec_events: msgspec.json.Decode
     for c in reversed(cands[-_SPLIT_TRIES:]):
         buf[c] = 0x5D  # ']'
         try:
-            events = dec_events.decode(memoryview(buf)[: c + 1])
+            events, typed = dec_events.decode(memoryview(buf)[: c + 1])
             break
         except (msgspec.DecodeError, RecursionError):  # a '}, {' inside an event or a string
             buf[c] = 0x2C  # ','
     if events is None:
         return False
-    cols.add(events)
+    cols.add(events, typed)
     del events  # the decoded events hold views of ``buf``: free them before it changes
     buf[c] = 0x5B  # '['
     del buf[:c]
@@ -960,10 +1023,11 @@ def _scalar_to_int(v: Any) -> int:
     return _NONNUM
 
 
-def _int_column(values: list, n: int) -> np.ndarray:
+def _int_column(values: list, n: int, may_be_str: bool = False) -> np.ndarray:
     """int64 column from a list of JSON scalars (absent -> _ABSENT, non-number -> _NONNUM).
 
     Plain ints take the C fast path; anything else is converted once per distinct value.
+    (``may_be_str``: unused, the signature of :func:`_int_column_typed`.)
     """
     if n == 0:
         return np.zeros(0, np.int64)
@@ -975,6 +1039,24 @@ def _int_column(values: list, n: int) -> np.ndarray:
             pass
     conv = {v: _scalar_to_int(v) for v in set(values)}
     return np.fromiter(map(conv.__getitem__, values), dtype=np.int64, count=n)
+
+
+def _int_column_typed(values: list, n: int, may_be_str: bool = False) -> np.ndarray:
+    """:func:`_int_column` of values that are ints, None or (``may_be_str``) strings, never
+    floats or bools (an ``_IntEvent`` field): ``np.fromiter`` alone where it takes them all.
+
+    numpy converts a string as ``int(s)`` does, which is :func:`_scalar_to_int`'s value wherever
+    it succeeds, except for the sentinels' range: a column of strings with a value at or below
+    ``_NONNUM`` is converted the reference way. None (and any string numpy refuses) raises, and
+    the column is converted the reference way.
+    """
+    try:
+        a = np.fromiter(values, np.int64, count=n)
+    except (TypeError, ValueError, OverflowError):
+        return _int_column(values, n)
+    if may_be_str and n and int(a.min()) <= _NONNUM:
+        return _int_column(values, n)
+    return a
 
 
 def _missing_to(a: np.ndarray, fill: int = -1) -> np.ndarray:
@@ -1387,11 +1469,14 @@ class _Columns:
             out[hit] = val[j[hit]]
         return out
 
-    def add(self, events) -> None:
+    def add(self, events, typed: bool = False) -> None:
+        """Add the columns of ``events`` (``typed``: decoded as ``_IntEvent``, no floats in the
+        integer fields, so they are read without a type check per value)."""
         n = len(events)
         if n == 0:
             return
         g = operator.attrgetter
+        ints = _int_column_typed if typed else _int_column
         base = self.n
         pair_of = self._pair_ids(events) if _FAST else None
         if pair_of is None:
@@ -1406,8 +1491,8 @@ class _Columns:
         cls = self._cls_p[pair_of]
         self._put("pair", pair_of)
         self._put("name", np.fromiter(map(self.name_ix.__getitem__, map(g("name"), events)), np.int32, count=n))
-        self._put("pid", _int_column(list(map(g("pid"), events)), n))
-        self._put("tid", _int_column(list(map(g("tid"), events)), n))
+        self._put("pid", ints(list(map(g("pid"), events)), n, True))
+        self._put("tid", ints(list(map(g("tid"), events)), n, True))
         ts, ok = _us_text_to_ns(list(map(g("ts"), events)), base)
         self._put("ts", ts)
         self._put("ts_ok", ok)
@@ -1422,10 +1507,10 @@ class _Columns:
         ri = np.flatnonzero((cls == _C_ROW) | (cls == _C_INSTANT) | (cls == _C_B))
         args = list(map(g("args"), _take(events, ri)))
         m = len(ri)
-        ext = _int_column(list(map(g("external_id"), args)), m)
+        ext = ints(list(map(g("external_id"), args)), m)
         legacy = np.flatnonzero(ext <= _NONNUM)
         if len(legacy):
-            ext[legacy] = _int_column(list(map(g("external_id_legacy"), _take(args, legacy))), len(legacy))
+            ext[legacy] = ints(list(map(g("external_id_legacy"), _take(args, legacy))), len(legacy))
         self._put("ext@", ri + base)
         self._put("ext", ext)
         kind = self._kind_p[pair_of[ri]]
@@ -1439,7 +1524,7 @@ class _Columns:
             sub = _take(args, sel)
             for c in cols:
                 self._put(c + "@", ri[sel] + base)
-                self._put(c, _int_column(list(map(g(c), sub)), len(sel)))
+                self._put(c, ints(list(map(g(c), sub)), len(sel)))
             if cols[0] == "wait_on_stream":
                 raw = list(map(g("cuda_sync_kind"), sub))
                 conv = {v: _sync_kind_value(v) for v in set(raw)}
