@@ -162,3 +162,14 @@ def test_int_column_typed_equals_reference(values, may_be_str):
     got = kineto._int_column_typed(list(values), len(values), may_be_str)
     assert got.dtype == want.dtype
     assert got.tolist() == want.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3), st.integers(0, 8)), max_size=60))
+def test_row_order_equals_lexsort(rows):
+    """The fast row order (stable sort by start, ties re-sorted in place) is lexsort's."""
+    a = np.array(rows, np.int64).reshape(-1, 3)
+    start, kind, end = a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy()
+    if len(a) == 0:
+        return
+    assert np.array_equal(kineto._row_order(start, kind, end), np.lexsort((end, kind, start)))

@@ -1581,11 +1581,29 @@ class _Columns:
         for c, a in cols.items():
             cols[c] = np.asarray(a).astype(DTYPES[c], copy=False)
         if len(cols["kind"]):
-            order = np.lexsort((cols["end_ns"], cols["kind"], cols["start_ns"]))
+            order = _row_order(cols["start_ns"], cols["kind"], cols["end_ns"])
             if not np.all(order[:-1] < order[1:]):
                 for c in list(cols):
                     cols[c] = cols[c][order]
         return EventTable.from_columns(cols, names, meta, acct, sort=False)
+
+
+def _row_order(start: np.ndarray, kind: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``np.lexsort((end, kind, start))``: a stable sort by start, then only the rows sharing a
+    start with another re-sorted by (start, kind, end) in their places (few in real traces)."""
+    if not _FAST:
+        return np.lexsort((end, kind, start))
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    tie = np.zeros(len(s), bool)
+    eq = s[1:] == s[:-1]
+    tie[1:] |= eq
+    tie[:-1] |= eq
+    at = np.flatnonzero(tie)
+    if len(at):
+        sub = order[at]  # in start order, ascending row index within a start (stable)
+        order[at] = sub[np.lexsort((end[sub], kind[sub], start[sub]))]
+    return order
 
 
 def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
@@ -2047,9 +2065,16 @@ def _row_names(cc: _Columns, src: np.ndarray, pair_of: np.ndarray, cat_names: li
     name_id = np.zeros(m, np.int32)
     if m:
         values = list(cc.name_ix)
-        u, first = np.unique(row_name, return_index=True)
+        if _FAST:  # first row of each name id: one O(rows) pass instead of a sort
+            first = np.full(len(values), m, np.int64)
+            np.minimum.at(first, row_name, np.arange(m))
+            u = np.flatnonzero(first < m)
+            in_order = u[np.argsort(first[u], kind="stable")]
+        else:
+            u, first = np.unique(row_name, return_index=True)
+            in_order = u[np.argsort(first)]
         lut = np.zeros(len(values), np.int32)
-        for i in u[np.argsort(first)].tolist():
+        for i in in_order.tolist():
             v = values[i]
             lut[i] = names.intern(v if isinstance(v, str) else "")
         name_id = lut[row_name]
