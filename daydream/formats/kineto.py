@@ -53,6 +53,14 @@ The decode uses msgspec structs that project only these fields; all per-event wo
 C-level iteration (``map``/``np.fromiter``) and numpy, with Python loops only over distinct
 values (names, categories, pids).
 
+Fast paths (``_FAST``; each keeps its reference beside it and ``tests/test_kineto_fast.py`` loads
+every Kineto trace both ways and compares the tables): slices are decoded as ``_IntEvent`` where they
+fit (known categories as literals, no floats in the integer fields, so columns need no type pass),
+else as ``_Event``; ts/dur texts are parsed from one joined buffer by numpy's C integer parser
+(:func:`_us_join_parse`); (ph, cat) pairs are interned through one id per ph and per cat; sparse
+columns are joined by a dense scatter; gzip is inflated by ISA-L where the optional ``isal``
+package is installed (``pip install daydream[fast]``), else by zlib.
+
 Launch flows
 ------------
 Kineto writes one ``ac2g`` pair per launch (``id`` = the correlation id): ``ph: "s"`` at the
@@ -75,7 +83,8 @@ Times
 -----
 ``ts``/``dur`` are microseconds, as JSON integers (old traces) or decimals carrying ns
 (``1234.567``). They are read as the number *text* (``msgspec.Raw``) and converted to int64 ns with
-a vectorized decimal parser, so they are exact whatever their magnitude (no float rounding; more
+a vectorized decimal parser (:func:`_us_join_parse`, else :func:`_us_text_to_ns`'s byte matrix
+or compiled kernel), so they are exact whatever their magnitude (no float rounding; more
 than 3 decimals round half away from zero). ``baseTimeNanoseconds`` (newer traces) is added.
 
 Document repairs
@@ -255,6 +264,14 @@ class _Doc(msgspec.Struct, gc=False):
     with_modules: msgspec.Raw = _NO_RAW
     profile_memory: msgspec.Raw = _NO_RAW
 
+
+class _IntDoc(_Doc, gc=False):
+    """``_Doc`` with the fast path's events (see ``_IntEvent``)."""
+
+    traceEvents: Optional[list[_IntEvent]] = None
+
+
+_INT_DOC = msgspec.json.Decoder(_IntDoc)
 
 #: top-level keys kept as raw JSON text (their UTF-8 is checked by _utf8_checked)
 _RAW_KEYS = tuple(f for f in _Doc.__struct_fields__ if f != "traceEvents")
@@ -536,11 +553,11 @@ def _stream(path: str, blocks, strict: bool = False) -> Optional[EventTable]:
     cols = _Columns()
     if not _stream_events(blocks, buf, dec_events, cols):
         return None
-    tail_doc = _stream_tail(buf, dec_doc)
+    tail_doc, typed = _stream_tail(buf, dec_doc)
     del buf
     if tail_doc is None:
         return None
-    cols.add(tail_doc.traceEvents)
+    cols.add(tail_doc.traceEvents, typed)
     # a key written both before and after the array: the later one, as a whole-document decode
     for f in _Doc.__struct_fields__:
         if f != "traceEvents" and not bytes(getattr(tail_doc, f)):
@@ -641,14 +658,21 @@ def _add_slice(buf: bytearray, cands: list[int], dec_events: _SliceDecoder, cols
     return True
 
 
-def _stream_tail(buf: bytearray, dec_doc: msgspec.json.Decoder) -> Optional[_Doc]:
-    """The last events and the keys after the array, from the rest of the document (``buf``)."""
+def _stream_tail(buf: bytearray, dec_doc: msgspec.json.Decoder) -> tuple[Optional[_Doc], bool]:
+    """(the last events and the keys after the array, from the rest of the document (``buf``),
+    decoded as ``_IntDoc``?); (None, False) where it does not decode."""
     if b'"traceEvents"' in buf:
-        return None
+        return None, False
+    text = b'{"traceEvents":' + buf
+    if _FAST:
+        try:
+            return _INT_DOC.decode(text), True
+        except (msgspec.DecodeError, RecursionError):  # incl. ValidationError: decoded as _Doc below
+            pass
     try:
-        return dec_doc.decode(b'{"traceEvents":' + buf)
+        return dec_doc.decode(text), False
     except (msgspec.DecodeError, RecursionError):
-        return None
+        return None, False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1064,7 +1088,8 @@ def _missing_to(a: np.ndarray, fill: int = -1) -> np.ndarray:
 
 
 #: events already read from a file before its ts/dur texts are parsed by the compiled kernel
-#: (:func:`_parse_us_kernel`; both give the same values). Importing numba and loading the cached
+#: (:func:`_parse_us_kernel`; both give the same values) where the joined-buffer parse
+#: (:func:`_us_join_parse`, used first) declines them (texts that are not plain decimals). Importing numba and loading the cached
 #: kernel cost ~0.5 s CPU and ~115 MB of peak RSS (LLVM; measured on the bench VM); the kernel saves
 #: ~0.4 us a value over the numpy byte matrix. From 2 M events on a file pays for both (a 1 M-event
 #: load stays as it was, below its file size in peak memory, scripts/bench.py)
