@@ -1175,8 +1175,8 @@ _US_LIMIT = (_MAX_US_INT + 1) * _POW10[:4]
 
 def _us_join_parse(raws: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
     """(ns, ok) of JSON number texts in microseconds, as :func:`_us_text_to_ns` gives them, or
-    None when some text is not a plain decimal ``-?digits[.digits]`` (the caller then parses
-    them the reference way).
+    None when some text is neither empty (an absent value) nor a plain decimal
+    ``-?digits[.digits]`` (the caller then parses them the reference way).
 
     The texts are joined with spaces into one buffer whose grammar is checked with numpy; the
     digits (the dot removed) are read by numpy's C integer parser (``np.fromstring``, one
@@ -1188,7 +1188,9 @@ def _us_join_parse(raws: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
     n = len(raws)
     joined = b" ".join(raws)
     u = np.frombuffer(joined, np.uint8)
-    if len(u) == 0 or u.max() > 57:  # '9'
+    if len(u) == 0:  # one empty text
+        return np.zeros(n, np.int64), np.zeros(n, bool)
+    if u.max() > 57:  # '9'
         return None
     sep = np.flatnonzero(u == 32)
     minus = np.flatnonzero(u == 45)
@@ -1201,9 +1203,12 @@ def _us_join_parse(raws: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
     end = np.empty(n, np.int64)
     end[:-1] = sep
     end[-1] = len(u)
-    if not np.all(end > start):  # an empty text
-        return None
-    neg = u[start] == 45
+    full = end > start  # empty texts (absent values): ok False, ns 0, as the reference gives
+    nfull = int(np.count_nonzero(full))
+    if nfull == 0:
+        return np.zeros(n, np.int64), np.zeros(n, bool)
+    neg = np.zeros(n, bool)
+    neg[full] = u[start[full]] == 45
     # '-' only first and followed by a digit; '.' between digits, at most one a text
     if len(minus) and (len(minus) != int(neg.sum()) or not np.all(minus + 1 < end[neg])):
         return None
@@ -1222,16 +1227,20 @@ def _us_join_parse(raws: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
         k = np.fromstring(joined.replace(b".", b""), dtype=np.int64, sep=" ")
     except ValueError:
         return None
-    if len(k) != n:
+    if len(k) != nfull:
         return None
+    if nfull < n:
+        k_full = np.zeros(n, np.int64)
+        k_full[full] = k
+        k = k_full
     ndig = end - start - neg - (dec > 0)
     hi = int(dec.max())
     if hi <= 3:  # k * 10^(3 - d): exact where |k| < (_MAX_US_INT + 1) * 10^d (else Decimal)
         lim = _US_LIMIT[dec]
-        simple = (ndig <= 19) & (k < lim) & (k > -lim)  # a saturated k (too many digits) fails too
+        simple = (ndig <= 19) & (k < lim) & (k > -lim) & full  # a saturated k (too many digits) fails too
         ns = k if int(dec.min()) == 3 else k * _POW10[3 - dec]
     else:
-        simple = (ndig <= 19) & (k != _INT64_MAX) & (k != _INT64_MIN)
+        simple = (ndig <= 19) & (k != _INT64_MAX) & (k != _INT64_MIN) & full
         mag = np.abs(np.where(simple, k, 0))
         d = np.minimum(dec, 18)
         simple &= mag // _POW10[d] <= _MAX_US_INT
@@ -1240,7 +1249,7 @@ def _us_join_parse(raws: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
         dd = np.where(small, 4, d)
         ns = np.where(small, mag * _POW10[np.where(small, 3 - d, 0)], mag // _POW10[dd - 3] + ((mag // _POW10[dd - 4]) % 10 >= 5))
         ns = np.where(neg, -ns, ns)
-    return _us_fallback(raws, ns, simple, np.zeros(n, bool), lambda i: bytes(raws[i]))
+    return _us_fallback(raws, ns, simple, ~full, lambda i: bytes(raws[i]))
 
 
 def _us_fallback(raws, ns: np.ndarray, simple: np.ndarray, empty: np.ndarray, text) -> tuple[np.ndarray, np.ndarray]:
@@ -1521,21 +1530,31 @@ class _Columns:
         ts, ok = _us_text_to_ns(list(map(g("ts"), events)), base)
         self._put("ts", ts)
         self._put("ts_ok", ok)
-        # dur: only X events use it
+        # dur: only X events use it (the fast path parses every event's, absent ones cost little)
         xi = np.flatnonzero(cls == _C_ROW)
-        d, ok = _us_text_to_ns(list(map(g("dur"), _take(events, xi))), base)
+        d, ok = _us_join_parse(list(map(g("dur"), events))) if _FAST else (None, None)
+        if d is None:
+            d, ok = _us_text_to_ns(list(map(g("dur"), _take(events, xi))), base)
+        else:
+            d, ok = d[xi], ok[xi]
         self._put("dur@", xi + base)
         self._put("dur", d)
         self._put("dur_ok", ok)
         self._add_flow_ends(events, np.flatnonzero(self._flow_p[pair_of]), base)
         # args of the events that can become rows
         ri = np.flatnonzero((cls == _C_ROW) | (cls == _C_INSTANT) | (cls == _C_B))
-        args = list(map(g("args"), _take(events, ri)))
         m = len(ri)
-        ext = ints(list(map(g("external_id"), args)), m)
+        if typed:  # every event's args (no copy of the rows' selection), the ext ids of the rows
+            args = list(map(g("args"), events))
+            ext = ints(list(map(g("external_id"), args)), n)[ri]
+            at = ri  # row i's args: args[at[i]]
+        else:
+            args = list(map(g("args"), _take(events, ri)))
+            ext = ints(list(map(g("external_id"), args)), m)
+            at = np.arange(m)
         legacy = np.flatnonzero(ext <= _NONNUM)
         if len(legacy):
-            ext[legacy] = ints(list(map(g("external_id_legacy"), _take(args, legacy))), len(legacy))
+            ext[legacy] = ints(list(map(g("external_id_legacy"), _take(args, at[legacy]))), len(legacy))
         self._put("ext@", ri + base)
         self._put("ext", ext)
         kind = self._kind_p[pair_of[ri]]
@@ -1546,7 +1565,7 @@ class _Columns:
             (("wait_on_stream", "wait_on_cuda_event_record_corr_id"), kind == Kind.SYNC),
         ):
             sel = np.flatnonzero(sel)
-            sub = _take(args, sel)
+            sub = _take(args, at[sel])
             for c in cols:
                 self._put(c + "@", ri[sel] + base)
                 self._put(c, ints(list(map(g(c), sub)), len(sel)))
