@@ -1532,11 +1532,11 @@ class _Columns:
         self._put("ts_ok", ok)
         # dur: only X events use it (the fast path parses every event's, absent ones cost little)
         xi = np.flatnonzero(cls == _C_ROW)
-        d, ok = _us_join_parse(list(map(g("dur"), events))) if _FAST else (None, None)
-        if d is None:
+        got = _us_join_parse(list(map(g("dur"), events))) if _FAST else None
+        if got is None:
             d, ok = _us_text_to_ns(list(map(g("dur"), _take(events, xi))), base)
         else:
-            d, ok = d[xi], ok[xi]
+            d, ok = got[0][xi], got[1][xi]
         self._put("dur@", xi + base)
         self._put("dur", d)
         self._put("dur_ok", ok)
