@@ -53,6 +53,14 @@ The decode uses msgspec structs that project only these fields; all per-event wo
 C-level iteration (``map``/``np.fromiter``) and numpy, with Python loops only over distinct
 values (names, categories, pids).
 
+Fast paths (``_FAST``; each keeps its reference beside it and ``tests/test_kineto_fast.py`` loads
+every Kineto trace both ways and compares the tables): slices are decoded as ``_IntEvent`` where they
+fit (known categories as literals, no floats in the integer fields, so columns need no type pass),
+else as ``_Event``; ts/dur texts are parsed from one joined buffer by numpy's C integer parser
+(:func:`_us_join_parse`); (ph, cat) pairs are interned through one id per ph and per cat; sparse
+columns are joined by a dense scatter; gzip is inflated by ISA-L where the optional ``isal``
+package is installed (``pip install daydream[fast]``), else by zlib.
+
 Launch flows
 ------------
 Kineto writes one ``ac2g`` pair per launch (``id`` = the correlation id): ``ph: "s"`` at the
@@ -75,7 +83,8 @@ Times
 -----
 ``ts``/``dur`` are microseconds, as JSON integers (old traces) or decimals carrying ns
 (``1234.567``). They are read as the number *text* (``msgspec.Raw``) and converted to int64 ns with
-a vectorized decimal parser, so they are exact whatever their magnitude (no float rounding; more
+a vectorized decimal parser (:func:`_us_join_parse`, else :func:`_us_text_to_ns`'s byte matrix
+or compiled kernel), so they are exact whatever their magnitude (no float rounding; more
 than 3 decimals round half away from zero). ``baseTimeNanoseconds`` (newer traces) is added.
 
 Document repairs
@@ -100,7 +109,7 @@ import re
 import warnings
 import zlib
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import msgspec
 import numpy as np
@@ -162,6 +171,69 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 
 _NO_ARGS = _Args()
 
+# the fast path's projection (``_FAST``): the same fields, with types that let the columns be read
+# without a type check per value: no floats in the integer fields (``np.fromiter`` would truncate
+# them), the known categories as literals (msgspec returns one cached string per category, so
+# interning them hashes nothing). A slice it does not fit is decoded with ``_Event`` instead.
+_Int = Union[int, None]
+_IntStr = Union[int, str, None]
+#: categories seen in real traces (../shared/traces), spelled as written
+_KNOWN_CATS = (
+    "cpu_op", "ac2g", "python_function", "cuda_runtime", "cpu_instant_event", "kernel", "Operator", "async",
+    "Runtime", "Kernel", "gpu_memcpy", "user_annotation", "gpu_memset", "fwdbwd", "cuda_driver", "Memset",
+    "cuda_sync", "cuda_profiler_range", "gpu_user_annotation", "Trace", "Memcpy", "overhead", "cuda_event",
+)
+
+
+class _IntArgs(msgspec.Struct, frozen=True, gc=False):
+    device: _Int = _ABSENT
+    stream: _Int = _ABSENT
+    correlation: _Int = _ABSENT
+    external_id: _Int = msgspec.field(default=_ABSENT, name="External id")
+    external_id_legacy: _Int = msgspec.field(default=_ABSENT, name="external id")
+    bytes: _Int = _ABSENT
+    cuda_sync_kind: _Num = _ABSENT
+    wait_on_stream: _Int = _ABSENT
+    wait_on_cuda_event_record_corr_id: _Int = _ABSENT
+    daydream_pid: _Int = _ABSENT
+
+
+class _IntEvent(msgspec.Struct, gc=False):
+    ph: Optional[str] = None
+    cat: Optional[Literal[_KNOWN_CATS]] = None
+    name: Optional[str] = None
+    pid: _IntStr = _ABSENT
+    tid: _IntStr = _ABSENT
+    ts: msgspec.Raw = _NO_RAW
+    dur: msgspec.Raw = _NO_RAW
+    args: _IntArgs = _IntArgs()
+    id: Any = None
+    bp: Optional[str] = None
+
+
+class _SliceDecoder:
+    """Decodes a slice of events as ``_IntEvent`` (fast path) where it fits, else as ``_Event``.
+
+    After ``_MAX_MISSES`` slices that did not fit, only ``_Event`` is tried (bounds the cost of
+    decoding a slice twice on traces that use other categories or float ids).
+    """
+
+    _MAX_MISSES = 2
+
+    def __init__(self) -> None:
+        self.generic = msgspec.json.Decoder(list[_Event])
+        self.typed = msgspec.json.Decoder(list[_IntEvent]) if _FAST else None
+        self.misses = 0
+
+    def decode(self, text) -> tuple[list, bool]:
+        """(events, typed?); raises msgspec.DecodeError where ``_Event`` cannot decode ``text``."""
+        if self.typed is not None and self.misses < self._MAX_MISSES:
+            try:
+                return self.typed.decode(text), True
+            except msgspec.ValidationError:
+                self.misses += 1
+        return self.generic.decode(text), False
+
 
 class _Event(msgspec.Struct, gc=False):
     ph: Optional[str] = None
@@ -192,6 +264,14 @@ class _Doc(msgspec.Struct, gc=False):
     with_modules: msgspec.Raw = _NO_RAW
     profile_memory: msgspec.Raw = _NO_RAW
 
+
+class _IntDoc(_Doc, gc=False):
+    """``_Doc`` with the fast path's events (see ``_IntEvent``)."""
+
+    traceEvents: Optional[list[_IntEvent]] = None
+
+
+_INT_DOC = msgspec.json.Decoder(_IntDoc)
 
 #: top-level keys kept as raw JSON text (their UTF-8 is checked by _utf8_checked)
 _RAW_KEYS = tuple(f for f in _Doc.__struct_fields__ if f != "traceEvents")
@@ -383,12 +463,27 @@ _EV_SPLIT = re.compile(rb"\}\s*(,)\s*\{")
 _SPLIT_TRIES = 4
 
 
+try:  # ISA-L's inflate: the same gzip stream ~3.5x faster than zlib (optional: pip install isal)
+    from isal import isal_zlib as _fast_zlib
+
+    _INFLATE_ERRORS: tuple = (zlib.error, _fast_zlib.error)
+except ImportError:  # pragma: no cover - depends on the environment
+    _fast_zlib = None
+    _INFLATE_ERRORS = (zlib.error,)
+#: False: the reference path everywhere a faster one exists (zlib, the numpy ts/dur parse, the
+#: searchsorted join of sparse columns, the (ph, cat) dict); tests compare both
+_FAST = True
+
+
 class _NotStreamable(Exception):
     """The streaming reader gives up; the whole-document path reads the file instead."""
 
 
 def _blocks(f, gz: bool, path: str = ""):
     """The file's content (gunzipped when ``gz``) in blocks of at most about ``_READ_BLOCK`` bytes.
+
+    The gzip stream is inflated by ISA-L (the optional ``isal`` package) where installed, else
+    by zlib; both give the same bytes (measured on kineto_1m.json.gz: 0.22 vs 0.77 s CPU).
 
     Raises TraceFormatError when the gzip stream inflates past ``formats.inflate_limit``.
     """
@@ -398,7 +493,7 @@ def _blocks(f, gz: bool, path: str = ""):
             if not b:
                 return
             yield b
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    d = (_fast_zlib if _fast_zlib is not None and _FAST else zlib).decompressobj(16 + zlib.MAX_WBITS)
     size = os.fstat(f.fileno()).st_size
     left = limit = inflate_limit(path, size)
     while True:
@@ -439,7 +534,7 @@ def _load_streaming(path: str, strict: bool = False) -> Optional[EventTable]:
             gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
             return _stream(path, _blocks(f, gz, path), strict)
-    except (_NotStreamable, OSError, EOFError, zlib.error, BufferError):
+    except (_NotStreamable, OSError, EOFError, BufferError) + _INFLATE_ERRORS:
         return None
 
 
@@ -449,7 +544,7 @@ def _stream(path: str, blocks, strict: bool = False) -> Optional[EventTable]:
     The head (the keys before ``traceEvents``) is decoded on its own, the events a slice at a
     time, then the last events with the keys after the array.
     """
-    dec_events = msgspec.json.Decoder(list[_Event])
+    dec_events = _SliceDecoder()
     dec_doc = msgspec.json.Decoder(_Doc)
     got = _stream_head(blocks, dec_doc)
     if got is None:
@@ -458,11 +553,11 @@ def _stream(path: str, blocks, strict: bool = False) -> Optional[EventTable]:
     cols = _Columns()
     if not _stream_events(blocks, buf, dec_events, cols):
         return None
-    tail_doc = _stream_tail(buf, dec_doc)
+    tail_doc, typed = _stream_tail(buf, dec_doc)
     del buf
     if tail_doc is None:
         return None
-    cols.add(tail_doc.traceEvents)
+    cols.add(tail_doc.traceEvents, typed)
     # a key written both before and after the array: the later one, as a whole-document decode
     for f in _Doc.__struct_fields__:
         if f != "traceEvents" and not bytes(getattr(tail_doc, f)):
@@ -504,7 +599,7 @@ def _stream_head(blocks, dec_doc: msgspec.json.Decoder) -> Optional[tuple[_Doc, 
     return head_doc, bytearray(head[m.end() - 1 :])
 
 
-def _stream_events(blocks, buf: bytearray, dec_events: msgspec.json.Decoder, cols: _Columns) -> bool:
+def _stream_events(blocks, buf: bytearray, dec_events: _SliceDecoder, cols: _Columns) -> bool:
     """Add to ``cols`` the events of ``buf`` and the blocks after it, a slice of events at a time.
 
     ``buf`` always starts with the array's '['; it is read into up to ``_STREAM_CHUNK`` bytes
@@ -538,7 +633,7 @@ def _stream_events(blocks, buf: bytearray, dec_events: msgspec.json.Decoder, col
             return False
 
 
-def _add_slice(buf: bytearray, cands: list[int], dec_events: msgspec.json.Decoder, cols: _Columns) -> bool:
+def _add_slice(buf: bytearray, cands: list[int], dec_events: _SliceDecoder, cols: _Columns) -> bool:
     """Add the events of ``buf`` before one of the candidate cuts, and remove them from ``buf``.
 
     ``cands``: offsets of commas that may separate two events. The last ``_SPLIT_TRIES`` are
@@ -550,27 +645,34 @@ def _add_slice(buf: bytearray, cands: list[int], dec_events: msgspec.json.Decode
     for c in reversed(cands[-_SPLIT_TRIES:]):
         buf[c] = 0x5D  # ']'
         try:
-            events = dec_events.decode(memoryview(buf)[: c + 1])
+            events, typed = dec_events.decode(memoryview(buf)[: c + 1])
             break
         except (msgspec.DecodeError, RecursionError):  # a '}, {' inside an event or a string
             buf[c] = 0x2C  # ','
     if events is None:
         return False
-    cols.add(events)
+    cols.add(events, typed)
     del events  # the decoded events hold views of ``buf``: free them before it changes
     buf[c] = 0x5B  # '['
     del buf[:c]
     return True
 
 
-def _stream_tail(buf: bytearray, dec_doc: msgspec.json.Decoder) -> Optional[_Doc]:
-    """The last events and the keys after the array, from the rest of the document (``buf``)."""
+def _stream_tail(buf: bytearray, dec_doc: msgspec.json.Decoder) -> tuple[Optional[_Doc], bool]:
+    """(the last events and the keys after the array, from the rest of the document (``buf``),
+    decoded as ``_IntDoc``?); (None, False) where it does not decode."""
     if b'"traceEvents"' in buf:
-        return None
+        return None, False
+    text = b'{"traceEvents":' + buf
+    if _FAST:
+        try:
+            return _INT_DOC.decode(text), True
+        except (msgspec.DecodeError, RecursionError):  # incl. ValidationError: decoded as _Doc below
+            pass
     try:
-        return dec_doc.decode(b'{"traceEvents":' + buf)
+        return dec_doc.decode(text), False
     except (msgspec.DecodeError, RecursionError):
-        return None
+        return None, False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -945,10 +1047,11 @@ def _scalar_to_int(v: Any) -> int:
     return _NONNUM
 
 
-def _int_column(values: list, n: int) -> np.ndarray:
+def _int_column(values: list, n: int, may_be_str: bool = False) -> np.ndarray:
     """int64 column from a list of JSON scalars (absent -> _ABSENT, non-number -> _NONNUM).
 
     Plain ints take the C fast path; anything else is converted once per distinct value.
+    (``may_be_str``: unused, the signature of :func:`_int_column_typed`.)
     """
     if n == 0:
         return np.zeros(0, np.int64)
@@ -962,12 +1065,31 @@ def _int_column(values: list, n: int) -> np.ndarray:
     return np.fromiter(map(conv.__getitem__, values), dtype=np.int64, count=n)
 
 
+def _int_column_typed(values: list, n: int, may_be_str: bool = False) -> np.ndarray:
+    """:func:`_int_column` of values that are ints, None or (``may_be_str``) strings, never
+    floats or bools (an ``_IntEvent`` field): ``np.fromiter`` alone where it takes them all.
+
+    numpy converts a string as ``int(s)`` does, which is :func:`_scalar_to_int`'s value wherever
+    it succeeds, except for the sentinels' range: a column of strings with a value at or below
+    ``_NONNUM`` is converted the reference way. None (and any string numpy refuses) raises, and
+    the column is converted the reference way.
+    """
+    try:
+        a = np.fromiter(values, np.int64, count=n)
+    except (TypeError, ValueError, OverflowError):
+        return _int_column(values, n)
+    if may_be_str and n and int(a.min()) <= _NONNUM:
+        return _int_column(values, n)
+    return a
+
+
 def _missing_to(a: np.ndarray, fill: int = -1) -> np.ndarray:
     return np.where(a <= _NONNUM, fill, a)
 
 
 #: events already read from a file before its ts/dur texts are parsed by the compiled kernel
-#: (:func:`_parse_us_kernel`; both give the same values). Importing numba and loading the cached
+#: (:func:`_parse_us_kernel`; both give the same values) where the joined-buffer parse
+#: (:func:`_us_join_parse`, used first) declines them (texts that are not plain decimals). Importing numba and loading the cached
 #: kernel cost ~0.5 s CPU and ~115 MB of peak RSS (LLVM; measured on the bench VM); the kernel saves
 #: ~0.4 us a value over the numpy byte matrix. From 2 M events on a file pays for both (a 1 M-event
 #: load stays as it was, below its file size in peak memory, scripts/bench.py)
@@ -977,7 +1099,9 @@ US_KERNEL_AFTER_EVENTS = 2_000_000
 def _us_text_to_ns(raws: list, events_seen: int = 0, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Exact int64 ns from JSON number texts in microseconds; returns (ns, ok).
 
-    Plain decimals (``-?digits[.digits]``) are parsed in bulk: by a compiled pass over the texts
+    By default the texts go to :func:`_us_join_parse` (one buffer, numpy's C integer parser),
+    which takes them when every one is a plain decimal; else (or with ``method`` set otherwise)
+    plain decimals (``-?digits[.digits]``) are parsed in bulk: by a compiled pass over the texts
     joined in one buffer (:func:`_parse_us_kernel`, once ``events_seen`` reaches
     :data:`US_KERNEL_AFTER_EVENTS`, or ``method="kernel"`` / ``"kernel-py"`` uncompiled for
     tests), else column-wise with numpy (``method="numpy"``); the rest (exponents, numbers
@@ -988,6 +1112,10 @@ def _us_text_to_ns(raws: list, events_seen: int = 0, method: str = "auto") -> tu
     n = len(raws)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool)
+    if (method == "auto" and _FAST) or method == "join":
+        got = _us_join_parse(raws)
+        if got is not None:
+            return got
     fn = None
     if method == "kernel-py":
         fn = _parse_us_kernel
@@ -1038,6 +1166,90 @@ def _us_text_to_ns(raws: list, events_seen: int = 0, method: str = "auto") -> tu
     ns = np.where(simple, ip, 0) * 1000 + frac
     ns = np.where(neg, -ns, ns)
     return _us_fallback(raws, ns, simple, empty, bs.__getitem__)
+
+
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
+#: |k| below which k with d <= 3 decimals is a ts/dur of at most _MAX_US_INT whole us
+_US_LIMIT = (_MAX_US_INT + 1) * _POW10[:4]
+
+
+def _us_join_parse(raws: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """(ns, ok) of JSON number texts in microseconds, as :func:`_us_text_to_ns` gives them, or
+    None when some text is neither empty (an absent value) nor a plain decimal
+    ``-?digits[.digits]`` (the caller then parses them the reference way).
+
+    The texts are joined with spaces into one buffer whose grammar is checked with numpy; the
+    digits (the dot removed) are read by numpy's C integer parser (``np.fromstring``, one
+    call), and each value k with d decimals becomes ``k * 10^(3 - d)`` ns (d > 3: the first
+    3 decimals, the 4th rounding half away from zero). Texts with more than 19 digits, or a
+    value beyond ``_MAX_US_INT`` us, take ``Decimal`` (as in the reference), so the result is
+    the exact value for every text.
+    """
+    n = len(raws)
+    joined = b" ".join(raws)
+    u = np.frombuffer(joined, np.uint8)
+    if len(u) == 0:  # one empty text
+        return np.zeros(n, np.int64), np.zeros(n, bool)
+    if u.max() > 57:  # '9'
+        return None
+    sep = np.flatnonzero(u == 32)
+    minus = np.flatnonzero(u == 45)
+    dots = np.flatnonzero(u == 46)
+    if len(sep) != n - 1 or np.count_nonzero(u < 48) != len(sep) + len(minus) + len(dots):  # a byte not in "0-9 -."
+        return None
+    start = np.empty(n, np.int64)
+    start[0] = 0
+    start[1:] = sep + 1
+    end = np.empty(n, np.int64)
+    end[:-1] = sep
+    end[-1] = len(u)
+    full = end > start  # empty texts (absent values): ok False, ns 0, as the reference gives
+    nfull = int(np.count_nonzero(full))
+    if nfull == 0:
+        return np.zeros(n, np.int64), np.zeros(n, bool)
+    neg = np.zeros(n, bool)
+    neg[full] = u[start[full]] == 45
+    # '-' only first and followed by a digit; '.' between digits, at most one a text
+    if len(minus) and (len(minus) != int(neg.sum()) or not np.all(minus + 1 < end[neg])):
+        return None
+    if len(dots) == n:  # a dot in every text: dot i must lie inside text i
+        if not (np.all(dots > start + neg) and np.all(dots + 1 < end)):
+            return None
+        dec = end - dots - 1  # decimals of each text
+    else:
+        dec = np.zeros(n, np.int64)
+        if len(dots):
+            owner = np.searchsorted(sep, dots)  # the text holding each dot
+            if np.any(owner[1:] == owner[:-1]) or np.any(dots <= start[owner] + neg[owner]) or np.any(dots + 1 >= end[owner]):
+                return None
+            dec[owner] = end[owner] - dots - 1
+    try:
+        k = np.fromstring(joined.replace(b".", b""), dtype=np.int64, sep=" ")
+    except ValueError:
+        return None
+    if len(k) != nfull:
+        return None
+    if nfull < n:
+        k_full = np.zeros(n, np.int64)
+        k_full[full] = k
+        k = k_full
+    ndig = end - start - neg - (dec > 0)
+    hi = int(dec.max())
+    if hi <= 3:  # k * 10^(3 - d): exact where |k| < (_MAX_US_INT + 1) * 10^d (else Decimal)
+        lim = _US_LIMIT[dec]
+        simple = (ndig <= 19) & (k < lim) & (k > -lim) & full  # a saturated k (too many digits) fails too
+        ns = k if int(dec.min()) == 3 else k * _POW10[3 - dec]
+    else:
+        simple = (ndig <= 19) & (k != _INT64_MAX) & (k != _INT64_MIN) & full
+        mag = np.abs(np.where(simple, k, 0))
+        d = np.minimum(dec, 18)
+        simple &= mag // _POW10[d] <= _MAX_US_INT
+        mag = np.where(simple, mag, 0)
+        small = d <= 3
+        dd = np.where(small, 4, d)
+        ns = np.where(small, mag * _POW10[np.where(small, 3 - d, 0)], mag // _POW10[dd - 3] + ((mag // _POW10[dd - 4]) % 10 >= 5))
+        ns = np.where(neg, -ns, ns)
+    return _us_fallback(raws, ns, simple, ~full, lambda i: bytes(raws[i]))
 
 
 def _us_fallback(raws, ns: np.ndarray, simple: np.ndarray, empty: np.ndarray, text) -> tuple[np.ndarray, np.ndarray]:
@@ -1250,6 +1462,9 @@ class _Columns:
     def __init__(self) -> None:
         self.n = 0
         self.pair_ix = _Ids()
+        self.ph_ix = _Ids()  # the fast path's ids of ph and cat values, and (ph id, cat id) -> pair id
+        self.cat_ix = _Ids()
+        self._lut = np.zeros((0, 0), np.int32)
         self.name_ix = _Ids()
         self.parts: dict[str, list[np.ndarray]] = {}
         self._cls_p = np.zeros(0, np.int8)
@@ -1277,6 +1492,10 @@ class _Columns:
         """Values of sparse column ``col`` at event indices ``rows`` (``fill`` where it has none)."""
         idx = self.column(col + "@", np.int64)
         val = self.column(col, dtype)
+        if _FAST and len(idx) and len(rows) * 8 >= self.n:  # many rows: scatter into a dense column, gather
+            dense = np.full(self.n, fill, dtype)
+            dense[idx] = val
+            return dense[rows]
         out = np.full(len(rows), fill, dtype)
         if len(idx) and len(rows):
             j = np.minimum(np.searchsorted(idx, rows), len(idx) - 1)
@@ -1284,13 +1503,18 @@ class _Columns:
             out[hit] = val[j[hit]]
         return out
 
-    def add(self, events) -> None:
+    def add(self, events, typed: bool = False) -> None:
+        """Add the columns of ``events`` (``typed``: decoded as ``_IntEvent``, no floats in the
+        integer fields, so they are read without a type check per value)."""
         n = len(events)
         if n == 0:
             return
         g = operator.attrgetter
+        ints = _int_column_typed if typed else _int_column
         base = self.n
-        pair_of = np.fromiter(map(self.pair_ix.__getitem__, zip(map(g("ph"), events), map(g("cat"), events))), np.int32, count=n)
+        pair_of = self._pair_ids(events) if _FAST else None
+        if pair_of is None:
+            pair_of = np.fromiter(map(self.pair_ix.__getitem__, zip(map(g("ph"), events), map(g("cat"), events))), np.int32, count=n)
         if len(self.pair_ix) > len(self._cls_p):  # classify the new (ph, cat) pairs
             info = [_classify(p, c, _Reasons())[:3] for p, c in list(self.pair_ix)[len(self._cls_p) :]]
             self._cls_p = np.concatenate([self._cls_p, np.array([i[0] for i in info], np.int8)])
@@ -1301,26 +1525,36 @@ class _Columns:
         cls = self._cls_p[pair_of]
         self._put("pair", pair_of)
         self._put("name", np.fromiter(map(self.name_ix.__getitem__, map(g("name"), events)), np.int32, count=n))
-        self._put("pid", _int_column(list(map(g("pid"), events)), n))
-        self._put("tid", _int_column(list(map(g("tid"), events)), n))
+        self._put("pid", ints(list(map(g("pid"), events)), n, True))
+        self._put("tid", ints(list(map(g("tid"), events)), n, True))
         ts, ok = _us_text_to_ns(list(map(g("ts"), events)), base)
         self._put("ts", ts)
         self._put("ts_ok", ok)
-        # dur: only X events use it
+        # dur: only X events use it (the fast path parses every event's, absent ones cost little)
         xi = np.flatnonzero(cls == _C_ROW)
-        d, ok = _us_text_to_ns(list(map(g("dur"), _take(events, xi))), base)
+        got = _us_join_parse(list(map(g("dur"), events))) if _FAST else None
+        if got is None:
+            d, ok = _us_text_to_ns(list(map(g("dur"), _take(events, xi))), base)
+        else:
+            d, ok = got[0][xi], got[1][xi]
         self._put("dur@", xi + base)
         self._put("dur", d)
         self._put("dur_ok", ok)
         self._add_flow_ends(events, np.flatnonzero(self._flow_p[pair_of]), base)
         # args of the events that can become rows
         ri = np.flatnonzero((cls == _C_ROW) | (cls == _C_INSTANT) | (cls == _C_B))
-        args = list(map(g("args"), _take(events, ri)))
         m = len(ri)
-        ext = _int_column(list(map(g("external_id"), args)), m)
+        if typed:  # every event's args (no copy of the rows' selection), the ext ids of the rows
+            args = list(map(g("args"), events))
+            ext = ints(list(map(g("external_id"), args)), n)[ri]
+            at = ri  # row i's args: args[at[i]]
+        else:
+            args = list(map(g("args"), _take(events, ri)))
+            ext = ints(list(map(g("external_id"), args)), m)
+            at = np.arange(m)
         legacy = np.flatnonzero(ext <= _NONNUM)
         if len(legacy):
-            ext[legacy] = _int_column(list(map(g("external_id_legacy"), _take(args, legacy))), len(legacy))
+            ext[legacy] = ints(list(map(g("external_id_legacy"), _take(args, at[legacy]))), len(legacy))
         self._put("ext@", ri + base)
         self._put("ext", ext)
         kind = self._kind_p[pair_of[ri]]
@@ -1331,16 +1565,42 @@ class _Columns:
             (("wait_on_stream", "wait_on_cuda_event_record_corr_id"), kind == Kind.SYNC),
         ):
             sel = np.flatnonzero(sel)
-            sub = _take(args, sel)
+            sub = _take(args, at[sel])
             for c in cols:
                 self._put(c + "@", ri[sel] + base)
-                self._put(c, _int_column(list(map(g(c), sub)), len(sel)))
+                self._put(c, ints(list(map(g(c), sub)), len(sel)))
             if cols[0] == "wait_on_stream":
                 raw = list(map(g("cuda_sync_kind"), sub))
                 conv = {v: _sync_kind_value(v) for v in set(raw)}
                 self._put("cuda_sync_kind@", ri[sel] + base)
                 self._put("cuda_sync_kind", np.fromiter(map(conv.__getitem__, raw), np.int8, count=len(sel)))
         self.n += n
+
+    def _pair_ids(self, events) -> Optional[np.ndarray]:
+        """The (ph, cat) pair id of each event (new pairs added to ``pair_ix`` in order of first
+        appearance, as the reference's dict over (ph, cat) tuples does), from one id per ph and
+        one per cat and a dense (ph, cat) table; None when that table would pass 4 M entries."""
+        g = operator.attrgetter
+        n = len(events)
+        ph = np.fromiter(map(self.ph_ix.__getitem__, map(g("ph"), events)), np.int32, count=n)
+        cat = np.fromiter(map(self.cat_ix.__getitem__, map(g("cat"), events)), np.int32, count=n)
+        nph, ncat = len(self.ph_ix), len(self.cat_ix)
+        if nph * ncat > 1 << 22:
+            return None
+        if self._lut.shape != (nph, ncat):
+            lut = np.full((nph, ncat), -1, np.int32)
+            lut[: self._lut.shape[0], : self._lut.shape[1]] = self._lut
+            self._lut = lut
+        pair_of = self._lut[ph, cat]
+        new = np.flatnonzero(pair_of < 0)
+        if len(new):
+            key = ph[new].astype(np.int64) * ncat + cat[new]
+            uk, first = np.unique(key, return_index=True)
+            phs, cats = list(self.ph_ix), list(self.cat_ix)
+            for k in uk[np.argsort(first)].tolist():
+                self._lut[k // ncat, k % ncat] = self.pair_ix[(phs[k // ncat], cats[k % ncat])]
+            pair_of = self._lut[ph, cat]
+        return pair_of
 
     def _add_flow_ends(self, events, fi: np.ndarray, base: int) -> None:
         """Sparse columns of the launch flow ends ``fi``: ``flow`` (the id as an integer, a number
@@ -1365,11 +1625,29 @@ class _Columns:
         for c, a in cols.items():
             cols[c] = np.asarray(a).astype(DTYPES[c], copy=False)
         if len(cols["kind"]):
-            order = np.lexsort((cols["end_ns"], cols["kind"], cols["start_ns"]))
+            order = _row_order(cols["start_ns"], cols["kind"], cols["end_ns"])
             if not np.all(order[:-1] < order[1:]):
                 for c in list(cols):
                     cols[c] = cols[c][order]
         return EventTable.from_columns(cols, names, meta, acct, sort=False)
+
+
+def _row_order(start: np.ndarray, kind: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``np.lexsort((end, kind, start))``: a stable sort by start, then only the rows sharing a
+    start with another re-sorted by (start, kind, end) in their places (few in real traces)."""
+    if not _FAST:
+        return np.lexsort((end, kind, start))
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    tie = np.zeros(len(s), bool)
+    eq = s[1:] == s[:-1]
+    tie[1:] |= eq
+    tie[:-1] |= eq
+    at = np.flatnonzero(tie)
+    if len(at):
+        sub = order[at]  # in start order, ascending row index within a start (stable)
+        order[at] = sub[np.lexsort((end[sub], kind[sub], start[sub]))]
+    return order
 
 
 def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
@@ -1831,9 +2109,16 @@ def _row_names(cc: _Columns, src: np.ndarray, pair_of: np.ndarray, cat_names: li
     name_id = np.zeros(m, np.int32)
     if m:
         values = list(cc.name_ix)
-        u, first = np.unique(row_name, return_index=True)
+        if _FAST:  # first row of each name id: one O(rows) pass instead of a sort
+            first = np.full(len(values), m, np.int64)
+            np.minimum.at(first, row_name, np.arange(m))
+            u = np.flatnonzero(first < m)
+            in_order = u[np.argsort(first[u], kind="stable")]
+        else:
+            u, first = np.unique(row_name, return_index=True)
+            in_order = u[np.argsort(first)]
         lut = np.zeros(len(values), np.int32)
-        for i in u[np.argsort(first)].tolist():
+        for i in in_order.tolist():
             v = values[i]
             lut[i] = names.intern(v if isinstance(v, str) else "")
         name_id = lut[row_name]
