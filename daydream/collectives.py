@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .arrays import sorted_unique
 from .events import Kind
 from .formats.comm_args import CommArgs, read_comm_args
 from .graph import NODE_CPU, TaskGraph
@@ -157,7 +158,7 @@ class Collectives:
         """Per operation: count, count with a known size, bytes, and the median / best bus
         bandwidth (GB/s) over those with one; plus the counts."""
         out = {}
-        for o in np.unique(self.op).tolist():
+        for o in sorted_unique(self.op).tolist():
             m = self.op == o
             ok = m & np.isfinite(self.busbw)
             bw = self.busbw[ok] / 1e9

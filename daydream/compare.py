@@ -41,6 +41,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from .arrays import sorted_unique
 from .critical_path import CAUSES
 from .errors import UsageError
 from .events import Kind
@@ -100,7 +101,7 @@ RELATED_MIN_JACCARD = 0.5
 def _names(graph: TaskGraph, ranges: dict[str, int]) -> dict[str, set[str]]:
     """The distinct kernel names of ``graph`` and its CPU range names (``ranges``: measures()'s
     ``CPU range``) without ProfilerStep ranges."""
-    k = np.unique(graph.name_id[graph.node_kind == int(Kind.KERNEL)]).tolist()
+    k = sorted_unique(graph.name_id[graph.node_kind == int(Kind.KERNEL)]).tolist()
     return {"kernel names": {graph.names[i] for i in k},
             "CPU range names": {x for x in ranges if not x.startswith("ProfilerStep#")}}
 

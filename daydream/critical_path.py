@@ -19,6 +19,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from .arrays import sorted_unique
 from . import jit
 from .events import CopyKind, Kind
 from .kernels import kernel_info
@@ -342,7 +343,7 @@ def _top(names: list[str], ns: np.ndarray, n: int = TOP_ROWS) -> dict[str, int]:
 def thread_label(graph: TaskGraph, lane: int) -> str:
     """``thread TID`` (``thread PID/TID`` when the graph holds several processes)."""
     _, pid, tid, _ = graph.lane_keys[lane].tolist()
-    multi = len(np.unique(graph.lane_keys[:, 1])) > 1
+    multi = len(sorted_unique(graph.lane_keys[:, 1])) > 1
     return f"thread {pid}/{tid}" if multi else f"thread {tid}"
 
 
@@ -422,7 +423,7 @@ def waits_on_path(graph: TaskGraph, c: _PathCharges, rt: RangeTimeline, top_n: i
     tot = _cum(np.arange(n), c.total, n)
     ns = tot[j] - tot[i + 1]
     # what was waited for: the other thread with most host time in the stretch, else the GPU
-    lanes = np.unique(c.lane[graph.is_cpu[c.order]])
+    lanes = sorted_unique(c.lane[graph.is_cpu[c.order]])
     hl = c.lane[c.host_pos]
     per_lane = np.stack([(lambda cs: cs[j] - cs[i + 1])(_cum(c.host_pos, np.where(hl == ln, c.host_ns, 0.0), n)) for ln in lanes])
     per_lane[lanes[:, None] == c.lane[j][None, :]] = 0.0

@@ -44,6 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .arrays import sorted_unique
 from . import jit
 from .events import EventTable, Kind
 from .links import launch_rows
@@ -680,13 +681,13 @@ def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]
 
     comp_names: list[str] = []
     comp_of_name = np.full(len(names), -1, dtype=np.int64)
-    for i in np.unique(name[module | scope]).tolist():  # distinct layer component names
+    for i in sorted_unique(name[module | scope]).tolist():  # distinct layer component names
         m = _MODULE_RE.match(names[i]) if module_n[i] else None
         comp_of_name[i] = len(comp_names)
         comp_names.append(m.group(1) if m else display[i])
     op_of_name = np.full(len(names), -1, dtype=np.int64)
     op_ids: dict[str, int] = {}
-    for i in np.unique(name[op]).tolist():  # distinct op names
+    for i in sorted_unique(name[op]).tolist():  # distinct op names
         op_of_name[i] = op_ids.setdefault(display[i], len(op_ids))
     return {"module": module, "op": op, "scope": scope, "phase": phase, "prio": prio[rule_i],
             "comp": np.where(module | scope, comp_of_name[name], -1), "op_name": np.where(op, op_of_name[name], -1),
@@ -967,7 +968,7 @@ def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, 
     g_names = table.name_id[gpu_rows]
     rx = re.compile(COMM_KERNEL_PATTERN)
     comm_names = np.zeros(len(table.names), dtype=bool)
-    for i in np.unique(g_names).tolist():  # one iteration per distinct GPU task name
+    for i in sorted_unique(g_names).tolist():  # one iteration per distinct GPU task name
         comm_names[i] = bool(rx.search(table.names[i], 0, NAME_PREFIX))
     comm = comm_names[g_names]
     out.phase[gpu_rows[comm]] = COMMUNICATION

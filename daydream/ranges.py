@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .arrays import sorted_unique
 from .events import EventTable, Kind
 from .graph import NODE_CPU, TaskGraph
 from .simulate import Timeline
@@ -44,7 +45,7 @@ def cpu_range_rows(table: EventTable) -> np.ndarray:
     GPU annotations (:data:`SKIPPED_RANGE_CATEGORIES`); shape (k,), by start time."""
     m = ((table.kind == Kind.CPU_OP) | (table.kind == Kind.RANGE)) & (table.tid >= 0) & (table.device < 0)
     m &= table.end_ns >= table.start_ns
-    cats = np.unique(table.cat_id[m])  # the few categories in use, not every interned name
+    cats = sorted_unique(table.cat_id[m])  # the few categories in use, not every interned name
     skipped = [int(c) for c in cats.tolist() if 0 <= c < len(table.names) and table.names[int(c)] in SKIPPED_RANGE_CATEGORIES]
     if skipped:
         m &= ~np.isin(table.cat_id, skipped)

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import msgspec
 
+from .arrays import sorted_unique
 from .collectives import find_collectives
 from .critical_path import CriticalPath, critical_path, gpu_relevant
 from .events import Accounting, Kind, TraceMeta
@@ -264,7 +265,7 @@ def _device_tasks(graph: TaskGraph, members: np.ndarray | None) -> list[np.ndarr
     if members is not None:
         gpu = gpu & members
     dev = graph.lane_keys[graph.lane, 2]
-    out = [np.flatnonzero(gpu & (dev == d)) for d in np.unique(dev[gpu]).tolist()]
+    out = [np.flatnonzero(gpu & (dev == d)) for d in sorted_unique(dev[gpu]).tolist()]
     if len(seen) >= 64:
         seen.clear()
     seen[id(members)] = (members, out)
@@ -447,7 +448,7 @@ def _window_end(graph: TaskGraph, end_ns: np.ndarray, rel: np.ndarray, step_ends
 
 def _window_note(graph: TaskGraph, rel: np.ndarray) -> str:
     """The traced window's note when threads without GPU work are left out of it."""
-    n_out = int(np.count_nonzero(~graph.lane_is_gpu)) - len(np.unique(graph.lane[rel & (graph.node_kind == NODE_CPU)]))
+    n_out = int(np.count_nonzero(~graph.lane_is_gpu)) - len(sorted_unique(graph.lane[rel & (graph.node_kind == NODE_CPU)]))
     return f"ends with the GPU work; {n_out} thread(s) that never launch or wait for GPU work not counted" if n_out > 0 and rel.any() else ""
 
 
@@ -631,7 +632,7 @@ def _process_windows(graph: TaskGraph, tl: Timeline, rec: Timeline) -> list[Wind
     """One window per process when the trace has several (e.g. one rank per GPU): from the
     trace start to the end of that process's last task (its API calls and the GPU work it launched)."""
     pids = graph.lane_keys[graph.lane, 1] if graph.n else np.zeros(0, np.int64)
-    uniq = np.unique(pids)
+    uniq = sorted_unique(pids)
     if len(uniq) < 2:
         return []
     out = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from .arrays import sorted_unique
 from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, ranges_of
 from .graph import NODE_CPU, TaskGraph
 from .graph.ranges import NO_RANGE, split_by_range, thread_key
@@ -141,7 +142,7 @@ def device_utilization(graph: TaskGraph, rec: Timeline, lo: int, hi: int) -> lis
     gpu = graph.node_kind != NODE_CPU
     names = {d.id: d.name for d in graph.devices}
     out = []
-    for d in np.unique(dev[gpu]).tolist():  # devices are few
+    for d in sorted_unique(dev[gpu]).tolist():  # devices are few
         m = gpu & (dev == d)
         busy = _union(np.clip(rec.start_ns[m], lo, hi), np.clip(rec.end_ns[m], lo, hi))
         out.append(DeviceUtil(int(d), names.get(d, "") or "", int(busy), int(hi - lo), _pct(busy, hi - lo)))
@@ -184,10 +185,10 @@ def top_kernels(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[
         cls = kernel_info(graph).cls[gpu]
         in_rest = np.isin(inv, rest)
         top_set = set(names)
-        for c in np.unique(cls[in_rest]).tolist():  # classes are few
+        for c in sorted_unique(cls[in_rest]).tolist():  # classes are few
             m = in_rest & (cls == c)
             cname = CLASSES[c] if c < len(CLASSES) else "other"
-            k = len(np.unique(inv[m]))
+            k = len(sorted_unique(inv[m]))
             p = sum(v for nm, v in path_ns.items() if nm not in top_set and nm != "other" and _cls_of(graph, nm) == c)
             rows.append(TopRow(f"other: {cname} ({k} names)", int(dur[m].sum()), _pct(dur[m].sum(), dur.sum()), int(p), _pct(p, cp.length_ns)))
     return rows

@@ -43,6 +43,7 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
+from .arrays import sorted_unique
 from .events import Kind, SyncKind
 from .critical_path import CAUSES, communication_mask, critical_path
 from .graph import NODE_CPU, RULES, Origin, Phase, TaskGraph, kind_name, profiler_steps, rule_arrays
@@ -429,7 +430,7 @@ def _gpu_pid_base(sides) -> int:
     for (g, _tl), _label, (pid_off, _d, _c) in sides:
         t = g.table
         hosts.append(np.concatenate([g.lane_keys[~g.lane_is_gpu, 1], t.pid[t.device < 0]]).astype(np.int64) + np.int64(pid_off))
-    h = np.unique(np.concatenate(hosts)) if hosts else np.zeros(0, np.int64)
+    h = sorted_unique(np.concatenate(hosts)) if hosts else np.zeros(0, np.int64)
     above = ((int(h.max()) + GPU_PID_BELOW) // 1000 + 1) * 1000 if len(h) else 1000
     if above + GPU_PID_SPAN < 2**31:
         return above

@@ -30,6 +30,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .arrays import sorted_unique
 from .errors import DaydreamError
 from .events import Kind
 from .mapping import PHASES
@@ -380,7 +381,7 @@ def set_priority(graph: TaskGraph, priority: np.ndarray, lanes: Iterable[int] | 
     if pr.shape != (graph.n,):
         raise DaydreamError("set_priority: one priority per task is needed")
     if lanes is None:
-        lanes = np.unique(graph.lane[(pr != 0) & (graph.node_kind != NODE_CPU)]).tolist()
+        lanes = sorted_unique(graph.lane[(pr != 0) & (graph.node_kind != NODE_CPU)]).tolist()
     lanes = sorted({int(x) for x in lanes})
     for ln in lanes:
         if not 0 <= ln < len(graph.lanes) or not graph.lane_is_gpu[ln]:

@@ -36,7 +36,7 @@ DEFERRED_IMPORTS_ALLOWED_IN = frozenset({"daydream.cli"})
 # ``*`` globs. Every daydream module outside daydream.testing must be in exactly one layer, and
 # every member must name something that exists.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("daydream.errors", "daydream.cuda_api", "daydream.display", "daydream.comm_model", "daydream.jit", "daydream.memo")),
+    ("base", ("daydream.errors", "daydream.cuda_api", "daydream.display", "daydream.comm_model", "daydream.jit", "daydream.memo", "daydream.arrays")),
     # the event table and the facts read straight off it: GPU specs, the launch-link ids
     ("events", ("daydream.events", "daydream.gpus", "daydream.links")),
     ("formats", ("daydream.formats",)),

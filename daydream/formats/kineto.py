@@ -114,6 +114,7 @@ from typing import Any, Literal, Optional, Union
 import msgspec
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import jit
 from ..errors import TraceFormatError
 from ..events import (
@@ -2023,7 +2024,7 @@ def _link_pairs(
     corr = correlation.copy()
     m = (c_rt < 0) & (c_gpu >= 0)
     corr[rt[m]] = c_gpu[m]  # a call without an id takes its task's
-    calls = np.unique(rt[corr[rt] < 0])  # neither side has one: one fresh id per call
+    calls = sorted_unique(rt[corr[rt] < 0])  # neither side has one: one fresh id per call
     if len(calls):
         link = cc.column("wait_on_cuda_event_record_corr_id", np.int64)
         first = max(max_corr, int(correlation.max(initial=-1)), int(link.max(initial=-1))) + 1
@@ -2070,9 +2071,9 @@ def _gpu_row_pids(
     rt_corr, rt_pid = correlation[rt], r_pid[rt]
     o = np.argsort(rt_corr, kind="stable")
     sc, sp = rt_corr[o], rt_pid[o]
-    cpu_pids = np.unique(r_pid[kind == Kind.RUNTIME])
+    cpu_pids = sorted_unique(r_pid[kind == Kind.RUNTIME])
     if len(cpu_pids) == 0:
-        cpu_pids = np.unique(r_pid[kind == Kind.CPU_OP])
+        cpu_pids = sorted_unique(r_pid[kind == Kind.CPU_OP])
     fallback_pid = int(cpu_pids[0]) if len(cpu_pids) == 1 else -1
     gpu_pid = np.full(m, fallback_pid, np.int64)
     q = linked_kind & (correlation >= 0)
@@ -2141,7 +2142,7 @@ def _copy_columns(cc: _Columns, src: np.ndarray, kind: np.ndarray, name_id: np.n
     src_kind = np.zeros(m, np.int8)
     dst_kind = np.zeros(m, np.int8)
     if is_copy.any():
-        ids = np.unique(name_id[is_copy])
+        ids = sorted_unique(name_id[is_copy])
         ck = np.zeros(len(names.names), np.int8)
         sk = np.zeros(len(names.names), np.int8)
         dk = np.zeros(len(names.names), np.int8)
@@ -2168,7 +2169,7 @@ def _sync_columns(cc: _Columns, src: np.ndarray, is_sync: np.ndarray, name_id: n
         s_src = src[srows]
         sk_arr = cc.sparse("cuda_sync_kind", s_src, 0, np.int8)
         by_name = np.zeros(len(names.names), np.int8)
-        for i in np.unique(name_id[srows]).tolist():
+        for i in sorted_unique(name_id[srows]).tolist():
             by_name[i] = _SYNC_BY_NAME.get(names.names[i].strip().lower(), 0)
         sk_arr = np.where(sk_arr > 0, sk_arr, by_name[name_id[srows]])
         sync_kind[srows] = sk_arr

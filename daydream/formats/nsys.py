@@ -57,6 +57,7 @@ from typing import Iterable
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ..cuda_api import ApiRole, roles_of_names
 from ..errors import TraceFormatError
 from ..events import (
@@ -614,7 +615,7 @@ class _Reader:
             cols[c] = col if order is None else col[order]
             del col
             _release_freed_memory()
-        seen = np.unique(np.concatenate(gpu_devices)) if gpu_devices else np.zeros(0, np.int64)
+        seen = sorted_unique(np.concatenate(gpu_devices)) if gpu_devices else np.zeros(0, np.int64)
         meta = TraceMeta(source=self.path, format=NAME, devices=self._devices(seen[seen >= 0]), extra=self._extra())
         return EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
 

@@ -36,6 +36,7 @@ import re
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ..events import EventTable, Kind
 from ._arrays import count
 
@@ -81,7 +82,7 @@ def _threads(table: EventTable, pid, tid, rec_start, rec_end, n_cpu: int) -> dic
     """Per CPU thread (pid, tid): its calls by start, whether each is in an engine op, its row starts."""
     names = table.names
     op_rows = np.nonzero(table.kind == Kind.CPU_OP)[0]
-    used = np.unique(table.name_id[op_rows]).tolist()  # each op name matched once
+    used = sorted_unique(table.name_id[op_rows]).tolist()  # each op name matched once
     is_eng_name = np.zeros(len(names), bool)
     is_eng_name[used] = [ENGINE_OP.search(names[i]) is not None for i in used]
     eng_rows = op_rows[is_eng_name[table.name_id[op_rows]]]
@@ -140,7 +141,7 @@ def own_gaps(gap, rec_start, rec_end, lane_prev, t0: int, src, dst) -> None:
         return
     w = np.full(len(gap), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(w, dst, rec_end[src])
-    d = np.unique(dst)
+    d = sorted_unique(dst)
     prev = lane_prev[d]
     prev_end = np.where(prev >= 0, rec_end[np.maximum(prev, 0)], t0)
     gap[d] = np.maximum(rec_start[d] - np.maximum(prev_end, w[d]), 0)

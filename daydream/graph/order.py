@@ -13,6 +13,7 @@ import heapq
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ..errors import DaydreamError
 from ._arrays import count
 from .edges import Phase, rule_arrays
@@ -47,7 +48,7 @@ def order_violations(n: int, order: np.ndarray, src, dst, kind) -> np.ndarray:
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(len(order))
     a, b, e = visit_constraints(n, src, dst, kind)
-    return np.unique(e[rank[a] >= rank[b]]) if len(a) else np.zeros(0, np.int64)
+    return sorted_unique(e[rank[a] >= rank[b]]) if len(a) else np.zeros(0, np.int64)
 
 
 def check_topological(graph, order: np.ndarray) -> None:
@@ -137,7 +138,7 @@ def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int]) -> t
     if out is not None:
         count(counts, "dependencies against the order of the recorded times (tied or inconsistent timestamps): order repaired", back.sum())
         return out, keep
-    keep[np.unique(e[back])] = False
+    keep[sorted_unique(e[back])] = False
     count(counts, "wait or cross-stream dependency dropped: it closes a cycle (inconsistent timestamps)", (~keep).sum())
     return order, keep
 

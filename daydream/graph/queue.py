@@ -22,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ._arrays import count
 from .edges import EdgeKind, Origin
 
@@ -51,7 +52,7 @@ def _deepest_seen(by_lane, lane, is_gpu, launch, rec_end) -> int:
     running, by the running maximum of their ends, count as finished)."""
     g = by_lane[is_gpu[by_lane]]
     out = 0
-    for ln in np.unique(lane[g]).tolist():
+    for ln in sorted_unique(lane[g]).tolist():
         t = g[lane[g] == ln]
         call = launch[t]
         has = np.flatnonzero(call >= 0)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ..mapping import NAME_PREFIX, RANGE_RULES, RangeRule
 from .model import TaskGraph
 
@@ -108,9 +109,9 @@ def range_timeline(graph: TaskGraph, rules: tuple[RangeRule, ...] = RANGE_RULES)
     key = thread_key(cr.pid, cr.tid)[keep]
     s, e, nid, pr, outer = cr.start_ns[keep], cr.end_ns[keep], cr.name_id[keep], pr[keep], outer[keep]
     parts = []
-    for k in np.unique(key).tolist():  # threads are few
+    for k in sorted_unique(key).tolist():  # threads are few
         m = key == k
-        b = np.unique(np.concatenate([s[m], e[m]]))
+        b = sorted_unique(np.concatenate([s[m], e[m]]))
         lo, hi = b[:-1], b[1:]
         lab = np.full(len(lo), -1, np.int64)
         for p in sorted(set(pr[m].tolist()), reverse=True):  # priority levels are few
@@ -145,7 +146,7 @@ def split_by_range(rt: RangeTimeline, key: np.ndarray, a: np.ndarray, b: np.ndar
     w = np.asarray(w, np.float64)
     qi_out, lab_out, ns_out = [np.arange(len(a))], [np.full(len(a), -1, np.int64)], []
     covered = np.zeros(len(a), np.float64)
-    for k in np.unique(key).tolist():  # threads are few
+    for k in sorted_unique(key).tolist():  # threads are few
         lo_t, hi_t = np.searchsorted(rt.key, k, "left"), np.searchsorted(rt.key, k, "right")
         if lo_t == hi_t:
             continue
@@ -182,7 +183,7 @@ def overlap_with_ranges(graph: TaskGraph, match: np.ndarray, key: np.ndarray, a:
         return out
     rk = thread_key(cr.pid[match], cr.tid[match])
     s, e = cr.start_ns[match], cr.end_ns[match]
-    for k in np.unique(rk).tolist():  # threads are few
+    for k in sorted_unique(rk).tolist():  # threads are few
         q = np.flatnonzero(key == k)
         if not len(q):
             continue

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, is_hip, roles_of_names
 from ..events import CopyKind, EventTable, Kind, MemKind
 from ..links import pids_of
@@ -40,7 +41,7 @@ def api_roles(table: EventTable, cpu_rows: np.ndarray) -> np.ndarray:
     """:class:`ApiRole` of each CPU node, decided once per distinct name."""
     c_name = table.name_id[cpu_rows]
     roles_by_name = np.zeros(len(table.names), np.uint8)
-    used = np.unique(c_name).tolist()
+    used = sorted_unique(c_name).tolist()
     roles_by_name[used] = roles_of_names([table.names[i] for i in used])
     return roles_by_name[c_name] if len(cpu_rows) else np.zeros(0, np.uint8)
 
@@ -238,7 +239,7 @@ def copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) ->
     rl = np.zeros(len(g_l), dtype=np.uint8)
     rl[ok] = role[g_l[ok]]
     call_name = table.name_id[nodes.row[g_l[ok]]]
-    used = np.unique(call_name).tolist()  # the launching calls' distinct names, each tested once
+    used = sorted_unique(call_name).tolist()  # the launching calls' distinct names, each tested once
     names_hip = np.zeros(max(len(table.names), 1), dtype=bool)
     names_hip[used] = [is_hip(table.names[i]) for i in used]
     hip = np.zeros(len(g_l), dtype=bool)

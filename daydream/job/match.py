@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ..collectives import Op
 from ..errors import UsageError
 from .load import RankTrace
@@ -104,7 +105,7 @@ def _sequences(ranks: list[RankTrace]) -> dict[str, list[np.ndarray]]:
     for i, r in enumerate(ranks):
         pos = r.graph.position_ns[r.coll.node]
         o = np.lexsort((r.coll.node, pos))
-        for gname in np.unique(r.group).tolist() if len(r.group) else []:
+        for gname in sorted_unique(r.group).tolist() if len(r.group) else []:
             out.setdefault(gname, [np.zeros(0, np.int64)] * len(ranks))
             out[gname][i] = o[r.group[o] == gname]
     return out

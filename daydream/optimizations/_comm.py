@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import comm_model as cm
 from ..collectives import Collectives, find_collectives, kernel_is_collective
 from ..errors import NotApplicable, UsageError
@@ -213,7 +214,7 @@ def spread_over_backward(graph: TaskGraph, sizes: np.ndarray, steps: np.ndarray)
         raise NotApplicable("no GPU task is mapped to the backward phase: gradients cannot be placed")
     ready, nbytes, st = [], [], []
     frac = np.cumsum(sizes) / max(int(sizes.sum()), 1)
-    for s in np.unique(steps[bwd]).tolist():  # iterations: a handful
+    for s in sorted_unique(steps[bwd]).tolist():  # iterations: a handful
         v = np.nonzero(bwd & (steps == s))[0]
         v = v[np.argsort(graph.position_ns[v], kind="stable")]
         cum = np.cumsum(graph.dur_ns[v]) / max(int(graph.dur_ns[v].sum()), 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ..cuda_api import ApiRole, api_role
 from ..events import Kind
 from ..graph import NODE_CPU, TaskGraph, lower_median
@@ -34,7 +35,7 @@ def median_launch_ns(graph: TaskGraph) -> int:
     """Lower median of the recorded durations (ns) of the calls that launched a kernel; 0 when
     there are none."""
     k = (graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)
-    calls = np.unique(graph.launch[k])
+    calls = sorted_unique(graph.launch[k])
     return lower_median(graph.dur_ns[calls])
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import kernels as K
 from ..events import CopyKind, Kind
 from ..formats.launch_data import LaunchData, make_key
@@ -133,7 +134,7 @@ def path_of(info: K.KernelInfo, n: int, default_compute: str = "half") -> np.nda
 
 def _peaks(gpu: GPU, path: np.ndarray) -> np.ndarray:
     out = np.zeros(len(path))
-    for p in np.unique(path).tolist():
+    for p in sorted_unique(path).tolist():
         out[path == p] = gpu.peak_tflops(p)
     return out
 

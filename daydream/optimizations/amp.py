@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import kernels as K
 from ..errors import NotApplicable
 from ..events import Kind
@@ -245,7 +246,7 @@ def _add_casts(graph, g, gpu, sel, p):
         g = set_duration(g, has, np.rint(g.dur_ns[has] + cast[has]).astype(np.int64))
         calls = graph.launch[has]
         calls = calls[calls >= 0]
-        g = set_duration(g, np.isin(np.arange(g.n), calls), g.dur_ns[np.unique(calls)] + median_launch_ns(graph))
+        g = set_duration(g, np.isin(np.arange(g.n), calls), g.dur_ns[sorted_unique(calls)] + median_launch_ns(graph))
         words.append(f"{int(has.sum()):,} cast kernels (fp32 weights -> {p['dtype']}, {wbytes.sum() / 1e6:.1f} MB) folded into "
                      f"their GEMMs: +{cast.sum() / 1e6:.3f} ms GPU")
     else:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ..errors import NotApplicable
 from ..graph import NODE_CPU
 from ..events import Kind
@@ -61,11 +62,11 @@ def _other_thread_launched_between(graph, a: np.ndarray, b: np.ndarray) -> np.nd
     the main thread waiting in loss.backward() while the autograd thread launches), the gap is
     that wait, and a captured region cannot span it."""
     out = np.zeros(len(a), dtype=bool)
-    launchers = np.unique(graph.launch[graph.launch >= 0])
+    launchers = sorted_unique(graph.launch[graph.launch >= 0])
     if len(launchers) == 0 or len(a) == 0:
         return out
     pid_of = graph.lane_keys[graph.lane, 1]
-    for pid in np.unique(pid_of[launchers]).tolist():
+    for pid in sorted_unique(pid_of[launchers]).tolist():
         starts = np.sort(graph.rec_start_ns[launchers[pid_of[launchers] == pid]])
         m = pid_of[a] == pid
         lo = np.searchsorted(starts, graph.rec_end_ns[a[m]], side="right")

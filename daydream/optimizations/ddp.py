@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import comm_model as cm
 from ..collectives import kernel_is_collective
 from ..errors import NotApplicable
@@ -52,7 +53,7 @@ def plan(graph, p) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]
     net = network_of(p)
     rr, bb, ww = [], [], []
     coll = kernel_is_collective(graph)
-    for it in np.unique(s).tolist():  # iterations: a handful
+    for it in sorted_unique(s).tolist():  # iterations: a handful
         m = s == it
         br, bbytes = buckets(r[m], b[m], p["bucket_mb"] * MIB, p["first_bucket_mb"] * MIB)
         w = np.full(len(br), -1, np.int64)

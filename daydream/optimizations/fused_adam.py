@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import kernels as K
 from ..errors import NotApplicable
 from ..events import Kind
@@ -73,13 +74,13 @@ def _apply(graph, p):
     # tasks launched per call, and fusable ones per call
     n_launched = np.bincount(graph.launch[graph.launch >= 0], minlength=graph.n)
     plans = []
-    for g_id in np.unique(launched_by[fusable]).tolist():
+    for g_id in sorted_unique(launched_by[fusable]).tolist():
         ks = np.nonzero(fusable & (launched_by == g_id))[0]
         ks = ks[np.argsort(rank[ks], kind="stable")]
         ks = ks[graph.lane[ks] == graph.lane[ks[0]]]
         if len(ks) < 2:
             continue
-        calls = np.unique(graph.launch[ks])
+        calls = sorted_unique(graph.launch[ks])
         per_call = np.bincount(graph.launch[ks], minlength=graph.n)[calls]
         calls = calls[per_call == n_launched[calls]]
         if len(calls) == 0:

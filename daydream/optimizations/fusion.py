@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import kernels as K
 from ..errors import NotApplicable
 from ..events import Kind
@@ -123,7 +124,7 @@ def _apply(graph, p):
     la = graph.launch[graph.launch >= 0]
     n_launched = np.bincount(la, minlength=graph.n)
     n_dropped = np.bincount(graph.launch[drop_k], minlength=graph.n)
-    calls = np.unique(graph.launch[drop_k])
+    calls = sorted_unique(graph.launch[drop_k])
     drop[calls[n_dropped[calls] == n_launched[calls]]] = True
     head_mask = np.zeros(graph.n, dtype=bool)
     head_mask[heads] = True

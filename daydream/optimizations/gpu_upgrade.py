@@ -21,6 +21,7 @@ import dataclasses
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import kernels as K
 from ..errors import NotApplicable, UsageError
 from ..events import CopyKind, DeviceInfo, Kind
@@ -78,7 +79,7 @@ def _host(graph, p) -> tuple:
         g = scale_gaps(g, cpu, 1.0 / p["cpu_speed"])
         words.append(f"host CPU x{p['cpu_speed']:g} as fast (CPU tasks and gaps x{1 / p['cpu_speed']:.3f})")
     if p["launch_cpu_ns"] >= 0:
-        calls = np.unique(graph.launch[(graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)])
+        calls = sorted_unique(graph.launch[(graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)])
         m = np.zeros(graph.n, dtype=bool)
         m[calls] = True
         m &= cpu_roles(graph) == ApiRole.LAUNCH

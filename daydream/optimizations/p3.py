@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import comm_model as cm
 from ..collectives import kernel_is_collective
 from ..errors import NotApplicable, UsageError
@@ -36,7 +37,7 @@ def _slices(r, b, s, slice_bytes):
     (small gradients share a slice, a large one spans several); a slice is ready with the
     gradient holding its last byte. Returns per slice (ready, bytes, step, index of that gradient)."""
     out = [], [], [], []
-    for it in np.unique(s).tolist():  # iterations: a handful
+    for it in sorted_unique(s).tolist():  # iterations: a handful
         idx = np.nonzero(s == it)[0]
         cum = np.cumsum(b[idx])
         total = int(cum[-1])
@@ -54,13 +55,13 @@ def _consumers(graph, s, gi, b, steps):
     if mp is None:
         return out
     fwd = (mp.phase == 1) & (graph.node_kind != 0)
-    for it in np.unique(s).tolist():  # iterations: a handful
+    for it in sorted_unique(s).tolist():  # iterations: a handful
         v = np.nonzero(fwd & (steps == it + 1))[0]
         if not len(v):
             continue
         v = v[np.argsort(graph.position_ns[v], kind="stable")]
         m = s == it
-        grads = np.unique(gi[m])
+        grads = sorted_unique(gi[m])
         frac = np.cumsum(b[grads]) / max(int(b[grads].sum()), 1)  # backward order: last gradient ~ first layer
         pos = np.minimum(((1 - frac) * len(v)).astype(np.int64), len(v) - 1)
         where = np.searchsorted(grads, gi[m])
@@ -83,7 +84,7 @@ def _apply(graph, p):
     rs, bs, ss, gi = rs[o], bs[o], ss[o], gi[o]
     waiter = _consumers(graph, ss, gi, b, steps)
     coll = kernel_is_collective(graph)
-    for it in np.unique(ss).tolist():
+    for it in sorted_unique(ss).tolist():
         m = np.nonzero(ss == it)[0]
         if (waiter[m] < 0).all():
             waiter[m[-1]] = first_after(graph, int(rs[m[-1]]), exclude=coll)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import kernels as K
 from ..errors import NotApplicable
 from ..events import Kind
@@ -79,7 +80,7 @@ def _apply(graph, p):
         la = graph.launch[relu]
         n_launched = np.bincount(graph.launch[graph.launch >= 0], minlength=graph.n)
         n_drop = np.bincount(la, minlength=graph.n)
-        calls = np.unique(la)
+        calls = sorted_unique(la)
         drop[calls[n_drop[calls] == n_launched[calls]]] = True
         n_relu = int(relu.sum())
         g = remove(g, drop)

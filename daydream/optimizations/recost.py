@@ -24,6 +24,7 @@ import dataclasses
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from .. import comm_model as cm
 from ..collectives import Op
 from ..transform import set_duration
@@ -97,7 +98,7 @@ def rebucket(c, m_ar, steps, bucket_bytes, net) -> np.ndarray:
     """New model time (ns) per collective of ``m_ar`` (all-reduces, in node order) when each
     iteration's all-reduce bytes are re-bucketed (module docstring)."""
     out = np.zeros(len(c), np.int64)
-    for s in np.unique(steps[m_ar]).tolist():  # iterations: a handful
+    for s in sorted_unique(steps[m_ar]).tolist():  # iterations: a handful
         idx = np.nonzero(m_ar & (steps == s))[0]
         idx = idx[np.argsort(c.node[idx], kind="stable")]
         cum = np.cumsum(c.size_bytes[idx])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import sorted_unique
 from ..errors import NotApplicable
 from ..events import CopyKind, Kind
 from ..graph import EdgeKind, Phase, rule_arrays
@@ -58,7 +59,7 @@ def _apply(graph, p):
         groups[(graph.name(v), ops[int(graph.mapping.op_id[v])])][0] += 1
         groups[(graph.name(v), ops[int(graph.mapping.op_id[v])])][1] += w
     src = graph.edge_src[edges]
-    what = np.unique(graph.name_id[src])
+    what = sorted_unique(graph.name_id[src])
     parts = "; ".join(f"{k} x {name} in {op} (waited {w / 1e6:,.3f} ms in the trace)" for (name, op), (k, w) in sorted(groups.items()))
     note = (f"{len(c):,} value-read syncs deferred: {parts}; they had waited for {len(src):,} device-to-host copies "
             f"({', '.join(graph.names[int(i)] for i in what[:3])}) and the GPU work queued before them; the copies stay; "

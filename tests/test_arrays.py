@@ -1,0 +1,24 @@
+"""daydream.arrays.sorted_unique equals np.unique on every dtype it takes."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from daydream.arrays import sorted_unique
+
+
+@given(hnp.arrays(st.sampled_from([np.int64, np.int32, np.int8, np.uint16, np.bool_]), hnp.array_shapes(max_dims=2, max_side=40)))
+def test_equals_np_unique(a):
+    got, want = sorted_unique(a), np.unique(a)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_other_dtypes_and_edges():
+    f = np.array([2.0, np.nan, 1.0, np.nan])
+    assert np.array_equal(sorted_unique(f), np.unique(f), equal_nan=True)
+    assert sorted_unique(["b", "a", "b"]).tolist() == ["a", "b"]
+    assert sorted_unique(np.zeros(0, np.int64)).dtype == np.int64 and len(sorted_unique([])) == 0
+    assert sorted_unique([5]).tolist() == [5] and sorted_unique(np.int64(3)).tolist() == [3]
+    big = np.array([2**62, -(2**62), 2**62, 0], np.int64)
+    assert sorted_unique(big).tolist() == [-(2**62), 0, 2**62]
