@@ -956,30 +956,41 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
 
 GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles):
 
-* **Kineto load vs the bare msgspec decode.** The decode itself is msgspec's C loop; after it, the loader still
-  makes one C-level pass per field over the decoded events (`map(attrgetter)` + `numpy.fromiter`, the largest
-  item in the profile after the decode and the gunzip), interns (ph, cat) pairs and names, and sorts the table.
-  This round moved the exact `ts`/`dur` parse into a compiled pass over one joined buffer, used from 2 M
-  events on (importing numba adds ~0.5 s CPU and ~115 MB of peak memory, which a 1 M-event load cannot
-  afford), so it does not show at 1 M; the per-field passes remain. Next: a decoder
-  that writes the columns itself (a compiled tokenizer for the Kineto layout) so nothing per event runs in Python.
-* **nsys load vs the bare SQL scan, and its peak memory.** Unchanged this round: `sqlite3`'s `fetchmany`
-  still builds one Python object per value (most of the load's profile), the adapter reads NULL flags, joins
-  names and sorts. The Arrow-based reader (e.g. `adbc-driver-sqlite`, optional, today's reader as fallback)
-  and the column-at-a-time sort were not built in the time of this round.
-* **mapping + graph build + replay >= 2 M tasks/s.** The replay and the mapping's interval search are now
-  compiled (numba) and take a small part of the sum; graph build (`daydream/graph/*`, not in this round's
-  scope) is now the largest term, then the mapping's name classification and per-thread numpy passes.
-* **A second prediction, `--opt all`.** Each prediction is the transformation, a replay (now ~10x faster) and
-  `build_prediction`, which walks the critical path of the new timeline and re-runs the per-window report.
-  The walk now runs compiled (`daydream/simulate/critical_walk.py`, 0.04 s of ~0.4 s at 395 k tasks, was
-  1.8 s under the profiler); what is left has no single hot spot: the binding records
-  (`simulate/binding.py:edge_bounds`), the replay's `prepare`, the path attribution (`critical_path.attribute`:
-  split by CPU range, waits), `gpu_relevant`, `kernel_info` and `change_summary`, each 0.03-0.15 s, numpy passes."""
+* **Kineto load vs the bare msgspec decode.** The loader now parses `ts`/`dur` from one joined buffer with
+  numpy's C integer parser (exact; `Decimal` for the rest), decodes events into typed integer structs where
+  they fit, finds each name's first row with `np.minimum.at`, sorts only tied starts, and inflates `.json.gz`
+  with ISA-L when the optional `fast` extra is installed (0.22 vs 0.77 s CPU). What is left is per event and
+  in Python objects: msgspec's decode (~0.95 s at 1 M), turning ~1 M decoded events into columns (~0.8 s:
+  name interning, pid/tid/args reads) and freeing them. The budget of the plain `.json` goal (~1.6 s) is
+  below decode + freeing + the per-field passes, so the goal needs a reader that writes columns straight
+  from the bytes (a compiled tokenizer for the Kineto layout); numba's import (~0.5 s, ~115 MB) does not fit
+  a 1 M-event load, so it needs another compiled route.
+* **nsys peak memory at 4 M rows** (measured once by hand, not in this run: 598 MB with the Arrow reader,
+  538 MB without, vs file + 100 MB = 386 MB). The finished table alone is 97 bytes per row (388 MB at 4 M
+  rows); meeting it needs narrower public column dtypes, checked in every consumer.
+* **mapping + graph build + replay >= 2 M tasks/s.** This round fused the mapping's interval searches into
+  one compiled sweep, classified names once per distinct key, replaced multi-key lexsorts by stable sorts of
+  packed keys and handed the builder's lane order to the replay: 1.4-1.5x. What is left is ~50 numpy passes
+  of 0.01-0.06 s each with no single hot spot (mapping: emit_nvtx name handling, per-thread passes, launch
+  links; graph: the 5-key lane lexsort, wait stages, the launch link repeated from the mapping; replay
+  `prepare`). On Kineto one numpy pass over the 941 k rows is 0.4 ms and gathering the mapping's columns
+  15-20 ms, a third of the 58 ms the goal allows.
+* **A second prediction on nsys** sits at the goal: 0.41 s/M tasks in one full run of this bench and 0.56
+  in the next (2 shared cores). This round made a prediction reuse what depends only on the graph's
+  structure (`daydream/memo.py`: kernel classes, the replay's prepared inputs, the binding rules, the
+  report's step masks), 2.4-3.3x; per call on nsys_1m what is left is the path attribution (~0.1 s, half
+  of it splitting host time by CPU range), the binding records (0.03), the compiled walk (0.03), the waits
+  on the path (0.02), the transformation (0.02) and the replay (0.01).
+* **`--opt all` on Kineto** (no goal; 6.7 s): the one launch-data read of the file (~2.6 s, now once per
+  process, was once per optimization) and `dataloader`'s 48 one-at-a-time inserts, each re-checking the
+  whole graph's order (~2.5 s).
+* **saved-table reload vs parsing (nsys).** The reload did not slow down (0.10 s); the parse got 2.5x faster
+  with the Arrow reader, so the ratio fell below 20x."""
 
 HOTSPOT_NOTES = """What the profiles say: the Kineto load is msgspec's decode, gunzip and the per-field extraction
-passes (`numpy.fromiter`, `map`), with the `ts`/`dur` parse now a small compiled step; the nsys load is
-`fetchmany` (SQLite stepping and one Python object per value) plus the int conversion; mapping + graph +
+passes (`numpy.fromiter`, `map`), with the `ts`/`dur` parse now a small compiled step; the nsys load
+with the Arrow reader is SQLite stepping and the SQL expressions (`COALESCE`, NULL tests, joins), and with
+the `sqlite3` fallback `fetchmany`'s Python object per value; mapping + graph +
 replay is numpy sorts and searches in the graph build and the mapping, the replay's compiled loop being
 a few milliseconds (rows from numba's own modules, `imputils`, `ffi`, are its one-off loading of the cached
 kernels, which that profile run had not done before the profiler started)."""
