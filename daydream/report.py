@@ -523,7 +523,8 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     gpu = (graph.node_kind != NODE_CPU) & (graph.rec_end_ns >= graph.rec_start_ns)
     d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
     p50, p99 = (float(np.percentile(d_us, 50)), float(np.percentile(d_us, 99))) if len(d_us) else (0.0, 0.0)
-    ref_ns = float(np.median([w.measured_ns for w in steps])) if steps else float(window.measured_ns)
+    worked = [w for w in steps if not w.note] or steps  # as the answer's step (summary.build_summary): not an empty trailing step
+    ref_ns = float(np.median([w.measured_ns for w in worked])) if steps else float(window.measured_ns)
     p99_pct = round(p99 * 1e5 / ref_ns, 3) if ref_ns > 0 else 0.0
     verdict, reason = trust_verdict(step_err, win_err, len(steps), p99_pct, p99)
     inferred = {k: v["inferred"] for k, v in sorted(graph.edge_counts().items()) if v.get("inferred")}

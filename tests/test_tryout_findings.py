@@ -171,3 +171,15 @@ def test_a_trace_without_small_kernels_does_not_set_the_floor():
     before = int(g.dur_ns[g.node_kind == Kind.KERNEL].sum())
     after = int(pg.dur_ns[pg.node_kind == Kind.KERNEL].sum())
     assert before / 5 < after < before
+
+
+@needs_traces
+def test_start_error_share_is_of_the_answer_step_not_the_empty_trailing_one():
+    # mi250: ProfilerStep#1 9.288 ms holds all the work, ProfilerStep#2 0.049 ms has no API call.
+    # The answer's step excludes the empty step; the trust line took the median of both (4.67 ms)
+    # and said "GPU start error p99 5,559 us is 119.06 % of the median step"
+    r = analyze(load_trace(str(TRACES / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"))).report
+    worked = [s for s in r.steps if not s.note]
+    assert len(worked) == 1
+    want = r.trust.gpu_start_error_p99_us * 1e5 / worked[0].measured_ns
+    assert r.trust.gpu_start_error_p99_pct == pytest.approx(want, abs=1e-3)
