@@ -183,3 +183,24 @@ def test_start_error_share_is_of_the_answer_step_not_the_empty_trailing_one():
     assert len(worked) == 1
     want = r.trust.gpu_start_error_p99_us * 1e5 / worked[0].measured_ns
     assert r.trust.gpu_start_error_p99_pct == pytest.approx(want, abs=1e-3)
+
+
+@pytest.mark.parametrize("cut", [5, 20, 100])
+def test_a_gzip_cut_short_is_called_truncated_not_empty(cut, tmp_path, capsys):
+    # was: "the file is empty" (5-40 bytes kept) or "not a trace daydream can read" (100 bytes)
+    data = (ROOT / "fixtures" / "train_step.json.gz").read_bytes()
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(data[:cut])
+    assert main([str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "truncated" in err and f"byte offset {cut}" in err and "empty" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_empty_gzip_stream_is_still_an_empty_file(tmp_path, capsys):
+    import gzip
+
+    p = tmp_path / "empty.json.gz"
+    p.write_bytes(gzip.compress(b""))
+    assert main([str(p)]) == 2
+    assert "the file is empty" in capsys.readouterr().err

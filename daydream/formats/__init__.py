@@ -156,6 +156,9 @@ def detect(path: str):
         )
     head = read_head(path)
     if not head.strip():
+        cut = _gzip_cut_at(path, head)
+        if cut is not None:
+            raise TraceFormatError(path, f"byte offset {cut}", "the gzip stream is cut short (the file is truncated): no content could be decompressed")
         raise TraceFormatError(path, "", "the file is empty")
     adapters = _adapters()
     for a in adapters:
@@ -164,8 +167,32 @@ def detect(path: str):
     hint = _not_json_hint(head)
     if hint:
         raise TraceFormatError(path, "", hint)
+    cut = _gzip_cut_at(path, head)
+    if cut is not None:
+        raise TraceFormatError(path, f"byte offset {cut}", f"the gzip stream is cut short (the file is truncated): its first {len(head):,} "
+                               "bytes of content are too few to tell the format")
     accepted = "; ".join(f"{a.NAME}: {a.DESCRIPTION}" for a in adapters)
     raise TraceFormatError(path, "", f"not a trace daydream can read. Accepted formats: {accepted}")
+
+
+def _gzip_cut_at(path: str, head: bytes) -> int | None:
+    """The file's size when it is a gzip stream cut short before ``HEAD_BYTES`` of content
+    (``head``, :func:`read_head`) could be decompressed, else None (not gzip, complete, or longer)."""
+    if len(head) >= HEAD_BYTES:
+        return None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(HEAD_BYTES + 1)
+    except OSError:
+        return None
+    if raw[:2] != GZIP_MAGIC or len(raw) > HEAD_BYTES:
+        return None
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        d.decompress(raw, HEAD_BYTES + 1)
+    except zlib.error:
+        return None
+    return None if d.eof or d.unconsumed_tail else len(raw)
 
 
 def _not_json_hint(head: bytes) -> str:
