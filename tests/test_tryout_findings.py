@@ -204,3 +204,26 @@ def test_an_empty_gzip_stream_is_still_an_empty_file(tmp_path, capsys):
     p.write_bytes(gzip.compress(b""))
     assert main([str(p)]) == 2
     assert "the file is empty" in capsys.readouterr().err
+
+
+@needs_traces
+def test_source_kernel_floor_is_measured_not_taken_from_a_prior_prediction():
+    # dlrm rank 0 (V100, no measured floor in the table: the trace's smallest kernel, 2.0 us).
+    # `--opt amp --opt gpu-upgrade:target=A10G` said "floor 1.000 -> 1.000 us": the floor was read
+    # from the durations amp had just halved, not from the recorded kernels
+    import numpy as np
+
+    from daydream.gpus import find_gpu
+    from daydream.graph import NODE_CPU
+    from daydream.optimizations._kernel_model import kernel_floor_ns
+    from daydream.transform import scale
+
+    g = analyze(load_trace(str(TRACES / "param_dlrm" / "dlrm_8rank_worker0.pt.trace.json.gz"))).graph
+    v100 = find_gpu("V100 SXM2")
+    halved = scale(g, g.node_kind != NODE_CPU, 0.5)
+    assert kernel_floor_ns(v100, g) == 2000
+    assert kernel_floor_ns(v100, halved) == kernel_floor_ns(v100, g)
+    r = analyze(load_trace(str(TRACES / "param_dlrm" / "dlrm_8rank_worker0.pt.trace.json.gz")),
+                ["amp", "gpu-upgrade:target=A10G"]).report
+    notes = " ".join(o.note for o in r.predictions[0].optimizations if o.name == "gpu-upgrade")
+    assert "floor 2.000 -> 2.000 us" in notes and np.isfinite(r.predictions[0].window.predicted_ns)

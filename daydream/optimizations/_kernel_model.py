@@ -72,8 +72,9 @@ def kernel_floor_ns(gpu: GPU, graph=None) -> int:
     time "floor" and predict a 100x speed-up on a faster GPU (found by a new user's try-out)."""
     if gpu.name in KERNEL_FLOOR_NS:
         return KERNEL_FLOOR_NS[gpu.name]
-    if graph is not None:
-        d = graph.dur_ns[(graph.node_kind == Kind.KERNEL) & (graph.row >= 0)]
+    if graph is not None:  # recorded times: a graph a prediction already changed (--opt amp --opt gpu-upgrade) keeps the trace's floor
+        k = (graph.node_kind == Kind.KERNEL) & (graph.row >= 0)
+        d = graph.rec_end_ns[k] - graph.rec_start_ns[k]
         d = d[d > 0]
         if len(d):
             return int(min(d.min(), max(KERNEL_FLOOR_NS.values())))
