@@ -227,3 +227,13 @@ def test_source_kernel_floor_is_measured_not_taken_from_a_prior_prediction():
                 ["amp", "gpu-upgrade:target=A10G"]).report
     notes = " ".join(o.note for o in r.predictions[0].optimizations if o.name == "gpu-upgrade")
     assert "floor 2.000 -> 2.000 us" in notes and np.isfinite(r.predictions[0].window.predicted_ns)
+
+
+@needs_traces
+def test_fusion_not_applicable_does_not_deny_back_to_back_kernels_it_saw():
+    # mfu_2gpu_before: 2,270 memory-bound kernels follow another on their stream, kept apart by
+    # the scope rules (each emit_nvtx op launches its own); fusion said "no two memory-bound
+    # kernels are launched back to back on one stream and thread"
+    r = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite")), ["fusion"]).report
+    why = r.not_applicable["fusion"]
+    assert "2,270 pairs" in why and "no two memory-bound kernels" not in why

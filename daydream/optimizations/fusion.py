@@ -97,13 +97,26 @@ def chains(graph, max_chain: int) -> np.ndarray:
     return out
 
 
+def _why_no_chain(graph) -> str:
+    """Why :func:`chains` found none: no memory-bound kernel follows another on a stream, or (with
+    how many such pairs) the rules that keep those pairs apart."""
+    info = K.kernel_info(graph)
+    memb = (graph.node_kind == Kind.KERNEL) & (graph.launch >= 0) & info.is_bound("memory") & info.is_class(*FUSABLE_CLASSES)
+    prev = graph.lane_prev
+    pairs = int(np.count_nonzero(memb & (prev >= 0) & memb[np.maximum(prev, 0)]))
+    if pairs == 0:
+        return "no two memory-bound kernels are launched back to back on one stream and thread"
+    return (f"{pairs:,} pairs of memory-bound kernels run back to back on a stream, but none may fuse: other work reads the "
+            "first one's output, or the two were launched from different threads, layers/ops or phases")
+
+
 def _apply(graph, p):
     if p["max_chain"] == 1:
         return graph, "max_chain=1: nothing fused (identity)"
     cid = chains(graph, p["max_chain"])
     members = np.nonzero(cid >= 0)[0]
     if len(members) == 0:
-        raise NotApplicable("no two memory-bound kernels are launched back to back on one stream and thread")
+        raise NotApplicable(_why_no_chain(graph))
     rank = np.empty(graph.n, dtype=np.int64)
     rank[graph.order] = np.arange(graph.n)
     members = members[np.lexsort((rank[members], cid[members]))]
