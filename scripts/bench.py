@@ -975,15 +975,19 @@ GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the pro
   links; graph: the 5-key lane lexsort, wait stages, the launch link repeated from the mapping; replay
   `prepare`). On Kineto one numpy pass over the 941 k rows is 0.4 ms and gathering the mapping's columns
   15-20 ms, a third of the 58 ms the goal allows.
-* **A second prediction on nsys** sits at the goal: 0.41 s/M tasks in one full run of this bench and 0.56
-  in the next (2 shared cores). This round made a prediction reuse what depends only on the graph's
-  structure (`daydream/memo.py`: kernel classes, the replay's prepared inputs, the binding rules, the
-  report's step masks), 2.4-3.3x; per call on nsys_1m what is left is the path attribution (~0.1 s, half
-  of it splitting host time by CPU range), the binding records (0.03), the compiled walk (0.03), the waits
-  on the path (0.02), the transformation (0.02) and the replay (0.01).
-* **`--opt all` on Kineto** (no goal; 6.7 s): the one launch-data read of the file (~2.6 s, now once per
-  process, was once per optimization) and `dataloader`'s 48 one-at-a-time inserts, each re-checking the
-  whole graph's order (~2.5 s).
+* **A second prediction on nsys** sits at the goal: 0.41-0.56 s/M tasks at 1 M over three full runs of
+  this bench (2 shared cores), 0.56 at 4 M. This round made a prediction reuse what depends only on the
+  graph's structure (`daydream/memo.py`: kernel classes, the replay's prepared inputs, the binding rules,
+  the report's step masks), 2.4-3.3x; per call on nsys_1m what is left is the path attribution (~0.1 s,
+  half of it splitting host time by CPU range), the binding records (0.03), the compiled walk (0.03), the
+  waits on the path (0.02), the transformation (0.02) and the replay (0.01).
+* **`--opt all` on Kineto** (no goal): 5.4 s at 1 M, 40 s at 4 M, i.e. faster than linear growth. The
+  cause is `dataloader`, which inserts one modelled hand-off per step one at a time, each insert copying
+  the graph and re-checking its whole order: steps x tasks. A batched CPU-task insert (as `p3`/`ddp` now
+  have for all-reduces, `transform.insert_launches`) removes it. The rest is the one launch-data read of
+  the file (~2.6 s at 1 M, now once per process, was once per optimization).
+* **Kineto load growth** (1 M -> 16 M: 19.9x the time for 15.1x the events; peak memory grows less than
+  the events). Per event the 16 M load runs at 292 k/s against 385 k/s at 1 M.
 * **saved-table reload vs parsing (nsys).** The reload did not slow down (0.10 s); the parse got 2.5x faster
   with the Arrow reader, so the ratio fell below 20x."""
 
