@@ -362,6 +362,53 @@ def insert(
     return _with_valid_order(requeue(g)), v
 
 
+def insert_cpu_tasks(graph: TaskGraph, *, after, dur_ns, gap_ns, name: str) -> tuple[TaskGraph, np.ndarray]:
+    """New graph with ``K`` CPU tasks inserted at once, task ``k`` right after ``after[k]`` on its thread:
+    the graph that :func:`insert` (``kind="cpu"``) makes one by one for ``k = 0 .. K-1``. Node ids
+    (``n + k``), names, node facts and edges, in the same order, are the same. The visiting order
+    is a valid one. One copy of the graph instead of ``K``, so the cost is linear in the graph, not
+    ``K`` times it.
+
+    Args:
+        after: (K,) distinct CPU task ids. dur_ns, gap_ns: (K,) or scalars, ns.
+
+    Returns:
+        (new graph, the inserted tasks' ids).
+
+    Raises:
+        DaydreamError: an anchor that is not a CPU task of the graph, or an anchor given twice.
+    """
+    n = graph.n
+    after = np.atleast_1d(np.asarray(after, np.int64))
+    k_n = len(after)
+    if k_n == 0:
+        return graph, np.zeros(0, np.int64)
+    if after.min() < 0 or after.max() >= n or (graph.node_kind[after] != NODE_CPU).any() or len(sorted_unique(after)) != k_n:
+        raise DaydreamError("insert_cpu_tasks: the anchors must be distinct CPU tasks of the graph")
+    new = n + np.arange(k_n, dtype=np.int64)
+    g = _take_nodes(graph, np.concatenate([np.arange(n), after]))
+    g.row[n:], g.correlation[n:], g.node_kind[n:] = -1, -1, NODE_CPU
+    g.name_id[n:] = len(graph.names) + np.arange(k_n)
+    g.dur_ns[n:], g.gap_ns[n:] = np.broadcast_to(np.asarray(dur_ns, np.int64), k_n), np.broadcast_to(np.asarray(gap_ns, np.int64), k_n)
+    g.rec_start_ns[n:] = graph.rec_end_ns[after]
+    at = np.full(n, -1, np.int64)
+    at[after] = new
+    src = graph.edge_src.copy()
+    moved = (at[src] >= 0) & (graph.edge_dst == graph.lane_next[src]) & rule_arrays().lane[graph.edge_kind]
+    src[moved] = at[src[moved]]  # each anchor's lane successor now follows its new task
+    rank = np.empty(n, np.int64)
+    rank[graph.order] = np.arange(n)
+    ids = np.concatenate([np.arange(n), new])
+    order = ids[np.lexsort((np.r_[np.zeros(n, np.int64), np.ones(k_n, np.int64)], np.concatenate([rank, rank[after]])))]
+    g = dataclasses.replace(
+        g, names=[*graph.names, *([name] * k_n)], edge_src=np.concatenate([src, after]),
+        edge_dst=np.concatenate([graph.edge_dst, new]),
+        edge_kind=np.concatenate([graph.edge_kind, np.full(k_n, EdgeKind.THREAD, np.uint8)]),
+        edge_origin=np.concatenate([graph.edge_origin, np.full(k_n, Origin.INSERTED, np.uint8)]),
+        order=order.astype(np.int64, copy=False))
+    return _with_valid_order(requeue(g)), new
+
+
 def set_priority(graph: TaskGraph, priority: np.ndarray, lanes: Iterable[int] | None = None) -> TaskGraph:
     """New graph whose GPU ``lanes`` are scheduled by priority instead of in recorded order.
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
+from daydream.errors import DaydreamError
 from daydream import comm_model as cm
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
@@ -153,3 +154,34 @@ def test_batched_allreduce_insertion_is_the_one_by_one_graph(tmp_path_factory, p
         _same_graph(a, b)
     ta, tb = simulate(a), simulate(b)
     assert np.array_equal(ta.start_ns, tb.start_ns) and np.array_equal(ta.end_ns, tb.end_ns)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(programs(), st.integers(0, 2**32), st.integers(1, 12))
+def test_batched_cpu_insertion_is_the_one_by_one_graph(tmp_path_factory, prog, seed, k):
+    """transform.insert_cpu_tasks (dataloader's hand-offs, all at once) makes the graph that
+    transform.insert(kind="cpu") makes one anchor at a time: node arrays, names, edges in order,
+    a valid visiting order, and the same replay to the ns."""
+    from daydream.transform import insert, insert_cpu_tasks
+
+    run = emulate(prog)
+    p = tmp_path_factory.mktemp("c") / "t.json"
+    to_kineto(run, str(p))
+    g = build_graph(load_trace(str(p)))
+    cpu = np.nonzero(g.node_kind == NODE_CPU)[0]
+    assume(len(cpu) >= 1)
+    rng = np.random.default_rng(seed)
+    after = rng.choice(cpu, size=min(k, len(cpu)), replace=False)
+    durs, gaps = rng.integers(0, 50_000, len(after)), rng.integers(0, 50_000, len(after))
+    a = g
+    ids = []
+    for x, d, gp in zip(after.tolist(), durs.tolist(), gaps.tolist()):
+        a, v = insert(a, after=x, dur_ns=d, name="h", kind="cpu", gap_ns=gp)
+        ids.append(v)
+    b, nb = insert_cpu_tasks(g, after=after, dur_ns=durs, gap_ns=gaps, name="h")
+    assert nb.tolist() == ids
+    _same_graph(a, b)
+    ta, tb = simulate(a), simulate(b)
+    assert np.array_equal(ta.start_ns, tb.start_ns) and np.array_equal(ta.end_ns, tb.end_ns)
+    with pytest.raises(DaydreamError):
+        insert_cpu_tasks(g, after=np.r_[after[0], after[0]], dur_ns=1, gap_ns=0, name="h")

@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import NotApplicable
 from ..graph import EdgeKind, Offset, Phase, Rule, lower_median, register_kind
 from ..mapping import DATA_LOADING_PATTERN
-from ..transform import add_edges, add_thread, insert, set_gap
+from ..transform import add_edges, add_thread, insert_cpu_tasks, set_gap
 from . import Optimization, Param, register
 from ._common import cpu_nodes_in_ranges, cpu_ranges
 
@@ -91,16 +91,12 @@ def _apply(graph, p):
     y_gap = graph.gap_ns[y]
     pre = np.maximum(y_gap - (graph.rec_start_ns[y] - s), 0)  # the part of y's gap before the range
     post = np.minimum(graph.rec_start_ns[y] - e, y_gap)
-    g = graph
-    handoff = []
-    for k in range(len(y)):  # one insertion per batch (steps are few)
-        prev = int(g.lane_prev[int(y[k])])
-        if prev < 0:  # before the thread's first call: a prefetched batch, its hand-off folded into the gap
-            post[k] += pre[k] + h
-            handoff.append(int(y[k]))
-            continue
-        g, d = insert(g, after=prev, dur_ns=h, name="DataLoader hand-off (modelled)", kind="cpu", gap_ns=int(pre[k]))
-        handoff.append(d)
+    prev = graph.lane_prev[y]  # inserting before one batch's consumer leaves the others' predecessors as they were
+    first = prev < 0  # before the thread's first call: a prefetched batch, its hand-off folded into the gap
+    post[first] += pre[first] + h
+    g, d = insert_cpu_tasks(graph, after=prev[~first], dur_ns=h, gap_ns=pre[~first], name="DataLoader hand-off (modelled)")
+    handoff = y.astype(np.int64, copy=True)
+    handoff[~first] = d
     y_mask = np.zeros(g.n, bool)
     y_mask[y] = True
     g = set_gap(g, y_mask, _aligned(y, post, g.n, y_mask))
