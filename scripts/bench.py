@@ -981,11 +981,13 @@ GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the pro
   the report's step masks), 2.4-3.3x; per call on nsys_1m what is left is the path attribution (~0.1 s,
   half of it splitting host time by CPU range), the binding records (0.03), the compiled walk (0.03), the
   waits on the path (0.02), the transformation (0.02) and the replay (0.01).
-* **`--opt all` on Kineto** (no goal): 5.4 s at 1 M, 40 s at 4 M, i.e. faster than linear growth. The
-  cause is `dataloader`, which inserts one modelled hand-off per step one at a time, each insert copying
-  the graph and re-checking its whole order: steps x tasks. A batched CPU-task insert (as `p3`/`ddp` now
-  have for all-reduces, `transform.insert_launches`) removes it. The rest is the one launch-data read of
-  the file (~2.6 s at 1 M, now once per process, was once per optimization).
+* **`--opt all` on Kineto** (no goal): 5.4 s at 1 M, 40 s at 4 M in this run, faster than linear growth.
+  Half of it was `dataloader`, which inserted one modelled hand-off per step one at a time, each insert
+  copying the graph and re-checking its whole order (steps x tasks); since this run it inserts them in one
+  batch (`transform.insert_cpu_tasks`): 46.5 -> 22.7 s CPU at 4 M, measured separately. What is left is
+  `gpu-upgrade`'s launch-data read (19.5 s at 4 M, ~2.6 s at 1 M; once per process now, was once per
+  optimization): a second whole-file JSON decode with a Python step per event
+  (`formats/launch_data.py`). Reading the launch data in the loader's own pass is the fix.
 * **Kineto load growth** (1 M -> 16 M: 19.9x the time for 15.1x the events; peak memory grows less than
   the events). Per event the 16 M load runs at 292 k/s against 385 k/s at 1 M.
 * **saved-table reload vs parsing (nsys).** The reload did not slow down (0.10 s); the parse got 2.5x faster
