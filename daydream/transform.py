@@ -262,6 +262,15 @@ def _append_node(graph: TaskGraph, *, like: int, code: int, lane: int, dur_ns: i
     return dataclasses.replace(g, names=[*graph.names, name])
 
 
+def _relink_lane_successors(graph: TaskGraph, at: np.ndarray) -> np.ndarray:
+    """Edge sources with the new task ``at[x]`` in place of each anchor ``x`` (``at[x] >= 0``) on the
+    lane edge from ``x`` to its lane successor: the successor now follows the inserted task."""
+    src = graph.edge_src.copy()
+    moved = (at[src] >= 0) & (graph.edge_dst == graph.lane_next[src]) & rule_arrays().lane[graph.edge_kind]
+    src[moved] = at[src[moved]]
+    return src
+
+
 def add_edges(graph: TaskGraph, src, dst, kind: int, origin: int = Origin.INSERTED) -> TaskGraph:
     """New graph with edges ``src -> dst`` of ``kind`` added (the visiting order is repaired).
 
@@ -338,10 +347,10 @@ def insert(
     v = n
     g = _append_node(graph, like=after, code=code, lane=ln, dur_ns=dur_ns, gap_ns=gap_ns, name=name)
     lane_kind = EdgeKind.THREAD if code == NODE_CPU else EdgeKind.STREAM
-    src, dst = graph.edge_src.copy(), graph.edge_dst.copy()
+    at = np.full(n, -1, np.int64)
+    at[after] = v
+    src, dst = _relink_lane_successors(graph, at), graph.edge_dst
     nxt = int(graph.lane_next[after])
-    if nxt >= 0:  # the anchor's lane successor now follows the new task
-        src[(src == after) & (dst == nxt) & rule_arrays().lane[graph.edge_kind]] = v
     new = [([after], [v], lane_kind)]
     if launch is not None and code != NODE_CPU:
         new.append(([int(launch)], [v], EdgeKind.LAUNCH))
@@ -393,9 +402,7 @@ def insert_cpu_tasks(graph: TaskGraph, *, after, dur_ns, gap_ns, name: str) -> t
     g.rec_start_ns[n:] = graph.rec_end_ns[after]
     at = np.full(n, -1, np.int64)
     at[after] = new
-    src = graph.edge_src.copy()
-    moved = (at[src] >= 0) & (graph.edge_dst == graph.lane_next[src]) & rule_arrays().lane[graph.edge_kind]
-    src[moved] = at[src[moved]]  # each anchor's lane successor now follows its new task
+    src = _relink_lane_successors(graph, at)  # each anchor's lane successor now follows its new task
     rank = np.empty(n, np.int64)
     rank[graph.order] = np.arange(n)
     ids = np.concatenate([np.arange(n), new])
@@ -687,10 +694,7 @@ def _launch_edges(graph: TaskGraph, lane: int, anchor, like, calls, kern):
     pred[o] = prev_call
     last_at = np.full(n, -1, np.int64)
     last_at[a_s] = calls[o]  # the last call at each anchor (the highest k)
-    src = graph.edge_src.copy()
-    nxt = graph.lane_next
-    moved = (last_at[src] >= 0) & (graph.edge_dst == nxt[src]) & rule_arrays().lane[graph.edge_kind]
-    src[moved] = last_at[src[moved]]
+    src = _relink_lane_successors(graph, last_at)
     on = np.nonzero(graph.lane == lane)[0]
     last = int(on[graph.lane_next[on] < 0][0]) if len(on) else -1
     prev_k = np.r_[last, kern[:-1]]

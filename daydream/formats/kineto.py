@@ -157,19 +157,33 @@ _NO_RAW = msgspec.Raw(b"")
 _Num = Union[int, float, str, None]
 
 
-class _Args(msgspec.Struct, frozen=True, gc=False):
-    device: _Num = _ABSENT
-    stream: _Num = _ABSENT
-    correlation: _Num = _ABSENT
-    external_id: _Num = msgspec.field(default=_ABSENT, name="External id")
-    external_id_legacy: _Num = msgspec.field(default=_ABSENT, name="external id")
-    bytes: _Num = _ABSENT
-    cuda_sync_kind: _Num = _ABSENT
-    wait_on_stream: _Num = _ABSENT
-    wait_on_cuda_event_record_corr_id: _Num = _ABSENT
-    daydream_pid: _Num = _ABSENT  #: written by daydream's timeline on GPU tasks and sync records
+#: the args fields read: (attribute, JSON key when it differs)
+_ARG_FIELDS = (
+    ("device", None), ("stream", None), ("correlation", None), ("external_id", "External id"),
+    ("external_id_legacy", "external id"), ("bytes", None), ("cuda_sync_kind", None), ("wait_on_stream", None),
+    ("wait_on_cuda_event_record_corr_id", None),
+    ("daydream_pid", None),  # written by daydream's timeline on GPU tasks and sync records
+)
 
 
+def _args_struct(name: str, num) -> type:
+    """The ``args`` projection with ``num`` as the type of its numeric fields (``cuda_sync_kind``
+    may be a string in every projection); absent fields hold ``_ABSENT``."""
+    return msgspec.defstruct(name, [(f, _Num if f == "cuda_sync_kind" else num,
+                                     msgspec.field(default=_ABSENT, name=key) if key else _ABSENT) for f, key in _ARG_FIELDS],
+                             frozen=True, gc=False, module=__name__)
+
+
+def _event_struct(name: str, args: type, cat, num) -> type:
+    """An event projection: ``cat`` and ``num`` (pid, tid) types, ``ts``/``dur`` as raw number text,
+    ``id`` the flow id (flow events only), ``bp`` the flow binding point ("e": the enclosing slice)."""
+    return msgspec.defstruct(name, [
+        ("ph", Optional[str], None), ("cat", cat, None), ("name", Optional[str], None), ("pid", num, _ABSENT),
+        ("tid", num, _ABSENT), ("ts", msgspec.Raw, _NO_RAW), ("dur", msgspec.Raw, _NO_RAW), ("args", args, args()),
+        ("id", Any, None), ("bp", Optional[str], None)], gc=False, module=__name__)
+
+
+_Args = _args_struct("_Args", _Num)
 _NO_ARGS = _Args()
 
 # the fast path's projection (``_FAST``): the same fields, with types that let the columns be read
@@ -186,30 +200,8 @@ _KNOWN_CATS = (
 )
 
 
-class _IntArgs(msgspec.Struct, frozen=True, gc=False):
-    device: _Int = _ABSENT
-    stream: _Int = _ABSENT
-    correlation: _Int = _ABSENT
-    external_id: _Int = msgspec.field(default=_ABSENT, name="External id")
-    external_id_legacy: _Int = msgspec.field(default=_ABSENT, name="external id")
-    bytes: _Int = _ABSENT
-    cuda_sync_kind: _Num = _ABSENT
-    wait_on_stream: _Int = _ABSENT
-    wait_on_cuda_event_record_corr_id: _Int = _ABSENT
-    daydream_pid: _Int = _ABSENT
-
-
-class _IntEvent(msgspec.Struct, gc=False):
-    ph: Optional[str] = None
-    cat: Optional[Literal[_KNOWN_CATS]] = None
-    name: Optional[str] = None
-    pid: _IntStr = _ABSENT
-    tid: _IntStr = _ABSENT
-    ts: msgspec.Raw = _NO_RAW
-    dur: msgspec.Raw = _NO_RAW
-    args: _IntArgs = _IntArgs()
-    id: Any = None
-    bp: Optional[str] = None
+_IntArgs = _args_struct("_IntArgs", _Int)
+_IntEvent = _event_struct("_IntEvent", _IntArgs, Optional[Literal[_KNOWN_CATS]], _IntStr)
 
 
 class _SliceDecoder:
@@ -236,17 +228,7 @@ class _SliceDecoder:
         return self.generic.decode(text), False
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: Optional[str] = None
-    cat: Optional[str] = None
-    name: Optional[str] = None
-    pid: _Num = _ABSENT
-    tid: _Num = _ABSENT
-    ts: msgspec.Raw = _NO_RAW
-    dur: msgspec.Raw = _NO_RAW
-    args: _Args = _NO_ARGS
-    id: Any = None  #: flow id (flow events only)
-    bp: Optional[str] = None  #: flow binding point ("e": the enclosing slice)
+_Event = _event_struct("_Event", _Args, Optional[str], _Num)
 
 
 class _Doc(msgspec.Struct, gc=False):
