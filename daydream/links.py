@@ -34,12 +34,15 @@ def pids_of(table: EventTable, rows: np.ndarray, only: int) -> np.ndarray:
     return pid
 
 
-def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, only: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, only: int | None = None,
+                dense: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The launching runtime row of each GPU row by (process, correlation id), -1 when none.
 
     Args:
         rt_rows: candidate runtime-call rows; gpu_rows: GPU task rows (int arrays of table rows).
         only: :func:`only_process` of ``rt_rows`` when the caller has it (computed otherwise).
+        dense: look ids up in a direct table where that gives the same answer
+            (:func:`_dense_launch_rows`; False: always by sorting, the reference the tests use).
     Returns:
         (launch row per GPU row, int64 length ``len(gpu_rows)``; per runtime row, bool: it shares
         its correlation id with an earlier call of its process — the earliest one is the link).
@@ -51,6 +54,9 @@ def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, on
     rt_corr = table.correlation[rt_rows].astype(np.int64, copy=False)
     g_pid = pids_of(table, gpu_rows, only_process(table, rt_rows) if only is None else only)
     g_corr = table.correlation[gpu_rows].astype(np.int64, copy=False)
+    direct = _dense_launch_rows(rt_rows, rt_pid, rt_corr, g_pid, g_corr) if dense else None
+    if direct is not None:
+        return direct, np.zeros(len(rt_rows), bool)
     rk = _corr_key(rt_pid, rt_corr)
     rs = table.start_ns[rt_rows]
     if len(rs) < 2 or bool(np.all(rs[1:] >= rs[:-1])):  # calls in start order: ties in start stay in call order
@@ -68,3 +74,38 @@ def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, on
     ok[ok] &= rk_sorted[j[ok]] == gk[ok]
     out[ok] = rt_rows[o[j[ok]]]
     return out, dup
+
+
+#: :func:`_dense_launch_rows` indexes correlation ids directly when their range is at most this
+#: many times the number of rows (plus a constant), so that its table stays O(rows)
+DENSE_SPAN_FACTOR = 4
+
+
+def _dense_launch_rows(rt_rows, rt_pid, rt_corr, g_pid, g_corr) -> np.ndarray | None:
+    """:func:`launch_rows` by a direct table over correlation ids, None where that does not
+    give the same answer cheaply: the calls come from more than one process or one with a
+    negative id, two calls share a correlation id (the earliest would have to win), or the ids
+    span more than :data:`DENSE_SPAN_FACTOR` times the rows. Every key then is one call's, and
+    a GPU row links to it when its (process, correlation id) key (:func:`_corr_key`) is equal."""
+    pid = int(rt_pid[0])
+    if pid < 0 or not bool((rt_pid == pid).all()):
+        return None
+    mask = np.int64((1 << 40) - 1)
+    valid = rt_corr >= 0
+    idx = np.flatnonzero(valid) if not valid.all() else None
+    rc = (rt_corr if idx is None else rt_corr[idx]) & mask  # the corr bits of the calls' keys
+    if len(rc) == 0:
+        return np.full(len(g_corr), -1, np.int64)
+    lo, hi = int(rc.min()), int(rc.max())
+    span = hi - lo + 1
+    if span > DENSE_SPAN_FACTOR * (len(rc) + len(g_corr)) + 4096:
+        return None
+    slot = np.full(span, -1, np.int64)
+    slot[rc - lo] = rt_rows if idx is None else rt_rows[idx]
+    if np.count_nonzero(slot >= 0) != len(rc):  # a shared correlation id: the ordered path decides
+        return None
+    gc = g_corr & mask
+    ok = (g_corr >= 0) & (g_pid >= 0) & (gc >= lo) & (gc <= hi) & ((g_pid << np.int64(40)) == (np.int64(pid) << np.int64(40)))
+    out = np.full(len(g_corr), -1, np.int64)
+    out[ok] = slot[gc[ok] - lo]
+    return out

@@ -188,6 +188,9 @@ class Mapping:
         gap_layer_id: int32 index into ``labels`` of the layer path of that gap, -1 none.
         autograd_threads: (pid, tid) of the threads treated as autograd engine threads.
         counts: diagnostics (rows mapped, GPU rows without launch, ...).
+        launch_unique: True when ``launch_row`` was found with no two runtime calls sharing a
+            (process, correlation id): the link is then the same whatever order the calls are
+            taken in, and the graph builder reuses it instead of linking again.
     """
 
     phase: np.ndarray
@@ -199,6 +202,7 @@ class Mapping:
     counts: dict[str, int] = field(default_factory=dict)
     gap_phase: np.ndarray | None = None
     gap_layer_id: np.ndarray | None = None
+    launch_unique: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -741,8 +745,9 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     ctx = _classify_contexts(table, rules) if len(rt_rows) else None
     if ctx is not None and len(ctx.rows):
         autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method)
+    launch_unique = False
     if len(gpu_rows):
-        _map_gpu_rows(table, rt_rows, gpu_rows, out, counts)
+        launch_unique = _map_gpu_rows(table, rt_rows, gpu_rows, out, counts)
     phase, gap_phase = out.phase, out.gap_phase
     counts["runtime calls"] = len(rt_rows)
     counts["runtime calls unmapped"] = int(np.count_nonzero(phase[rt_rows] == UNMAPPED))
@@ -750,7 +755,8 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     counts["GPU tasks unmapped"] = int(np.count_nonzero(phase[gpu_rows] == UNMAPPED))
     counts["CPU gaps before runtime calls unmapped"] = int(np.count_nonzero(gap_phase[rt_rows] == UNMAPPED))
     return Mapping(
-        phase, out.layer_id, out.op_id, out.launch_row, intern.labels, autograd_threads, counts, gap_phase, out.gap_layer_id
+        phase, out.layer_id, out.op_id, out.launch_row, intern.labels, autograd_threads, counts, gap_phase, out.gap_layer_id,
+        launch_unique,
     )
 
 
@@ -957,9 +963,10 @@ def _thread_phases(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: int,
     return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
 
 
-def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, out: _RowMaps, counts: dict[str, int]) -> None:
-    """GPU task rows inherit phase, layer and op from their launching call; NCCL/RCCL kernels are communication."""
-    lr, _ = launch_rows(table, rt_rows, gpu_rows)
+def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, out: _RowMaps, counts: dict[str, int]) -> bool:
+    """GPU task rows inherit phase, layer and op from their launching call; NCCL/RCCL kernels are
+    communication. Returns whether no two runtime calls share a (process, correlation id)."""
+    lr, dup = launch_rows(table, rt_rows, gpu_rows)
     out.launch_row[gpu_rows] = lr
     has = lr >= 0
     out.phase[gpu_rows[has]] = out.phase[lr[has]]
@@ -974,6 +981,7 @@ def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, 
     out.phase[gpu_rows[comm]] = COMMUNICATION
     counts["GPU tasks without a launching call"] = int(np.count_nonzero(~has))
     counts["GPU tasks named as NCCL/RCCL kernels (communication)"] = int(np.count_nonzero(comm))
+    return not bool(dup.any())
 
 
 def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:

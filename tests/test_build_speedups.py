@@ -84,3 +84,59 @@ def test_seeded_views_equal_the_edges_on_emulated_traces(tmp_path_factory, progr
     g = build_graph(load_trace(str(path)))
     assert np.array_equal(g.lane_prev, g._single(rule_arrays().lane))
     assert np.array_equal(g.launch, g._single(rule_arrays().launch))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 30), st.integers(0, 30), st.sampled_from([2, 50, 10**6, 2**41]), st.booleans(), st.booleans(), st.integers(0, 2**32))
+def test_dense_launch_link_equals_the_sorted_one(n_rt, n_gpu, corr_span, one_pid, shared_ids, seed):
+    """links.launch_rows by its direct id table (when it takes it) gives the sorted path's links
+    and duplicate flags: shared ids, negative ids and pids, GPU rows of other processes, ids past
+    40 bits, calls in any order."""
+    from daydream.events import EventTable, Kind
+    from daydream.links import launch_rows
+
+    rng = np.random.default_rng(seed)
+    n = n_rt + n_gpu
+    cols = {}
+    cols["kind"] = np.array([Kind.RUNTIME] * n_rt + [Kind.KERNEL] * n_gpu, np.int8)
+    cols["start_ns"] = rng.integers(0, 5, n).astype(np.int64)
+    cols["end_ns"] = cols["start_ns"] + 1
+    ids = np.arange(n_rt) if not shared_ids else rng.integers(0, max(n_rt // 2, 1), n_rt)
+    corr = np.concatenate([ids * max(corr_span // max(n_rt, 1), 1), rng.integers(-1, max(corr_span, 2), n_gpu)])
+    corr[rng.random(n) < 0.1] = -1
+    cols["correlation"] = corr.astype(np.int64)
+    pid = np.full(n, 7, np.int64) if one_pid else rng.integers(-1, 3, n)
+    pid[n_rt:][rng.random(n_gpu) < 0.2] = rng.choice([-1, 8, 7 + (1 << 24)])
+    cols["pid"] = pid
+    table = EventTable.from_columns(cols, ["k"], sort=False)
+    rt = np.flatnonzero(cols["kind"] == Kind.RUNTIME)
+    g = np.flatnonzero(cols["kind"] == Kind.KERNEL)
+    for rows in (rt, rng.permutation(rt)):
+        want, want_dup = launch_rows(table, rows, g, dense=False)
+        got, got_dup = launch_rows(table, rows, g)
+        assert np.array_equal(got, want) and np.array_equal(got_dup, want_dup)
+
+
+def _same_graph(a, b) -> None:
+    for f in ("row", "lane", "order", "edge_src", "edge_dst", "edge_kind", "edge_origin", "dur_ns", "gap_ns", "position_ns"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert dict(a.counts) == dict(b.counts)
+
+
+def test_graph_reuses_the_mappings_launch_link():
+    """build_graph with the table's mapping (which hands on its launch link when no ids are
+    shared) builds the graph it builds alone, on real traces and on calls sharing ids."""
+    from daydream.graph import build_graph
+    from daydream.mapping import map_events
+    from tablebuilder import TB
+
+    tb = TB()
+    c1 = tb.call("cudaLaunchKernel", 0, 10)
+    tb.call("cudaLaunchKernel", 2, 5, tid=2, corr=c1)  # shares its id
+    tb.gpu(c1, 20, 30)
+    tables = _bench_and_real_tables() + [tb.table()]
+    for t in tables:
+        m = map_events(t)
+        _same_graph(build_graph(t, m), build_graph(t))
+    assert not map_events(tables[-1]).launch_unique
+    assert any(map_events(t).launch_unique for t in tables)

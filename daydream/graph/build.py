@@ -84,7 +84,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     cpu = cpu_tasks(table, counts)
     gpu_rows = gpu_task_rows(table)
     only = only_process(table, cpu.rt_rows)
-    nodes = node_arrays(table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, only, counts), only)
+    nodes = node_arrays(table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, only, counts, mapping), only)
     row, kind, launch = nodes.row, nodes.node_kind, nodes.launch
     rec_start, rec_end = table.start_ns[row], table.end_ns[row]
     position = rec_start.copy()

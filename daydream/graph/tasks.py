@@ -67,11 +67,18 @@ def gpu_task_rows(table: EventTable) -> np.ndarray:
     return np.nonzero((k == Kind.KERNEL) | (k == Kind.MEMCPY) | (k == Kind.MEMSET))[0]
 
 
-def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, only: int, counts: dict[str, int]) -> np.ndarray:
+def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, only: int, counts: dict[str, int],
+                  mapping=None) -> np.ndarray:
     """Stage 3: the CPU node that launched each GPU task (-1 none), by (pid, correlation id)
     (:func:`daydream.links.launch_rows`; ``only``: the only API-calling process, or -1); a
-    nested launch call links to its enclosing call."""
-    lrow, dup = launch_rows(table, cpu.rt_rows, gpu_rows, only)
+    nested launch call links to its enclosing call. ``mapping``: the table's
+    :class:`~daydream.mapping.Mapping`, whose ``launch_row`` is this link when it says
+    ``launch_unique`` (no shared ids: the same link whatever the calls' order); linked here
+    otherwise."""
+    if mapping is not None and mapping.launch_unique and len(mapping.launch_row) == len(table):
+        lrow, dup = mapping.launch_row[gpu_rows], np.zeros(len(cpu.rt_rows), bool)
+    else:
+        lrow, dup = launch_rows(table, cpu.rt_rows, gpu_rows, only)
     node_of_rt_row = np.full(len(table), -1, np.int64)
     node_of_rt_row[cpu.rt_rows] = cpu.rt_node
     out = np.where(lrow >= 0, node_of_rt_row[np.maximum(lrow, 0)], -1)
