@@ -30,3 +30,37 @@ def sorted_unique(a) -> np.ndarray:
     keep[0] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])
     return s[keep]
+
+
+#: :func:`stable_group_order` sorts by counting when the keys take at most this many values
+FEW_GROUPS = 16
+
+
+def few_distinct(keys: np.ndarray, limit: int = FEW_GROUPS) -> np.ndarray | None:
+    """The sorted distinct values of the 1-d ``keys`` when there are at most ``limit``, else
+    None: one pass per distinct value over the keys not yet matched, so that a handful of keys
+    (threads, streams) costs a few O(n) passes instead of a sort."""
+    rest = np.asarray(keys)
+    vals = []
+    while len(rest):
+        if len(vals) == limit:
+            return None
+        v = rest[0]
+        vals.append(v)
+        rest = rest[rest != v]
+    return np.sort(np.array(vals, dtype=np.asarray(keys).dtype))
+
+
+def stable_group_order(keys: np.ndarray, limit: int = FEW_GROUPS) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of a 1-d integer array: with at most ``limit``
+    distinct values (:func:`few_distinct`) each key is replaced by its rank among them, in 8
+    bits, which numpy's stable sort orders by a radix pass (O(n); numpy 2.4 sorts int64 keys
+    by merging, ~20 ms for 700 k rows)."""
+    keys = np.asarray(keys)
+    u = few_distinct(keys, limit) if keys.dtype.kind in "iu" and limit <= 256 else None
+    if u is None or len(u) < 2:
+        return np.argsort(keys, kind="stable")
+    code = np.zeros(len(keys), np.uint8)
+    for i, v in enumerate(u.tolist()[1:], 1):
+        code[keys == v] = i
+    return np.argsort(code, kind="stable")

@@ -44,7 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .arrays import sorted_unique
+from .arrays import few_distinct, sorted_unique, stable_group_order
 from . import jit
 from .events import EventTable, Kind
 from .links import launch_rows
@@ -1000,7 +1000,7 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
     s, e = table.start_ns[rt_rows].astype(np.int64, copy=False), table.end_ns[rt_rows].astype(np.int64, copy=False)
     tk = pair_keys(pid, tid)
     if tk is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
-        o = np.argsort(tk[0], kind="stable")
+        o = stable_group_order(tk[0])
         new = np.ones(n, dtype=bool)
         new[1:] = tk[0][o][1:] != tk[0][o][:-1]
     else:
@@ -1088,7 +1088,17 @@ def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):
 
 def _by_thread_key(q_rows: np.ndarray, qk: np.ndarray, ck: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray):
     """:func:`_by_thread` on packed (pid, tid) keys (``q_rows`` ascending): a stable sort keeps
-    each thread's rows and contexts ascending, as the lexsort and np.sort there do."""
+    each thread's rows and contexts ascending, as the lexsort and np.sort there do. With few
+    threads (:func:`~daydream.arrays.few_distinct`), one equality pass per thread instead."""
+    threads = few_distinct(qk)
+    if threads is not None:
+        for key in threads.tolist():  # ascending, as the sorted keys below
+            qm = qk == key
+            c = np.flatnonzero(ck == key)
+            if len(c):
+                f = int(np.argmax(qm))
+                yield (int(q_pid[f]), int(q_tid[f])), q_rows[qm], c
+        return
     qo = np.argsort(qk, kind="stable")
     co = np.argsort(ck, kind="stable")
     qs, cs = qk[qo], ck[co]

@@ -22,3 +22,18 @@ def test_other_dtypes_and_edges():
     assert sorted_unique([5]).tolist() == [5] and sorted_unique(np.int64(3)).tolist() == [3]
     big = np.array([2**62, -(2**62), 2**62, 0], np.int64)
     assert sorted_unique(big).tolist() == [-(2**62), 0, 2**62]
+
+
+@given(st.lists(st.sampled_from([-(2**62), -3, 0, 7, 2**40, 2**62]), max_size=60), st.integers(0, 20),
+       st.sampled_from([np.int64, np.int32, np.uint16]))
+def test_stable_group_order_equals_argsort(vals, limit, dtype):
+    """stable_group_order is np.argsort(kind="stable") whatever the number of distinct keys
+    against the limit; few_distinct is np.unique up to its limit."""
+    from daydream.arrays import few_distinct, stable_group_order
+
+    a = np.array(vals, np.int64)
+    if dtype != np.int64:
+        a = (a % 1000).astype(dtype)
+    assert np.array_equal(stable_group_order(a, limit), np.argsort(a, kind="stable"))
+    u = few_distinct(a, limit)
+    assert (u is None) == (len(np.unique(a)) > limit) and (u is None or np.array_equal(u, np.unique(a)))

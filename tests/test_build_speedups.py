@@ -140,3 +140,44 @@ def test_graph_reuses_the_mappings_launch_link():
         _same_graph(build_graph(t, m), build_graph(t))
     assert not map_events(tables[-1]).launch_unique
     assert any(map_events(t).launch_unique for t in tables)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 60), st.sampled_from([3, 1000, 2**40, 2**62]), st.integers(0, 2**32))
+def test_visit_order_equals_the_lexsort(n, span, seed):
+    """graph.tasks.visit_order is the builder's five-key lexsort: ties in position, in launch,
+    in recorded start; positions too wide to pack."""
+    from daydream.graph.tasks import visit_order
+
+    rng = np.random.default_rng(seed)
+    position = rng.integers(-span, span, n, dtype=np.int64)
+    position[rng.random(n) < 0.5] = position[0] if n else 0  # ties
+    is_gpu = rng.integers(0, 2, n).astype(np.int64)
+    launch_corr = np.where(is_gpu == 1, rng.integers(-1, 3, n), -1).astype(np.int64)
+    rec_start = rng.integers(0, 3, n).astype(np.int64)
+    row = rng.permutation(n).astype(np.int64)
+    want = np.lexsort((row, rec_start, launch_corr, is_gpu.astype(np.int8), position))
+    assert np.array_equal(visit_order(position, is_gpu, launch_corr, rec_start, row), want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 60), st.integers(0, 80), st.integers(0, 2**32))
+def test_by_thread_groups_as_the_naive_split(n_threads, n_q, n_c, seed):
+    """mapping._by_thread (equality passes for a few threads, a sort for many) yields each thread
+    with queries and contexts once, in key order, rows and contexts ascending."""
+    from daydream.events import EventTable
+    from daydream.mapping import _by_thread
+
+    rng = np.random.default_rng(seed)
+    n = n_q + n_c
+    th = rng.integers(0, n_threads, n)
+    pid, tid = (th % 3 + 1).astype(np.int64) * 1000, (th // 3).astype(np.int64)
+    table = EventTable.from_columns({"pid": pid, "tid": tid, "start_ns": np.zeros(n, np.int64)}, ["x"], sort=False)
+    q_rows, c_rows = np.arange(n_q), np.arange(n_q, n)
+    want = []
+    for p, t in sorted(set(zip(pid[:n_q].tolist(), tid[:n_q].tolist()))):
+        c = np.flatnonzero((pid[c_rows] == p) & (tid[c_rows] == t))
+        if len(c):
+            want.append(((p, t), q_rows[(pid[:n_q] == p) & (tid[:n_q] == t)].tolist(), c.tolist()))
+    got = [(k, q.tolist(), c.tolist()) for k, q, c in _by_thread(table, q_rows, c_rows)]
+    assert got == want

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import stable_group_order
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
 from ..mapping import pair_keys, prev_max_end
@@ -42,7 +43,7 @@ def cpu_tasks(table: EventTable, counts: dict[str, int]) -> CpuTasks:
     rt_pid, rt_tid = table.pid[rt_rows], table.tid[rt_rows]
     tk = pair_keys(rt_pid, rt_tid)
     # by (pid, tid, row); rows are already start-sorted within a thread
-    o = np.argsort(tk[0], kind="stable") if tk is not None else np.lexsort((rt_rows, rt_tid, rt_pid))
+    o = stable_group_order(tk[0]) if tk is not None else np.lexsort((rt_rows, rt_tid, rt_pid))
     rt_rows = rt_rows[o]
     rt_pid, rt_tid = rt_pid[o], rt_tid[o]
     rs, re_ = start[rt_rows], end[rt_rows]
@@ -160,7 +161,7 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     position = unlaunched_positions(lane, is_gpu == 1, launch, position, rec_start)
     has_launch = launch >= 0
     launch_corr = np.where(has_launch, launch_corr_of_call[np.maximum(launch, 0)], -1)
-    order = np.lexsort((row, rec_start, launch_corr, is_gpu.astype(np.int8), position))  # int8: a radix pass
+    order = visit_order(position, is_gpu, launch_corr, rec_start, row)
     by_lane = order[np.argsort(small_ints(lane[order], len(uniq)), kind="stable")]
     lane_prev = np.full(n, -1, dtype=np.int64)
     if n:
@@ -168,6 +169,32 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
         lane_prev[by_lane[1:][same]] = by_lane[:-1][same]
     return Lanes(lane, uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64), names, lane_is_gpu,
                  order.astype(np.int64), by_lane, lane_prev, launch_corr, position)
+
+
+def visit_order(position, is_gpu, launch_corr, rec_start, row) -> np.ndarray:
+    """``np.lexsort((row, rec_start, launch_corr, is_gpu, position))`` (int64 arrays of one
+    length; ``row`` distinct, so the order is total): one stable sort of ``position`` and
+    ``is_gpu`` packed in an int64 (nodes come in runs of rising position, timsort's near-O(n)
+    case), then the full lexsort on the few nodes tied on both (a call's launches at one
+    instant, calls of two threads at one nanosecond). The plain lexsort when they do not fit."""
+    n = len(position)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    lo = int(position.min())
+    if (int(position.max()) - lo).bit_length() > 61:
+        return np.lexsort((row, rec_start, launch_corr, is_gpu.astype(np.int8), position))
+    key = ((position - np.int64(lo)) << np.int64(1)) | is_gpu
+    o = np.argsort(key, kind="stable")
+    ks = key[o]
+    eq = ks[1:] == ks[:-1]
+    if eq.any():
+        tied = np.zeros(n, bool)
+        tied[1:] = eq
+        tied[:-1] |= eq
+        p = np.flatnonzero(tied)  # runs of equal keys, in key order
+        sub = o[p]
+        o[p] = sub[np.lexsort((row[sub], rec_start[sub], launch_corr[sub], key[sub]))]
+    return o
 
 
 def durations_and_gaps(node_kind, rec_start, rec_end, lane_prev, t0: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
