@@ -567,23 +567,38 @@ def _path_labels(parent: np.ndarray, comp: np.ndarray, comp_names: list[str], in
 # name classification
 
 
-@dataclass
 class _Contexts:
-    """The context rows of a table and what each one says (arrays aligned with ``rows``)."""
+    """The context rows of a table and what each one says.
 
-    rows: np.ndarray  #: table rows (CPU-side RANGE rows and CPU_OP rows)
-    module: np.ndarray  #: bool: an ``nn.Module:`` range (layer component)
-    op: np.ndarray  #: bool: a framework op
-    scope: np.ndarray  #: bool: a scope annotation (fallback layer component)
-    phase: np.ndarray  #: int: phase code its rule gives, -1 none
-    prio: np.ndarray  #: int: priority of its rule (meaningless where phase is -1)
-    comp: np.ndarray  #: int: index into comp_names of its layer component, -1 none
-    op_name: np.ndarray  #: int: index into op_names of its op label, -1 none
-    comp_names: list[str]
-    op_names: list[str]
-    #: int64: the categories of the fused sweep it belongs to (bits _CAT_MODULE, _SCOPE, _OP,
-    #: _BW and _CAT_LEVEL0 + its priority level), see :func:`_member_bits`
-    member: np.ndarray | None = None
+    What a context says depends only on its key (name, CPU_OP or not, ``python_function`` or
+    not): ``by_key`` holds it once per distinct key present and ``rk`` each row's key index, and
+    the per-row arrays (aligned with ``rows``) are gathered on first use only; the fused sweep
+    reads the key arrays through ``rk`` for one thread's contexts at a time instead.
+
+    Per-row attributes: module (bool: an ``nn.Module:`` range, a layer component), op (bool: a
+    framework op), scope (bool: a scope annotation, fallback layer component), phase (int: phase
+    code its rule gives, -1 none), prio (int: priority of its rule, meaningless where phase is
+    -1), comp (int: index into ``comp_names`` of its layer component, -1 none), op_name (int:
+    index into ``op_names`` of its op label, -1 none), member (int64: the categories of the
+    fused sweep it belongs to, bits _CAT_MODULE, _SCOPE, _OP, _BW and _CAT_LEVEL0 + its
+    priority level, see :func:`_member_bits`).
+    """
+
+    FIELDS = ("module", "op", "scope", "phase", "prio", "comp", "op_name", "member")
+
+    def __init__(self, rows: np.ndarray, rk: np.ndarray, by_key: dict[str, np.ndarray], comp_names: list[str],
+                 op_names: list[str]) -> None:
+        self.rows = rows  #: table rows (CPU-side RANGE rows and CPU_OP rows)
+        self.rk = rk  #: per row: index of its key in the ``by_key`` arrays
+        self.by_key = by_key
+        self.comp_names = comp_names
+        self.op_names = op_names
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name not in _Contexts.FIELDS:
+            raise AttributeError(name)
+        a = self.__dict__[name] = self.by_key[name][self.rk]
+        return a
 
 
 def _phase_levels(rules: Sequence[PhaseRule]) -> list[int]:
@@ -651,17 +666,25 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     names = table.names
     rows = np.flatnonzero(((kind == Kind.RANGE) & (table.device < 0)) | (kind == Kind.CPU_OP))
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
-    key = table.name_id[rows].astype(np.int64, copy=False) * 4 + (kind[rows] == Kind.CPU_OP) * 2
+    key = table.name_id[rows].astype(np.int64)
+    key *= 2
+    key += kind[rows] == Kind.CPU_OP
+    key *= 2
     if py_id:
-        key += np.isin(table.cat_id[rows], py_id)
+        cat = table.cat_id[rows]
+        if len(cat) and int(cat.min()) >= 0 and int(cat.max()) < len(names):  # a lookup table over the names
+            is_py = np.zeros(len(names), bool)
+            is_py[py_id] = True
+            key += is_py[cat]
+        else:
+            key += np.isin(cat, py_id)
     present = np.flatnonzero(np.bincount(key, minlength=4 * len(names)))  # sorted distinct keys
     k = _classify_keys(names, present, rules)
     at = np.zeros(4 * len(names), dtype=np.int64)
     at[present] = np.arange(len(present))
     rk = at[key]  # each row's index among the present keys
-    member = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
-    return _Contexts(rows, k["module"][rk], k["op"][rk], k["scope"][rk], k["phase"][rk], k["prio"][rk], k["comp"][rk],
-                     k["op_name"][rk], k["comp_names"], k["op_names"], member[rk])
+    k["member"] = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
+    return _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"])
 
 
 def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]) -> dict:
@@ -863,7 +886,8 @@ def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: i
     ctx = th.ctx
     enc = _Enclosers(th.cs, th.ce)
     srt = th.c[enc.order]
-    member = ctx.member[srt]
+    rks, bk = ctx.rk[srt], ctx.by_key  # the contexts' keys: their facts are read per key
+    member = bk["member"][rks]
     qo = np.argsort(qs, kind="stable")
     hits, lev_hit, lev, enclosed, parent = jit.call(
         fn, np.ascontiguousarray(enc.start, np.int64), np.ascontiguousarray(enc.end, np.int64), member, _CAT_LEVEL0 + len(levels),
@@ -876,17 +900,17 @@ def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: i
             continue
         par = parent[sub]
         par = np.where(par >= 0, np.searchsorted(sub, par), -1)  # as indices into sub
-        paths = _path_labels(par, ctx.comp[srt[sub]], ctx.comp_names, intern)
+        paths = _path_labels(par, bk["comp"][rks[sub]], ctx.comp_names, intern)
         hit = hits[cat]
         take = (hit >= 0) & (lay < 0)
         lay[take] = paths[np.searchsorted(sub, hit[take])]
     op_ids = None
     hit = hits[_CAT_OP, :nq]
-    if ctx.op[th.c].any():
+    if ((member >> _CAT_OP) & 1).any():  # the thread has ops
         ok = hit >= 0
         op_ids = np.full(nq, -1, dtype=np.int64)
-        op_ids[ok] = op_label[ctx.op_name[srt[hit[ok]]]]
-    ph, is_autograd = _phases_from_hits(hits, lev_hit, lev, ctx.phase[srt], enclosed, nq, levels)
+        op_ids[ok] = op_label[bk["op_name"][rks[hit[ok]]]]
+    ph, is_autograd = _phases_from_hits(hits, lev_hit, lev, bk["phase"][rks], enclosed, nq, levels)
     return lay, op_ids, ph, is_autograd
 
 
