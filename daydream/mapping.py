@@ -191,6 +191,8 @@ class Mapping:
         launch_unique: True when ``launch_row`` was found with no two runtime calls sharing a
             (process, correlation id): the link is then the same whatever order the calls are
             taken in, and the graph builder reuses it instead of linking again.
+        call_threads: the table's RUNTIME rows by thread (:func:`call_threads`), which the
+            graph builder's first stage reuses; None: it computes them.
     """
 
     phase: np.ndarray
@@ -203,6 +205,7 @@ class Mapping:
     gap_phase: np.ndarray | None = None
     gap_layer_id: np.ndarray | None = None
     launch_unique: bool = False
+    call_threads: "CallThreads | None" = None
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -766,8 +769,9 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     rt_rows = np.flatnonzero(kind == Kind.RUNTIME)
     gpu_rows = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET))
     ctx = _classify_contexts(table, rules) if len(rt_rows) else None
+    threads = call_threads(table, rt_rows)
     if ctx is not None and len(ctx.rows):
-        autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method)
+        autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method, threads)
     launch_unique = False
     if len(gpu_rows):
         launch_unique = _map_gpu_rows(table, rt_rows, gpu_rows, out, counts)
@@ -779,7 +783,7 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     counts["CPU gaps before runtime calls unmapped"] = int(np.count_nonzero(gap_phase[rt_rows] == UNMAPPED))
     return Mapping(
         phase, out.layer_id, out.op_id, out.launch_row, intern.labels, autograd_threads, counts, gap_phase, out.gap_layer_id,
-        launch_unique,
+        launch_unique, threads,
     )
 
 
@@ -824,7 +828,7 @@ class _ThreadContexts:
 
 def _map_runtime_calls(
     table: EventTable, rules: Sequence[PhaseRule], ctx: _Contexts, rt_rows: np.ndarray, out: _RowMaps, intern: _Interner,
-    method: str = "auto",
+    method: str = "auto", threads: "CallThreads | None" = None,
 ) -> list[tuple[int, int]]:
     """Fill layer, op and phase of the RUNTIME rows and of the gaps before them, thread by thread.
 
@@ -838,7 +842,7 @@ def _map_runtime_calls(
     start, end = table.start_ns, table.end_ns
     c_start, c_end = start[ctx.rows], end[ctx.rows]
     gap_mid = np.zeros(len(table), dtype=np.int64)
-    gap_mid[rt_rows] = _gap_midpoints(table, rt_rows)
+    gap_mid[rt_rows] = _gap_midpoints(table, rt_rows, threads)
     for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows):  # one iteration per thread
         nq = len(q)
         qs = np.concatenate([start[q], gap_mid[q]])
@@ -1008,29 +1012,70 @@ def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, 
     return not bool(dup.any())
 
 
-def _gap_midpoints(table: EventTable, rt_rows: np.ndarray) -> np.ndarray:
+@dataclass
+class CallThreads:
+    """The RUNTIME rows of a table by thread, as the mapping and the graph builder both need them.
+
+    Attributes:
+        rt_rows: the RUNTIME rows sorted by (pid, tid, row).
+        new_thread: bool per entry: the first call of its thread.
+        prev_end: per entry, the largest end of the earlier calls of its thread in that order
+            (:func:`prev_max_end`), ``np.iinfo(np.int64).min`` for a thread's first call.
+    """
+
+    rt_rows: np.ndarray
+    new_thread: np.ndarray
+    prev_end: np.ndarray
+
+
+def call_threads(table: EventTable, rt_rows: np.ndarray) -> CallThreads:
+    """:class:`CallThreads` of the RUNTIME rows ``rt_rows`` (ascending)."""
+    rt_pid, rt_tid = table.pid[rt_rows], table.tid[rt_rows]
+    tk = pair_keys(rt_pid, rt_tid)
+    # by (pid, tid, row); rows are already start-sorted within a thread
+    o = stable_group_order(tk[0]) if tk is not None else np.lexsort((rt_rows, rt_tid, rt_pid))
+    rt_rows = rt_rows[o]
+    rt_pid, rt_tid = rt_pid[o], rt_tid[o]
+    new_thread = np.ones(len(rt_rows), dtype=bool)
+    if tk is not None:
+        ko = tk[0][o]
+        new_thread[1:] = ko[1:] != ko[:-1]
+    else:
+        new_thread[1:] = (rt_pid[1:] != rt_pid[:-1]) | (rt_tid[1:] != rt_tid[:-1])
+    prev_end = np.full(len(rt_rows), np.iinfo(np.int64).min, dtype=np.int64)
+    if len(rt_rows):  # running max of the previous calls' ends within each thread
+        prev_end = prev_max_end(table.end_ns[rt_rows].astype(np.int64, copy=False), new_thread, np.iinfo(np.int64).min)
+    return CallThreads(rt_rows, new_thread, prev_end)
+
+
+def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None) -> np.ndarray:
     """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``).
 
     The gap of call r on thread (pid, tid) is ``[prev_end, start_r]``, ``prev_end`` the largest
     end of the earlier calls of the thread (in start order, ties by row), or the table's earliest
     timestamp for the thread's first call. A call that starts before ``prev_end`` (nested in or
-    overlapping an earlier call) has an empty gap: its midpoint is its start.
+    overlapping an earlier call) has an empty gap: its midpoint is its start. ``threads``: the
+    :func:`call_threads` of ``rt_rows`` (every RUNTIME row, ascending), used when the calls are
+    in start order (its (pid, tid, row) order is then this one).
     """
     n = len(rt_rows)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     t0 = int(table.start_ns.min())
+    s = table.start_ns[rt_rows].astype(np.int64, copy=False)
+    if threads is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
+        so = table.start_ns[threads.rt_rows].astype(np.int64, copy=False)
+        prev_end = threads.prev_end.copy()
+        prev_end[threads.new_thread] = t0
+        lo = np.minimum(prev_end, so)
+        mid = np.empty(len(table), dtype=np.int64)  # by row, then back to the order of rt_rows
+        mid[threads.rt_rows] = lo + (so - lo) // 2
+        return mid[rt_rows]
     pid, tid = table.pid[rt_rows].astype(np.int64, copy=False), table.tid[rt_rows].astype(np.int64, copy=False)
-    s, e = table.start_ns[rt_rows].astype(np.int64, copy=False), table.end_ns[rt_rows].astype(np.int64, copy=False)
-    tk = pair_keys(pid, tid)
-    if tk is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
-        o = stable_group_order(tk[0])
-        new = np.ones(n, dtype=bool)
-        new[1:] = tk[0][o][1:] != tk[0][o][:-1]
-    else:
-        o = np.lexsort((rt_rows, s, tid, pid))
-        new = np.ones(n, dtype=bool)
-        new[1:] = (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])
+    e = table.end_ns[rt_rows].astype(np.int64, copy=False)
+    o = np.lexsort((rt_rows, s, tid, pid))
+    new = np.ones(n, dtype=bool)
+    new[1:] = (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])
     prev_end = prev_max_end(e[o], new, t0)
     so = s[o]
     lo = np.minimum(prev_end, so)

@@ -81,7 +81,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     """
     counts = Counts()
     t0 = int(table.start_ns.min()) if len(table) else 0
-    cpu = cpu_tasks(table, counts)
+    cpu = cpu_tasks(table, counts, mapping.call_threads if mapping is not None and len(mapping.phase) == len(table) else None)
     gpu_rows = gpu_task_rows(table)
     only = only_process(table, cpu.rt_rows)
     nodes = node_arrays(table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, only, counts, mapping), only)

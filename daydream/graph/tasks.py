@@ -13,7 +13,7 @@ import numpy as np
 from ..arrays import stable_group_order
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
-from ..mapping import pair_keys, prev_max_end
+from ..mapping import CallThreads, call_threads, pair_keys, prev_max_end
 from ._arrays import count, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
@@ -35,23 +35,15 @@ class CpuTasks:
     cpu_rows: np.ndarray
 
 
-def cpu_tasks(table: EventTable, counts: dict[str, int]) -> CpuTasks:
+def cpu_tasks(table: EventTable, counts: dict[str, int], threads: CallThreads | None = None) -> CpuTasks:
     """Stage 1: runtime calls of each thread; a call inside another call of its thread is folded
-    into the outer one (counted); a call overlapping the previous one is kept (counted)."""
-    start, end = table.start_ns, table.end_ns
-    rt_rows = np.nonzero(table.kind == Kind.RUNTIME)[0]
-    rt_pid, rt_tid = table.pid[rt_rows], table.tid[rt_rows]
-    tk = pair_keys(rt_pid, rt_tid)
-    # by (pid, tid, row); rows are already start-sorted within a thread
-    o = stable_group_order(tk[0]) if tk is not None else np.lexsort((rt_rows, rt_tid, rt_pid))
-    rt_rows = rt_rows[o]
-    rt_pid, rt_tid = rt_pid[o], rt_tid[o]
-    rs, re_ = start[rt_rows], end[rt_rows]
-    new_thread = np.ones(len(rt_rows), dtype=bool)
-    new_thread[1:] = (rt_pid[1:] != rt_pid[:-1]) | (rt_tid[1:] != rt_tid[:-1])
-    prev_end = np.full(len(rt_rows), np.iinfo(np.int64).min, dtype=np.int64)
-    if len(rt_rows):  # running max of the previous calls' ends within each thread
-        prev_end = prev_max_end(re_, new_thread, np.iinfo(np.int64).min)
+    into the outer one (counted); a call overlapping the previous one is kept (counted).
+    ``threads``: :func:`daydream.mapping.call_threads` of the table's RUNTIME rows when the
+    mapping has them (``Mapping.call_threads``); computed here otherwise."""
+    if threads is None:
+        threads = call_threads(table, np.nonzero(table.kind == Kind.RUNTIME)[0])
+    rt_rows, prev_end = threads.rt_rows, threads.prev_end
+    rs, re_ = table.start_ns[rt_rows], table.end_ns[rt_rows]
     nested = (rs < prev_end) & (re_ <= prev_end)
     overlapping = (rs < prev_end) & (re_ > prev_end)
     count(counts, "API call nested inside another call on its thread (folded into the outer call)", nested.sum())
