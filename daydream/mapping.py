@@ -193,6 +193,9 @@ class Mapping:
             taken in, and the graph builder reuses it instead of linking again.
         call_threads: the table's RUNTIME rows by thread (:func:`call_threads`), which the
             graph builder's first stage reuses; None: it computes them.
+        cpu_range_columns: int64 (pid, tid, start_ns, end_ns, name_id) of the CPU-side RANGE
+            and CPU_OP rows in row order, which the mapping reads for its contexts and the graph
+            builder keeps as ``TaskGraph.cpu_ranges``; None: the builder gathers them.
     """
 
     phase: np.ndarray
@@ -206,6 +209,7 @@ class Mapping:
     gap_layer_id: np.ndarray | None = None
     launch_unique: bool = False
     call_threads: "CallThreads | None" = None
+    cpu_range_columns: tuple[np.ndarray, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.phase)
@@ -596,6 +600,11 @@ class _Contexts:
         self.by_key = by_key
         self.comp_names = comp_names
         self.op_names = op_names
+        self.name_id: np.ndarray | None = None  #: int64 name id of each row
+        #: the rows are the graph's CPU ranges too (no CPU_OP row on a device)
+        self.all_cpu_side = False
+        #: int64 (pid, tid, start_ns, end_ns) of each row, once :func:`_map_runtime_calls` read them
+        self.columns: tuple[np.ndarray, ...] | None = None
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name not in _Contexts.FIELDS:
@@ -667,7 +676,8 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     rows take their key's answers."""
     kind = table.kind
     names = table.names
-    rows = np.flatnonzero(((kind == Kind.RANGE) & (table.device < 0)) | (kind == Kind.CPU_OP))
+    is_op, cpu_side = kind == Kind.CPU_OP, table.device < 0
+    rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
     key = table.name_id[rows].astype(np.int64)
     key *= 2
@@ -687,7 +697,10 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     at[present] = np.arange(len(present))
     rk = at[key]  # each row's index among the present keys
     k["member"] = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
-    return _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"])
+    ctx = _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"])
+    ctx.name_id = key >> 2
+    ctx.all_cpu_side = not bool((is_op & ~cpu_side).any())
+    return ctx
 
 
 def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]) -> dict:
@@ -772,6 +785,9 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     threads = call_threads(table, rt_rows)
     if ctx is not None and len(ctx.rows):
         autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method, threads)
+    cpu_range_columns = None
+    if ctx is not None and ctx.columns is not None and ctx.all_cpu_side:
+        cpu_range_columns = (*ctx.columns, ctx.name_id)
     launch_unique = False
     if len(gpu_rows):
         launch_unique = _map_gpu_rows(table, rt_rows, gpu_rows, out, counts)
@@ -783,7 +799,7 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     counts["CPU gaps before runtime calls unmapped"] = int(np.count_nonzero(gap_phase[rt_rows] == UNMAPPED))
     return Mapping(
         phase, out.layer_id, out.op_id, out.launch_row, intern.labels, autograd_threads, counts, gap_phase, out.gap_layer_id,
-        launch_unique, threads,
+        launch_unique, threads, cpu_range_columns,
     )
 
 
@@ -840,10 +856,12 @@ def _map_runtime_calls(
     op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
     levels = _phase_levels(rules)
     start, end = table.start_ns, table.end_ns
-    c_start, c_end = start[ctx.rows], end[ctx.rows]
+    c_start, c_end = start[ctx.rows].astype(np.int64, copy=False), end[ctx.rows].astype(np.int64, copy=False)
+    c_pid, c_tid = table.pid[ctx.rows].astype(np.int64, copy=False), table.tid[ctx.rows].astype(np.int64, copy=False)
+    ctx.columns = (c_pid, c_tid, c_start, c_end)
     gap_mid = np.zeros(len(table), dtype=np.int64)
     gap_mid[rt_rows] = _gap_midpoints(table, rt_rows, threads)
-    for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows):  # one iteration per thread
+    for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows, (c_pid, c_tid)):  # one iteration per thread
         nq = len(q)
         qs = np.concatenate([start[q], gap_mid[q]])
         qe = np.concatenate([end[q], gap_mid[q]])
@@ -1126,10 +1144,13 @@ def pair_keys(a: np.ndarray, b: np.ndarray, *more: np.ndarray) -> list[np.ndarra
     return [((x.astype(np.int64) - np.int64(alo)) << np.int64(bb)) | (y.astype(np.int64) - np.int64(blo)) for x, y in pairs]
 
 
-def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray):
-    """Yield ((pid, tid), query rows, context indices into c_rows) per thread with queries."""
+def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray, c_cols: tuple | None = None):
+    """Yield ((pid, tid), query rows, context indices into c_rows) per thread with queries
+    (``c_cols``: the int64 pid and tid of ``c_rows`` when the caller has them)."""
     q_pid, q_tid = table.pid[q_rows].astype(np.int64, copy=False), table.tid[q_rows].astype(np.int64, copy=False)
-    c_pid, c_tid = table.pid[c_rows].astype(np.int64, copy=False), table.tid[c_rows].astype(np.int64, copy=False)
+    if c_cols is None:
+        c_cols = table.pid[c_rows].astype(np.int64, copy=False), table.tid[c_rows].astype(np.int64, copy=False)
+    c_pid, c_tid = c_cols
     keys = pair_keys(q_pid, q_tid, c_pid, c_tid)
     if keys is not None and len(q_rows) and bool(np.all(q_rows[1:] > q_rows[:-1])):
         yield from _by_thread_key(q_rows, keys[0], keys[1], q_pid, q_tid)

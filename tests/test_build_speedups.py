@@ -120,12 +120,17 @@ def test_dense_launch_link_equals_the_sorted_one(n_rt, n_gpu, corr_span, one_pid
 def _same_graph(a, b) -> None:
     for f in ("row", "lane", "order", "edge_src", "edge_dst", "edge_kind", "edge_origin", "dur_ns", "gap_ns", "position_ns"):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    for f in ("pid", "tid", "start_ns", "end_ns", "name_id"):
+        x, y = getattr(a.cpu_ranges, f), getattr(b.cpu_ranges, f)
+        assert np.array_equal(x, y) and x.dtype == y.dtype, f
     assert dict(a.counts) == dict(b.counts)
 
 
 def test_graph_reuses_the_mappings_launch_link():
     """build_graph with the table's mapping (which hands on its launch link when no ids are
-    shared) builds the graph it builds alone, on real traces and on calls sharing ids."""
+    shared, its calls by thread and its context columns) builds the graph it builds alone, on
+    real traces, on calls sharing ids, on an op recorded on a device."""
+    from daydream.events import Kind
     from daydream.graph import build_graph
     from daydream.mapping import map_events
     from tablebuilder import TB
@@ -134,7 +139,11 @@ def test_graph_reuses_the_mappings_launch_link():
     c1 = tb.call("cudaLaunchKernel", 0, 10)
     tb.call("cudaLaunchKernel", 2, 5, tid=2, corr=c1)  # shares its id
     tb.gpu(c1, 20, 30)
-    tables = _bench_and_real_tables() + [tb.table()]
+    tb2 = TB()
+    tb2.call("cudaLaunchKernel", 0, 10)
+    tb2._row(kind=Kind.CPU_OP, name="aten::mm", start_ns=0, end_ns=12, pid=100, tid=1)
+    tb2._row(kind=Kind.CPU_OP, name="aten::mm", start_ns=0, end_ns=12, pid=100, tid=1, device=0)
+    tables = _bench_and_real_tables() + [tb2.table(), tb.table()]
     for t in tables:
         m = map_events(t)
         _same_graph(build_graph(t, m), build_graph(t))
@@ -181,3 +190,34 @@ def test_by_thread_groups_as_the_naive_split(n_threads, n_q, n_c, seed):
             want.append(((p, t), q_rows[(pid[:n_q] == p) & (tid[:n_q] == t)].tolist(), c.tolist()))
     got = [(k, q.tolist(), c.tolist()) for k, q, c in _by_thread(table, q_rows, c_rows)]
     assert got == want
+
+
+def _same_prepared(graph) -> None:
+    from daydream.graph import rule_arrays
+    from daydream.simulate.replay import _prepare_reference, _prepare_structure
+
+    order = graph.order
+    a, b = _prepare_structure(graph, order, rule_arrays()), _prepare_reference(graph, order, rule_arrays())
+    for f in a._fields:
+        x, y = getattr(a, f), getattr(b, f)
+        assert (np.array_equal(x, y) and np.asarray(x).dtype == np.asarray(y).dtype) if isinstance(x, np.ndarray) else x == y, f
+
+
+def test_prepared_replay_inputs_equal_the_reference_on_real_traces():
+    """The replay's prepared inputs (END-edge work on the END edges alone) equal the whole-edge
+    reference, on real traces and after optimizations that add waits and queue edges."""
+    from daydream.graph import build_graph
+
+    for t in _bench_and_real_tables():
+        _same_prepared(build_graph(t))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_prepared_replay_inputs_equal_the_reference_on_emulated_traces(tmp_path_factory, program):
+    from daydream.formats import load_trace
+    from daydream.graph import build_graph
+
+    path = tmp_path_factory.mktemp("emu") / "t.json"
+    to_kineto(emulate(program), str(path))
+    _same_prepared(build_graph(load_trace(str(path))))

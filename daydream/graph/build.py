@@ -56,8 +56,12 @@ def _own_costs(dur, rec_start, rec_end, ws, wd, counts) -> None:
     dur[b] = np.maximum(own, 0)
 
 
-def _cpu_ranges(table: EventTable) -> CpuRanges:
-    """The CPU-side ranges and framework ops (``Kind.RANGE``/``CPU_OP`` rows off the GPU)."""
+def _cpu_ranges(table: EventTable, mapping=None) -> CpuRanges:
+    """The CPU-side ranges and framework ops (``Kind.RANGE``/``CPU_OP`` rows off the GPU); the
+    mapping's columns of them (``Mapping.cpu_range_columns``) when it has them."""
+    cols = getattr(mapping, "cpu_range_columns", None)
+    if cols is not None and len(mapping.phase) == len(table):
+        return CpuRanges(*cols)
     k = table.kind
     r = np.nonzero(((k == Kind.RANGE) | (k == Kind.CPU_OP)) & (table.device < 0))[0]
 
@@ -131,7 +135,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
         lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64, copy=False), names=list(table.names),
         pid=nodes.pid, tid=nodes.tid, device=nodes.device, stream=nodes.stream, correlation=corr,
-        copy_kind=table.copy_kind[row].astype(np.uint8), devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table),
+        copy_kind=table.copy_kind[row].astype(np.uint8), devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table, mapping),
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
         order=order.astype(np.int64), edge_src=src[keep], edge_dst=dst[keep], edge_kind=ek[keep], edge_origin=eo[keep],
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
