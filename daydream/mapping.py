@@ -144,6 +144,21 @@ _MODULE_RE = re.compile(r"^nn\.Module: (.*)$", re.S)
 _NVTX_SUFFIX_RE = re.compile(r"^(.*?), (?:seq|op_id|sizes|stashed seq|input_op_ids) = ", re.S)
 
 
+_NVTX_SUFFIX_KEYS = ("seq = ", "op_id = ", "sizes = ", "stashed seq = ", "input_op_ids = ")
+
+
+def _nvtx_base(name: str) -> str | None:
+    """What :data:`_NVTX_SUFFIX_RE` captures in ``name`` (the text before the first ``", "``
+    that starts an emit_nvtx suffix), None when it does not match: by ``str.find`` (a few C
+    calls per name; the regex tries its lazy prefix at every position)."""
+    p = name.find(", ")
+    while p >= 0:
+        if name.startswith(_NVTX_SUFFIX_KEYS, p + 2):
+            return name[:p]
+        p = name.find(", ", p + 1)
+    return None
+
+
 def nvtx_base_name(name: str) -> str:
     """``name`` without an emit_nvtx suffix (``aten::mm, seq = 12, op_id = 7`` -> ``aten::mm``):
     the per-call part that makes every call's range name unique; other names unchanged."""
@@ -636,22 +651,26 @@ def _classify_names(names: list[str], used: np.ndarray, rules: Sequence[PhaseRul
     display = list(names)
     ids = np.flatnonzero(used)
     compiled = [(re.compile(r.pattern), r.ops_only) for r in rules]
-    cache: dict[tuple[str, bool], tuple[bool, int, int]] = {}
-    facts = []
+    keys: dict[tuple[str, bool], int] = {}  # distinct (display name, emit_nvtx suffix?) -> index
+    kind, mod, hashed = [], [], []
     for i in ids.tolist():  # one iteration per distinct context name
         s = names[i]
-        m = _NVTX_SUFFIX_RE.match(s) if ", " in s else None
-        base = m.group(1) if m else s
-        display[i] = base
-        hit = cache.get((base, m is not None))
-        if hit is None:
-            hit = cache[(base, m is not None)] = (bool(_IDENT_RE.match(base)) if m else bool(_NAMESPACED_RE.match(s)),
-                                                  *_first_rules(compiled, base))
-        facts.append((s.startswith("nn.Module: "), "#" in s) + hit)
-    f = np.array(facts, dtype=np.int64).reshape(-1, 5)
+        base = _nvtx_base(s) if ", " in s else None
+        key = (s, False) if base is None else (base, True)
+        display[i] = key[0]
+        j = keys.get(key)
+        if j is None:
+            j = keys[key] = len(keys)
+        kind.append(j)
+        mod.append(s.startswith("nn.Module: "))
+        hashed.append("#" in s)
+    per_key = [(bool(_IDENT_RE.match(base)) if sfx else bool(_NAMESPACED_RE.match(base)), *_first_rules(compiled, base))
+               for base, sfx in keys]  # one per distinct display name
+    f = np.array(per_key, dtype=np.int64).reshape(-1, 3)[np.array(kind, dtype=np.int64)]
     module, has_hash, nvtx_op = (np.zeros(n, dtype=bool) for _ in range(3))
     rule, op_rule = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-    module[ids], has_hash[ids], nvtx_op[ids], rule[ids], op_rule[ids] = f[:, 0] != 0, f[:, 1] != 0, f[:, 2] != 0, f[:, 3], f[:, 4]
+    module[ids], has_hash[ids] = np.array(mod, bool), np.array(hashed, bool)
+    nvtx_op[ids], rule[ids], op_rule[ids] = f[:, 0] != 0, f[:, 1], f[:, 2]
     return display, module, nvtx_op, has_hash, rule, op_rule
 
 

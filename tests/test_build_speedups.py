@@ -221,3 +221,15 @@ def test_prepared_replay_inputs_equal_the_reference_on_emulated_traces(tmp_path_
     path = tmp_path_factory.mktemp("emu") / "t.json"
     to_kineto(emulate(program), str(path))
     _same_prepared(build_graph(load_trace(str(path))))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["aten::mm", ", ", "seq = ", "op_id = ", "sizes = ", "stashed seq = ", "input_op_ids = ", "seq",
+                                 " = ", ",", " ", "\n", "x", "12", "[[1]]", "#"]), max_size=10))
+def test_nvtx_base_equals_the_suffix_regex(parts):
+    """mapping._nvtx_base (str.find) captures what _NVTX_SUFFIX_RE does, None where it does not match."""
+    from daydream.mapping import _NVTX_SUFFIX_RE, _nvtx_base
+
+    s = "".join(parts)
+    m = _NVTX_SUFFIX_RE.match(s)
+    assert _nvtx_base(s) == (m.group(1) if m else None)
