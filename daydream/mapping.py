@@ -313,7 +313,8 @@ class _Enclosers:
     """
 
     def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
-        if len(start) < 2 or bool(np.all(start[1:] >= start[:-1])):  # contexts come in start order
+        ident = len(start) < 2 or bool(np.all(start[1:] >= start[:-1]))  # contexts come in start order
+        if ident:
             o, ss = np.arange(len(start)), start
         else:
             o = np.argsort(start, kind="stable")
@@ -326,10 +327,14 @@ class _Enclosers:
                 tied[:-1] |= eq
                 p = np.flatnonzero(tied)  # runs of equal starts, in start order
                 sub = o[p]
-                o[p] = sub[np.lexsort((-end[sub], start[sub]))]
+                srt = sub[np.lexsort((-end[sub], start[sub]))]
+                ident = ident and bool((srt == sub).all())
+                o[p] = srt
         self.order = o
-        self.start = start[o]
-        self.end = end[o]
+        #: the order is the identity (``start``/``end`` are then the arrays given, not copies)
+        self.identity = ident
+        self.start = start if ident else start[o]
+        self.end = end if ident else end[o]
 
     def __len__(self) -> int:
         return len(self.order)
@@ -926,7 +931,7 @@ def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: i
     thread's (start asc, end desc) sort gives them, which is their own sort)."""
     ctx = th.ctx
     enc = _Enclosers(th.cs, th.ce)
-    srt = th.c[enc.order]
+    srt = th.c if enc.identity else th.c[enc.order]
     rks, bk = ctx.rk[srt], ctx.by_key  # the contexts' keys: their facts are read per key
     member = bk["member"][rks]
     qo = np.argsort(qs, kind="stable")
@@ -935,36 +940,41 @@ def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: i
         _CAT_LEVEL0, (1 << _CAT_MODULE) | (1 << _CAT_SCOPE), np.ascontiguousarray(qs[qo], np.int64),
         np.ascontiguousarray(qe[qo], np.int64), qo.astype(np.int64))
     lay = np.full(len(qs), -1, dtype=np.int64)
+    at = np.empty(len(member), np.int64)  # a member's index among its category's members
     for cat in (_CAT_MODULE, _CAT_SCOPE):
-        sub = np.flatnonzero((member >> cat) & 1)  # the category's members, in sorted order
+        sub = np.flatnonzero(member & (1 << cat))  # the category's members, in sorted order
         if not len(sub):
             continue
+        at[sub] = np.arange(len(sub))
         par = parent[sub]
-        par = np.where(par >= 0, np.searchsorted(sub, par), -1)  # as indices into sub
+        par = np.where(par >= 0, at[np.maximum(par, 0)], -1)  # as indices into sub
         paths = _path_labels(par, bk["comp"][rks[sub]], ctx.comp_names, intern)
         hit = hits[cat]
         take = (hit >= 0) & (lay < 0)
-        lay[take] = paths[np.searchsorted(sub, hit[take])]
+        lay[take] = paths[at[hit[take]]]
     op_ids = None
     hit = hits[_CAT_OP, :nq]
-    if ((member >> _CAT_OP) & 1).any():  # the thread has ops
+    if (member & (1 << _CAT_OP)).any():  # the thread has ops
         ok = hit >= 0
         op_ids = np.full(nq, -1, dtype=np.int64)
         op_ids[ok] = op_label[bk["op_name"][rks[hit[ok]]]]
-    ph, is_autograd = _phases_from_hits(hits, lev_hit, lev, bk["phase"][rks], enclosed, nq, levels)
+    ph = np.full(len(lev_hit), -1, np.int64)  # phase of the deciding context, -1 none
+    ok = lev_hit >= 0
+    ph[ok] = bk["phase"][rks[lev_hit[ok]]]
+    ph, is_autograd = _phases_from_hits(hits, ph, lev, bool((member & (1 << _CAT_BW)).any()), enclosed, nq, levels)
     return lay, op_ids, ph, is_autograd
 
 
-def _phases_from_hits(hits: np.ndarray, lev_hit: np.ndarray, lev: np.ndarray, phase: np.ndarray, enclosed: np.ndarray,
+def _phases_from_hits(hits: np.ndarray, ph: np.ndarray, lev: np.ndarray, has_bw: bool, enclosed: np.ndarray,
                       nq: int, levels: list[int]) -> tuple[np.ndarray, bool]:
-    """:func:`_thread_phases` from the fused sweep's answers (``phase``: per context of the
-    sweep; ``enclosed``: some context of the thread encloses the query)."""
+    """:func:`_thread_phases` from the fused sweep's answers (``ph``: per query, the phase of
+    the context its first level with a hit gives, -1 none; ``has_bw``: the thread has backward
+    contexts; ``enclosed``: some context of the thread encloses the query)."""
     is_autograd = False
-    if (phase == BACKWARD).any() and enclosed[:nq].any():  # decided by the calls alone
+    if has_bw and enclosed[:nq].any():  # decided by the calls alone
         is_autograd = bool((hits[_CAT_BW, :nq] >= 0).sum() > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
     if is_autograd:
         enclosed[:] = True
-    ph = np.where(lev_hit >= 0, phase[np.minimum(lev_hit, len(phase) - 1)], -1) if len(phase) else np.full(len(lev_hit), -1)
     if is_autograd and AUTOGRAD_THREAD_RULE.priority in levels:  # below its level: the autograd rule
         ph[(lev < 0) | (lev > levels.index(AUTOGRAD_THREAD_RULE.priority))] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
     return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
