@@ -233,3 +233,22 @@ def test_nvtx_base_equals_the_suffix_regex(parts):
     s = "".join(parts)
     m = _NVTX_SUFFIX_RE.match(s)
     assert _nvtx_base(s) == (m.group(1) if m else None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(-(2**63), 2**63 - 1)), max_size=40), st.sampled_from([3, 2**40, 2**63]),
+       st.integers(0, 2**32))
+def test_segmented_cummax_equals_the_loop(items, span, seed):
+    """graph._arrays.segmented_cummax (on offset values when they fit, else on ranks) is the
+    running maximum restarting at each segment start."""
+    from daydream.graph._arrays import segmented_cummax
+
+    x = np.array([v % span - span // 2 if span < 2**63 else v for _, v in items], np.int64)
+    starts = np.array([b for b, _ in items], bool)
+    if len(starts):
+        starts[0] = True
+    want, cur = [], None
+    for v, st_ in zip(x.tolist(), starts.tolist()):
+        cur = v if st_ or cur is None else max(cur, v)
+        want.append(cur)
+    assert segmented_cummax(x, starts).tolist() == want

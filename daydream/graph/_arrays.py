@@ -123,6 +123,11 @@ def segmented_cummax(x: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
     if len(x) == 0:
         return x.copy()
     seg = np.cumsum(seg_start) - 1
+    lo, hi = int(x.min()), int(x.max())
+    span = hi - lo + 1
+    if (int(seg[-1]) + 1) * span < (1 << 62):  # segment offsets on the values themselves, no sort
+        off = seg * np.int64(span)
+        return np.maximum.accumulate((x - np.int64(lo)) + off) - off + np.int64(lo)
     order = np.argsort(x, kind="stable")
     ranks = np.empty(len(x), dtype=np.int64)
     ranks[order] = np.arange(len(x))

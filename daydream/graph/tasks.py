@@ -118,7 +118,7 @@ def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarra
         return position
     g = np.nonzero(is_gpu)[0]
     o = g[np.lexsort((rec_start[g], small_ints(lane[g], int(lane.max()) + 1)))]  # each stream in recorded execution order
-    big = np.iinfo(np.int64).max
+    big = min(int(position.max()) + 1, int(np.iinfo(np.int64).max))  # above every position: "no launched task after it" (min() keeps the position)
     val = np.where(launch[o] >= 0, position[o], big)
     # suffix minimum within each lane, exclusive of the task itself
     rev = val[::-1]
