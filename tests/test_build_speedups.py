@@ -252,3 +252,26 @@ def test_segmented_cummax_equals_the_loop(items, span, seed):
         cur = v if st_ or cur is None else max(cur, v)
         want.append(cur)
     assert segmented_cummax(x, starts).tolist() == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 30), st.integers(0, 30), st.integers(1, 4), st.booleans(), st.integers(0, 2**32))
+def test_lane_ids_equal_unique_columns(n_cpu, n_gpu, spread, by_thread, seed):
+    """graph.tasks.lane_ids (CPU runs read off, GPU keys sorted) is unique_columns of the lane
+    keys, CPU nodes first by thread or in any order, GPU nodes anywhere."""
+    from daydream.graph._arrays import unique_columns
+    from daydream.graph.tasks import lane_ids
+
+    rng = np.random.default_rng(seed)
+    pid = rng.integers(0, spread, n_cpu + n_gpu).astype(np.int64) * 1000
+    tid = rng.integers(0, spread + 1, n_cpu + n_gpu).astype(np.int64)
+    if by_thread and n_cpu:
+        o = np.lexsort((tid[:n_cpu], pid[:n_cpu]))
+        pid[:n_cpu], tid[:n_cpu] = pid[:n_cpu][o], tid[:n_cpu][o]
+    is_gpu = np.r_[np.zeros(n_cpu, np.int64), np.ones(n_gpu, np.int64)]
+    if not by_thread:
+        is_gpu = rng.permutation(is_gpu)
+    stream = np.where(is_gpu == 1, rng.integers(0, 3, n_cpu + n_gpu), 0).astype(np.int64)
+    want_u, want_l = unique_columns([is_gpu, pid, tid, stream])
+    got_u, got_l = lane_ids(is_gpu, pid, tid, stream)
+    assert np.array_equal(got_u, want_u) and np.array_equal(got_l, want_l) and got_l.dtype == want_l.dtype

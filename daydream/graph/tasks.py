@@ -146,8 +146,8 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     """
     n = len(node_kind)
     is_gpu = (node_kind != NODE_CPU).astype(np.int64)
-    cols = [is_gpu, pid, tid_or_dev, np.where(is_gpu == 1, stream, 0)]
-    uniq, lane = unique_columns([np.asarray(c, dtype=np.int64) for c in cols])
+    uniq, lane = lane_ids(is_gpu, np.asarray(pid, dtype=np.int64), np.asarray(tid_or_dev, dtype=np.int64),
+                          np.where(is_gpu == 1, stream, 0).astype(np.int64, copy=False))
     lane_is_gpu = uniq[:, 0] == 1 if len(uniq) else np.zeros(0, bool)
     names = [(f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()]
     position = unlaunched_positions(lane, is_gpu == 1, launch, position, rec_start)
@@ -161,6 +161,28 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
         lane_prev[by_lane[1:][same]] = by_lane[:-1][same]
     return Lanes(lane, uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64), names, lane_is_gpu,
                  order.astype(np.int64), by_lane, lane_prev, launch_corr, position)
+
+
+def lane_ids(is_gpu: np.ndarray, pid: np.ndarray, tid_or_dev: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`unique_columns` of the lane key columns (int64, one per node; ``stream`` 0 on CPU
+    nodes). The builder numbers CPU nodes first, by thread: their lanes are then the runs of
+    (pid, tid), read off in one pass, and only the GPU nodes' keys are sorted; any other layout
+    goes to :func:`unique_columns` whole."""
+    n = len(is_gpu)
+    k = n - int(np.count_nonzero(is_gpu))  # CPU nodes
+    if k == 0 or k == n or bool(is_gpu[k - 1]) or not bool(is_gpu[k:].all()):
+        return unique_columns([is_gpu, pid, tid_or_dev, stream])
+    p, t = pid[:k], tid_or_dev[:k]
+    dp = p[1:] != p[:-1]
+    new = np.ones(k, bool)
+    new[1:] = dp | (t[1:] != t[:-1])
+    if not bool(np.all(np.where(dp, p[1:] > p[:-1], t[1:] >= t[:-1]))):  # (pid, tid) runs not ascending
+        return unique_columns([is_gpu, pid, tid_or_dev, stream])
+    first = np.flatnonzero(new)
+    c_uniq = np.stack([np.zeros(len(first), np.int64), p[first], t[first], np.zeros(len(first), np.int64)], axis=1)
+    g_uniq, g_lane = unique_columns([pid[k:], tid_or_dev[k:], stream[k:]])
+    uniq = np.concatenate([c_uniq, np.concatenate([np.ones((len(g_uniq), 1), np.int64), g_uniq], axis=1)])
+    return uniq, np.concatenate([np.cumsum(new) - 1, g_lane + len(first)])
 
 
 def visit_order(position, is_gpu, launch_corr, rec_start, row) -> np.ndarray:
