@@ -42,7 +42,8 @@ def test_unique_columns_equals_numpy_unique_rows(n, k, span, seed):
     keys = rng.integers(-span, span, (n, k), dtype=np.int64)
     keys[n // 2:] = keys[: n - n // 2]  # repeats
     want_u, want_inv = np.unique(keys, axis=0, return_inverse=True)
-    for u, inv in (unique_columns([keys[:, c].copy() for c in range(k)]), unique_rows(keys)):
+    for u, inv in (unique_columns([keys[:, c].copy() for c in range(k)]), unique_rows(keys),
+                   unique_columns([keys[:, c].copy() for c in range(k)], few=True)):
         assert np.array_equal(u, want_u.reshape(-1, k)) and np.array_equal(inv, want_inv.reshape(-1))
 
 

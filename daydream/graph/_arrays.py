@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import stable_group_order
+
 
 class Counts(dict):
     """What the builder kept as artefacts or could not link, by reason (``reason -> count``);
@@ -81,11 +83,12 @@ def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unique_columns([np.ascontiguousarray(keys[:, c]) for c in range(k)])
 
 
-def unique_columns(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def unique_columns(cols: list[np.ndarray], few: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(unique rows (u, k) int64 sorted lexicographically, inverse (n,) int64) of the rows made
     of the int64 columns ``cols``: when the columns, shifted to start at 0, fit side by side in
     one int64, a stable sort of the packed keys; else each column is ranked on its own and the
-    ranks are packed."""
+    ranks are packed. ``few``: the rows take few distinct values (lanes), so the packed keys
+    are sorted by :func:`daydream.arrays.stable_group_order` (the same order)."""
     k = len(cols)
     n = len(cols[0]) if k else 0
     if n == 0:
@@ -96,7 +99,8 @@ def unique_columns(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         packed = np.zeros(n, np.int64)
         for c in range(k):
             packed = (packed << np.int64(bits[c])) | (cols[c] - np.int64(lows[c]))
-        o = np.argsort(packed, kind="stable")  # node columns come in long runs: timsort's near-O(n) case
+        # node columns come in long runs: timsort's near-O(n) case; few distinct: a radix pass
+        o = stable_group_order(packed) if few else np.argsort(packed, kind="stable")
         ps = packed[o]
         new = np.ones(n, dtype=bool)
         new[1:] = ps[1:] != ps[:-1]

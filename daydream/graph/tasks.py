@@ -180,7 +180,7 @@ def lane_ids(is_gpu: np.ndarray, pid: np.ndarray, tid_or_dev: np.ndarray, stream
         return unique_columns([is_gpu, pid, tid_or_dev, stream])
     first = np.flatnonzero(new)
     c_uniq = np.stack([np.zeros(len(first), np.int64), p[first], t[first], np.zeros(len(first), np.int64)], axis=1)
-    g_uniq, g_lane = unique_columns([pid[k:], tid_or_dev[k:], stream[k:]])
+    g_uniq, g_lane = unique_columns([pid[k:], tid_or_dev[k:], stream[k:]], few=True)
     uniq = np.concatenate([c_uniq, np.concatenate([np.ones((len(g_uniq), 1), np.int64), g_uniq], axis=1)])
     return uniq, np.concatenate([np.cumsum(new) - 1, g_lane + len(first)])
 
