@@ -245,6 +245,12 @@ def _warm_jit() -> None:
     if jit.compiled(_sweep_innermost) is not None:
         jit.call(jit.compiled(_sweep_innermost), e, e, e)
     try:
+        from daydream.graph._arrays import ffill_by
+    except ImportError:  # a daydream before the compiled thread fill
+        pass
+    else:
+        ffill_by(e, e, np.zeros(0, bool), method="compiled")
+    try:
         from daydream.simulate import critical_walk
     except ImportError:  # a daydream before the compiled critical-path walk
         return

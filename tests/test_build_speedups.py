@@ -276,3 +276,21 @@ def test_lane_ids_equal_unique_columns(n_cpu, n_gpu, spread, by_thread, seed):
     want_u, want_l = unique_columns([is_gpu, pid, tid, stream])
     got_u, got_l = lane_ids(is_gpu, pid, tid, stream)
     assert np.array_equal(got_u, want_u) and np.array_equal(got_l, want_l) and got_l.dtype == want_l.dtype
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 50), st.booleans()), max_size=40), st.integers(0, 2**32))
+def test_ffill_by_compiled_equals_numpy(items, seed):
+    """graph._arrays.ffill_by: the compiled pass, the kernel in Python and the numpy scans agree,
+    over any index order (a thread's calls forwards or backwards) and a subset of positions."""
+    from daydream.graph._arrays import ffill_by
+
+    rng = np.random.default_rng(seed)
+    values = np.array([v for v, _ in items], np.int64)
+    idx = rng.permutation(len(values))[: max(len(values) - 2, 0)].astype(np.int64)
+    start = np.array([b for _, b in items], bool)[: len(idx)]
+    if len(start):
+        start[0] = True
+    want = ffill_by(values, idx, start, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        assert np.array_equal(ffill_by(values, idx, start, method=m), want), m

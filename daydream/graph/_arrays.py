@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import jit
 from ..arrays import stable_group_order
 
 
@@ -156,6 +157,45 @@ def segmented_ffill_exclusive(x: np.ndarray, seg_start: np.ndarray) -> np.ndarra
     out = np.full(n, -1, dtype=np.int64)
     out[valid] = x[last[valid]]
     return out
+
+
+#: from this many items :func:`ffill_by` runs its compiled kernel (importing numba costs ~0.3 s)
+FFILL_MIN = 50_000
+
+
+def ffill_by(values: np.ndarray, idx: np.ndarray, seg_start: np.ndarray, method: str = "auto") -> np.ndarray:
+    """``out`` (int64, length ``len(values)``, -1 where ``idx`` does not reach) with
+    ``out[idx] = segmented_ffill_exclusive(values[idx], seg_start)``: for each position k of
+    ``idx``, the last ``values[idx[j]] >= 0`` with j < k in its segment (segments start where
+    ``seg_start``), -1 none. One compiled pass (:func:`_ffill_kernel`) from :data:`FFILL_MIN`
+    items when numba is there ("auto"; "compiled" whatever the size, "numpy" never, "python" the
+    kernel uncompiled), else the numpy scans; the same answers."""
+    out = np.full(len(values), -1, dtype=np.int64)
+    if method == "python":  # the kernel uncompiled (tests)
+        _ffill_kernel(values, idx, seg_start, out)
+        return out
+    if method != "numpy" and jit.wanted(len(idx), FFILL_MIN, forced=method == "compiled"):
+        fn = jit.compiled(_ffill_kernel)
+        if fn is not None:
+            jit.call(fn, np.ascontiguousarray(values, np.int64), np.ascontiguousarray(idx, np.int64),
+                     np.ascontiguousarray(seg_start, np.bool_), out)
+            return out
+    if len(idx):
+        out[idx] = segmented_ffill_exclusive(values[idx].astype(np.int64, copy=False), seg_start)
+    return out
+
+
+def _ffill_kernel(values, idx, seg_start, out):
+    """:func:`ffill_by`'s loop: one pass over ``idx``, writing ``out`` in place."""
+    cur = -1
+    for k in range(len(idx)):
+        i = idx[k]
+        if seg_start[k]:
+            cur = -1
+        out[i] = cur
+        v = values[i]
+        if v >= 0:
+            cur = v
 
 
 def lookup_sorted(sorted_keys: np.ndarray, order: np.ndarray, values: np.ndarray, q: np.ndarray, valid: np.ndarray) -> np.ndarray:

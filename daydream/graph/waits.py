@@ -15,7 +15,7 @@ from ..arrays import sorted_unique
 from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, is_hip, roles_of_names
 from ..events import CopyKind, EventTable, Kind, MemKind
 from ..links import pids_of
-from ._arrays import corr_key, count, lookup_sorted, search_pairs, segmented_ffill_exclusive, triples
+from ._arrays import corr_key, count, ffill_by, lookup_sorted, search_pairs, triples
 from .tasks import Lanes, Nodes
 
 _NONE = np.zeros(0, np.int64)
@@ -98,17 +98,13 @@ class WaitIndex:
     def ffill_thread(self, per_cpu: np.ndarray, backwards: bool = False) -> np.ndarray:
         """For each CPU node: the last value >= 0 of ``per_cpu`` at an earlier call of its thread
         (``backwards``: the first one at a later call)."""
-        out = np.full(len(per_cpu), -1, dtype=np.int64)
         if not len(self.cpu_lo):
-            return out
+            return np.full(len(per_cpu), -1, dtype=np.int64)
         if not backwards:
-            out[self.cpu_lo] = segmented_ffill_exclusive(per_cpu[self.cpu_lo], self.thread_start)
-            return out
+            return ffill_by(per_cpu, self.cpu_lo, self.thread_start)
         thread_end = np.ones(len(self.cpu_lo), dtype=bool)
         thread_end[:-1] = self.thread_start[1:]
-        lo = self.cpu_lo[::-1]
-        out[lo] = segmented_ffill_exclusive(per_cpu[lo], thread_end[::-1])
-        return out
+        return ffill_by(per_cpu, self.cpu_lo[::-1], thread_end[::-1])
 
     def find_lane(self, pid: np.ndarray, dev: np.ndarray, stream: np.ndarray) -> np.ndarray:
         """GPU lane of (pid, device, stream); device -1 matches any device of that pid."""
