@@ -139,6 +139,17 @@ AUTOGRAD_THREAD_SHARE = 0.5
 NAME_PREFIX = 8192
 COMM_KERNEL_PATTERN = r"(?i)^nccl|^rccl|ncclKernel|ncclDevKernel|^void\s+nccl|\bnccl\w*Kernel"
 
+def is_comm_kernel_name(name: str, rx: re.Pattern | None = None) -> bool:
+    """Whether ``name`` (its first :data:`NAME_PREFIX` characters) matches
+    :data:`COMM_KERNEL_PATTERN` (``rx``: that pattern compiled). Every alternative of the
+    pattern contains ``nccl`` or ``rccl`` (case-insensitive), so names without either (lowered)
+    are answered without the regex, which scans long templated kernel names slowly."""
+    head = name[:NAME_PREFIX].lower()
+    if "nccl" not in head and "rccl" not in head:
+        return False
+    return bool((rx or re.compile(COMM_KERNEL_PATTERN)).search(name, 0, NAME_PREFIX))
+
+
 _MODULE_RE = re.compile(r"^nn\.Module: (.*)$", re.S)
 #: emit_nvtx range names: "<op>, seq = N, op_id = M" / "<op>, op_id = M" / "<op>, sizes = [...]"
 _NVTX_SUFFIX_RE = re.compile(r"^(.*?), (?:seq|op_id|sizes|stashed seq|input_op_ids) = ", re.S)
@@ -1051,7 +1062,7 @@ def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, 
     rx = re.compile(COMM_KERNEL_PATTERN)
     comm_names = np.zeros(len(table.names), dtype=bool)
     for i in sorted_unique(g_names).tolist():  # one iteration per distinct GPU task name
-        comm_names[i] = bool(rx.search(table.names[i], 0, NAME_PREFIX))
+        comm_names[i] = is_comm_kernel_name(table.names[i], rx)
     comm = comm_names[g_names]
     out.phase[gpu_rows[comm]] = COMMUNICATION
     counts["GPU tasks without a launching call"] = int(np.count_nonzero(~has))

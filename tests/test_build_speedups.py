@@ -294,3 +294,17 @@ def test_ffill_by_compiled_equals_numpy(items, seed):
     want = ffill_by(values, idx, start, method="numpy")
     for m in ("python", "compiled", "auto"):
         assert np.array_equal(ffill_by(values, idx, start, method=m), want), m
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["nccl", "NCCL", "rccl", "Kernel", "\u212a", "void ", "Dev", "x", "_", " ", "\u0130", "\u017f", "ncc",
+                                 "l", "AllReduce", "ǅ"]), max_size=8), st.text(max_size=5))
+def test_comm_kernel_prefilter_equals_the_regex(parts, noise):
+    """mapping.is_comm_kernel_name (a substring test before the regex) answers as
+    COMM_KERNEL_PATTERN does, odd Unicode case folds included."""
+    import re
+
+    from daydream.mapping import COMM_KERNEL_PATTERN, NAME_PREFIX, is_comm_kernel_name
+
+    name = "".join(parts) + noise
+    assert is_comm_kernel_name(name) == bool(re.compile(COMM_KERNEL_PATTERN).search(name, 0, NAME_PREFIX))
