@@ -308,3 +308,32 @@ def test_comm_kernel_prefilter_equals_the_regex(parts, noise):
 
     name = "".join(parts) + noise
     assert is_comm_kernel_name(name) == bool(re.compile(COMM_KERNEL_PATTERN).search(name, 0, NAME_PREFIX))
+
+
+def _lane_and_launch_edges_point_forward(g) -> None:
+    from daydream.graph.edges import EdgeKind
+
+    rank = np.empty(g.n, np.int64)
+    rank[g.order] = np.arange(g.n)
+    m = np.isin(g.edge_kind, [EdgeKind.THREAD, EdgeKind.STREAM, EdgeKind.LAUNCH, EdgeKind.STAGED])
+    assert (rank[g.edge_src[m]] < rank[g.edge_dst[m]]).all()
+
+
+def test_lane_and_launch_edges_point_forward_on_real_traces():
+    """repair_order skips checking the builder's lane and launch edges: they point forward in
+    its visiting order by construction."""
+    from daydream.graph import build_graph
+
+    for t in _bench_and_real_tables():
+        _lane_and_launch_edges_point_forward(build_graph(t))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_lane_and_launch_edges_point_forward_on_emulated_traces(tmp_path_factory, program):
+    from daydream.formats import load_trace
+    from daydream.graph import build_graph
+
+    path = tmp_path_factory.mktemp("emu") / "t.json"
+    to_kineto(emulate(program), str(path))
+    _lane_and_launch_edges_point_forward(build_graph(load_trace(str(path))))

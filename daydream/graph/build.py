@@ -129,7 +129,9 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     ]))
     src, dst, ek, eo = (np.concatenate([a, b]) for a, b in zip(order_edges, dep_edges))
     # tied or inconsistent timestamps (odd input) can put a task before what it waits for
-    order, keep = repair_order(lanes.order, src, dst, ek, counts)  # valid by construction
+    # lane and launch edges (the first four groups) point forward in the lane order by construction
+    n_forward = int(np.count_nonzero(lp)) + int(np.count_nonzero(has_launch))
+    order, keep = repair_order(lanes.order, src, dst, ek, counts, n_forward)  # valid by construction
     nm = mapping.for_nodes(row) if mapping is not None else None
     graph = TaskGraph(
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,

@@ -114,8 +114,10 @@ def topological_order(graph) -> np.ndarray:
     return out
 
 
-def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int], forward: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``order`` made valid, or kept when it already is; returns (order, kept-edge mask).
+    ``forward``: the first ``forward`` edges point forward in ``order`` by construction (the
+    builder's lane and launch edges), so the check reads only the others' ranks.
 
     The order sorted by position breaks only on odd input (tied or contradictory timestamps).
     Then a topological sort that keeps the sorted order wherever it can replaces it; if the
@@ -128,7 +130,7 @@ def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int]) -> t
         return order, keep
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)
-    if _keeps_constraints(n, rank, src, dst, kind):  # the usual case, without building the constraints
+    if _keeps_constraints(n, rank, src, dst, kind, forward):  # the usual case, without building the constraints
         return order, keep
     a, b, e = visit_constraints(n, src, dst, kind)
     back = rank[a] >= rank[b]
@@ -143,14 +145,14 @@ def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int]) -> t
     return order, keep
 
 
-def _keeps_constraints(n: int, rank: np.ndarray, src, dst, kind) -> bool:
+def _keeps_constraints(n: int, rank: np.ndarray, src, dst, kind, forward: int = 0) -> bool:
     """Whether the order of ``rank`` (node -> position) keeps every :func:`visit_constraints`
     pair: ``not (rank[a] >= rank[b]).any()``, without materializing the pairs (an END edge's
-    pairs hold when its source comes before the earliest reader of its destination's end)."""
+    pairs hold when its source comes before the earliest reader of its destination's end).
+    ``forward``: the first ``forward`` edges are known to point forward (not checked again)."""
     ra = rule_arrays()
     direct = ra.phase[kind] != Phase.END
-    rs, rd = rank[src], rank[dst]
-    if np.any((rs >= rd) & direct):
+    if np.any((rank[src[forward:]] >= rank[dst[forward:]]) & direct[forward:]):
         return False
     end_e = np.flatnonzero(~direct)
     if len(end_e) == 0:
@@ -159,5 +161,5 @@ def _keeps_constraints(n: int, rank: np.ndarray, src, dst, kind) -> bool:
     waited[dst[end_e]] = True
     readers = np.flatnonzero(ra.anchor_end[kind] & waited[src])  # out-edges anchored at a waited node's end
     first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, src[readers], rd[readers])
-    return not np.any(rs[end_e] >= first[dst[end_e]])
+    np.minimum.at(first, src[readers], rank[dst[readers]])
+    return not np.any(rank[src[end_e]] >= first[dst[end_e]])
