@@ -337,3 +337,46 @@ def test_lane_and_launch_edges_point_forward_on_emulated_traces(tmp_path_factory
     path = tmp_path_factory.mktemp("emu") / "t.json"
     to_kineto(emulate(program), str(path))
     _lane_and_launch_edges_point_forward(build_graph(load_trace(str(path))))
+
+
+def _latency_checked(monkeypatch):
+    import daydream.graph.build as B
+    from daydream.graph.latency import _launch_latency_and_gap_reference, launch_latency_and_gap
+
+    calls = []
+
+    def both(*a, **k):
+        c1, c2 = {}, {}
+        got = launch_latency_and_gap(*a[:-1], c1) if len(a) == 9 else launch_latency_and_gap(*a, **k)
+        want = _launch_latency_and_gap_reference(*a[:-1], c2) if len(a) == 9 else _launch_latency_and_gap_reference(*a, **k)
+        assert got == want and c1 == c2
+        calls.append(got)
+        return launch_latency_and_gap(*a, **k)
+
+    monkeypatch.setattr(B, "launch_latency_and_gap", both)
+    return calls
+
+
+def test_latency_on_gpu_tasks_equals_the_reference(monkeypatch):
+    """graph.latency.launch_latency_and_gap (on the GPU tasks' arrays) gives the reference's L,
+    G, S and counts on real traces."""
+    from daydream.graph import build_graph
+
+    calls = _latency_checked(monkeypatch)
+    for t in _bench_and_real_tables():
+        build_graph(t)
+    assert len(calls) == len(_bench_and_real_tables()) and any(c[0] > 0 for c in calls)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_latency_on_gpu_tasks_equals_the_reference_on_emulated_traces(tmp_path_factory, program):
+    import pytest
+    from daydream.formats import load_trace
+    from daydream.graph import build_graph
+
+    path = tmp_path_factory.mktemp("emu") / "t.json"
+    to_kineto(emulate(program), str(path))
+    with pytest.MonkeyPatch.context() as mp:
+        _latency_checked(mp)
+        build_graph(load_trace(str(path)))
