@@ -125,11 +125,12 @@ def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra) -> Prepared:
     cent of the edges: syncs, full launch queues) and each per-edge lookup made once."""
     n = graph.n
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
-    ph, anchor_end = ra.phase[k], ra.anchor_end[k]
-    off = ra.graph_offsets_ns(graph)[k]
-    is_end = ph == Phase.END
+    nk = max(int(k.max()) + 1 if len(k) else 0, len(ra.phase))
+    ph_k, ae_k, off_k = (np.resize(a, nk) for a in (ra.phase, ra.anchor_end, ra.graph_offsets_ns(graph)))  # per kind
+    ph_k[len(ra.phase):], ae_k[len(ra.phase):], off_k[len(ra.phase):] = 0, False, 0
+    is_end = (ph_k == Phase.END)[k]
     end_i = np.flatnonzero(is_end)
-    es, ed = src[end_i], dst[end_i]
+    es, ed, ek = src[end_i], dst[end_i], k[end_i]
     has_end = np.zeros(n, bool)
     has_end[ed] = True
     rank = np.empty(n, np.int64)
@@ -139,15 +140,14 @@ def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra) -> Prepared:
     deferred[ed[~eager]] = True
     is_cpu = graph.is_cpu
     cpu_dst = is_cpu[dst]
-    nk = max(int(k.max()) + 1 if len(k) else 0, len(EdgeKind))
     fit_cpu = np.zeros(nk, bool)
     fit_cpu[EdgeKind.THREAD] = True
     fit_gpu = np.zeros(nk, bool)
     fit_gpu[[EdgeKind.STREAM, EdgeKind.LAUNCH]] = True
     fits = np.where(cpu_dst, fit_cpu[k], fit_gpu[k])  # (_codes)
     if deferred.any():
-        fits &= ~(anchor_end & deferred[src])  # reading a lazily finished end needs the generic path
-    fits[end_i] |= eager & anchor_end[end_i] & (off[end_i] == 0) & cpu_dst[end_i]  # waits on one GPU task
+        fits &= ~(ae_k[k] & deferred[src])  # reading a lazily finished end needs the generic path
+    fits[end_i] |= eager & ae_k[ek] & (off_k[ek] == 0) & cpu_dst[end_i]  # waits on one GPU task
     odd = np.zeros(n, bool)
     odd[dst[~fits]] = True
     n_end = np.bincount(ed, minlength=n)
@@ -161,10 +161,19 @@ def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra) -> Prepared:
     e3 = code[ed] == 3
     q_src[ed[e3]] = es[e3]
     g2 = code[dst] == 2
-    g = _csr(n, np.flatnonzero(g2 & ~is_end), dst, src, anchor_end, off, ph)
-    e = _csr(n, end_i[g2[end_i]], dst, src, anchor_end, off, ph)
+    g = _csr_by_kind(n, np.flatnonzero(g2 & ~is_end), dst, src, k, ae_k, off_k, ph_k)
+    e = _csr_by_kind(n, end_i[g2[end_i]], dst, src, k, ae_k, off_k, ph_k)
     return Prepared(prev, code, a_col, q_src, deferred, *g, *e[:4],
                     int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns))
+
+
+def _csr_by_kind(n: int, idx: np.ndarray, dst, src, k, ae_k, off_k, ph_k) -> tuple[np.ndarray, ...]:
+    """:func:`_csr` with the edges' anchor, offset and phase read from per-kind tables at ``idx`` only."""
+    idx = idx[np.argsort(dst[idx], kind="stable")]
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst[idx], minlength=n), out=ptr[1:])
+    ki = k[idx]
+    return ptr, src[idx].astype(np.int64, copy=False), ae_k[ki].astype(np.bool_), off_k[ki].astype(np.int64), ph_k[ki].astype(np.int8)
 
 
 def _prepare_reference(graph: TaskGraph, order: np.ndarray, ra) -> Prepared:
