@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import jit
 from .events import EventTable
 
 
@@ -35,7 +36,7 @@ def pids_of(table: EventTable, rows: np.ndarray, only: int) -> np.ndarray:
 
 
 def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, only: int | None = None,
-                dense: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                dense: bool = True, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """The launching runtime row of each GPU row by (process, correlation id), -1 when none.
 
     Args:
@@ -43,6 +44,9 @@ def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, on
         only: :func:`only_process` of ``rt_rows`` when the caller has it (computed otherwise).
         dense: look ids up in a direct table where that gives the same answer
             (:func:`_dense_launch_rows`; False: always by sorting, the reference the tests use).
+        method: when not dense, "auto" joins the keys through a hash table in one compiled
+            pass (:func:`_hash_join`) from :data:`HASH_MIN` rows when numba is there, else by
+            sorting; "sorted", "hash" (compiled whatever the size), "hash-py" (uncompiled, tests).
     Returns:
         (launch row per GPU row, int64 length ``len(gpu_rows)``; per runtime row, bool: it shares
         its correlation id with an earlier call of its process — the earliest one is the link).
@@ -59,7 +63,15 @@ def launch_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, on
         return direct, np.zeros(len(rt_rows), bool)
     rk = _corr_key(rt_pid, rt_corr)
     rs = table.start_ns[rt_rows]
-    if len(rs) < 2 or bool(np.all(rs[1:] >= rs[:-1])):  # calls in start order: ties in start stay in call order
+    in_order = len(rs) < 2 or bool(np.all(rs[1:] >= rs[:-1]))  # calls in start order: ties in start stay in call order
+    fn = _hash_kernel(method, len(rt_rows) + len(gpu_rows)) if dense else None
+    if fn is not None:
+        ins = np.arange(len(rt_rows)) if in_order else np.argsort(rs, kind="stable")  # (start, call order)
+        gk = _corr_key(g_pid, g_corr)
+        j, dup = jit.call(fn, rk, rt_corr >= 0, ins, gk, (g_corr >= 0) & (g_pid >= 0))
+        out[j >= 0] = rt_rows[j[j >= 0]]
+        return out, dup
+    if in_order:
         o = np.argsort(rk, kind="stable")
     else:
         o = np.lexsort((rs, rk))
@@ -109,3 +121,66 @@ def _dense_launch_rows(rt_rows, rt_pid, rt_corr, g_pid, g_corr) -> np.ndarray | 
     out = np.full(len(g_corr), -1, np.int64)
     out[ok] = slot[gc[ok] - lo]
     return out
+
+
+#: from this many rows (calls + GPU tasks) :func:`launch_rows` joins ids through its compiled
+#: hash table (importing numba costs ~0.3 s; sorting 10^5 keys takes a few ms)
+HASH_MIN = 50_000
+
+
+def _hash_kernel(method: str, size: int):
+    """The hash join to use (:func:`_hash_join`, compiled or not), or None for sorting."""
+    if method == "hash-py":
+        return _hash_join
+    if method == "sorted" or not jit.wanted(size, HASH_MIN, forced=method == "hash"):
+        return None
+    return jit.compiled(_hash_join)
+
+
+#: 2**64 / golden ratio, as a signed int64 (multiplicative hashing's constant)
+_FIB = -7046029254386353131
+
+
+def _hash_join(rk, rvalid, ins, gk, gvalid):
+    """:func:`launch_rows`' join of the calls' keys ``rk`` (where ``rvalid``) and the GPU rows'
+    keys ``gk`` (where ``gvalid``) through an open-addressing table: calls are inserted in the
+    order ``ins`` (start, then call order), the first of equal keys kept, the later ones flagged
+    as sharing it (``dup``), as the stable sort does. Returns (index into the calls of each GPU
+    row's link, -1 none; dup per call). O(calls + GPU rows)."""
+    n = len(rk)
+    cap = 2
+    shift = 63
+    while cap < 2 * n + 2:
+        cap *= 2
+        shift -= 1
+    mask = cap - 1
+    tkey = np.zeros(cap, np.int64)
+    tval = np.full(cap, -1, np.int64)
+    dup = np.zeros(n, np.bool_)
+    for t in range(len(ins)):
+        i = ins[t]
+        if not rvalid[i]:
+            continue
+        key = rk[i]
+        h = (key + (key >> 40) * _FIB) & mask  # ids stay adjacent (locality); processes spread apart
+        while True:
+            if tval[h] < 0:
+                tkey[h] = key
+                tval[h] = i
+                break
+            if tkey[h] == key:
+                dup[i] = True
+                break
+            h = (h + 1) & mask
+    out = np.full(len(gk), -1, np.int64)
+    for j in range(len(gk)):
+        if not gvalid[j]:
+            continue
+        key = gk[j]
+        h = (key + (key >> 40) * _FIB) & mask  # ids stay adjacent (locality); processes spread apart
+        while tval[h] >= 0:
+            if tkey[h] == key:
+                out[j] = tval[h]
+                break
+            h = (h + 1) & mask
+    return out, dup

@@ -90,9 +90,9 @@ def test_seeded_views_equal_the_edges_on_emulated_traces(tmp_path_factory, progr
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 30), st.integers(0, 30), st.sampled_from([2, 50, 10**6, 2**41]), st.booleans(), st.booleans(), st.integers(0, 2**32))
 def test_dense_launch_link_equals_the_sorted_one(n_rt, n_gpu, corr_span, one_pid, shared_ids, seed):
-    """links.launch_rows by its direct id table (when it takes it) gives the sorted path's links
-    and duplicate flags: shared ids, negative ids and pids, GPU rows of other processes, ids past
-    40 bits, calls in any order."""
+    """links.launch_rows by its direct id table (when it takes it) and by its hash join (compiled
+    and not) gives the sorted path's links and duplicate flags: shared ids, negative ids and pids,
+    GPU rows of other processes, ids past 40 bits, calls in any order, ties in start."""
     from daydream.events import EventTable, Kind
     from daydream.links import launch_rows
 
@@ -114,8 +114,9 @@ def test_dense_launch_link_equals_the_sorted_one(n_rt, n_gpu, corr_span, one_pid
     g = np.flatnonzero(cols["kind"] == Kind.KERNEL)
     for rows in (rt, rng.permutation(rt)):
         want, want_dup = launch_rows(table, rows, g, dense=False)
-        got, got_dup = launch_rows(table, rows, g)
-        assert np.array_equal(got, want) and np.array_equal(got_dup, want_dup)
+        for method in ("auto", "hash", "hash-py"):
+            got, got_dup = launch_rows(table, rows, g, method=method)
+            assert np.array_equal(got, want) and np.array_equal(got_dup, want_dup), method
 
 
 def _same_graph(a, b) -> None:
