@@ -246,10 +246,13 @@ def _warm_jit() -> None:
         jit.call(jit.compiled(_sweep_innermost), e, e, e)
     try:
         from daydream.graph._arrays import ffill_by
-    except ImportError:  # a daydream before the compiled thread fill
+        from daydream.links import _hash_join
+    except ImportError:  # a daydream before the compiled thread fill and launch join
         pass
     else:
         ffill_by(e, e, np.zeros(0, bool), method="compiled")
+        if jit.compiled(_hash_join) is not None:
+            jit.call(jit.compiled(_hash_join), e, np.zeros(0, bool), e, e, np.zeros(0, bool))
     try:
         from daydream.simulate import critical_walk
     except ImportError:  # a daydream before the compiled critical-path walk
