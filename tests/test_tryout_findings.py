@@ -237,3 +237,33 @@ def test_fusion_not_applicable_does_not_deny_back_to_back_kernels_it_saw():
     r = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite")), ["fusion"]).report
     why = r.not_applicable["fusion"]
     assert "2,270 pairs" in why and "no two memory-bound kernels" not in why
+
+
+def _args_null_trace(tmp_path: Path) -> Path:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 5, "args": None},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 1,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3, "dur": 2,
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 6, "dur": 2, "args": None},
+    ]
+    path = tmp_path / "args_null.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_args_null_is_read_as_no_args(tmp_path, monkeypatch, fast):
+    # was: exit 2, "traceEvents[0].args: wrong JSON type: Expected `object`, got `null`"
+    from daydream.formats import kineto
+
+    monkeypatch.setattr(kineto, "_FAST", fast)
+    table = load_trace(str(_args_null_trace(tmp_path)))
+    names = [table.names[i] for i in table.cols["name_id"]]
+    assert names == ["aten::mm", "cudaLaunchKernel", "k", "k2"]
+    k, k2 = names.index("k"), names.index("k2")
+    # k2 has no args: device from the pid, stream from the tid, no correlation
+    assert table.cols["device"][k2] == 0 and table.cols["stream"][k2] == 7
+    assert table.cols["correlation"][k2] == -1 and table.cols["correlation"][k] == 1
+    assert table.cols["external_id"][names.index("aten::mm")] == -1
