@@ -371,3 +371,17 @@ def test_launch_data_read_once_per_file(tmp_path):
                  '{"cat": "kernel", "name": "k", "args": {"grid": [1, 1, 1], "correlation": 4, "device": 0}}]}')
     b = read_launch_data(str(f), "kineto")
     assert b is not a and len(b) == 2 and b.grid[:, 0].tolist() == [2, 1]
+
+
+def test_gpu_tasks_without_a_device_are_counted_in_the_note():
+    b = TB()
+    c0, c1 = b.call("cudaLaunchKernel", 0, 10), b.call("cudaLaunchKernel", 20, 30)
+    b.gpu(c0, 1000, 11_000, name=SGEMM)
+    b.gpu(c1, 11_000, 16_000, name=ADD, device=-1)
+    g = build_graph(b.table())
+    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name="NVIDIA H100 80GB HBM3")])
+    g.devices = g.table.meta.devices
+    _, _, note = run(g, "gpu-upgrade:target=B200")
+    assert "1 GPU tasks without a device id modelled as run on the H100 SXM" in note
+    _, _, note = run(gpu_graph(), "gpu-upgrade:target=B200")
+    assert "without a device id" not in note

@@ -146,6 +146,9 @@ def _apply(graph, p):
     out = f"{src.name} -> {target.name} {word}".rstrip() + ": " + note
     if host:
         out += "; " + "; ".join(host)
+    nodev = int(((graph.node_kind != NODE_CPU) & (graph.device < 0)).sum())
+    if nodev:  # the trace did not say where they ran: they are taken to have run on the traced GPU
+        out += f"; {nodev:,} GPU tasks without a device id modelled as run on the {src.name}"
     if src.vendor != target.vendor:
         out += (f"; cross-vendor ({src.vendor} -> {target.vendor}): the target's libraries choose other kernels "
                 "(tiles, grids, fusion), which this model does not know")
