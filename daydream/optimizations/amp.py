@@ -23,6 +23,10 @@ What is not scaled, and why:
 Kernels whose name gives no precision (``nvjet_*``, Triton) are taken as fp32, PyTorch's default
 (a trace whose known-precision GEMMs are mostly half does not get this far, see above).
 
+In the per-GPU model (the default, ``amp:model=gpu``, docs/optimizations.md) these factors apply to
+the work part of each kernel above the GPU's kernel floor (:func:`floored_durations`), as in
+gpu-upgrade's per-kernel model; the paper's model scales whole kernels.
+
 TF32 GEMMs (Ampere and later run fp32 GEMMs/convolutions on Tensor Cores as TF32) are already on
 Tensor Cores at half the fp16 rate: they scale by ``tf32_factor`` (1/2: dense FP16 / dense TF32
 Tensor-Core throughput is 312/156 TFLOPS on A100 and 989/495 on H100 SXM, NVIDIA A100 and H100
@@ -168,9 +172,10 @@ def _apply_gpu(graph, p, gpu):
     f32, ftf = _path_factor(gpu, "fp32", p["tc_efficiency"]), _path_factor(gpu, "tf32", p["tc_efficiency"])
     factor = np.ones(graph.n)
     factor[c32], factor[ctf], factor[mem] = f32, ftf, p["memory_factor"]
-    factor = _roofline_cap(graph, gpu, factor, c32 | ctf)
+    cap = _roofline_cap(graph, gpu, factor.copy(), c32 | ctf)
     sel = c32 | ctf | mem
-    g = scale(graph, sel, lambda gr, ids: factor[ids])
+    floor = KM.kernel_floor_ns(gpu, graph) if p["floor_ns"] < 0 else int(p["floor_ns"])
+    g = set_duration(graph, sel, floored_durations(graph.dur_ns[sel], factor[sel], cap[sel], floor))
     kern = graph.node_kind == Kind.KERNEL
     before, after = _path_times(graph, info, kern), _path_times(g, info, kern & ~sel)
     moved = float(g.dur_ns[c32 | ctf].sum()) / 1e6
@@ -180,7 +185,8 @@ def _apply_gpu(graph, p, gpu):
     fmt = lambda d: ", ".join(f"{k} {v:.3f}" for k, v in d.items())  # noqa: E731
     note = (f"{gpu.name} model ({p['dtype']}): {int(c32.sum()):,} fp32 CUDA-core compute kernels x{f32:.4g}, {int(ctf.sum()):,} "
             f"TF32 x{ftf:.4g} (peaks {gpu.peak_tflops('fp32'):g}/{gpu.peak_tflops('tf32'):g} -> {gpu.tc_tflops:g} TFLOPS, "
-            f"efficiency {p['tc_efficiency']:g}), {int(mem.sum()):,} memory-bound x{p['memory_factor']:g}; GPU ms per path "
+            f"efficiency {p['tc_efficiency']:g}), {int(mem.sum()):,} memory-bound x{p['memory_factor']:g}, above a kernel floor of "
+            f"{floor / 1e3:.3f} us ({int((graph.dur_ns[sel] <= floor).sum()):,} kernels at the floor left as they are); GPU ms per path "
             f"before: {fmt(before)}; after: {fmt(after)}")
     if already:
         note += f"; {already:,} kernels already half/fp8 left as they are"
@@ -188,6 +194,21 @@ def _apply_gpu(graph, p, gpu):
         g, words = _add_casts(graph, g, gpu, c32 | ctf, p)
         note += "; " + words
     return g, note
+
+
+def floored_durations(dur: np.ndarray, factor: np.ndarray, cap: np.ndarray, floor: int) -> np.ndarray:
+    """New durations (ns, int64, shape of ``dur``) of kernels whose work part scales by ``factor``.
+
+    A kernel's time is a fixed part, the GPU's kernel floor (launch ramp-up, block scheduling, memory
+    latency: :func:`._kernel_model.kernel_floor_ns`, measured per GPU), and a work part that scales
+    with the FLOPs or bytes it processes, the decomposition gpu-upgrade's per-kernel model uses
+    (``docs/optimizations.md``): ``floor + (t - floor) x factor`` for ``t > floor``, ``t`` otherwise
+    (a kernel at the floor does not get faster with fewer bytes). ``cap`` (>= ``factor``) is the
+    roofline's lower bound on ``new / t`` where the launching op's shapes give one."""
+    dur = np.asarray(dur, np.int64)
+    lin = floor + (dur - floor) * factor
+    new = np.where(dur > floor, np.maximum(lin, cap * dur), dur)
+    return np.rint(new).astype(np.int64)
 
 
 def _roofline_cap(graph, gpu, factor, comp):
@@ -301,6 +322,9 @@ register(
                          lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/gpus.py, or empty"),
             "casts": Param("on", "add autocast's weight-cast kernels (forward GEMMs with recorded fp32 weights) and, for "
                            "fp16, GradScaler's loss-scaling work: on or off", str, lambda v: v in ("on", "off"), "on or off"),
+            "floor_ns": Param(-1.0, "kernel floor (ns) that does not scale with precision: -1 = the GPU's measured floor "
+                              "(_kernel_model.KERNEL_FLOOR_NS, else the trace's smallest kernel capped at the table's largest), "
+                              "0 = scale whole kernels", float, lambda v: v == -1 or 0 <= v <= 1e9, "-1 or 0..1e9"),
             "tc_efficiency": Param(TC_EFFICIENCY, "Tensor-Core efficiency relative to CUDA-core SGEMM (assumption, see "
                                    "amp.TC_EFFICIENCY)", float, lambda v: 0 < v <= 1, "0 < x <= 1"),
             "compute_factor": Param(1 / 3, "duration multiplier of fp32 compute-bound kernels (GEMM, conv, attention); "
