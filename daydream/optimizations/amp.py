@@ -186,7 +186,7 @@ def _apply_gpu(graph, p, gpu):
     note = (f"{gpu.name} model ({p['dtype']}): {int(c32.sum()):,} fp32 CUDA-core compute kernels x{f32:.4g}, {int(ctf.sum()):,} "
             f"TF32 x{ftf:.4g} (peaks {gpu.peak_tflops('fp32'):g}/{gpu.peak_tflops('tf32'):g} -> {gpu.tc_tflops:g} TFLOPS, "
             f"efficiency {p['tc_efficiency']:g}), {int(mem.sum()):,} memory-bound x{p['memory_factor']:g}, above a kernel floor of "
-            f"{floor / 1e3:.3f} us ({int((graph.dur_ns[sel] <= floor).sum()):,} kernels at the floor left as they are); GPU ms per path "
+            f"{floor / 1e3:.3f} us ({int((graph.dur_ns[sel] <= floor).sum()):,} kernels at or below the floor left as they are); GPU ms per path "
             f"before: {fmt(before)}; after: {fmt(after)}")
     if already:
         note += f"; {already:,} kernels already half/fp8 left as they are"
