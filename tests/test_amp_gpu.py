@@ -210,3 +210,42 @@ def test_floored_durations_never_exceed_the_recorded_time():
         assert np.array_equal(new[d <= floor], d[d <= floor])
 
     check()
+
+
+def test_bf16_needs_bf16_tensor_cores():
+    """Volta's Tensor Cores take fp16 only: amp's default (auto) is fp16 with loss scaling there,
+    and an explicit bf16 does not apply (new-user finding: 'V100 SXM2 model (bf16)')."""
+    assert not find_gpu("V100 SXM2").bf16 and not find_gpu("V100 PCIe").bf16
+    assert find_gpu("A100 40GB SXM").bf16 and find_gpu("MI250 GCD").bf16 and find_gpu("H100 SXM").bf16
+    g = trace(device="Tesla V100-SXM2-32GB", names=(SGEMM, ADD))
+    g2, note = run(g, "amp")
+    assert note.startswith("V100 SXM2 model (fp16, auto: no bf16 Tensor Cores)")
+    g3, note3 = run(g, "amp:dtype=fp16")
+    assert np.array_equal(g2.dur_ns, g3.dur_ns) and note3.startswith("V100 SXM2 model (fp16)")
+    with pytest.raises(Exception, match="no bf16 Tensor Cores"):
+        run(g, "amp:dtype=bf16")
+    _, note4 = run(trace(), "amp")  # A100: bf16
+    assert note4.startswith("A100 40GB SXM model (bf16)")
+
+
+BN = "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(cudnnTensorStruct, float const*)"
+POOL = "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int)"
+SOFTMAX = "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true>(float*, float const*, int)"
+SUM = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+       "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
+       "unsigned int, float, 4> >(at::native::ReduceOp<float>)")
+MEAN = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, float, 4> >(int)"
+NLL = "void cunn_ClassNLLCriterion_updateOutput_kernel<float, float>(float*, float*, float*, long*, float*, int)"
+
+
+def test_autocast_fp32_list_by_kernel_name():
+    """Ops on autocast's fp32 list (layer norm, softmax, sum, NLL loss) keep fp32 bytes; ops on neither
+    list run in their inputs' 16-bit type and halve: batch norm, pooling, mean (new-user finding:
+    cuDNN batch norm and max-pool were kept fp32 as 'normalization'/'reduction' classes)."""
+    names = (SGEMM, BN, POOL, SOFTMAX, SUM, MEAN, NLL, LN)
+    g = trace(names=names)
+    g2, _ = run(g, "amp:floor_ns=0")
+    k = np.nonzero(g.node_kind != 0)[0]
+    assert g2.dur_ns[k].tolist() == [1000, 4000, 4000, 8000, 8000, 4000, 8000, 8000]
+    g3, _ = run(g, "amp:model=paper")  # the paper halves every memory-bound kernel
+    assert g3.dur_ns[k].tolist()[1:] == [4000] * 7
