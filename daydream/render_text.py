@@ -351,7 +351,21 @@ def answer_lines(r: Report) -> list[str]:
         line = line.replace(f" ({a.bound_pct:.0f} % of the critical path; ", " (")
     if a.whatifs:
         line += "; try " + ", ".join(f"{k} {v:.2f}x" for k, v in a.whatifs.items())
-    return [line] + ([f"  {wait_text(a.wait)}"] if a.wait is not None else [])
+    return [line, *asked_lines(r)] + ([f"  {wait_text(a.wait)}"] if a.wait is not None else [])
+
+
+def asked_lines(r: Report) -> list[str]:
+    """The answer to each ``--opt`` asked, right under the answer line: the traced window replayed
+    and predicted, and the speed-up (the prediction's section below has the details), or why it
+    does not apply."""
+    out = []
+    for p in r.predictions:
+        w = p.window
+        bad = r.trust is not None and r.trust.verdict == "unreliable"
+        out.append(f"  what-if {' + '.join(o.name for o in p.optimizations)}: traced window {_ms(w.replayed_ns)} -> "
+                   f"{_ms(w.predicted_ns)} ms ({w.speedup:.3f}x)" + ("  UNRELIABLE: see the baseline replay below" if bad else ""))
+    out += [f"  what-if {name}: not applicable: {why}" for name, why in r.not_applicable.items()]
+    return out
 
 
 def answer_section(r: Report) -> list[str]:

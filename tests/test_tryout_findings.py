@@ -267,3 +267,15 @@ def test_args_null_is_read_as_no_args(tmp_path, monkeypatch, fast):
     assert table.cols["device"][k2] == 0 and table.cols["stream"][k2] == 7
     assert table.cols["correlation"][k2] == -1 and table.cols["correlation"][k] == 1
     assert table.cols["external_id"][names.index("aten::mm")] == -1
+
+
+@needs_traces
+def test_answer_lines_answer_the_opt_asked(capsys):
+    # was: the asked --opt's speed-up only on line ~99 of the report, the answer line about other what-ifs
+    assert main([str(RESNET), "--opt", "amp", "--opt", "fusion"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("answer: ")
+    assert lines[1].startswith("  what-if amp + fusion: traced window 1,065.649 -> ") and lines[1].endswith("x)")
+    assert main([str(RESNET), "--opt", "amp:dtype=bf16"]) == 3  # exit 3: not applicable
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "  what-if amp: not applicable: the V100 SXM2 has no bf16 Tensor Cores (fp16 only); give amp:dtype=fp16 (or auto)"
