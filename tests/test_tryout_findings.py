@@ -279,3 +279,21 @@ def test_answer_lines_answer_the_opt_asked(capsys):
     assert main([str(RESNET), "--opt", "amp:dtype=bf16"]) == 3  # exit 3: not applicable
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "  what-if amp: not applicable: the V100 SXM2 has no bf16 Tensor Cores (fp16 only); give amp:dtype=fp16 (or auto)"
+
+
+def test_cpu_rows_without_a_numeric_tid_are_counted(tmp_path):
+    # was: cpu_op events with a string tid lost their thread silently (no range, no count)
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": "main", "ts": 1, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 11, "dur": 1,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 13, "dur": 2,
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+    ]
+    path = tmp_path / "str_tid.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    table = load_trace(str(path))
+    notes = table.accounting.notes
+    key = next(k for k in notes if k.startswith("CPU rows whose tid is absent or not a number"))
+    assert notes[key] == 1  # the kernel's "stream 7" tid is not counted: GPU rows take their stream from args

@@ -1835,6 +1835,8 @@ def _choose_rows(
     end = start + np.maximum(dur, 0)
     rows = _Rows(src, start, end, kind, pairs.gpu[pair_of[src]])
     r_pid, r_tid = ev.pid[src], _missing_to(ev.tid[src])
+    acct.add("notes", "CPU rows whose tid is absent or not a number (kept with tid -1: on no thread, so not used as "
+             "calls or ranges)", int(np.count_nonzero(~rows.on_gpu & (ev.tid[src] <= _NONNUM))))
     _flow_end_places(cc, ev, base_ns)
     cc.drop("dur@", "dur", "dur_ok", "ts", "ts_ok", "pid", "tid")
     return rows, r_pid, r_tid, ev.reason
