@@ -297,3 +297,10 @@ def test_cpu_rows_without_a_numeric_tid_are_counted(tmp_path):
     notes = table.accounting.notes
     key = next(k for k in notes if k.startswith("CPU rows whose tid is absent or not a number"))
     assert notes[key] == 1  # the kernel's "stream 7" tid is not counted: GPU rows take their stream from args
+
+
+@needs_traces
+def test_fused_adam_note_names_the_optimizer(capsys):
+    # was: "fused-adam 1.10x" recommended on an SGD trace without saying which optimizer it fuses
+    assert main([str(RESNET), "--opt", "fused-adam"]) == 0
+    assert "6 optimizer step(s) (the mapped optimizer phase; SGD): " in capsys.readouterr().out
