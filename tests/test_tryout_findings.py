@@ -304,3 +304,13 @@ def test_fused_adam_note_names_the_optimizer(capsys):
     # was: "fused-adam 1.10x" recommended on an SGD trace without saying which optimizer it fuses
     assert main([str(RESNET), "--opt", "fused-adam"]) == 0
     assert "6 optimizer step(s) (the mapped optimizer phase; SGD): " in capsys.readouterr().out
+
+
+def test_overlapping_profiler_steps_are_warned():
+    from daydream.report import overlapping_steps
+
+    # was: accepted silently (a step's 34 kernels also counted in the step before)
+    steps = [("ProfilerStep#1", 0, 100, 1, 1), ("ProfilerStep#2", 90, 200, 1, 1), ("ProfilerStep#3", 200, 300, 1, 1),
+             ("ProfilerStep#1", 50, 150, 2, 2)]  # another process (a rank of the same job) may overlap
+    assert overlapping_steps(steps) == 1
+    assert overlapping_steps(steps[2:]) == 0 and overlapping_steps([]) == 0
