@@ -344,9 +344,14 @@ def answer_lines(r: Report) -> list[str]:
     if s is None:
         return []
     a = s.answer
-    step = f"step {_ms(a.step_ns)} ms (median of {a.steps} ProfilerSteps)" if a.steps else f"window {_ms(a.step_ns)} ms"
-    line = f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %; bound by {a.bound_by} ({a.bound_pct:.0f} % of the critical path"
-    line += (f"; {a.bound_detail})" if a.bound_detail else ")")
+    step = (f"step {_ms(a.step_ns)} ms (" + (f"median of {a.steps} ProfilerSteps)" if a.steps > 1 else "one ProfilerStep)")
+            if a.steps else f"window {_ms(a.step_ns)} ms")
+    bound, detail = a.bound_by, a.bound_detail
+    if bound == "host work" and detail.startswith("in "):  # the share is that phase's host work, not all host work
+        where, _, detail = detail.partition("; ")
+        bound += " " + where
+    line = f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %; bound by {bound} ({a.bound_pct:.0f} % of the critical path"
+    line += (f"; {detail})" if detail else ")")
     if a.bound_detail == EMPTY_PATH:  # nothing on the critical path: no share to give
         line = line.replace(f" ({a.bound_pct:.0f} % of the critical path; ", " (")
     if a.whatifs:

@@ -314,3 +314,12 @@ def test_overlapping_profiler_steps_are_warned():
              ("ProfilerStep#1", 50, 150, 2, 2)]  # another process (a rank of the same job) may overlap
     assert overlapping_steps(steps) == 1
     assert overlapping_steps(steps[2:]) == 0 and overlapping_steps([]) == 0
+
+
+@needs_traces
+def test_answer_line_names_the_phase_its_host_work_share_is_of(capsys):
+    # was: "bound by host work (48 % of the critical path; in backward; ...)" on a path 100 % CPU
+    assert main([str(TRACES / "hta" / "nccl_data.json.gz")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "(median of 3 ProfilerSteps)" in first
+    assert "; bound by host work in backward (48 % of the critical path; top: autograd::engine::" in first
