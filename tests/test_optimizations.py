@@ -327,7 +327,9 @@ def test_gpu_upgrade_exact():
     assert end(tl) == 500 + 501 + 521 + 50
     assert "V100 SXM2 -> A100 40GB SXM" in note
     # identity: target == source
-    _, tl1, _ = run(g, "gpu-upgrade:target=v100-sxm2")
+    with pytest.raises(NotApplicable, match="already ran on the target"):  # the same GPU, the same host: nothing to change
+        run(g, "gpu-upgrade:target=v100-sxm2")
+    _, tl1, _ = run(g, "gpu-upgrade:target=v100-sxm2,launch_latency_ns=500")  # the same L: the identity
     assert np.array_equal(tl1.end_ns, simulate(g).end_ns)
 
 

@@ -139,6 +139,9 @@ def _apply(graph, p):
     if src is None:
         what = f"the traced GPU {traced!r} is not in the GPU table" if traced else "the trace does not name its GPU"
         raise NotApplicable(f"{what}; give it as gpu-upgrade:source=NAME (known: {', '.join(names())})")
+    same_host = p["cpu_speed"] == 1.0 and p["launch_cpu_ns"] < 0 and p["launch_latency_ns"] < 0 and p["target_floor_ns"] < 0
+    if src is target and same_host:  # nothing would change (e.g. --opt all's default target on a B200 trace)
+        raise NotApplicable(f"the trace already ran on the target ({target.name}); give another target=NAME")
     if p["kernel_model"] == "peak":
         g, note = _peak_model(graph, src, target)
     else:
