@@ -58,6 +58,9 @@ class GPU:
     regs_sm: int = 65536  #: 32-bit registers per SM; 0 = not modelled (AMD: per-SIMD VGPR files)
     smem_kib_sm: float = 0.0  #: shared memory (LDS) per SM/CU usable by blocks, KiB
     arch_source: str = ""  #: where the SM/CU count, clock, cache and per-SM limits come from
+    #: BF16 on the Tensor/matrix cores: NVIDIA Ampere and later (A100 whitepaper: Volta's Tensor Cores
+    #: take FP16 only), AMD CDNA2 and later (MI200 ISA guide: BF16 MFMA); without it ``tc_tflops`` is FP16's
+    bf16: bool = True
 
     def peak_tflops(self, path: str) -> float:
         """Dense peak of an execution path: ``fp32`` (CUDA cores / AMD FP32 GEMM path), ``fp32_vector``,
@@ -111,13 +114,13 @@ GPUS: tuple[GPU, ...] = (
         "precision, 900 GB/s HBM2)",
         (r"v100.*pcie",), sms=80, clock_mhz=1380, l2_mib=6, fp32_tflops=14.0, fp32_gemm_tflops=14.0,
         arch_source="NVIDIA Tesla V100 GPU Architecture whitepaper (80 SMs, 6 MB L2; PCIe boost 1,380 MHz); " + _CUDA_GUIDE,
-        **_CC70),
+        bf16=False, **_CC70),
     GPU("V100 SXM2", 125.0, 900.0,
         "NVIDIA Tesla V100 GPU Accelerator datasheet (V100 SXM2: 125 TFLOPS Tensor Performance, 15.7 TFLOPS single "
         "precision, 900 GB/s HBM2); the DGX Station's V100-DGXS is the same part",
         (r"v100",), sms=80, clock_mhz=1530, l2_mib=6, fp32_tflops=15.7, fp32_gemm_tflops=15.7,
         arch_source="NVIDIA Tesla V100 GPU Architecture whitepaper (80 SMs, 6 MB L2, SXM2 boost 1,530 MHz); " + _CUDA_GUIDE,
-        **_CC70),
+        bf16=False, **_CC70),
     GPU("A100 80GB PCIe", 312.0, 1935.0,
         "NVIDIA A100 Tensor Core GPU datasheet (BF16/FP16 Tensor Core 312 TFLOPS, 624 with sparsity; TF32 156; FP32 "
         "19.5; A100 80GB PCIe 1,935 GB/s)",

@@ -344,14 +344,33 @@ def answer_lines(r: Report) -> list[str]:
     if s is None:
         return []
     a = s.answer
-    step = f"step {_ms(a.step_ns)} ms (median of {a.steps} ProfilerSteps)" if a.steps else f"window {_ms(a.step_ns)} ms"
-    line = f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %; bound by {a.bound_by} ({a.bound_pct:.0f} % of the critical path"
-    line += (f"; {a.bound_detail})" if a.bound_detail else ")")
+    step = (f"step {_ms(a.step_ns)} ms (" + (f"median of {a.steps} ProfilerSteps)" if a.steps > 1 else "one ProfilerStep)")
+            if a.steps else f"window {_ms(a.step_ns)} ms")
+    bound, detail = a.bound_by, a.bound_detail
+    if bound == "host work" and detail.startswith("in "):  # the share is that phase's host work, not all host work
+        where, _, detail = detail.partition("; ")
+        bound += " " + where
+    line = f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %; bound by {bound} ({a.bound_pct:.0f} % of the critical path"
+    line += (f"; {detail})" if detail else ")")
     if a.bound_detail == EMPTY_PATH:  # nothing on the critical path: no share to give
         line = line.replace(f" ({a.bound_pct:.0f} % of the critical path; ", " (")
     if a.whatifs:
         line += "; try " + ", ".join(f"{k} {v:.2f}x" for k, v in a.whatifs.items())
-    return [line] + ([f"  {wait_text(a.wait)}"] if a.wait is not None else [])
+    return [line, *asked_lines(r)] + ([f"  {wait_text(a.wait)}"] if a.wait is not None else [])
+
+
+def asked_lines(r: Report) -> list[str]:
+    """The answer to each ``--opt`` asked, right under the answer line: the traced window replayed
+    and predicted, and the speed-up (the prediction's section below has the details), or why it
+    does not apply."""
+    out = []
+    for p in r.predictions:
+        w = p.window
+        bad = r.trust is not None and r.trust.verdict == "unreliable"
+        out.append(f"  what-if {' + '.join(o.name for o in p.optimizations)}: traced window {_ms(w.replayed_ns)} -> "
+                   f"{_ms(w.predicted_ns)} ms ({w.speedup:.3f}x)" + ("  UNRELIABLE: see the baseline replay below" if bad else ""))
+    out += [f"  what-if {name}: not applicable: {why}" for name, why in r.not_applicable.items()]
+    return out
 
 
 def answer_section(r: Report) -> list[str]:

@@ -605,6 +605,16 @@ def _ended_before(graph: TaskGraph, rec: Timeline, x: int) -> int:
 SUSPICIOUS_LAUNCH_LATENCY_NS = 1_000_000
 
 
+def overlapping_steps(steps: list[tuple[str, int, int, int, int]]) -> int:
+    """How many ProfilerStep ranges (:func:`daydream.graph.profiler_steps`: name, start, end, pid,
+    tid) end after the next step of their process starts (steps of different processes may overlap:
+    ranks of one job)."""
+    by_pid: dict[int, list[tuple[int, int]]] = {}
+    for _name, s, e, pid, _tid in steps:  # ProfilerSteps: a few per process
+        by_pid.setdefault(pid, []).append((s, e))
+    return sum(sum(1 for (_, e), (s2, _) in zip(v, v[1:]) if s2 < e) for v in (sorted(x) for x in by_pid.values()))
+
+
 def _warnings(graph: TaskGraph) -> list[str]:
     out = []
     c = graph.counts
@@ -621,6 +631,10 @@ def _warnings(graph: TaskGraph) -> list[str]:
     orphans = sum(v for k, v in c.items() if k.startswith("GPU task without a launching call"))
     if gpu and orphans > 0.1 * gpu:
         out.append(f"{orphans:,} of {gpu:,} GPU tasks have no launching call in the trace (a cut or sampled trace?): they are placed by stream order only.")
+    over = overlapping_steps(profiler_steps(graph.table))
+    if over:
+        out.append(f"{over:,} ProfilerStep ranges overlap the next step of their process (a malformed or merged trace?): the tasks "
+                   "in both are counted in both steps, so the step rows do not add up to the window.")
     if graph.launch_latency_ns > SUSPICIOUS_LAUNCH_LATENCY_NS:
         out.append(
             f"the measured launch latency L = {graph.launch_latency_ns / 1e3:,.0f} us is unusually large (few launches on an idle stream, "

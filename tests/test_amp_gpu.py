@@ -60,9 +60,9 @@ def run(g, spec):
 
 def test_a100_kernels():
     g = trace()
-    g2, note = run(g, "amp")
+    g2, note = run(g, "amp:floor_ns=0")
     k = np.nonzero(g.node_kind != 0)[0]
-    # sgemm 8000 x 0.125 = 1000; TF32 x 0.5 = 4000; fp16 GEMM unchanged; add x 0.5; layer norm kept fp32
+    # whole kernels scaled (no floor): sgemm 8000 x 0.125 = 1000; TF32 x 0.5 = 4000; fp16 GEMM unchanged; add x 0.5; layer norm kept fp32
     assert g2.dur_ns[k].tolist() == [1000, 4000, 8000, 4000, 8000]
     assert "A100 40GB SXM model (bf16)" in note and "before: half 0.008, tf32 0.008, fp32 0.024" in note
 
@@ -79,8 +79,8 @@ def test_note_paths_and_paper_model():
 
 def test_tf32_on_and_unknown_gpu():
     g = trace(names=("nvjet_tst_128x64_64x4_1x2_h_bz_coopA_NTT", ADD))
-    g2, _ = run(g, "amp")  # unnamed precision: fp32 CUDA-core
-    g3, _ = run(g, "amp:tf32=on")
+    g2, _ = run(g, "amp:floor_ns=0")  # unnamed precision: fp32 CUDA-core
+    g3, _ = run(g, "amp:tf32=on,floor_ns=0")
     k = np.nonzero(g.node_kind != 0)[0][0]
     assert g2.dur_ns[k] == 1000 and g3.dur_ns[k] == 4000
     gx = trace(device="Some Unknown GPU")
@@ -99,7 +99,7 @@ def test_half_kernels_left_alone():
 def test_fp32_classes_kept():
     """Layer norm is on autocast's fp32 list: unchanged; the paper model halves it."""
     g = trace(names=(SGEMM, LN))
-    g2, _ = run(g, "amp")
+    g2, _ = run(g, "amp:floor_ns=0")
     k = np.nonzero(g.node_kind != 0)[0]
     assert g2.dur_ns[k].tolist() == [1000, 8000]
 
@@ -146,7 +146,7 @@ def test_shared_datapath_gpus():
 
 def test_a10g_kernels():
     g = trace(device="NVIDIA A10G", names=(SGEMM, HGEMM, ADD))
-    g2, note = run(g, "amp")
+    g2, note = run(g, "amp:floor_ns=0")
     k = np.nonzero(g.node_kind != 0)[0]
     assert g2.dur_ns[k[0]] == round(8000 * 35.0 * 23.25 / 38.7 / 35.0)
     assert g2.dur_ns[k[1]] == 8000 and g2.dur_ns[k[2]] == 4000
@@ -161,12 +161,12 @@ def test_amp_after_gpu_upgrade_uses_the_target_gpu():
     k = np.nonzero(g.node_kind != 0)[0]
     # peak model: compute-bound 8000 x 312/989.4 = 2522.7 -> 2523; memory-bound 8000 x 1555/3350 = 3713.4 -> 3713
     assert g1.dur_ns[k].tolist() == [2523, 2523, 2523, 3713, 3713]
-    g2, note = run(g1, "amp")
+    g2, note = run(g1, "amp:floor_ns=0")
     # H100 SXM factors: sgemm 67 / (989.4 x 0.5) -> 2523 x 0.13544 = 341.7 -> 342 (the A100's 0.125 would give 315);
     # TF32 494.7/989.4 = 0.5 -> 1261.5 -> 1262; the fp16 GEMM unchanged; add x 0.5 -> 1856.5 -> 1856; layer norm kept fp32
     assert g2.dur_ns[k].tolist() == [342, 1262, 2523, 1856, 3713]
     assert note.startswith("H100 SXM model (bf16)")
-    g3, _ = run(g, "amp")  # amp alone still models the traced A100
+    g3, _ = run(g, "amp:floor_ns=0")  # amp alone still models the traced A100
     assert g3.dur_ns[k].tolist() == [1000, 4000, 8000, 4000, 8000]
 
 
@@ -176,3 +176,76 @@ def test_gpu_upgrade_names_a_device_for_an_unnamed_trace():
     assert [(d.id, d.name) for d in g1.devices] == [(0, "H100 SXM")]
     _, note = run(g1, "amp")
     assert note.startswith("H100 SXM model (bf16)")
+
+
+def test_kernel_floor_does_not_scale():
+    """floor + (t - floor) x factor: the A100 has no measured floor, so the trace's smallest kernel
+    (8 us) capped at the table's largest floor (MI250 GCD, 2,240 ns) is the floor; the H100's is measured."""
+    from daydream.optimizations._kernel_model import KERNEL_FLOOR_NS
+
+    assert max(KERNEL_FLOOR_NS.values()) == 2240 and KERNEL_FLOOR_NS["H100 SXM"] == 1120
+    g = trace()
+    g2, note = run(g, "amp")
+    k = np.nonzero(g.node_kind != 0)[0]
+    # sgemm 2240 + 5760 x 0.125 = 2960; TF32 2240 + 5760 x 0.5 = 5120; add likewise; fp16 GEMM, layer norm kept
+    assert g2.dur_ns[k].tolist() == [2960, 5120, 8000, 5120, 8000]
+    assert "above a kernel floor of 2.240 us (0 kernels at or below the floor left as they are)" in note
+    g3, note3 = run(g, "amp:floor_ns=8000")  # every kernel at the floor: none changes
+    assert g3.dur_ns[k].tolist() == [8000] * 5 and "(3 kernels at or below the floor left as they are)" in note3
+    h = trace(device="NVIDIA H100 80GB HBM3")
+    h2, _ = run(h, "amp")
+    # H100 SXM: sgemm 1120 + 6880 x 67 / (989.4 x 0.5) = 2051.7 -> 2052; TF32 1120 + 6880 x 0.5 = 4560
+    assert h2.dur_ns[k].tolist()[:2] == [2052, 4560]
+
+
+def test_floored_durations_never_exceed_the_recorded_time():
+    from hypothesis import given, strategies as st
+
+    @given(st.lists(st.integers(0, 10**9), min_size=1, max_size=50), st.floats(0, 1), st.integers(0, 5000))
+    def check(durs, f, floor):
+        d = np.array(durs, np.int64)
+        fac = np.full(len(d), f)
+        new = A.floored_durations(d, fac, fac, floor)
+        assert (new <= d).all() and (new >= np.minimum(d, floor)).all()
+        assert np.array_equal(new[d <= floor], d[d <= floor])
+
+    check()
+
+
+def test_bf16_needs_bf16_tensor_cores():
+    """Volta's Tensor Cores take fp16 only: amp's default (auto) is fp16 with loss scaling there,
+    and an explicit bf16 does not apply (new-user finding: 'V100 SXM2 model (bf16)')."""
+    assert not find_gpu("V100 SXM2").bf16 and not find_gpu("V100 PCIe").bf16
+    assert find_gpu("A100 40GB SXM").bf16 and find_gpu("MI250 GCD").bf16 and find_gpu("H100 SXM").bf16
+    g = trace(device="Tesla V100-SXM2-32GB", names=(SGEMM, ADD))
+    g2, note = run(g, "amp")
+    assert note.startswith("V100 SXM2 model (fp16, auto: no bf16 Tensor Cores)")
+    g3, note3 = run(g, "amp:dtype=fp16")
+    assert np.array_equal(g2.dur_ns, g3.dur_ns) and note3.startswith("V100 SXM2 model (fp16)")
+    with pytest.raises(Exception, match="no bf16 Tensor Cores"):
+        run(g, "amp:dtype=bf16")
+    _, note4 = run(trace(), "amp")  # A100: bf16
+    assert note4.startswith("A100 40GB SXM model (bf16)")
+
+
+BN = "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(cudnnTensorStruct, float const*)"
+POOL = "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int)"
+SOFTMAX = "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true>(float*, float const*, int)"
+SUM = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+       "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
+       "unsigned int, float, 4> >(at::native::ReduceOp<float>)")
+MEAN = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, float, 4> >(int)"
+NLL = "void cunn_ClassNLLCriterion_updateOutput_kernel<float, float>(float*, float*, float*, long*, float*, int)"
+
+
+def test_autocast_fp32_list_by_kernel_name():
+    """Ops on autocast's fp32 list (layer norm, softmax, sum, NLL loss) keep fp32 bytes; ops on neither
+    list run in their inputs' 16-bit type and halve: batch norm, pooling, mean (new-user finding:
+    cuDNN batch norm and max-pool were kept fp32 as 'normalization'/'reduction' classes)."""
+    names = (SGEMM, BN, POOL, SOFTMAX, SUM, MEAN, NLL, LN)
+    g = trace(names=names)
+    g2, _ = run(g, "amp:floor_ns=0")
+    k = np.nonzero(g.node_kind != 0)[0]
+    assert g2.dur_ns[k].tolist() == [1000, 4000, 4000, 8000, 8000, 4000, 8000, 8000]
+    g3, _ = run(g, "amp:model=paper")  # the paper halves every memory-bound kernel
+    assert g3.dur_ns[k].tolist()[1:] == [4000] * 7

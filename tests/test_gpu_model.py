@@ -371,3 +371,44 @@ def test_launch_data_read_once_per_file(tmp_path):
                  '{"cat": "kernel", "name": "k", "args": {"grid": [1, 1, 1], "correlation": 4, "device": 0}}]}')
     b = read_launch_data(str(f), "kineto")
     assert b is not a and len(b) == 2 and b.grid[:, 0].tolist() == [2, 1]
+
+
+def test_gpu_tasks_without_a_device_are_counted_in_the_note():
+    b = TB()
+    c0, c1 = b.call("cudaLaunchKernel", 0, 10), b.call("cudaLaunchKernel", 20, 30)
+    b.gpu(c0, 1000, 11_000, name=SGEMM)
+    b.gpu(c1, 11_000, 16_000, name=ADD, device=-1)
+    g = build_graph(b.table())
+    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name="NVIDIA H100 80GB HBM3")])
+    g.devices = g.table.meta.devices
+    _, _, note = run(g, "gpu-upgrade:target=B200")
+    assert "1 GPU tasks without a device id modelled as run on the H100 SXM" in note
+    _, _, note = run(gpu_graph(), "gpu-upgrade:target=B200")
+    assert "without a device id" not in note
+
+
+def test_fp32_convolutions_run_as_tf32_on_an_ampere_target():
+    """V100 -> A100: cuDNN convolutions take the TF32 path (PyTorch's cudnn.allow_tf32=True), an SGEMM
+    keeps fp32 (matmul allow_tf32=False); conv_tf32=off keeps both fp32; from an A100 trace (which had
+    TF32 and ran fp32 convolutions anyway) nothing moves (new-user finding)."""
+    conv = "volta_scudnn_128x64_relu_interior_nn_v1"
+    b = TB()
+    calls = [b.call("cudaLaunchKernel", 20 * i, 20 * i + 10) for i in range(2)]
+    b.gpu(calls[0], 1000, 11_000, name=SGEMM)
+    b.gpu(calls[1], 11_000, 21_000, name=conv)
+    g = build_graph(b.table())
+    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name="Tesla V100-SXM2-32GB")])
+    g.devices = g.table.meta.devices
+    k = np.nonzero(g.node_kind != NODE_CPU)[0]
+    v100 = find_gpu("V100 SXM2")
+    floor = KM.kernel_floor_ns(v100, g)
+    assert floor == 2240  # the trace's smallest kernel (10 us) capped at the table's largest floor
+    g2, _, note = run(g, "gpu-upgrade:target=A100 40GB SXM")
+    assert g2.dur_ns[k].tolist() == [round(floor + 7760 * 15.7 / 19.5), round(floor + 7760 * 15.7 / 156.0)]
+    assert "1 fp32 convolution kernels on the target's TF32 Tensor Cores" in note
+    g3, _, note3 = run(g, "gpu-upgrade:target=A100 40GB SXM,conv_tf32=off")
+    assert g3.dur_ns[k].tolist() == [round(floor + 7760 * 15.7 / 19.5)] * 2 and "TF32 Tensor Cores" not in note3
+    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name="NVIDIA A100-SXM4-40GB")])
+    g.devices = g.table.meta.devices
+    _, _, note4 = run(g, "gpu-upgrade:target=H100 SXM")
+    assert "TF32 Tensor Cores" not in note4

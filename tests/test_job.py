@@ -181,6 +181,9 @@ def test_whatif_identity_and_one_rank(dlrm):
     assert slow.ranks == [4]
     assert all(a >= b for a, b in zip(slow.rank_predicted_ns, base))
     assert slow.rank_predicted_ns[4] > base[4]
+    # each rank's note says what the optimization did there (was: notes {} on every applied rank)
+    assert sorted(p.notes) == [str(r) for r in range(8)] and all(v.startswith("scale-kernels: ") for v in p.notes.values())
+    assert list(slow.notes) == ["4"] and "scaled by 3: " in slow.notes["4"]
 
 
 @needs_traces

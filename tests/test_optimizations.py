@@ -282,6 +282,28 @@ def test_cuda_graphs_one_launch_per_step():
     assert end(tl) < end(simulate(g))
 
 
+def test_launch_queue_back_pressure_is_not_a_synchronization():
+    """Launches past the launch-queue depth wait for room (QUEUE edges, blocking) but do not
+    synchronize: a CUDA graph captures across them and fusion may fuse across them (found by a
+    new user: from the 1,025th launch of a stream on, cuda-graphs split at every launch)."""
+    b = TB()
+    b.range("ProfilerStep#1", 0, 2000)
+    c1 = b.call("cudaLaunchKernel", 10, 20)
+    c2 = b.call("cudaLaunchKernel", 30, 615)  # the queue holds one launch: returns after kernel 1 ends (610)
+    c3 = b.call("cudaLaunchKernel", 625, 725)  # returns after kernel 2 ends (720)
+    b.call("cudaDeviceSynchronize", 735, 880)
+    for c, s in zip((c1, c2, c3), (510, 620, 730)):
+        b.gpu(c, s, s + 90, name=SGEMM)
+    g = build_graph(b.table(), launch_queue_depth=1)
+    cpu = g.node_kind == NODE_CPU
+    launches = cpu & np.isin(np.arange(g.n), g.launch[g.launch >= 0])
+    assert (g.blocking & launches).sum() == 2  # the 2nd and 3rd launch wait for the queue
+    assert not (g.synchronizing & launches).any()
+    assert g.synchronizing[cpu].sum() == 1  # the device synchronize
+    _, _, note = run(g, "cuda-graphs")
+    assert "1 graph launches" in note
+
+
 # ----------------------------------------------------------------------------- gpu-upgrade ---
 def gpu_trace(device="Tesla V100-SXM2-32GB", memory=34_089_730_048, cap=(7, 0), sms=80):
     b = TB()
@@ -305,7 +327,9 @@ def test_gpu_upgrade_exact():
     assert end(tl) == 500 + 501 + 521 + 50
     assert "V100 SXM2 -> A100 40GB SXM" in note
     # identity: target == source
-    _, tl1, _ = run(g, "gpu-upgrade:target=v100-sxm2")
+    with pytest.raises(NotApplicable, match="already ran on the target"):  # the same GPU, the same host: nothing to change
+        run(g, "gpu-upgrade:target=v100-sxm2")
+    _, tl1, _ = run(g, "gpu-upgrade:target=v100-sxm2,launch_latency_ns=500")  # the same L: the identity
     assert np.array_equal(tl1.end_ns, simulate(g).end_ns)
 
 

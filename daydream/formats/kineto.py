@@ -174,12 +174,13 @@ def _args_struct(name: str, num) -> type:
                              frozen=True, gc=False, module=__name__)
 
 
-def _event_struct(name: str, args: type, cat, num) -> type:
+def _event_struct(name: str, args: type, cat, num, null_args: bool = False) -> type:
     """An event projection: ``cat`` and ``num`` (pid, tid) types, ``ts``/``dur`` as raw number text,
-    ``id`` the flow id (flow events only), ``bp`` the flow binding point ("e": the enclosing slice)."""
+    ``id`` the flow id (flow events only), ``bp`` the flow binding point ("e": the enclosing slice).
+    ``null_args``: ``"args": null`` is accepted (decoded as None, read as no args)."""
     return msgspec.defstruct(name, [
         ("ph", Optional[str], None), ("cat", cat, None), ("name", Optional[str], None), ("pid", num, _ABSENT),
-        ("tid", num, _ABSENT), ("ts", msgspec.Raw, _NO_RAW), ("dur", msgspec.Raw, _NO_RAW), ("args", args, args()),
+        ("tid", num, _ABSENT), ("ts", msgspec.Raw, _NO_RAW), ("dur", msgspec.Raw, _NO_RAW), ("args", Optional[args] if null_args else args, args()),
         ("id", Any, None), ("bp", Optional[str], None)], gc=False, module=__name__)
 
 
@@ -228,7 +229,8 @@ class _SliceDecoder:
         return self.generic.decode(text), False
 
 
-_Event = _event_struct("_Event", _Args, Optional[str], _Num)
+# ``"args": null`` does not fit ``_IntEvent`` (its slice is decoded as ``_Event``, which takes it)
+_Event = _event_struct("_Event", _Args, Optional[str], _Num, null_args=True)
 
 
 class _Doc(msgspec.Struct, gc=False):
@@ -1533,6 +1535,8 @@ class _Columns:
             at = ri  # row i's args: args[at[i]]
         else:
             args = list(map(g("args"), _take(events, ri)))
+            if None in args:  # "args": null, read as no args
+                args = [_NO_ARGS if a is None else a for a in args]
             ext = ints(list(map(g("external_id"), args)), m)
             at = np.arange(m)
         legacy = np.flatnonzero(ext <= _NONNUM)
@@ -1831,6 +1835,8 @@ def _choose_rows(
     end = start + np.maximum(dur, 0)
     rows = _Rows(src, start, end, kind, pairs.gpu[pair_of[src]])
     r_pid, r_tid = ev.pid[src], _missing_to(ev.tid[src])
+    acct.add("notes", "CPU rows whose tid is absent or not a number (kept with tid -1: on no thread, so not used as "
+             "calls or ranges)", int(np.count_nonzero(~rows.on_gpu & (ev.tid[src] <= _NONNUM))))
     _flow_end_places(cc, ev, base_ns)
     cc.drop("dur@", "dur", "dur_ok", "ts", "ts_ok", "pid", "tid")
     return rows, r_pid, r_tid, ev.reason

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..mapping import NodeMapping
 from .order import is_valid_order
-from .edges import MAX_KINDS, EdgeKind, Origin, Phase, kind_name, rule_arrays
+from .edges import MAX_KINDS, RULES, EdgeKind, Origin, Phase, kind_name, rule_arrays
 
 NODE_CPU = 0  #: ``node_kind`` value for CPU tasks; GPU tasks keep their events.Kind value (2, 3, 4)
 
@@ -196,6 +196,20 @@ class TaskGraph:
         ra = rule_arrays()
         out = np.zeros(self.n, bool)
         out[self.edge_dst[ra.phase[self.edge_kind] == Phase.END]] = True
+        return out & self.is_cpu
+
+    @cached_property
+    def synchronizing(self) -> np.ndarray:
+        """CPU tasks that wait for GPU work to end (bool, shape (n,)): an END-phase edge into them
+        whose rule charges ``"sync"`` (synchronize calls, blocking copies, event and stream syncs).
+        Unlike :attr:`blocking`, a launch that waits for room in a full launch queue (``QUEUE``
+        edges, back-pressure of 1,024 pending launches) and CPU hand-offs are not synchronizations:
+        a CUDA graph or a fused kernel does not have to stop there."""
+        sync = np.zeros(MAX_KINDS, bool)
+        for k, r in RULES.items():
+            sync[k] = r.phase == Phase.END and r.cause == "sync"
+        out = np.zeros(self.n, bool)
+        out[self.edge_dst[sync[self.edge_kind]]] = True
         return out & self.is_cpu
 
     def edges_of(self, *kinds: int) -> tuple[np.ndarray, np.ndarray]:

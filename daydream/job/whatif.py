@@ -117,12 +117,14 @@ def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple
             if r.rank not in sel:
                 continue
             try:
-                graphs[i], _ = apply_all(graphs[i], real)
+                graphs[i], done = apply_all(graphs[i], real)
+                notes[str(r.rank)] = "; ".join(f"{a.name}: {a.note}" for a in done)
                 applied += 1
             except NotApplicable as e:
                 notes[str(r.rank)] = f"not applicable: {e}"
         if not applied:
-            raise NotApplicable("; ".join(f"rank {k}: {v}" for k, v in notes.items()) or "no rank selected")
+            raise NotApplicable("; ".join(f"rank {k}: {v}" for k, v in notes.items() if v.startswith("not applicable"))
+                                or "no rank selected")
     for o in opts:
         if o[0] == STRAGGLER:
             i = int(np.nonzero(m.ranks == o[1]["rank"])[0][0])

@@ -118,6 +118,7 @@ class KernelPlan:
     bound_tgt: np.ndarray
     latency: np.ndarray
     matched: int  #: GPU kernels matched to a launch record
+    tf32_conv: int = 0  #: fp32 convolution kernels modelled on the target's TF32 path (:func:`tf32_convolutions`)
 
 
 def path_of(info: K.KernelInfo, n: int, default_compute: str = "half") -> np.ndarray:
@@ -130,6 +131,38 @@ def path_of(info: K.KernelInfo, n: int, default_compute: str = "half") -> np.nda
     out[prec == code["tf32"]] = "tf32"
     out[prec == code["fp32"]] = "fp32"
     out[(prec == code["fp64"]) | (prec == code["int"])] = "fp32_vector"
+    return out
+
+
+#: Kernels of a convolution, by name (cuDNN, implicit GEMM, Winograd/FFT, wgrad/dgrad/fprop).
+CONV_KERNELS = re.compile(r"(?i)cudnn|conv|wgrad|dgrad|fprop|winograd|fft2d|implicit_?gemm")
+
+
+def tf32_convolutions(graph, data: LaunchData, row: np.ndarray, comp: np.ndarray, path: np.ndarray,
+                      src: GPU, tgt: GPU, mode: str = "auto") -> np.ndarray:
+    """Nodes (bool, shape (n,)) whose fp32 convolution runs on the target's TF32 Tensor Cores.
+
+    PyTorch lets cuDNN use TF32 for fp32 convolutions by default (``torch.backends.cudnn.allow_tf32
+    = True`` since 1.7; matmuls default to ``allow_tf32 = False`` since 1.12: PyTorch docs, "TensorFloat-32
+    (TF32) on Ampere (and later) devices"). A trace from a GPU without TF32 (V100) ran its convolutions
+    on CUDA cores in fp32; on a target with TF32 (A100 and later) the same program runs them on TF32
+    Tensor Cores. A trace from a GPU with TF32 whose convolution kernels are fp32 was run with
+    ``allow_tf32`` turned off, and keeps fp32. ``mode``: ``auto`` (the rule above), ``on``, ``off``.
+    A convolution: a compute-bound fp32 kernel named as one (:data:`CONV_KERNELS`) or launched by
+    an op whose name holds ``conv`` (launch data)."""
+    n = graph.n
+    if mode == "off" or (mode == "auto" and (src.tf32_tflops > 0 or tgt.tf32_tflops == 0)):
+        return np.zeros(n, bool)
+    cand = comp & (path == "fp32")
+    if not cand.any():
+        return cand
+    ids = sorted_unique(graph.name_id[cand])
+    named = np.zeros(int(graph.name_id.max(initial=0)) + 1, bool)
+    named[ids] = [CONV_KERNELS.search(graph.names[int(i)]) is not None for i in ids.tolist()]
+    out = cand & named[graph.name_id]
+    if len(data) and data.op:
+        ops = np.array(["conv" in o for o in data.op], bool)
+        out |= cand & (row >= 0) & ops[np.maximum(row, 0)]
     return out
 
 
@@ -175,8 +208,10 @@ def match_launches(graph, data: LaunchData) -> np.ndarray:
     return out
 
 
-def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt: int, default_compute: str = "half") -> KernelPlan:
-    """Apply the rules to every GPU task of ``graph`` (see the module docstring)."""
+def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt: int, default_compute: str = "half",
+         conv_tf32: str = "auto") -> KernelPlan:
+    """Apply the rules to every GPU task of ``graph`` (see the module docstring); ``conv_tf32``:
+    :func:`tf32_convolutions`'s mode."""
     n = graph.n
     info = K.kernel_info(graph)
     nk = graph.node_kind
@@ -197,7 +232,9 @@ def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt:
     smem = np.where(has, data.smem[r], -1) if len(data) else np.full(n, -1)
     u_s, u_t = fill(src, blocks, threads, regs, smem), fill(tgt, blocks, threads, regs, smem)
     path = path_of(info, n, default_compute)
-    p_s, p_t = _peaks(src, path), _peaks(tgt, path)
+    conv = tf32_convolutions(graph, data, row, comp, path, src, tgt, conv_tf32)
+    path_t = np.where(conv, "tf32", path)
+    p_s, p_t = _peaks(src, path), _peaks(tgt, path_t)
     fc = (p_s * u_s) / (p_t * u_t)
     fm = (src.mem_gbps * u_s) / (tgt.mem_gbps * u_t)
     factor = np.ones(n)
@@ -221,7 +258,8 @@ def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt:
     new = dur.copy()
     new[scaled] = (fixed * ratio + (dur - fixed) * factor)[scaled]
     lat = scaled & (dur <= LATENCY_MULT * max(floor_src, 1))
-    return KernelPlan(rule, factor, np.rint(new).astype(np.int64), bs, bt, lat, int(np.count_nonzero(has & kern)))
+    return KernelPlan(rule, factor, np.rint(new).astype(np.int64), bs, bt, lat, int(np.count_nonzero(has & kern)),
+                      int(np.count_nonzero(conv)))
 
 
 def _roofline(data, r, has, sel, pu, src, tgt, factor, rule, bs, bt):

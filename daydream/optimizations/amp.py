@@ -23,6 +23,10 @@ What is not scaled, and why:
 Kernels whose name gives no precision (``nvjet_*``, Triton) are taken as fp32, PyTorch's default
 (a trace whose known-precision GEMMs are mostly half does not get this far, see above).
 
+In the per-GPU model (the default, ``amp:model=gpu``, docs/optimizations.md) these factors apply to
+the work part of each kernel above the GPU's kernel floor (:func:`floored_durations`), as in
+gpu-upgrade's per-kernel model; the paper's model scales whole kernels.
+
 TF32 GEMMs (Ampere and later run fp32 GEMMs/convolutions on Tensor Cores as TF32) are already on
 Tensor Cores at half the fp16 rate: they scale by ``tf32_factor`` (1/2: dense FP16 / dense TF32
 Tensor-Core throughput is 312/156 TFLOPS on A100 and 989/495 on H100 SXM, NVIDIA A100 and H100
@@ -40,7 +44,7 @@ from ..events import Kind
 from ..formats.launch_data import read_launch_data
 from ..gpus import find_gpu
 from ..graph import profiler_steps
-from ..transform import scale, set_duration
+from ..transform import name_mask, scale, set_duration
 from . import Optimization, Param, register
 from . import _kernel_model as KM
 from ._common import mapped_phase, median_launch_ns
@@ -121,8 +125,19 @@ AUTOCAST_LOW_OPS: tuple[str, ...] = (
     # innermost recorded op is the backend's)
     "cudnn_convolution", "miopen_convolution", "cudnn_convolution_transpose",
 )
-#: kernel classes whose ops are on the fp32 list (normalization, softmax, reductions incl. losses)
-AUTOCAST_FP32_CLASSES = ("normalization", "reduction")
+#: Kernels of the ops on autocast's fp32 list (:data:`AUTOCAST_FP32_OPS`), by the names ATen,
+#: cuDNN and Triton give them: layer/group norm (incl. their statistics and backward kernels),
+#: softmax/log_softmax, losses, sum/prod/cumsum/norm/logsumexp reductions, and the fp32-list
+#: elementwise functions (exp, log, pow, reciprocal, rsqrt, ...). Their inputs are cast to fp32 and
+#: they read and write fp32: their bytes do not halve. Ops on neither list run in their inputs'
+#: type, 16-bit after a 16-bit GEMM or convolution: batch norm (``bn_fw``/``bn_bw``,
+#: ``batch_norm``), pooling, mean/max reductions and plain elementwise kernels halve.
+AUTOCAST_FP32_KERNELS = (
+    r"(?i)layer_?norm|group_?norm|RowwiseMoments|GammaBetaBackward|ComputeInternalGradients|ComputeFusedParams"
+    r"|softmax|_nll|nll_|NLLCriterion|cross_entropy|mse_(?:loss|kernel|backward)|l1_loss|smooth_l1|huber"
+    r"|binary_cross_entropy|kl_div|sum_functor|prod_functor|cumsum|cumprod|logsumexp|Norm(?:Two|One|Zero|Inf)?Ops"
+    r"|(?<![a-z])(?:exp|log|log10|log2|log1p|pow|reciprocal|rsqrt|sinh|cosh|tan|acos|asin|erfinv)_(?:kernel|tensor|scalar)"
+)
 #: Tensor-Core efficiency relative to a CUDA-core SGEMM (an assumption, to be replaced by measured
 #: pairs: small tiles, epilogues and launch keep Tensor-Core GEMMs further from their peak than
 #: SGEMM from its own; the one measured pair at hand, issue 19's A100 SAM ViT-H fp32 -> bf16, ran
@@ -161,16 +176,17 @@ def _apply_gpu(graph, p, gpu):
     if p["tf32"] == "on":  # the baseline ran fp32 GEMMs as TF32: unnamed-precision GEMMs are TF32
         unk = c32 & info.has_precision("unknown")
         c32, ctf = c32 & ~unk, ctf | unk
-    mem = mem & ~info.is_class(*AUTOCAST_FP32_CLASSES)
+    mem = mem & ~name_mask(graph, AUTOCAST_FP32_KERNELS, mem)
     if not (c32 | ctf | mem).any():
         raise NotApplicable("no compute- or memory-bound fp32 kernel in the trace" if not already
                             else f"the trace already runs in half precision ({already:,} half/fp8 kernels, none in fp32)")
     f32, ftf = _path_factor(gpu, "fp32", p["tc_efficiency"]), _path_factor(gpu, "tf32", p["tc_efficiency"])
     factor = np.ones(graph.n)
     factor[c32], factor[ctf], factor[mem] = f32, ftf, p["memory_factor"]
-    factor = _roofline_cap(graph, gpu, factor, c32 | ctf)
+    cap = _roofline_cap(graph, gpu, factor.copy(), c32 | ctf)
     sel = c32 | ctf | mem
-    g = scale(graph, sel, lambda gr, ids: factor[ids])
+    floor = KM.kernel_floor_ns(gpu, graph) if p["floor_ns"] < 0 else int(p["floor_ns"])
+    g = set_duration(graph, sel, floored_durations(graph.dur_ns[sel], factor[sel], cap[sel], floor))
     kern = graph.node_kind == Kind.KERNEL
     before, after = _path_times(graph, info, kern), _path_times(g, info, kern & ~sel)
     moved = float(g.dur_ns[c32 | ctf].sum()) / 1e6
@@ -178,9 +194,11 @@ def _apply_gpu(graph, p, gpu):
     after.pop("half", None)
     after["fp32 (memory-bound, halved bytes)"] = float(g.dur_ns[mem].sum()) / 1e6
     fmt = lambda d: ", ".join(f"{k} {v:.3f}" for k, v in d.items())  # noqa: E731
-    note = (f"{gpu.name} model ({p['dtype']}): {int(c32.sum()):,} fp32 CUDA-core compute kernels x{f32:.4g}, {int(ctf.sum()):,} "
+    why = f", {p['dtype_why']}" if p.get("dtype_why") else ""
+    note = (f"{gpu.name} model ({p['dtype']}{why}): {int(c32.sum()):,} fp32 CUDA-core compute kernels x{f32:.4g}, {int(ctf.sum()):,} "
             f"TF32 x{ftf:.4g} (peaks {gpu.peak_tflops('fp32'):g}/{gpu.peak_tflops('tf32'):g} -> {gpu.tc_tflops:g} TFLOPS, "
-            f"efficiency {p['tc_efficiency']:g}), {int(mem.sum()):,} memory-bound x{p['memory_factor']:g}; GPU ms per path "
+            f"efficiency {p['tc_efficiency']:g}), {int(mem.sum()):,} memory-bound x{p['memory_factor']:g}, above a kernel floor of "
+            f"{floor / 1e3:.3f} us ({int((graph.dur_ns[sel] <= floor).sum()):,} kernels at or below the floor left as they are); GPU ms per path "
             f"before: {fmt(before)}; after: {fmt(after)}")
     if already:
         note += f"; {already:,} kernels already half/fp8 left as they are"
@@ -188,6 +206,21 @@ def _apply_gpu(graph, p, gpu):
         g, words = _add_casts(graph, g, gpu, c32 | ctf, p)
         note += "; " + words
     return g, note
+
+
+def floored_durations(dur: np.ndarray, factor: np.ndarray, cap: np.ndarray, floor: int) -> np.ndarray:
+    """New durations (ns, int64, shape of ``dur``) of kernels whose work part scales by ``factor``.
+
+    A kernel's time is a fixed part, the GPU's kernel floor (launch ramp-up, block scheduling, memory
+    latency: :func:`._kernel_model.kernel_floor_ns`, measured per GPU), and a work part that scales
+    with the FLOPs or bytes it processes, the decomposition gpu-upgrade's per-kernel model uses
+    (``docs/optimizations.md``): ``floor + (t - floor) x factor`` for ``t > floor``, ``t`` otherwise
+    (a kernel at the floor does not get faster with fewer bytes). ``cap`` (>= ``factor``) is the
+    roofline's lower bound on ``new / t`` where the launching op's shapes give one."""
+    dur = np.asarray(dur, np.int64)
+    lin = floor + (dur - floor) * factor
+    new = np.where(dur > floor, np.maximum(lin, cap * dur), dur)
+    return np.rint(new).astype(np.int64)
 
 
 def _roofline_cap(graph, gpu, factor, comp):
@@ -276,7 +309,18 @@ def _apply(graph, p):
     if gpu is None:
         g, note = _apply_paper(graph, p)
         return g, note + " (paper model: the GPU is not in the table" + (f": {traced!r}" if traced else "") + "; give amp:gpu=NAME)"
-    return _apply_gpu(graph, p, gpu)
+    return _apply_gpu(graph, _with_dtype(p, gpu), gpu)
+
+
+def _with_dtype(p: dict, gpu) -> dict:
+    """``p`` with ``dtype`` resolved for ``gpu``: ``auto`` is bf16 where its Tensor Cores take bf16
+    (``GPU.bf16``), else fp16 (with GradScaler's loss scaling). Raises NotApplicable for bf16 on a
+    GPU without bf16 Tensor Cores (Volta: bf16 matmuls would not run on Tensor Cores at all)."""
+    if p["dtype"] == "auto":
+        return {**p, "dtype": "bf16" if gpu.bf16 else "fp16", "dtype_why": "" if gpu.bf16 else "auto: no bf16 Tensor Cores"}
+    if p["dtype"] == "bf16" and not gpu.bf16:
+        raise NotApplicable(f"the {gpu.name} has no bf16 Tensor Cores (fp16 only); give amp:dtype=fp16 (or auto)")
+    return p
 
 
 def _factor(v: float) -> bool:
@@ -292,8 +336,9 @@ register(
         params={
             "model": Param("gpu", "'gpu': factors from the GPU table per execution path; 'paper': the Daydream paper's "
                            "constants below", str, lambda v: v in ("gpu", "paper"), "gpu or paper"),
-            "dtype": Param("bf16", "16-bit type autocast uses (bf16 or fp16; same Tensor-Core peak on every GPU of the table)",
-                           str, lambda v: v in ("bf16", "fp16"), "bf16 or fp16"),
+            "dtype": Param("auto", "16-bit type autocast uses: bf16, fp16, or auto = bf16 where the GPU's Tensor Cores "
+                           "take it (Ampere / CDNA2 and later), else fp16 (V100); bf16 and fp16 have the same Tensor-Core peak "
+                           "where both exist", str, lambda v: v in ("auto", "bf16", "fp16"), "auto, bf16 or fp16"),
             "tf32": Param("auto", "what the baseline's fp32 GEMMs ran as: auto = from kernel names (unnamed: fp32, PyTorch's "
                           "default allow_tf32=False for matmul), on = unnamed-precision GEMMs were TF32, off", str,
                           lambda v: v in ("auto", "on", "off"), "auto, on or off"),
@@ -301,6 +346,9 @@ register(
                          lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/gpus.py, or empty"),
             "casts": Param("on", "add autocast's weight-cast kernels (forward GEMMs with recorded fp32 weights) and, for "
                            "fp16, GradScaler's loss-scaling work: on or off", str, lambda v: v in ("on", "off"), "on or off"),
+            "floor_ns": Param(-1.0, "kernel floor (ns) that does not scale with precision: -1 = the GPU's measured floor "
+                              "(_kernel_model.KERNEL_FLOOR_NS, else the trace's smallest kernel capped at the table's largest), "
+                              "0 = scale whole kernels", float, lambda v: v == -1 or 0 <= v <= 1e9, "-1 or 0..1e9"),
             "tc_efficiency": Param(TC_EFFICIENCY, "Tensor-Core efficiency relative to CUDA-core SGEMM (assumption, see "
                                    "amp.TC_EFFICIENCY)", float, lambda v: 0 < v <= 1, "0 < x <= 1"),
             "compute_factor": Param(1 / 3, "duration multiplier of fp32 compute-bound kernels (GEMM, conv, attention); "

@@ -81,7 +81,7 @@ def _apply(graph, p):
         raise NotApplicable("the trace has no launched GPU tasks")
     rid, how = regions(graph, p["region"])
     roles = cpu_roles(graph)
-    splitter = cpu & (graph.blocking | np.isin(roles, [int(r) for r in SYNC_ROLES]) | name_mask(graph, NONCAPTURABLE, cpu))
+    splitter = cpu & (graph.synchronizing | np.isin(roles, [int(r) for r in SYNC_ROLES]) | name_mask(graph, NONCAPTURABLE, cpu))
     member = cpu & (rid >= 0) & ~splitter
     order = lane_order(graph, cpu)
     # runs: consecutive members on one thread in one region

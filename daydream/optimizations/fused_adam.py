@@ -24,6 +24,8 @@ Foreach (``multi_tensor_apply``) steps are fused further and the note says so.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..arrays import sorted_unique
@@ -39,6 +41,17 @@ from ._common import cpu_nodes_in_ranges, cpu_ranges, lane_order, lower_median, 
 FUSABLE_CLASSES = ("optimizer", "elementwise", "copy", "set")
 #: Names of kernels that are already a fused optimizer step.
 FUSED_PATTERN = r"Fused\w*(?:Adam|SGD|LAMB|Adagrad|Optimizer)|FusedOptimizerTensorListMetadata|AdamW?Functor|LAMBStage|(?i:fused_?(?:adam|sgd|lamb))"
+
+
+_STEP_NAME = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+
+
+def optimizer_names(graph) -> list[str]:
+    """The optimizer classes the trace's ``Optimizer.step#NAME.step`` ranges name (``SGD``,
+    ``Adam``, ``Adagrad``), sorted; [] when none does. The model is the same for every optimizer
+    (the fused kernel does the same arithmetic); the note names them so that a reader knows which
+    fused implementation the prediction stands for."""
+    return sorted({m.group(1) for m in map(_STEP_NAME.match, (n for n in graph.names if n.startswith("Optimizer.step#"))) if m})
 
 
 def optimizer_groups(graph) -> tuple[np.ndarray | None, str]:
@@ -115,8 +128,9 @@ def _apply(graph, p):
     hm[heads] = True
     g = set_duration(graph, hm, durs[np.argsort(heads)])
     g = remove(g, drop)
-    note = (f"{len(plans)} optimizer step(s) ({how}): {n_k:,} kernels and {n_c:,} launch calls -> {len(plans)} fused kernel(s) "
-            f"(GPU {before_ns / 1e6:.3f} -> {after_ns / 1e6:.3f} ms)")
+    which = optimizer_names(graph)
+    note = (f"{len(plans)} optimizer step(s) ({how}{'; ' + ', '.join(which) if which else ''}): {n_k:,} kernels and {n_c:,} "
+            f"launch calls -> {len(plans)} fused kernel(s) (GPU {before_ns / 1e6:.3f} -> {after_ns / 1e6:.3f} ms)")
     if foreach:
         note += f"; the step already used foreach multi_tensor_apply kernels ({foreach:,}), fused further"
     return g, note

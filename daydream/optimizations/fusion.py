@@ -9,8 +9,9 @@ Chains. Two kernels are linked when all of these hold:
 * the second is the next task on the first one's stream, and no blocking call or other stream
   waits for the first (nothing observes the intermediate result);
 * both were launched from one CPU thread and, with a mapped graph, in the same layer (same
-  ``layer_id``; the same ``op_id`` when the layer is unknown) and phase, with no blocking call
-  launching the second; without a mapping (or for two kernels that neither a layer nor an op
+  ``layer_id``; the same ``op_id`` when the layer is unknown) and phase, with no synchronizing call
+  launching the second (``TaskGraph.synchronizing``: a launch that waits for room in a full
+  launch queue is not one); without a mapping (or for two kernels that neither a layer nor an op
   claims), the second launch call directly follows the first on the thread (no other API call
   between).
 
@@ -74,7 +75,7 @@ def chains(graph, max_chain: int) -> np.ndarray:
         key = np.where(layer >= 0, layer, np.where(op >= 0, (1 << 40) + op, -1))
         both = (key >= 0) & (key[p0] >= 0)
         neither = (key < 0) & (key[p0] < 0)
-        same_scope = both & (key == key[p0]) & (phase == phase[p0]) & ~graph.blocking[np.maximum(la, 0)]
+        same_scope = both & (key == key[p0]) & (phase == phase[p0]) & ~graph.synchronizing[np.maximum(la, 0)]
         ok &= same_scope | (neither & adjacent)  # unmapped kernels: the unmapped rule
     else:
         ok &= adjacent

@@ -113,7 +113,7 @@ def _launch_model(graph, src: GPU, target: GPU, p):
     floor_s = KM.kernel_floor_ns(src, graph)
     floor_t = int(p["target_floor_ns"]) if p["target_floor_ns"] >= 0 else (
         KM.KERNEL_FLOOR_NS.get(target.name, floor_s) if target is not src else floor_s)
-    pl = KM.plan(graph, src, target, data, floor_s, floor_t)
+    pl = KM.plan(graph, src, target, data, floor_s, floor_t, conv_tf32=p["conv_tf32"])
     gpu = graph.node_kind != NODE_CPU
     g = set_duration(graph, gpu, pl.new_dur[gpu])
     cov = KM.coverage(graph, pl)
@@ -123,6 +123,9 @@ def _launch_model(graph, src: GPU, target: GPU, p):
     note = (f"per-kernel model: GPU task time {total / 1e6:.3f} -> {int(pl.new_dur[gpu].sum()) / 1e6:.3f} ms; "
             f"floor {floor_s / 1e3:.3f} -> {floor_t / 1e3:.3f} us; rules: " + ", ".join(parts)
             + f"; launch data for {pl.matched:,} of {int(kern.sum()):,} kernels" + (f" ({data.reason})" if data.reason else ""))
+    if pl.tf32_conv:
+        note += (f"; {pl.tf32_conv:,} fp32 convolution kernels on the target's TF32 Tensor Cores (PyTorch's default "
+                 "cudnn.allow_tf32=True; conv_tf32=off keeps fp32)")
     return g, note
 
 
@@ -136,6 +139,9 @@ def _apply(graph, p):
     if src is None:
         what = f"the traced GPU {traced!r} is not in the GPU table" if traced else "the trace does not name its GPU"
         raise NotApplicable(f"{what}; give it as gpu-upgrade:source=NAME (known: {', '.join(names())})")
+    same_host = p["cpu_speed"] == 1.0 and p["launch_cpu_ns"] < 0 and p["launch_latency_ns"] < 0 and p["target_floor_ns"] < 0
+    if src is target and same_host:  # nothing would change (e.g. --opt all's default target on a B200 trace)
+        raise NotApplicable(f"the trace already ran on the target ({target.name}); give another target=NAME")
     if p["kernel_model"] == "peak":
         g, note = _peak_model(graph, src, target)
     else:
@@ -146,6 +152,9 @@ def _apply(graph, p):
     out = f"{src.name} -> {target.name} {word}".rstrip() + ": " + note
     if host:
         out += "; " + "; ".join(host)
+    nodev = int(((graph.node_kind != NODE_CPU) & (graph.device < 0)).sum())
+    if nodev:  # the trace did not say where they ran: they are taken to have run on the traced GPU
+        out += f"; {nodev:,} GPU tasks without a device id modelled as run on the {src.name}"
     if src.vendor != target.vendor:
         out += (f"; cross-vendor ({src.vendor} -> {target.vendor}): the target's libraries choose other kernels "
                 "(tiles, grids, fusion), which this model does not know")
@@ -170,6 +179,9 @@ register(
             "target_floor_ns": Param(-1.0, "smallest kernel time on the target, ns; -1 = the measured table "
                                      "(_kernel_model.KERNEL_FLOOR_NS), else the source's", float, lambda v: v == -1 or 0 <= v <= 1e9,
                                      "-1 or 0..1e9"),
+            "conv_tf32": Param("auto", "fp32 convolutions on the target's TF32 Tensor Cores: auto = when the traced GPU has no "
+                               "TF32 and the target has (PyTorch's default torch.backends.cudnn.allow_tf32=True), on, off",
+                               str, lambda v: v in ("auto", "on", "off"), "auto, on or off"),
             "cpu_speed": Param(1.0, "host CPU speed relative to the traced host (CPU task durations and gaps are divided "
                                "by it); 1 = same host (no source for another host: give a measured ratio)", float,
                                lambda v: 0 < v <= 100, "0 < x <= 100"),

@@ -79,8 +79,35 @@ def _network(graph, p):
     c = comm_collectives(graph)
     m = _sized(c)
     new_net = network_of(p)
-    g, old, new = recost(graph, c, m, c.size_bytes, c.group_size, new_net, calibrated(c, new_net))
-    return g, _note(c, m, old, new, new_net.intra.name + (f" + {new_net.inter.name}" if new_net.inter else ""))
+    old_net = calibrated(c, network_of({**p, "bandwidth": TRACED_LINK, "latency": ""}))
+    what = new_net.intra.name + (f" + {new_net.inter.name}" if new_net.inter else "")
+    if not p.get("latency") and old_net.intra is not cm.PRESETS[TRACED_LINK]:  # calibrated: the trace's latency
+        new_net = keep_latency(new_net, old_net)
+        what += (f" (per-step latency {new_net.intra.latency_ns / 1e3:.3g} us: calibrated from the trace, plus NCCL's hwLat "
+                 f"difference of this link from NVLink; give latency= to set it)")
+    g, old, new = recost(graph, c, m, c.size_bytes, c.group_size, new_net, old_net)
+    return g, _note(c, m, old, new, what)
+
+
+#: The link a trace is taken to have run on (``network``'s default bandwidth: NVLink 2, the V100
+#: machines of the paper); its latencies are calibrated from the trace (:func:`calibrated`).
+TRACED_LINK = "nvlink2"
+
+
+def keep_latency(net: cm.Network, traced: cm.Network) -> cm.Network:
+    """``net`` with the latencies of ``traced`` (the trace's own network, calibrated), plus the
+    difference between ``net``'s link preset and the traced link's (NCCL's hwLat per link type:
+    NVLink 3.4 us, PCI 5.7 us, NET 14 us per step, :data:`daydream.comm_model.PRESETS`).
+
+    A recorded collective faster than a preset's latency allows shows that the traced system's
+    latency is lower than the preset's (:func:`calibrated`); another bandwidth on the same kind of
+    link keeps it, another kind of link adds its hwLat difference. Without this, re-costing on the
+    traced link (or a faster one) made collectives slower (found by a new user: DLRM rank 7,
+    1.746 ms recorded -> 1.911 ms on NVLink 2, 1.891 ms on NVLink 4)."""
+    ref = cm.PRESETS[TRACED_LINK]
+    lat = max(traced.intra.latency_ns + net.intra.latency_ns - ref.latency_ns, 0.0)
+    base = max(traced.base_latency_ns + net.base_latency_ns - cm.BASE_LATENCY_NS, 0.0)
+    return dataclasses.replace(net, intra=dataclasses.replace(net.intra, latency_ns=lat), base_latency_ns=base)
 
 
 def _world(graph, p):
