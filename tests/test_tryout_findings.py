@@ -326,3 +326,23 @@ def test_answer_line_names_the_phase_its_host_work_share_is_of(capsys):
     first = capsys.readouterr().out.splitlines()[0]
     assert "(median of 3 ProfilerSteps)" in first
     assert "; bound by host work in backward (48 % of the critical path; top: autograd::engine::" in first
+
+
+def test_gpu_tasks_sharing_a_launch_are_counted():
+    # was: four kernels with one correlation id were linked to one call without a word
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tablebuilder import TB
+
+    from daydream.graph import build_graph
+
+    b = TB()
+    c = b.call("cudaLaunchKernel", 0, 10)
+    c2 = b.call("cudaLaunchKernel", 20, 30)
+    for s in (100, 200, 300):
+        b.gpu(c, s, s + 50)
+    b.gpu(c2, 400, 450)
+    g = build_graph(b.table())
+    key = next(k for k in g.counts if k.startswith("GPU tasks sharing their launching call"))
+    assert g.counts[key] == 3

@@ -77,6 +77,11 @@ def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, only: 
     out = np.where(lrow >= 0, node_of_rt_row[np.maximum(lrow, 0)], -1)
     count(counts, "runtime calls sharing a correlation id with an earlier call of their process", (dup & ~cpu.nested).sum())
     count(counts, "GPU task without a launching call in the trace (ready at trace start)", (out < 0).sum(), missing=True)
+    linked = out[out >= 0]
+    if len(linked):  # one call, several GPU tasks: a CUDA graph launch, or several tasks recorded with one correlation id
+        per_call = np.bincount(linked)
+        count(counts, "GPU tasks sharing their launching call with another GPU task (a graph launch, or one correlation "
+              "id given to several tasks)", int(np.count_nonzero(per_call[linked] > 1)))
     return out
 
 
