@@ -279,7 +279,9 @@ def test_kernels_without_a_launching_call(tmp_path, capsys):
 def test_duplicate_correlation_ids(tmp_path, capsys):
     p = kineto(tmp_path, [rt(), rt(ts=8), kern(), kern(ts=30)])
     doc, _ = report(capsys, p, tmp_path=tmp_path)
-    assert doc["graph"]["counts"] == {"runtime calls sharing a correlation id with an earlier call of their process": 1}
+    assert doc["graph"]["counts"] == {"runtime calls sharing a correlation id with an earlier call of their process": 1,
+                                      "GPU tasks sharing their launching call with another GPU task (a graph launch, or one "
+                                      "correlation id given to several tasks)": 2}
 
 
 def test_launches_whose_kernels_are_missing(tmp_path, capsys):
