@@ -515,6 +515,46 @@ def launch_data_of(table) -> LaunchData:
     return read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", ""))
 
 
+#: the Nsight Systems kernel columns launch data needs (regs and shared memory are optional)
+NSYS_LAUNCH_COLUMNS = ("deviceId", "correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+
+
+def nsys_launch_exprs(have, alias: str) -> Optional[list[str]]:
+    """SQL expressions over ``CUPTI_ACTIVITY_KIND_KERNEL`` (as ``alias``, with columns ``have``) for
+    a loader's own query: device, correlation, grid X/Y/Z, block X/Y/Z, registers, shared memory,
+    every value an integer, cleaned as :func:`_clean_sql` cleans the re-read's; None without the
+    columns :data:`NSYS_LAUNCH_COLUMNS`."""
+    if not set(NSYS_LAUNCH_COLUMNS) <= set(have):
+        return None
+    c = {k: f'{alias}."{k}"' for k in NSYS_LAUNCH_COLUMNS}
+    regs = c["registersPerThread"] = f'{alias}."registersPerThread"' if "registersPerThread" in have else "-1"
+    sm = [f'{alias}."{k}"' for k in ("staticSharedMemory", "dynamicSharedMemory") if k in have]
+    smem = "(" + " + ".join(sm) + ")" if sm else "-1"
+
+    def num(e: str) -> str:
+        return (f"CASE WHEN typeof({e}) IN ('integer', 'real') AND {e} > -4611686018427387904.0 AND {e} < 4611686018427387904.0 "
+                f"THEN CAST({e} AS INTEGER) ELSE -1 END")
+
+    def triple(es: list[str]) -> list[str]:
+        ok = " AND ".join(f"typeof({e}) = 'integer' AND {e} >= 0 AND {e} < 2147483648" for e in es)
+        return [f"CASE WHEN {ok} THEN {e} ELSE -1 END" for e in es]
+
+    return ([num(c["deviceId"]), num(c["correlationId"])] + triple([c["gridX"], c["gridY"], c["gridZ"]])
+            + triple([c["blockX"], c["blockY"], c["blockZ"]]) + [num(regs), num(smem)])
+
+
+def nsys_launch_facts(cols: Optional[list]) -> LaunchFacts:
+    """The :class:`LaunchFacts` of the int64 columns the expressions of :func:`nsys_launch_exprs`
+    fetched (every kernel row, in table order); None: the table lacks the columns."""
+    if cols is None:
+        return LaunchFacts(reason="no CUPTI_ACTIVITY_KIND_KERNEL launch columns")
+    out = LaunchFacts()
+    n = len(cols[0])
+    out.add_kernels(cols[0], cols[1], np.full(n, -1, np.int64), np.stack(cols[2:5], axis=1), np.stack(cols[5:8], axis=1), cols[8], cols[9])
+    out.finish([])
+    return out
+
+
 #: the last file read: (path, format, size, mtime ns) -> its LaunchData. One entry: a process
 #: predicts from one trace (``gpu-upgrade`` and ``amp`` read it up to three times in ``--opt all``)
 _LAST: list = []
