@@ -40,7 +40,7 @@ from typing import Any, Optional
 import msgspec
 import numpy as np
 
-from . import GZIP_MAGIC, inflate_limit
+from . import GZIP_MAGIC, inflate_limit, sqlite_arrow
 
 #: bytes per element of the ``Input type`` strings Kineto records (c10 scalar type names)
 DTYPE_BYTES: dict[str, int] = {
@@ -519,17 +519,20 @@ def launch_data_of(table) -> LaunchData:
 NSYS_LAUNCH_COLUMNS = ("deviceId", "correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
 
 
-def nsys_launch_exprs(have, alias: str) -> Optional[list[str]]:
+def nsys_launch_exprs(have, alias: str, clean: bool = True) -> Optional[list[str]]:
     """SQL expressions over ``CUPTI_ACTIVITY_KIND_KERNEL`` (as ``alias``, with columns ``have``) for
-    a loader's own query: device, correlation, grid X/Y/Z, block X/Y/Z, registers, shared memory,
-    every value an integer, cleaned as :func:`_clean_sql` cleans the re-read's; None without the
-    columns :data:`NSYS_LAUNCH_COLUMNS`."""
+    a loader's own query: device, correlation, grid X/Y/Z, block X/Y/Z, registers, shared memory.
+    ``clean``: every value an integer, cleaned as :func:`_clean_sql` cleans the re-read's; else the
+    values as stored (where all are integers, :func:`clean_launch_ints` cleans them the same way).
+    None without the columns :data:`NSYS_LAUNCH_COLUMNS`."""
     if not set(NSYS_LAUNCH_COLUMNS) <= set(have):
         return None
     c = {k: f'{alias}."{k}"' for k in NSYS_LAUNCH_COLUMNS}
-    regs = c["registersPerThread"] = f'{alias}."registersPerThread"' if "registersPerThread" in have else "-1"
+    regs = f'{alias}."registersPerThread"' if "registersPerThread" in have else "-1"
     sm = [f'{alias}."{k}"' for k in ("staticSharedMemory", "dynamicSharedMemory") if k in have]
     smem = "(" + " + ".join(sm) + ")" if sm else "-1"
+    if not clean:
+        return [c[k] for k in NSYS_LAUNCH_COLUMNS] + [regs, smem]
 
     def num(e: str) -> str:
         return (f"CASE WHEN typeof({e}) IN ('integer', 'real') AND {e} > -4611686018427387904.0 AND {e} < 4611686018427387904.0 "
@@ -543,16 +546,54 @@ def nsys_launch_exprs(have, alias: str) -> Optional[list[str]]:
             + triple([c["blockX"], c["blockY"], c["blockZ"]]) + [num(regs), num(smem)])
 
 
-def nsys_launch_facts(cols: Optional[list]) -> LaunchFacts:
-    """The :class:`LaunchFacts` of the int64 columns the expressions of :func:`nsys_launch_exprs`
-    fetched (every kernel row, in table order); None: the table lacks the columns."""
-    if cols is None:
-        return LaunchFacts(reason="no CUPTI_ACTIVITY_KIND_KERNEL launch columns")
-    out = LaunchFacts()
-    n = len(cols[0])
-    out.add_kernels(cols[0], cols[1], np.full(n, -1, np.int64), np.stack(cols[2:5], axis=1), np.stack(cols[5:8], axis=1), cols[8], cols[9])
-    out.finish([])
+def clean_launch_ints(cols: list) -> list:
+    """:func:`nsys_launch_exprs`' cleaning of its 10 columns, for int64 columns (no NULL): device,
+    correlation, registers and shared memory -1 at a magnitude of 2^62 or more; a grid or block -1
+    (all three) where one of its values is not in [0, 2^31)."""
+    out = []
+    for i, a in enumerate(cols):
+        a = np.array(a, np.int64)
+        if i in (0, 1, 8, 9):
+            a[(a >= _BIG) | (a <= -_BIG)] = -1
+        out.append(a)
+    for lo in (2, 5):
+        bad = np.zeros(len(out[0]), bool)
+        for a in out[lo: lo + 3]:
+            bad |= (a < 0) | (a >= 1 << 31)
+        for a in out[lo: lo + 3]:
+            a[bad] = -1
     return out
+
+
+def _nsys_fast(path: str) -> LaunchData:
+    """:func:`_nsys` (the same result), through Arrow (:mod:`.sqlite_arrow`) where it is installed
+    and pays for its import: the columns as stored, cleaned in numpy (:func:`clean_launch_ints`),
+    where every value is a non-NULL integer; else (a NULL, REAL or text value, a driver error, no
+    Arrow) :func:`_nsys`. 0.15 s instead of 0.56 s on 124 k kernels (nsys_1m)."""
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
+    con = sqlite3.connect(uri, uri=True)
+    try:
+        con.execute("PRAGMA trusted_schema = OFF")
+        have = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+        exprs = nsys_launch_exprs(have, "k", clean=False)
+        n = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] if exprs else 0
+    finally:
+        con.close()
+    got = None
+    if exprs is not None and sqlite_arrow.wanted(n):
+        try:
+            rd = sqlite_arrow.ArrowReader(uri)
+        except Exception:  # noqa: BLE001 - the driver could not open it: sqlite3 reads it
+            rd = None
+        if rd is not None:
+            try:
+                got = rd.fetch(f"SELECT {', '.join(exprs)} FROM CUPTI_ACTIVITY_KIND_KERNEL k", len(exprs), 0, n)
+            finally:
+                rd.close()
+    if got is None:
+        return _nsys(path)
+    a = clean_launch_ints(got[0])
+    return _columns((a[0], a[1], np.full(len(a[0]), -1, np.int64), np.stack(a[2:5], axis=1), np.stack(a[5:8], axis=1), a[8], a[9]), {})
 
 
 #: the last file read: (path, format, size, mtime ns) -> its LaunchData. One entry: a process
@@ -585,7 +626,7 @@ def _read(path: str, fmt: str) -> LaunchData:
         if fmt == "kineto":
             return _kineto(path)
         if fmt == "nsys":
-            return _nsys(path)
+            return _nsys_fast(path)
     except (OSError, ValueError, msgspec.DecodeError, sqlite3.Error, MemoryError) as e:
         return LaunchData(reason=f"launch data unreadable ({type(e).__name__})")
     return LaunchData(reason=f"format {fmt or 'unknown'!r} records no launch configuration here")

@@ -75,7 +75,6 @@ from ..events import (
     TraceMeta,
 )
 from . import SQLITE_MAGIC, TIME_LIMIT_NS, sqlite_arrow
-from .launch_data import nsys_launch_exprs, nsys_launch_facts
 
 NAME = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite)"
@@ -576,7 +575,6 @@ class _Reader:
 
         rt = self._runtime() if RUNTIME in self.tables else None
         gpu_devices = []
-        self._launch = nsys_launch_facts(None)
         if KERNEL in self.tables:
             gpu_devices.append(self._kernels())
         if MEMCPY in self.tables:
@@ -619,9 +617,7 @@ class _Reader:
             _release_freed_memory()
         seen = sorted_unique(np.concatenate(gpu_devices)) if gpu_devices else np.zeros(0, np.int64)
         meta = TraceMeta(source=self.path, format=NAME, devices=self._devices(seen[seen >= 0]), extra=self._extra())
-        table = EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
-        table.launch = self._launch
-        return table
+        return EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
 
     def _column(self, c: str) -> np.ndarray:
         """Column ``c`` of all emitted parts, in emission order (its missing value where a part
@@ -724,12 +720,9 @@ class _Reader:
         if not name_cols:
             self._require(t, "demangledName")
         exprs, n = self._gpu_common(t, "k")
-        launch = nsys_launch_exprs(have, "k")  # the launch facts, read in the same query
         joins = " ".join(f"LEFT JOIN StringIds n{i} ON n{i}.id = k.{_q(c)}" for i, c in enumerate(name_cols))
         name_sql = "COALESCE(" + ", ".join(f"NULLIF(n{i}.value, '')" for i in range(len(name_cols))) + ", NULL)"
-        ints, ((name_id, unknown),) = self._fetch(t, exprs + (launch or []), [name_sql], f"FROM {t} k {joins}", intern=["<unknown kernel>"])
-        self._launch = nsys_launch_facts(ints[len(exprs):] if launch else None)
-        del ints[len(exprs):]
+        ints, ((name_id, unknown),) = self._fetch(t, exprs, [name_sql], f"FROM {t} k {joins}", intern=["<unknown kernel>"])
         keep, cols = self._gpu_rows(t, ints)
         if np.count_nonzero(unknown & keep):
             self._note(t, "kernel name not in StringIds", np.count_nonzero(unknown & keep))
