@@ -1666,7 +1666,7 @@ class _Columns:
         self._put("flow_bp_e", np.fromiter(map(operator.eq, map(g("bp"), ends), itertools.repeat("e")), bool, count=m))
 
     def build(self, base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
-        self.launch.finish(list(self.name_ix))  # before the table's columns: its texts are freed
+        self.launch.finish(list(self.name_ix))  # only the ops some kernel names are kept
         cols, names = _table_columns(self, base_ns, acct)  # its intermediates are freed on return
         self.parts.clear()
         # rows sorted as EventTable.from_columns sorts them (same keys, stable), one column at a

@@ -2,8 +2,12 @@
 
 The event table (:mod:`daydream.events`) keeps what the graph and the replay need; per-kernel
 performance models (``gpu-upgrade``, ``amp``) also want what the profilers record about each
-kernel launch and the op that launched it. This module reads those facts from the trace file
-again, keyed by (device, correlation id), the identity the graph keeps for every GPU task:
+kernel launch and the op that launched it, keyed by (device, correlation id), the identity the
+graph keeps for every GPU task. :func:`launch_data_of` gives them for an event table: the Kineto
+reader collects them in its own pass over the events (:class:`LaunchFacts` on
+``EventTable.launch``; about 0.1 s per million events); other tables read them from the trace
+file again (:func:`read_launch_data`: Nsight Systems through Arrow where installed; this re-read
+is also the reference the loader's pass is tested against):
 
 * Kineto (``torch.profiler``) kernel ``args``: ``grid`` and ``block`` (3 ints each), ``registers
   per thread``, ``shared memory`` (bytes, static + dynamic), and ``External id`` -> the ``cpu_op``
@@ -370,7 +374,8 @@ def clean_ints(values: list, typed: bool) -> np.ndarray:
 def clean_ext(ext: list, legacy: list, absent: int, typed: bool) -> np.ndarray:
     """The kernels' or ops' external ids as :func:`_ext` reads them (``External id``, else where
     that is absent or null ``external id``); ``absent``: the value the loader's projection gives an
-    absent key, ``typed`` as in :func:`clean_ints`."""
+    absent key (so a value of exactly ``absent``, -2^63, is read as absent), ``typed`` as in
+    :func:`clean_ints`."""
     if typed:
         try:
             a = np.fromiter(ext, np.int64, len(ext))
