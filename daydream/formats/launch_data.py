@@ -352,7 +352,6 @@ def _clean_sql(select: str) -> str:
 
 # ------------------------------------------------------------------- the loaders' own pass ---
 _BIG = 1 << 62
-_NO_GRID = (-1, -1, -1)
 
 
 def clean_ints(values: list, typed: bool) -> np.ndarray:
@@ -520,39 +519,24 @@ def launch_data_of(table) -> LaunchData:
     return read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", ""))
 
 
+# ------------------------------------------------------------------------------ nsys, fast ---
 #: the Nsight Systems kernel columns launch data needs (regs and shared memory are optional)
 NSYS_LAUNCH_COLUMNS = ("deviceId", "correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
 
 
-def nsys_launch_exprs(have, alias: str, clean: bool = True) -> Optional[list[str]]:
-    """SQL expressions over ``CUPTI_ACTIVITY_KIND_KERNEL`` (as ``alias``, with columns ``have``) for
-    a loader's own query: device, correlation, grid X/Y/Z, block X/Y/Z, registers, shared memory.
-    ``clean``: every value an integer, cleaned as :func:`_clean_sql` cleans the re-read's; else the
-    values as stored (where all are integers, :func:`clean_launch_ints` cleans them the same way).
+def _nsys_launch_columns(have) -> Optional[list[str]]:
+    """The SELECT list of :func:`_nsys`'s columns over ``CUPTI_ACTIVITY_KIND_KERNEL`` (with columns
+    ``have``): device, correlation, grid X/Y/Z, block X/Y/Z, registers, shared memory, as stored;
     None without the columns :data:`NSYS_LAUNCH_COLUMNS`."""
     if not set(NSYS_LAUNCH_COLUMNS) <= set(have):
         return None
-    c = {k: f'{alias}."{k}"' for k in NSYS_LAUNCH_COLUMNS}
-    regs = f'{alias}."registersPerThread"' if "registersPerThread" in have else "-1"
-    sm = [f'{alias}."{k}"' for k in ("staticSharedMemory", "dynamicSharedMemory") if k in have]
-    smem = "(" + " + ".join(sm) + ")" if sm else "-1"
-    if not clean:
-        return [c[k] for k in NSYS_LAUNCH_COLUMNS] + [regs, smem]
-
-    def num(e: str) -> str:
-        return (f"CASE WHEN typeof({e}) IN ('integer', 'real') AND {e} > -4611686018427387904.0 AND {e} < 4611686018427387904.0 "
-                f"THEN CAST({e} AS INTEGER) ELSE -1 END")
-
-    def triple(es: list[str]) -> list[str]:
-        ok = " AND ".join(f"typeof({e}) = 'integer' AND {e} >= 0 AND {e} < 2147483648" for e in es)
-        return [f"CASE WHEN {ok} THEN {e} ELSE -1 END" for e in es]
-
-    return ([num(c["deviceId"]), num(c["correlationId"])] + triple([c["gridX"], c["gridY"], c["gridZ"]])
-            + triple([c["blockX"], c["blockY"], c["blockZ"]]) + [num(regs), num(smem)])
+    regs = '"registersPerThread"' if "registersPerThread" in have else "-1"
+    sm = [f'"{k}"' for k in ("staticSharedMemory", "dynamicSharedMemory") if k in have]
+    return [f'"{k}"' for k in NSYS_LAUNCH_COLUMNS] + [regs, "(" + " + ".join(sm) + ")" if sm else "-1"]
 
 
 def clean_launch_ints(cols: list) -> list:
-    """:func:`nsys_launch_exprs`' cleaning of its 10 columns, for int64 columns (no NULL): device,
+    """:func:`_clean_sql`'s cleaning of :func:`_nsys_launch_columns`, for int64 columns (no NULL): device,
     correlation, registers and shared memory -1 at a magnitude of 2^62 or more; a grid or block -1
     (all three) where one of its values is not in [0, 2^31)."""
     out = []
@@ -580,7 +564,7 @@ def _nsys_fast(path: str) -> LaunchData:
     try:
         con.execute("PRAGMA trusted_schema = OFF")
         have = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
-        exprs = nsys_launch_exprs(have, "k", clean=False)
+        exprs = _nsys_launch_columns(have)
         n = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] if exprs else 0
     finally:
         con.close()
@@ -592,7 +576,7 @@ def _nsys_fast(path: str) -> LaunchData:
             rd = None
         if rd is not None:
             try:
-                got = rd.fetch(f"SELECT {', '.join(exprs)} FROM CUPTI_ACTIVITY_KIND_KERNEL k", len(exprs), 0, n)
+                got = rd.fetch(f"SELECT {', '.join(exprs)} FROM CUPTI_ACTIVITY_KIND_KERNEL", len(exprs), 0, n)
             finally:
                 rd.close()
     if got is None:
