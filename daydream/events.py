@@ -194,6 +194,9 @@ class EventTable:
     names: list[str]
     meta: TraceMeta = field(default_factory=TraceMeta)
     accounting: Accounting = field(default_factory=Accounting)
+    #: per-kernel launch facts the loader collected in its own pass (a
+    #: ``daydream.formats.launch_data.LaunchFacts``), or None (read from ``meta.source`` on demand)
+    launch: Any = None
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -258,7 +261,7 @@ class EventTable:
 
     def take(self, rows: np.ndarray) -> "EventTable":
         """A new table with the given rows (indices or bool mask); names and meta are shared."""
-        return EventTable({c: a[rows] for c, a in self.cols.items()}, self.names, self.meta, self.accounting)
+        return EventTable({c: a[rows] for c, a in self.cols.items()}, self.names, self.meta, self.accounting, self.launch)
 
     # ---- conversion -------------------------------------------------------------------------
     def to_struct(self) -> EventColumns:

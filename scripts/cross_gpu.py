@@ -110,12 +110,12 @@ def class_rows(a, b) -> list[list[str]]:
 def kernel_rows(a, b, n: int) -> list[str]:
     """The n largest kernel groups of direction a -> b: name, class, reason, source and predicted time."""
     from daydream.display import markup_text
-    from daydream.formats.launch_data import read_launch_data
+    from daydream.formats.launch_data import launch_data_of
     from daydream.optimizations import _kernel_model as KM
 
     (ga, _), (gb, _) = a, b
     src, tgt = gpu_of_device(ga.devices[0]), gpu_of_device(gb.devices[0])
-    data = read_launch_data(ga.table.meta.source, ga.table.meta.format)
+    data = launch_data_of(ga.table)
     floor_s = KM.kernel_floor_ns(src, ga)
     pl = KM.plan(ga, src, tgt, data, floor_s, KM.KERNEL_FLOOR_NS.get(tgt.name, floor_s))
     out = ["", f"Largest kernels, {src.name} -> {tgt.name}:", "", "| kernel | class | reason | tasks | source (us) | predicted (us) |",

@@ -346,3 +346,19 @@ def test_gpu_tasks_sharing_a_launch_are_counted():
     g = build_graph(b.table())
     key = next(k for k in g.counts if k.startswith("GPU tasks sharing their launching call"))
     assert g.counts[key] == 3
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_args_null_launch_data_from_the_load_equals_the_re_read(tmp_path, monkeypatch, fast):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_launch_pass import assert_same
+
+    from daydream.formats import kineto
+    from daydream.formats import launch_data as LD
+
+    monkeypatch.setattr(kineto, "_FAST", fast)
+    path = _args_null_trace(tmp_path)
+    a, b = LD.launch_data_of(load_trace(str(path))), LD.read_launch_data(str(path), "kineto")
+    assert_same(a, b)

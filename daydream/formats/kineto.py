@@ -130,6 +130,8 @@ from ..events import (
     TraceMeta,
 )
 from . import GZIP_MAGIC, TIME_LIMIT_NS, inflate_limit, inflate_refused, open_maybe_gzip
+from .launch_data import LAUNCH_CATEGORIES as _LAUNCH_CATS
+from .launch_data import LaunchFacts, clean_ext, clean_ints, clean_triples
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz)"
@@ -166,11 +168,20 @@ _ARG_FIELDS = (
 )
 
 
-def _args_struct(name: str, num) -> type:
+def _args_struct(name: str, num, typed: bool) -> type:
     """The ``args`` projection with ``num`` as the type of its numeric fields (``cuda_sync_kind``
-    may be a string in every projection); absent fields hold ``_ABSENT``."""
+    may be a string in every projection); absent fields hold ``_ABSENT``. With them, the launch
+    facts (:class:`~daydream.formats.launch_data.LaunchFacts`): ``grid``, ``block``, ``registers per
+    thread``, ``shared memory`` (``typed``: ints, 3 for grid and block; else any JSON value, cleaned
+    as :mod:`.launch_data` cleans them), and the op's ``Input Dims`` / ``Input type`` as raw text."""
+    launch = [("grid", tuple[int, int, int] if typed else Any, (-1, -1, -1) if typed else None, None),
+              ("block", tuple[int, int, int] if typed else Any, (-1, -1, -1) if typed else None, None),
+              ("regs", _Int if typed else Any, _ABSENT if typed else None, "registers per thread"),
+              ("smem", _Int if typed else Any, _ABSENT if typed else None, "shared memory"),
+              ("dims", msgspec.Raw, _NO_RAW, "Input Dims"), ("types", msgspec.Raw, _NO_RAW, "Input type")]
     return msgspec.defstruct(name, [(f, _Num if f == "cuda_sync_kind" else num,
-                                     msgspec.field(default=_ABSENT, name=key) if key else _ABSENT) for f, key in _ARG_FIELDS],
+                                     msgspec.field(default=_ABSENT, name=key) if key else _ABSENT) for f, key in _ARG_FIELDS]
+                             + [(f, t, msgspec.field(default=d, name=key) if key else d) for f, t, d, key in launch],
                              frozen=True, gc=False, module=__name__)
 
 
@@ -184,7 +195,7 @@ def _event_struct(name: str, args: type, cat, num, null_args: bool = False) -> t
         ("id", Any, None), ("bp", Optional[str], None)], gc=False, module=__name__)
 
 
-_Args = _args_struct("_Args", _Num)
+_Args = _args_struct("_Args", _Num, False)
 _NO_ARGS = _Args()
 
 # the fast path's projection (``_FAST``): the same fields, with types that let the columns be read
@@ -201,7 +212,7 @@ _KNOWN_CATS = (
 )
 
 
-_IntArgs = _args_struct("_IntArgs", _Int)
+_IntArgs = _args_struct("_IntArgs", _Int, True)
 _IntEvent = _event_struct("_IntEvent", _IntArgs, Optional[Literal[_KNOWN_CATS]], _IntStr)
 
 
@@ -231,6 +242,8 @@ class _SliceDecoder:
 
 # ``"args": null`` does not fit ``_IntEvent`` (its slice is decoded as ``_Event``, which takes it)
 _Event = _event_struct("_Event", _Args, Optional[str], _Num, null_args=True)
+#: the ``args`` an event without them holds (typed projection? -> that projection's default)
+_NO_EVENT_ARGS = {t: next(f.default for f in msgspec.structs.fields(e) if f.name == "args") for t, e in ((True, _IntEvent), (False, _Event))}
 
 
 class _Doc(msgspec.Struct, gc=False):
@@ -1381,6 +1394,12 @@ def _classify(ph: Optional[str], cat: Optional[str], why: _Reasons) -> tuple[int
     return _C_SKIP, -1, False, why(f"event phase '{ph}' not used")
 
 
+def _launch_class(cat: Optional[str]) -> int:
+    """1 for a kernel event, 0 for an op event, -1 otherwise, by category as
+    :mod:`.launch_data` tells them (``kernel``, ``cpu_op``, ``operator``, any case)."""
+    return _LAUNCH_CATS.get(cat.lower(), -1) if isinstance(cat, str) else -1
+
+
 def _is_launch_flow_end(ph: Optional[str], cat: Optional[str]) -> bool:
     """True for the start (``s``) or finish (``f``) of a launch flow (``ac2g``, legacy ``async``)."""
     return ph in ("s", "f") and isinstance(cat, str) and cat.lower() in _LAUNCH_FLOW_CATS
@@ -1456,6 +1475,8 @@ class _Columns:
         self._kind_p = np.zeros(0, np.int16)
         self._gpu_p = np.zeros(0, bool)
         self._flow_p = np.zeros(0, bool)
+        self._launch_p = np.zeros(0, np.int8)  # 1 kernel, 0 op, -1 neither (launch_data's categories)
+        self.launch = LaunchFacts()
 
     def _put(self, col: str, a: np.ndarray) -> None:
         self.parts.setdefault(col, []).append(a)
@@ -1507,9 +1528,11 @@ class _Columns:
             self._gpu_p = np.concatenate([self._gpu_p, np.array([i[2] for i in info], bool)])
             new = list(self.pair_ix)[len(self._flow_p) :]
             self._flow_p = np.concatenate([self._flow_p, np.array([_is_launch_flow_end(p, c) for p, c in new], bool)])
+            self._launch_p = np.concatenate([self._launch_p, np.array([_launch_class(c) for _, c in new], np.int8)])
         cls = self._cls_p[pair_of]
         self._put("pair", pair_of)
-        self._put("name", np.fromiter(map(self.name_ix.__getitem__, map(g("name"), events)), np.int32, count=n))
+        name_of = np.fromiter(map(self.name_ix.__getitem__, map(g("name"), events)), np.int32, count=n)
+        self._put("name", name_of)
         self._put("pid", ints(list(map(g("pid"), events)), n, True))
         self._put("tid", ints(list(map(g("tid"), events)), n, True))
         ts, ok = _us_text_to_ns(list(map(g("ts"), events)), base)
@@ -1531,9 +1554,13 @@ class _Columns:
         m = len(ri)
         if typed:  # every event's args (no copy of the rows' selection), the ext ids of the rows
             args = list(map(g("args"), events))
-            ext = ints(list(map(g("external_id"), args)), n)[ri]
+            ext_all = ints(list(map(g("external_id"), args)), n)
+            self._add_launch(events, args, ext_all, pair_of, name_of)
+            ext = ext_all[ri]
+            del ext_all
             at = ri  # row i's args: args[at[i]]
         else:
+            self._add_launch(events, None, None, pair_of, name_of)
             args = list(map(g("args"), _take(events, ri)))
             if None in args:  # "args": null, read as no args
                 args = [_NO_ARGS if a is None else a for a in args]
@@ -1562,6 +1589,48 @@ class _Columns:
                 self._put("cuda_sync_kind@", ri[sel] + base)
                 self._put("cuda_sync_kind", np.fromiter(map(conv.__getitem__, raw), np.int8, count=len(sel)))
         self.n += n
+
+    def _add_launch(self, events, args: Optional[list], ext_all: Optional[np.ndarray], pair_of: np.ndarray, name_of: np.ndarray) -> None:
+        """Add the launch facts of the kernel and op events (by category, any ph, as
+        :func:`daydream.formats.launch_data.read_launch_data` reads them) to ``self.launch``.
+        ``args``, ``ext_all``: every event's args and ``External id`` column (the typed path has
+        them, decoded as ``_IntEvent``), else None."""
+        lc = self._launch_p[pair_of]
+        g = operator.attrgetter
+        typed = args is not None
+        ki = np.flatnonzero(lc == 1)
+        if len(ki):
+            a = list(_take(args, ki) if typed else map(g("args"), _take(events, ki)))
+            if not typed and None in a:  # "args": null: as without args
+                a = [_NO_EVENT_ARGS[False] if x is None else x for x in a]
+            present = np.fromiter(map(operator.is_not, a, itertools.repeat(_NO_EVENT_ARGS[typed])), bool, len(a))
+            if not present.all():  # a kernel without args is not read (one with an empty object is)
+                a = list(itertools.compress(a, present.tolist()))
+            if a:
+                self.launch.add_kernels(clean_ints(list(map(g("device"), a)), typed), clean_ints(list(map(g("correlation"), a)), typed),
+                                        clean_ext(list(map(g("external_id"), a)), list(map(g("external_id_legacy"), a)), _ABSENT, typed),
+                                        clean_triples(list(map(g("grid"), a)), typed), clean_triples(list(map(g("block"), a)), typed),
+                                        clean_ints(list(map(g("regs"), a)), typed), clean_ints(list(map(g("smem"), a)), typed))
+        oi = np.flatnonzero(lc == 0)
+        if not len(oi):
+            return
+        # an op without args has no external id: dropped with the others that have none
+        if typed:  # the column's absent/null -> legacy key; out of the reference's range (incl. _NONNUM) -> -1
+            ext = ext_all[oi]
+            miss = np.flatnonzero(ext == _ABSENT)
+            if len(miss):
+                ext[miss] = clean_ints(list(map(g("external_id_legacy"), _take(args, oi[miss]))), True)
+            ext[(ext >= 1 << 62) | (ext <= -(1 << 62))] = -1
+            keep = ext >= 0
+            oi, ext = oi[keep], ext[keep]
+            a = _take(args, oi)
+        else:
+            a = list(map(g("args"), _take(events, oi)))
+            if None in a:  # "args": null: as without args (no external id)
+                a = [_NO_EVENT_ARGS[False] if x is None else x for x in a]
+            ext = clean_ext(list(map(g("external_id"), a)), list(map(g("external_id_legacy"), a)), _ABSENT, False)
+        if len(oi):
+            self.launch.add_ops(ext, name_of[oi], list(map(g("dims"), a)), list(map(g("types"), a)))
 
     def _pair_ids(self, events) -> Optional[np.ndarray]:
         """The (ph, cat) pair id of each event (new pairs added to ``pair_ix`` in order of first
@@ -1605,6 +1674,7 @@ class _Columns:
         self._put("flow_bp_e", np.fromiter(map(operator.eq, map(g("bp"), ends), itertools.repeat("e")), bool, count=m))
 
     def build(self, base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
+        self.launch.finish(list(self.name_ix))  # only the ops some kernel names are kept
         cols, names = _table_columns(self, base_ns, acct)  # its intermediates are freed on return
         self.parts.clear()
         # rows sorted as EventTable.from_columns sorts them (same keys, stable), one column at a
@@ -1616,7 +1686,9 @@ class _Columns:
             if not np.all(order[:-1] < order[1:]):
                 for c in list(cols):
                     cols[c] = cols[c][order]
-        return EventTable.from_columns(cols, names, meta, acct, sort=False)
+        table = EventTable.from_columns(cols, names, meta, acct, sort=False)
+        table.launch = self.launch
+        return table
 
 
 def _row_order(start: np.ndarray, kind: np.ndarray, end: np.ndarray) -> np.ndarray:

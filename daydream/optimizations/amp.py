@@ -41,7 +41,7 @@ from ..arrays import sorted_unique
 from .. import kernels as K
 from ..errors import NotApplicable
 from ..events import Kind
-from ..formats.launch_data import read_launch_data
+from ..formats.launch_data import launch_data_of
 from ..gpus import find_gpu
 from ..graph import profiler_steps
 from ..transform import name_mask, scale, set_duration
@@ -226,8 +226,7 @@ def floored_durations(dur: np.ndarray, factor: np.ndarray, cap: np.ndarray, floo
 def _roofline_cap(graph, gpu, factor, comp):
     """Where the launching op's FLOPs and bytes are recorded, a compute kernel cannot become faster than
     its 16-bit roofline allows: factor >= max(F / P_half, B / 2 / W) / recorded time."""
-    meta = getattr(graph.table, "meta", None)
-    data = read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", "")) if comp.any() else None
+    data = launch_data_of(graph.table) if comp.any() else None
     if data is None or not len(data):
         return factor
     row = KM.match_launches(graph, data)
@@ -252,8 +251,7 @@ def _forward_casts(graph, gpu, sel, floor_ns: int) -> tuple[np.ndarray, np.ndarr
     fwd = mapped_phase(graph, "forward")
     if fwd is None:
         return cast, wbytes, "no forward/backward mapping"
-    meta = getattr(graph.table, "meta", None)
-    data = read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", ""))
+    data = launch_data_of(graph.table)
     if not len(data):
         return cast, wbytes, data.reason or "no launch records"
     row = KM.match_launches(graph, data)

@@ -27,7 +27,7 @@ from ..errors import NotApplicable, UsageError
 from ..events import CopyKind, DeviceInfo, Kind
 from ..gpus import GPU, find_gpu, gpu_of_device, names
 from ..cuda_api import ApiRole
-from ..formats.launch_data import read_launch_data
+from ..formats.launch_data import launch_data_of
 from ..graph import NODE_CPU
 from ..transform import scale, scale_gaps, set_duration, set_launch_latency
 from . import Optimization, Param, register
@@ -108,8 +108,7 @@ def _peak_model(graph, src: GPU, target: GPU):
 
 def _launch_model(graph, src: GPU, target: GPU, p):
     """Per-kernel rules of :mod:`._kernel_model`: a new graph and the note."""
-    meta = getattr(graph.table, "meta", None)
-    data = read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", ""))
+    data = launch_data_of(graph.table)
     floor_s = KM.kernel_floor_ns(src, graph)
     floor_t = int(p["target_floor_ns"]) if p["target_floor_ns"] >= 0 else (
         KM.KERNEL_FLOOR_NS.get(target.name, floor_s) if target is not src else floor_s)
