@@ -412,3 +412,28 @@ def test_fp32_convolutions_run_as_tf32_on_an_ampere_target():
     g.devices = g.table.meta.devices
     _, _, note4 = run(g, "gpu-upgrade:target=H100 SXM")
     assert "TF32 Tensor Cores" not in note4
+
+
+def test_tf32_convolutions_compose_with_amp_once():
+    """gpu-upgrade (V100 -> A100) puts fp32 convolutions on TF32; a later amp scales them by the TF32
+    path (x0.5), not again from fp32; amp first makes them 16-bit, and gpu-upgrade then does not move
+    them to TF32 (new-user finding: the TF32 gain was counted twice). MI300X targets keep fp32 (ROCm:
+    TF32 is opt-in)."""
+    conv = "volta_scudnn_128x64_relu_interior_nn_v1"
+    b = TB()
+    calls = [b.call("cudaLaunchKernel", 20 * i, 20 * i + 10) for i in range(2)]
+    b.gpu(calls[0], 1000, 11_000, name=SGEMM)
+    b.gpu(calls[1], 11_000, 21_000, name=conv)
+    g = build_graph(b.table())
+    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name="Tesla V100-SXM2-32GB")])
+    g.devices = g.table.meta.devices
+    k = np.nonzero(g.node_kind != NODE_CPU)[0]
+    g1, _, _ = run(g, "gpu-upgrade:target=A100 40GB SXM")
+    g2, _, note = run(g1, "amp:casts=off,floor_ns=0")
+    assert "1 fp32 CUDA-core compute kernels x0.125, 1 TF32 x0.5" in note
+    assert g2.dur_ns[k[1]] == round(g1.dur_ns[k[1]] * 0.5)
+    h1, _, _ = run(g, "amp:casts=off")
+    _, _, note2 = run(h1, "gpu-upgrade:target=A100 40GB SXM")
+    assert "TF32 Tensor Cores" not in note2
+    _, _, note3 = run(g, "gpu-upgrade:target=MI300X")
+    assert "TF32 Tensor Cores" not in note3

@@ -103,6 +103,10 @@ class TaskGraph:
     launch_queue_depth: int = 0
     #: ``S``: how long after ``L`` the DMA of a staged pageable HtoD copy starts (``graph/latency.py``)
     staging_latency_ns: int = 0
+    #: execution paths an optimization changed (``optimizations._kernel_model.paths_now``): (table
+    #: rows, int64 sorted; their path names, e.g. "tf32", "half"); a row not listed runs on the path
+    #: its kernel name says. Kept by every transformation (rows are stable identities).
+    path_rows: tuple = ()
 
     # ------------------------------------------------------------------ node views ----------
     @property

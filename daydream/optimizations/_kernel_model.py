@@ -35,6 +35,7 @@ Caches (L2 residency), clocks under power limits and instruction mixes are not m
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -119,6 +120,7 @@ class KernelPlan:
     latency: np.ndarray
     matched: int  #: GPU kernels matched to a launch record
     tf32_conv: int = 0  #: fp32 convolution kernels modelled on the target's TF32 path (:func:`tf32_convolutions`)
+    tf32_mask: np.ndarray | None = None  #: those kernels (bool, shape (n,))
 
 
 def path_of(info: K.KernelInfo, n: int, default_compute: str = "half") -> np.ndarray:
@@ -147,11 +149,12 @@ def tf32_convolutions(graph, data: LaunchData, row: np.ndarray, comp: np.ndarray
     (TF32) on Ampere (and later) devices"). A trace from a GPU without TF32 (V100) ran its convolutions
     on CUDA cores in fp32; on a target with TF32 (A100 and later) the same program runs them on TF32
     Tensor Cores. A trace from a GPU with TF32 whose convolution kernels are fp32 was run with
-    ``allow_tf32`` turned off, and keeps fp32. ``mode``: ``auto`` (the rule above), ``on``, ``off``.
+    ``allow_tf32`` turned off, and keeps fp32. On ROCm TF32 is opt-in (convolutions stay fp32 by
+    default: PyTorch's ROCm TF32 flags), so ``auto`` leaves AMD targets alone. ``mode``: ``auto`` (the rule above), ``on``, ``off``.
     A convolution: a compute-bound fp32 kernel named as one (:data:`CONV_KERNELS`) or launched by
     an op whose name holds ``conv`` (launch data)."""
     n = graph.n
-    if mode == "off" or (mode == "auto" and (src.tf32_tflops > 0 or tgt.tf32_tflops == 0)):
+    if mode == "off" or (mode == "auto" and (src.tf32_tflops > 0 or tgt.tf32_tflops == 0 or tgt.vendor != "nvidia")):
         return np.zeros(n, bool)
     cand = comp & (path == "fp32")
     if not cand.any():
@@ -164,6 +167,33 @@ def tf32_convolutions(graph, data: LaunchData, row: np.ndarray, comp: np.ndarray
         ops = np.array(["conv" in o for o in data.op], bool)
         out |= cand & (row >= 0) & ops[np.maximum(row, 0)]
     return out
+
+
+def paths_now(graph, path: np.ndarray) -> np.ndarray:
+    """``path`` (per node, :func:`path_of`) with the paths an earlier optimization of the same
+    prediction set (``TaskGraph.path_rows``: amp's 16-bit kernels, gpu-upgrade's TF32 convolutions),
+    so that a composition counts each change once whatever its order."""
+    if not graph.path_rows:
+        return path
+    rows, names = graph.path_rows
+    pos = np.searchsorted(rows, graph.row).clip(0, max(len(rows) - 1, 0))
+    hit = (graph.row >= 0) & (rows[pos] == graph.row) if len(rows) else np.zeros(graph.n, bool)
+    out = path.copy()
+    out[hit] = names[pos[hit]]
+    return out
+
+
+def with_paths(g, mask: np.ndarray, name: str):
+    """``g`` with the recorded tasks of ``mask`` (bool, shape (n,)) noted as now running on ``name``."""
+    rows = g.row[mask & (g.row >= 0)].astype(np.int64)
+    if not len(rows):
+        return g
+    old_rows, old_names = g.path_rows if g.path_rows else (np.zeros(0, np.int64), np.zeros(0, object))
+    keep = ~np.isin(old_rows, rows)
+    all_rows = np.concatenate([old_rows[keep], rows])
+    all_names = np.concatenate([old_names[keep], np.full(len(rows), name, dtype=object)])
+    o = np.argsort(all_rows, kind="stable")
+    return dataclasses.replace(g, path_rows=(all_rows[o], all_names[o]))
 
 
 def _peaks(gpu: GPU, path: np.ndarray) -> np.ndarray:
@@ -231,7 +261,7 @@ def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt:
     regs = np.where(has, data.regs[r], -1) if len(data) else np.full(n, -1)
     smem = np.where(has, data.smem[r], -1) if len(data) else np.full(n, -1)
     u_s, u_t = fill(src, blocks, threads, regs, smem), fill(tgt, blocks, threads, regs, smem)
-    path = path_of(info, n, default_compute)
+    path = paths_now(graph, path_of(info, n, default_compute))
     conv = tf32_convolutions(graph, data, row, comp, path, src, tgt, conv_tf32)
     path_t = np.where(conv, "tf32", path)
     p_s, p_t = _peaks(src, path), _peaks(tgt, path_t)
@@ -259,7 +289,7 @@ def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt:
     new[scaled] = (fixed * ratio + (dur - fixed) * factor)[scaled]
     lat = scaled & (dur <= LATENCY_MULT * max(floor_src, 1))
     return KernelPlan(rule, factor, np.rint(new).astype(np.int64), bs, bt, lat, int(np.count_nonzero(has & kern)),
-                      int(np.count_nonzero(conv)))
+                      int(np.count_nonzero(conv)), conv)
 
 
 def _roofline(data, r, has, sel, pu, src, tgt, factor, rule, bs, bt):

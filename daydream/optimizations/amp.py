@@ -176,6 +176,9 @@ def _apply_gpu(graph, p, gpu):
     if p["tf32"] == "on":  # the baseline ran fp32 GEMMs as TF32: unnamed-precision GEMMs are TF32
         unk = c32 & info.has_precision("unknown")
         c32, ctf = c32 & ~unk, ctf | unk
+    now = KM.paths_now(graph, np.full(graph.n, "", dtype=object))  # paths an earlier optimization set
+    c32, ctf = c32 & (now == ""), ctf | ((c32 | ctf) & (now == "tf32"))
+    mem = mem & (now != "half")
     mem = mem & ~name_mask(graph, AUTOCAST_FP32_KERNELS, mem)
     if not (c32 | ctf | mem).any():
         raise NotApplicable("no compute- or memory-bound fp32 kernel in the trace" if not already
@@ -205,7 +208,7 @@ def _apply_gpu(graph, p, gpu):
     if p["casts"] == "on":
         g, words = _add_casts(graph, g, gpu, c32 | ctf, p)
         note += "; " + words
-    return g, note
+    return KM.with_paths(g, c32 | ctf, "half"), note
 
 
 def floored_durations(dur: np.ndarray, factor: np.ndarray, cap: np.ndarray, floor: int) -> np.ndarray:

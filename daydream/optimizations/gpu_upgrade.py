@@ -115,6 +115,8 @@ def _launch_model(graph, src: GPU, target: GPU, p):
     pl = KM.plan(graph, src, target, data, floor_s, floor_t, conv_tf32=p["conv_tf32"])
     gpu = graph.node_kind != NODE_CPU
     g = set_duration(graph, gpu, pl.new_dur[gpu])
+    if pl.tf32_conv:  # a later amp sees them on TF32 (KM.paths_now)
+        g = KM.with_paths(g, pl.tf32_mask, "tf32")
     cov = KM.coverage(graph, pl)
     total = max(int(graph.dur_ns[gpu].sum()), 1)
     parts = [f"{k} {v[1]:,} tasks {v[0] / 1e6:.3f} ms ({v[0] / total:.0%})" for k, v in cov.items()]
