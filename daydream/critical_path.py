@@ -19,7 +19,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from .arrays import sorted_unique
+from .arrays import sorted_unique, unique_inverse
 from . import jit
 from .events import CopyKind, Kind
 from .kernels import kernel_info
@@ -136,22 +136,6 @@ def _int_bincount(idx: np.ndarray, w: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(idx, weights=w, minlength=size).astype(np.int64)
 
 
-def _small_unique(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(code, return_inverse=True)`` (inverse flat) of integer codes, by counting when
-    their range is small (phase codes, name ids: few distinct values over ~10^5 charges; a sort
-    otherwise). The values as ``np.unique`` gives them (int64 here), the inverse int64."""
-    if not len(code):
-        return code[:0].astype(np.int64), code[:0].astype(np.int64)
-    lo, hi = int(code.min()), int(code.max())
-    if hi - lo > max(1 << 16, 2 * len(code)):
-        u, inv = np.unique(code, return_inverse=True)
-        return u, inv.reshape(-1)
-    c = code.astype(np.int64) - lo
-    present = np.bincount(c, minlength=hi - lo + 1) > 0
-    rank = np.cumsum(present) - 1
-    return np.flatnonzero(present) + lo, rank[c]
-
-
 class _Charges:
     """Accumulates ns per cause, and per phase when phases are given."""
 
@@ -190,7 +174,7 @@ class _Charges:
             return
         v = parts[:, 0]
         code = np.where(gap, self._gph_a[v], self._ph_a[v])
-        ucode, inv = _small_unique(code)
+        ucode, inv = unique_inverse(code)
         per = _int_bincount(inv * len(CAUSES) + cause.astype(np.int64), parts[:, 1],
                             len(ucode) * len(CAUSES)).reshape(len(ucode), len(CAUSES))
         for i, u in enumerate(ucode.tolist()):
@@ -383,7 +367,7 @@ def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, in
     names = [NO_RANGE, *rt.labels]
     range_ns = np.bincount(lab + 1, weights=share, minlength=len(names))
     by_range = _top(*fold_by_op(names, range_ns))  # emit_nvtx calls summed per op, as in the summary's table
-    uniq, inv = _small_unique(graph.name_id[v[gpu]])
+    uniq, inv = unique_inverse(graph.name_id[v[gpu]])
     k_names = [graph.names[int(i)] for i in uniq]
     kernel_ns = np.bincount(inv.reshape(-1), weights=ns[gpu], minlength=len(uniq))
     by_kernel = _top(k_names, kernel_ns)
@@ -516,7 +500,7 @@ def _wait(graph: TaskGraph, c: _PathCharges, key, val, i, j, idle: np.ndarray) -
         target = thread_label(graph, what)
     else:
         m = inside[c.gpu_pos]
-        uniq, inv = _small_unique(c.gpu_name[m])
+        uniq, inv = unique_inverse(c.gpu_name[m])
         top = _top([graph.names[int(u)] for u in uniq], np.bincount(inv.reshape(-1), weights=c.gpu_ns[m], minlength=len(uniq)), 3)
         target = "peer ranks (collectives)" if what == -2 else "GPU"
     top.pop("other", None)
