@@ -254,12 +254,15 @@ def change_summary(before: TaskGraph, after: TaskGraph) -> str:
     parts = []
     same = _same_tasks(before, after)
     tb, ta = totals(before), totals(after)
+    if same:  # the same tasks (a change of durations only): each row is its own match
+        has_row = before.row >= 0
+        differs = (before.dur_ns + before.gap_ns) != (after.dur_ns + after.gap_ns)
     for label, is_gpu in (("GPU", True), ("host", False)):
         mb = (before.node_kind != NODE_CPU) == is_gpu
-        if same:  # the same tasks (a change of durations only): each row is its own match
-            m = mb & (before.row >= 0)
-            changed = int(np.count_nonzero((before.dur_ns + before.gap_ns)[m] != (after.dur_ns + after.gap_ns)[m]))
-            rb, removed, added = before.row[m], 0, int(np.count_nonzero(mb & (before.row < 0)))
+        if same:
+            m = mb & has_row
+            changed = int(np.count_nonzero(differs & m))
+            rb, removed, added = before.row[m], 0, int(np.count_nonzero(mb & ~has_row))
         else:
             changed, removed, added, rb = _matched_changes(before, after, mb, is_gpu)
         t0, t1 = (tb[0], ta[0]) if is_gpu else (tb[1], ta[1])
