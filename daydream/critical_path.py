@@ -480,7 +480,12 @@ def waits_on_path(graph: TaskGraph, c: _PathCharges, rt: RangeTimeline, top_n: i
 
 def _idle_workers(graph: TaskGraph) -> np.ndarray:
     """Per lane: a worker thread (mostly backward calls: the autograd engine's device thread,
-    ``daydream.mapping``), whose time between hand-overs is idle, not waiting."""
+    ``daydream.mapping``), whose time between hand-overs is idle, not waiting. Kept in the
+    structure memo (shared: do not change it)."""
+    return cached(graph, "critical_path.idle_workers", lambda: _find_idle_workers(graph))
+
+
+def _find_idle_workers(graph: TaskGraph) -> np.ndarray:
     out = np.zeros(len(graph.lanes), bool)
     if graph.mapping is None:
         return out
