@@ -423,8 +423,9 @@ class _PathCharges:
         self.lane = graph.lane[self.order]
         self.total = np.bincount(pos[v], weights=ns, minlength=n_pos)
         self.host_pos, self.host_lab, self.host_ns = pos[hv][qi], lab, share  # hv: the host charges' nodes, qi: a row's charge
-        self.gpu_pos, self.gpu_name, self.gpu_ns = pos[v[gpu]], graph.name_id[v[gpu]], ns[gpu]
-        self.comm = communication_mask(graph)[v[gpu]]
+        gv = v[gpu]
+        self.gpu_pos, self.gpu_name, self.gpu_ns = pos[gv], graph.name_id[gv], ns[gpu]
+        self.comm = communication_mask(graph)[gv]
         self.names = names
 
 

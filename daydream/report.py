@@ -390,9 +390,10 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
     to that call's end.
     """
     nodes = _thread_calls(graph, pid, tid)
-    if not ((graph.rec_start_ns[nodes] >= s) & (graph.rec_end_ns[nodes] <= e)).any():
+    # structure only, kept in the memo (a step's windows are asked again for every prediction)
+    rs_sorted = cached(graph, f"report.thread_call_starts {pid} {tid}", lambda: graph.rec_start_ns[nodes])
+    if not cached(graph, f"report.calls_inside {pid} {tid} {s} {e}", lambda: bool(((rs_sorted >= s) & (graph.rec_end_ns[nodes] <= e)).any())):
         return None
-    rs_sorted = graph.rec_start_ns[nodes]
 
     def boundary(b: int) -> int:
         k = int(np.searchsorted(rs_sorted, b, side="left"))
