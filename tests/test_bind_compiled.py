@@ -40,3 +40,11 @@ def test_compiled_bindings_equal_the_reference(tmp_path_factory, prog, steps):
     g = _graph_of(tmp_path_factory.mktemp("b"), emulate(prog))
     _assert_bindings_equal(g)
     _assert_bindings_equal(_transformed(g, steps))
+
+
+@given(st.one_of(st.integers(1, 3000), st.just(2**40)), st.integers(0, 400), st.integers(0, 2**32), st.sampled_from([(0, 3), (-5, 60), (0, 0)]))
+def test_packed_sort_is_the_lexsort(n, m, seed, prefer_range):
+    rng = np.random.default_rng(seed)
+    a, c = rng.integers(0, n, m), rng.integers(0, n, m)
+    b = rng.integers(prefer_range[0], prefer_range[1] + 1, m).astype(np.uint8 if prefer_range[0] >= 0 else np.int64)
+    assert np.array_equal(binding._lexsort3(a, b, c, n), np.lexsort((c, b, a)))

@@ -65,7 +65,8 @@ def cpu_ranges(graph: TaskGraph, pattern: str) -> tuple[np.ndarray, np.ndarray, 
         return z, z, z, z
     uniq, inv = cached(graph, "common.cpu_range_names", lambda: unique_inverse(cr.name_id))  # structure: shared by the patterns
     rx = compile_pattern(pattern)
-    hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
+    names, search = graph.names, rx.search
+    hit = np.fromiter([search(names[i]) is not None for i in uniq.tolist()], dtype=bool, count=len(uniq))
     r = np.nonzero(hit[inv])[0]
     key = np.stack([cr.pid[r], cr.tid[r], cr.start_ns[r], cr.end_ns[r]], axis=1).astype(np.int64)
     key = np.unique(key, axis=0) if len(key) else key.reshape(0, 4)

@@ -48,13 +48,28 @@ def _edge_rules(graph: TaskGraph) -> _Rules:
 def _make_rules(graph: TaskGraph, ra) -> _Rules:
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
     ph = ra.phase[k]
-    o = np.lexsort((src, ra.prefer[k], dst))  # the tie rule of _pick, once per graph
+    o = _lexsort3(dst, ra.prefer[k], src, graph.n)  # the tie rule of _pick, once per graph
     ph_o = ph[o]
     b = np.flatnonzero(ph == Phase.BASE)
     b = b[np.argsort(dst[b], kind="stable")]
     first = np.flatnonzero(np.r_[True, dst[b][1:] != dst[b][:-1]]) if len(b) else np.zeros(0, np.int64)
     return _Rules(ra.anchor_end[k], ra.graph_offsets_ns(graph)[k], b, first,
                   o[ph_o == Phase.START], o[ph_o == Phase.END], o[ph_o == Phase.BASE])
+
+
+def _lexsort3(a: np.ndarray, b: np.ndarray, c: np.ndarray, n: int) -> np.ndarray:
+    """``np.lexsort((c, b, a))`` (by a, then b, then c; stable) for node ids ``a``, ``c`` in
+    [0, n) and small integers ``b``: one stable sort of packed int64 keys when they fit in 62
+    bits, else the lexsort."""
+    if not len(a):
+        return np.zeros(0, np.int64)
+    b = b.astype(np.int64)
+    lo, hi = int(b.min()), int(b.max())
+    nb, pb = max(int(n).bit_length(), 1), max((hi - lo).bit_length(), 1)
+    if 2 * nb + pb > 62 or int(a.min()) < 0 or int(c.min()) < 0 or max(int(a.max()), int(c.max())) >= n:
+        return np.lexsort((c, b, a))
+    key = (a.astype(np.int64) << (nb + pb)) | ((b - lo) << nb) | c.astype(np.int64)
+    return np.argsort(key, kind="stable")
 
 
 def _pick_sorted(order: np.ndarray, ok: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
@@ -117,8 +132,9 @@ def _edge_ptrs(graph: TaskGraph, r: _Rules) -> tuple[np.ndarray, np.ndarray, np.
     the memo under the rules' key)."""
     ra = rule_arrays()
     key = ("binding.ptrs", rules_key(ra, graph), int(graph.launch_latency_ns), int(graph.gpu_gap_ns), int(graph.staging_latency_ns))
-    at = np.arange(graph.n + 1)
-    return cached(graph, key, lambda: tuple(np.searchsorted(graph.edge_dst[o], at).astype(np.int64) for o in (r.base_order, r.start_order, r.end_order)))
+    def ptr(o):
+        return np.concatenate([[0], np.cumsum(np.bincount(graph.edge_dst[o], minlength=graph.n))]).astype(np.int64)
+    return cached(graph, key, lambda: tuple(ptr(o) for o in (r.base_order, r.start_order, r.end_order)))
 
 
 def bind_compiled(fn, graph: TaskGraph, start: np.ndarray, end: np.ndarray, blocked: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
