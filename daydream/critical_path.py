@@ -393,7 +393,8 @@ def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, in
     rt = ranges_of(graph)
     hv = v[host]
     a, b = host_intervals(graph, hv, part[host])
-    qi, lab, share = split_by_range(rt, thread_key(graph.pid[hv], graph.tid[hv]), a, b, ns[host])
+    node_key = cached(graph, "critical_path.thread_key", lambda: thread_key(graph.pid, graph.tid))  # per node, structure only
+    qi, lab, share = split_by_range(rt, node_key[hv], a, b, ns[host])
     names, folded, fold_at = _range_names(rt)
     range_ns = np.bincount(lab + 1, weights=share, minlength=len(names))
     # emit_nvtx calls summed per op, as in the summary's table (daydream.mapping.fold_by_op)
