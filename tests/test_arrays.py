@@ -14,6 +14,14 @@ def test_equals_np_unique(a):
     assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
+@given(st.one_of(hnp.arrays(st.sampled_from([np.int64, np.int32, np.int8, np.uint16, np.bool_]), st.integers(0, 300)),
+                 hnp.arrays(np.int64, st.integers(0, 50), elements=st.integers(-(2**62), 2**62))))
+def test_unique_inverse_equals_np_unique(a):
+    (u, inv), (wu, winv) = unique_inverse(a), np.unique(a, return_inverse=True)
+    assert u.dtype == wu.dtype and np.array_equal(u, wu)
+    assert inv.dtype == np.int64 and np.array_equal(inv, winv.reshape(-1))
+
+
 def test_other_dtypes_and_edges():
     f = np.array([2.0, np.nan, 1.0, np.nan])
     assert np.array_equal(sorted_unique(f), np.unique(f), equal_nan=True)
@@ -23,10 +31,3 @@ def test_other_dtypes_and_edges():
     big = np.array([2**62, -(2**62), 2**62, 0], np.int64)
     assert sorted_unique(big).tolist() == [-(2**62), 0, 2**62]
 
-
-@given(st.one_of(hnp.arrays(st.sampled_from([np.int64, np.int32, np.int8, np.uint16, np.bool_]), st.integers(0, 300)),
-                 hnp.arrays(np.int64, st.integers(0, 50), elements=st.integers(-(2**62), 2**62))))
-def test_unique_inverse_equals_np_unique(a):
-    (u, inv), (wu, winv) = unique_inverse(a), np.unique(a, return_inverse=True)
-    assert u.dtype == wu.dtype and np.array_equal(u, wu)
-    assert inv.dtype == np.int64 and np.array_equal(inv, winv.reshape(-1))
