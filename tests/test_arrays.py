@@ -30,4 +30,3 @@ def test_other_dtypes_and_edges():
     assert sorted_unique([5]).tolist() == [5] and sorted_unique(np.int64(3)).tolist() == [3]
     big = np.array([2**62, -(2**62), 2**62, 0], np.int64)
     assert sorted_unique(big).tolist() == [-(2**62), 0, 2**62]
-
