@@ -19,12 +19,12 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from .arrays import sorted_unique
+from .arrays import sorted_unique, unique_inverse
 from . import jit
 from .events import CopyKind, Kind
 from .kernels import kernel_info
-from .mapping import PHASES, fold_by_op
-from .memo import cached
+from .mapping import PHASES, fold_by_op, nvtx_base_name
+from .memo import cached, rules_key
 from .graph import NODE_CPU, RULES, TaskGraph, rule_arrays
 from .graph.ranges import NO_RANGE, RangeTimeline, range_timeline, split_by_range, thread_key
 from .simulate import BOUND_BY_LANE, Timeline, critical_walk, with_bindings
@@ -174,8 +174,8 @@ class _Charges:
             return
         v = parts[:, 0]
         code = np.where(gap, self._gph_a[v], self._ph_a[v])
-        ucode, inv = np.unique(code, return_inverse=True)
-        per = _int_bincount(inv.reshape(-1) * len(CAUSES) + cause.astype(np.int64), parts[:, 1],
+        ucode, inv = unique_inverse(code)
+        per = _int_bincount(inv * len(CAUSES) + cause.astype(np.int64), parts[:, 1],
                             len(ucode) * len(CAUSES)).reshape(len(ucode), len(CAUSES))
         for i, u in enumerate(ucode.tolist()):
             d = self.by_phase.get(self.names[u])
@@ -276,20 +276,28 @@ def _compiled_walk(graph: TaskGraph, tl: Timeline, v: int, acc: _Charges) -> np.
     fn = critical_walk.kernel() if jit.wanted(graph.n, critical_walk.MIN_TASKS) else None
     if fn is None or not critical_walk.fits(graph.t0_ns, tl.start_ns, tl.end_ns, graph.gap_ns):
         return None
-    k = graph.edge_kind
-    code_of_kind = np.array([CAUSES.index(RULES[x].cause if x in RULES else "cpu") for x in range(int(k.max()) + 1 if len(k) else 0)], np.int8)
+    anchor_end, edge_cause = _walk_edges(graph)
     lane_prev = np.asarray(_lane_predecessor_in_run(graph, tl), np.int64) if (tl.bound_start == BOUND_BY_LANE).any() else np.zeros(0, np.int64)
     i64 = lambda a: np.ascontiguousarray(a, np.int64)  # noqa: E731
     out = critical_walk.walk(fn, v, i64(tl.start_ns), i64(tl.end_ns), i64(graph.gap_ns), np.ascontiguousarray(graph.is_cpu, bool),
                              np.ascontiguousarray(communication_mask(graph), bool), i64(tl.bound_start), i64(tl.bound_base),
-                             i64(tl.bound_end), i64(graph.edge_src), np.ascontiguousarray(rule_arrays().anchor_end[k], bool),
-                             code_of_kind[k], lane_prev, int(graph.t0_ns), BOUND_BY_LANE)
+                             i64(tl.bound_end), i64(graph.edge_src), anchor_end, edge_cause, lane_prev, int(graph.t0_ns), BOUND_BY_LANE)
     if out is None:
         return None
     path, parts, cause, gap, ew = out
     acc.add_all(parts, cause, gap)
     acc.end_waited = ew
     return path
+
+
+def _walk_edges(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Per edge: its rule's ``anchor_end`` (bool) and the index into CAUSES of its rule's cause
+    (int8; "cpu" for a kind without a rule), kept in the structure memo under the rules' key."""
+    def make():
+        k = graph.edge_kind
+        code_of_kind = np.array([CAUSES.index(RULES[x].cause if x in RULES else "cpu") for x in range(int(k.max()) + 1 if len(k) else 0)], np.int8)
+        return np.ascontiguousarray(rule_arrays().anchor_end[k], bool), code_of_kind[k]
+    return cached(graph, ("critical_path.walk_edges", rules_key(rule_arrays(), graph)), make)
 
 
 def _lane_predecessor_in_run(graph: TaskGraph, tl: Timeline) -> list[int]:
@@ -317,6 +325,27 @@ def ranges_of(graph: TaskGraph) -> RangeTimeline:
         _RT_CACHE.clear()
     _RT_CACHE[id(cr)] = (cr, rt)
     return rt
+
+
+_FOLD_CACHE: dict[int, tuple[RangeTimeline, tuple]] = {}
+
+
+def _range_names(rt: RangeTimeline) -> tuple[list[str], list[str], np.ndarray | None]:
+    """(the label names of ``rt`` with NO_RANGE first; their :func:`~daydream.mapping.fold_by_op`
+    names; each name's index into those, None when none folds), once per range timeline."""
+    hit = _FOLD_CACHE.get(id(rt))
+    if hit is not None and hit[0] is rt:
+        return hit[1]
+    names = [NO_RANGE, *rt.labels]
+    folded, _ = fold_by_op(names, np.zeros(len(names)))
+    at = None
+    if folded is not names:
+        where = {b: i for i, b in enumerate(folded)}
+        at = np.array([where[nvtx_base_name(x)] for x in names], np.int64)
+    if len(_FOLD_CACHE) >= 8:
+        _FOLD_CACHE.clear()
+    _FOLD_CACHE[id(rt)] = (rt, (names, folded, at))
+    return names, folded, at
 
 
 def host_intervals(graph: TaskGraph, v: np.ndarray, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -357,24 +386,27 @@ def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, in
     time goes to their name; edge offsets (L, G) to neither.
     """
     p = np.asarray(parts, np.int64).reshape(-1, 3)
-    v, ns, part = p[:, 0], p[:, 1], p[:, 2]
-    host = graph.is_cpu[v] & (part != EDGE)
-    gpu = ~graph.is_cpu[v] & (part == OWN)
+    v, ns, part = (np.ascontiguousarray(p[:, i]) for i in range(3))
+    cpu_v = graph.is_cpu[v]
+    host = cpu_v & (part != EDGE)
+    gpu = ~cpu_v & (part == OWN)
     rt = ranges_of(graph)
     hv = v[host]
     a, b = host_intervals(graph, hv, part[host])
-    qi, lab, share = split_by_range(rt, thread_key(graph.pid[hv], graph.tid[hv]), a, b, ns[host])
-    names = [NO_RANGE, *rt.labels]
+    node_key = cached(graph, "critical_path.thread_key", lambda: thread_key(graph.pid, graph.tid))  # per node, structure only
+    qi, lab, share = split_by_range(rt, node_key[hv], a, b, ns[host])
+    names, folded, fold_at = _range_names(rt)
     range_ns = np.bincount(lab + 1, weights=share, minlength=len(names))
-    by_range = _top(*fold_by_op(names, range_ns))  # emit_nvtx calls summed per op, as in the summary's table
-    uniq, inv = np.unique(graph.name_id[v[gpu]], return_inverse=True)
+    # emit_nvtx calls summed per op, as in the summary's table (daydream.mapping.fold_by_op)
+    by_range = _top(names, range_ns) if fold_at is None else _top(folded, np.bincount(fold_at, weights=range_ns, minlength=len(folded)))
+    uniq, inv = unique_inverse(graph.name_id[v[gpu]])
     k_names = [graph.names[int(i)] for i in uniq]
     kernel_ns = np.bincount(inv.reshape(-1), weights=ns[gpu], minlength=len(uniq))
     by_kernel = _top(k_names, kernel_ns)
     if detail is not None:
         detail["range_ns"] = _top(names, range_ns, len(names))
         detail["kernel_ns"] = _top(k_names, kernel_ns, len(k_names))
-    charges = _PathCharges(graph, path, v, ns, host, gpu, np.flatnonzero(host)[qi], lab, share, names)
+    charges = _PathCharges(graph, path, v, ns, hv, gpu, qi, lab, share, names)
     charges.end_waited = np.zeros(graph.n, bool)
     charges.end_waited[np.asarray(end_waited, np.int64)] = True
     return by_range, by_kernel, waits_on_path(graph, charges, rt)
@@ -383,7 +415,7 @@ def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, in
 class _PathCharges:
     """The charges of a path by path position (time order), for the waits."""
 
-    def __init__(self, graph, path, v, ns, host, gpu, host_charge, lab, share, names):
+    def __init__(self, graph, path, v, ns, hv, gpu, qi, lab, share, names):
         n_pos = len(path)
         self.order = path[::-1]  # time order
         pos = np.full(graph.n, -1, np.int64)
@@ -391,9 +423,10 @@ class _PathCharges:
         self.pos = pos
         self.lane = graph.lane[self.order]
         self.total = np.bincount(pos[v], weights=ns, minlength=n_pos)
-        self.host_pos, self.host_lab, self.host_ns = pos[v[host_charge]], lab, share
-        self.gpu_pos, self.gpu_name, self.gpu_ns = pos[v[gpu]], graph.name_id[v[gpu]], ns[gpu]
-        self.comm = communication_mask(graph)[v[gpu]]
+        self.host_pos, self.host_lab, self.host_ns = pos[hv][qi], lab, share  # hv: the host charges' nodes, qi: a row's charge
+        gv = v[gpu]
+        self.gpu_pos, self.gpu_name, self.gpu_ns = pos[gv], graph.name_id[gv], ns[gpu]
+        self.comm = communication_mask(graph)[gv]
         self.names = names
 
 
@@ -449,7 +482,12 @@ def waits_on_path(graph: TaskGraph, c: _PathCharges, rt: RangeTimeline, top_n: i
 
 def _idle_workers(graph: TaskGraph) -> np.ndarray:
     """Per lane: a worker thread (mostly backward calls: the autograd engine's device thread,
-    ``daydream.mapping``), whose time between hand-overs is idle, not waiting."""
+    ``daydream.mapping``), whose time between hand-overs is idle, not waiting. Kept in the
+    structure memo (shared: do not change it)."""
+    return cached(graph, "critical_path.idle_workers", lambda: _find_idle_workers(graph))
+
+
+def _find_idle_workers(graph: TaskGraph) -> np.ndarray:
     out = np.zeros(len(graph.lanes), bool)
     if graph.mapping is None:
         return out
@@ -470,7 +508,7 @@ def _during(graph, c: _PathCharges, rt: RangeTimeline, i, j) -> list[str]:
     hi = np.where(blocking, graph.rec_end_ns[y], graph.rec_start_ns[y])
     mid = np.where(blocking, lo + (np.maximum(hi, lo) - lo) // 2, np.minimum(lo + 1, np.maximum(hi, lo)))
     key = thread_key(graph.pid[y], graph.tid[y])
-    names = [NO_RANGE, *rt.labels]
+    names = _range_names(rt)[0]
     at_mid = _label_at(rt, key, mid)
     after = _label_at(rt, key, graph.rec_start_ns[x] + (graph.rec_end_ns[x] - graph.rec_start_ns[x]) // 2)
     return [names[(m if m >= 0 else a) + 1] for m, a in zip(at_mid.tolist(), after.tolist())]
@@ -500,7 +538,7 @@ def _wait(graph: TaskGraph, c: _PathCharges, key, val, i, j, idle: np.ndarray) -
         target = thread_label(graph, what)
     else:
         m = inside[c.gpu_pos]
-        uniq, inv = np.unique(c.gpu_name[m], return_inverse=True)
+        uniq, inv = unique_inverse(c.gpu_name[m])
         top = _top([graph.names[int(u)] for u in uniq], np.bincount(inv.reshape(-1), weights=c.gpu_ns[m], minlength=len(uniq)), 3)
         target = "peer ranks (collectives)" if what == -2 else "GPU"
     top.pop("other", None)

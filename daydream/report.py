@@ -390,9 +390,10 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
     to that call's end.
     """
     nodes = _thread_calls(graph, pid, tid)
-    if not ((graph.rec_start_ns[nodes] >= s) & (graph.rec_end_ns[nodes] <= e)).any():
+    # structure only, kept in the memo (a step's windows are asked again for every prediction)
+    rs_sorted = cached(graph, f"report.thread_call_starts {pid} {tid}", lambda: graph.rec_start_ns[nodes])
+    if not cached(graph, f"report.calls_inside {pid} {tid} {s} {e}", lambda: bool(((rs_sorted >= s) & (graph.rec_end_ns[nodes] <= e)).any())):
         return None
-    rs_sorted = graph.rec_start_ns[nodes]
 
     def boundary(b: int) -> int:
         k = int(np.searchsorted(rs_sorted, b, side="left"))
@@ -461,7 +462,8 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     sw = step_windows(graph, tl)
     hi_m = _window_end(graph, rec.end_ns, rel, [w.end_ns for w in sw])
     hi_r = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
-    window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, np.ones(graph.n, dtype=bool), _window_note(graph, rel))
+    window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, cached(graph, "report.all_nodes", lambda: np.ones(graph.n, dtype=bool)),
+                     _window_note(graph, rel))
     steps = [_window(w.name, graph, tl, rec, w.start_ns, w.end_ns, w.replayed_start_ns, w.replayed_end_ns, w.members, w.note, w.members) for w in sw]
     phases, layers = _groups(graph, tl)
     detail: dict = {}
@@ -717,7 +719,8 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
     rel = gpu_relevant(graph)
     sw = step_windows(graph, tl)
     hi = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
-    window = _predicted("traced window", base.window, graph, tl, graph.t0_ns, hi, np.ones(graph.n, dtype=bool))
+    everything = cached(graph, "report.all_nodes", lambda: np.ones(graph.n, dtype=bool))  # one array: its member kinds stay memoized
+    window = _predicted("traced window", base.window, graph, tl, graph.t0_ns, hi, everything)
     by_name = {w.name: w for w in base.steps}
     steps = [_predicted(w.name, by_name[w.name], graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members, w.members)
              for w in sw if w.name in by_name]

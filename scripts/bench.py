@@ -262,6 +262,16 @@ def _warm_jit() -> None:
         z = np.zeros(1, i64)
         critical_walk.walk(critical_walk.kernel(), 0, z, z, z, b, b, np.full(1, -1, i64), np.full(1, -1, i64), np.full(1, -1, i64),
                            e, np.zeros(0, bool), np.zeros(0, np.int8), e, 0, -2)
+    try:  # a daydream before the compiled binding records and range split
+        from daydream.graph.ranges import _split_fn
+        from daydream.simulate.binding import _bind_kernel
+    except ImportError:
+        return
+    if _split_fn() is not None:
+        jit.call(_split_fn(), e, e, e, e, e, e, e, np.zeros(0))
+    if jit.compiled(_bind_kernel) is not None:
+        one = np.zeros(1, i64)
+        jit.call(jit.compiled(_bind_kernel), 0, e, e, e, e, e, np.zeros(0, bool), e, e, one, e, one, e, one, -2)
 
 
 def child_save(path: str, out: str) -> dict:

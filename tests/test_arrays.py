@@ -5,13 +5,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from daydream.arrays import sorted_unique
+from daydream.arrays import sorted_unique, unique_inverse
 
 
 @given(hnp.arrays(st.sampled_from([np.int64, np.int32, np.int8, np.uint16, np.bool_]), hnp.array_shapes(max_dims=2, max_side=40)))
 def test_equals_np_unique(a):
     got, want = sorted_unique(a), np.unique(a)
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@given(st.one_of(hnp.arrays(st.sampled_from([np.int64, np.int32, np.int8, np.uint16, np.bool_]), st.integers(0, 300)),
+                 hnp.arrays(np.int64, st.integers(0, 50), elements=st.integers(-(2**62), 2**62))))
+def test_unique_inverse_equals_np_unique(a):
+    (u, inv), (wu, winv) = unique_inverse(a), np.unique(a, return_inverse=True)
+    assert u.dtype == wu.dtype and np.array_equal(u, wu)
+    assert inv.dtype == np.int64 and np.array_equal(inv, winv.reshape(-1))
 
 
 def test_other_dtypes_and_edges():

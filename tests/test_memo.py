@@ -101,3 +101,9 @@ def test_union_length_by_running_end(iv, lo, hi):
     s = np.array([a for a, _ in iv], np.int64)
     e = np.array([a + d for a, d in iv], np.int64)
     assert _union_length(s, e, lo, hi) == _union_by_max_at(s, e, lo, hi)
+
+
+@given(st.lists(st.integers(0, 60), max_size=40))
+def test_rows_distinct(rows):
+    from daydream.summary import _distinct
+    assert _distinct(np.asarray(rows, np.int64)) == (len(set(rows)) == len(rows))

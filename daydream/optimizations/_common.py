@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import sorted_unique
+from ..arrays import sorted_unique, unique_inverse
 from ..cuda_api import ApiRole, api_role
 from ..events import Kind
 from ..graph import NODE_CPU, TaskGraph, lower_median
 from ..mapping import PHASES
+from ..memo import cached
 from ..transform import compile_pattern, name_mask  # noqa: F401 - name_mask re-exported for the optimizations
 
 #: API roles that make a CPU call wait for the GPU (they split CUDA-graph regions and are never
@@ -21,7 +22,12 @@ SYNC_ROLES = (ApiRole.MEMCPY_SYNC, ApiRole.DEVICE_SYNC, ApiRole.STREAM_SYNC, Api
 
 
 def cpu_roles(graph: TaskGraph) -> np.ndarray:
-    """``ApiRole`` (uint8) of every node; GPU nodes hold ApiRole.OTHER."""
+    """``ApiRole`` (uint8) of every node; GPU nodes hold ApiRole.OTHER (a copy of the array kept
+    in the structure memo)."""
+    return cached(graph, "common.cpu_roles", lambda: _cpu_roles(graph)).copy()
+
+
+def _cpu_roles(graph: TaskGraph) -> np.ndarray:
     out = np.zeros(graph.n, dtype=np.uint8)
     cpu = graph.node_kind == NODE_CPU
     if cpu.any():
@@ -57,10 +63,11 @@ def cpu_ranges(graph: TaskGraph, pattern: str) -> tuple[np.ndarray, np.ndarray, 
     if cr is None or len(cr.pid) == 0:
         z = np.zeros(0, np.int64)
         return z, z, z, z
-    uniq, inv = np.unique(cr.name_id, return_inverse=True)
+    uniq, inv = cached(graph, "common.cpu_range_names", lambda: unique_inverse(cr.name_id))  # structure: shared by the patterns
     rx = compile_pattern(pattern)
-    hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
-    r = np.nonzero(hit[inv.reshape(-1)])[0]
+    names, search = graph.names, rx.search
+    hit = np.fromiter([search(names[i]) is not None for i in uniq.tolist()], dtype=bool, count=len(uniq))
+    r = np.nonzero(hit[inv])[0]
     key = np.stack([cr.pid[r], cr.tid[r], cr.start_ns[r], cr.end_ns[r]], axis=1).astype(np.int64)
     key = np.unique(key, axis=0) if len(key) else key.reshape(0, 4)
     return key[:, 0], key[:, 1], key[:, 2], key[:, 3]

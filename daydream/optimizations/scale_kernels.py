@@ -10,18 +10,29 @@ import re
 
 import numpy as np
 
+from ..arrays import unique_inverse
 from ..errors import NotApplicable
+from ..memo import cached
 from ..transform import compile_pattern, scale, select
 from . import Optimization, Param, register
 
 
+def _kernel_names(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kernel mask, distinct name ids of the kernels, each kernel's index into them): the
+    graph's structure only, kept in its memo (shared: do not change them)."""
+    def make():
+        kern = select(graph, kind=["kernel"])
+        uniq, inv = unique_inverse(graph.name_id[kern])
+        return kern, uniq, inv
+    return cached(graph, "scale_kernels.names", make)
+
+
 def _apply(graph, p):
     rx = re.compile(compile_pattern(p["pattern"]).pattern, re.IGNORECASE)
-    kern = select(graph, kind=["kernel"])
-    uniq, inv = np.unique(graph.name_id[kern], return_inverse=True)
+    kern, uniq, inv = _kernel_names(graph)
     hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), bool, len(uniq))
     m = np.zeros(graph.n, bool)
-    m[kern] = hit[inv.reshape(-1)]
+    m[kern] = hit[inv]
     n = int(np.count_nonzero(m))
     if n == 0:
         raise NotApplicable(f"no kernel name matches {p['pattern']!r} (case-insensitive)")

@@ -41,14 +41,12 @@ def fits(t0: int, *arrays: np.ndarray) -> bool:
 
 
 def _kernel(v, start, end, gap, is_cpu, comm, bs, bb, be, src, anchor_end, edge_cause, lane_prev, t0, by_lane):
-    """The walk from ``v``: (path, charge arrays v/ns/part/cause/gap, end-waited nodes, path
+    """The walk from ``v``: (path, charge rows (node, ns, part), cause and gap arrays, end-waited nodes, path
     length, charges, end-waited count); path length -1 when it passed ``2 n + 2`` steps."""
     n = len(start)
     cap = 2 * n + 2  # a blocking call can be on the path twice (its end, then its start)
     path = np.empty(cap, np.int64)
-    cv = np.empty(3 * cap, np.int64)
-    cns = np.empty(3 * cap, np.int64)
-    cpart = np.empty(3 * cap, np.int8)
+    ch = np.empty((3 * cap, 3), np.int64)  # (node, ns, part) rows: the caller's charges array, no restacking
     ccause = np.empty(3 * cap, np.int8)
     cgap = np.empty(3 * cap, np.bool_)
     ew = np.empty(cap, np.int64)
@@ -57,7 +55,7 @@ def _kernel(v, start, end, gap, is_cpu, comm, bs, bb, be, src, anchor_end, edge_
     at_start = False
     while v >= 0:
         if npath == cap:
-            return path, cv, cns, cpart, ccause, cgap, ew, -1, 0, 0
+            return path, ch, ccause, cgap, ew, -1, 0, 0
         path[npath] = v
         npath += 1
         if not at_start:
@@ -68,48 +66,48 @@ def _kernel(v, start, end, gap, is_cpu, comm, bs, bb, be, src, anchor_end, edge_
                 u = src[e]
                 at_start = not anchor_end[e]
                 tu = start[u] if at_start else end[u]
-                nch = _put_c(cv, cns, cpart, ccause, cgap, nch, v, t - tu, OWN, edge_cause[e], False)
+                nch = _put_c(ch, ccause, cgap, nch, v, t - tu, OWN, edge_cause[e], False)
                 v, t = u, tu
                 continue
             own = C_CPU if is_cpu[v] else (C_COMM if comm[v] else C_GPU)
-            nch = _put_c(cv, cns, cpart, ccause, cgap, nch, v, t - start[v], OWN, own, False)
+            nch = _put_c(ch, ccause, cgap, nch, v, t - start[v], OWN, own, False)
         t = start[v]
         e = bs[v]
         if e >= 0:  # the start was set by an edge: its offset, then its source
             u = src[e]
             at_start = not anchor_end[e]
             tu = start[u] if at_start else end[u]
-            nch = _put_c(cv, cns, cpart, ccause, cgap, nch, v, t - tu, EDGE, edge_cause[e], False)
+            nch = _put_c(ch, ccause, cgap, nch, v, t - tu, EDGE, edge_cause[e], False)
             v, t = u, tu
             continue
         if e == by_lane:  # waited for its (priority-scheduled) lane: the task before it
             u = lane_prev[v]
             tu = end[u if u >= 0 else n + u]  # Python's end[-1] when there is none, as the Python walk
-            nch = _put_c(cv, cns, cpart, ccause, cgap, nch, v, t - tu, EDGE, C_GPU, False)
+            nch = _put_c(ch, ccause, cgap, nch, v, t - tu, EDGE, C_GPU, False)
             v, t, at_start = u, tu, False
             continue
         lo = t - gap[v]  # base + gap: the gap, then what set the base
         c = C_CPU if is_cpu[v] else C_LAUNCH
         p = GAP if is_cpu[v] else EDGE
-        nch = _put_c(cv, cns, cpart, ccause, cgap, nch, v, t - lo, p, c, is_cpu[v])
+        nch = _put_c(ch, ccause, cgap, nch, v, t - lo, p, c, is_cpu[v])
         e = bb[v]
         if e >= 0:
             u = src[e]
             at_start = not anchor_end[e]
             tu = start[u] if at_start else end[u]
-            nch = _put_c(cv, cns, cpart, ccause, cgap, nch, v, lo - tu, EDGE, edge_cause[e], True)
+            nch = _put_c(ch, ccause, cgap, nch, v, lo - tu, EDGE, edge_cause[e], True)
             v, t = u, tu
             continue
-        nch = _put_c(cv, cns, cpart, ccause, cgap, nch, v, lo - t0, p, c, is_cpu[v])
+        nch = _put_c(ch, ccause, cgap, nch, v, lo - t0, p, c, is_cpu[v])
         v = -1
-    return path, cv, cns, cpart, ccause, cgap, ew, npath, nch, new
+    return path, ch, ccause, cgap, ew, npath, nch, new
 
 
-def _put(cv, cns, cpart, ccause, cgap, i, v, ns, part, cause, gap):
+def _put(ch, ccause, cgap, i, v, ns, part, cause, gap):
     """Record charge ``i`` when ``ns`` > 0; the next free index."""
     if ns <= 0:
         return i
-    cv[i], cns[i], cpart[i], ccause[i], cgap[i] = v, ns, part, cause, gap
+    ch[i, 0], ch[i, 1], ch[i, 2], ccause[i], cgap[i] = v, ns, part, cause, gap
     return i + 1
 
 
@@ -135,9 +133,9 @@ def walk(fn, v: int, start, end, gap, is_cpu, comm, bs, bb, be, src, anchor_end,
         cause codes (k,) int8; gap-phase flags (k,) bool; end-waited nodes), or None when the
         walk passed ``2 n + 2`` steps.
     """
-    path, cv, cns, cpart, ccause, cgap, ew, npath, nch, new = jit.call(
+    path, ch, ccause, cgap, ew, npath, nch, new = jit.call(
         fn, int(v), start, end, gap, is_cpu, comm, bs, bb, be, src, anchor_end, edge_cause, lane_prev, int(t0), int(by_lane))
     if npath < 0:
         return None
-    parts = np.stack([cv[:nch], cns[:nch], cpart[:nch].astype(np.int64)], axis=1)
+    parts = ch[:nch]  # a view: only the pages written are resident
     return path[:npath].copy(), parts, ccause[:nch].copy(), cgap[:nch].copy(), ew[:new].copy()
