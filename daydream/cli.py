@@ -169,10 +169,13 @@ def _load(path: str, strict: bool):
     for w in caught:
         kind = "" if issubclass(w.category, UserWarning) else f"{w.category.__name__}: "
         print(_one_line(f"daydream-analyze: warning: {kind}{w.message}"), file=sys.stderr)
-    if len(table) == 0:  # nothing to replay: a report of zeros would read as an answer
-        skipped = sum(table.accounting.skipped.values())
+    from .events import Kind
+
+    if not (table.kind != Kind.MARKER).any():  # nothing to replay: a report of zeros would read as an answer
+        read, skipped = sum(table.accounting.read.values()), sum(table.accounting.skipped.values())
         raise TraceFormatError(path, "", "no CPU call, range or GPU task to analyse" + (
-            f" ({skipped:,} records read, all skipped: see --json's accounting)" if skipped else " (the trace holds no events)"))
+            " (the trace holds no events)" if not read else f" ({read:,} records read, {skipped:,} of them skipped, "
+            f"{len(table):,} instant markers kept)"))
     return table
 
 

@@ -364,10 +364,15 @@ def asked_lines(r: Report) -> list[str]:
     and predicted, and the speed-up (the prediction's section below has the details), or why it
     does not apply."""
     out = []
+    steps = [i for i, w in enumerate(r.steps) if not w.note] or list(range(len(r.steps)))
     for p in r.predictions:
         w = p.window
         bad = r.trust is not None and r.trust.verdict == "unreliable"
-        out.append(f"  what-if {' + '.join(o.name for o in p.optimizations)}: traced window {_ms(w.replayed_ns)} -> "
+        step = ""
+        if r.summary is not None and r.summary.answer.steps and len(p.steps) == len(r.steps) and steps:
+            pred = sorted(p.steps[i].predicted_ns for i in steps)  # the answer's median, predicted
+            step = f"step {_ms(r.summary.answer.step_ns)} -> {_ms(pred[(len(pred) - 1) // 2])} ms (median), "
+        out.append(f"  what-if {' + '.join(o.name for o in p.optimizations)}: {step}traced window {_ms(w.replayed_ns)} -> "
                    f"{_ms(w.predicted_ns)} ms ({w.speedup:.3f}x)" + ("  UNRELIABLE: see the baseline replay below" if bad else ""))
     out += [f"  what-if {name}: not applicable: {why}" for name, why in r.not_applicable.items()]
     return out

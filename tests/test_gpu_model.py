@@ -437,3 +437,11 @@ def test_tf32_convolutions_compose_with_amp_once():
     assert "TF32 Tensor Cores" not in note2
     _, _, note3 = run(g, "gpu-upgrade:target=MI300X")
     assert "TF32 Tensor Cores" not in note3
+
+
+def test_op_work_with_non_string_types_has_no_shapes():
+    # was: internal error (TypeError: unhashable type: 'dict') on an op whose Input type held objects
+    assert op_work("aten::mm", [[2, 3], [3, 4]], [{"a": 1}, "float"]) == (-1.0, -1.0)
+    from daydream.formats.launch_data import last_operand
+
+    assert last_operand([[2, 3], [3, 4]], ["float", ["x"]]) == (-1.0, -1)

@@ -107,7 +107,7 @@ def last_operand(dims: Any, types: Any) -> tuple[float, int]:
         return -1.0, -1
     for d, t in zip(reversed(dims), reversed(types)):
         if isinstance(d, list) and d:
-            n, s = _numel(d), DTYPE_BYTES.get(t, 0)
+            n, s = _numel(d), DTYPE_BYTES.get(t, 0) if isinstance(t, str) else 0
             return (float(n * s), s) if n >= 0 and s else (-1.0, -1)
     return -1.0, -1
 
@@ -122,7 +122,7 @@ def op_work(name: str, dims: Any, types: Any) -> tuple[float, float]:
     """
     if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
         return -1.0, -1.0
-    tensors = [(d, DTYPE_BYTES.get(t, 0)) for d, t in zip(dims, types) if isinstance(d, list) and d]
+    tensors = [(d, DTYPE_BYTES.get(t, 0) if isinstance(t, str) else 0) for d, t in zip(dims, types) if isinstance(d, list) and d]
     if not tensors or any(s == 0 or _numel(d) < 0 for d, s in tensors):
         return -1.0, -1.0
     nbytes = [float(_numel(d) * s) for d, s in tensors]

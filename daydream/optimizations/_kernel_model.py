@@ -118,7 +118,7 @@ class KernelPlan:
     bound_src: np.ndarray
     bound_tgt: np.ndarray
     latency: np.ndarray
-    matched: int  #: GPU kernels matched to a launch record
+    matched: int  #: GPU kernels matched to a launch record with a launch configuration (a grid)
     tf32_conv: int = 0  #: fp32 convolution kernels modelled on the target's TF32 path (:func:`tf32_convolutions`)
     tf32_mask: np.ndarray | None = None  #: those kernels (bool, shape (n,))
 
@@ -288,7 +288,7 @@ def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt:
     new = dur.copy()
     new[scaled] = (fixed * ratio + (dur - fixed) * factor)[scaled]
     lat = scaled & (dur <= LATENCY_MULT * max(floor_src, 1))
-    return KernelPlan(rule, factor, np.rint(new).astype(np.int64), bs, bt, lat, int(np.count_nonzero(has & kern)),
+    return KernelPlan(rule, factor, np.rint(new).astype(np.int64), bs, bt, lat, int(np.count_nonzero(has & kern & (blocks > 0))),
                       int(np.count_nonzero(conv)), conv)
 
 

@@ -83,8 +83,10 @@ def _network(graph, p):
     what = new_net.intra.name + (f" + {new_net.inter.name}" if new_net.inter else "")
     if not p.get("latency") and old_net.intra is not cm.PRESETS[TRACED_LINK]:  # calibrated: the trace's latency
         new_net = keep_latency(new_net, old_net)
-        what += (f" (per-step latency {new_net.intra.latency_ns / 1e3:.3g} us: calibrated from the trace, plus NCCL's hwLat "
-                 f"difference of this link from NVLink; give latency= to set it)")
+        extra = new_net.intra.latency_ns - old_net.intra.latency_ns
+        what += (f" (calibrated from the trace: bus bandwidth {old_net.intra.bandwidth / 1e9:.3g} GB/s, per-step latency "
+                 f"{old_net.intra.latency_ns / 1e3:.3g} us" + (f", + {extra / 1e3:.3g} us NCCL hwLat of this link over NVLink"
+                                                              if extra > 0 else "") + "; latency= sets it)")
     g, old, new = recost(graph, c, m, c.size_bytes, c.group_size, new_net, old_net)
     return g, _note(c, m, old, new, what)
 
