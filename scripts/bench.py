@@ -975,42 +975,40 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
 
 GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles):
 
-* **Kineto load vs the bare msgspec decode.** The loader now parses `ts`/`dur` from one joined buffer with
+* **Kineto load vs the bare msgspec decode.** The loader parses `ts`/`dur` from one joined buffer with
   numpy's C integer parser (exact; `Decimal` for the rest), decodes events into typed integer structs where
   they fit, finds each name's first row with `np.minimum.at`, sorts only tied starts, and inflates `.json.gz`
-  with ISA-L when the optional `fast` extra is installed (0.22 vs 0.77 s CPU). What is left is per event and
-  in Python objects: msgspec's decode (~0.95 s at 1 M), turning ~1 M decoded events into columns (~0.8 s:
-  name interning, pid/tid/args reads) and freeing them. The budget of the plain `.json` goal (~1.6 s) is
-  below decode + freeing + the per-field passes, so the goal needs a reader that writes columns straight
-  from the bytes (a compiled tokenizer for the Kineto layout); numba's import (~0.5 s, ~115 MB) does not fit
-  a 1 M-event load, so it needs another compiled route.
-* **nsys peak memory at 4 M rows** (measured once by hand, not in this run: 598 MB with the Arrow reader,
-  538 MB without, vs file + 100 MB = 386 MB). The finished table alone is 97 bytes per row (388 MB at 4 M
-  rows); meeting it needs narrower public column dtypes, checked in every consumer.
-* **mapping + graph build + replay >= 2 M tasks/s.** This round fused the mapping's interval searches into
-  one compiled sweep, classified names once per distinct key, replaced multi-key lexsorts by stable sorts of
-  packed keys and handed the builder's lane order to the replay: 1.4-1.5x. What is left is ~50 numpy passes
-  of 0.01-0.06 s each with no single hot spot (mapping: emit_nvtx name handling, per-thread passes, launch
-  links; graph: the 5-key lane lexsort, wait stages, the launch link repeated from the mapping; replay
-  `prepare`). On Kineto one numpy pass over the 941 k rows is 0.4 ms and gathering the mapping's columns
-  15-20 ms, a third of the 58 ms the goal allows.
-* **A second prediction on nsys** sits at the goal: 0.41-0.56 s/M tasks at 1 M over three full runs of
-  this bench (2 shared cores), 0.56 at 4 M. This round made a prediction reuse what depends only on the
-  graph's structure (`daydream/memo.py`: kernel classes, the replay's prepared inputs, the binding rules,
-  the report's step masks), 2.4-3.3x; per call on nsys_1m what is left is the path attribution (~0.1 s,
-  half of it splitting host time by CPU range), the binding records (0.03), the compiled walk (0.03), the
-  waits on the path (0.02), the transformation (0.02) and the replay (0.01).
-* **`--opt all` on Kineto** (no goal): 5.4 s at 1 M, 40 s at 4 M in this run, faster than linear growth.
-  Half of it was `dataloader`, which inserted one modelled hand-off per step one at a time, each insert
-  copying the graph and re-checking its whole order (steps x tasks); since this run it inserts them in one
-  batch (`transform.insert_cpu_tasks`): 46.5 -> 22.7 s CPU at 4 M, measured separately. What is left is
-  `gpu-upgrade`'s launch-data read (19.5 s at 4 M, ~2.6 s at 1 M; once per process now, was once per
-  optimization): a second whole-file JSON decode with a Python step per event
-  (`formats/launch_data.py`). Reading the launch data in the loader's own pass is the fix.
-* **Kineto load growth** (1 M -> 16 M: 19.9x the time for 15.1x the events; peak memory grows less than
-  the events). Per event the 16 M load runs at 292 k/s against 385 k/s at 1 M.
-* **saved-table reload vs parsing (nsys).** The reload did not slow down (0.10 s); the parse got 2.5x faster
-  with the Arrow reader, so the ratio fell below 20x."""
+  with ISA-L when the optional `fast` extra is installed. What is left is per event and in Python objects:
+  msgspec's decode (~0.95 s at 1 M), turning ~1 M decoded events into columns (~0.8 s: name interning,
+  pid/tid/args reads) and freeing them; meeting the goal needs a reader that writes columns straight from
+  the bytes (a compiled tokenizer for the Kineto layout). Since this round the load also collects each
+  kernel's launch configuration and its op's shapes (`EventTable.launch`), about 0.2 s per M events
+  (profiled back to back on the 1 M `.json`: 2.65 s CPU before, 2.87 s now; 0.16 s of it collecting, the
+  rest the wider args projection's decode), so that `gpu-upgrade` and `amp` no longer decode the whole file a second time
+  (`--opt all` on the 4 M Kineto input: 33.6 -> 22.5 s CPU, peak 3.66 -> 1.38 GB, measured by hand). This
+  VM is noisy and slower today than last round: the previous round's code loads the 1 M `.json` in 2.8-3.4
+  s CPU now (2.1 s in last round's run), so compare the ratios above within this run only.
+* **nsys peak memory at 4 M rows** (598 MB with the Arrow reader, 538 MB without, vs file + 100 MB = 386
+  MB). The finished table alone is 97 bytes per row (388 MB at 4 M rows) and the Arrow libraries ~50 MB;
+  meeting it needs narrower public column dtypes (pid, stream, link_stream, device; correlation ids are
+  CUPTI uint32 but the table's -1 needs int64), checked in every consumer. Not started.
+* **mapping + graph build + replay >= 2 M tasks/s.** This round removed about 20 numpy passes: the launch
+  link computed once (the mapping hands it to the graph), calls grouped by thread once, the 5-key
+  visit-order lexsort replaced by one packed stable sort (full lexsort on tied nodes only), 8-bit radix
+  grouping for keys with few values, a compiled hash join for sparse correlation ids and compiled per-thread
+  fills in the wait stages, the replay's `prepare` on END edges only. Per stage, best of 3 in one process,
+  same inputs: nsys 1 M 785 k -> 1.11 M tasks/s, Kineto 1 M 528 k -> 673 k, nsys 4 M 646 k -> 782 k, Kineto
+  4 M 360 k -> 552 k. What is left: the Kineto mapping (~120 ms at 1 M: the phase rules' regexes over
+  ~1,100 names, gathers over ~700 k context rows), the fused mapping sweep's cost per item growing 4x from
+  1 M to 4 M on nsys, and the nsys `sync_info` and node-array gathers.
+* **saved-table reload vs parsing (nsys).** The reload did not slow down (0.1 s); the nsys parse got 2.5x
+  faster with the Arrow reader last round, so the ratio is 13-16x, below 20x.
+* **Linear growth of the second prediction on nsys** (x5.1 for x4.0 events in one run; 0.27 -> 0.35 s per M
+  tasks, both within the 0.5 goal): the path attribution's numpy passes (the waits on the path, per-row
+  path charges, ~2.4 M host rows from the range split at 4 M) grow with the path's host rows; fusing the
+  attribution into one compiled pass is the next step.
+* **`--opt all` on Kineto** (no goal): 19-23 s at 4 M, about 11 s less than before the launch pass; the rest
+  was not profiled this round."""
 
 HOTSPOT_NOTES = """What the profiles say: the Kineto load is msgspec's decode, gunzip and the per-field extraction
 passes (`numpy.fromiter`, `map`), with the `ts`/`dur` parse now a small compiled step; the nsys load
