@@ -1003,12 +1003,8 @@ GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the pro
   1 M to 4 M on nsys, and the nsys `sync_info` and node-array gathers.
 * **saved-table reload vs parsing (nsys).** The reload did not slow down (0.1 s); the nsys parse got 2.5x
   faster with the Arrow reader last round, so the ratio is 13-16x, below 20x.
-* **Linear growth of the second prediction on nsys** (x5.1 for x4.0 events in one run; 0.27 -> 0.35 s per M
-  tasks, both within the 0.5 goal): the path attribution's numpy passes (the waits on the path, per-row
-  path charges, ~2.4 M host rows from the range split at 4 M) grow with the path's host rows; fusing the
-  attribution into one compiled pass is the next step.
-* **`--opt all` on Kineto** (no goal): 19-23 s at 4 M, about 11 s less than before the launch pass; the rest
-  was not profiled this round."""
+* **`--opt all` on Kineto** (no goal): 16.9 s at 4 M in this run (22.7 s last round), about 11 s less
+  than before the launch pass; the rest was not profiled this round."""
 
 HOTSPOT_NOTES = """What the profiles say: the Kineto load is msgspec's decode, gunzip and the per-field extraction
 passes (`numpy.fromiter`, `map`), with the `ts`/`dur` parse now a small compiled step; the nsys load
