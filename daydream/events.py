@@ -13,6 +13,7 @@ trace is parsed once.
 from __future__ import annotations
 
 import enum
+import os
 import zipfile
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Iterable
@@ -182,6 +183,24 @@ MISSING: dict[str, int] = {
 }
 
 
+def source_identity(path: str) -> str:
+    """``"size:mtime_ns"`` of the file ``path``, or "" when it is not a readable file."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return ""
+    return f"{st.st_size}:{st.st_mtime_ns}" if os.path.isfile(path) else ""
+
+
+def with_source_identity(meta: TraceMeta) -> TraceMeta:
+    """``meta`` with its source as an absolute path and the file's identity in ``extra``
+    (:func:`source_identity`); unchanged when the source is not a file at hand."""
+    ident = source_identity(meta.source) if meta.source else ""
+    if not ident:
+        return meta
+    return msgspec.structs.replace(meta, source=os.path.abspath(meta.source), extra={**meta.extra, "source_identity": ident})
+
+
 @dataclass
 class EventTable:
     """Columnar event table: ``cols[name]`` is a 1-D numpy array of length ``len(self)``.
@@ -283,8 +302,12 @@ class EventTable:
 
     # ---- persistence ------------------------------------------------------------------------
     def save(self, path: str) -> None:
-        """Write the table to ``path`` as an uncompressed ``.npz`` with a JSON header (no pickle)."""
-        header = SavedTableHeader(SCHEMA_VERSION, len(self), self.names, self.meta, self.accounting)
+        """Write the table to ``path`` as an uncompressed ``.npz`` with a JSON header (no pickle).
+
+        The header names the trace file by its absolute path and records its identity (size and
+        modification time, ``meta.extra["source_identity"]``), so that what is read from it later
+        (per-kernel launch data) is read only from the same, unchanged file."""
+        header = SavedTableHeader(SCHEMA_VERSION, len(self), self.names, with_source_identity(self.meta), self.accounting)
         arrays = {c: self.cols[c] for c in COLUMNS}
         arrays["__header__"] = np.frombuffer(msgspec.json.encode(header), dtype=np.uint8)
         with open(path, "wb") as f:

@@ -362,3 +362,24 @@ def test_args_null_launch_data_from_the_load_equals_the_re_read(tmp_path, monkey
     path = _args_null_trace(tmp_path)
     a, b = LD.launch_data_of(load_trace(str(path))), LD.read_launch_data(str(path), "kineto")
     assert_same(a, b)
+
+
+def test_saved_table_reads_launch_data_only_from_its_unchanged_trace(tmp_path):
+    # was: a saved table re-read whatever file sat at its (relative) source path: other kernels'
+    # launch data, silently
+    import os
+    import shutil
+
+    from daydream.formats import launch_data as LD
+
+    src = tmp_path / "a.json"
+    shutil.copy(_args_null_trace(tmp_path), src)
+    t = load_trace(str(src))
+    t.launch = None  # as a saved table has it: read from the source on demand
+    npz = tmp_path / "a.npz"
+    t.save(str(npz))
+    saved = load_trace(str(npz))
+    assert os.path.isabs(saved.meta.source) and saved.meta.extra["source_identity"]
+    assert LD.launch_data_of(saved).reason == ""
+    src.write_text(src.read_text() + " ")  # the trace file changed since it was saved
+    assert "not at hand unchanged" in LD.launch_data_of(saved).reason

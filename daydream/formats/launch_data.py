@@ -44,6 +44,7 @@ from typing import Any, Optional
 import msgspec
 import numpy as np
 
+from ..events import source_identity
 from . import GZIP_MAGIC, inflate_limit, sqlite_arrow
 
 #: bytes per element of the ``Input type`` strings Kineto records (c10 scalar type names)
@@ -516,7 +517,12 @@ def launch_data_of(table) -> LaunchData:
     if facts is not None:
         return facts.data()
     meta = getattr(table, "meta", None)
-    return read_launch_data(getattr(meta, "source", ""), getattr(meta, "format", ""))
+    source = getattr(meta, "source", "")
+    ident = getattr(meta, "extra", {}).get("source_identity", "") if meta is not None else ""
+    if ident and source_identity(source) != ident:  # a saved table whose trace file moved or changed since
+        return LaunchData(reason="the trace file the table was saved from is not at hand unchanged (moved, or changed "
+                                 "since --save-table)")
+    return read_launch_data(source, getattr(meta, "format", ""))
 
 
 # ------------------------------------------------------------------------------ nsys, fast ---
