@@ -356,6 +356,8 @@ def answer_lines(r: Report) -> list[str]:
         line = line.replace(f" ({a.bound_pct:.0f} % of the critical path; ", " (")
     if a.whatifs:
         line += "; try " + ", ".join(f"{k} {v:.2f}x" for k, v in a.whatifs.items())
+    if r.trust is not None and r.trust.verdict == "unreliable":  # the step above is replayed: say so at once
+        line += "; UNRELIABLE baseline replay (see below)"
     return [line, *asked_lines(r)] + ([f"  {wait_text(a.wait)}"] if a.wait is not None else [])
 
 

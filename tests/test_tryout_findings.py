@@ -383,3 +383,27 @@ def test_saved_table_reads_launch_data_only_from_its_unchanged_trace(tmp_path):
     assert LD.launch_data_of(saved).reason == ""
     src.write_text(src.read_text() + " ")  # the trace file changed since it was saved
     assert "not at hand unchanged" in LD.launch_data_of(saved).reason
+
+
+def test_answer_line_says_when_the_replay_is_unreliable(tmp_path, capsys):
+    # was: the replayed step was given as the answer, UNRELIABLE only lines later
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 900, "dur": 50,
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+         "args": {"correlation": 2}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 30, "dur": 50,
+         "args": {"device": 0, "stream": 7, "correlation": 2}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1, "ts": 30, "dur": 930},
+    ]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    verdict = next(x for x in out if x.strip().startswith("baseline replay:"))
+    # kernels that ran out of their stream's launch order: the replay cannot reproduce the step
+    assert verdict.strip().startswith("baseline replay: unreliable")
+    assert out[0].startswith("answer: step ") and out[0].endswith("; UNRELIABLE baseline replay (see below)")

@@ -150,7 +150,7 @@ def render_job_text(r: JobReport) -> str:
                        f"{_ms(x.wait_max_ns)}  {_ms(x.transfer_ns)}")
     for p in r.predictions:
         who = f" on ranks {','.join(map(str, p.ranks))}" if p.ranks else ""
-        out += ["", f"what-if {p.name}{who}: job step {_ms(p.replayed_ns)} -> {_ms(p.predicted_ns)} ms (x{p.speedup:.3f})",
+        out += ["", f"what-if {p.name}{who}: job step {_ms(p.replayed_ns)} -> {_ms(p.predicted_ns)} ms ({p.speedup:.3f}x)",
                 "  per rank ms: " + ", ".join(f"r{i} {_ms(x)}" for i, x in enumerate(p.rank_predicted_ns))]
         out += [f"  rank {k}: {v}" for k, v in p.notes.items()]
     for k, v in r.not_applicable.items():
