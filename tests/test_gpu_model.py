@@ -17,6 +17,7 @@ from daydream.optimizations import parse_spec
 from daydream.simulate import simulate
 
 from tablebuilder import TB
+from test_launch_pass import _nsys_db
 
 SGEMM = "volta_sgemm_128x64_nn"
 ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >"
@@ -324,17 +325,6 @@ def test_reasons_per_kernel_group():
     assert [r[4] for r in rows] == [10000, 8000, 5000, 4000] and rows[0][5] == 52601
 
 
-def _nsys_kernel_db(path, rows):
-    import sqlite3
-
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (deviceId, correlationId, gridX, gridY, gridZ, blockX, blockY, blockZ, "
-                "registersPerThread, staticSharedMemory, dynamicSharedMemory)")
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-    con.commit()
-    con.close()
-
-
 _ODD = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-3, 1 << 31 + 1), st.none(),
                  st.floats(allow_nan=False, allow_infinity=False, width=32), st.sampled_from(["7", "x", b"\x01"]))
 
@@ -349,7 +339,7 @@ def test_nsys_launch_columns_cleaned_in_sql_as_in_python(tmp_path_factory, rows)
     from daydream.formats import launch_data as LD
 
     f = tmp_path_factory.mktemp("ld") / "k.sqlite"
-    _nsys_kernel_db(str(f), rows)
+    _nsys_db(f, rows)
     d = LD._read(str(f), "nsys")
     con = sqlite3.connect(str(f))
     raw = con.execute("SELECT deviceId, correlationId, gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, "
@@ -387,19 +377,23 @@ def test_gpu_tasks_without_a_device_are_counted_in_the_note():
     assert "without a device id" not in note
 
 
+def sgemm_and_conv_on_v100():
+    """(graph, GPU task nodes): a 10 us SGEMM and a 10 us cuDNN fp32 convolution on a V100."""
+    b = TB()
+    calls = [b.call("cudaLaunchKernel", 20 * i, 20 * i + 10) for i in range(2)]
+    b.gpu(calls[0], 1000, 11_000, name=SGEMM)
+    b.gpu(calls[1], 11_000, 21_000, name="volta_scudnn_128x64_relu_interior_nn_v1")
+    g = build_graph(b.table())
+    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name="Tesla V100-SXM2-32GB")])
+    g.devices = g.table.meta.devices
+    return g, np.nonzero(g.node_kind != NODE_CPU)[0]
+
+
 def test_fp32_convolutions_run_as_tf32_on_an_ampere_target():
     """V100 -> A100: cuDNN convolutions take the TF32 path (PyTorch's cudnn.allow_tf32=True), an SGEMM
     keeps fp32 (matmul allow_tf32=False); conv_tf32=off keeps both fp32; from an A100 trace (which had
     TF32 and ran fp32 convolutions anyway) nothing moves (new-user finding)."""
-    conv = "volta_scudnn_128x64_relu_interior_nn_v1"
-    b = TB()
-    calls = [b.call("cudaLaunchKernel", 20 * i, 20 * i + 10) for i in range(2)]
-    b.gpu(calls[0], 1000, 11_000, name=SGEMM)
-    b.gpu(calls[1], 11_000, 21_000, name=conv)
-    g = build_graph(b.table())
-    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name="Tesla V100-SXM2-32GB")])
-    g.devices = g.table.meta.devices
-    k = np.nonzero(g.node_kind != NODE_CPU)[0]
+    g, k = sgemm_and_conv_on_v100()
     v100 = find_gpu("V100 SXM2")
     floor = KM.kernel_floor_ns(v100, g)
     assert floor == 2240  # the trace's smallest kernel (10 us) capped at the table's largest floor
@@ -419,15 +413,7 @@ def test_tf32_convolutions_compose_with_amp_once():
     path (x0.5), not again from fp32; amp first makes them 16-bit, and gpu-upgrade then does not move
     them to TF32 (new-user finding: the TF32 gain was counted twice). MI300X targets keep fp32 (ROCm:
     TF32 is opt-in)."""
-    conv = "volta_scudnn_128x64_relu_interior_nn_v1"
-    b = TB()
-    calls = [b.call("cudaLaunchKernel", 20 * i, 20 * i + 10) for i in range(2)]
-    b.gpu(calls[0], 1000, 11_000, name=SGEMM)
-    b.gpu(calls[1], 11_000, 21_000, name=conv)
-    g = build_graph(b.table())
-    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name="Tesla V100-SXM2-32GB")])
-    g.devices = g.table.meta.devices
-    k = np.nonzero(g.node_kind != NODE_CPU)[0]
+    g, k = sgemm_and_conv_on_v100()
     g1, _, _ = run(g, "gpu-upgrade:target=A100 40GB SXM")
     g2, _, note = run(g1, "amp:casts=off,floor_ns=0")
     assert "1 fp32 CUDA-core compute kernels x0.125, 1 TF32 x0.5" in note

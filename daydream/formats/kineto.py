@@ -196,7 +196,6 @@ def _event_struct(name: str, args: type, cat, num, null_args: bool = False) -> t
 
 
 _Args = _args_struct("_Args", _Num, False)
-_NO_ARGS = _Args()
 
 # the fast path's projection (``_FAST``): the same fields, with types that let the columns be read
 # without a type check per value: no floats in the integer fields (``np.fromiter`` would truncate
@@ -244,6 +243,12 @@ class _SliceDecoder:
 _Event = _event_struct("_Event", _Args, Optional[str], _Num, null_args=True)
 #: the ``args`` an event without them holds (typed projection? -> that projection's default)
 _NO_EVENT_ARGS = {t: next(f.default for f in msgspec.structs.fields(e) if f.name == "args") for t, e in ((True, _IntEvent), (False, _Event))}
+
+
+def _generic_args(events) -> list:
+    """The ``args`` of ``_Event``s, ``"args": null`` read as none (the projection's default)."""
+    args = list(map(operator.attrgetter("args"), events))
+    return args if None not in args else [_NO_EVENT_ARGS[False] if a is None else a for a in args]
 
 
 class _Doc(msgspec.Struct, gc=False):
@@ -1561,9 +1566,7 @@ class _Columns:
             at = ri  # row i's args: args[at[i]]
         else:
             self._add_launch(events, None, None, pair_of, name_of)
-            args = list(map(g("args"), _take(events, ri)))
-            if None in args:  # "args": null, read as no args
-                args = [_NO_ARGS if a is None else a for a in args]
+            args = _generic_args(_take(events, ri))
             ext = ints(list(map(g("external_id"), args)), m)
             at = np.arange(m)
         legacy = np.flatnonzero(ext <= _NONNUM)
@@ -1600,9 +1603,7 @@ class _Columns:
         typed = args is not None
         ki = np.flatnonzero(lc == 1)
         if len(ki):
-            a = list(_take(args, ki) if typed else map(g("args"), _take(events, ki)))
-            if not typed and None in a:  # "args": null: as without args
-                a = [_NO_EVENT_ARGS[False] if x is None else x for x in a]
+            a = list(_take(args, ki)) if typed else _generic_args(_take(events, ki))
             present = np.fromiter(map(operator.is_not, a, itertools.repeat(_NO_EVENT_ARGS[typed])), bool, len(a))
             if not present.all():  # a kernel without args is not read (one with an empty object is)
                 a = list(itertools.compress(a, present.tolist()))
@@ -1625,9 +1626,7 @@ class _Columns:
             oi, ext = oi[keep], ext[keep]
             a = _take(args, oi)
         else:
-            a = list(map(g("args"), _take(events, oi)))
-            if None in a:  # "args": null: as without args (no external id)
-                a = [_NO_EVENT_ARGS[False] if x is None else x for x in a]
+            a = _generic_args(_take(events, oi))
             ext = clean_ext(list(map(g("external_id"), a)), list(map(g("external_id_legacy"), a)), _ABSENT, False)
         if len(oi):
             self.launch.add_ops(ext, name_of[oi], list(map(g("dims"), a)), list(map(g("types"), a)))

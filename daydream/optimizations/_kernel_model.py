@@ -46,6 +46,7 @@ from .. import kernels as K
 from ..events import CopyKind, Kind
 from ..formats.launch_data import LaunchData, make_key
 from ..gpus import GPU
+from ..transform import name_mask
 
 #: Rule codes (index into this tuple).
 RULES: tuple[str, ...] = ("unchanged", "roofline", "waves", "peak", "unknown-bound")
@@ -137,7 +138,7 @@ def path_of(info: K.KernelInfo, n: int, default_compute: str = "half") -> np.nda
 
 
 #: Kernels of a convolution, by name (cuDNN, implicit GEMM, Winograd/FFT, wgrad/dgrad/fprop).
-CONV_KERNELS = re.compile(r"(?i)cudnn|conv|wgrad|dgrad|fprop|winograd|fft2d|implicit_?gemm")
+CONV_KERNELS = r"(?i)cudnn|conv|wgrad|dgrad|fprop|winograd|fft2d|implicit_?gemm"
 
 
 def tf32_convolutions(graph, data: LaunchData, row: np.ndarray, comp: np.ndarray, path: np.ndarray,
@@ -159,28 +160,30 @@ def tf32_convolutions(graph, data: LaunchData, row: np.ndarray, comp: np.ndarray
     cand = comp & (path == "fp32")
     if not cand.any():
         return cand
-    ids = sorted_unique(graph.name_id[cand])
-    named = np.zeros(int(graph.name_id.max(initial=0)) + 1, bool)
-    named[ids] = [CONV_KERNELS.search(graph.names[int(i)]) is not None for i in ids.tolist()]
-    out = cand & named[graph.name_id]
+    out = name_mask(graph, CONV_KERNELS, cand)
     if len(data) and data.op:
         ops = np.array(["conv" in o for o in data.op], bool)
         out |= cand & (row >= 0) & ops[np.maximum(row, 0)]
     return out
 
 
-def paths_now(graph, path: np.ndarray) -> np.ndarray:
-    """``path`` (per node, :func:`path_of`) with the paths an earlier optimization of the same
-    prediction set (``TaskGraph.path_rows``: amp's 16-bit kernels, gpu-upgrade's TF32 convolutions),
-    so that a composition counts each change once whatever its order."""
-    if not graph.path_rows:
-        return path
-    rows, names = graph.path_rows
-    pos = np.searchsorted(rows, graph.row).clip(0, max(len(rows) - 1, 0))
-    hit = (graph.row >= 0) & (rows[pos] == graph.row) if len(rows) else np.zeros(graph.n, bool)
-    out = path.copy()
-    out[hit] = names[pos[hit]]
+def path_overrides(graph) -> np.ndarray:
+    """Per node (object, shape (n,)), the path an earlier optimization of the same prediction set
+    (``TaskGraph.path_rows``: amp's 16-bit kernels, gpu-upgrade's TF32 convolutions), "" where none
+    did, so that a composition counts each change once whatever its order."""
+    out = np.full(graph.n, "", dtype=object)
+    if graph.path_rows and len(graph.path_rows[0]):
+        rows, names = graph.path_rows
+        pos = np.searchsorted(rows, graph.row).clip(0, len(rows) - 1)
+        hit = (graph.row >= 0) & (rows[pos] == graph.row)
+        out[hit] = names[pos[hit]]
     return out
+
+
+def paths_now(graph, path: np.ndarray) -> np.ndarray:
+    """``path`` (per node, :func:`path_of`) with :func:`path_overrides` applied."""
+    now = path_overrides(graph)
+    return np.where(now != "", now, path)
 
 
 def with_paths(g, mask: np.ndarray, name: str):

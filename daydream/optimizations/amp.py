@@ -176,7 +176,7 @@ def _apply_gpu(graph, p, gpu):
     if p["tf32"] == "on":  # the baseline ran fp32 GEMMs as TF32: unnamed-precision GEMMs are TF32
         unk = c32 & info.has_precision("unknown")
         c32, ctf = c32 & ~unk, ctf | unk
-    now = KM.paths_now(graph, np.full(graph.n, "", dtype=object))  # paths an earlier optimization set
+    now = KM.path_overrides(graph)  # paths an earlier optimization set
     c32, ctf = c32 & (now == ""), ctf | ((c32 | ctf) & (now == "tf32"))
     mem = mem & (now != "half")
     mem = mem & ~name_mask(graph, AUTOCAST_FP32_KERNELS, mem)
