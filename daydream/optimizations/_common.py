@@ -12,6 +12,7 @@ from ..arrays import sorted_unique, unique_inverse
 from ..cuda_api import ApiRole, api_role
 from ..events import Kind
 from ..graph import NODE_CPU, TaskGraph, lower_median
+from ..graph.edges import EdgeKind
 from ..mapping import PHASES
 from ..memo import cached
 from ..transform import compile_pattern, name_mask  # noqa: F401 - name_mask re-exported for the optimizations
@@ -46,10 +47,13 @@ def median_launch_ns(graph: TaskGraph) -> int:
 
 
 def has_dependents(graph: TaskGraph) -> np.ndarray:
-    """Nodes that are an extra predecessor of some node (a blocking call waits for them, or a
-    task of another stream waits for them)."""
+    """Nodes whose result something observes (bool, shape (n,)): an extra predecessor of some node (a
+    blocking call waits for them, or a task of another stream waits for them). Launch-queue
+    back-pressure (``QUEUE`` edges: the launch of task k waits for task k - 1,024 of its stream to
+    end) does not observe a result, and the transforms make those edges again from the new stream
+    order (``transform.requeue``), so it does not count."""
     m = np.zeros(graph.n, dtype=bool)
-    m[graph.edge_src[graph.dependency_edges]] = True
+    m[graph.edge_src[graph.dependency_edges & (graph.edge_kind != EdgeKind.QUEUE)]] = True
     return m
 
 
