@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .critical_path import CAUSES, CriticalPath
-from .display import terminal_lines, terminal_text
+from .display import terminal_text
 from .report import START_ERROR_REASON, Prediction, Report, Trust
 from .summary import EMPTY_PATH
 
@@ -324,8 +324,9 @@ def sections(r: Report) -> list[list[str]]:
 
 def render_text(r: Report) -> str:
     """The terminal report: its sections, one blank line apart; every line is terminal-safe
-    (:mod:`daydream.display`: names from the trace cannot carry escape sequences through)."""
-    return terminal_lines("\n\n".join("\n".join(s) for s in sections(r) if s)) + "\n"
+    (:mod:`daydream.display`: names from the trace cannot carry escape sequences through, and a
+    newline inside a name is shown as ``\\n``: each line of a section is one line of output)."""
+    return "\n\n".join("\n".join(map(terminal_text, s)) for s in sections(r) if s) + "\n"
 
 
 # ---------------------------------------------------------------- the answer first -----------

@@ -82,3 +82,19 @@ def test_wide_values_never_run_together():
     lines = _table(cols, [("a-very-long-name", "1,127.7067", "201,349.864"), ("x", "1.0", "2.0")])
     assert lines[1].split() == ["a-very-long-name", "1,127.7067", "201,349.864"]
     assert lines[2] == "  x          1.0     2.0"
+
+
+def test_a_newline_in_a_name_cannot_forge_a_report_line(tmp_path, capsys):
+    """A kernel or op name holding a newline is shown as ``\\n`` on its own line of the report, in the
+    tables and in the free text alike (second try-out: the critical-path wait line printed it raw,
+    and the rest of the name read as a line of its own)."""
+    doc = json.loads(gzip.decompress(FIXTURE.read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("kernel", "cpu_op", "user_annotation") and not e["name"].startswith("ProfilerStep"):
+            e["name"] = e["name"] + "\nfake line: answer 1000x"
+    p = tmp_path / "newline.json"
+    p.write_text(json.dumps(doc))
+    assert run([str(p), "--opt", "all"]) == 0
+    out, _ = capsys.readouterr()
+    assert "\\nfake line: answer 1000x" in out
+    assert not any(line.startswith("fake line") for line in out.split("\n"))

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..collectives import OP_LABELS, Op
 from ..critical_path import communication_mask
-from ..display import terminal_lines
+from ..display import terminal_text
 from ..report import _union_length, step_windows
 from ..simulate import Timeline, recorded, simulate
 from ..job_report import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankRow, Straggler
@@ -157,4 +157,4 @@ def render_job_text(r: JobReport) -> str:
         out.append(f"what-if {k}: not applicable: {v}")
     for k, v in r.counts.items():
         out.append(f"note: {k}: {v:,}")
-    return terminal_lines("\n".join(out)) + "\n"
+    return "\n".join(map(terminal_text, out)) + "\n"  # one line each: a newline in a name shows as \\n
