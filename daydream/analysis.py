@@ -50,11 +50,18 @@ def apply_all(graph: TaskGraph, opts: list[tuple[Optimization, dict[str, Any]]])
     """Apply optimizations in order (each sees the graph the previous one made).
 
     Raises:
-        NotApplicable: one of them does not apply (its message says why).
+        NotApplicable: one of them does not apply (its message says why; with more than one, it
+            starts with the name of the one that does not apply).
     """
     applied = []
     for opt, params in opts:
-        g2, note = opt.apply(graph, params)
+        try:
+            g2, note = opt.apply(graph, params)
+        except NotApplicable as e:
+            if len(opts) == 1:
+                raise
+            after = f" (after {' + '.join(a.name for a in applied)})" if applied else ""
+            raise NotApplicable(f"{opt.name}{after}: {e}") from e
         applied.append(AppliedOpt(opt.name, echo(params), note, change_summary(graph, g2)))
         graph = g2
     return graph, applied

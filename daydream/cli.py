@@ -231,6 +231,8 @@ def run(argv: list[str] | None = None) -> int:
         raise UsageError("daydream-analyze: a trace file is needed (see --help)")
     if args.more_traces or os.path.isdir(args.trace) or args.scheduler:
         return _run_job(args)
+    if args.ranks or args.workers != 1:
+        raise UsageError("--ranks and --workers apply to a job (several traces, or a folder of them), not to one trace")
     if "all" in args.opt and len(args.opt) > 1:
         raise UsageError("--opt all ranks each optimization alone; it cannot be combined with other --opt")
     from .analysis import analyze
@@ -306,9 +308,9 @@ def _run_job(args) -> int:
     """Several traces (or a folder): one job, its ranks replayed coupled (daydream.job)."""
     from .job import analyze_job, job_report_json, render_job_text
 
-    if args.timeline or args.save_table or "all" in args.opt:
+    if args.timeline or args.save_table or args.compare_to or args.strict_replay or "all" in args.opt:
         raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json, --plot and --workers; "
-                         "--opt all/--timeline/--save-table apply to one trace")
+                         "--opt all/--timeline/--save-table/--compare-to/--strict-replay apply to one trace")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     try:

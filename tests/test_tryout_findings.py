@@ -407,3 +407,43 @@ def test_answer_line_says_when_the_replay_is_unreliable(tmp_path, capsys):
     # kernels that ran out of their stream's launch order: the replay cannot reproduce the step
     assert verdict.strip().startswith("baseline replay: unreliable")
     assert out[0].startswith("answer: step ") and out[0].endswith("; UNRELIABLE baseline replay (see below)")
+
+
+def test_a_composition_names_the_optimization_that_does_not_apply():
+    """``--opt fusion --opt amp`` on a 16-bit trace: the refusal says it is amp (second try-out:
+    'fusion + amp: not applicable: the trace already runs in half precision' named neither)."""
+    from daydream.analysis import apply_all, resolve_opt
+    from daydream.errors import NotApplicable
+    from daydream.graph import build_graph
+
+    from tablebuilder import TB
+
+    b = TB()
+    cs = [b.call("cudaLaunchKernel", s, s + 10) for s in (0, 100)]
+    b.call("cudaDeviceSynchronize", 200, 700)
+    b.gpu(cs[0], 500, 600, name="ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn")
+    b.gpu(cs[1], 600, 650, name="void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int)")
+    g = build_graph(b.table())
+    with pytest.raises(NotApplicable, match=r"^amp \(after scale-kernels\): the trace already runs in half precision"):
+        apply_all(g, [resolve_opt("scale-kernels:factor=0.5"), resolve_opt("amp")])
+    with pytest.raises(NotApplicable, match=r"^amp: the trace already runs in half precision"):
+        apply_all(g, [resolve_opt("amp"), resolve_opt("scale-kernels:factor=0.5")])
+    with pytest.raises(NotApplicable, match=r"^the trace already runs in half precision"):  # alone: its own name is the key
+        apply_all(g, [resolve_opt("amp")])
+
+
+@needs_traces
+@pytest.mark.parametrize("extra", [["--compare-to", "X"], ["--strict-replay"]])
+def test_job_mode_refuses_what_it_does_not_do(capsys, extra):
+    """Job mode took --compare-to and --strict-replay and did nothing with them (second try-out)."""
+    ranks = sorted((TRACES / "param_dlrm").glob("*.json.gz"))[:2]
+    assert main([str(ranks[0]), str(ranks[1]), *extra]) == 2
+    assert "apply to one trace" in capsys.readouterr().err
+
+
+def test_one_trace_refuses_job_options(capsys):
+    """--ranks and --workers with one trace were ignored."""
+    trace = str(ROOT / "fixtures" / "train_step.json.gz")
+    for extra in (["--ranks", "0"], ["--workers", "2"]):
+        assert main([trace, *extra]) == 2
+        assert "apply to a job" in capsys.readouterr().err
