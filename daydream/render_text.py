@@ -373,8 +373,14 @@ def asked_lines(r: Report) -> list[str]:
         bad = r.trust is not None and r.trust.verdict == "unreliable"
         step = ""
         if r.summary is not None and r.summary.answer.steps and len(p.steps) == len(r.steps) and steps:
-            pred = sorted(p.steps[i].predicted_ns for i in steps)  # the answer's median, predicted
-            step = f"step {_ms(r.summary.answer.step_ns)} -> {_ms(pred[(len(pred) - 1) // 2])} ms (median), "
+            # the answer's median step, predicted: the same step on both sides (the median of the
+            # predicted steps can be another step), and the spread of the per-step speed-ups
+            med = next((i for i in steps if p.steps[i].replayed_ns == r.summary.answer.step_ns), None)
+            sp = sorted(p.steps[i].speedup for i in steps)
+            if med is not None:
+                step = f"median step ({p.steps[med].name}) {_ms(p.steps[med].replayed_ns)} -> {_ms(p.steps[med].predicted_ns)} ms, "
+            if len(sp) > 1:
+                step += f"per-step speed-up {sp[(len(sp) - 1) // 2]:.3f}x (median; {sp[0]:.3f}x to {sp[-1]:.3f}x), "
         out.append(f"  what-if {' + '.join(o.name for o in p.optimizations)}: {step}traced window {_ms(w.replayed_ns)} -> "
                    f"{_ms(w.predicted_ns)} ms ({w.speedup:.3f}x)" + ("  UNRELIABLE: see the baseline replay below" if bad else ""))
     out += [f"  what-if {name}: not applicable: {why}" for name, why in r.not_applicable.items()]

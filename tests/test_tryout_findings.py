@@ -236,10 +236,12 @@ def test_fusion_not_applicable_does_not_deny_back_to_back_kernels_it_saw():
     # the scope rules (each emit_nvtx op launches its own); fusion said "no two memory-bound
     # kernels are launched back to back on one stream and thread"
     # Later: those pairs were kept apart by launch-queue back-pressure taken as a synchronization;
-    # with TaskGraph.synchronizing, 60 chains fuse (the reason's wording is kept by the test below)
+    # with TaskGraph.synchronizing, 60 chains fuse (the reason's wording is kept by the test below);
+    # and since a kernel the launch queue waits for may fuse (has_dependents leaves QUEUE edges out),
+    # 164: the kernels before the last 1,024 of each stream are no longer held back
     r = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite")), ["fusion"]).report
     assert "fusion" not in r.not_applicable
-    assert r.predictions[0].optimizations[0].note.startswith("60 chains of 120 memory-bound kernels fused")
+    assert r.predictions[0].optimizations[0].note.startswith("164 chains of 328 memory-bound kernels fused")
 
 
 def _args_null_trace(tmp_path: Path) -> Path:
@@ -278,7 +280,8 @@ def test_answer_lines_answer_the_opt_asked(capsys):
     assert main([str(RESNET), "--opt", "amp", "--opt", "fusion"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("answer: ")
-    assert lines[1].startswith("  what-if amp + fusion: step 175.152 -> ") and "traced window 1,065.649 -> " in lines[1]
+    assert lines[1].startswith("  what-if amp + fusion: median step (ProfilerStep#6) 175.152 -> ") and "traced window 1,065.649 -> " in lines[1]
+    assert "per-step speed-up " in lines[1]
     assert main([str(RESNET), "--opt", "amp:dtype=bf16"]) == 3  # exit 3: not applicable
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "  what-if amp: not applicable: the V100 SXM2 has no bf16 Tensor Cores (fp16 only); give amp:dtype=fp16 (or auto)"
@@ -447,3 +450,19 @@ def test_one_trace_refuses_job_options(capsys):
     for extra in (["--ranks", "0"], ["--workers", "2"]):
         assert main([trace, *extra]) == 2
         assert "apply to a job" in capsys.readouterr().err
+
+
+@needs_traces
+def test_what_if_line_compares_one_step_with_itself(tmp_path):
+    """The what-if line's step is the answer's median step before and after (second try-out: the
+    median of the predicted steps came from another step, and 'gpu-upgrade: step 175.152 -> 176.074
+    ms (median)' read as a slowdown while 5 of 6 steps got faster)."""
+    from daydream.render_text import asked_lines
+
+    rep = analyze(load_trace(str(RESNET)), ["gpu-upgrade"]).report
+    p = rep.predictions[0]
+    line = asked_lines(rep)[0]
+    i = next(i for i, w in enumerate(p.steps) if w.replayed_ns == rep.summary.answer.step_ns)
+    assert f"median step ({p.steps[i].name}) 175.152 -> {p.steps[i].predicted_ns / 1e6:,.3f} ms" in line
+    sp = sorted(w.speedup for w in p.steps)
+    assert f"(median; {sp[0]:.3f}x to {sp[-1]:.3f}x)" in line
