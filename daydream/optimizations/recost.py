@@ -11,7 +11,7 @@ unchanged; collectives without a size in the trace are left as recorded (counted
 * ``network:link=...,latency=...,inter=...``: the given network instead of the calibrated one.
 * ``world-size:n=N``: N ranks instead of the recorded group size (all-reduce, broadcast,
   all-to-all keep their message; all-gather and reduce-scatter keep each rank's shard, so their
-  ``S`` scales by N/n).
+  ``S`` scales by N/n). ``n=1``: no peers, so every collective costs 0 (recorded waits included).
 * ``buckets:size=MB``: the all-reduces of each iteration re-bucketed: their bytes, in stream
   order, cut into buckets of ``size`` MiB; a bucket is charged to the recorded all-reduce during
   which its last byte was recorded (its gradients were ready by then), each bucket paying the
@@ -114,6 +114,8 @@ def keep_latency(net: cm.Network, traced: cm.Network) -> cm.Network:
 
 def _world(graph, p):
     c = comm_collectives(graph)
+    if p["n"] == 1:
+        return _one_rank(graph, c)
     m = _sized(c) & (c.group_size > 1)
     net = calibrated(c, network_of(p))  # the trace's own network: only the group size changes
     n = np.full(len(c), p["n"], np.int64)
@@ -121,6 +123,22 @@ def _world(graph, p):
     size = np.where(shard, np.rint(c.size_bytes * (p["n"] / np.maximum(c.group_size, 1))).astype(np.int64), c.size_bytes)
     g, old, new = recost(graph, c, m, size, n, net, calibrated(c, net))
     return g, _note(c, m, old, new, f"{p['n']} ranks")
+
+
+def _one_rank(graph, c):
+    """``world-size:n=1``: every collective of a group of more than one rank, sized or not, costs 0. A
+    group of one rank has no peers: NCCL moves no bytes between ranks and no rank waits for another
+    (what is left is at most a local copy of an out-of-place buffer); the rule ``recorded +
+    model_new - model_old`` would keep the recorded waits for peers, about half of the time here."""
+    m = c.group_size > 1
+    mask = np.zeros(graph.n, bool)
+    mask[c.node[m]] = True
+    old = int(c.dur_ns[m].sum())
+    left = int((~m).sum())
+    note = f"{int(m.sum()):,} collectives cost 0 for 1 rank (no peers: nothing crosses a link, no rank waits): {old / 1e6:,.3f} -> 0.000 ms"
+    if left:
+        note += f"; {left:,} others (group of one rank already, or group size unknown) left as recorded"
+    return set_duration(graph, mask, np.zeros(int(mask.sum()), np.int64)), note
 
 
 def rebucket(c, m_ar, steps, bucket_bytes, net) -> np.ndarray:
