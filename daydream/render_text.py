@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from .critical_path import CAUSES, CriticalPath
 from .display import terminal_text
-from .report import START_ERROR_REASON, Prediction, Report, Trust
+from .report import START_ERROR_REASON, TRUNCATED_REASON, Prediction, Report, Trust
 from .summary import EMPTY_PATH
 
 
@@ -147,7 +147,7 @@ def trust_line(t: Trust | None) -> list[str]:
     return [
         f"  baseline replay: {t.verdict} ({err}, GPU start error p50 {t.gpu_start_error_p50_us:,.0f} us / "
         f"p99 {t.gpu_start_error_p99_us:,.0f} us; {_plural(inferred, 'inferred edge')}{f' ({by_kind})' if inferred else ''}{incomplete})",
-        *([f"    {t.reason.split('; ')[0]}"] if t.reason.startswith(START_ERROR_REASON) else []),
+        *([f"    {t.reason.split('; ')[0]}"] if t.reason.startswith((START_ERROR_REASON, TRUNCATED_REASON)) else []),
         *([f"    {t.cause}"] if t.cause else []),
     ]
 

@@ -518,6 +518,16 @@ def start_error_verdict(start_error_pct: float, start_error_us: float, steps: in
     return None
 
 
+#: How the reason of a verdict decided by a salvaged truncated file begins (render_text shows it).
+TRUNCATED_REASON = "the trace file is truncated"
+
+
+def truncation_note(table) -> str:
+    """The adapter's note of a salvaged truncated file (``Accounting.notes``), or "" when it was whole."""
+    notes = getattr(getattr(table, "accounting", None), "notes", None) or {}
+    return next((k for k in notes if k.startswith("truncated file")), "")
+
+
 def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowStats, steps: list[WindowStats]) -> Trust:
     """The :class:`Trust` of a baseline replay ``tl`` against the recorded timeline ``rec``."""
     step_err = max((abs(w.error_pct) for w in steps), default=0.0)
@@ -529,6 +539,10 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     ref_ns = float(np.median([w.measured_ns for w in worked])) if steps else float(window.measured_ns)
     p99_pct = round(p99 * 1e5 / ref_ns, 3) if ref_ns > 0 else 0.0
     verdict, reason = trust_verdict(step_err, win_err, len(steps), p99_pct, p99)
+    cut = truncation_note(graph.table)
+    if cut:  # the replay can only match what survived: the steps' work after the cut is not in the trace
+        verdict, reason = "unreliable", (f"{TRUNCATED_REASON} ({cut.removeprefix('truncated file: ')}): the steps and the window "
+                                         "miss the work recorded after the cut")
     inferred = {k: v["inferred"] for k, v in sorted(graph.edge_counts().items()) if v.get("inferred")}
     missing = getattr(graph.counts, "missing", ())
     incomplete = {k: v for k, v in sorted(graph.counts.items()) if v and k in missing}

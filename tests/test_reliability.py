@@ -123,8 +123,10 @@ def test_truncated_json_is_salvaged_with_a_one_line_warning_and_refused_when_str
     assert 40 < kept < 80
     warn = [ln for ln in err.splitlines() if ln.startswith("daydream-analyze: warning: ")]
     assert len(warn) == 1 and len(err.strip().splitlines()) == 1, err
-    assert str(p) in warn[0] and f"truncated at byte {cut}" in warn[0] and f"kept the {kept} complete events" in warn[0]
+    assert str(p) in warn[0] and f"is truncated: its JSON document ends at byte {cut}" in warn[0] and f"kept the {kept} complete events" in warn[0]
     assert any(k.startswith("truncated file: events after byte") for k in doc["accounting"]["notes"])
+    # the salvaged part replays to itself, but the verdict says what is missing (second try-out: 'good')
+    assert doc["trust"]["verdict"] == "unreliable" and doc["trust"]["reason"].startswith("the trace file is truncated (events after byte")
     refused(capsys, p, "--strict", where=f"byte offset {cut}", says="strict mode does not salvage")
 
 

@@ -718,8 +718,9 @@ def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[lis
         raise TraceFormatError(path, "", "no traceEvents array: not a PyTorch profiler / Kineto trace")
     if rep.salvaged:
         warnings.warn(
-            f"{path}: the file is truncated at byte {size}; kept the {len(events):,} complete events "
-            f"before byte {rep.cut}, the rest is lost (--strict refuses such a file)", UserWarning, stacklevel=3)
+            f"{path}: the file is truncated: its JSON document ends at byte {size} (bytes of the document, after "
+            f"decompression); kept the {len(events):,} complete events before byte {rep.cut}, the rest is lost "
+            "(--strict refuses such a file)", UserWarning, stacklevel=3)
     return events, (None if array_form else obj)
 
 
@@ -813,7 +814,7 @@ class _Repairs:
             )
         data, self.cut = got
         self.salvaged = True
-        self.acct.add("notes", f"truncated file: events after byte {self.cut} lost")
+        self.acct.add("notes", f"truncated file: events after byte {self.cut} of the JSON document lost")
         return data
 
 
