@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from .critical_path import CAUSES, CriticalPath
 from .display import terminal_text
-from .report import START_ERROR_REASON, TRUNCATED_REASON, Prediction, Report, Trust
+from .report import START_ERROR_REASON, TRUNCATED_REASON, Breakdown, Prediction, Report, Trust
 from .summary import EMPTY_PATH
 
 
@@ -182,8 +182,22 @@ def windows_section(r: Report) -> list[str]:
 
 
 def breakdown_section(r: Report) -> list[str]:
-    """Time by task kind of the traced window and each step."""
-    return ["  time by task kind (replayed, ms; summed over threads and streams)", *_table(BREAKDOWN_COLS, [r.window, *r.steps])]
+    """Time by task kind of the traced window and each step, and what no step holds (the window less
+    the steps, when the steps do not overlap: e.g. a synchronize after the last step), so that the
+    rows add up."""
+    rows = [r.window, *r.steps]
+    if r.steps:
+        rest = {f: getattr(r.window.breakdown, f) - sum(getattr(w.breakdown, f) for w in r.steps) for _, f in BREAKDOWN_FIELDS}
+        if all(v >= 0 for v in rest.values()) and any(rest.values()):
+            rows.append(_Row("outside the steps", Breakdown(**rest)))
+    return ["  time by task kind (replayed, ms; summed over threads and streams)", *_table(BREAKDOWN_COLS, rows)]
+
+
+class _Row:
+    """A table row that is not a window of the report (name and breakdown only)."""
+
+    def __init__(self, name: str, breakdown: Breakdown) -> None:
+        self.name, self.breakdown = name, breakdown
 
 
 def phases_section(r: Report) -> list[str]:

@@ -466,3 +466,20 @@ def test_what_if_line_compares_one_step_with_itself(tmp_path):
     assert f"median step ({p.steps[i].name}) 175.152 -> {p.steps[i].predicted_ns / 1e6:,.3f} ms" in line
     sp = sorted(w.speedup for w in p.steps)
     assert f"(median; {sp[0]:.3f}x to {sp[-1]:.3f}x)" in line
+
+
+@needs_traces
+def test_time_by_task_kind_rows_add_up_with_what_no_step_holds():
+    """ResNet-50's final cudaDeviceSynchronize (16.2 ms) belongs to no ProfilerStep: the window's
+    sync wait was 16.677 ms and the steps summed to 0.470 (second try-out). An 'outside the steps'
+    row holds the rest, so every column adds up."""
+    from daydream.render_text import BREAKDOWN_FIELDS, breakdown_section
+
+    rep = analyze(load_trace(str(RESNET))).report
+    lines = breakdown_section(rep)
+    rest = next(ln for ln in lines if ln.strip().startswith("outside the steps"))
+    vals = [float(x.replace(",", "")) for x in rest.split()[3:]]
+    for (_, f), v in zip(BREAKDOWN_FIELDS, vals):
+        total = getattr(rep.window.breakdown, f) - sum(getattr(w.breakdown, f) for w in rep.steps)
+        assert abs(v - total / 1e6) < 1e-3, f
+    assert vals[2] > 16.0  # the sync wait after the last step
