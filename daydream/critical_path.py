@@ -26,6 +26,7 @@ from .kernels import kernel_info
 from .mapping import PHASES, fold_by_op, nvtx_base_name
 from .memo import cached, rules_key
 from .graph import NODE_CPU, RULES, TaskGraph, rule_arrays
+from .graph.edges import Origin
 from .graph.ranges import NO_RANGE, RangeTimeline, range_timeline, split_by_range, thread_key
 from .simulate import BOUND_BY_LANE, Timeline, critical_walk, with_bindings
 
@@ -46,6 +47,8 @@ class Wait(msgspec.Struct, forbid_unknown_fields=True):
     count: int  #: stretches summed
     top: dict[str, int] = {}  #: the CPU ranges (other thread) or kernels (GPU) that time went to, largest first (at most 3)
     engine: bool = False  #: what it waited for is an autograd engine thread: the waiter was in backward()
+    edges: int = 0  #: edges from the waited-for thread to the waiter (0 for the GPU and peers)
+    inferred_edges: int = 0  #: of those, edges derived by a rule (e.g. hand-overs), not read from the trace
 
 
 class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
@@ -542,4 +545,8 @@ def _wait(graph: TaskGraph, c: _PathCharges, key, val, i, j, idle: np.ndarray) -
         top = _top([graph.names[int(u)] for u in uniq], np.bincount(inv.reshape(-1), weights=c.gpu_ns[m], minlength=len(uniq)), 3)
         target = "peer ranks (collectives)" if what == -2 else "GPU"
     top.pop("other", None)
-    return Wait(thread_label(graph, lane), during, target, int(round(ns)), count, top, bool(what >= 0 and idle[what]))
+    edges = inferred = 0
+    if what >= 0:  # the edges that bring the path back from the other thread: read from the trace, or inferred
+        e = (graph.lane[graph.edge_src] == what) & (graph.lane[graph.edge_dst] == lane)
+        edges, inferred = int(e.sum()), int((e & (graph.edge_origin == Origin.INFERRED)).sum())
+    return Wait(thread_label(graph, lane), during, target, int(round(ns)), count, top, bool(what >= 0 and idle[what]), edges, inferred)

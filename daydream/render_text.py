@@ -167,8 +167,9 @@ def header_section(r: Report) -> list[str]:
         f"  graph: {g.cpu_tasks:,} CPU tasks on {_plural(g.cpu_lanes, 'thread')}, "
         f"{g.gpu_tasks:,} GPU tasks on {_plural(g.gpu_lanes, 'stream')}; "
         f"edges: {g.launch_edges:,} launch, {g.sync_edges:,} sync, {g.cross_stream_edges:,} cross-stream",
-        f"  launch latency L = {g.launch_latency_ns / 1e3:.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:.3f} us"
-        + (f", pageable staging S = {g.staging_latency_ns / 1e3:.3f} us" if g.staging_latency_ns else "") + " (measured)",
+        (f"  launch latency L = {g.launch_latency_ns / 1e3:,.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:,.3f} us"
+         + (f", pageable staging S = {g.staging_latency_ns / 1e3:,.3f} us" if g.staging_latency_ns else "") + " (measured)"
+         if g.gpu_tasks else "  launch latency L, GPU gap G: not measured (no GPU task in the trace)"),
         *(f"  warning: {w}" for w in r.warnings),
     ]
 
@@ -349,7 +350,12 @@ def wait_text(w) -> str:
     where = f"in backward() (after {w.during})" if w.engine else f"in {w.during}"
     what = f"the autograd engine {w.waited_for}" if w.engine else w.waited_for
     top = ", ".join(f"{k} {_ms(v)} ms" for k, v in w.top.items())
-    return f"{w.waiter} waits {where} for {what}: {_ms(w.ns)} ms on the traced window's critical path" + (f" ({top})" if top else "")
+    src = ""
+    if w.inferred_edges:  # inferred is reported: the wait rests on edges a rule derived
+        src = (f" [inferred: all {w.edges:,} edges from {w.waited_for} to {w.waiter} were derived by a rule]" if w.inferred_edges == w.edges
+               else f" [{w.inferred_edges:,} of {w.edges:,} edges from {w.waited_for} to {w.waiter} inferred]")
+    return (f"{w.waiter} waits {where} for {what}: {_ms(w.ns)} ms on the traced window's critical path" + (f" ({top})" if top else "")
+            + src)
 
 
 def answer_lines(r: Report) -> list[str]:

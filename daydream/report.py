@@ -565,8 +565,8 @@ def replay_cause(graph: TaskGraph, tl: Timeline, rec: Timeline, window_ns: int) 
     if not len(b) or int(miss.max()) * 100 <= TRUST_FAIR_PCT * window_ns:
         return ""
     i = int(b[np.argmax(miss)])
-    out = (f"largest missed wait: {graph.name(i)} blocked {rec.blocked_ns[i] / 1e6:.3f} ms in the trace, "
-           f"{tl.blocked_ns[i] / 1e6:.3f} ms replayed")
+    out = (f"largest missed wait: {graph.name(i)} blocked {rec.blocked_ns[i] / 1e6:,.3f} ms in the trace, "
+           f"{tl.blocked_ns[i] / 1e6:,.3f} ms replayed")
     waited = graph.preds(i, EdgeKind.WAIT)
     if not len(waited):
         return out
@@ -582,7 +582,7 @@ def replay_cause(graph: TaskGraph, tl: Timeline, rec: Timeline, window_ns: int) 
     if unlinked:
         out += f" (a cross-stream wait the trace does not link? {unlinked:,} cudaStreamWaitEvent without an event id)"
     if classify_name(graph.name(p))[0] == "communication":
-        out += (f"; collective kernels' durations include waiting for peer ranks ({(rec.end_ns[p] - rec.start_ns[p]) / 1e6:.3f} ms here), "
+        out += (f"; collective kernels' durations include waiting for peer ranks ({(rec.end_ns[p] - rec.start_ns[p]) / 1e6:,.3f} ms here), "
                 "which a one-rank trace cannot show")
     return out
 

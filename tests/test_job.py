@@ -265,3 +265,11 @@ def test_unrelated_traces_are_not_a_job(capsys):
     assert main([str(TRACES / "extrap")]) == 2
     err = capsys.readouterr().err
     assert "none has a collective: not one job" in err and "Traceback" not in err
+
+
+def test_missing_ranks_are_listed_with_their_count():
+    """A long list of missing ranks says how many (second try-out: 8 of 126 shown as if all)."""
+    from daydream.job.match import _first
+
+    assert _first([2, 3]) == "rank(s) 2, 3"
+    assert _first(list(range(2, 128))) == "126 ranks: 2, 3, 4, 5, 6, 7, 8, 9, ..."

@@ -483,3 +483,23 @@ def test_time_by_task_kind_rows_add_up_with_what_no_step_holds():
         total = getattr(rep.window.breakdown, f) - sum(getattr(w.breakdown, f) for w in rep.steps)
         assert abs(v - total / 1e6) < 1e-3, f
     assert vals[2] > 16.0  # the sync wait after the last step
+
+
+@needs_traces
+def test_no_gpu_task_no_measured_launch_latency(capsys):
+    """A trace without GPU tasks said 'launch latency L = 0.000 us (measured)' (second try-out)."""
+    assert main([str(TRACES / "hta" / "cpu_only.json.gz")]) == 0
+    out = capsys.readouterr().out
+    assert "launch latency L, GPU gap G: not measured (no GPU task in the trace)" in out and "(measured)" not in out
+
+
+@needs_traces
+def test_a_wait_on_inferred_hand_overs_says_so(capsys):
+    """ResNet-50's answer names a wait for the autograd engine thread that rests only on inferred
+    hand-over edges; neither the text nor the JSON said so (second try-out)."""
+    rep = analyze(load_trace(str(RESNET))).report
+    w = rep.summary.answer.wait
+    assert w is not None and w.engine and w.edges > 0 and w.inferred_edges == w.edges
+    assert main([str(RESNET)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "waits in backward()" in line and f"[inferred: all {w.edges} edges from thread" in line

@@ -93,7 +93,7 @@ def check_world(ranks: list[RankTrace]) -> int:
     if got != list(range(world)):
         missing = sorted(set(range(world)) - set(got))
         extra = sorted(set(got) - set(range(world)))
-        what = f"missing rank(s) {missing[:8]}" if missing else f"rank(s) {extra[:8]} outside 0..{world - 1}"
+        what = (f"missing {_first(missing)}" if missing else f"{_first(extra)} outside 0..{world - 1}")
         raise UsageError(f"the job has world size {world} but {len(ranks)} trace(s) were given ({what}); "
                          "one trace per rank is needed")
     return world
@@ -220,3 +220,9 @@ def _split(ranks, node, op, group, size) -> Matching:
         counts["collective ending before its last participant arrived (transfer clamped to 0)"] = int(np.count_nonzero(member & (raw < 0)))
     return Matching(np.array([r.rank for r in ranks], np.int64), node, op, group, size, off, clock, s, e,
                     arrive, last, wait, transfer, counts)
+
+
+def _first(ranks: list[int], n: int = 8) -> str:
+    """``rank(s) 2, 3, 4`` for a short list; the first ``n`` and how many in all for a long one."""
+    head = ", ".join(map(str, ranks[:n]))
+    return f"rank(s) {head}" if len(ranks) <= n else f"{len(ranks):,} ranks: {head}, ..."

@@ -96,7 +96,7 @@ def _apply_paper(graph, p):
     before = int(graph.dur_ns[c32 | ctf | mem].sum())
     after = int(g.dur_ns[c32 | ctf | mem].sum())
     note = (f"{int(c32.sum()):,} fp32 compute-bound kernels x{p['compute_factor']:.3g}, {int(ctf.sum()):,} TF32 x{p['tf32_factor']:.3g}, "
-            f"{int(mem.sum()):,} memory-bound x{p['memory_factor']:.3g} (GPU time {before / 1e6:.3f} -> {after / 1e6:.3f} ms)")
+            f"{int(mem.sum()):,} memory-bound x{p['memory_factor']:.3g} (GPU time {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms)")
     if already:
         note += f"; {already:,} kernels already half/fp8 left as they are"
     return g, note
@@ -201,7 +201,7 @@ def _apply_gpu(graph, p, gpu):
     note = (f"{gpu.name} model ({p['dtype']}{why}): {int(c32.sum()):,} fp32 CUDA-core compute kernels x{f32:.4g}, {int(ctf.sum()):,} "
             f"TF32 x{ftf:.4g} (peaks {gpu.peak_tflops('fp32'):g}/{gpu.peak_tflops('tf32'):g} -> {gpu.tc_tflops:g} TFLOPS, "
             f"efficiency {p['tc_efficiency']:g}), {int(mem.sum()):,} memory-bound x{p['memory_factor']:g}, above a kernel floor of "
-            f"{floor / 1e3:.3f} us ({int((graph.dur_ns[sel] <= floor).sum()):,} kernels at or below the floor left as they are); GPU ms per path "
+            f"{floor / 1e3:,.3f} us ({int((graph.dur_ns[sel] <= floor).sum()):,} kernels at or below the floor left as they are); GPU ms per path "
             f"before: {fmt(before)}; after: {fmt(after)}")
     if already:
         note += f"; {already:,} kernels already half/fp8 left as they are"
@@ -281,8 +281,8 @@ def _add_casts(graph, g, gpu, sel, p):
         calls = graph.launch[has]
         calls = calls[calls >= 0]
         g = set_duration(g, np.isin(np.arange(g.n), calls), g.dur_ns[sorted_unique(calls)] + median_launch_ns(graph))
-        words.append(f"{int(has.sum()):,} cast kernels (fp32 weights -> {p['dtype']}, {wbytes.sum() / 1e6:.1f} MB) folded into "
-                     f"their GEMMs: +{cast.sum() / 1e6:.3f} ms GPU")
+        words.append(f"{int(has.sum()):,} cast kernels (fp32 weights -> {p['dtype']}, {wbytes.sum() / 1e6:,.1f} MB) folded into "
+                     f"their GEMMs: +{cast.sum() / 1e6:,.3f} ms GPU")
     else:
         words.append(f"cast kernels not placed ({why})")
     if p["dtype"] == "fp16":
@@ -295,7 +295,7 @@ def _add_casts(graph, g, gpu, sel, p):
             extra = steps * 2 * floor + 2 * wbytes.sum() / (gpu.mem_gbps * 1e9) * 1e9
             share = graph.dur_ns[opt] / max(graph.dur_ns[opt].sum(), 1)
             g = set_duration(g, opt, np.rint(g.dur_ns[opt] + extra * share).astype(np.int64))
-            words.append(f"fp16 loss scaling ({steps} step(s)): +{extra / 1e6:.3f} ms on the optimizer kernels")
+            words.append(f"fp16 loss scaling ({steps} step(s)): +{extra / 1e6:,.3f} ms on the optimizer kernels")
         else:
             words.append("fp16 loss scaling not placed (" + ("no optimizer kernels: inference" if not opt.any() else "no weight shapes") + ")")
     return g, "; ".join(words)

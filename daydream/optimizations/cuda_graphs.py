@@ -120,7 +120,7 @@ def _apply(graph, p):
     g = set_duration(graph, head_mask, int(glaunch))
     g = remove(g, drop)
     return g, (f"{len(heads):,} graph launches ({how}; {glaunch:,} ns each) replace {int(in_good.sum()):,} API calls; "
-               f"{removed_cpu_ns / 1e6:.3f} ms of CPU calls and gaps removed")
+               f"{removed_cpu_ns / 1e6:,.3f} ms of CPU calls and gaps removed")
 
 
 register(

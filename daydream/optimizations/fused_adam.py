@@ -130,7 +130,7 @@ def _apply(graph, p):
     g = remove(g, drop)
     which = optimizer_names(graph)
     note = (f"{len(plans)} optimizer step(s) ({how}{'; ' + ', '.join(which) if which else ''}): {n_k:,} kernels and {n_c:,} "
-            f"launch calls -> {len(plans)} fused kernel(s) (GPU {before_ns / 1e6:.3f} -> {after_ns / 1e6:.3f} ms)")
+            f"launch calls -> {len(plans)} fused kernel(s) (GPU {before_ns / 1e6:,.3f} -> {after_ns / 1e6:,.3f} ms)")
     if foreach:
         note += f"; the step already used foreach multi_tensor_apply kernels ({foreach:,}), fused further"
     return g, note

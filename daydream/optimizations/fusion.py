@@ -145,7 +145,7 @@ def _apply(graph, p):
     g = set_duration(graph, head_mask, fused[np.argsort(heads)])
     g = remove(g, drop)
     return g, (f"{len(uniq):,} chains of {len(members):,} memory-bound kernels fused (mean {len(members) / len(uniq):.1f} per chain); "
-               f"{len(drop_k):,} kernels and launches removed; chain GPU time {int(total.sum()) / 1e6:.3f} -> {int(fused.sum()) / 1e6:.3f} ms")
+               f"{len(drop_k):,} kernels and launches removed; chain GPU time {int(total.sum()) / 1e6:,.3f} -> {int(fused.sum()) / 1e6:,.3f} ms")
 
 
 register(

@@ -85,10 +85,10 @@ def _host(graph, p) -> tuple:
         m &= cpu_roles(graph) == ApiRole.LAUNCH
         g = set_duration(g, m, int(p["launch_cpu_ns"]))
         words.append(f"{int(m.sum()):,} kernel-launch calls cost {p['launch_cpu_ns'] / 1e3:g} us "
-                     f"(trace median {median_launch_ns(graph) / 1e3:.3f} us)")
+                     f"(trace median {median_launch_ns(graph) / 1e3:,.3f} us)")
     if p["launch_latency_ns"] >= 0:
         g = set_launch_latency(g, int(p["launch_latency_ns"]))
-        words.append(f"launch latency L {graph.launch_latency_ns / 1e3:.3f} -> {p['launch_latency_ns'] / 1e3:g} us")
+        words.append(f"launch latency L {graph.launch_latency_ns / 1e3:,.3f} -> {p['launch_latency_ns'] / 1e3:g} us")
     return g, words
 
 
@@ -119,10 +119,10 @@ def _launch_model(graph, src: GPU, target: GPU, p):
         g = KM.with_paths(g, pl.tf32_mask, "tf32")
     cov = KM.coverage(graph, pl)
     total = max(int(graph.dur_ns[gpu].sum()), 1)
-    parts = [f"{k} {v[1]:,} tasks {v[0] / 1e6:.3f} ms ({v[0] / total:.0%})" for k, v in cov.items()]
+    parts = [f"{k} {v[1]:,} tasks {v[0] / 1e6:,.3f} ms ({v[0] / total:.0%})" for k, v in cov.items()]
     kern = graph.node_kind == Kind.KERNEL
-    note = (f"per-kernel model: GPU task time {total / 1e6:.3f} -> {int(pl.new_dur[gpu].sum()) / 1e6:.3f} ms; "
-            f"floor {floor_s / 1e3:.3f} -> {floor_t / 1e3:.3f} us; rules: " + ", ".join(parts)
+    note = (f"per-kernel model: GPU task time {total / 1e6:,.3f} -> {int(pl.new_dur[gpu].sum()) / 1e6:,.3f} ms; "
+            f"floor {floor_s / 1e3:,.3f} -> {floor_t / 1e3:,.3f} us; rules: " + ", ".join(parts)
             + f"; launch data for {pl.matched:,} of {int(kern.sum()):,} kernels" + (f" ({data.reason})" if data.reason else ""))
     if pl.tf32_conv:
         note += (f"; {pl.tf32_conv:,} fp32 convolution kernels on the target's TF32 Tensor Cores (PyTorch's default "

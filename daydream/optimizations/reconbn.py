@@ -87,7 +87,7 @@ def _apply(graph, p):
     bn_ns = int(graph.dur_ns[fw | bw].sum())
     relu_ns = int(graph.dur_ns[relu_fw | relu_bw].sum()) if p["fuse_relu"] else 0
     return g, (f"{int(fw.sum()):,} BN forward kernels x{p['fw_factor']:.3g}, {int(bw.sum()):,} BN backward x{p['bw_factor']:.3g}, "
-               f"{n_relu:,} ReLU kernels fused away (BN {bn_ns / 1e6:.3f} ms, ReLU {relu_ns / 1e6:.3f} ms before)")
+               f"{n_relu:,} ReLU kernels fused away (BN {bn_ns / 1e6:,.3f} ms, ReLU {relu_ns / 1e6:,.3f} ms before)")
 
 
 register(
