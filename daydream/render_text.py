@@ -289,8 +289,13 @@ def input_section(r: Report) -> list[str]:
     ]
 
 
+#: How the comparison's groups read in the text: what each measures, where the report's other tables
+#: measure the same names differently (the phase table's CPU time holds the gaps too; the top-CPU-range
+#: table's time is exclusive)
+COMPARE_LABELS = {"phase CPU": "phase API calls", "CPU range": "CPU range incl."}
+
 COMPARE_COLS = [
-    Col("quantity", 44, lambda x: f"{x.group}: {x.name}"[:43], left=True),
+    Col("quantity", 44, lambda x: f"{COMPARE_LABELS.get(x.group, x.group)}: {x.name}"[:43], left=True),
     _ms_col("this ms", 12, "before_ns"),
     _ms_col("predicted ms", 14, "predicted_ns"),
     _ms_col("other ms", 12, "after_ns"),
@@ -311,6 +316,8 @@ def comparison_section(r: Report) -> list[str]:
         + ("predicted" if c.predicted_by else "this") + " - other (ms, summed over threads and streams)",
         f"    window error {_pct(c.window_error_pct)} %, max step error {_pct(c.max_step_error_pct)} %",
         *(f"    note: {n}" for n in c.notes),
+        "    phase API calls: time in API calls (less blocked time) by phase, without the gaps between them; CPU range "
+        "incl.: wall time of the ranges of each name, nested ranges included",
         *_table(cols, c.rows, rule=True),
     ]
 

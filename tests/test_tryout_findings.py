@@ -503,3 +503,13 @@ def test_a_wait_on_inferred_hand_overs_says_so(capsys):
     assert main([str(RESNET)]) == 0
     line = capsys.readouterr().out.splitlines()[1]
     assert "waits in backward()" in line and f"[inferred: all {w.edges} edges from thread" in line
+
+
+def test_comparison_labels_say_what_they_measure(capsys):
+    """The comparison's 'phase CPU' (API calls only) and 'CPU range' (inclusive) read like the phase
+    table's CPU time (calls and gaps) and the top-CPU-range table's (second try-out)."""
+    trace = str(ROOT / "fixtures" / "train_step.json.gz")
+    assert main([trace, "--compare-to", trace]) == 0
+    out = capsys.readouterr().out
+    assert "phase API calls: " in out and "CPU range incl.: " in out
+    assert "  phase CPU: " not in out and "  CPU range: " not in out
