@@ -142,6 +142,10 @@ def render_job_text(r: JobReport) -> str:
         hops = " <- ".join(f"rank {sg.rank}" + (f" (collective {sg.via_collective})" if sg.via_collective >= 0 else " from its trace start")
                            for sg in cp.segments)
         out += ["", f"job critical path {_ms(cp.total_ns)} ms: {hops}; by cause: {causes}"]
+        gap = r.step_replayed_ns - cp.total_ns
+        if gap > 0 and cp.segments:  # the walk stops at a trace start later than the job step's
+            out.append(f"  it ends at rank {cp.segments[-1].rank}'s trace start, {_ms(gap)} ms after the job step begins: "
+                       f"what rank {cp.segments[-1].rank} ran before its trace starts is not in its trace (docs/jobs.md)")
     if r.collective_rows:
         out += ["", "collectives (first 10): #, op, bytes, last to arrive (recorded / replayed), longest wait ms, transfer ms"]
         for x in r.collective_rows[:10]:
