@@ -513,3 +513,17 @@ def test_comparison_labels_say_what_they_measure(capsys):
     out = capsys.readouterr().out
     assert "phase API calls: " in out and "CPU range incl.: " in out
     assert "  phase CPU: " not in out and "  CPU range: " not in out
+
+
+@needs_traces
+def test_gpu_upgrade_rule_shares_add_up():
+    """The rules' shares of GPU time add up to 100 %; latency-bound tasks, a subset, are given as
+    such (second try-out: 17 %, 1 %, 76 %, 0 %, 5 %, 41 % read as one partition)."""
+    import re
+
+    rep = analyze(load_trace(str(RESNET)), ["gpu-upgrade"]).report
+    note = rep.predictions[0].optimizations[0].note
+    rules = note.split("rules: ", 1)[1].split("; ", 1)[0]
+    main_part, _, subset = rules.partition(", of these latency-bound ")
+    shares = [int(x) for x in re.findall(r"\((\d+)%\)", main_part)]
+    assert 98 <= sum(shares) <= 102 and subset
