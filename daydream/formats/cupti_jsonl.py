@@ -17,6 +17,7 @@ END) are sorted-array lookups, so records may come in any order.
 from __future__ import annotations
 
 import itertools
+import warnings
 import operator
 import re
 from collections import defaultdict
@@ -1206,6 +1207,11 @@ def load(path: str, *, strict: bool = False) -> EventTable:
             extra[key] = str(v)
     if bad:
         extra["malformed_lines"] = ",".join(map(str, bad[:20])) + (",..." if len(bad) > 20 else "")
+        last = data.count(b"\n") + 1 if data and not data.endswith(b"\n") else -1
+        if bad[-1] == last:  # the last line, without its newline, malformed: the file was cut there
+            acc.add("notes", f"truncated file: line {last} cut short")
+            warnings.warn(f"{path}: the file is truncated: its last line ({last}) is cut short and was skipped; kept the "
+                          f"{len(recs):,} complete records before it (--strict refuses such a file)", UserWarning, stacklevel=2)
     meta = TraceMeta(
         source=path, format=NAME, devices=rows.devices,
         rank=-1 if header.rank is None else int(header.rank),
