@@ -250,8 +250,8 @@ def prediction_section(p: Prediction, trust: Trust | None = None) -> list[str]:
     marked UNRELIABLE when the baseline replay is."""
     return [
         "  prediction: " + " + ".join(_spec(o.name, o.params) for o in p.optimizations) + _unreliable(trust),
-        *(f"    {o.name}: {o.note}" + (f"\n      changed: {o.changed}" if o.changed else "") for o in p.optimizations),
-        *_table(PREDICTION_COLS, [p.window, *p.steps], rule=True),
+        *(line for o in p.optimizations for line in (f"    {o.name}: {o.note}", *([f"      changed: {o.changed}"] if o.changed else []))),
+        *_table(PREDICTION_COLS, [p.window, *p.processes, *p.steps], rule=True),
         *critical_path_section("critical path of the prediction", p.critical_path),
     ]
 

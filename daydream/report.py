@@ -19,7 +19,7 @@ import msgspec
 
 from .arrays import sorted_unique
 from .collectives import find_collectives
-from .critical_path import CriticalPath, critical_path, gpu_relevant
+from .critical_path import CriticalPath, communication_mask, critical_path, gpu_relevant
 from .events import Accounting, Kind, TraceMeta
 from .graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
 from .kernels import classify_name
@@ -101,6 +101,7 @@ class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     window: PredictedWindow
     steps: list[PredictedWindow]
     critical_path: CriticalPath
+    processes: list[PredictedWindow] = []  #: each process (rank) of a multi-process trace, as in Report.processes
 
 
 class Ranked(msgspec.Struct, forbid_unknown_fields=True):
@@ -651,6 +652,13 @@ def _warnings(graph: TaskGraph) -> list[str]:
     if over:
         out.append(f"{over:,} ProfilerStep ranges overlap the next step of their process (a malformed or merged trace?): the tasks "
                    "in both are counted in both steps, so the step rows do not add up to the window.")
+    pids = graph.lane_keys[graph.lane, 1] if graph.n else np.zeros(0, np.int64)
+    comm = communication_mask(graph)
+    if gpu and comm.any() and len(sorted_unique(pids[comm])) > 1:
+        out.append(f"this trace holds {len(sorted_unique(pids)):,} processes whose {int(comm.sum()):,} collective kernels talk to each "
+                   "other; they are replayed as independent processes: each collective keeps its recorded time, its wait for "
+                   "peers included, so a what-if that speeds up one process does not shorten its peers' waits. For coupled ranks "
+                   "give one trace per rank (docs/jobs.md).")
     if graph.launch_latency_ns > SUSPICIOUS_LAUNCH_LATENCY_NS:
         out.append(
             f"the measured launch latency L = {graph.launch_latency_ns / 1e3:,.0f} us is unusually large (few launches on an idle stream, "
@@ -668,12 +676,22 @@ def _process_windows(graph: TaskGraph, tl: Timeline, rec: Timeline) -> list[Wind
         return []
     out = []
     t0 = graph.t0_ns
+    rel = gpu_relevant(graph)
     for p in uniq.tolist():
         m = pids == p
+        e = _process_end_members(m, rel)
         devs = sorted(set(graph.lane_keys[graph.lane[m & (graph.node_kind != NODE_CPU)], 2].tolist()))
         name = f"process {p}" + (f" (GPU {', '.join(map(str, devs))})" if devs else "")
-        out.append(_window(name, graph, tl, rec, t0, int(rec.end_ns[m].max()), t0, int(tl.end_ns[m].max()), m, busy_members=m))
+        out.append(_window(name, graph, tl, rec, t0, int(rec.end_ns[e].max()), t0, int(tl.end_ns[e].max()), m, busy_members=m))
     return out
+
+
+def _process_end_members(m: np.ndarray, rel: np.ndarray) -> np.ndarray:
+    """The tasks whose last end closes a process's window: like the traced window's, those that bound
+    it (``gpu_relevant``: not a thread that never launches or waits for GPU work), all of the process's
+    when none does."""
+    e = m & rel
+    return e if e.any() else m
 
 
 TOP_LAYERS = 10
@@ -739,7 +757,23 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
     steps = [_predicted(w.name, by_name[w.name], graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members, w.members)
              for w in sw if w.name in by_name]
     _, cp = critical_path(graph, tl, *_phase_args(graph))
-    return Prediction(applied, window, steps, cp)
+    return Prediction(applied, window, steps, cp, _predicted_processes(base, graph, tl))
+
+
+def _predicted_processes(base: Report, graph: TaskGraph, tl: Timeline) -> list[PredictedWindow]:
+    """Each process row of the baseline (:func:`_process_windows`), predicted: from the trace start
+    to the end of that process's last task in ``tl``."""
+    if not base.processes:
+        return []
+    pids = graph.lane_keys[graph.lane, 1]
+    rel = gpu_relevant(graph)
+    out = []
+    for w, p in zip(base.processes, sorted_unique(pids).tolist()):
+        m = pids == p
+        if not m.any() or not w.name.startswith(f"process {p}"):
+            return []  # the processes changed (not expected of a transform): no rows rather than wrong ones
+        out.append(_predicted(w.name, w, graph, tl, graph.t0_ns, int(tl.end_ns[_process_end_members(m, rel)].max()), m, m))
+    return out if len(out) == len(base.processes) else []
 
 
 # ---------------------------------------------------------------- JSON ------------------------

@@ -527,3 +527,29 @@ def test_gpu_upgrade_rule_shares_add_up():
     main_part, _, subset = rules.partition(", of these latency-bound ")
     shares = [int(x) for x in re.findall(r"\((\d+)%\)", main_part)]
     assert 98 <= sum(shares) <= 102 and subset
+
+
+@needs_traces
+def test_two_ranks_in_one_nsys_file_are_predicted_per_process_and_warned():
+    """mfu_2gpu_before holds 2 ranks: the prediction has a row per process like the baseline, and a
+    warning says the ranks are replayed independently, collectives keeping their recorded waits
+    (second try-out finding 12)."""
+    rep = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite")), ["scale-kernels:pattern=flash,factor=0.5"]).report
+    p = rep.predictions[0]
+    assert [w.name for w in p.processes] == [w.name for w in rep.processes] and len(p.processes) == 2
+    assert max(w.predicted_ns for w in p.processes) == p.window.predicted_ns
+    assert any(w.startswith("this trace holds 2 processes whose ") and "independent processes" in w for w in rep.warnings)
+
+
+def test_every_section_line_is_one_line():
+    """Each element of a section is one line of output (render_text escapes a newline inside one, so
+    a multi-line element would show as '\\n'): predictions with a 'changed:' line included."""
+    from daydream.render_text import sections
+
+    t = load_trace(str(ROOT / "fixtures" / "train_step.json.gz"))
+    for opts, rank_all in ((["scale-kernels:pattern=gemm,factor=0.5"], False), (["amp", "remove-syncs"], False), ([], True)):
+        rep = analyze(t, opts, rank_all=rank_all).report
+        assert rep.predictions or rep.ranking
+        for sec in sections(rep):
+            for line in sec:
+                assert "\n" not in line, line[:120]
