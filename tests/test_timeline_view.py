@@ -14,7 +14,13 @@ import pytest
 
 from daydream.cli import main
 from daydream.events import SyncKind
-from daydream.formats import load_trace
+from daydream.formats import detect, load_trace
+
+
+def _both(path) -> "daydream.EventTable":
+    """The file as the Kineto adapter reads it: both copies (load_trace reads the prediction of a
+    two-copy daydream timeline only, daydream.formats.own_timeline)."""
+    return detect(str(path)).load(str(path))
 from daydream.graph import Origin, build_graph
 from daydream.ranges import cpu_range_rows
 from daydream.simulate import simulate
@@ -123,7 +129,7 @@ def test_step_windows_are_the_reports(drawn):
 
 def test_reads_back_and_replays_to_itself(drawn):
     _, rep, path = drawn
-    table = load_trace(str(path))
+    table = _both(path)
     g = build_graph(table)
     tl = simulate(g)
     assert np.array_equal(tl.start_ns, g.rec_start_ns) and np.array_equal(tl.end_ns, g.rec_end_ns)
@@ -235,7 +241,7 @@ def test_emulated_timelines_tracks_and_flows(tmp_path_factory, prog):
         return
     out = d / "tl.json"
     r.write_timeline(str(out))
-    g = build_graph(load_trace(str(out)))
+    g = build_graph(_both(out))
     assert g.n == r.graph.n + r.predicted_graph.n
     doc = json.loads(out.read_bytes())
     names = _names(doc)
@@ -292,11 +298,19 @@ def test_two_process_nsys_trace_reads_back_and_replays_to_itself(tmp_path):
     r = daydream.analyze(daydream.load_trace(str(MFU)), ["scale-kernels:factor=0.5"])
     out = tmp_path / "t.json.gz"
     r.write_timeline(str(out))
-    g = build_graph(load_trace(str(out)))
+    g = build_graph(_both(out))
     assert g.n == r.graph.n + r.predicted_graph.n
     assert len(g.lane_keys) == 2 * len(r.graph.lane_keys)
     tl = simulate(g)
     assert np.array_equal(tl.start_ns, g.rec_start_ns) and np.array_equal(tl.end_ns, g.rec_end_ns)
+    # load_trace (the CLI) reads the prediction alone, the baseline copy's rows skipped and counted
+    with pytest.warns(UserWarning, match="read the prediction"):
+        t = load_trace(str(out))
+    assert t.accounting.balanced and t.accounting.skipped["daydream timeline: the baseline replay's copy (the prediction is read)"] > 0
+    g1 = build_graph(t)
+    assert g1.n == r.predicted_graph.n and len(g1.lane_keys) == len(r.graph.lane_keys)
+    tl1 = simulate(g1)
+    assert np.array_equal(tl1.start_ns, g1.rec_start_ns) and np.array_equal(tl1.end_ns, g1.rec_end_ns)
 
 
 def _launch_order_kept(g, tl) -> bool:

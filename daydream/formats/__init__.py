@@ -216,6 +216,10 @@ def load_trace(path: str, *, strict: bool = False) -> EventTable:
     """
     table = detect(path).load(str(path), strict=strict)
     check_time_range(str(path), table)
+    if table.meta.format == "kineto":
+        from .own_timeline import prediction_only
+
+        table = prediction_only(str(path), table)
     return table
 
 

@@ -266,6 +266,7 @@ class _Doc(msgspec.Struct, gc=False):
     with_stack: msgspec.Raw = _NO_RAW
     with_modules: msgspec.Raw = _NO_RAW
     profile_memory: msgspec.Raw = _NO_RAW
+    traceName: msgspec.Raw = _NO_RAW
 
 
 class _IntDoc(_Doc, gc=False):
@@ -291,6 +292,7 @@ _EXTRA_KEYS = (
     "with_stack",
     "with_modules",
     "profile_memory",
+    "traceName",
 )
 
 
