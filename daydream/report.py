@@ -632,6 +632,26 @@ def overlapping_steps(steps: list[tuple[str, int, int, int, int]]) -> int:
     return sum(sum(1 for (_, e), (s2, _) in zip(v, v[1:]) if s2 < e) for v in (sorted(x) for x in by_pid.values()))
 
 
+#: an API call that does not wait for the GPU yet takes this many times the trace's median call (and at
+#: least STARTUP_MIN_NS) is one-time start-up work: CUDA context creation on a process's first runtime
+#: call, module loading on a kernel's first launch (CUDA_MODULE_LOADING=LAZY, the default since CUDA
+#: 11.7), cuDNN/cuBLAS handle creation; launches and queries otherwise return in microseconds
+STARTUP_FACTOR = 1000
+STARTUP_MIN_NS = 1_000_000
+#: the words that mark the start-up warning (the answer line refers to it)
+STARTUP_WORDS = "one-time start-up"
+
+
+def startup_calls(graph: TaskGraph) -> np.ndarray:
+    """API calls (bool, shape (n,)) that look like one-time start-up (see STARTUP_FACTOR): not blocked
+    on the GPU, and longer than STARTUP_FACTOR x the median API call and STARTUP_MIN_NS."""
+    cpu = (graph.node_kind == NODE_CPU) & ~graph.blocking
+    if not cpu.any():
+        return cpu
+    limit = max(STARTUP_MIN_NS, STARTUP_FACTOR * float(np.median(graph.dur_ns[cpu])))
+    return cpu & (graph.dur_ns > limit)
+
+
 def _warnings(graph: TaskGraph) -> list[str]:
     out = []
     c = graph.counts
@@ -659,6 +679,15 @@ def _warnings(graph: TaskGraph) -> list[str]:
                    "other; they are replayed as independent processes: each collective keeps its recorded time, its wait for "
                    "peers included, so a what-if that speeds up one process does not shorten its peers' waits. For coupled ranks "
                    "give one trace per rank (docs/jobs.md).")
+    slow = np.nonzero(startup_calls(graph))[0]
+    span = int(graph.rec_end_ns.max()) - int(graph.t0_ns) if graph.n else 0
+    if len(slow) and graph.dur_ns[slow].sum() * 100 >= TRUST_FAIR_PCT * max(span, 1):  # material: as much as the accuracy target
+        top = slow[np.argsort(-graph.dur_ns[slow], kind="stable")[:3]]
+        names = ", ".join(f"{graph.name(int(v))} {graph.dur_ns[v] / 1e6:,.1f} ms" for v in top)
+        out.append(f"{len(slow):,} API calls that do not wait for the GPU take {graph.dur_ns[slow].sum() / 1e6:,.1f} ms ({names}): "
+                   f"{STARTUP_WORDS} (context creation on the first GPU runtime call, module loading on a kernel's first "
+                   "launch, library handles). The window is not a steady-state step: record after warm-up (torch.profiler "
+                   "schedule(wait=, warmup=, active=)) before judging a what-if on it.")
     if graph.launch_latency_ns > SUSPICIOUS_LAUNCH_LATENCY_NS:
         out.append(
             f"the measured launch latency L = {graph.launch_latency_ns / 1e3:,.0f} us is unusually large (few launches on an idle stream, "

@@ -553,3 +553,18 @@ def test_every_section_line_is_one_line():
         for sec in sections(rep):
             for line in sec:
                 assert "\n" not in line, line[:120]
+
+
+@needs_traces
+def test_a_window_holding_cuda_start_up_is_warned():
+    """AlexNet's window is 69 % one call: cudaDeviceGetStreamPriorityRange, 29.9 s (CUDA context
+    creation); the answer said 'bound by host work in forward' with no word of start-up (second
+    try-out). Steady-state traces (ResNet-50: one 2 ms call, 0.2 % of the window) are not warned."""
+    from daydream.render_text import answer_lines
+
+    rep = analyze(load_trace(str(TRACES / "hta" / "alexnet_benchmark_result_2869224_1695835535_trace.json.gz"))).report
+    w = [x for x in rep.warnings if "one-time start-up" in x]
+    assert len(w) == 1 and w[0].startswith("22 API calls that do not wait for the GPU take 35,677.5 ms (cudaDeviceGetStreamPriorityRange 29,927.4 ms")
+    assert answer_lines(rep)[0].endswith("; the window holds one-time start-up (see the warning below)")
+    rep = analyze(load_trace(str(RESNET))).report
+    assert not any("one-time start-up" in x for x in rep.warnings)
