@@ -45,15 +45,14 @@ import orjson
 
 from .arrays import sorted_unique
 from .events import Kind, SyncKind
+# the baseline copy's id offsets and the file's traceName: defined with the reader that reads them back
+from .formats.own_timeline import BASELINE_CORRELATION_OFFSET, BASELINE_DEVICE_OFFSET, BASELINE_PID_OFFSET, TRACE_NAME_PREFIX
 from .critical_path import CAUSES, communication_mask, critical_path
 from .graph import NODE_CPU, RULES, Origin, Phase, TaskGraph, kind_name, profiler_steps, rule_arrays
 from .ranges import carry, cpu_range_rows
 from .report import step_windows
 from .simulate import Timeline, with_bindings
 
-BASELINE_PID_OFFSET = 10_000_000
-BASELINE_DEVICE_OFFSET = 1000
-BASELINE_CORRELATION_OFFSET = 1 << 36  #: keeps the two copies' correlation ids apart
 _GPU_CAT = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "gpu_memcpy", int(Kind.MEMSET): "gpu_memset"}
 _SYNC_NAME = {int(SyncKind.EVENT_SYNC): "Event Sync", int(SyncKind.STREAM_WAIT_EVENT): "Stream Wait Event",
               int(SyncKind.STREAM_SYNC): "Stream Sync", int(SyncKind.CONTEXT_SYNC): "Context Sync"}
@@ -485,6 +484,6 @@ def write_timeline(path: str, predicted: tuple[TaskGraph, Timeline], baseline: t
         "displayTimeUnit": "ns",
         "baseTimeNanoseconds": base_ns,
         "deviceProperties": [{"id": d.id, "name": d.name} for d in g.table.meta.devices],
-        "traceName": f"daydream timeline of {g.table.meta.source}",
+        "traceName": f"{TRACE_NAME_PREFIX}{g.table.meta.source}",
         "traceEvents": order + events + chains,
     })

@@ -20,6 +20,7 @@ import zlib
 
 from ..errors import TraceFormatError
 from ..events import EventTable
+from .own_timeline import prediction_only
 
 #: adapter modules, in sniffing order
 ADAPTER_MODULES = ("nsys", "saved", "cupti_jsonl", "kineto")
@@ -217,8 +218,6 @@ def load_trace(path: str, *, strict: bool = False) -> EventTable:
     table = detect(path).load(str(path), strict=strict)
     check_time_range(str(path), table)
     if table.meta.format == "kineto":
-        from .own_timeline import prediction_only
-
         table = prediction_only(str(path), table)
     return table
 

@@ -19,6 +19,10 @@ from ..events import Accounting, EventTable
 
 #: how ``traceName`` of a daydream timeline begins (:func:`daydream.timeline.write_timeline`)
 TRACE_NAME_PREFIX = "daydream timeline of "
+#: the baseline copy's process ids, device ids and correlation ids are the prediction's plus these
+BASELINE_PID_OFFSET = 10_000_000
+BASELINE_DEVICE_OFFSET = 1000
+BASELINE_CORRELATION_OFFSET = 1 << 36  #: keeps the two copies' correlation ids apart
 SKIP_REASON = "daydream timeline: the baseline replay's copy (the prediction is read)"
 
 
@@ -26,8 +30,6 @@ def prediction_only(path: str, table: EventTable) -> EventTable:
     """``table`` without the baseline copy's rows when it is a daydream timeline holding both copies;
     otherwise ``table`` itself. The accounting stays balanced: each skipped row leaves its category's
     ``kept`` count for ``skipped``. Warns (UserWarning) when rows are skipped."""
-    from ..timeline import BASELINE_DEVICE_OFFSET, BASELINE_PID_OFFSET
-
     if not table.meta.extra.get("traceName", "").startswith(TRACE_NAME_PREFIX) or not len(table):
         return table
     base = (table.cols["pid"] >= BASELINE_PID_OFFSET) | (table.cols["device"] >= BASELINE_DEVICE_OFFSET)
