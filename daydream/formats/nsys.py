@@ -501,9 +501,16 @@ class _Reader:
         n = int(np.count_nonzero(keep))
         self.acc.add("kept", table, n)
         if n:
-            # arrays in their table dtype (as the concatenation would cast them), scalars as they are
-            part = {c: np.asarray(a)[keep].astype(DTYPES[c], copy=False) if np.ndim(a) else a for c, a in cols.items()}
+            # arrays in their table dtype (as the concatenation would cast them), scalars as they
+            # are; each column is taken out of ``cols`` (emptied) as its kept rows are copied, so
+            # a caller that kept no other reference frees one full-length column at a time
+            part = {}
+            for c in list(cols):
+                a = cols.pop(c)
+                part[c] = np.asarray(a)[keep].astype(DTYPES[c], copy=False) if np.ndim(a) else a
+                del a
             self.parts.append((n, part))
+        cols.clear()
 
     def _intern(self, strings) -> np.ndarray:
         return self.names.intern_many(strings)
@@ -581,11 +588,18 @@ class _Reader:
             gpu_devices.append(self._memcpy())
         if MEMSET in self.tables:
             gpu_devices.append(self._memset())
+        seen = sorted_unique(np.concatenate(gpu_devices)) if gpu_devices else np.zeros(0, np.int64)
+        del gpu_devices
         if SYNC in self.tables:
             self._sync(rt)
         elif CUDA_EVENT in self.tables:
             self._skip(CUDA_EVENT, "not waited on by any synchronization record", self._counts[CUDA_EVENT])
+        del rt
+        self._ctx_dev = []  # only SYNC rows needed them
         nvtx_open = self._nvtx() if NVTX in self.tables else None
+        if self._arrow is not None:  # every query is read: give back the driver's and Arrow's memory
+            self._arrow.close()
+            self._arrow = None
 
         cols = {c: self._column(c) for c in ("kind", "start_ns", "end_ns")}
         # trace end: the latest timestamp of any row; unterminated NVTX ranges end there
@@ -603,32 +617,41 @@ class _Reader:
             self.acc.add("notes", "negative start timestamp (before the collection start)", neg)
 
         # the table's row order (EventTable.from_columns's sort: start, kind, end, ties in adapter
-        # order), applied one column at a time so the unsorted and sorted copies of the whole
-        # table never exist together
-        order = None
+        # order). Each column is then written straight into its sorted places (a scatter through
+        # the inverse of the order, a chunk at a time) from its parts, which are freed as it goes:
+        # no unsorted copy of a whole column exists beside its sorted one
+        dest = None
         if len(cols["kind"]):
             order = np.lexsort((cols["end_ns"], cols["kind"], cols["start_ns"]))
-            if np.all(order[:-1] < order[1:]):
-                order = None
+            if not np.all(order[:-1] < order[1:]):
+                dest = _inverse_permutation(order)
+            del order
         for c in COLUMNS:
-            col = cols.pop(c) if c in cols else self._column(c)
-            cols[c] = col if order is None else col[order]
-            del col
+            if c in cols:
+                col = cols.pop(c)
+                cols[c] = col if dest is None else _scatter(np.empty_like(col), dest, 0, col)
+                del col
+            else:
+                cols[c] = self._column(c, dest)
             _release_freed_memory()
-        seen = sorted_unique(np.concatenate(gpu_devices)) if gpu_devices else np.zeros(0, np.int64)
+        del dest
         meta = TraceMeta(source=self.path, format=NAME, devices=self._devices(seen[seen >= 0]), extra=self._extra())
         return EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
 
-    def _column(self, c: str) -> np.ndarray:
+    def _column(self, c: str, dest: np.ndarray | None = None) -> np.ndarray:
         """Column ``c`` of all emitted parts, in emission order (its missing value where a part
-        lacks it), taken out of the parts."""
+        lacks it), taken out of the parts; with ``dest``, emitted row ``i`` is put at ``dest[i]``."""
         out = np.empty(sum(n for n, _ in self.parts), DTYPES[c])
         at = 0
         for n, part in self.parts:
-            out[at: at + n] = part.pop(c) if c in part else MISSING[c]
+            values = part.pop(c) if c in part else MISSING[c]
+            if dest is None:
+                out[at: at + n] = values
+            else:
+                _scatter(out, dest, at, values, n)
+            del values
             at += n
         return out
-
     # ---- common row checks ----------------------------------------------------------------------
     def _times(self, table: str, start, start_null, end, end_null):
         """Keep mask after skipping (and counting) rows with a NULL start or end; end < start is clamped and noted."""
@@ -729,8 +752,9 @@ class _Reader:
         cols["name_id"] = name_id
         cols["cat_id"] = np.int32(self.names.intern(t))
         cols["kind"] = np.uint8(Kind.KERNEL)
+        devices = cols["device"][keep]
         self._emit(t, keep, cols)
-        return cols["device"][keep]
+        return devices
 
     def _memcpy(self) -> np.ndarray:
         t = MEMCPY
@@ -760,8 +784,9 @@ class _Reader:
         cols["bytes"] = nbytes
         cols["cat_id"] = np.int32(self.names.intern(t))
         cols["kind"] = np.uint8(Kind.MEMCPY)
+        devices = cols["device"][keep]
         self._emit(t, keep, cols)
-        return cols["device"][keep]
+        return devices
 
     def _memset(self) -> np.ndarray:
         t = MEMSET
@@ -773,8 +798,9 @@ class _Reader:
         cols["name_id"] = np.int32(self.names.intern("[CUDA memset]"))
         cols["cat_id"] = np.int32(self.names.intern(t))
         cols["kind"] = np.uint8(Kind.MEMSET)
+        devices = cols["device"][keep]
         self._emit(t, keep, cols)
-        return cols["device"][keep]
+        return devices
 
     # ---- synchronization ------------------------------------------------------------------------
     def _sync_type_lut(self) -> np.ndarray:
@@ -1000,8 +1026,13 @@ class _Reader:
                 cat_id[hit] = self._intern(texts.tolist())
             if np.count_nonzero(named_domain & ~hit):
                 self._note(t, "domain name unknown (no NvtxDomainCreate row; cat 'nvtx')", np.count_nonzero(named_domain & ~hit))
+            del idx
         kind = np.where(is_range, np.uint8(Kind.RANGE), np.uint8(Kind.MARKER)).astype(np.uint8)
-        self._emit(t, keep, dict(kind=kind, start_ns=start, end_ns=end, pid=pid, tid=tid, name_id=name_id, cat_id=cat_id))
+        cols = dict(kind=kind, start_ns=start, end_ns=end, pid=pid, tid=tid, name_id=name_id, cat_id=cat_id)
+        # the largest table (2.4 M of 4 M rows in the benchmark): _emit frees each full column
+        # as it copies its kept rows, once nothing else here refers to it
+        del kind, start, end, pid, tid, name_id, cat_id, etype, domain
+        self._emit(t, keep, cols)
         return bool(open_range.any())
 
     # ---- metadata -----------------------------------------------------------------------------
@@ -1061,6 +1092,31 @@ class _Reader:
             if n:
                 extra[f"not used: {tname}"] = f"{n} rows"
         return extra
+
+
+#: rows per chunk of the final scatter (bounds its temporary index arrays: 8 MB)
+_SCATTER_CHUNK = 1 << 20
+
+
+def _inverse_permutation(order: np.ndarray) -> np.ndarray:
+    """``dest`` with ``dest[order[j]] == j`` (shape ``(n,)``; int32 when ``n`` allows, to save memory)."""
+    n = len(order)
+    dest = np.empty(n, np.int32 if n < 2**31 else np.intp)
+    for a in range(0, n, _SCATTER_CHUNK):
+        b = min(a + _SCATTER_CHUNK, n)
+        dest[order[a:b]] = np.arange(a, b, dtype=dest.dtype)
+    return dest
+
+
+def _scatter(out: np.ndarray, dest: np.ndarray, at: int, values, n: int | None = None) -> np.ndarray:
+    """``out[dest[at + i]] = values[i]`` for the ``n`` rows from ``at`` (``values`` an array of
+    ``n`` rows, or a scalar), a chunk at a time; returns ``out``."""
+    n = len(values) if n is None else n
+    scalar = np.ndim(values) == 0
+    for a in range(0, n, _SCATTER_CHUNK):
+        b = min(a + _SCATTER_CHUNK, n)
+        out[dest[at + a: at + b]] = values if scalar else values[a:b]
+    return out
 
 
 @functools.lru_cache(maxsize=1)
