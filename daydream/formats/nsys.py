@@ -635,6 +635,8 @@ class _Reader:
                 cols[c] = self._column(c, dest)
             _release_freed_memory()
         del dest
+        self.parts = []
+        _release_freed_memory()  # the inverse order and the emptied parts
         meta = TraceMeta(source=self.path, format=NAME, devices=self._devices(seen[seen >= 0]), extra=self._extra())
         return EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
 
