@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import jit
-from ..arrays import sorted_unique
+from ..arrays import few_distinct, sorted_unique, stable_group_order, unique_inverse
 from ..mapping import NAME_PREFIX, RANGE_RULES, RangeRule
 from .model import TaskGraph
 
@@ -48,17 +48,18 @@ def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
 
 
 def _classify(names: list[str], ids: np.ndarray, rules) -> tuple[np.ndarray, np.ndarray]:
-    """(priority, outermost) per range of name ``ids``; priority -1 for ranges never a label."""
-    uniq, inv = np.unique(ids, return_inverse=True)
+    """(priority, outermost) per range of name ``ids``; priority -1 for ranges never a label.
+    Each distinct name is matched once (a rule with an empty pattern matches without a search)."""
+    uniq, inv = unique_inverse(ids)
     pr = np.full(len(uniq), -1, np.int64)
     outer = np.zeros(len(uniq), bool)
-    compiled = [re.compile(r.pattern) for r in rules]
+    compiled = [None if r.pattern == "" else re.compile(r.pattern) for r in rules]
     for u, i in enumerate(uniq.tolist()):  # one iteration per distinct range name
         for rx, r in zip(compiled, rules):
-            if rx.search(names[i], 0, NAME_PREFIX):
+            if rx is None or rx.search(names[i], 0, NAME_PREFIX):
                 pr[u], outer[u] = (r.priority if r.priority is not None else -1), r.outermost
                 break
-    return pr[inv.reshape(-1)], outer[inv.reshape(-1)]
+    return pr[inv], outer[inv]
 
 
 def _pick(start: np.ndarray, end: np.ndarray, qs: np.ndarray, qe: np.ndarray, outermost: bool) -> np.ndarray:
@@ -100,15 +101,49 @@ def _last_reaching(e: np.ndarray, k: np.ndarray, qe: np.ndarray) -> np.ndarray:
 
 
 def range_timeline(graph: TaskGraph, rules: tuple[RangeRule, ...] = RANGE_RULES) -> RangeTimeline:
-    """The labelled segments of every CPU thread with named ranges (see the module doc)."""
+    """The labelled segments of every CPU thread with named ranges (see the module doc).
+
+    From :data:`TIMELINE_MIN` labelled ranges (and numba importable, ``DAYDREAM_JIT`` not off)
+    one compiled sweep per thread (:func:`_timeline_kernel`) gives the segments of the numpy
+    passes (:func:`range_timeline_numpy`), the same to the nanosecond
+    (tests/test_range_timeline.py)."""
     cr = graph.cpu_ranges
-    z = np.zeros(0, np.int64)
     if cr is None or not len(cr.pid):
-        return RangeTimeline(z, z, z, z, [])
+        return _empty()
     pr, outer = _classify(graph.names, cr.name_id, rules)
     keep = (pr >= 0) & (cr.end_ns > cr.start_ns)
     key = thread_key(cr.pid, cr.tid)[keep]
     s, e, nid, pr, outer = cr.start_ns[keep], cr.end_ns[keep], cr.name_id[keep], pr[keep], outer[keep]
+    if jit.wanted(len(s), TIMELINE_MIN):
+        fn = _timeline_fn()
+        if fn is not None:
+            return _timeline_compiled(fn, graph.names, key, s, e, nid, pr, outer)
+    return range_timeline_numpy(graph.names, key, s, e, nid, pr, outer)
+
+
+#: labelled CPU ranges from which :func:`range_timeline` runs its compiled sweep (numba is
+#: imported by then in a run this big, as for :data:`SPLIT_MIN`)
+TIMELINE_MIN = 50_000
+
+
+def _empty() -> RangeTimeline:
+    z = np.zeros(0, np.int64)
+    return RangeTimeline(z, z, z, z, [])
+
+
+def _labelled(names: list[str], key, lo, hi, lab) -> RangeTimeline:
+    """The :class:`RangeTimeline` of segments labelled by name id ``lab``: labels renumbered
+    by name id (the distinct ids in ascending order)."""
+    uniq, inv = unique_inverse(lab)
+    return RangeTimeline(key, lo, hi, inv, [names[int(i)] for i in uniq])
+
+
+def range_timeline_numpy(names: list[str], key: np.ndarray, s: np.ndarray, e: np.ndarray, nid: np.ndarray,
+                         pr: np.ndarray, outer: np.ndarray) -> RangeTimeline:
+    """:func:`range_timeline` by numpy passes, loops over threads and priority levels (the
+    reference of the compiled :func:`_timeline_kernel`). The labelled ranges: thread ``key``,
+    ``[s, e)`` (int64 ns, ``e > s``), name id ``nid``, rule priority ``pr`` (>= 0), ``outer``
+    (the rule's outermost flag; a priority level takes that of its first range of the thread)."""
     parts = []
     for k in sorted_unique(key).tolist():  # threads are few
         m = key == k
@@ -126,10 +161,156 @@ def range_timeline(graph: TaskGraph, rules: tuple[RangeRule, ...] = RANGE_RULES)
         ok = lab >= 0
         parts.append((np.full(int(ok.sum()), k, np.int64), lo[ok], hi[ok], lab[ok]))
     if not parts:
-        return RangeTimeline(z, z, z, z, [])
+        return _empty()
     k_, lo_, hi_, lab_ = (np.concatenate(x) for x in zip(*parts))
-    uniq, inv = np.unique(lab_, return_inverse=True)
-    return RangeTimeline(k_, lo_, hi_, inv.reshape(-1).astype(np.int64), [graph.names[int(i)] for i in uniq])
+    return _labelled(names, k_, lo_, hi_, lab_)
+
+
+def _timeline_compiled(fn, names: list[str], key, s, e, nid, pr, outer) -> RangeTimeline:
+    """:func:`range_timeline_numpy`'s result by the kernel ``fn`` (:func:`_timeline_kernel`,
+    compiled or not). numpy sorts here (stable sorts of nearly sorted starts are fast): the
+    ranges by thread, then start, then original position; each thread's ends on their own."""
+    if not len(s):
+        return _empty()
+    o = np.argsort(s, kind="stable")
+    o = o[stable_group_order(key[o])]
+    ks = key[o]
+    cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1
+    tkeys = ks[np.concatenate([[0], cut])]
+    first = np.concatenate([[0], cut, [len(ks)]]).astype(np.int64)
+    levels = few_distinct(pr, 64)
+    if levels is None:
+        levels = sorted_unique(pr)
+    lvl = (len(levels) - 1 - np.searchsorted(levels, pr)).astype(np.int64)  # 0: the highest priority
+    c = np.ascontiguousarray
+    ss, ee = c(s[o], np.int64), c(e[o], np.int64)
+    es = np.concatenate([np.sort(ee[first[t]:first[t + 1]]) for t in range(len(tkeys))])  # threads are few
+    th, lo, hi, lab = jit.call(fn, first, ss, ee, es, c(lvl[o]), c(outer[o], bool), c(nid[o], np.int64), c(o, np.int64), len(levels))
+    return _labelled(names, tkeys[th], lo, hi, lab)
+
+
+def _timeline_kernel(first, s, e, es, lvl, outer, nid, orig, nlev):
+    """The labelled segments of the threads, one sweep each: thread ``t`` holds the ranges
+    ``[first[t], first[t + 1])``, sorted by start, then original position ``orig``
+    (``[s, e)`` int64 ns, ``e > s``; priority level ``lvl``, 0 the highest, of ``nlev``;
+    ``outer``; name id ``nid``); ``es``: each thread's ends, sorted.
+
+    The ranges of a thread are ordered as :func:`_pick` orders them (start, then end
+    descending, then original position); a segment's label at a level is the alive range
+    (started at or before the segment's start, ending after it) of that level first in that
+    order (outermost: a pointer that skips ended ranges) or last (innermost: a stack that pops
+    them); the highest level with one decides, its outermost flag that of its first range in
+    the original order. Returns (thread index, lo, hi, name id) per labelled segment, by
+    thread, then time."""
+    nt = len(first) - 1
+    cap = 2 * len(s)
+    th_o = np.empty(cap, np.int64)
+    lo_o = np.empty(cap, np.int64)
+    hi_o = np.empty(cap, np.int64)
+    lab_o = np.empty(cap, np.int64)
+    n_out = 0
+    flag = np.zeros(nlev, np.bool_)
+    first_at = np.zeros(nlev, np.int64)
+    off = np.zeros(nlev + 1, np.int64)
+    ptr = np.zeros(nlev, np.int64)
+    added = np.zeros(nlev, np.int64)
+    top = np.zeros(nlev, np.int64)
+    for t in range(nt):
+        a, b = first[t], first[t + 1]
+        m = b - a
+        if m == 0:
+            continue
+        o = np.arange(a, b)  # the sorted order: runs of one start put by end descending, stably
+        i = 0
+        while i < m:
+            j = i + 1
+            while j < m and s[a + j] == s[a + i]:
+                j += 1
+            if j - i > 32:  # a long run: a stable sort
+                run = o[i:j].copy()
+                sub = np.argsort(-e[run], kind="mergesort")
+                for q in range(j - i):
+                    o[i + q] = run[sub[q]]
+            elif j - i > 1:
+                for q in range(i + 1, j):  # insertion sort: runs are short
+                    r = o[q]
+                    x = q
+                    while x > i and e[o[x - 1]] < e[r]:
+                        o[x] = o[x - 1]
+                        x -= 1
+                    o[x] = r
+            i = j
+        off[:] = 0
+        first_at[:] = -1
+        for r in range(a, b):  # a level's flag: its first range's in the original order
+            lv = lvl[r]
+            off[lv + 1] += 1
+            if first_at[lv] < 0 or orig[r] < first_at[lv]:
+                first_at[lv] = orig[r]
+                flag[lv] = outer[r]
+        for lv in range(nlev):
+            off[lv + 1] += off[lv]
+        items = np.empty(m, np.int64)  # per level: its ranges in sorted order
+        fill = off[:nlev].copy()
+        for q in range(m):
+            r = o[q]
+            lv = lvl[r]
+            items[fill[lv]] = r
+            fill[lv] += 1
+        stk = np.empty(m, np.int64)
+        for lv in range(nlev):
+            ptr[lv] = off[lv]
+            added[lv] = off[lv]
+            top[lv] = off[lv]
+        i = 0
+        j = a
+        lo = s[a]
+        while True:
+            while i < m and s[o[i]] <= lo:  # ranges starting by lo join their level
+                r = o[i]
+                lv = lvl[r]
+                added[lv] += 1
+                stk[top[lv]] = r
+                top[lv] += 1
+                i += 1
+            while j < b and es[j] <= lo:
+                j += 1
+            if j == b:
+                break
+            hi = es[j]
+            if i < m and s[o[i]] < hi:
+                hi = s[o[i]]
+            lab = -1
+            for lv in range(nlev):
+                if flag[lv]:
+                    p = ptr[lv]
+                    while p < added[lv] and e[items[p]] <= lo:
+                        p += 1
+                    ptr[lv] = p
+                    if p < added[lv]:
+                        lab = nid[items[p]]
+                        break
+                else:
+                    tp = top[lv]
+                    while tp > off[lv] and e[stk[tp - 1]] <= lo:
+                        tp -= 1
+                    top[lv] = tp
+                    if tp > off[lv]:
+                        lab = nid[stk[tp - 1]]
+                        break
+            if lab >= 0:
+                th_o[n_out] = t
+                lo_o[n_out] = lo
+                hi_o[n_out] = hi
+                lab_o[n_out] = lab
+                n_out += 1
+            lo = hi
+    return th_o[:n_out].copy(), lo_o[:n_out].copy(), hi_o[:n_out].copy(), lab_o[:n_out].copy()
+
+
+def _timeline_fn():
+    """The compiled :func:`_timeline_kernel`, or None without numba."""
+    return jit.compiled(_timeline_kernel)
 
 
 def split_by_range(rt: RangeTimeline, key: np.ndarray, a: np.ndarray, b: np.ndarray, w: np.ndarray
