@@ -273,7 +273,7 @@ def _compiled_walk(graph: TaskGraph, tl: Timeline, v: int, acc: _Charges) -> np.
     (:mod:`daydream.simulate.critical_walk`), its charges summed into ``acc`` as ``_Charges``
     would; the path (node ids, last to first), or None where the Python walk must run (small
     graph, no numba, ``DAYDREAM_JIT=off``, times near the int64 edge, a cycle in the records)."""
-    fn = critical_walk.kernel() if jit.wanted(graph.n, critical_walk.MIN_TASKS) else None
+    fn = critical_walk.kernel() if jit.wanted(graph.n, critical_walk.MIN_TASKS, jit.loaded(critical_walk._kernel)) else None
     if fn is None or not critical_walk.fits(graph.t0_ns, tl.start_ns, tl.end_ns, graph.gap_ns):
         return None
     anchor_end, edge_cause = _walk_edges(graph)

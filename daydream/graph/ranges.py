@@ -114,7 +114,7 @@ def range_timeline(graph: TaskGraph, rules: tuple[RangeRule, ...] = RANGE_RULES)
     keep = (pr >= 0) & (cr.end_ns > cr.start_ns)
     key = thread_key(cr.pid, cr.tid)[keep]
     s, e, nid, pr, outer = cr.start_ns[keep], cr.end_ns[keep], cr.name_id[keep], pr[keep], outer[keep]
-    if jit.wanted(len(s), TIMELINE_MIN):
+    if jit.wanted(len(s), TIMELINE_MIN, jit.loaded(_timeline_kernel)):
         fn = _timeline_fn()
         if fn is not None:
             return _timeline_compiled(fn, graph.names, key, s, e, nid, pr, outer)
@@ -332,7 +332,7 @@ def split_by_range(rt: RangeTimeline, key: np.ndarray, a: np.ndarray, b: np.ndar
     """
     key, a, b = np.asarray(key, np.int64), np.asarray(a, np.int64), np.asarray(b, np.int64)
     w = np.asarray(w, np.float64)
-    if jit.wanted(len(a), SPLIT_MIN):
+    if jit.wanted(len(a), SPLIT_MIN, jit.loaded(_split_kernel)):
         fn = _split_fn()
         if fn is not None:
             return _split_compiled(fn, rt, key, a, b, w)
