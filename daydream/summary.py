@@ -294,10 +294,10 @@ def _matched_changes(before: TaskGraph, after: TaskGraph, mb: np.ndarray, is_gpu
     matched by table row."""
     ma = (after.node_kind != NODE_CPU) == is_gpu
     rb, ra = before.row[mb & (before.row >= 0)], after.row[ma & (after.row >= 0)]
-    kept = np.isin(rb, ra)
     cost_b = (before.dur_ns + before.gap_ns)[mb & (before.row >= 0)]
     pos = np.full(int(max(rb.max(initial=-1), ra.max(initial=-1))) + 1, -1, np.int64)
     pos[ra] = np.nonzero(ma & (after.row >= 0))[0]
+    kept = pos[rb] >= 0  # np.isin(rb, ra) by the row table
     cost_a = (after.dur_ns + after.gap_ns)[np.maximum(pos[rb], 0)]
     changed = int(np.count_nonzero(kept & (cost_a != cost_b)))
     removed = int(np.count_nonzero(~kept))
