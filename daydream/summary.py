@@ -19,9 +19,9 @@ import msgspec
 import numpy as np
 
 from .arrays import sorted_unique
-from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, ranges_of
+from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, node_thread_key, ranges_of
 from .graph import NODE_CPU, TaskGraph
-from .graph.ranges import NO_RANGE, split_by_range, thread_key
+from .graph.ranges import NO_RANGE, split_by_range
 from .kernels import CLASSES, classify_names, kernel_info
 from .mapping import fold_by_op, nvtx_base_name
 from .memo import cached
@@ -220,7 +220,7 @@ def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: di
     part = np.concatenate([np.full(len(cpu), OWN), np.full(len(cpu), GAP)])
     w = np.concatenate([own, graph.gap_ns[cpu]])
     a, b = host_intervals(graph, v, part)
-    _, lab, share = split_by_range(rt, thread_key(graph.pid[v], graph.tid[v]), a, b, w)
+    _, lab, share = split_by_range(rt, node_thread_key(graph)[v], a, b, w)
     names, tot, path_ns = _by_op([NO_RANGE, *rt.labels], np.bincount(lab + 1, weights=share, minlength=len(rt.labels) + 1), path_ns)
     o = [i for i in np.lexsort((np.arange(len(names)), -tot)).tolist() if tot[i] > 0]
     top, rest = o[:TOP_N], o[TOP_N:]

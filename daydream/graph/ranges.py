@@ -190,127 +190,145 @@ def _timeline_compiled(fn, names: list[str], key, s, e, nid, pr, outer) -> Range
 
 
 def _timeline_kernel(first, s, e, es, lvl, outer, nid, orig, nlev):
-    """The labelled segments of the threads, one sweep each: thread ``t`` holds the ranges
-    ``[first[t], first[t + 1])``, sorted by start, then original position ``orig``
-    (``[s, e)`` int64 ns, ``e > s``; priority level ``lvl``, 0 the highest, of ``nlev``;
-    ``outer``; name id ``nid``); ``es``: each thread's ends, sorted.
-
-    The ranges of a thread are ordered as :func:`_pick` orders them (start, then end
-    descending, then original position); a segment's label at a level is the alive range
-    (started at or before the segment's start, ending after it) of that level first in that
-    order (outermost: a pointer that skips ended ranges) or last (innermost: a stack that pops
-    them); the highest level with one decides, its outermost flag that of its first range in
-    the original order. Returns (thread index, lo, hi, name id) per labelled segment, by
-    thread, then time."""
-    nt = len(first) - 1
+    """The labelled segments of the threads, one sweep each (:func:`_sweep`): thread ``t``
+    holds the ranges ``[first[t], first[t + 1])``, sorted by start, then original position
+    ``orig`` (``[s, e)`` int64 ns, ``e > s``; priority level ``lvl``, 0 the highest, of
+    ``nlev``; ``outer``; name id ``nid``); ``es``: each thread's ends, sorted. Returns (thread
+    index, lo, hi, name id) per labelled segment, by thread, then time."""
     cap = 2 * len(s)
     th_o = np.empty(cap, np.int64)
     lo_o = np.empty(cap, np.int64)
     hi_o = np.empty(cap, np.int64)
     lab_o = np.empty(cap, np.int64)
     n_out = 0
-    flag = np.zeros(nlev, np.bool_)
-    first_at = np.zeros(nlev, np.int64)
-    off = np.zeros(nlev + 1, np.int64)
-    ptr = np.zeros(nlev, np.int64)
-    added = np.zeros(nlev, np.int64)
-    top = np.zeros(nlev, np.int64)
-    for t in range(nt):
+    for t in range(len(first) - 1):
         a, b = first[t], first[t + 1]
-        m = b - a
-        if m == 0:
+        if b == a:
             continue
-        o = np.arange(a, b)  # the sorted order: runs of one start put by end descending, stably
-        i = 0
-        while i < m:
-            j = i + 1
-            while j < m and s[a + j] == s[a + i]:
-                j += 1
-            if j - i > 32:  # a long run: a stable sort
-                run = o[i:j].copy()
-                sub = np.argsort(-e[run], kind="mergesort")
-                for q in range(j - i):
-                    o[i + q] = run[sub[q]]
-            elif j - i > 1:
-                for q in range(i + 1, j):  # insertion sort: runs are short
-                    r = o[q]
-                    x = q
-                    while x > i and e[o[x - 1]] < e[r]:
-                        o[x] = o[x - 1]
-                        x -= 1
-                    o[x] = r
-            i = j
-        off[:] = 0
-        first_at[:] = -1
-        for r in range(a, b):  # a level's flag: its first range's in the original order
-            lv = lvl[r]
-            off[lv + 1] += 1
-            if first_at[lv] < 0 or orig[r] < first_at[lv]:
-                first_at[lv] = orig[r]
-                flag[lv] = outer[r]
-        for lv in range(nlev):
-            off[lv + 1] += off[lv]
-        items = np.empty(m, np.int64)  # per level: its ranges in sorted order
-        fill = off[:nlev].copy()
-        for q in range(m):
-            r = o[q]
-            lv = lvl[r]
-            items[fill[lv]] = r
-            fill[lv] += 1
-        stk = np.empty(m, np.int64)
-        for lv in range(nlev):
-            ptr[lv] = off[lv]
-            added[lv] = off[lv]
-            top[lv] = off[lv]
-        i = 0
-        j = a
-        lo = s[a]
-        while True:
-            while i < m and s[o[i]] <= lo:  # ranges starting by lo join their level
-                r = o[i]
-                lv = lvl[r]
-                added[lv] += 1
-                stk[top[lv]] = r
-                top[lv] += 1
-                i += 1
-            while j < b and es[j] <= lo:
-                j += 1
-            if j == b:
-                break
-            hi = es[j]
-            if i < m and s[o[i]] < hi:
-                hi = s[o[i]]
-            lab = -1
-            for lv in range(nlev):
-                if flag[lv]:
-                    p = ptr[lv]
-                    while p < added[lv] and e[items[p]] <= lo:
-                        p += 1
-                    ptr[lv] = p
-                    if p < added[lv]:
-                        lab = nid[items[p]]
-                        break
-                else:
-                    tp = top[lv]
-                    while tp > off[lv] and e[stk[tp - 1]] <= lo:
-                        tp -= 1
-                    top[lv] = tp
-                    if tp > off[lv]:
-                        lab = nid[stk[tp - 1]]
-                        break
-            if lab >= 0:
-                th_o[n_out] = t
-                lo_o[n_out] = lo
-                hi_o[n_out] = hi
-                lab_o[n_out] = lab
-                n_out += 1
-            lo = hi
+        o = _start_order_c(s, e, a, b)
+        flag, off, items = _levels_c(lvl, outer, orig, o, a, b, nlev)
+        n_new = _sweep_c(s, e, es, lvl, nid, o, flag, off, items, a, b, lo_o, hi_o, lab_o, n_out)
+        th_o[n_out:n_new] = t
+        n_out = n_new
     return th_o[:n_out].copy(), lo_o[:n_out].copy(), hi_o[:n_out].copy(), lab_o[:n_out].copy()
 
 
+def _start_order(s, e, a, b):
+    """The ranges ``[a, b)`` (sorted by start, then original position) in :func:`_pick`'s
+    order: runs of one start put by end descending, stably (absolute indices)."""
+    m = b - a
+    o = np.arange(a, b)
+    i = 0
+    while i < m:
+        j = i + 1
+        while j < m and s[a + j] == s[a + i]:
+            j += 1
+        if j - i > 32:  # a long run: a stable sort
+            run = o[i:j].copy()
+            sub = np.argsort(-e[run], kind="mergesort")
+            for q in range(j - i):
+                o[i + q] = run[sub[q]]
+        elif j - i > 1:
+            for q in range(i + 1, j):  # insertion sort: runs are short
+                r = o[q]
+                x = q
+                while x > i and e[o[x - 1]] < e[r]:
+                    o[x] = o[x - 1]
+                    x -= 1
+                o[x] = r
+        i = j
+    return o
+
+
+def _levels(lvl, outer, orig, o, a, b, nlev):
+    """Per priority level of the ranges ``[a, b)``: its outermost flag (its first range's in
+    the original order ``orig``), and its ranges in the order ``o``: ``items[off[l]:off[l + 1]]``."""
+    flag = np.zeros(nlev, np.bool_)
+    first_at = np.full(nlev, -1, np.int64)
+    off = np.zeros(nlev + 1, np.int64)
+    for r in range(a, b):
+        lv = lvl[r]
+        off[lv + 1] += 1
+        if first_at[lv] < 0 or orig[r] < first_at[lv]:
+            first_at[lv] = orig[r]
+            flag[lv] = outer[r]
+    for lv in range(nlev):
+        off[lv + 1] += off[lv]
+    items = np.empty(b - a, np.int64)
+    fill = off[:nlev].copy()
+    for q in range(b - a):
+        r = o[q]
+        items[fill[lvl[r]]] = r
+        fill[lvl[r]] += 1
+    return flag, off, items
+
+
+def _sweep(s, e, es, lvl, nid, o, flag, off, items, a, b, lo_o, hi_o, lab_o, n_out):
+    """One thread's sweep over its segments (consecutive distinct boundaries of ``[a, b)``):
+    a segment's label at a level is the alive range (started at or before the segment's start,
+    ending after it) of that level first in the order ``o`` (outermost: a pointer that skips
+    ended ranges) or last (innermost: a stack that pops them); the highest level with one
+    decides. Labelled segments are written from ``n_out``; returns the new count."""
+    nlev = len(flag)
+    ptr = off[:nlev].copy()
+    added = off[:nlev].copy()
+    top = off[:nlev].copy()
+    stk = np.empty(b - a, np.int64)
+    m = b - a
+    i = 0
+    j = a
+    lo = s[a]
+    while True:
+        while i < m and s[o[i]] <= lo:  # ranges starting by lo join their level
+            lv = lvl[o[i]]
+            added[lv] += 1
+            stk[top[lv]] = o[i]
+            top[lv] += 1
+            i += 1
+        while j < b and es[j] <= lo:
+            j += 1
+        if j == b:
+            return n_out
+        hi = es[j]
+        if i < m and s[o[i]] < hi:
+            hi = s[o[i]]
+        lab = -1
+        for lv in range(nlev):
+            if flag[lv]:
+                p = ptr[lv]
+                while p < added[lv] and e[items[p]] <= lo:
+                    p += 1
+                ptr[lv] = p
+                if p < added[lv]:
+                    lab = nid[items[p]]
+                    break
+            else:
+                tp = top[lv]
+                while tp > off[lv] and e[stk[tp - 1]] <= lo:
+                    tp -= 1
+                top[lv] = tp
+                if tp > off[lv]:
+                    lab = nid[stk[tp - 1]]
+                    break
+        if lab >= 0:
+            lo_o[n_out], hi_o[n_out], lab_o[n_out] = lo, hi, lab
+            n_out += 1
+        lo = hi
+
+
+#: rebound to the compiled helpers by :func:`_timeline_fn`
+_start_order_c, _levels_c, _sweep_c = _start_order, _levels, _sweep
+
+
 def _timeline_fn():
-    """The compiled :func:`_timeline_kernel`, or None without numba."""
-    return jit.compiled(_timeline_kernel)
+    """The compiled :func:`_timeline_kernel` (calling its compiled helpers), or None without numba."""
+    g = globals()
+    for name, helper in (("_start_order_c", _start_order), ("_levels_c", _levels)):
+        h = jit.compiled(helper)
+        if h is None:
+            return None
+        g[name] = h
+    return jit.compiled_calling(g, "_sweep_c", _sweep, _timeline_kernel)
 
 
 def split_by_range(rt: RangeTimeline, key: np.ndarray, a: np.ndarray, b: np.ndarray, w: np.ndarray
