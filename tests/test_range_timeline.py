@@ -48,6 +48,23 @@ def test_compiled_timeline_equals_numpy(case):
     fns = [R._timeline_kernel] + ([R._timeline_fn()] if R._timeline_fn() is not None else [])
     for fn in fns:
         _same(ref, R._timeline_compiled(fn, *case))
+        _same(ref, R._timeline_compiled(fn, *_among_others(case)))
+
+
+def _among_others(case):
+    """``case``'s ranges at ascending positions ``idx`` of longer arrays (range_timeline hands the
+    kernel every CPU range and the positions of those it keeps)."""
+    names, *cols = case
+    n = len(cols[0])
+    rng = np.random.default_rng(n)
+    total = n + int(rng.integers(0, 20))
+    idx = np.sort(rng.choice(total, n, replace=False)).astype(np.int64)
+    full = []
+    for c in cols:
+        f = rng.integers(-5, 5, total).astype(c.dtype)
+        f[idx] = c
+        full.append(f)
+    return (names, *full, idx)
 
 
 def test_long_run_of_one_start():

@@ -111,14 +111,13 @@ def range_timeline(graph: TaskGraph, rules: tuple[RangeRule, ...] = RANGE_RULES)
     if cr is None or not len(cr.pid):
         return _empty()
     pr, outer = _classify(graph.names, cr.name_id, rules)
-    keep = (pr >= 0) & (cr.end_ns > cr.start_ns)
-    key = thread_key(cr.pid, cr.tid)[keep]
-    s, e, nid, pr, outer = cr.start_ns[keep], cr.end_ns[keep], cr.name_id[keep], pr[keep], outer[keep]
-    if jit.wanted(len(s), TIMELINE_MIN, jit.loaded(_timeline_kernel)):
+    keep = np.flatnonzero((pr >= 0) & (cr.end_ns > cr.start_ns))
+    if jit.wanted(len(keep), TIMELINE_MIN, jit.loaded(_timeline_kernel)):
         fn = _timeline_fn()
-        if fn is not None:
-            return _timeline_compiled(fn, graph.names, key, s, e, nid, pr, outer)
-    return range_timeline_numpy(graph.names, key, s, e, nid, pr, outer)
+        if fn is not None:  # the kept ranges gathered once, in the kernel's order
+            return _timeline_compiled(fn, graph.names, thread_key(cr.pid, cr.tid), cr.start_ns, cr.end_ns, cr.name_id, pr, outer, keep)
+    key = thread_key(cr.pid, cr.tid)[keep]
+    return range_timeline_numpy(graph.names, key, cr.start_ns[keep], cr.end_ns[keep], cr.name_id[keep], pr[keep], outer[keep])
 
 
 #: labelled CPU ranges from which :func:`range_timeline` runs its compiled sweep (numba is
@@ -166,35 +165,40 @@ def range_timeline_numpy(names: list[str], key: np.ndarray, s: np.ndarray, e: np
     return _labelled(names, k_, lo_, hi_, lab_)
 
 
-def _timeline_compiled(fn, names: list[str], key, s, e, nid, pr, outer) -> RangeTimeline:
+def _timeline_compiled(fn, names: list[str], key, s, e, nid, pr, outer, idx: np.ndarray | None = None) -> RangeTimeline:
     """:func:`range_timeline_numpy`'s result by the kernel ``fn`` (:func:`_timeline_kernel`,
-    compiled or not). numpy sorts here (stable sorts of nearly sorted starts are fast): the
-    ranges by thread, then start, then original position; each thread's ends on their own."""
-    if not len(s):
+    compiled or not), for the ranges ``idx`` (ascending positions; default all) of the arrays.
+    numpy sorts here (stable sorts of nearly sorted starts are fast): the ranges by thread,
+    then start, then original position; each thread's ends on their own."""
+    at = np.arange(len(s)) if idx is None else np.asarray(idx, np.int64)
+    if not len(at):
         return _empty()
-    o = np.argsort(s, kind="stable")
+    o = at[np.argsort(s[at], kind="stable")]  # positions into the arrays
     o = o[stable_group_order(key[o])]
     ks = key[o]
     cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1
     tkeys = ks[np.concatenate([[0], cut])]
     first = np.concatenate([[0], cut, [len(ks)]]).astype(np.int64)
-    levels = few_distinct(pr, 64)
+    p = pr[o]
+    levels = few_distinct(p, 64)
     if levels is None:
-        levels = sorted_unique(pr)
-    lvl = (len(levels) - 1 - np.searchsorted(levels, pr)).astype(np.int64)  # 0: the highest priority
+        levels = sorted_unique(p)
+    lvl = (len(levels) - 1 - np.searchsorted(levels, p)).astype(np.int64)  # 0: the highest priority
     c = np.ascontiguousarray
     ss, ee = c(s[o], np.int64), c(e[o], np.int64)
     es = np.concatenate([np.sort(ee[first[t]:first[t + 1]]) for t in range(len(tkeys))])  # threads are few
-    th, lo, hi, lab = jit.call(fn, first, ss, ee, es, c(lvl[o]), c(outer[o], bool), c(nid[o], np.int64), c(o, np.int64), len(levels))
-    return _labelled(names, tkeys[th], lo, hi, lab)
+    k, lo, hi, lab, uniq = jit.call(fn, first, c(tkeys, np.int64), ss, ee, es, lvl, c(outer[o], bool), c(nid[o], np.int64), c(o, np.int64),
+                                    len(levels), len(names))
+    return RangeTimeline(k, lo, hi, lab, [names[i] for i in uniq.tolist()])
 
 
-def _timeline_kernel(first, s, e, es, lvl, outer, nid, orig, nlev):
-    """The labelled segments of the threads, one sweep each (:func:`_sweep`): thread ``t``
-    holds the ranges ``[first[t], first[t + 1])``, sorted by start, then original position
-    ``orig`` (``[s, e)`` int64 ns, ``e > s``; priority level ``lvl``, 0 the highest, of
-    ``nlev``; ``outer``; name id ``nid``); ``es``: each thread's ends, sorted. Returns (thread
-    index, lo, hi, name id) per labelled segment, by thread, then time."""
+def _timeline_kernel(first, tkeys, s, e, es, lvl, outer, nid, orig, nlev, n_names):
+    """The labelled segments of the threads, one sweep each (:func:`_sweep`): thread ``t`` (key
+    ``tkeys[t]``) holds the ranges ``[first[t], first[t + 1])``, sorted by start, then original
+    position ``orig`` (``[s, e)`` int64 ns, ``e > s``; priority level ``lvl``, 0 the highest,
+    of ``nlev``; ``outer``; name id ``nid`` < ``n_names``); ``es``: each thread's ends, sorted.
+    Returns (thread key, lo, hi, label) per labelled segment, by thread, then time, and the
+    name ids of the labels (ascending: label i names ``uniq[i]``, as :func:`_labelled`)."""
     cap = 2 * len(s)
     th_o = np.empty(cap, np.int64)
     lo_o = np.empty(cap, np.int64)
@@ -208,9 +212,20 @@ def _timeline_kernel(first, s, e, es, lvl, outer, nid, orig, nlev):
         o = _start_order_c(s, e, a, b)
         flag, off, items = _levels_c(lvl, outer, orig, o, a, b, nlev)
         n_new = _sweep_c(s, e, es, lvl, nid, o, flag, off, items, a, b, lo_o, hi_o, lab_o, n_out)
-        th_o[n_out:n_new] = t
+        th_o[n_out:n_new] = tkeys[t]
         n_out = n_new
-    return th_o[:n_out].copy(), lo_o[:n_out].copy(), hi_o[:n_out].copy(), lab_o[:n_out].copy()
+    rank = np.zeros(n_names + 1, np.int64)  # labels renumbered by name id: rank[i] = distinct ids < i
+    for q in range(n_out):
+        rank[lab_o[q] + 1] = 1
+    for i in range(n_names):
+        rank[i + 1] += rank[i]
+    uniq = np.empty(rank[n_names], np.int64)
+    for i in range(n_names):
+        if rank[i + 1] > rank[i]:
+            uniq[rank[i]] = i
+    for q in range(n_out):
+        lab_o[q] = rank[lab_o[q]]
+    return th_o[:n_out].copy(), lo_o[:n_out].copy(), hi_o[:n_out].copy(), lab_o[:n_out].copy(), uniq
 
 
 def _start_order(s, e, a, b):
