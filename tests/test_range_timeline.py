@@ -78,3 +78,4 @@ def test_long_run_of_one_start():
     ref = R.range_timeline_numpy(*case)
     for fn in [R._timeline_kernel] + ([R._timeline_fn()] if R._timeline_fn() is not None else []):
         _same(ref, R._timeline_compiled(fn, *case))
+
