@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .arrays import sorted_unique
+from .arrays import sorted_unique, unique_inverse
 from .events import Kind
 from .formats.comm_args import CommArgs, read_comm_args
+from .formats.comm_args import empty as comm_args_empty
 from .graph import NODE_CPU, TaskGraph
 from .mapping import COMM_KERNEL_PATTERN
 
@@ -183,22 +184,22 @@ def find_collectives(graph: TaskGraph, args: CommArgs | None = None) -> Collecti
         :class:`Collectives` (empty when the graph has no NCCL/RCCL kernel; the args are then not
         read).
     """
-    names = graph.node_names()
     gpu = np.nonzero((graph.node_kind == Kind.KERNEL))[0]
     counts: dict[str, int] = {}
-    if len(gpu):
-        uniq, inv = np.unique(names[gpu], return_inverse=True)
+    if len(gpu):  # each distinct kernel name matched and parsed once
+        uid, inv = unique_inverse(graph.name_id[gpu])
+        uniq = [graph.names[i] for i in uid.tolist()]
         rx = re.compile(COMM_KERNEL_PATTERN)
         hit = np.fromiter((rx.search(s) is not None for s in uniq), bool, len(uniq))
-        parsed = [parse_kernel_name(s) for s in uniq]
-        sel = hit[inv.reshape(-1)]
-        node, inv = gpu[sel], inv.reshape(-1)[sel]
+        parsed = [parse_kernel_name(s) if h else (Op.UNKNOWN, Algo.UNKNOWN, "") for s, h in zip(uniq, hit.tolist())]
+        sel = hit[inv]
+        node, inv = gpu[sel], inv[sel]
     else:
         node, parsed, inv = gpu, [], gpu
     k = len(node)
-    op = np.fromiter((parsed[i][0] for i in inv), np.uint8, k) if k else np.zeros(0, np.uint8)
-    algo = np.fromiter((parsed[i][1] for i in inv), np.uint8, k) if k else np.zeros(0, np.uint8)
-    proto = np.array([parsed[i][2] for i in inv], dtype=object) if k else np.zeros(0, object)
+    op = np.array([int(p[0]) for p in parsed], np.uint8)[inv] if k else np.zeros(0, np.uint8)
+    algo = np.array([int(p[1]) for p in parsed], np.uint8)[inv] if k else np.zeros(0, np.uint8)
+    proto = np.array([p[2] for p in parsed], dtype=object)[inv] if k else np.zeros(0, object)
     size = np.full(k, -1, np.int64)
     group = np.full(k, -1, np.int64)
     src = np.zeros(k, np.uint8)
@@ -207,12 +208,12 @@ def find_collectives(graph: TaskGraph, args: CommArgs | None = None) -> Collecti
         table = graph.table
         if args is None:
             source = getattr(getattr(table, "meta", None), "source", "") or ""
-            args = read_comm_args(source) if source else None
+            args = comm_args_of(source) if source else None
         if args is not None and args.reason:
             counts["collective args not readable (sizes unknown)"] = 1
         if args is not None and len(args):
             _sizes_from_args(graph, node, args, op, size, group, src)
-        _sizes_of_inserted(graph, node, names, size, group, src)
+        _sizes_of_inserted(graph, node, size, group, src)
         ws = int(getattr(getattr(table, "meta", None), "world_size", -1) or -1)
         fill = (group < 0) & (ws > 0)
         group[fill] = ws
@@ -227,6 +228,24 @@ def find_collectives(graph: TaskGraph, args: CommArgs | None = None) -> Collecti
         algbw = np.where((size >= 0) & (dur > 0), size / np.maximum(dur, 1) * 1e9, np.nan)
     busbw = algbw * bus_factor(op, np.where(group > 0, group, 0))
     return Collectives(node, op, algo, proto, size, group, src, dur, algbw, busbw, counts)
+
+
+#: the first bytes of an SQLite database (an nsys export): never a Kineto JSON document
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def comm_args_of(source: str) -> CommArgs:
+    """:func:`~daydream.formats.comm_args.read_comm_args` of the trace file ``source``, without
+    reading the whole file when it is an SQLite database (an nsys export, which holds no Kineto
+    args): then empty, with the reason set, as the reader returns it after failing to parse."""
+    try:
+        with open(source, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError:
+        head = b""
+    if head == _SQLITE_MAGIC:
+        return comm_args_empty(f"collective args not read from {source}: an SQLite database, not a Kineto JSON document")
+    return read_comm_args(source)
 
 
 def _sizes_from_args(graph: TaskGraph, node: np.ndarray, a: CommArgs, op: np.ndarray, size: np.ndarray,
@@ -268,12 +287,12 @@ def _sizes_from_args(graph: TaskGraph, node: np.ndarray, a: CommArgs, op: np.nda
 _INSERTED_RX = re.compile(r"\(inserted, (\d+) B, n=(\d+)\)$")
 
 
-def _sizes_of_inserted(graph: TaskGraph, node: np.ndarray, names: np.ndarray, size, group, src) -> None:
+def _sizes_of_inserted(graph: TaskGraph, node: np.ndarray, size, group, src) -> None:
     """Collectives inserted by a what-if carry their size and group in their name
     (``... (inserted, 26214400 B, n=8)``, :func:`daydream.optimizations._comm.allreduce_name`)."""
     ins = np.nonzero(graph.row[node] < 0)[0]
     for i in ins.tolist():  # inserted collectives: tens
-        m = _INSERTED_RX.search(names[node[i]])
+        m = _INSERTED_RX.search(graph.names[int(graph.name_id[node[i]])])
         if m:
             size[i], group[i], src[i] = int(m.group(1)), int(m.group(2)), SizeSource.INSERTED
 
@@ -332,9 +351,8 @@ def kernel_is_collective(graph: TaskGraph) -> np.ndarray:
     out = np.zeros(graph.n, bool)
     m = graph.node_kind != NODE_CPU
     if m.any():
-        names = graph.node_names()
-        uniq, inv = np.unique(names[m], return_inverse=True)
+        uid, inv = unique_inverse(graph.name_id[m])  # each distinct name matched once
         rx = re.compile(COMM_KERNEL_PATTERN)
-        hit = np.fromiter((rx.search(s) is not None for s in uniq), bool, len(uniq))
-        out[m] = hit[inv.reshape(-1)]
+        hit = np.fromiter((rx.search(graph.names[i]) is not None for i in uid.tolist()), bool, len(uid))
+        out[m] = hit[inv]
     return out

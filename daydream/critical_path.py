@@ -276,7 +276,7 @@ def _compiled_walk(graph: TaskGraph, tl: Timeline, v: int, acc: _Charges) -> np.
     (:mod:`daydream.simulate.critical_walk`), its charges summed into ``acc`` as ``_Charges``
     would; the path (node ids, last to first), or None where the Python walk must run (small
     graph, no numba, ``DAYDREAM_JIT=off``, times near the int64 edge, a cycle in the records)."""
-    fn = critical_walk.kernel() if jit.wanted(graph.n, critical_walk.MIN_TASKS) else None
+    fn = critical_walk.kernel() if jit.wanted(graph.n, critical_walk.MIN_TASKS, jit.loaded(critical_walk._kernel)) else None
     if fn is None or not critical_walk.fits(graph.t0_ns, tl.start_ns, tl.end_ns, graph.gap_ns):
         return None
     anchor_end, edge_cause = _walk_edges(graph)
@@ -351,6 +351,12 @@ def _range_names(rt: RangeTimeline) -> tuple[list[str], list[str], np.ndarray | 
     return names, folded, at
 
 
+def node_thread_key(graph: TaskGraph) -> np.ndarray:
+    """:func:`~daydream.graph.ranges.thread_key` of every node (int64, length n), kept in the
+    structure memo."""
+    return cached(graph, "critical_path.thread_key", lambda: thread_key(graph.pid, graph.tid))
+
+
 def host_intervals(graph: TaskGraph, v: np.ndarray, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Recorded interval ``[a, b]`` of host time of CPU nodes ``v``: the call itself (OWN) or
     the last ``gap_ns`` before its recorded start (GAP)."""
@@ -396,8 +402,7 @@ def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, in
     rt = ranges_of(graph)
     hv = v[host]
     a, b = host_intervals(graph, hv, part[host])
-    node_key = cached(graph, "critical_path.thread_key", lambda: thread_key(graph.pid, graph.tid))  # per node, structure only
-    qi, lab, share = split_by_range(rt, node_key[hv], a, b, ns[host])
+    qi, lab, share = split_by_range(rt, node_thread_key(graph)[hv], a, b, ns[host])
     names, folded, fold_at = _range_names(rt)
     range_ns = np.bincount(lab + 1, weights=share, minlength=len(names))
     # emit_nvtx calls summed per op, as in the summary's table (daydream.mapping.fold_by_op)
@@ -510,7 +515,7 @@ def _during(graph, c: _PathCharges, rt: RangeTimeline, i, j) -> list[str]:
     lo = np.where(blocking, graph.rec_start_ns[y], graph.rec_end_ns[x])
     hi = np.where(blocking, graph.rec_end_ns[y], graph.rec_start_ns[y])
     mid = np.where(blocking, lo + (np.maximum(hi, lo) - lo) // 2, np.minimum(lo + 1, np.maximum(hi, lo)))
-    key = thread_key(graph.pid[y], graph.tid[y])
+    key = node_thread_key(graph)[y]
     names = _range_names(rt)[0]
     at_mid = _label_at(rt, key, mid)
     after = _label_at(rt, key, graph.rec_start_ns[x] + (graph.rec_end_ns[x] - graph.rec_start_ns[x]) // 2)

@@ -18,7 +18,8 @@ one-time compile (1-5 s) is paid once per machine. When no cache location is wri
 refuses ``cache=True``; the kernel is then compiled in memory, once per process.
 
 Environment: ``DAYDREAM_JIT=off`` (or ``python``) never compiles; ``DAYDREAM_JIT=on`` (or
-``compiled``) makes callers use their kernels whatever the input size; default ``auto``.
+``compiled``) makes callers use their kernels whatever the input size; default ``auto``: from a
+caller's size threshold, or at any size once the kernel is loaded in the process (:func:`loaded`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ def wanted(size: int, min_size: int, forced: bool = False) -> bool:
     threshold ``min_size``; ``forced``: the caller's caller asked for it)."""
     m = mode()
     return m != "off" and (forced or m == "on" or size >= min_size)
+
+
+def loaded(fn) -> bool:
+    """Whether ``fn`` is compiled in this process already (:func:`compiled` returned it, numba
+    imported). A caller whose size threshold stands for numba's import and the kernel's loading
+    passes this as ``forced`` to :func:`wanted`: once paid, the kernel serves inputs of any size
+    (a prediction's graph can be smaller than the baseline that loaded it)."""
+    return _compiled.get(fn) is not None
 
 
 def compiled(fn):

@@ -19,9 +19,9 @@ import msgspec
 import numpy as np
 
 from .arrays import sorted_unique
-from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, ranges_of
+from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, node_thread_key, ranges_of
 from .graph import NODE_CPU, TaskGraph
-from .graph.ranges import NO_RANGE, split_by_range, thread_key
+from .graph.ranges import NO_RANGE, split_by_range
 from .kernels import CLASSES, classify_names, kernel_info
 from .mapping import fold_by_op, nvtx_base_name
 from .memo import cached
@@ -220,7 +220,7 @@ def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: di
     part = np.concatenate([np.full(len(cpu), OWN), np.full(len(cpu), GAP)])
     w = np.concatenate([own, graph.gap_ns[cpu]])
     a, b = host_intervals(graph, v, part)
-    _, lab, share = split_by_range(rt, thread_key(graph.pid[v], graph.tid[v]), a, b, w)
+    _, lab, share = split_by_range(rt, node_thread_key(graph)[v], a, b, w)
     names, tot, path_ns = _by_op([NO_RANGE, *rt.labels], np.bincount(lab + 1, weights=share, minlength=len(rt.labels) + 1), path_ns)
     o = [i for i in np.lexsort((np.arange(len(names)), -tot)).tolist() if tot[i] > 0]
     top, rest = o[:TOP_N], o[TOP_N:]
@@ -294,10 +294,10 @@ def _matched_changes(before: TaskGraph, after: TaskGraph, mb: np.ndarray, is_gpu
     matched by table row."""
     ma = (after.node_kind != NODE_CPU) == is_gpu
     rb, ra = before.row[mb & (before.row >= 0)], after.row[ma & (after.row >= 0)]
-    kept = np.isin(rb, ra)
     cost_b = (before.dur_ns + before.gap_ns)[mb & (before.row >= 0)]
     pos = np.full(int(max(rb.max(initial=-1), ra.max(initial=-1))) + 1, -1, np.int64)
     pos[ra] = np.nonzero(ma & (after.row >= 0))[0]
+    kept = pos[rb] >= 0  # np.isin(rb, ra) by the row table
     cost_a = (after.dur_ns + after.gap_ns)[np.maximum(pos[rb], 0)]
     changed = int(np.count_nonzero(kept & (cost_a != cost_b)))
     removed = int(np.count_nonzero(~kept))

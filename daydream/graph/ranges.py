@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import jit
-from ..arrays import sorted_unique
+from ..arrays import few_distinct, sorted_unique, stable_group_order, unique_inverse
 from ..mapping import NAME_PREFIX, RANGE_RULES, RangeRule
 from .model import TaskGraph
 
@@ -48,17 +48,18 @@ def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
 
 
 def _classify(names: list[str], ids: np.ndarray, rules) -> tuple[np.ndarray, np.ndarray]:
-    """(priority, outermost) per range of name ``ids``; priority -1 for ranges never a label."""
-    uniq, inv = np.unique(ids, return_inverse=True)
+    """(priority, outermost) per range of name ``ids``; priority -1 for ranges never a label.
+    Each distinct name is matched once (a rule with an empty pattern matches without a search)."""
+    uniq, inv = unique_inverse(ids)
     pr = np.full(len(uniq), -1, np.int64)
     outer = np.zeros(len(uniq), bool)
-    compiled = [re.compile(r.pattern) for r in rules]
+    compiled = [None if r.pattern == "" else re.compile(r.pattern) for r in rules]
     for u, i in enumerate(uniq.tolist()):  # one iteration per distinct range name
         for rx, r in zip(compiled, rules):
-            if rx.search(names[i], 0, NAME_PREFIX):
+            if rx is None or rx.search(names[i], 0, NAME_PREFIX):
                 pr[u], outer[u] = (r.priority if r.priority is not None else -1), r.outermost
                 break
-    return pr[inv.reshape(-1)], outer[inv.reshape(-1)]
+    return pr[inv], outer[inv]
 
 
 def _pick(start: np.ndarray, end: np.ndarray, qs: np.ndarray, qe: np.ndarray, outermost: bool) -> np.ndarray:
@@ -100,15 +101,48 @@ def _last_reaching(e: np.ndarray, k: np.ndarray, qe: np.ndarray) -> np.ndarray:
 
 
 def range_timeline(graph: TaskGraph, rules: tuple[RangeRule, ...] = RANGE_RULES) -> RangeTimeline:
-    """The labelled segments of every CPU thread with named ranges (see the module doc)."""
+    """The labelled segments of every CPU thread with named ranges (see the module doc).
+
+    From :data:`TIMELINE_MIN` labelled ranges (and numba importable, ``DAYDREAM_JIT`` not off)
+    one compiled sweep per thread (:func:`_timeline_kernel`) gives the segments of the numpy
+    passes (:func:`range_timeline_numpy`), the same to the nanosecond
+    (tests/test_range_timeline.py)."""
     cr = graph.cpu_ranges
-    z = np.zeros(0, np.int64)
     if cr is None or not len(cr.pid):
-        return RangeTimeline(z, z, z, z, [])
+        return _empty()
     pr, outer = _classify(graph.names, cr.name_id, rules)
-    keep = (pr >= 0) & (cr.end_ns > cr.start_ns)
+    keep = np.flatnonzero((pr >= 0) & (cr.end_ns > cr.start_ns))
+    if jit.wanted(len(keep), TIMELINE_MIN, jit.loaded(_timeline_kernel)):
+        fn = _timeline_fn()
+        if fn is not None:  # the kept ranges gathered once, in the kernel's order
+            return _timeline_compiled(fn, graph.names, thread_key(cr.pid, cr.tid), cr.start_ns, cr.end_ns, cr.name_id, pr, outer, keep)
     key = thread_key(cr.pid, cr.tid)[keep]
-    s, e, nid, pr, outer = cr.start_ns[keep], cr.end_ns[keep], cr.name_id[keep], pr[keep], outer[keep]
+    return range_timeline_numpy(graph.names, key, cr.start_ns[keep], cr.end_ns[keep], cr.name_id[keep], pr[keep], outer[keep])
+
+
+#: labelled CPU ranges from which :func:`range_timeline` runs its compiled sweep (numba is
+#: imported by then in a run this big, as for :data:`SPLIT_MIN`)
+TIMELINE_MIN = 50_000
+
+
+def _empty() -> RangeTimeline:
+    z = np.zeros(0, np.int64)
+    return RangeTimeline(z, z, z, z, [])
+
+
+def _labelled(names: list[str], key, lo, hi, lab) -> RangeTimeline:
+    """The :class:`RangeTimeline` of segments labelled by name id ``lab``: labels renumbered
+    by name id (the distinct ids in ascending order)."""
+    uniq, inv = unique_inverse(lab)
+    return RangeTimeline(key, lo, hi, inv, [names[int(i)] for i in uniq])
+
+
+def range_timeline_numpy(names: list[str], key: np.ndarray, s: np.ndarray, e: np.ndarray, nid: np.ndarray,
+                         pr: np.ndarray, outer: np.ndarray) -> RangeTimeline:
+    """:func:`range_timeline` by numpy passes, loops over threads and priority levels (the
+    reference of the compiled :func:`_timeline_kernel`). The labelled ranges: thread ``key``,
+    ``[s, e)`` (int64 ns, ``e > s``), name id ``nid``, rule priority ``pr`` (>= 0), ``outer``
+    (the rule's outermost flag; a priority level takes that of its first range of the thread)."""
     parts = []
     for k in sorted_unique(key).tolist():  # threads are few
         m = key == k
@@ -126,10 +160,190 @@ def range_timeline(graph: TaskGraph, rules: tuple[RangeRule, ...] = RANGE_RULES)
         ok = lab >= 0
         parts.append((np.full(int(ok.sum()), k, np.int64), lo[ok], hi[ok], lab[ok]))
     if not parts:
-        return RangeTimeline(z, z, z, z, [])
+        return _empty()
     k_, lo_, hi_, lab_ = (np.concatenate(x) for x in zip(*parts))
-    uniq, inv = np.unique(lab_, return_inverse=True)
-    return RangeTimeline(k_, lo_, hi_, inv.reshape(-1).astype(np.int64), [graph.names[int(i)] for i in uniq])
+    return _labelled(names, k_, lo_, hi_, lab_)
+
+
+def _timeline_compiled(fn, names: list[str], key, s, e, nid, pr, outer, idx: np.ndarray | None = None) -> RangeTimeline:
+    """:func:`range_timeline_numpy`'s result by the kernel ``fn`` (:func:`_timeline_kernel`,
+    compiled or not), for the ranges ``idx`` (ascending positions; default all) of the arrays.
+    numpy sorts here (stable sorts of nearly sorted starts are fast): the ranges by thread,
+    then start, then original position; each thread's ends on their own."""
+    at = np.arange(len(s)) if idx is None else np.asarray(idx, np.int64)
+    if not len(at):
+        return _empty()
+    o = at[np.argsort(s[at], kind="stable")]  # positions into the arrays
+    o = o[stable_group_order(key[o])]
+    ks = key[o]
+    cut = np.flatnonzero(ks[1:] != ks[:-1]) + 1
+    tkeys = ks[np.concatenate([[0], cut])]
+    first = np.concatenate([[0], cut, [len(ks)]]).astype(np.int64)
+    p = pr[o]
+    levels = few_distinct(p, 64)
+    if levels is None:
+        levels = sorted_unique(p)
+    lvl = (len(levels) - 1 - np.searchsorted(levels, p)).astype(np.int64)  # 0: the highest priority
+    c = np.ascontiguousarray
+    ss, ee = c(s[o], np.int64), c(e[o], np.int64)
+    es = np.concatenate([np.sort(ee[first[t]:first[t + 1]]) for t in range(len(tkeys))])  # threads are few
+    k, lo, hi, lab, uniq = jit.call(fn, first, c(tkeys, np.int64), ss, ee, es, lvl, c(outer[o], bool), c(nid[o], np.int64), c(o, np.int64),
+                                    len(levels), len(names))
+    return RangeTimeline(k, lo, hi, lab, [names[i] for i in uniq.tolist()])
+
+
+def _timeline_kernel(first, tkeys, s, e, es, lvl, outer, nid, orig, nlev, n_names):
+    """The labelled segments of the threads, one sweep each (:func:`_sweep`): thread ``t`` (key
+    ``tkeys[t]``) holds the ranges ``[first[t], first[t + 1])``, sorted by start, then original
+    position ``orig`` (``[s, e)`` int64 ns, ``e > s``; priority level ``lvl``, 0 the highest,
+    of ``nlev``; ``outer``; name id ``nid`` < ``n_names``); ``es``: each thread's ends, sorted.
+    Returns (thread key, lo, hi, label) per labelled segment, by thread, then time, and the
+    name ids of the labels (ascending: label i names ``uniq[i]``, as :func:`_labelled`)."""
+    cap = 2 * len(s)
+    th_o = np.empty(cap, np.int64)
+    lo_o = np.empty(cap, np.int64)
+    hi_o = np.empty(cap, np.int64)
+    lab_o = np.empty(cap, np.int64)
+    n_out = 0
+    for t in range(len(first) - 1):
+        a, b = first[t], first[t + 1]
+        if b == a:
+            continue
+        o = _start_order_c(s, e, a, b)
+        flag, off, items = _levels_c(lvl, outer, orig, o, a, b, nlev)
+        n_new = _sweep_c(s, e, es, lvl, nid, o, flag, off, items, a, b, lo_o, hi_o, lab_o, n_out)
+        th_o[n_out:n_new] = tkeys[t]
+        n_out = n_new
+    rank = np.zeros(n_names + 1, np.int64)  # labels renumbered by name id: rank[i] = distinct ids < i
+    for q in range(n_out):
+        rank[lab_o[q] + 1] = 1
+    for i in range(n_names):
+        rank[i + 1] += rank[i]
+    uniq = np.empty(rank[n_names], np.int64)
+    for i in range(n_names):
+        if rank[i + 1] > rank[i]:
+            uniq[rank[i]] = i
+    for q in range(n_out):
+        lab_o[q] = rank[lab_o[q]]
+    return th_o[:n_out].copy(), lo_o[:n_out].copy(), hi_o[:n_out].copy(), lab_o[:n_out].copy(), uniq
+
+
+def _start_order(s, e, a, b):
+    """The ranges ``[a, b)`` (sorted by start, then original position) in :func:`_pick`'s
+    order: runs of one start put by end descending, stably (absolute indices)."""
+    m = b - a
+    o = np.arange(a, b)
+    i = 0
+    while i < m:
+        j = i + 1
+        while j < m and s[a + j] == s[a + i]:
+            j += 1
+        if j - i > 32:  # a long run: a stable sort
+            run = o[i:j].copy()
+            sub = np.argsort(-e[run], kind="mergesort")
+            for q in range(j - i):
+                o[i + q] = run[sub[q]]
+        elif j - i > 1:
+            for q in range(i + 1, j):  # insertion sort: runs are short
+                r = o[q]
+                x = q
+                while x > i and e[o[x - 1]] < e[r]:
+                    o[x] = o[x - 1]
+                    x -= 1
+                o[x] = r
+        i = j
+    return o
+
+
+def _levels(lvl, outer, orig, o, a, b, nlev):
+    """Per priority level of the ranges ``[a, b)``: its outermost flag (its first range's in
+    the original order ``orig``), and its ranges in the order ``o``: ``items[off[l]:off[l + 1]]``."""
+    flag = np.zeros(nlev, np.bool_)
+    first_at = np.full(nlev, -1, np.int64)
+    off = np.zeros(nlev + 1, np.int64)
+    for r in range(a, b):
+        lv = lvl[r]
+        off[lv + 1] += 1
+        if first_at[lv] < 0 or orig[r] < first_at[lv]:
+            first_at[lv] = orig[r]
+            flag[lv] = outer[r]
+    for lv in range(nlev):
+        off[lv + 1] += off[lv]
+    items = np.empty(b - a, np.int64)
+    fill = off[:nlev].copy()
+    for q in range(b - a):
+        r = o[q]
+        items[fill[lvl[r]]] = r
+        fill[lvl[r]] += 1
+    return flag, off, items
+
+
+def _sweep(s, e, es, lvl, nid, o, flag, off, items, a, b, lo_o, hi_o, lab_o, n_out):
+    """One thread's sweep over its segments (consecutive distinct boundaries of ``[a, b)``):
+    a segment's label at a level is the alive range (started at or before the segment's start,
+    ending after it) of that level first in the order ``o`` (outermost: a pointer that skips
+    ended ranges) or last (innermost: a stack that pops them); the highest level with one
+    decides. Labelled segments are written from ``n_out``; returns the new count."""
+    nlev = len(flag)
+    ptr = off[:nlev].copy()
+    added = off[:nlev].copy()
+    top = off[:nlev].copy()
+    stk = np.empty(b - a, np.int64)
+    m = b - a
+    i = 0
+    j = a
+    lo = s[a]
+    while True:
+        while i < m and s[o[i]] <= lo:  # ranges starting by lo join their level
+            lv = lvl[o[i]]
+            added[lv] += 1
+            stk[top[lv]] = o[i]
+            top[lv] += 1
+            i += 1
+        while j < b and es[j] <= lo:
+            j += 1
+        if j == b:
+            return n_out
+        hi = es[j]
+        if i < m and s[o[i]] < hi:
+            hi = s[o[i]]
+        lab = -1
+        for lv in range(nlev):
+            if flag[lv]:
+                p = ptr[lv]
+                while p < added[lv] and e[items[p]] <= lo:
+                    p += 1
+                ptr[lv] = p
+                if p < added[lv]:
+                    lab = nid[items[p]]
+                    break
+            else:
+                tp = top[lv]
+                while tp > off[lv] and e[stk[tp - 1]] <= lo:
+                    tp -= 1
+                top[lv] = tp
+                if tp > off[lv]:
+                    lab = nid[stk[tp - 1]]
+                    break
+        if lab >= 0:
+            lo_o[n_out], hi_o[n_out], lab_o[n_out] = lo, hi, lab
+            n_out += 1
+        lo = hi
+
+
+#: rebound to the compiled helpers by :func:`_timeline_fn`
+_start_order_c, _levels_c, _sweep_c = _start_order, _levels, _sweep
+
+
+def _timeline_fn():
+    """The compiled :func:`_timeline_kernel` (calling its compiled helpers), or None without numba."""
+    g = globals()
+    for name, helper in (("_start_order_c", _start_order), ("_levels_c", _levels)):
+        h = jit.compiled(helper)
+        if h is None:
+            return None
+        g[name] = h
+    return jit.compiled_calling(g, "_sweep_c", _sweep, _timeline_kernel)
 
 
 def split_by_range(rt: RangeTimeline, key: np.ndarray, a: np.ndarray, b: np.ndarray, w: np.ndarray
@@ -151,7 +365,7 @@ def split_by_range(rt: RangeTimeline, key: np.ndarray, a: np.ndarray, b: np.ndar
     """
     key, a, b = np.asarray(key, np.int64), np.asarray(a, np.int64), np.asarray(b, np.int64)
     w = np.asarray(w, np.float64)
-    if jit.wanted(len(a), SPLIT_MIN):
+    if jit.wanted(len(a), SPLIT_MIN, jit.loaded(_split_kernel)):
         fn = _split_fn()
         if fn is not None:
             return _split_compiled(fn, rt, key, a, b, w)

@@ -14,10 +14,10 @@ import numpy as np
 
 from ..arrays import sorted_unique
 from .. import comm_model as cm
-from ..collectives import Collectives, find_collectives, kernel_is_collective
+from ..collectives import Collectives, comm_args_of, find_collectives, kernel_is_collective
 from ..errors import NotApplicable, UsageError
 from ..events import Kind
-from ..formats.comm_args import elem_bytes, read_comm_args
+from ..formats.comm_args import elem_bytes
 from ..graph import NODE_CPU, EdgeKind, TaskGraph
 from ..transform import add_edges, add_stream, insert, insert_launches, insert_on_stream
 from . import Param
@@ -154,7 +154,7 @@ def gradients_from_trace(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, str]
     it is ready when the last GPU task its thread launched before the op ended has run.
     Empty arrays and the reason when the trace has none."""
     src = getattr(graph.table.meta, "source", "") if graph.table is not None else ""
-    a = read_comm_args(src) if src else None
+    a = comm_args_of(src) if src else None
     if a is None or not len(a):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), "the trace records no input shapes (record_shapes=False)"
     acc = np.array(["AccumulateGrad" in s for s in a.name], bool) & (a.dims_nelems >= 0) & (a.ext >= 0)

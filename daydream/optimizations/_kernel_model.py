@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..arrays import sorted_unique
+from ..arrays import few_distinct, sorted_unique
 from .. import kernels as K
 from ..events import CopyKind, Kind
 from ..formats.launch_data import LaunchData, make_key
@@ -200,8 +200,11 @@ def with_paths(g, mask: np.ndarray, name: str):
 
 
 def _peaks(gpu: GPU, path: np.ndarray) -> np.ndarray:
+    """Peak TFLOP/s of ``gpu`` per task's math path (strings; a few distinct ones, found by
+    equality passes rather than a sort of the strings)."""
     out = np.zeros(len(path))
-    for p in sorted_unique(path).tolist():
+    vals = few_distinct(path)
+    for p in (vals if vals is not None else sorted_unique(path)).tolist():
         out[path == p] = gpu.peak_tflops(p)
     return out
 

@@ -102,7 +102,7 @@ def bindings(graph: TaskGraph, start: np.ndarray, end: np.ndarray, blocked: np.n
     From :data:`MIN_TASKS` tasks one compiled pass over each task's incoming edges
     (:func:`_bind_kernel`), else numpy passes over all edges; the same records
     (tests/test_memo.py compares both with :func:`bindings_reference`)."""
-    if jit.wanted(graph.n, MIN_TASKS):
+    if jit.wanted(graph.n, MIN_TASKS, jit.loaded(_bind_kernel)):
         fn = jit.compiled(_bind_kernel)
         if fn is not None:
             return bind_compiled(fn, graph, start, end, blocked)

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import jit
 from ..graph import EdgeKind, Phase, TaskGraph, rule_arrays
 from ..memo import memo, rules_key
 from . import compiled as compiled_kernel
@@ -213,13 +214,16 @@ def replay(graph: TaskGraph, order: np.ndarray, compiled: bool | None = None) ->
     from the compiled kernel (:mod:`.compiled`), lists of ints from the Python loop.
 
     ``compiled``: None picks the kernel when :func:`.compiled.use_kernel` says so (numba
-    importable, graph big enough, every time provably within int64); True/False force the
-    choice (True still falls back when numba is missing or a time could leave int64).
+    importable, graph big enough or the kernel already loaded in this process
+    (:func:`daydream.jit.loaded`: a prediction's smaller graph after a big baseline), every time
+    provably within int64); True/False force the choice (True still falls back when numba is
+    missing or a time could leave int64).
     Both give the same times to the nanosecond (tests/test_replay_compiled.py).
     """
     n = graph.n
     pr = prepare(graph, order)
-    if (compiled is not False) and compiled_kernel.use_kernel(graph, pr, forced=compiled is True):
+    forced = compiled is True or (compiled is None and jit.loaded(compiled_kernel._kernel))
+    if (compiled is not False) and compiled_kernel.use_kernel(graph, pr, forced=forced):
         return compiled_kernel.run(pr, np.ascontiguousarray(order, np.int64), graph.dur_ns, graph.gap_ns)
     t0, L, G = pr.t0, pr.L, pr.G
     V_LAUNCH, V_CPU0, V_GPU0 = n, n + 1, n + 2
