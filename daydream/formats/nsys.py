@@ -601,13 +601,20 @@ class _Reader:
             self._arrow.close()
             self._arrow = None
 
+        cols = self._sorted_columns(nvtx_open is not None)
+        meta = TraceMeta(source=self.path, format=NAME, devices=self._devices(seen[seen >= 0]), extra=self._extra())
+        return EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
+
+    def _sorted_columns(self, nvtx_open: bool) -> dict[str, np.ndarray]:
+        """Every column of the emitted parts in the table's row order, the parts freed as they go
+        (unterminated NVTX ranges, when ``nvtx_open``, end at the trace's last timestamp)."""
         cols = {c: self._column(c) for c in ("kind", "start_ns", "end_ns")}
         # trace end: the latest timestamp of any row; unterminated NVTX ranges end there
         if len(cols["kind"]):
             t_max = int(max(cols["start_ns"].max(), cols["end_ns"].max()))
         else:
             t_max = 0
-        if nvtx_open is not None:
+        if nvtx_open:
             open_rows = cols["end_ns"] == np.iinfo(np.int64).min
             cols["end_ns"][open_rows] = np.maximum(t_max, cols["start_ns"][open_rows])
             if len(cols["kind"]):
@@ -637,8 +644,7 @@ class _Reader:
         del dest
         self.parts = []
         _release_freed_memory()  # the inverse order and the emptied parts
-        meta = TraceMeta(source=self.path, format=NAME, devices=self._devices(seen[seen >= 0]), extra=self._extra())
-        return EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
+        return cols
 
     def _column(self, c: str, dest: np.ndarray | None = None) -> np.ndarray:
         """Column ``c`` of all emitted parts, in emission order (its missing value where a part
