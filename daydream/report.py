@@ -799,7 +799,7 @@ def _predicted_processes(base: Report, graph: TaskGraph, tl: Timeline) -> list[P
     out = []
     for w, p in zip(base.processes, sorted_unique(pids).tolist()):
         m = pids == p
-        if not m.any() or not w.name.startswith(f"process {p}"):
+        if not m.any() or w.name.partition(" (")[0] != f"process {p}":
             return []  # the processes changed (not expected of a transform): no rows rather than wrong ones
         out.append(_predicted(w.name, w, graph, tl, graph.t0_ns, int(tl.end_ns[_process_end_members(m, rel)].max()), m, m))
     return out if len(out) == len(base.processes) else []
