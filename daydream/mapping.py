@@ -44,7 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .arrays import few_distinct, sorted_unique, stable_group_order
+from .arrays import few_distinct, small_pages, sorted_unique, stable_group_order
 from . import jit
 from .events import EventTable, Kind
 from .links import launch_rows
@@ -776,6 +776,7 @@ def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]
 # main entry
 
 
+@small_pages
 def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, method: str = "auto") -> Mapping:
     """Layer path, framework op and phase of every RUNTIME and GPU task row of ``table``.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import small_pages
 from ..cuda_api import LAUNCH_QUEUE_DEPTH
 from ..events import EventTable, Kind
 from ..links import only_process
@@ -71,6 +72,7 @@ def _cpu_ranges(table: EventTable, mapping=None) -> CpuRanges:
     return CpuRanges(col(table.pid), col(table.tid), col(table.start_ns), col(table.end_ns), col(table.name_id))
 
 
+@small_pages
 def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNCH_QUEUE_DEPTH) -> TaskGraph:
     """Build the task graph of ``table`` following ``docs/model.md``.
 
