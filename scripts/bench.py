@@ -251,6 +251,12 @@ def _warm_jit() -> None:
         pass
     else:
         ffill_by(e, e, np.zeros(0, bool), method="compiled")
+        try:
+            from daydream.graph._arrays import lane_chains
+        except ImportError:  # a daydream before the compiled lane chains
+            pass
+        else:
+            lane_chains(e, e, 0, method="compiled")
         if jit.compiled(_hash_join) is not None:
             jit.call(jit.compiled(_hash_join), e, np.zeros(0, bool), e, e, np.zeros(0, bool))
     try:

@@ -381,3 +381,20 @@ def test_latency_on_gpu_tasks_equals_the_reference_on_emulated_traces(tmp_path_f
     with pytest.MonkeyPatch.context() as mp:
         _latency_checked(mp)
         build_graph(load_trace(str(path)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 5), max_size=60), st.integers(0, 2**32))
+def test_lane_chains_compiled_equals_numpy(lanes, seed):
+    """graph._arrays.lane_chains: the compiled passes, the kernel in Python and the numpy argsort
+    agree (by_lane and lane_prev), over any visiting order and lanes with no node."""
+    from daydream.graph._arrays import lane_chains
+
+    rng = np.random.default_rng(seed)
+    lane = np.array(lanes, np.int64)
+    order = rng.permutation(len(lane)).astype(np.int64)
+    n_lanes = int(lane.max()) + 1 + int(rng.integers(0, 3)) if len(lane) else int(rng.integers(0, 3))
+    want = lane_chains(order, lane, n_lanes, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        got = lane_chains(order, lane, n_lanes, method=m)
+        assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want)), m

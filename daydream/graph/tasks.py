@@ -14,7 +14,7 @@ from ..arrays import stable_group_order
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
 from ..mapping import CallThreads, call_threads, pair_keys, prev_max_end
-from ._arrays import count, segmented_cummax, small_ints, unique_columns
+from ._arrays import count, lane_chains, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
 
@@ -159,11 +159,7 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     has_launch = launch >= 0
     launch_corr = np.where(has_launch, launch_corr_of_call[np.maximum(launch, 0)], -1)
     order = visit_order(position, is_gpu, launch_corr, rec_start, row)
-    by_lane = order[np.argsort(small_ints(lane[order], len(uniq)), kind="stable")]
-    lane_prev = np.full(n, -1, dtype=np.int64)
-    if n:
-        same = lane[by_lane[1:]] == lane[by_lane[:-1]]
-        lane_prev[by_lane[1:][same]] = by_lane[:-1][same]
+    by_lane, lane_prev = lane_chains(order, lane, len(uniq))
     return Lanes(lane, uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64), names, lane_is_gpu,
                  order.astype(np.int64), by_lane, lane_prev, launch_corr, position)
 
