@@ -895,8 +895,7 @@ def _map_runtime_calls(
     c_start, c_end = start[ctx.rows].astype(np.int64, copy=False), end[ctx.rows].astype(np.int64, copy=False)
     c_pid, c_tid = table.pid[ctx.rows].astype(np.int64, copy=False), table.tid[ctx.rows].astype(np.int64, copy=False)
     ctx.columns = (c_pid, c_tid, c_start, c_end)
-    gap_mid = np.zeros(len(table), dtype=np.int64)
-    gap_mid[rt_rows] = _gap_midpoints(table, rt_rows, threads)
+    gap_mid = _gap_midpoints(table, rt_rows, threads, by_row=True)  # read at rt_rows only
     for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows, (c_pid, c_tid)):  # one iteration per thread
         nq = len(q)
         qs = np.concatenate([start[q], gap_mid[q]])
@@ -1107,8 +1106,9 @@ def call_threads(table: EventTable, rt_rows: np.ndarray) -> CallThreads:
     return CallThreads(rt_rows, new_thread, prev_end)
 
 
-def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None) -> np.ndarray:
-    """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``).
+def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None, by_row: bool = False) -> np.ndarray:
+    """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``; ``by_row``: an
+    int64 array over the table's rows instead, set at ``rt_rows`` only, the rest undefined).
 
     The gap of call r on thread (pid, tid) is ``[prev_end, start_r]``, ``prev_end`` the largest
     end of the earlier calls of the thread (in start order, ties by row), or the table's earliest
@@ -1119,7 +1119,7 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
     """
     n = len(rt_rows)
     if n == 0:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(len(table) if by_row else 0, dtype=np.int64)
     t0 = int(table.start_ns.min())
     s = table.start_ns[rt_rows].astype(np.int64, copy=False)
     if threads is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
@@ -1129,7 +1129,7 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
         lo = np.minimum(prev_end, so)
         mid = np.empty(len(table), dtype=np.int64)  # by row, then back to the order of rt_rows
         mid[threads.rt_rows] = lo + (so - lo) // 2
-        return mid[rt_rows]
+        return mid if by_row else mid[rt_rows]
     pid, tid = table.pid[rt_rows].astype(np.int64, copy=False), table.tid[rt_rows].astype(np.int64, copy=False)
     e = table.end_ns[rt_rows].astype(np.int64, copy=False)
     o = np.lexsort((rt_rows, s, tid, pid))
@@ -1140,14 +1140,33 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
     lo = np.minimum(prev_end, so)
     mid = np.empty(n, dtype=np.int64)
     mid[o] = lo + (so - lo) // 2
+    if by_row:
+        full = np.empty(len(table), dtype=np.int64)
+        full[rt_rows] = mid
+        return full
     return mid
 
 
-def prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int) -> np.ndarray:
+#: :func:`prev_max_end` compiles its scan from this many items ("auto")
+PREV_MAX_MIN = 50_000
+
+
+def prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int, method: str = "auto") -> np.ndarray:
     """Per item: the largest ``eo`` of the earlier items of its segment (segments start where
-    ``new``), ``t0`` for a segment's first item. Segment offsets on the values when they fit in
-    int64, else on ranks (int64 timestamps of any size are safe)."""
+    ``new``, and at item 0), ``t0`` for a segment's first item; int64, shape ``eo.shape`` (1-d).
+    One compiled pass (:func:`_prev_max_kernel`) from :data:`PREV_MAX_MIN` items when numba is
+    there ("auto"; "compiled" whatever the size, "numpy" never, "python" the kernel uncompiled);
+    else numpy scans: segment offsets on the values when they fit in int64, else on ranks (int64
+    timestamps of any size are safe). The same answers."""
     n = len(eo)
+    if method == "python" or (method != "numpy" and jit.wanted(n, PREV_MAX_MIN, forced=method == "compiled")):
+        fn = _prev_max_kernel if method == "python" else jit.compiled(_prev_max_kernel)
+        if fn is not None:
+            out = np.empty(n, np.int64)
+            jit.call(fn, np.ascontiguousarray(eo, np.int64), np.ascontiguousarray(new, np.bool_), np.int64(t0), out)
+            return out
+    if n == 0:
+        return np.zeros(0, np.int64)
     seg = np.cumsum(new) - 1
     lo = int(eo.min())
     span = int(eo.max()) - lo + 2
@@ -1166,6 +1185,20 @@ def prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int) -> np.ndarray:
     if back is None:
         return np.where(acc >= 0, acc + np.int64(lo), t0)
     return np.where(acc >= 0, eo[back[np.maximum(acc, 0)]], t0)
+
+
+def _prev_max_kernel(eo, new, t0, out):
+    """:func:`prev_max_end`'s scan: one pass, writing ``out`` in place."""
+    best = t0
+    have = False
+    for i in range(len(eo)):
+        if new[i]:
+            have = False
+        out[i] = best if have else t0
+        v = eo[i]
+        if not have or v > best:
+            best = v
+            have = True
 
 
 def pair_keys(a: np.ndarray, b: np.ndarray, *more: np.ndarray) -> list[np.ndarray] | None:

@@ -230,7 +230,7 @@ def _warm_jit() -> None:
     """Import numba and load the compiled kernels (from numba's cache) when this daydream has them."""
     try:
         from daydream import jit
-        from daydream.mapping import _sweep_innermost
+        from daydream.mapping import _sweep_innermost, prev_max_end
         from daydream.simulate import compiled
     except ImportError:  # an older daydream (--compare-src): nothing compiled
         return
@@ -244,6 +244,10 @@ def _warm_jit() -> None:
                  np.zeros(0, np.int8), np.zeros(1, i64), e, np.zeros(0, bool), e, e, e, 0, 0, 0, -(1 << 62))
     if jit.compiled(_sweep_innermost) is not None:
         jit.call(jit.compiled(_sweep_innermost), e, e, e)
+    try:
+        prev_max_end(e, np.zeros(0, bool), 0, method="compiled")
+    except TypeError:  # a daydream before the compiled scan
+        pass
     try:
         from daydream.graph._arrays import ffill_by
         from daydream.links import _hash_join

@@ -814,6 +814,8 @@ def test_prev_max_end_equals_brute_force(items, small):
         want.append(-7 if best is None else best)
         best = int(eo[i]) if best is None else max(best, int(eo[i]))
     assert prev_max_end(eo, new, -7).tolist() == want
+    for method in ("numpy", "python", "compiled"):  # the numpy scans and the compiled pass agree
+        assert prev_max_end(eo, new, -7, method=method).tolist() == want, method
 
 
 @settings(max_examples=200, deadline=None)
