@@ -29,7 +29,13 @@ def test_keeps_constraints_equals_the_built_pairs(n, edges, seed):
             rank = np.empty(n, np.int64)
             rank[order] = np.arange(n)
             a, b, _ = visit_constraints(n, src, dst, kind)
-            assert _keeps_constraints(n, rank, src, dst, kind) == (not np.any(rank[a] >= rank[b]))
+            want = not np.any(rank[a] >= rank[b])
+            assert _keeps_constraints(n, rank, src, dst, kind) == want
+            for method in ("numpy", "python", "compiled"):  # the array passes and the kernel agree
+                assert _keeps_constraints(n, rank, src, dst, kind, method=method) == want, method
+            fw = int(rng.integers(0, len(src) + 1))  # some first edges taken as forward: the methods still agree
+            got = {m: _keeps_constraints(n, rank, src, dst, kind, fw, method=m) for m in ("numpy", "python", "compiled")}
+            assert len(set(got.values())) == 1, got
 
 
 @settings(max_examples=200, deadline=None)

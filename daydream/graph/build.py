@@ -135,16 +135,19 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     n_forward = int(np.count_nonzero(lp)) + int(np.count_nonzero(has_launch))
     order, keep = repair_order(lanes.order, src, dst, ek, counts, n_forward)  # valid by construction
     nm = mapping.for_nodes(row) if mapping is not None else None
+    all_kept = bool(keep.all())
+    if not all_kept:  # (src, dst, ek, eo are this build's own arrays: kept as they are otherwise)
+        src, dst, ek, eo = src[keep], dst[keep], ek[keep], eo[keep]
     graph = TaskGraph(
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
         lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64, copy=False), names=list(table.names),
         pid=nodes.pid, tid=nodes.tid, device=nodes.device, stream=nodes.stream, correlation=corr,
         copy_kind=table.copy_kind[row].astype(np.uint8), devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table, mapping),
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
-        order=order.astype(np.int64), edge_src=src[keep], edge_dst=dst[keep], edge_kind=ek[keep], edge_origin=eo[keep],
+        order=order.astype(np.int64, copy=False), edge_src=src, edge_dst=dst, edge_kind=ek, edge_origin=eo,
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
         staging_latency_ns=S,
     )
-    if keep.all():  # every lane and launch edge as built: seed the graph's views of them (same arrays)
+    if all_kept:  # every lane and launch edge as built: seed the graph's views of them (same arrays)
         graph.__dict__["lane_prev"], graph.__dict__["launch"] = lanes.lane_prev, launch
     return graph.known_valid()
