@@ -709,24 +709,10 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     What a context says depends only on (name, CPU_OP or not, ``python_function`` category or
     not): each distinct such key present is classified once (:func:`_classify_keys`), and the
     rows take their key's answers."""
-    kind = table.kind
     names = table.names
-    is_op, cpu_side = kind == Kind.CPU_OP, table.device < 0
-    rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
-    key = table.name_id[rows].astype(np.int64)
-    key *= 2
-    key += kind[rows] == Kind.CPU_OP
-    key *= 2
-    if py_id:
-        cat = table.cat_id[rows]
-        if len(cat) and int(cat.min()) >= 0 and int(cat.max()) < len(names):  # a lookup table over the names
-            is_py = np.zeros(len(names), bool)
-            is_py[py_id] = True
-            key += is_py[cat]
-        else:
-            key += np.isin(cat, py_id)
-    present = np.flatnonzero(np.bincount(key, minlength=4 * len(names)))  # sorted distinct keys
+    rows, key, counts, all_cpu_side = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names))
+    present = np.flatnonzero(counts)  # sorted distinct keys
     k = _classify_keys(names, present, rules)
     at = np.zeros(4 * len(names), dtype=np.int64)
     at[present] = np.arange(len(present))
@@ -734,8 +720,97 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     k["member"] = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
     ctx = _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"])
     ctx.name_id = key >> 2
-    ctx.all_cpu_side = not bool((is_op & ~cpu_side).any())
+    ctx.all_cpu_side = all_cpu_side
     return ctx
+
+
+#: :func:`_context_keys` compiles its two passes from this many table rows ("auto")
+CONTEXT_KEYS_MIN = 50_000
+
+
+def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat_id: np.ndarray, py_id: list[int],
+                  n_names: int, method: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """The context rows of table columns (length n each: ``kind``, ``device``, ``name_id``,
+    ``cat_id``; ``py_id``: the name ids of ``python_function``, ``n_names`` names): CPU-side
+    RANGE rows and CPU_OP rows. Returns (rows int64 (m,), their keys int64 (m,):
+    ``name_id * 4 + 2 * is CPU_OP + is python_function``, key counts int64 (4 * n_names,), no
+    CPU_OP row on a device). Two compiled passes (:func:`_context_keys_kernel`) from
+    :data:`CONTEXT_KEYS_MIN` rows when numba is there ("auto"; "compiled" whatever the size,
+    "python" the kernel uncompiled, "numpy" never), else numpy passes; the same answers.
+
+    Raises:
+        IndexError, ValueError: a context row's name id outside ``[0, n_names)`` (numpy's
+            errors, whichever method).
+    """
+    if method == "python" or (method != "numpy" and jit.wanted(len(kind), CONTEXT_KEYS_MIN, forced=method == "compiled")):
+        fn = _context_keys_kernel if method == "python" else jit.compiled(_context_keys_kernel)
+        if fn is not None:
+            is_py = np.zeros(max(n_names, 1), np.bool_)
+            is_py[py_id] = True
+            rows, key, counts, all_cpu, ok = jit.call(
+                fn, np.ascontiguousarray(kind, np.uint8), np.ascontiguousarray(device, np.int32),
+                np.ascontiguousarray(name_id, np.int32), np.ascontiguousarray(cat_id, np.int32), is_py, bool(py_id), n_names,
+                np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP))
+            if ok:
+                return rows, key, counts, bool(all_cpu)
+            # a name id out of range: the numpy passes raise numpy's error
+    is_op, cpu_side = kind == Kind.CPU_OP, device < 0
+    rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
+    key = name_id[rows].astype(np.int64)
+    key *= 2
+    key += kind[rows] == Kind.CPU_OP
+    key *= 2
+    if py_id:
+        cat = cat_id[rows]
+        if len(cat) and int(cat.min()) >= 0 and int(cat.max()) < n_names:  # a lookup table over the names
+            is_py = np.zeros(n_names, bool)
+            is_py[py_id] = True
+            key += is_py[cat]
+        else:
+            key += np.isin(cat, py_id)
+    counts = np.bincount(key, minlength=4 * n_names)
+    if len(counts) > 4 * n_names:
+        raise IndexError(f"name id {int(key.max()) >> 2} out of range for {n_names} names")
+    return rows, key, counts, not bool((is_op & ~cpu_side).any())
+
+
+def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, k_range, k_op):
+    """:func:`_context_keys`'s passes: count the context rows, then fill rows, keys and key
+    counts; ``ok`` False (nothing filled) when a context row's name id is out of range."""
+    n = len(kind)
+    m = 0
+    all_cpu = True
+    for i in range(n):
+        k = kind[i]
+        if k == k_op:
+            m += 1
+            if device[i] >= 0:
+                all_cpu = False
+        elif k == k_range and device[i] < 0:
+            m += 1
+    rows = np.empty(m, np.int64)
+    key = np.empty(m, np.int64)
+    counts = np.zeros(4 * n_names, np.int64)
+    n_py = len(is_py)
+    j = 0
+    for i in range(n):
+        k = kind[i]
+        is_op = k == k_op
+        if is_op or (k == k_range and device[i] < 0):
+            nm = name_id[i]
+            if nm < 0 or nm >= n_names:
+                return rows[:0], key[:0], counts, all_cpu, False
+            x = np.int64(nm) * 4
+            if is_op:
+                x += 2
+            c = cat_id[i]
+            if use_py and c >= 0 and c < n_py and is_py[c]:
+                x += 1
+            rows[j] = i
+            key[j] = x
+            counts[x] += 1
+            j += 1
+    return rows, key, counts, all_cpu, True
 
 
 def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]) -> dict:

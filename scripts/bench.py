@@ -249,6 +249,13 @@ def _warm_jit() -> None:
     except TypeError:  # a daydream before the compiled scan
         pass
     try:
+        from daydream.mapping import _context_keys
+    except ImportError:  # a daydream before the compiled context keys
+        pass
+    else:
+        i32 = np.zeros(0, np.int32)
+        _context_keys(np.zeros(0, np.uint8), i32, i32, i32, [], 0, method="compiled")
+    try:
         from daydream.graph._arrays import ffill_by
         from daydream.links import _hash_join
     except ImportError:  # a daydream before the compiled thread fill and launch join
