@@ -975,7 +975,8 @@ def _map_runtime_calls(
         nq = len(q)
         qs = np.concatenate([start[q], gap_mid[q]])
         qe = np.concatenate([end[q], gap_mid[q]])
-        th = _ThreadContexts(ctx, c, c_start[c], c_end[c])
+        whole = len(c) == len(ctx.rows)  # the thread has every context (c ascending, distinct: c is arange)
+        th = _ThreadContexts(ctx, c, c_start if whole else c_start[c], c_end if whole else c_end[c])
         fn = _fused_kernel(method, len(c) + len(qs))
         if fn is not None:  # every interval search of the thread in one compiled sweep
             lay, op_ids, ph, is_autograd = _thread_fused(fn, th, qs, qe, nq, levels, intern, op_label)
@@ -1018,7 +1019,8 @@ def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: i
     ctx = th.ctx
     enc = _Enclosers(th.cs, th.ce)
     srt = th.c if enc.identity else th.c[enc.order]
-    rks, bk = ctx.rk[srt], ctx.by_key  # the contexts' keys: their facts are read per key
+    whole = enc.identity and len(srt) == len(ctx.rk)  # every context, in their own order (srt is arange)
+    rks, bk = ctx.rk if whole else ctx.rk[srt], ctx.by_key  # the contexts' keys: their facts are read per key
     member = bk["member"][rks]
     qo = np.argsort(qs, kind="stable")
     hits, lev_hit, lev, enclosed, parent = jit.call(
@@ -1300,8 +1302,12 @@ def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray, c_cols
     if c_cols is None:
         c_cols = table.pid[c_rows].astype(np.int64, copy=False), table.tid[c_rows].astype(np.int64, copy=False)
     c_pid, c_tid = c_cols
+    ascending = len(q_rows) > 0 and bool(np.all(q_rows[1:] > q_rows[:-1]))
+    if ascending and len(c_rows) and _one_thread(q_pid, q_tid, c_pid, c_tid):  # what the packed keys would yield, unpacked
+        yield (int(q_pid[0]), int(q_tid[0])), q_rows, np.arange(len(c_rows), dtype=np.int64)
+        return
     keys = pair_keys(q_pid, q_tid, c_pid, c_tid)
-    if keys is not None and len(q_rows) and bool(np.all(q_rows[1:] > q_rows[:-1])):
+    if keys is not None and ascending:
         yield from _by_thread_key(q_rows, keys[0], keys[1], q_pid, q_tid)
         return
     qo = np.lexsort((q_tid, q_pid))
@@ -1323,6 +1329,12 @@ def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray, c_cols
         if len(c):
             yield (pid, tid), q, c
 
+
+
+def _one_thread(q_pid: np.ndarray, q_tid: np.ndarray, c_pid: np.ndarray, c_tid: np.ndarray) -> bool:
+    """Whether the queries and contexts (non-empty) are all on one thread: (pid, tid) of the first query."""
+    p, t = q_pid[0], q_tid[0]
+    return all(int(a.min()) == v == int(a.max()) for a, v in ((q_pid, p), (q_tid, t), (c_pid, p), (c_tid, t)))
 
 
 def _by_thread_key(q_rows: np.ndarray, qk: np.ndarray, ck: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray):
