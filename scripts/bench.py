@@ -274,6 +274,12 @@ def _warm_jit() -> None:
             pass
         else:
             _keeps_constraints(0, e, e, e, np.zeros(0, np.uint8), 0, method="compiled")
+        try:
+            from daydream.graph.tasks import later_min
+        except ImportError:  # a daydream before the compiled suffix minimum
+            pass
+        else:
+            later_min(e, e, 0, method="compiled")
         if jit.compiled(_hash_join) is not None:
             jit.call(jit.compiled(_hash_join), e, np.zeros(0, bool), e, e, np.zeros(0, bool))
     try:

@@ -404,3 +404,18 @@ def test_lane_chains_compiled_equals_numpy(lanes, seed):
     for m in ("python", "compiled", "auto"):
         got = lane_chains(order, lane, n_lanes, method=m)
         assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want)), m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2**62, 2**62)), max_size=40), st.booleans())
+def test_later_min_compiled_equals_numpy(items, small):
+    """graph.tasks.later_min (the smallest later value in each run): the compiled pass, the kernel
+    in Python and the numpy scan agree, and equal the brute force."""
+    from daydream.graph.tasks import later_min
+
+    seg = np.array([s for s, _ in items], np.int64)
+    val = np.array([v for _, v in items], np.int64) % (1000 if small else 2**63 - 1)
+    big = int(val.max()) + 1 if len(val) else 0
+    want = [min([int(val[j]) for j in range(k + 1, len(val)) if all(seg[k:j + 1] == seg[k])] + [big]) for k in range(len(val))]
+    for m in ("numpy", "python", "compiled", "auto"):
+        assert later_min(val, seg, big, method=m).tolist() == want, m

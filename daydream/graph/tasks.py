@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import jit
 from ..arrays import stable_group_order
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
@@ -125,22 +126,54 @@ def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarra
     o = g[np.lexsort((rec_start[g], small_ints(lane[g], int(lane.max()) + 1)))]  # each stream in recorded execution order
     big = min(int(position.max()) + 1, int(np.iinfo(np.int64).max))  # above every position: "no launched task after it" (min() keeps the position)
     val = np.where(launch[o] >= 0, position[o], big)
-    # suffix minimum within each lane, exclusive of the task itself
+    after = later_min(val, lane[o], big)  # suffix minimum within each lane, exclusive of the task itself
+    out = position.copy()
+    m = nl[o]
+    out[o[m]] = np.minimum(position[o[m]], after[m])
+    return out
+
+
+def later_min(val: np.ndarray, seg: np.ndarray, big: int, method: str = "auto") -> np.ndarray:
+    """Per item: the smallest ``val`` of the later items of its run of equal ``seg`` (int64,
+    1-d, one length), ``big`` for a run's last item (``big`` >= every value). One compiled
+    backward pass (:func:`_later_min_kernel`) from :data:`LATER_MIN_MIN` items when numba is
+    there ("auto"; "compiled" whatever the size, "python" the kernel uncompiled, "numpy" never),
+    else a segmented running maximum of the reversed, negated values; the same answers."""
+    n = len(val)
+    if method == "python" or (method != "numpy" and jit.wanted(n, LATER_MIN_MIN, forced=method == "compiled")):
+        fn = _later_min_kernel if method == "python" else jit.compiled(_later_min_kernel)
+        if fn is not None:
+            out = np.empty(n, np.int64)
+            jit.call(fn, np.ascontiguousarray(val, np.int64), np.ascontiguousarray(seg, np.int64), np.int64(big), out)
+            return out
     rev = val[::-1]
-    seg = lane[o][::-1]
+    seg = seg[::-1]
     start = np.ones(len(rev), bool)
     start[1:] = seg[1:] != seg[:-1]
     shifted = np.empty_like(rev)
-    shifted[0] = big
+    if len(rev):
+        shifted[0] = big
     shifted[1:] = rev[:-1]
     shifted[start] = big
     suf = -segmented_cummax(-shifted, start) if len(rev) else shifted
     after = np.empty_like(val)
     after[::-1] = suf
-    out = position.copy()
-    m = nl[o]
-    out[o[m]] = np.minimum(position[o[m]], after[m])
-    return out
+    return after
+
+
+#: :func:`later_min` compiles its pass from this many items ("auto")
+LATER_MIN_MIN = 50_000
+
+
+def _later_min_kernel(val, seg, big, out):
+    """:func:`later_min`'s backward pass, writing ``out`` in place."""
+    cur = big
+    for k in range(len(val) - 1, -1, -1):
+        if k == len(val) - 1 or seg[k] != seg[k + 1]:
+            cur = big
+        out[k] = cur
+        if val[k] < cur:
+            cur = val[k]
 
 
 def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch_corr_of_call, row, rec_start) -> Lanes:
