@@ -477,7 +477,8 @@ def _sweep_fused(start, end, member, ncat, nflat, parent_cats, qs, qe, qo):
     end >= its end (-1 none; :meth:`_Enclosers.parents` of the category's subset, as indices
     into all contexts). One stack per category, as in :func:`_sweep_innermost`; a stack is
     searched from its top by doubling steps, then bisection (the answer is usually near the top).
-    O((n + q) * ncat + q * ncat * log n).
+    O((n + q) * ncat + q * ncat * log n). ``hits``, ``lev_hit``, ``lev`` and ``parent`` are
+    int32 (n must be below 2**31).
     """
     n = len(end)
     q = len(qs)
@@ -490,13 +491,14 @@ def _sweep_fused(start, end, member, ncat, nflat, parent_cats, qs, qe, qo):
             offset[c + 1] += (m >> c) & 1
     for c in range(ncat):
         offset[c + 1] += offset[c]
-    stack = np.empty(max(offset[ncat], 1), np.int64)
+    # context indices in int32 (the caller keeps n below 2**31): half the memory of int64
+    stack = np.empty(max(offset[ncat], 1), np.int32)
     top = np.zeros(ncat, np.int64)
-    hits = np.empty((nflat, q), np.int64)
-    lev_hit = np.full(q, -1, np.int64)
-    lev = np.full(q, -1, np.int64)
+    hits = np.empty((nflat, q), np.int32)
+    lev_hit = np.full(q, -1, np.int32)
+    lev = np.full(q, -1, np.int32)
     enclosed = np.zeros(q, np.bool_)
-    parent = np.full(n, -1, np.int64)
+    parent = np.full(n, -1, np.int32)
     i = 0
     run_max = 0  # largest end pushed so far (meaningful once i > 0)
     for t in range(q + 1):
@@ -977,7 +979,7 @@ def _map_runtime_calls(
         qe = np.concatenate([end[q], gap_mid[q]])
         whole = len(c) == len(ctx.rows)  # the thread has every context (c ascending, distinct: c is arange)
         th = _ThreadContexts(ctx, c, c_start if whole else c_start[c], c_end if whole else c_end[c])
-        fn = _fused_kernel(method, len(c) + len(qs))
+        fn = _fused_kernel(method, len(c) + len(qs)) if len(c) < _FUSED_MAX_CONTEXTS else None
         if fn is not None:  # every interval search of the thread in one compiled sweep
             lay, op_ids, ph, is_autograd = _thread_fused(fn, th, qs, qe, nq, levels, intern, op_label)
         else:
@@ -993,6 +995,10 @@ def _map_runtime_calls(
         out.phase[q] = ph[:nq]
         out.gap_phase[q] = ph[nq:]
     return autograd_threads
+
+
+#: the fused sweep holds context indices in int32: threads with more contexts take the numpy path
+_FUSED_MAX_CONTEXTS = (1 << 31) - 1
 
 
 def _fused_kernel(method: str, size: int):
