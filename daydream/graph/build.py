@@ -116,20 +116,19 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     v = np.arange(len(row), dtype=np.int64)
     lp = lanes.lane_prev >= 0
     R = Origin.RECORDED
-    order_edges = concat_edges([  # one per task at most, unique by construction
-        (lanes.lane_prev[lp & ~is_gpu], v[lp & ~is_gpu], EdgeKind.THREAD, R),
-        (lanes.lane_prev[lp & is_gpu], v[lp & is_gpu], EdgeKind.STREAM, R),
-        (launch[has_launch & ~staged], v[has_launch & ~staged], EdgeKind.LAUNCH, R),
-        (launch[has_launch & staged], v[has_launch & staged], EdgeKind.STAGED, R),
-        (qs, qd, EdgeKind.QUEUE, R),  # unique: one per launched task
-    ])
     dep_edges = dedupe_edges(*concat_edges([
         (ws, wd, EdgeKind.WAIT, R),
         (xs, xd, EdgeKind.XSTREAM, R),
         (hs, hd, EdgeKind.HANDOVER, Origin.INFERRED),
         (ys, yd, EdgeKind.XSTREAM, Origin.INFERRED),
     ]))
-    src, dst, ek, eo = (np.concatenate([a, b]) for a, b in zip(order_edges, dep_edges))
+    src, dst, ek, eo = concat_edges([  # order edges first: one per task at most, unique by construction
+        (lanes.lane_prev[lp & ~is_gpu], v[lp & ~is_gpu], EdgeKind.THREAD, R),
+        (lanes.lane_prev[lp & is_gpu], v[lp & is_gpu], EdgeKind.STREAM, R),
+        (launch[has_launch & ~staged], v[has_launch & ~staged], EdgeKind.LAUNCH, R),
+        (launch[has_launch & staged], v[has_launch & staged], EdgeKind.STAGED, R),
+        (qs, qd, EdgeKind.QUEUE, R),  # unique: one per launched task
+    ], tail=dep_edges)
     # tied or inconsistent timestamps (odd input) can put a task before what it waits for
     # lane and launch edges (the first four groups) point forward in the lane order by construction
     n_forward = int(np.count_nonzero(lp)) + int(np.count_nonzero(has_launch))
