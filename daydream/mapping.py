@@ -44,7 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .arrays import few_distinct, sorted_unique, stable_group_order
+from .arrays import few_distinct, small_pages, sorted_unique, stable_group_order
 from . import jit
 from .events import EventTable, Kind
 from .links import launch_rows
@@ -477,7 +477,8 @@ def _sweep_fused(start, end, member, ncat, nflat, parent_cats, qs, qe, qo):
     end >= its end (-1 none; :meth:`_Enclosers.parents` of the category's subset, as indices
     into all contexts). One stack per category, as in :func:`_sweep_innermost`; a stack is
     searched from its top by doubling steps, then bisection (the answer is usually near the top).
-    O((n + q) * ncat + q * ncat * log n).
+    O((n + q) * ncat + q * ncat * log n). ``hits``, ``lev_hit``, ``lev`` and ``parent`` are
+    int32 (n must be below 2**31).
     """
     n = len(end)
     q = len(qs)
@@ -490,13 +491,14 @@ def _sweep_fused(start, end, member, ncat, nflat, parent_cats, qs, qe, qo):
             offset[c + 1] += (m >> c) & 1
     for c in range(ncat):
         offset[c + 1] += offset[c]
-    stack = np.empty(max(offset[ncat], 1), np.int64)
+    # context indices in int32 (the caller keeps n below 2**31): half the memory of int64
+    stack = np.empty(max(offset[ncat], 1), np.int32)
     top = np.zeros(ncat, np.int64)
-    hits = np.empty((nflat, q), np.int64)
-    lev_hit = np.full(q, -1, np.int64)
-    lev = np.full(q, -1, np.int64)
+    hits = np.empty((nflat, q), np.int32)
+    lev_hit = np.full(q, -1, np.int32)
+    lev = np.full(q, -1, np.int32)
     enclosed = np.zeros(q, np.bool_)
-    parent = np.full(n, -1, np.int64)
+    parent = np.full(n, -1, np.int32)
     i = 0
     run_max = 0  # largest end pushed so far (meaningful once i > 0)
     for t in range(q + 1):
@@ -709,24 +711,10 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     What a context says depends only on (name, CPU_OP or not, ``python_function`` category or
     not): each distinct such key present is classified once (:func:`_classify_keys`), and the
     rows take their key's answers."""
-    kind = table.kind
     names = table.names
-    is_op, cpu_side = kind == Kind.CPU_OP, table.device < 0
-    rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
-    key = table.name_id[rows].astype(np.int64)
-    key *= 2
-    key += kind[rows] == Kind.CPU_OP
-    key *= 2
-    if py_id:
-        cat = table.cat_id[rows]
-        if len(cat) and int(cat.min()) >= 0 and int(cat.max()) < len(names):  # a lookup table over the names
-            is_py = np.zeros(len(names), bool)
-            is_py[py_id] = True
-            key += is_py[cat]
-        else:
-            key += np.isin(cat, py_id)
-    present = np.flatnonzero(np.bincount(key, minlength=4 * len(names)))  # sorted distinct keys
+    rows, key, counts, all_cpu_side = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names))
+    present = np.flatnonzero(counts)  # sorted distinct keys
     k = _classify_keys(names, present, rules)
     at = np.zeros(4 * len(names), dtype=np.int64)
     at[present] = np.arange(len(present))
@@ -734,8 +722,97 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     k["member"] = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
     ctx = _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"])
     ctx.name_id = key >> 2
-    ctx.all_cpu_side = not bool((is_op & ~cpu_side).any())
+    ctx.all_cpu_side = all_cpu_side
     return ctx
+
+
+#: :func:`_context_keys` compiles its two passes from this many table rows ("auto")
+CONTEXT_KEYS_MIN = 50_000
+
+
+def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat_id: np.ndarray, py_id: list[int],
+                  n_names: int, method: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """The context rows of table columns (length n each: ``kind``, ``device``, ``name_id``,
+    ``cat_id``; ``py_id``: the name ids of ``python_function``, ``n_names`` names): CPU-side
+    RANGE rows and CPU_OP rows. Returns (rows int64 (m,), their keys int64 (m,):
+    ``name_id * 4 + 2 * is CPU_OP + is python_function``, key counts int64 (4 * n_names,), no
+    CPU_OP row on a device). Two compiled passes (:func:`_context_keys_kernel`) from
+    :data:`CONTEXT_KEYS_MIN` rows when numba is there ("auto"; "compiled" whatever the size,
+    "python" the kernel uncompiled, "numpy" never), else numpy passes; the same answers.
+
+    Raises:
+        IndexError, ValueError: a context row's name id outside ``[0, n_names)`` (numpy's
+            errors, whichever method).
+    """
+    if method == "python" or (method != "numpy" and jit.wanted(len(kind), CONTEXT_KEYS_MIN, forced=method == "compiled")):
+        fn = _context_keys_kernel if method == "python" else jit.compiled(_context_keys_kernel)
+        if fn is not None:
+            is_py = np.zeros(max(n_names, 1), np.bool_)
+            is_py[py_id] = True
+            rows, key, counts, all_cpu, ok = jit.call(
+                fn, np.ascontiguousarray(kind, np.uint8), np.ascontiguousarray(device, np.int32),
+                np.ascontiguousarray(name_id, np.int32), np.ascontiguousarray(cat_id, np.int32), is_py, bool(py_id), n_names,
+                np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP))
+            if ok:
+                return rows, key, counts, bool(all_cpu)
+            # a name id out of range: the numpy passes raise numpy's error
+    is_op, cpu_side = kind == Kind.CPU_OP, device < 0
+    rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
+    key = name_id[rows].astype(np.int64)
+    key *= 2
+    key += kind[rows] == Kind.CPU_OP
+    key *= 2
+    if py_id:
+        cat = cat_id[rows]
+        if len(cat) and int(cat.min()) >= 0 and int(cat.max()) < n_names:  # a lookup table over the names
+            is_py = np.zeros(n_names, bool)
+            is_py[py_id] = True
+            key += is_py[cat]
+        else:
+            key += np.isin(cat, py_id)
+    counts = np.bincount(key, minlength=4 * n_names)
+    if len(counts) > 4 * n_names:
+        raise IndexError(f"name id {int(key.max()) >> 2} out of range for {n_names} names")
+    return rows, key, counts, not bool((is_op & ~cpu_side).any())
+
+
+def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, k_range, k_op):
+    """:func:`_context_keys`'s passes: count the context rows, then fill rows, keys and key
+    counts; ``ok`` False (nothing filled) when a context row's name id is out of range."""
+    n = len(kind)
+    m = 0
+    all_cpu = True
+    for i in range(n):
+        k = kind[i]
+        if k == k_op:
+            m += 1
+            if device[i] >= 0:
+                all_cpu = False
+        elif k == k_range and device[i] < 0:
+            m += 1
+    rows = np.empty(m, np.int64)
+    key = np.empty(m, np.int64)
+    counts = np.zeros(4 * n_names, np.int64)
+    n_py = len(is_py)
+    j = 0
+    for i in range(n):
+        k = kind[i]
+        is_op = k == k_op
+        if is_op or (k == k_range and device[i] < 0):
+            nm = name_id[i]
+            if nm < 0 or nm >= n_names:
+                return rows[:0], key[:0], counts, all_cpu, False
+            x = np.int64(nm) * 4
+            if is_op:
+                x += 2
+            c = cat_id[i]
+            if use_py and c >= 0 and c < n_py and is_py[c]:
+                x += 1
+            rows[j] = i
+            key[j] = x
+            counts[x] += 1
+            j += 1
+    return rows, key, counts, all_cpu, True
 
 
 def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]) -> dict:
@@ -776,6 +853,7 @@ def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]
 # main entry
 
 
+@small_pages
 def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, method: str = "auto") -> Mapping:
     """Layer path, framework op and phase of every RUNTIME and GPU task row of ``table``.
 
@@ -894,14 +972,14 @@ def _map_runtime_calls(
     c_start, c_end = start[ctx.rows].astype(np.int64, copy=False), end[ctx.rows].astype(np.int64, copy=False)
     c_pid, c_tid = table.pid[ctx.rows].astype(np.int64, copy=False), table.tid[ctx.rows].astype(np.int64, copy=False)
     ctx.columns = (c_pid, c_tid, c_start, c_end)
-    gap_mid = np.zeros(len(table), dtype=np.int64)
-    gap_mid[rt_rows] = _gap_midpoints(table, rt_rows, threads)
+    gap_mid = _gap_midpoints(table, rt_rows, threads, by_row=True)  # read at rt_rows only
     for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows, (c_pid, c_tid)):  # one iteration per thread
         nq = len(q)
         qs = np.concatenate([start[q], gap_mid[q]])
         qe = np.concatenate([end[q], gap_mid[q]])
-        th = _ThreadContexts(ctx, c, c_start[c], c_end[c])
-        fn = _fused_kernel(method, len(c) + len(qs))
+        whole = len(c) == len(ctx.rows)  # the thread has every context (c ascending, distinct: c is arange)
+        th = _ThreadContexts(ctx, c, c_start if whole else c_start[c], c_end if whole else c_end[c])
+        fn = _fused_kernel(method, len(c) + len(qs)) if len(c) < _FUSED_MAX_CONTEXTS else None
         if fn is not None:  # every interval search of the thread in one compiled sweep
             lay, op_ids, ph, is_autograd = _thread_fused(fn, th, qs, qe, nq, levels, intern, op_label)
         else:
@@ -917,6 +995,10 @@ def _map_runtime_calls(
         out.phase[q] = ph[:nq]
         out.gap_phase[q] = ph[nq:]
     return autograd_threads
+
+
+#: the fused sweep holds context indices in int32: threads with more contexts take the numpy path
+_FUSED_MAX_CONTEXTS = (1 << 31) - 1
 
 
 def _fused_kernel(method: str, size: int):
@@ -943,7 +1025,8 @@ def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: i
     ctx = th.ctx
     enc = _Enclosers(th.cs, th.ce)
     srt = th.c if enc.identity else th.c[enc.order]
-    rks, bk = ctx.rk[srt], ctx.by_key  # the contexts' keys: their facts are read per key
+    whole = enc.identity and len(srt) == len(ctx.rk)  # every context, in their own order (srt is arange)
+    rks, bk = ctx.rk if whole else ctx.rk[srt], ctx.by_key  # the contexts' keys: their facts are read per key
     member = bk["member"][rks]
     qo = np.argsort(qs, kind="stable")
     hits, lev_hit, lev, enclosed, parent = jit.call(
@@ -1106,8 +1189,9 @@ def call_threads(table: EventTable, rt_rows: np.ndarray) -> CallThreads:
     return CallThreads(rt_rows, new_thread, prev_end)
 
 
-def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None) -> np.ndarray:
-    """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``).
+def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None, by_row: bool = False) -> np.ndarray:
+    """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``; ``by_row``: an
+    int64 array over the table's rows instead, set at ``rt_rows`` only, the rest undefined).
 
     The gap of call r on thread (pid, tid) is ``[prev_end, start_r]``, ``prev_end`` the largest
     end of the earlier calls of the thread (in start order, ties by row), or the table's earliest
@@ -1118,7 +1202,7 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
     """
     n = len(rt_rows)
     if n == 0:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(len(table) if by_row else 0, dtype=np.int64)
     t0 = int(table.start_ns.min())
     s = table.start_ns[rt_rows].astype(np.int64, copy=False)
     if threads is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
@@ -1128,7 +1212,7 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
         lo = np.minimum(prev_end, so)
         mid = np.empty(len(table), dtype=np.int64)  # by row, then back to the order of rt_rows
         mid[threads.rt_rows] = lo + (so - lo) // 2
-        return mid[rt_rows]
+        return mid if by_row else mid[rt_rows]
     pid, tid = table.pid[rt_rows].astype(np.int64, copy=False), table.tid[rt_rows].astype(np.int64, copy=False)
     e = table.end_ns[rt_rows].astype(np.int64, copy=False)
     o = np.lexsort((rt_rows, s, tid, pid))
@@ -1139,14 +1223,33 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
     lo = np.minimum(prev_end, so)
     mid = np.empty(n, dtype=np.int64)
     mid[o] = lo + (so - lo) // 2
+    if by_row:
+        full = np.empty(len(table), dtype=np.int64)
+        full[rt_rows] = mid
+        return full
     return mid
 
 
-def prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int) -> np.ndarray:
+#: :func:`prev_max_end` compiles its scan from this many items ("auto")
+PREV_MAX_MIN = 50_000
+
+
+def prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int, method: str = "auto") -> np.ndarray:
     """Per item: the largest ``eo`` of the earlier items of its segment (segments start where
-    ``new``), ``t0`` for a segment's first item. Segment offsets on the values when they fit in
-    int64, else on ranks (int64 timestamps of any size are safe)."""
+    ``new``, and at item 0), ``t0`` for a segment's first item; int64, shape ``eo.shape`` (1-d).
+    One compiled pass (:func:`_prev_max_kernel`) from :data:`PREV_MAX_MIN` items when numba is
+    there ("auto"; "compiled" whatever the size, "numpy" never, "python" the kernel uncompiled);
+    else numpy scans: segment offsets on the values when they fit in int64, else on ranks (int64
+    timestamps of any size are safe). The same answers."""
     n = len(eo)
+    if method == "python" or (method != "numpy" and jit.wanted(n, PREV_MAX_MIN, forced=method == "compiled")):
+        fn = _prev_max_kernel if method == "python" else jit.compiled(_prev_max_kernel)
+        if fn is not None:
+            out = np.empty(n, np.int64)
+            jit.call(fn, np.ascontiguousarray(eo, np.int64), np.ascontiguousarray(new, np.bool_), np.int64(t0), out)
+            return out
+    if n == 0:
+        return np.zeros(0, np.int64)
     seg = np.cumsum(new) - 1
     lo = int(eo.min())
     span = int(eo.max()) - lo + 2
@@ -1165,6 +1268,20 @@ def prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int) -> np.ndarray:
     if back is None:
         return np.where(acc >= 0, acc + np.int64(lo), t0)
     return np.where(acc >= 0, eo[back[np.maximum(acc, 0)]], t0)
+
+
+def _prev_max_kernel(eo, new, t0, out):
+    """:func:`prev_max_end`'s scan: one pass, writing ``out`` in place."""
+    best = t0
+    have = False
+    for i in range(len(eo)):
+        if new[i]:
+            have = False
+        out[i] = best if have else t0
+        v = eo[i]
+        if not have or v > best:
+            best = v
+            have = True
 
 
 def pair_keys(a: np.ndarray, b: np.ndarray, *more: np.ndarray) -> list[np.ndarray] | None:
@@ -1191,8 +1308,12 @@ def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray, c_cols
     if c_cols is None:
         c_cols = table.pid[c_rows].astype(np.int64, copy=False), table.tid[c_rows].astype(np.int64, copy=False)
     c_pid, c_tid = c_cols
+    ascending = len(q_rows) > 0 and bool(np.all(q_rows[1:] > q_rows[:-1]))
+    if ascending and len(c_rows) and _one_thread(q_pid, q_tid, c_pid, c_tid):  # what the packed keys would yield, unpacked
+        yield (int(q_pid[0]), int(q_tid[0])), q_rows, np.arange(len(c_rows), dtype=np.int64)
+        return
     keys = pair_keys(q_pid, q_tid, c_pid, c_tid)
-    if keys is not None and len(q_rows) and bool(np.all(q_rows[1:] > q_rows[:-1])):
+    if keys is not None and ascending:
         yield from _by_thread_key(q_rows, keys[0], keys[1], q_pid, q_tid)
         return
     qo = np.lexsort((q_tid, q_pid))
@@ -1214,6 +1335,12 @@ def _by_thread(table: EventTable, q_rows: np.ndarray, c_rows: np.ndarray, c_cols
         if len(c):
             yield (pid, tid), q, c
 
+
+
+def _one_thread(q_pid: np.ndarray, q_tid: np.ndarray, c_pid: np.ndarray, c_tid: np.ndarray) -> bool:
+    """Whether the queries and contexts (non-empty) are all on one thread: (pid, tid) of the first query."""
+    p, t = q_pid[0], q_tid[0]
+    return all(int(a.min()) == v == int(a.max()) for a, v in ((q_pid, p), (q_tid, t), (c_pid, p), (c_tid, t)))
 
 
 def _by_thread_key(q_rows: np.ndarray, qk: np.ndarray, ck: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray):

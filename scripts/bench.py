@@ -230,7 +230,7 @@ def _warm_jit() -> None:
     """Import numba and load the compiled kernels (from numba's cache) when this daydream has them."""
     try:
         from daydream import jit
-        from daydream.mapping import _sweep_innermost
+        from daydream.mapping import _sweep_innermost, prev_max_end
         from daydream.simulate import compiled
     except ImportError:  # an older daydream (--compare-src): nothing compiled
         return
@@ -245,12 +245,41 @@ def _warm_jit() -> None:
     if jit.compiled(_sweep_innermost) is not None:
         jit.call(jit.compiled(_sweep_innermost), e, e, e)
     try:
+        prev_max_end(e, np.zeros(0, bool), 0, method="compiled")
+    except TypeError:  # a daydream before the compiled scan
+        pass
+    try:
+        from daydream.mapping import _context_keys
+    except ImportError:  # a daydream before the compiled context keys
+        pass
+    else:
+        i32 = np.zeros(0, np.int32)
+        _context_keys(np.zeros(0, np.uint8), i32, i32, i32, [], 0, method="compiled")
+    try:
         from daydream.graph._arrays import ffill_by
         from daydream.links import _hash_join
     except ImportError:  # a daydream before the compiled thread fill and launch join
         pass
     else:
         ffill_by(e, e, np.zeros(0, bool), method="compiled")
+        try:
+            from daydream.graph._arrays import lane_chains
+        except ImportError:  # a daydream before the compiled lane chains
+            pass
+        else:
+            lane_chains(e, e, 0, method="compiled")
+        try:
+            from daydream.graph.order import _keeps_constraints
+        except ImportError:  # a daydream before the compiled order check
+            pass
+        else:
+            _keeps_constraints(0, e, e, e, np.zeros(0, np.uint8), 0, method="compiled")
+        try:
+            from daydream.graph.tasks import later_min
+        except ImportError:  # a daydream before the compiled suffix minimum
+            pass
+        else:
+            later_min(e, e, 0, method="compiled")
         if jit.compiled(_hash_join) is not None:
             jit.call(jit.compiled(_hash_join), e, np.zeros(0, bool), e, e, np.zeros(0, bool))
     try:

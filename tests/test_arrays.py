@@ -1,6 +1,7 @@
 """daydream.arrays.sorted_unique equals np.unique on every dtype it takes."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -45,3 +46,31 @@ def test_stable_group_order_equals_argsort(vals, limit, dtype):
     assert np.array_equal(stable_group_order(a, limit), np.argsort(a, kind="stable"))
     u = few_distinct(a, limit)
     assert (u is None) == (len(np.unique(a)) > limit) and (u is None or np.array_equal(u, np.unique(a)))
+
+
+def test_small_pages_restores_numpy_setting(monkeypatch):
+    from daydream import arrays
+
+    if arrays._set_madvise_hugepage is None:
+        pytest.skip("numpy without the huge-page switch")
+    monkeypatch.delenv("DAYDREAM_HUGEPAGES", raising=False)
+    seen = []
+
+    @arrays.small_pages
+    def inner(fail):
+        seen.append(arrays._set_madvise_hugepage(False))  # the setting while running
+        if fail:
+            raise ValueError("x")
+        return 7
+
+    was = arrays._set_madvise_hugepage(True)
+    try:
+        assert inner(False) == 7
+        with pytest.raises(ValueError):
+            inner(True)
+        assert seen == [False, False]
+        assert arrays._set_madvise_hugepage(True) is True  # restored after each call
+        monkeypatch.setenv("DAYDREAM_HUGEPAGES", "keep")
+        assert inner(False) == 7 and seen[-1] is True
+    finally:
+        arrays._set_madvise_hugepage(was)

@@ -29,7 +29,13 @@ def test_keeps_constraints_equals_the_built_pairs(n, edges, seed):
             rank = np.empty(n, np.int64)
             rank[order] = np.arange(n)
             a, b, _ = visit_constraints(n, src, dst, kind)
-            assert _keeps_constraints(n, rank, src, dst, kind) == (not np.any(rank[a] >= rank[b]))
+            want = not np.any(rank[a] >= rank[b])
+            assert _keeps_constraints(n, rank, src, dst, kind) == want
+            for method in ("numpy", "python", "compiled"):  # the array passes and the kernel agree
+                assert _keeps_constraints(n, rank, src, dst, kind, method=method) == want, method
+            fw = int(rng.integers(0, len(src) + 1))  # some first edges taken as forward: the methods still agree
+            got = {m: _keeps_constraints(n, rank, src, dst, kind, fw, method=m) for m in ("numpy", "python", "compiled")}
+            assert len(set(got.values())) == 1, got
 
 
 @settings(max_examples=200, deadline=None)
@@ -381,3 +387,35 @@ def test_latency_on_gpu_tasks_equals_the_reference_on_emulated_traces(tmp_path_f
     with pytest.MonkeyPatch.context() as mp:
         _latency_checked(mp)
         build_graph(load_trace(str(path)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 5), max_size=60), st.integers(0, 2**32))
+def test_lane_chains_compiled_equals_numpy(lanes, seed):
+    """graph._arrays.lane_chains: the compiled passes, the kernel in Python and the numpy argsort
+    agree (by_lane and lane_prev), over any visiting order and lanes with no node."""
+    from daydream.graph._arrays import lane_chains
+
+    rng = np.random.default_rng(seed)
+    lane = np.array(lanes, np.int64)
+    order = rng.permutation(len(lane)).astype(np.int64)
+    n_lanes = int(lane.max()) + 1 + int(rng.integers(0, 3)) if len(lane) else int(rng.integers(0, 3))
+    want = lane_chains(order, lane, n_lanes, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        got = lane_chains(order, lane, n_lanes, method=m)
+        assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want)), m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2**62, 2**62)), max_size=40), st.booleans())
+def test_later_min_compiled_equals_numpy(items, small):
+    """graph.tasks.later_min (the smallest later value in each run): the compiled pass, the kernel
+    in Python and the numpy scan agree, and equal the brute force."""
+    from daydream.graph.tasks import later_min
+
+    seg = np.array([s for s, _ in items], np.int64)
+    val = np.array([v for _, v in items], np.int64) % (1000 if small else 2**63 - 1)
+    big = int(val.max()) + 1 if len(val) else 0
+    want = [min([int(val[j]) for j in range(k + 1, len(val)) if all(seg[k:j + 1] == seg[k])] + [big]) for k in range(len(val))]
+    for m in ("numpy", "python", "compiled", "auto"):
+        assert later_min(val, seg, big, method=m).tolist() == want, m

@@ -814,6 +814,8 @@ def test_prev_max_end_equals_brute_force(items, small):
         want.append(-7 if best is None else best)
         best = int(eo[i]) if best is None else max(best, int(eo[i]))
     assert prev_max_end(eo, new, -7).tolist() == want
+    for method in ("numpy", "python", "compiled"):  # the numpy scans and the compiled pass agree
+        assert prev_max_end(eo, new, -7, method=method).tolist() == want, method
 
 
 @settings(max_examples=200, deadline=None)
@@ -832,3 +834,31 @@ def test_pair_keys_keep_the_pair_order(p1, p2):
     for i in range(len(pairs)):
         for j in range(len(pairs)):
             assert (k[i] < k[j]) == (pairs[i] < pairs[j]) and (k[i] == k[j]) == (pairs[i] == pairs[j])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(-2, 1), st.integers(0, 5), st.integers(-1, 7)), max_size=40),
+       st.lists(st.integers(0, 5), max_size=2), st.integers(0, 2))
+def test_context_keys_compiled_equals_numpy(rows, py_id, extra_names):
+    """mapping._context_keys: the compiled passes, the kernel in Python and the numpy passes give
+    the same context rows, keys, key counts and CPU-side flag (category ids in and out of the
+    name range, python_function present or not); a name id out of range raises either way."""
+    from daydream.mapping import _context_keys
+
+    kind = np.array([r[0] for r in rows], np.uint8)
+    device = np.array([r[1] for r in rows], np.int32)
+    name_id = np.array([r[2] for r in rows], np.int32)
+    cat_id = np.array([r[3] for r in rows], np.int32)
+    n_names = 6 + extra_names
+    py = sorted(set(py_id))
+    want = _context_keys(kind, device, name_id, cat_id, py, n_names, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        got = _context_keys(kind, device, name_id, cat_id, py, n_names, method=m)
+        assert all(np.array_equal(g, w) for g, w in zip(got[:3], want[:3])) and got[3] == want[3], m
+    ctx_rows = want[0]
+    if len(ctx_rows):  # a context's name id out of range: an error whichever method
+        bad = name_id.copy()
+        bad[ctx_rows[-1]] = n_names
+        for m in ("numpy", "python", "compiled"):
+            with pytest.raises((IndexError, ValueError)):
+                _context_keys(kind, device, bad, cat_id, py, n_names, method=m)

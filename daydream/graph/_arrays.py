@@ -198,6 +198,48 @@ def _ffill_kernel(values, idx, seg_start, out):
             cur = v
 
 
+def lane_chains(order: np.ndarray, lane: np.ndarray, n_lanes: int, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    """``(by_lane, lane_prev)`` of a visiting ``order`` (int64, a permutation of the n nodes)
+    and each node's ``lane`` (ints in [0, ``n_lanes``)): ``by_lane`` (int64, n) is ``order``
+    stably grouped by lane (``order[np.argsort(lane[order], kind="stable")]``); ``lane_prev``
+    (int64, n) each node's predecessor in its lane's part of ``by_lane``, -1 for a lane's first.
+    One counting pass and one placing pass compiled (:func:`_lane_chains_kernel`) from
+    :data:`FFILL_MIN` nodes when numba is there ("auto"; "compiled" whatever the size, "numpy"
+    never, "python" the kernel uncompiled), else a radix argsort and gathers; the same answers."""
+    n = len(order)
+    if method == "python" or (method != "numpy" and jit.wanted(n, FFILL_MIN, forced=method == "compiled")):
+        fn = _lane_chains_kernel if method == "python" else jit.compiled(_lane_chains_kernel)
+        if fn is not None:
+            by_lane, lane_prev = np.empty(n, np.int64), np.empty(n, np.int64)
+            jit.call(fn, np.ascontiguousarray(order, np.int64), np.ascontiguousarray(lane, np.int64), int(n_lanes), by_lane, lane_prev)
+            return by_lane, lane_prev
+    by_lane = order[np.argsort(small_ints(lane[order], n_lanes), kind="stable")].astype(np.int64, copy=False)
+    lane_prev = np.full(n, -1, dtype=np.int64)
+    if n:
+        same = lane[by_lane[1:]] == lane[by_lane[:-1]]
+        lane_prev[by_lane[1:][same]] = by_lane[:-1][same]
+    return by_lane, lane_prev
+
+
+def _lane_chains_kernel(order, lane, n_lanes, by_lane, lane_prev):
+    """:func:`lane_chains`'s loops: lane sizes, then ``order`` placed lane by lane, each node
+    linked to the lane's previous one; writes ``by_lane`` and ``lane_prev`` in place."""
+    n = len(order)
+    at = np.zeros(n_lanes + 1, np.int64)
+    for i in range(n):
+        at[lane[i] + 1] += 1
+    for k in range(n_lanes):
+        at[k + 1] += at[k]
+    last = np.full(max(n_lanes, 1), -1, np.int64)
+    for t in range(n):
+        v = order[t]
+        k = lane[v]
+        by_lane[at[k]] = v
+        at[k] += 1
+        lane_prev[v] = last[k]
+        last[k] = v
+
+
 def lookup_sorted(sorted_keys: np.ndarray, order: np.ndarray, values: np.ndarray, q: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """For each query key ``q`` (where ``valid``): ``values[order[j]]`` of the first j with
     ``sorted_keys[j] == q``, else -1."""

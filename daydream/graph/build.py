@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import small_pages
 from ..cuda_api import LAUNCH_QUEUE_DEPTH
 from ..events import EventTable, Kind
 from ..links import only_process
@@ -71,6 +72,7 @@ def _cpu_ranges(table: EventTable, mapping=None) -> CpuRanges:
     return CpuRanges(col(table.pid), col(table.tid), col(table.start_ns), col(table.end_ns), col(table.name_id))
 
 
+@small_pages
 def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNCH_QUEUE_DEPTH) -> TaskGraph:
     """Build the task graph of ``table`` following ``docs/model.md``.
 
@@ -114,35 +116,37 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     v = np.arange(len(row), dtype=np.int64)
     lp = lanes.lane_prev >= 0
     R = Origin.RECORDED
-    order_edges = concat_edges([  # one per task at most, unique by construction
-        (lanes.lane_prev[lp & ~is_gpu], v[lp & ~is_gpu], EdgeKind.THREAD, R),
-        (lanes.lane_prev[lp & is_gpu], v[lp & is_gpu], EdgeKind.STREAM, R),
-        (launch[has_launch & ~staged], v[has_launch & ~staged], EdgeKind.LAUNCH, R),
-        (launch[has_launch & staged], v[has_launch & staged], EdgeKind.STAGED, R),
-        (qs, qd, EdgeKind.QUEUE, R),  # unique: one per launched task
-    ])
     dep_edges = dedupe_edges(*concat_edges([
         (ws, wd, EdgeKind.WAIT, R),
         (xs, xd, EdgeKind.XSTREAM, R),
         (hs, hd, EdgeKind.HANDOVER, Origin.INFERRED),
         (ys, yd, EdgeKind.XSTREAM, Origin.INFERRED),
     ]))
-    src, dst, ek, eo = (np.concatenate([a, b]) for a, b in zip(order_edges, dep_edges))
+    src, dst, ek, eo = concat_edges([  # order edges first: one per task at most, unique by construction
+        (lanes.lane_prev[lp & ~is_gpu], v[lp & ~is_gpu], EdgeKind.THREAD, R),
+        (lanes.lane_prev[lp & is_gpu], v[lp & is_gpu], EdgeKind.STREAM, R),
+        (launch[has_launch & ~staged], v[has_launch & ~staged], EdgeKind.LAUNCH, R),
+        (launch[has_launch & staged], v[has_launch & staged], EdgeKind.STAGED, R),
+        (qs, qd, EdgeKind.QUEUE, R),  # unique: one per launched task
+    ], tail=dep_edges)
     # tied or inconsistent timestamps (odd input) can put a task before what it waits for
     # lane and launch edges (the first four groups) point forward in the lane order by construction
     n_forward = int(np.count_nonzero(lp)) + int(np.count_nonzero(has_launch))
     order, keep = repair_order(lanes.order, src, dst, ek, counts, n_forward)  # valid by construction
     nm = mapping.for_nodes(row) if mapping is not None else None
+    all_kept = bool(keep.all())
+    if not all_kept:  # (src, dst, ek, eo are this build's own arrays: kept as they are otherwise)
+        src, dst, ek, eo = src[keep], dst[keep], ek[keep], eo[keep]
     graph = TaskGraph(
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
         lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64, copy=False), names=list(table.names),
         pid=nodes.pid, tid=nodes.tid, device=nodes.device, stream=nodes.stream, correlation=corr,
         copy_kind=table.copy_kind[row].astype(np.uint8), devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table, mapping),
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
-        order=order.astype(np.int64), edge_src=src[keep], edge_dst=dst[keep], edge_kind=ek[keep], edge_origin=eo[keep],
+        order=order.astype(np.int64, copy=False), edge_src=src, edge_dst=dst, edge_kind=ek, edge_origin=eo,
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
         staging_latency_ns=S,
     )
-    if keep.all():  # every lane and launch edge as built: seed the graph's views of them (same arrays)
+    if all_kept:  # every lane and launch edge as built: seed the graph's views of them (same arrays)
         graph.__dict__["lane_prev"], graph.__dict__["launch"] = lanes.lane_prev, launch
     return graph.known_valid()

@@ -253,15 +253,18 @@ class TaskGraph:
                                    edge_kind=np.asarray(kind, np.uint8), edge_origin=np.asarray(origin, np.uint8))
 
 
-def concat_edges(parts: list[tuple[np.ndarray, np.ndarray, int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Concatenate ``(src, dst, kind, origin)`` groups into four edge arrays."""
-    if not parts:
+def concat_edges(parts: list[tuple[np.ndarray, np.ndarray, int, int]], tail=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Concatenate ``(src, dst, kind, origin)`` groups into four edge arrays (src, dst int64;
+    kind, origin uint8), then ``tail`` (four edge arrays, appended as they are) when given: one
+    copy of every edge."""
+    if not parts and tail is None:
         z = np.zeros(0, np.int64)
         return z, z.copy(), np.zeros(0, np.uint8), np.zeros(0, np.uint8)
-    src = np.concatenate([np.asarray(p[0], np.int64) for p in parts])
-    dst = np.concatenate([np.asarray(p[1], np.int64) for p in parts])
-    kind = np.concatenate([np.full(len(p[0]), p[2], np.uint8) for p in parts])
-    origin = np.concatenate([np.full(len(p[0]), p[3], np.uint8) for p in parts])
+    t = [] if tail is None else [tail]
+    src = np.concatenate([np.asarray(p[0], np.int64) for p in parts] + [np.asarray(x[0], np.int64) for x in t])
+    dst = np.concatenate([np.asarray(p[1], np.int64) for p in parts] + [np.asarray(x[1], np.int64) for x in t])
+    kind = np.concatenate([np.full(len(p[0]), p[2], np.uint8) for p in parts] + [np.asarray(x[2], np.uint8) for x in t])
+    origin = np.concatenate([np.full(len(p[0]), p[3], np.uint8) for p in parts] + [np.asarray(x[3], np.uint8) for x in t])
     return src, dst, kind, origin
 
 

@@ -13,6 +13,7 @@ import heapq
 
 import numpy as np
 
+from .. import jit
 from ..arrays import sorted_unique
 from ..errors import DaydreamError
 from ._arrays import count
@@ -145,12 +146,25 @@ def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int], forw
     return order, keep
 
 
-def _keeps_constraints(n: int, rank: np.ndarray, src, dst, kind, forward: int = 0) -> bool:
+#: :func:`_keeps_constraints` checks in one compiled kernel from this many edges ("auto")
+KEEPS_MIN = 50_000
+
+
+def _keeps_constraints(n: int, rank: np.ndarray, src, dst, kind, forward: int = 0, method: str = "auto") -> bool:
     """Whether the order of ``rank`` (node -> position) keeps every :func:`visit_constraints`
     pair: ``not (rank[a] >= rank[b]).any()``, without materializing the pairs (an END edge's
     pairs hold when its source comes before the earliest reader of its destination's end).
-    ``forward``: the first ``forward`` edges are known to point forward (not checked again)."""
+    ``forward``: the first ``forward`` edges are known to point forward (not checked again).
+    ``method``: "auto" checks in one compiled kernel (:func:`_keeps_kernel`) from
+    :data:`KEEPS_MIN` edges when numba is there, "compiled" whatever the size, "python" the
+    kernel uncompiled, "numpy" by array passes; the same answer."""
     ra = rule_arrays()
+    if method == "python" or (method != "numpy" and jit.wanted(len(src), KEEPS_MIN, forced=method == "compiled")):
+        fn = _keeps_kernel if method == "python" else jit.compiled(_keeps_kernel)
+        if fn is not None:
+            return bool(jit.call(fn, n, np.ascontiguousarray(rank, np.int64), np.ascontiguousarray(src, np.int64),
+                                 np.ascontiguousarray(dst, np.int64), np.ascontiguousarray(kind, np.uint8), int(forward),
+                                 ra.phase != Phase.END, ra.anchor_end))
     direct = ra.phase[kind] != Phase.END
     if np.any((rank[src[forward:]] >= rank[dst[forward:]]) & direct[forward:]):
         return False
@@ -163,3 +177,32 @@ def _keeps_constraints(n: int, rank: np.ndarray, src, dst, kind, forward: int = 
     first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, src[readers], rank[dst[readers]])
     return not np.any(rank[src[end_e]] >= first[dst[end_e]])
+
+
+def _keeps_kernel(n, rank, src, dst, kind, forward, direct_k, anchor_end_k):
+    """:func:`_keeps_constraints` in loops over the edges (``direct_k``/``anchor_end_k``: per
+    edge kind, the rule is not ``Phase.END`` / is anchored at the source's end)."""
+    m = len(src)
+    for e in range(forward, m):
+        if direct_k[kind[e]] and rank[src[e]] >= rank[dst[e]]:
+            return False
+    waited = np.zeros(n, np.bool_)
+    any_end = False
+    for e in range(m):
+        if not direct_k[kind[e]]:
+            waited[dst[e]] = True
+            any_end = True
+    if not any_end:
+        return True
+    big = np.iinfo(np.int64).max
+    first = np.full(n, big, np.int64)
+    for e in range(m):
+        s = src[e]
+        if anchor_end_k[kind[e]] and waited[s]:
+            r = rank[dst[e]]
+            if r < first[s]:
+                first[s] = r
+    for e in range(m):
+        if not direct_k[kind[e]] and rank[src[e]] >= first[dst[e]]:
+            return False
+    return True

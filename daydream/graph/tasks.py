@@ -10,11 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import jit
 from ..arrays import stable_group_order
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
 from ..mapping import CallThreads, call_threads, pair_keys, prev_max_end
-from ._arrays import count, segmented_cummax, small_ints, unique_columns
+from ._arrays import count, lane_chains, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
 
@@ -125,22 +126,54 @@ def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarra
     o = g[np.lexsort((rec_start[g], small_ints(lane[g], int(lane.max()) + 1)))]  # each stream in recorded execution order
     big = min(int(position.max()) + 1, int(np.iinfo(np.int64).max))  # above every position: "no launched task after it" (min() keeps the position)
     val = np.where(launch[o] >= 0, position[o], big)
-    # suffix minimum within each lane, exclusive of the task itself
+    after = later_min(val, lane[o], big)  # suffix minimum within each lane, exclusive of the task itself
+    out = position.copy()
+    m = nl[o]
+    out[o[m]] = np.minimum(position[o[m]], after[m])
+    return out
+
+
+def later_min(val: np.ndarray, seg: np.ndarray, big: int, method: str = "auto") -> np.ndarray:
+    """Per item: the smallest ``val`` of the later items of its run of equal ``seg`` (int64,
+    1-d, one length), ``big`` for a run's last item (``big`` >= every value). One compiled
+    backward pass (:func:`_later_min_kernel`) from :data:`LATER_MIN_MIN` items when numba is
+    there ("auto"; "compiled" whatever the size, "python" the kernel uncompiled, "numpy" never),
+    else a segmented running maximum of the reversed, negated values; the same answers."""
+    n = len(val)
+    if method == "python" or (method != "numpy" and jit.wanted(n, LATER_MIN_MIN, forced=method == "compiled")):
+        fn = _later_min_kernel if method == "python" else jit.compiled(_later_min_kernel)
+        if fn is not None:
+            out = np.empty(n, np.int64)
+            jit.call(fn, np.ascontiguousarray(val, np.int64), np.ascontiguousarray(seg, np.int64), np.int64(big), out)
+            return out
     rev = val[::-1]
-    seg = lane[o][::-1]
+    seg = seg[::-1]
     start = np.ones(len(rev), bool)
     start[1:] = seg[1:] != seg[:-1]
     shifted = np.empty_like(rev)
-    shifted[0] = big
+    if len(rev):
+        shifted[0] = big
     shifted[1:] = rev[:-1]
     shifted[start] = big
     suf = -segmented_cummax(-shifted, start) if len(rev) else shifted
     after = np.empty_like(val)
     after[::-1] = suf
-    out = position.copy()
-    m = nl[o]
-    out[o[m]] = np.minimum(position[o[m]], after[m])
-    return out
+    return after
+
+
+#: :func:`later_min` compiles its pass from this many items ("auto")
+LATER_MIN_MIN = 50_000
+
+
+def _later_min_kernel(val, seg, big, out):
+    """:func:`later_min`'s backward pass, writing ``out`` in place."""
+    cur = big
+    for k in range(len(val) - 1, -1, -1):
+        if k == len(val) - 1 or seg[k] != seg[k + 1]:
+            cur = big
+        out[k] = cur
+        if val[k] < cur:
+            cur = val[k]
 
 
 def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch_corr_of_call, row, rec_start) -> Lanes:
@@ -159,11 +192,7 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     has_launch = launch >= 0
     launch_corr = np.where(has_launch, launch_corr_of_call[np.maximum(launch, 0)], -1)
     order = visit_order(position, is_gpu, launch_corr, rec_start, row)
-    by_lane = order[np.argsort(small_ints(lane[order], len(uniq)), kind="stable")]
-    lane_prev = np.full(n, -1, dtype=np.int64)
-    if n:
-        same = lane[by_lane[1:]] == lane[by_lane[:-1]]
-        lane_prev[by_lane[1:][same]] = by_lane[:-1][same]
+    by_lane, lane_prev = lane_chains(order, lane, len(uniq))
     return Lanes(lane, uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64), names, lane_is_gpu,
                  order.astype(np.int64), by_lane, lane_prev, launch_corr, position)
 
