@@ -407,9 +407,10 @@ def asked_lines(r: Report) -> list[str]:
             med = next((i for i in steps if p.steps[i].replayed_ns == r.summary.answer.step_ns), None)
             sp = sorted(p.steps[i].speedup for i in steps)
             if med is not None:
-                step = f"median step ({p.steps[med].name}) {_ms(p.steps[med].replayed_ns)} -> {_ms(p.steps[med].predicted_ns)} ms, "
+                m = p.steps[med]
+                step = f"median step ({m.name}) {_ms(m.replayed_ns)} -> {_ms(m.predicted_ns)} ms ({m.speedup:.3f}x), "
             if len(sp) > 1:
-                step += f"per-step speed-up {sp[(len(sp) - 1) // 2]:.3f}x (median; {sp[0]:.3f}x to {sp[-1]:.3f}x), "
+                step += f"per-step speed-ups {sp[0]:.3f}x to {sp[-1]:.3f}x (median {sp[(len(sp) - 1) // 2]:.3f}x), "
         out.append(f"  what-if {' + '.join(o.name for o in p.optimizations)}: {step}traced window {_ms(w.replayed_ns)} -> "
                    f"{_ms(w.predicted_ns)} ms ({w.speedup:.3f}x)" + ("  UNRELIABLE: see the baseline replay below" if bad else ""))
     out += [f"  what-if {name}: not applicable: {why}" for name, why in r.not_applicable.items()]

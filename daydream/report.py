@@ -782,11 +782,24 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
     hi = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
     everything = cached(graph, "report.all_nodes", lambda: np.ones(graph.n, dtype=bool))  # one array: its member kinds stay memoized
     window = _predicted("traced window", base.window, graph, tl, graph.t0_ns, hi, everything)
-    by_name = {w.name: w for w in base.steps}
-    steps = [_predicted(w.name, by_name[w.name], graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members, w.members)
-             for w in sw if w.name in by_name]
+    steps = [_predicted(w.name, b, graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members, w.members)
+             for w, b in _step_pairs(sw, base.steps)]
     _, cp = critical_path(graph, tl, *_phase_args(graph))
     return Prediction(applied, window, steps, cp, _predicted_processes(base, graph, tl))
+
+
+def _step_pairs(sw: list, base_steps: list[WindowStats]) -> list[tuple]:
+    """Each predicted step window with its baseline row: by position (both come from the same
+    ProfilerStep ranges of the same table, in the same order), so that steps sharing a name (two
+    processes' ProfilerStep#5, a renamed step) keep their own baseline; by name, for names that occur
+    once, if the lists differ."""
+    if len(sw) == len(base_steps) and all(w.name == b.name for w, b in zip(sw, base_steps)):
+        return list(zip(sw, base_steps))
+    count: dict[str, int] = {}
+    for b in base_steps:
+        count[b.name] = count.get(b.name, 0) + 1
+    by_name = {b.name: b for b in base_steps if count[b.name] == 1}
+    return [(w, by_name[w.name]) for w in sw if w.name in by_name]
 
 
 def _predicted_processes(base: Report, graph: TaskGraph, tl: Timeline) -> list[PredictedWindow]:
