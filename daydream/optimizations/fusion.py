@@ -5,7 +5,10 @@ Chains. Two kernels are linked when all of these hold:
 
 * both are memory-bound kernels (:mod:`daydream.kernels`: elementwise, reduction,
   normalization, softmax, copy or set kernels; not optimizer or communication kernels, not
-  memcpy/memset tasks, not GEMMs);
+  memcpy/memset tasks, not GEMMs), outside the mapped optimizer phase: the optimizer step's
+  per-parameter updates read and write each parameter once (nothing of one stays on chip for the
+  next, so the chain's bytes model does not hold), ``torch.compile`` of the model leaves
+  ``optimizer.step()`` alone, and ``fused-adam`` models fusing them;
 * the second is the next task on the first one's stream, and no blocking call or other stream
   waits for the first (nothing observes the intermediate result);
 * both were launched from one CPU thread and, with a mapped graph, in the same layer (same
@@ -42,7 +45,7 @@ from ..errors import NotApplicable
 from ..events import Kind
 from ..transform import remove, set_duration
 from . import Optimization, Param, register
-from ._common import has_dependents, lane_order
+from ._common import has_dependents, lane_order, mapped_phase
 
 FUSABLE_CLASSES = ("elementwise", "reduction", "normalization", "softmax_attention", "copy", "set")
 
@@ -59,6 +62,9 @@ def chains(graph, max_chain: int) -> np.ndarray:
     info = K.kernel_info(graph)
     kern = (graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)
     memb = kern & info.is_bound("memory") & info.is_class(*FUSABLE_CLASSES)
+    opt = mapped_phase(graph, "optimizer")
+    if opt is not None:  # the optimizer step's per-parameter updates: fused-adam's, not a chain (module doc)
+        memb &= ~opt
     prev = graph.lane_prev
     ok = memb & (prev >= 0)
     p0 = np.maximum(prev, 0)
