@@ -672,10 +672,10 @@ def _warnings(graph: TaskGraph) -> list[str]:
     if over:
         out.append(f"{over:,} ProfilerStep ranges overlap the next step of their process (a malformed or merged trace?): the tasks "
                    "in both are counted in both steps, so the step rows do not add up to the window.")
-    pids = graph.lane_keys[graph.lane, 1] if graph.n else np.zeros(0, np.int64)
-    comm = communication_mask(graph)
+    pids, procs = _process_ids(graph)
+    comm = communication_mask(graph) & (pids >= 0)
     if gpu and comm.any() and len(sorted_unique(pids[comm])) > 1:
-        out.append(f"this trace holds {len(sorted_unique(pids)):,} processes whose {int(comm.sum()):,} collective kernels talk to each "
+        out.append(f"this trace holds {len(procs):,} processes whose {int(comm.sum()):,} collective kernels talk to each "
                    "other; they are replayed as independent processes: each collective keeps its recorded time, its wait for "
                    "peers included, so a what-if that speeds up one process does not shorten its peers' waits. For coupled ranks "
                    "give one trace per rank (docs/jobs.md).")
@@ -699,8 +699,7 @@ def _warnings(graph: TaskGraph) -> list[str]:
 def _process_windows(graph: TaskGraph, tl: Timeline, rec: Timeline) -> list[WindowStats]:
     """One window per process when the trace has several (e.g. one rank per GPU): from the
     trace start to the end of that process's last task (its API calls and the GPU work it launched)."""
-    pids = graph.lane_keys[graph.lane, 1] if graph.n else np.zeros(0, np.int64)
-    uniq = sorted_unique(pids)
+    pids, uniq = _process_ids(graph)
     if len(uniq) < 2:
         return []
     out = []
@@ -713,6 +712,15 @@ def _process_windows(graph: TaskGraph, tl: Timeline, rec: Timeline) -> list[Wind
         name = f"process {p}" + (f" (GPU {', '.join(map(str, devs))})" if devs else "")
         out.append(_window(name, graph, tl, rec, t0, int(rec.end_ns[e].max()), t0, int(tl.end_ns[e].max()), m, busy_members=m))
     return out
+
+
+def _process_ids(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray]:
+    """(process id per node, the distinct process ids): GPU tasks whose process the trace does not
+    give (-1: no launching call, no ``daydream_pid``) make no process row of their own; the traced
+    window holds them."""
+    pids = graph.lane_keys[graph.lane, 1] if graph.n else np.zeros(0, np.int64)
+    uniq = sorted_unique(pids)
+    return pids, uniq[uniq >= 0]
 
 
 def _process_end_members(m: np.ndarray, rel: np.ndarray) -> np.ndarray:
@@ -807,10 +815,10 @@ def _predicted_processes(base: Report, graph: TaskGraph, tl: Timeline) -> list[P
     to the end of that process's last task in ``tl``."""
     if not base.processes:
         return []
-    pids = graph.lane_keys[graph.lane, 1]
+    pids, uniq = _process_ids(graph)
     rel = gpu_relevant(graph)
     out = []
-    for w, p in zip(base.processes, sorted_unique(pids).tolist()):
+    for w, p in zip(base.processes, uniq.tolist()):
         m = pids == p
         if not m.any() or w.name.partition(" (")[0] != f"process {p}":
             return []  # the processes changed (not expected of a transform): no rows rather than wrong ones

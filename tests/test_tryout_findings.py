@@ -589,3 +589,19 @@ def test_steps_sharing_a_name_keep_their_own_baseline(tmp_path):
     assert [w.name for w in pred.steps] == [w.name for w in rep.steps]
     assert [w.replayed_ns for w in pred.steps] == [w.replayed_ns for w in rep.steps]
     assert len({w.replayed_ns for w in pred.steps}) == len(pred.steps)
+
+
+def test_gpu_tasks_without_a_process_make_no_process_row():
+    """GPU tasks whose process the trace does not give (no launching call) made a 'process -1' row
+    with a -78 % error in a two-process trace (third try-out); the window holds them."""
+    from tablebuilder import TB
+
+    b = TB(pid=100)
+    k = b.call("cudaLaunchKernel", 0, 1000)
+    b.gpu(k, 3000, 5000, stream=7, name="a", device=0)
+    b.pid = 200
+    k2 = b.call("cudaLaunchKernel", 500, 1500, corr=k + 1)
+    b.gpu(k2, 4000, 6000, stream=7, name="b", device=1)
+    b.gpu(999, 6500, 9000, stream=9, name="orphan", device=1)  # no launching call in the trace
+    rep = analyze(b.table()).report
+    assert [w.name.split(" (")[0] for w in rep.processes] == ["process 100", "process 200"]
