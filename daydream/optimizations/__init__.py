@@ -61,6 +61,8 @@ class Optimization:
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a valid {getattr(p.type, '__name__', 'value')}") from None
             if isinstance(v, float) and v != v:
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a number")
+            if isinstance(v, float) and abs(v) == float("inf"):  # no model parameter is infinite; its arithmetic would give NaN
+                raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a finite number")
             if p.check is not None and not p.check(v):
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} out of range ({p.check_help})")
             out[k] = v

@@ -358,16 +358,16 @@ def _device_syncs_wait(g: TaskGraph, nodes: np.ndarray) -> TaskGraph:
     return add_edges(g, nodes[j[ok]], ds[ok], EdgeKind.WAIT) if ok.any() else g
 
 
-def comm_collectives(graph: TaskGraph) -> Collectives:
+def comm_collectives(graph: TaskGraph, sized: bool = True) -> Collectives:
     """The collectives of ``graph`` (:func:`daydream.collectives.find_collectives`).
 
     Raises:
-        NotApplicable: the trace has none, or none with a message size.
+        NotApplicable: the trace has none, or (``sized``) none with a message size.
     """
     c = find_collectives(graph)
     if not len(c):
         raise NotApplicable("the trace has no NCCL/RCCL collective to re-cost (use ddp to add data parallelism)")
-    if not (c.size_bytes >= 0).any():
+    if sized and not (c.size_bytes >= 0).any():
         raise NotApplicable(f"{len(c):,} collectives, none with a message size in the trace "
                             "(needs Kineto collective args or record_shapes)")
     return c

@@ -161,8 +161,8 @@ register(
         apply=_apply,
         params={
             "reads": Param(2.0, "tensors each chain member reads, default 2 (binary elementwise op; shapes are not in "
-                           "traces); sets the fused kernel's bytes, see docs/optimizations.md", float, lambda v: v >= 1, ">= 1"),
-            "writes": Param(1.0, "tensors each chain member writes, default 1", float, lambda v: v >= 0, ">= 0"),
+                           "traces); sets the fused kernel's bytes, see docs/optimizations.md", float, lambda v: 1 <= v <= 1e6, "1 to 1e6"),
+            "writes": Param(1.0, "tensors each chain member writes, default 1", float, lambda v: 0 <= v <= 1e6, "0 to 1e6"),
             "max_chain": Param(64, "most kernels fused into one (default 64 = torch._inductor.config.max_fusion_size); "
                                "1 fuses nothing", int, lambda v: v >= 1, ">= 1"),
         },

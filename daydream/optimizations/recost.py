@@ -113,9 +113,9 @@ def keep_latency(net: cm.Network, traced: cm.Network) -> cm.Network:
 
 
 def _world(graph, p):
+    if p["n"] == 1:  # costs nothing whatever the sizes: none are needed
+        return _one_rank(graph, comm_collectives(graph, sized=False))
     c = comm_collectives(graph)
-    if p["n"] == 1:
-        return _one_rank(graph, c)
     m = _sized(c) & (c.group_size > 1)
     net = calibrated(c, network_of(p))  # the trace's own network: only the group size changes
     n = np.full(len(c), p["n"], np.int64)
@@ -126,18 +126,18 @@ def _world(graph, p):
 
 
 def _one_rank(graph, c):
-    """``world-size:n=1``: every collective of a group of more than one rank, sized or not, costs 0. A
-    group of one rank has no peers: NCCL moves no bytes between ranks and no rank waits for another
+    """``world-size:n=1``: every collective of a group of more than one rank (or of unknown size), sized
+    or not, costs 0. A group of one rank has no peers: NCCL moves no bytes between ranks and no rank waits for another
     (what is left is at most a local copy of an out-of-place buffer); the rule ``recorded +
     model_new - model_old`` would keep the recorded waits for peers, about half of the time here."""
-    m = c.group_size > 1
+    m = c.group_size != 1  # more than one rank, or unknown: a collective of one rank is left as it is
     mask = np.zeros(graph.n, bool)
     mask[c.node[m]] = True
     old = int(c.dur_ns[m].sum())
     left = int((~m).sum())
     note = f"{int(m.sum()):,} collectives cost 0 for 1 rank (no peers: nothing crosses a link, no rank waits): {old / 1e6:,.3f} -> 0.000 ms"
     if left:
-        note += f"; {left:,} others (group of one rank already, or group size unknown) left as recorded"
+        note += f"; {left:,} others (a group of one rank already) left as recorded"
     return set_duration(graph, mask, np.zeros(int(mask.sum()), np.int64)), note
 
 
