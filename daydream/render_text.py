@@ -132,7 +132,7 @@ def _rank(r: Report) -> str:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' * (n != 1)}"
+    return f"{n:,} {word}{'s' * (n != 1)}"
 
 
 def trust_line(t: Trust | None) -> list[str]:
@@ -314,7 +314,9 @@ def comparison_section(r: Report) -> list[str]:
     return [
         f"  compared with {c.after} [{c.after_format}]: {what} against its measurement; error = "
         + ("predicted" if c.predicted_by else "this") + " - other (ms, summed over threads and streams)",
-        f"    window error {_pct(c.window_error_pct)} %, max step error {_pct(c.max_step_error_pct)} %",
+        f"    window error {_pct(c.window_error_pct)} %, "
+        + (f"max step error {_pct(c.max_step_error_pct)} %" if any(x.group == "window" and x.name != "traced window" for x in c.rows)
+           else "no ProfilerSteps to compare"),
         *(f"    note: {n}" for n in c.notes),
         "    phase API calls: time in API calls (less blocked time) by phase, without the gaps between them; CPU range "
         "incl.: wall time of the ranges of each name, nested ranges included",
@@ -359,7 +361,8 @@ def wait_text(w) -> str:
     top = ", ".join(f"{k} {_ms(v)} ms" for k, v in w.top.items())
     src = ""
     if w.inferred_edges:  # inferred is reported: the wait rests on edges a rule derived
-        src = (f" [inferred: all {w.edges:,} edges from {w.waited_for} to {w.waiter} were derived by a rule]" if w.inferred_edges == w.edges
+        src = ((f" [inferred: all {w.edges:,} edges" if w.edges > 1 else " [inferred: the edge")
+               + f" from {w.waited_for} to {w.waiter} {'were' if w.edges > 1 else 'was'} derived by a rule]" if w.inferred_edges == w.edges
                else f" [{w.inferred_edges:,} of {w.edges:,} edges from {w.waited_for} to {w.waiter} inferred]")
     return (f"{w.waiter} waits {where} for {what}: {_ms(w.ns)} ms on the traced window's critical path" + (f" ({top})" if top else "")
             + src)

@@ -684,7 +684,7 @@ def _warnings(graph: TaskGraph) -> list[str]:
     if len(slow) and graph.dur_ns[slow].sum() * 100 >= TRUST_FAIR_PCT * max(span, 1):  # material: as much as the accuracy target
         top = slow[np.argsort(-graph.dur_ns[slow], kind="stable")[:3]]
         names = ", ".join(f"{graph.name(int(v))} {graph.dur_ns[v] / 1e6:,.1f} ms" for v in top)
-        out.append(f"{len(slow):,} API calls that do not wait for the GPU take {graph.dur_ns[slow].sum() / 1e6:,.1f} ms ({names}): "
+        out.append(f"{len(slow):,} API call{'s' * (len(slow) != 1)} that do{'es' * (len(slow) == 1)} not wait for the GPU take {graph.dur_ns[slow].sum() / 1e6:,.1f} ms ({names}): "
                    f"{STARTUP_WORDS} (context creation on the first GPU runtime call, module loading on a kernel's first "
                    "launch, library handles). The window is not a steady-state step: record after warm-up (torch.profiler "
                    "schedule(wait=, warmup=, active=)) before judging a what-if on it.")

@@ -605,3 +605,12 @@ def test_gpu_tasks_without_a_process_make_no_process_row():
     b.gpu(999, 6500, 9000, stream=9, name="orphan", device=1)  # no launching call in the trace
     rep = analyze(b.table()).report
     assert [w.name.split(" (")[0] for w in rep.processes] == ["process 100", "process 200"]
+
+
+@needs_traces
+def test_compare_without_steps_says_so(capsys):
+    """--compare-to between traces without ProfilerSteps printed 'max step error 0.00 %' (third try-out)."""
+    before, after = TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite", TRACES / "nsys_ai" / "mfu_2gpu_after.sqlite"
+    assert main([str(before), "--compare-to", str(after)]) == 0
+    out = capsys.readouterr().out
+    assert "no ProfilerSteps to compare" in out and "max step error 0.00 %" not in out
