@@ -270,6 +270,10 @@ def run(argv: list[str] | None = None) -> int:
     _check_trust(result.report, args)
     if args.timeline:
         _atomic(args.timeline, result.write_timeline)
+        if result.predicted_graph is None and args.opt:  # --opt all ranks many; a refused --opt made none
+            print(_one_line(f"daydream-analyze: warning: {args.timeline}: holds the baseline replay only "
+                            + ("(--opt all ranks each optimization alone; give --opt NAME for a prediction's timeline)"
+                               if specs is None else "(the --opt asked did not apply)")), file=sys.stderr)
     if args.json:
         from .report import report_json
 

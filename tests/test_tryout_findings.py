@@ -614,3 +614,11 @@ def test_compare_without_steps_says_so(capsys):
     assert main([str(before), "--compare-to", str(after)]) == 0
     out = capsys.readouterr().out
     assert "no ProfilerSteps to compare" in out and "max step error 0.00 %" not in out
+
+
+def test_opt_all_timeline_says_it_holds_the_baseline_only(tmp_path, capsys):
+    """--opt all --timeline wrote the baseline replay alone, silently (third try-out)."""
+    out = tmp_path / "t.json.gz"
+    assert main([str(ROOT / "fixtures" / "train_step.json.gz"), "--opt", "all", "--timeline", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert out.exists() and "holds the baseline replay only (--opt all ranks each optimization alone" in err
