@@ -331,6 +331,9 @@ def _run_job(args) -> int:
             job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, mapper=mapper)
     else:
         job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=args.workers)
+    for r in job.ranks:
+        for w in r.warnings:
+            print(_one_line(f"daydream-analyze: warning: {w}"), file=sys.stderr)
     if args.json:
         _write(args.json, job_report_json(job.report))
     if args.plot:

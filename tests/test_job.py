@@ -287,3 +287,20 @@ def test_job_text_says_where_the_critical_path_stops(dlrm):
     text = render_job_text(r)
     last = r.critical_path.segments[-1].rank
     assert f"it ends at rank {last}'s trace start, {gap / 1e6:,.3f} ms after the job step begins" in text
+
+
+def test_a_rank_reads_its_adapter_warnings_for_the_cli(tmp_path):
+    """A rank's adapter warnings (a salvaged truncated file) are kept on the RankTrace, so the CLI
+    prints them as its one-line warnings instead of a worker's raw UserWarning (third try-out)."""
+    import gzip as gz
+    import warnings as w
+
+    from daydream.job.load import read_rank
+
+    data = gz.decompress((ROOT / "fixtures" / "train_step.json.gz").read_bytes())
+    p = tmp_path / "rank0.json"
+    p.write_bytes(data[: len(data) * 3 // 4])
+    with w.catch_warnings():
+        w.simplefilter("error")  # nothing escapes as a raw warning
+        r = read_rank(str(p))
+    assert len(r.warnings) == 1 and "is truncated" in r.warnings[0]

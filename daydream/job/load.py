@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -47,6 +48,7 @@ class RankTrace:
     group: np.ndarray  #: object str per collective: the ``Process Group Name`` ("" unknown)
     fmt: str = ""
     counts: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  #: the adapter's warnings (e.g. a salvaged truncated file), one line each
 
 
 def expand_inputs(items: Iterable[str]) -> list[str]:
@@ -102,7 +104,9 @@ def read_rank(path: str, index: int = 0, strict: bool = False) -> RankTrace:
     Raises:
         TraceFormatError: the file cannot be read.
     """
-    table = load_trace(path, strict=strict)
+    with warnings.catch_warnings(record=True) as caught:  # kept for the caller to show (a worker's stderr is not the user's)
+        warnings.simplefilter("always", UserWarning)
+        table = load_trace(path, strict=strict)
     graph = build_graph(table, map_events(table))
     coll = find_collectives(graph)
     group = _group_names(graph, coll)
@@ -114,7 +118,8 @@ def read_rank(path: str, index: int = 0, strict: bool = False) -> RankTrace:
         rank, src = rank_from_name(path), "file name"
     else:
         rank, src = index, "order"
-    return RankTrace(path, rank, src, int(meta.world_size), graph, coll, group, meta.format)
+    return RankTrace(path, rank, src, int(meta.world_size), graph, coll, group, meta.format,
+                     warnings=[str(w.message) for w in caught if issubclass(w.category, UserWarning)])
 
 
 def slim_table(table):
