@@ -908,3 +908,18 @@ def test_json_report_is_byte_identical_across_processes(rel, tmp_path):
         assert r.returncode == 0, r.stderr.decode()
         outs.append(j.read_bytes())
     assert outs[0] == outs[1]
+
+
+def test_a_cut_after_the_events_loses_no_event_and_keeps_the_verdict(tmp_path, capsys):
+    """A file cut in its top-level data after the traceEvents array (trailing logs) keeps every
+    event: the warning says so and the replay is not marked unreliable (third try-out: 'kept the
+    40,573 complete events', all of them, yet 'unreliable')."""
+    events = [rt(corr=i, ts=10 * i) for i in range(1, 41)] + [kern(corr=i, ts=10 * i + 4, dur=2) for i in range(1, 41)]
+    full = json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "GPU"}], "logs": "x" * 200}).encode()
+    p = tmp_path / "cut_after.json"
+    p.write_bytes(full[: len(full) - 50])  # inside the trailing "logs" string
+    doc, err = report(capsys, p, tmp_path=tmp_path)
+    assert "all its events are there, the top-level data after them is lost" in err
+    assert doc["accounting"]["kept"] and sum(doc["accounting"]["read"].values()) == 80
+    assert any(k.startswith("file cut after its events") for k in doc["accounting"]["notes"])
+    assert doc["trust"]["verdict"] != "unreliable"

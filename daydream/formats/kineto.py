@@ -719,10 +719,11 @@ def _decode(path: str, data: bytes, strict: bool, acct: Accounting) -> tuple[lis
     if events is None:
         raise TraceFormatError(path, "", "no traceEvents array: not a PyTorch profiler / Kineto trace")
     if rep.salvaged:
+        lost = ("all its events are there, the top-level data after them is lost" if rep.events_whole else
+                f"kept the {len(events):,} complete events before byte {rep.cut}, the rest is lost")
         warnings.warn(
             f"{path}: the file is truncated: its JSON document ends at byte {size} (bytes of the document, after "
-            f"decompression); kept the {len(events):,} complete events before byte {rep.cut}, the rest is lost "
-            "(--strict refuses such a file)", UserWarning, stacklevel=3)
+            f"decompression); {lost} (--strict refuses such a file)", UserWarning, stacklevel=3)
     return events, (None if array_form else obj)
 
 
@@ -759,6 +760,7 @@ class _Repairs:
     salvaged: bool = False
     utf8_fixed: bool = False
     cut: int = -1  #: byte offset where a truncated document was cut
+    events_whole: bool = False  #: the cut fell after the traceEvents array (no event lost)
 
     def fix(self, data: bytes, msg: str) -> bytes:
         """``data`` with the error msgspec reported (``msg``) repaired; raises what cannot be.
@@ -814,9 +816,12 @@ class _Repairs:
             raise TraceFormatError(
                 path, f"byte offset {len(data)}", "the file is truncated and no complete event could be recovered before the cut"
             )
-        data, self.cut = got
+        data, self.cut, self.events_whole = got
         self.salvaged = True
-        self.acct.add("notes", f"truncated file: events after byte {self.cut} of the JSON document lost")
+        if self.events_whole:  # every event is there: only top-level data after the array is lost
+            self.acct.add("notes", f"file cut after its events: top-level data after byte {self.cut} of the JSON document lost")
+        else:
+            self.acct.add("notes", f"truncated file: events after byte {self.cut} of the JSON document lost")
         return data
 
 
@@ -880,11 +885,13 @@ def _bulk_fix(data: bytes, acct: Accounting) -> bytes:
     return out
 
 
-def _salvage_truncated(data: bytes, array_form: bool, typ: Any) -> Optional[tuple[bytes, int]]:
+def _salvage_truncated(data: bytes, array_form: bool, typ: Any) -> Optional[tuple[bytes, int, bool]]:
     """Cut ``data`` after the last complete event and close the document.
 
-    Returns (repaired document, byte offset of the cut), or None when nothing could be salvaged.
-    Tries the candidate cut points nearest to the end first, a bounded number of times.
+    Returns (repaired document, byte offset of the cut, whether the ``traceEvents`` array was whole:
+    the cut fell after its closing bracket, in the top-level keys after it), or None when nothing
+    could be salvaged. Tries the candidate cut points nearest to the end first, a bounded number of
+    times.
     """
     if array_form:
         start = data.find(b"[")
@@ -913,7 +920,7 @@ def _salvage_truncated(data: bytes, array_form: bool, typ: Any) -> Optional[tupl
                 msgspec.json.decode(doc, type=typ)
             except (msgspec.DecodeError, RecursionError):  # incl. ValidationError: not an event-level cut
                 continue
-            return doc, cut
+            return doc, cut, closer == b"}"
         if lo <= start + 1:
             break
         window *= 8
