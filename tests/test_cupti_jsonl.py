@@ -731,3 +731,20 @@ def test_a_cut_last_line_is_a_truncated_file(tmp_path):
         w.simplefilter("error")
         t = read(q)
     assert not any(k.startswith("truncated") for k in t.accounting.notes)
+
+
+def test_a_gzip_stream_without_its_end_is_a_truncated_file(tmp_path):
+    """A gzip stream that stops at a flush point (no final block, no trailer) inflates to whole lines:
+    the cut was silent, 'good' with half the steps (third try-out). Now warned, noted, refused when strict."""
+    import zlib
+
+    p = dump(tmp_path, *[api(i, 10 * i, 10 * i + 5) for i in range(1, 200)])
+    lines = p.read_bytes().splitlines(keepends=True)
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)
+    cut = tmp_path / "flushed.jsonl.gz"
+    cut.write_bytes(c.compress(b"".join(lines[:100])) + c.flush(zlib.Z_SYNC_FLUSH))
+    with pytest.warns(UserWarning, match="gzip stream ends without its end marker"):
+        t = read(cut)
+    assert len(t) == 99 and "truncated file: gzip stream cut short" in t.accounting.notes
+    with pytest.raises(TraceFormatError, match="cut short"):
+        cj.load(str(cut), strict=True)

@@ -112,16 +112,24 @@ def open_maybe_gzip(path: str) -> bytes:
     """The whole content of ``path``, gunzipped when it starts with the gzip magic.
 
     A gzip stream cut short returns what could be decompressed; the caller's parser then sees a
-    truncated document and reports it. Raises TraceFormatError for unreadable or corrupt files,
-    and for a gzip stream that inflates past :func:`inflate_limit` (never holding more than that).
+    truncated document and reports it (:func:`read_maybe_gzip` also says whether it was cut). Raises
+    TraceFormatError for unreadable or corrupt files, and for a gzip stream that inflates past
+    :func:`inflate_limit` (never holding more than that).
     """
+    return read_maybe_gzip(path)[0]
+
+
+def read_maybe_gzip(path: str) -> tuple[bytes, bool]:
+    """(:func:`open_maybe_gzip`'s content, whether a gzip stream ended before its end marker: cut
+    short, so content may be missing even where what was inflated ends cleanly, e.g. at a line
+    boundary). Raises as :func:`open_maybe_gzip`."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
         raise TraceFormatError(path, "", f"cannot read ({e.strerror or e})") from None
     if raw[:2] != GZIP_MAGIC:
-        return raw
+        return raw, False
     limit = inflate_limit(path, len(raw))
     out = b""
     pos = 0
@@ -134,14 +142,14 @@ def open_maybe_gzip(path: str) -> bytes:
         if len(out) > limit or d.unconsumed_tail:
             raise inflate_refused(path, "gzip stream", limit, len(raw))
         if not d.eof:  # cut short: what could be decompressed
-            break
+            return out, True
         rest = d.unused_data
         if not rest.lstrip(b"\x00"):  # trailing zero padding, as gzip allows
             break
         if rest[:2] != GZIP_MAGIC:
             raise TraceFormatError(path, "gzip stream", "damaged gzip data (data after the end of the gzip stream)")
         pos = len(raw) - len(rest)
-    return out
+    return out, False
 
 
 def detect(path: str):

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..events import COLUMNS, Accounting, CopyKind, DeviceInfo, EventTable, Kind, MemKind, SyncKind, TraceMeta
-from . import open_maybe_gzip
+from . import read_maybe_gzip
 
 NAME = "cupti-jsonl"
 DESCRIPTION = (
@@ -1183,7 +1183,9 @@ def load(path: str, *, strict: bool = False) -> EventTable:
             or (``strict``) a malformed line, naming the line number.
     """
     path = str(path)
-    data = open_maybe_gzip(path)
+    data, gz_cut = read_maybe_gzip(path)
+    if gz_cut and strict:
+        raise TraceFormatError(path, "gzip stream", "the gzip stream is cut short (no end marker); strict mode does not salvage it")
     header, body_start, header_line = _read_header(path, data)
     acc = Accounting()
     recs, bad = decode_records(path, data, body_start, header_line + 1, strict, acc)
@@ -1212,6 +1214,11 @@ def load(path: str, *, strict: bool = False) -> EventTable:
             acc.add("notes", f"truncated file: line {last} cut short")
             warnings.warn(f"{path}: the file is truncated: its last line ({last}) is cut short and was skipped; kept the "
                           f"{len(recs):,} complete records before it (--strict refuses such a file)", UserWarning, stacklevel=2)
+            gz_cut = False  # said
+    if gz_cut:  # the inflated part ends cleanly (at a line end), but the stream has no end: records may be missing
+        acc.add("notes", "truncated file: gzip stream cut short")
+        warnings.warn(f"{path}: the file is truncated: its gzip stream ends without its end marker; kept the {len(recs):,} "
+                      "records it holds, those after the cut are lost (--strict refuses such a file)", UserWarning, stacklevel=2)
     meta = TraceMeta(
         source=path, format=NAME, devices=rows.devices,
         rank=-1 if header.rank is None else int(header.rank),
