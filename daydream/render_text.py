@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from .critical_path import CAUSES, CriticalPath
 from .display import terminal_text
-from .report import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, Breakdown, Prediction, Report, Trust
+from .report import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS, Breakdown, Prediction, Report, Trust
 from .summary import EMPTY_PATH
 
 
@@ -387,6 +387,8 @@ def answer_lines(r: Report) -> list[str]:
         line = line.replace(f" ({a.bound_pct:.0f} % of the critical path; ", " (")
     if a.whatifs:
         line += "; try " + ", ".join(f"{k} {v:.2f}x" for k, v in a.whatifs.items())
+        if any(UNLINKED_WORDS in w for w in r.warnings):  # those speed-ups may overlap streams the program orders
+            line += " (optimistic where streams wait on each other: cross-stream waits without their event, see below)"
     if any(STARTUP_WORDS in w for w in r.warnings):  # what bounds this window need not bound a step
         line += f"; the window holds {STARTUP_WORDS} (see the warning below)"
     if r.trust is not None and r.trust.verdict == "unreliable":  # the step above is replayed: say so at once

@@ -640,6 +640,8 @@ STARTUP_FACTOR = 1000
 STARTUP_MIN_NS = 1_000_000
 #: the words that mark the start-up warning (the answer line refers to it)
 STARTUP_WORDS = "one-time start-up"
+#: the words that mark the warning about cross-stream waits without their event (the answer line refers to it)
+UNLINKED_WORDS = "cross-stream waits (cudaStreamWaitEvent) do not say which event they wait for"
 
 
 def startup_calls(graph: TaskGraph) -> np.ndarray:
@@ -658,7 +660,7 @@ def _warnings(graph: TaskGraph) -> list[str]:
     waits = sum(v for k, v in c.items() if k.startswith("cudaStreamWaitEvent without"))
     if waits:
         out.append(
-            f"{waits:,} cross-stream waits (cudaStreamWaitEvent) do not say which event they wait for, so those edges are missing: "
+            f"{waits:,} {UNLINKED_WORDS}, so those edges are missing: "
             "predictions may let streams (e.g. NCCL) overlap more than the program allows. Record with "
             "torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True) or Nsight Systems for exact edges."
         )

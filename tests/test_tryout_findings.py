@@ -622,3 +622,15 @@ def test_opt_all_timeline_says_it_holds_the_baseline_only(tmp_path, capsys):
     assert main([str(ROOT / "fixtures" / "train_step.json.gz"), "--opt", "all", "--timeline", str(out)]) == 0
     err = capsys.readouterr().err
     assert out.exists() and "holds the baseline replay only (--opt all ranks each optimization alone" in err
+
+
+@needs_traces
+def test_answer_flags_what_ifs_on_traces_with_unlinked_cross_stream_waits():
+    """nccl_data's 18 cudaStreamWaitEvent name no event: cuda-graphs ran its all-reduces before backward
+    and the answer said 'try cuda-graphs 5.39x' without a caveat (third try-out)."""
+    from daydream.render_text import answer_lines
+
+    rep = analyze(load_trace(str(TRACES / "hta" / "nccl_data.json.gz")), rank_all=True).report
+    assert answer_lines(rep)[0].endswith("(optimistic where streams wait on each other: cross-stream waits without their event, see below)")
+    rep = analyze(load_trace(str(RESNET)), rank_all=True).report
+    assert "optimistic" not in answer_lines(rep)[0]
