@@ -811,7 +811,8 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
     L += [
         "# Performance on big traces",
         "",
-        f"Written by `python scripts/bench.py --sizes {args.sizes} --load-only {args.load_only}` on {now}, in "
+        f"Written by `python scripts/bench.py --sizes {args.sizes} --load-only {args.load_only}"
+        f"{' --pipeline-big' if any(_v(r, 'pipeline', 'graph_cpu') for r in res['load_only'].values()) else ''}` on {now}, in "
         f"{res['elapsed']:.0f} s: {os.cpu_count()} CPUs, {mem_gb:.0f} GiB RAM, Python {platform.python_version()}, "
         f"numpy {numpy.__version__}, msgspec {msgspec.__version__}.",
         "The machine is shared with other work (2 cores, several processes), so wall times are noisy and every goal "
@@ -1018,44 +1019,46 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
                              f"{op[k] / np_[k]:.1f}x ({op[kc] / np_[kc]:.1f}x) | | |")
         L += ["", CHANGES, ""]
 
-    L += ["## Rerun", "", "    python scripts/bench.py [--sizes 1m,4m] [--load-only 16m] [--out docs/performance.md] [--compare-src OLD_TREE]", "",
+    L += ["## Rerun", "", "    python scripts/bench.py [--sizes 1m,4m] [--load-only 16m] [--pipeline-big] [--out docs/performance.md] [--compare-src OLD_TREE]", "",
           "Inputs are made on first use (about 30 s for 1 M and 4 M; the 16 M ones are made, loaded and deleted each "
           "run); the HTA virtualenv is made once (needs network for pip). Raw numbers: `/tmp/daydream-bench/bench-results.json`.", ""]
     return "\n".join(L)
 
 
-GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles):
+GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles). Two full runs were made the same
+day on this VM; between them the same code moved by up to 30 % (Kineto 4 M `.json.gz` load 85 % of the bound in
+one, 61 % in the other; the 4 M reloads 0.4 -> 0.6 s), so read each ratio within its run.
 
-* **Kineto load vs the bare msgspec decode.** The loader parses `ts`/`dur` from one joined buffer with
-  numpy's C integer parser (exact; `Decimal` for the rest), decodes events into typed integer structs where
-  they fit, finds each name's first row with `np.minimum.at`, sorts only tied starts, and inflates `.json.gz`
-  with ISA-L when the optional `fast` extra is installed. What is left is per event and in Python objects:
-  msgspec's decode (~0.95 s at 1 M), turning ~1 M decoded events into columns (~0.8 s: name interning,
-  pid/tid/args reads) and freeing them; meeting the goal needs a reader that writes columns straight from
-  the bytes (a compiled tokenizer for the Kineto layout). Since this round the load also collects each
-  kernel's launch configuration and its op's shapes (`EventTable.launch`), about 0.2 s per M events
-  (profiled back to back on the 1 M `.json`: 2.65 s CPU before, 2.87 s now; 0.16 s of it collecting, the
-  rest the wider args projection's decode), so that `gpu-upgrade` and `amp` no longer decode the whole file a second time
-  (`--opt all` on the 4 M Kineto input: 33.6 -> 22.5 s CPU, peak 3.66 -> 1.38 GB, measured by hand). This
-  VM is noisy and slower today than last round: the previous round's code loads the 1 M `.json` in 2.8-3.4
-  s CPU now (2.1 s in last round's run), so compare the ratios above within this run only.
-* **nsys peak memory at 4 M rows** (598 MB with the Arrow reader, 538 MB without, vs file + 100 MB = 386
-  MB). The finished table alone is 97 bytes per row (388 MB at 4 M rows) and the Arrow libraries ~50 MB;
-  meeting it needs narrower public column dtypes (pid, stream, link_stream, device; correlation ids are
-  CUPTI uint32 but the table's -1 needs int64), checked in every consumer. Not started.
-* **mapping + graph build + replay >= 2 M tasks/s.** This round removed about 20 numpy passes: the launch
-  link computed once (the mapping hands it to the graph), calls grouped by thread once, the 5-key
-  visit-order lexsort replaced by one packed stable sort (full lexsort on tied nodes only), 8-bit radix
-  grouping for keys with few values, a compiled hash join for sparse correlation ids and compiled per-thread
-  fills in the wait stages, the replay's `prepare` on END edges only. Per stage, best of 3 in one process,
-  same inputs: nsys 1 M 785 k -> 1.11 M tasks/s, Kineto 1 M 528 k -> 673 k, nsys 4 M 646 k -> 782 k, Kineto
-  4 M 360 k -> 552 k. What is left: the Kineto mapping (~120 ms at 1 M: the phase rules' regexes over
-  ~1,100 names, gathers over ~700 k context rows), the fused mapping sweep's cost per item growing 4x from
-  1 M to 4 M on nsys, and the nsys `sync_info` and node-array gathers.
-* **saved-table reload vs parsing (nsys).** The reload did not slow down (0.1 s); the nsys parse got 2.5x
-  faster with the Arrow reader last round, so the ratio is 13-16x, below 20x.
-* **`--opt all` on Kineto** (no goal): 16.9 s at 4 M in this run (22.7 s last round), about 11 s less
-  than before the launch pass; the rest was not profiled this round."""
+* **Kineto load vs the bare msgspec decode** (1 M: 42 % `.json`, 63 % `.json.gz`; 4 M `.json` 72 %, met). A
+  helper measured where the 1 M load goes with stage timers: msgspec's decode 0.72 s, turning the decoded events
+  into columns 1.15-1.3 s (ts/dur 0.19 s each, event kinds 0.14, names 0.10, pid/tid 0.15, args and launch data
+  0.25), building the table 0.27 s, freeing the decoded events ~0.15 s (which the bare bound does not time). No
+  cheaper step of today's design was worth keeping (each measured alone: slice sizes, one ts/dur call, joint
+  interning, buffer reuse; all within the +-0.2 s noise). A compiled scanner that only locates each event's
+  fields in the raw bytes costs 0.55-0.70 s plus 0.4-0.6 s of numba import and cache load at 1 M, so a complete
+  column writer from the bytes would land near 1.9 s (about 55 %): not started.
+* **nsys peak memory at 4 M rows** (500 MB, 602 before this round; goal file + 100 MB = 386 MB). The load now
+  scatters each column from its parts straight into its sorted place and frees parts, lookups and Arrow's pool as
+  it goes, so the peak is the finished table (97 bytes per row, 370 MiB) plus the interpreter (~50 MB), Arrow
+  (~45 MB) and ~35 MB of temporaries. The table alone is over the goal: meeting it needs narrower public columns
+  (pid, stream, link_stream int32, device int16 would save 14 bytes per row, ~53 MB, still over), a schema change
+  checked in every adapter and consumer; not done.
+* **mapping + graph build + replay >= 2 M tasks/s** (nsys 1 M 1.00 M/s, 4 M 991 k/s; Kineto 574-641 k/s). This
+  round: the 1 M -> 4 M non-linearity was kernel time faulting in numpy's transparent huge pages of large
+  short-lived temporaries (0.7-1.0 s at 4 M), now advised off during mapping and graph build
+  (`arrays.small_pages`); five more steps compiled (lane grouping, earlier-max end, order check, context keys,
+  per-stream suffix minimum), edges concatenated once. What is left is spread over ~20 numpy steps of 20-40 ms
+  (nsys 4 M) and the Kineto mapping's per-row outputs (22 bytes per row of all rows, most of them not tasks).
+* **linear growth to 16 M** (new this round: `--pipeline-big` runs every stage once at 16 M). Found and fixed:
+  the report and each prediction made ~10 full-length passes per ProfilerStep (O(steps x tasks); 122 steps at
+  16 M): second prediction on the 16 M Kineto input 2.08 -> 0.70 s CPU, now met at 16 M. Still above linear:
+  graph build (nsys x29 for x16 events) and the Kineto mapping (x24 for x15) at 16 M, and the second
+  prediction (x25-28): single runs at 16 M (first run in the process, cold page faults) against best of 3 at
+  1 M, not profiled further this round.
+* **saved-table reload vs parsing** (nsys 1 M 11x, 4 M 9-16x): the reload is `np.load` of the `.npz` (0.09 s at
+  1 M); the nsys parse is down to 1.06 s. A hand-written zip member reader with a CRC thread measured 0.104 ->
+  0.061 s but was not merged: it re-implements zipfile and `.npy` parsing for 40 ms.
+* **`--opt all` on Kineto** (no goal): 12.4 s at 4 M (16.9 s last round), 19.2 s at 16 M."""
 
 HOTSPOT_NOTES = """What the profiles say: the Kineto load is msgspec's decode, gunzip and the per-field extraction
 passes (`numpy.fromiter`, `map`), with the `ts`/`dur` parse now a small compiled step; the nsys load
@@ -1065,7 +1068,20 @@ replay is numpy sorts and searches in the graph build and the mapping, the repla
 a few milliseconds (rows from numba's own modules, `imputils`, `ffi`, are its one-off loading of the cached
 kernels, which that profile run had not done before the profiler started)."""
 
-CHANGES = """What changed in the latest round (issue 18, third round), results identical (the accuracy table, every
+CHANGES = """What changed in the latest round (issue 18, fourth round), results identical (the accuracy table, every
+test, CLI JSON outputs on real traces before and after):
+
+* **mapping and graph build**: numpy's huge-page advice off around them (`arrays.small_pages`, the 1 M -> 4 M
+  non-linearity); lane grouping, each call's earlier-max end, the order check, the context keys and the
+  per-stream suffix minimum compiled (numpy references kept, hypothesis-tested equal); the fused sweep's indices
+  int32; edges concatenated once; `dedupe_edges` by one packed sort.
+* **report and predictions**: `range_timeline` one compiled sweep per thread; compiled kernels used at any size
+  once loaded; collectives matched per distinct kernel name; a step's members found among its members (was
+  O(steps x tasks)).
+* **nsys load memory**: columns scattered into their sorted places from their parts, parts and Arrow's pool
+  freed as it goes (4 M peak 602 -> 500 MB).
+
+The round before that (issue 18, third round), results identical (the accuracy table, every
 test, CLI JSON outputs on 8 real traces x 6 optimization sets):
 
 * **launch data in the Kineto loader's pass** (`EventTable.launch`, `launch_data.launch_data_of`): kernels'
