@@ -1,7 +1,7 @@
 """Speed and memory of daydream on big traces, side by side with lower bounds and a peer; writes docs/performance.md.
 
-    python scripts/bench.py [--sizes 1m,4m] [--load-only 16m] [--out docs/performance.md]
     python scripts/bench.py [--sizes 1m,4m] [--load-only 16m] [--pipeline-big] [--out docs/performance.md]
+                            [--dir /tmp/daydream-bench] [--repeat 3] [--budget-s 570]
                             [--no-hta] [--compare-src DIR] [--keep-big]
 
 Inputs come from ``scripts/gen_big_traces.py`` (made if missing, in ``--dir``, never in the repo):
