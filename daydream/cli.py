@@ -229,6 +229,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if not args.trace:
         raise UsageError("daydream-analyze: a trace file is needed (see --help)")
+    if args.scheduler and not (args.more_traces or os.path.isdir(args.trace)):
+        raise UsageError("--scheduler reads the ranks of a job on a Dask cluster: give several traces or a folder of them")
     if args.more_traces or os.path.isdir(args.trace) or args.scheduler:
         return _run_job(args)
     if args.ranks or args.workers != 1:

@@ -450,6 +450,9 @@ def test_one_trace_refuses_job_options(capsys):
     for extra in (["--ranks", "0"], ["--workers", "2"]):
         assert main([trace, *extra]) == 2
         assert "apply to a job" in capsys.readouterr().err
+    # --scheduler with one trace tried to reach the cluster first (20 s) (third try-out)
+    assert main([trace, "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    assert "give several traces or a folder" in capsys.readouterr().err
 
 
 @needs_traces
