@@ -43,6 +43,18 @@ def wanted(size: int, min_size: int, forced: bool = False) -> bool:
     return m != "off" and (forced or m == "on" or size >= min_size)
 
 
+def kernel_for(kernel, size: int, min_size: int, method: str = "auto"):
+    """The function a caller with a compiled kernel and a numpy reference runs for ``method``, or None
+    for its numpy path: "python" the kernel uncompiled, "numpy" None, "compiled" the kernel compiled
+    whatever ``size``, "auto" compiled from ``min_size`` items (:func:`wanted`); None also without
+    numba."""
+    if method == "python":
+        return kernel
+    if method == "numpy" or not wanted(size, min_size, forced=method == "compiled"):
+        return None
+    return compiled(kernel)
+
+
 def loaded(fn) -> bool:
     """Whether ``fn`` is compiled in this process already (:func:`compiled` returned it, numba
     imported). A caller whose size threshold stands for numba's import and the kernel's loading

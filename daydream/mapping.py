@@ -744,18 +744,17 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
         IndexError, ValueError: a context row's name id outside ``[0, n_names)`` (numpy's
             errors, whichever method).
     """
-    if method == "python" or (method != "numpy" and jit.wanted(len(kind), CONTEXT_KEYS_MIN, forced=method == "compiled")):
-        fn = _context_keys_kernel if method == "python" else jit.compiled(_context_keys_kernel)
-        if fn is not None:
-            is_py = np.zeros(max(n_names, 1), np.bool_)
-            is_py[py_id] = True
-            rows, key, counts, all_cpu, ok = jit.call(
-                fn, np.ascontiguousarray(kind, np.uint8), np.ascontiguousarray(device, np.int32),
-                np.ascontiguousarray(name_id, np.int32), np.ascontiguousarray(cat_id, np.int32), is_py, bool(py_id), n_names,
-                np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP))
-            if ok:
-                return rows, key, counts, bool(all_cpu)
-            # a name id out of range: the numpy passes raise numpy's error
+    fn = jit.kernel_for(_context_keys_kernel, len(kind), CONTEXT_KEYS_MIN, method)
+    if fn is not None:
+        is_py = np.zeros(max(n_names, 1), np.bool_)
+        is_py[py_id] = True
+        rows, key, counts, all_cpu, ok = jit.call(
+            fn, np.ascontiguousarray(kind, np.uint8), np.ascontiguousarray(device, np.int32),
+            np.ascontiguousarray(name_id, np.int32), np.ascontiguousarray(cat_id, np.int32), is_py, bool(py_id), n_names,
+            np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP))
+        if ok:
+            return rows, key, counts, bool(all_cpu)
+        # a name id out of range: the numpy passes raise numpy's error
     is_op, cpu_side = kind == Kind.CPU_OP, device < 0
     rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
     key = name_id[rows].astype(np.int64)
@@ -1242,12 +1241,11 @@ def prev_max_end(eo: np.ndarray, new: np.ndarray, t0: int, method: str = "auto")
     else numpy scans: segment offsets on the values when they fit in int64, else on ranks (int64
     timestamps of any size are safe). The same answers."""
     n = len(eo)
-    if method == "python" or (method != "numpy" and jit.wanted(n, PREV_MAX_MIN, forced=method == "compiled")):
-        fn = _prev_max_kernel if method == "python" else jit.compiled(_prev_max_kernel)
-        if fn is not None:
-            out = np.empty(n, np.int64)
-            jit.call(fn, np.ascontiguousarray(eo, np.int64), np.ascontiguousarray(new, np.bool_), np.int64(t0), out)
-            return out
+    fn = jit.kernel_for(_prev_max_kernel, n, PREV_MAX_MIN, method)
+    if fn is not None:
+        out = np.empty(n, np.int64)
+        jit.call(fn, np.ascontiguousarray(eo, np.int64), np.ascontiguousarray(new, np.bool_), np.int64(t0), out)
+        return out
     if n == 0:
         return np.zeros(0, np.int64)
     seg = np.cumsum(new) - 1

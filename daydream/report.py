@@ -20,7 +20,7 @@ import msgspec
 from .arrays import sorted_unique
 from .collectives import find_collectives
 from .critical_path import CriticalPath, communication_mask, critical_path, gpu_relevant
-from .events import Accounting, Kind, TraceMeta
+from .events import Accounting, EventTable, Kind, TraceMeta
 from .graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
 from .kernels import classify_name
 from .mapping import PHASES
@@ -530,10 +530,9 @@ def start_error_verdict(start_error_pct: float, start_error_us: float, steps: in
 TRUNCATED_REASON = "the trace file is truncated"
 
 
-def truncation_note(table) -> str:
+def truncation_note(table: EventTable) -> str:
     """The adapter's note of a salvaged truncated file (``Accounting.notes``), or "" when it was whole."""
-    notes = getattr(getattr(table, "accounting", None), "notes", None) or {}
-    return next((k for k in notes if k.startswith("truncated file")), "")
+    return next((k for k in table.accounting.notes if k.startswith("truncated file")), "")
 
 
 def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowStats, steps: list[WindowStats]) -> Trust:

@@ -30,7 +30,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .arrays import sorted_unique
+from .arrays import sorted_unique, unique_inverse
 from .errors import DaydreamError
 from .events import Kind
 from .mapping import PHASES
@@ -148,9 +148,9 @@ def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) 
     out = np.zeros(graph.n, dtype=bool)
     cand = np.ones(graph.n, dtype=bool) if subset is None else np.asarray(subset, dtype=bool)
     if cand.any():
-        uniq, inv = np.unique(graph.name_id[cand], return_inverse=True)
-        hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), dtype=bool, count=len(uniq))
-        out[cand] = hit[inv.reshape(-1)]
+        uniq, inv = unique_inverse(graph.name_id[cand])
+        hit = np.fromiter((rx.search(graph.names[i]) is not None for i in uniq.tolist()), dtype=bool, count=len(uniq))
+        out[cand] = hit[inv]
     return out
 
 

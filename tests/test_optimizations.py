@@ -294,19 +294,25 @@ def test_cuda_graphs_one_launch_per_step():
     assert end(tl) < end(simulate(g))
 
 
+def _queued_three(later_calls, sync, starts, dur, names):
+    """Graph of one step: three launches (the first at 10..20, the others at ``later_calls``) of kernels
+    ``names`` starting at ``starts``, ``dur`` ns each, then a device synchronize at ``sync``; built with
+    a launch queue of depth 1, so the later launches wait for room (QUEUE edges)."""
+    b = TB()
+    b.range("ProfilerStep#1", 0, 2000)
+    calls = [b.call("cudaLaunchKernel", 10, 20)] + [b.call("cudaLaunchKernel", s, e) for s, e in later_calls]
+    b.call("cudaDeviceSynchronize", *sync)
+    for c, s, name in zip(calls, starts, names):
+        b.gpu(c, s, s + dur, name=name)
+    return build_graph(b.table(), launch_queue_depth=1)
+
+
 def test_launch_queue_back_pressure_is_not_a_synchronization():
     """Launches past the launch-queue depth wait for room (QUEUE edges, blocking) but do not
     synchronize: a CUDA graph captures across them and fusion may fuse across them (found by a
     new user: from the 1,025th launch of a stream on, cuda-graphs split at every launch)."""
-    b = TB()
-    b.range("ProfilerStep#1", 0, 2000)
-    c1 = b.call("cudaLaunchKernel", 10, 20)
-    c2 = b.call("cudaLaunchKernel", 30, 615)  # the queue holds one launch: returns after kernel 1 ends (610)
-    c3 = b.call("cudaLaunchKernel", 625, 725)  # returns after kernel 2 ends (720)
-    b.call("cudaDeviceSynchronize", 735, 880)
-    for c, s in zip((c1, c2, c3), (510, 620, 730)):
-        b.gpu(c, s, s + 90, name=SGEMM)
-    g = build_graph(b.table(), launch_queue_depth=1)
+    # the queue holds one launch: the 2nd returns after kernel 1 ends (610), the 3rd after kernel 2 (720)
+    g = _queued_three(((30, 615), (625, 725)), (735, 880), (510, 620, 730), 90, (SGEMM,) * 3)
     cpu = g.node_kind == NODE_CPU
     launches = cpu & np.isin(np.arange(g.n), g.launch[g.launch >= 0])
     assert (g.blocking & launches).sum() == 2  # the 2nd and 3rd launch wait for the queue
@@ -320,15 +326,8 @@ def test_fusion_fuses_kernels_the_launch_queue_waits_for():
     """A kernel whose end frees room for a later launch (a QUEUE edge from it) has no reader of its
     result: it still fuses (second try-out: every kernel of a long stream but the last 1,024 has one,
     so fusion fused only the last step of ResNet-50, 1.002x instead of 1.151x)."""
-    b = TB()
-    b.range("ProfilerStep#1", 0, 2000)
-    c1 = b.call("cudaLaunchKernel", 10, 20)
-    c2 = b.call("cudaLaunchKernel", 30, 575)  # the queue holds one launch: returns after kernel 1 ends (570)
-    c3 = b.call("cudaLaunchKernel", 585, 645)  # returns after kernel 2 ends (640)
-    b.call("cudaDeviceSynchronize", 655, 800)
-    for c, s, name in zip((c1, c2, c3), (510, 580, 650), (ADD, MUL, ADD)):
-        b.gpu(c, s, s + 60, name=name)
-    g = build_graph(b.table(), launch_queue_depth=1)
+    # the queue holds one launch: the 2nd returns after kernel 1 ends (570), the 3rd after kernel 2 (640)
+    g = _queued_three(((30, 575), (585, 645)), (655, 800), (510, 580, 650), 60, (ADD, MUL, ADD))
     assert (g.edge_kind == 6).sum() == 2  # two QUEUE edges, from kernels 1 and 2
     g2, tl, note = run(g, "fusion")
     assert "1 chains of 3" in note

@@ -1165,6 +1165,22 @@ def _out_of_range_error(path: str, data: bytes, e: _OutOfRange) -> TraceFormatEr
         "damaged, or a 64-bit unsigned value was written as-is); fix or drop the record")
 
 
+def _note_truncation(path: str, data: bytes, bad: list[int], gz_cut: bool, kept: int, acc: Accounting) -> None:
+    """Note and warn (once) when the dump was cut: its last line, without a newline, is malformed
+    (``bad`` holds it), or the gzip stream ended without its end marker (``gz_cut``) though what it
+    inflated ends at a line end."""
+    last = data.count(b"\n") + 1 if data and not data.endswith(b"\n") else -1
+    if bad and bad[-1] == last:
+        acc.add("notes", f"truncated file: line {last} cut short")
+        what = f"its last line ({last}) is cut short and was skipped; kept the {kept:,} complete records before it"
+    elif gz_cut:
+        acc.add("notes", "truncated file: gzip stream cut short")
+        what = f"its gzip stream ends without its end marker; kept the {kept:,} records it holds, those after the cut are lost"
+    else:
+        return
+    warnings.warn(f"{path}: the file is truncated: {what} (--strict refuses such a file)", UserWarning, stacklevel=3)
+
+
 def load(path: str, *, strict: bool = False) -> EventTable:
     """Read a cupti-jsonl v1 dump (plain or gzip) into an :class:`EventTable`.
 
@@ -1209,16 +1225,7 @@ def load(path: str, *, strict: bool = False) -> EventTable:
             extra[key] = str(v)
     if bad:
         extra["malformed_lines"] = ",".join(map(str, bad[:20])) + (",..." if len(bad) > 20 else "")
-        last = data.count(b"\n") + 1 if data and not data.endswith(b"\n") else -1
-        if bad[-1] == last:  # the last line, without its newline, malformed: the file was cut there
-            acc.add("notes", f"truncated file: line {last} cut short")
-            warnings.warn(f"{path}: the file is truncated: its last line ({last}) is cut short and was skipped; kept the "
-                          f"{len(recs):,} complete records before it (--strict refuses such a file)", UserWarning, stacklevel=2)
-            gz_cut = False  # said
-    if gz_cut:  # the inflated part ends cleanly (at a line end), but the stream has no end: records may be missing
-        acc.add("notes", "truncated file: gzip stream cut short")
-        warnings.warn(f"{path}: the file is truncated: its gzip stream ends without its end marker; kept the {len(recs):,} "
-                      "records it holds, those after the cut are lost (--strict refuses such a file)", UserWarning, stacklevel=2)
+    _note_truncation(path, data, bad, gz_cut, len(recs), acc)
     meta = TraceMeta(
         source=path, format=NAME, devices=rows.devices,
         rank=-1 if header.rank is None else int(header.rank),

@@ -207,12 +207,11 @@ def lane_chains(order: np.ndarray, lane: np.ndarray, n_lanes: int, method: str =
     :data:`FFILL_MIN` nodes when numba is there ("auto"; "compiled" whatever the size, "numpy"
     never, "python" the kernel uncompiled), else a radix argsort and gathers; the same answers."""
     n = len(order)
-    if method == "python" or (method != "numpy" and jit.wanted(n, FFILL_MIN, forced=method == "compiled")):
-        fn = _lane_chains_kernel if method == "python" else jit.compiled(_lane_chains_kernel)
-        if fn is not None:
-            by_lane, lane_prev = np.empty(n, np.int64), np.empty(n, np.int64)
-            jit.call(fn, np.ascontiguousarray(order, np.int64), np.ascontiguousarray(lane, np.int64), int(n_lanes), by_lane, lane_prev)
-            return by_lane, lane_prev
+    fn = jit.kernel_for(_lane_chains_kernel, n, FFILL_MIN, method)
+    if fn is not None:
+        by_lane, lane_prev = np.empty(n, np.int64), np.empty(n, np.int64)
+        jit.call(fn, np.ascontiguousarray(order, np.int64), np.ascontiguousarray(lane, np.int64), int(n_lanes), by_lane, lane_prev)
+        return by_lane, lane_prev
     by_lane = order[np.argsort(small_ints(lane[order], n_lanes), kind="stable")].astype(np.int64, copy=False)
     lane_prev = np.full(n, -1, dtype=np.int64)
     if n:

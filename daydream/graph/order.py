@@ -159,12 +159,11 @@ def _keeps_constraints(n: int, rank: np.ndarray, src, dst, kind, forward: int = 
     :data:`KEEPS_MIN` edges when numba is there, "compiled" whatever the size, "python" the
     kernel uncompiled, "numpy" by array passes; the same answer."""
     ra = rule_arrays()
-    if method == "python" or (method != "numpy" and jit.wanted(len(src), KEEPS_MIN, forced=method == "compiled")):
-        fn = _keeps_kernel if method == "python" else jit.compiled(_keeps_kernel)
-        if fn is not None:
-            return bool(jit.call(fn, n, np.ascontiguousarray(rank, np.int64), np.ascontiguousarray(src, np.int64),
-                                 np.ascontiguousarray(dst, np.int64), np.ascontiguousarray(kind, np.uint8), int(forward),
-                                 ra.phase != Phase.END, ra.anchor_end))
+    fn = jit.kernel_for(_keeps_kernel, len(src), KEEPS_MIN, method)
+    if fn is not None:
+        return bool(jit.call(fn, n, np.ascontiguousarray(rank, np.int64), np.ascontiguousarray(src, np.int64),
+                             np.ascontiguousarray(dst, np.int64), np.ascontiguousarray(kind, np.uint8), int(forward),
+                             ra.phase != Phase.END, ra.anchor_end))
     direct = ra.phase[kind] != Phase.END
     if np.any((rank[src[forward:]] >= rank[dst[forward:]]) & direct[forward:]):
         return False

@@ -140,12 +140,11 @@ def later_min(val: np.ndarray, seg: np.ndarray, big: int, method: str = "auto") 
     there ("auto"; "compiled" whatever the size, "python" the kernel uncompiled, "numpy" never),
     else a segmented running maximum of the reversed, negated values; the same answers."""
     n = len(val)
-    if method == "python" or (method != "numpy" and jit.wanted(n, LATER_MIN_MIN, forced=method == "compiled")):
-        fn = _later_min_kernel if method == "python" else jit.compiled(_later_min_kernel)
-        if fn is not None:
-            out = np.empty(n, np.int64)
-            jit.call(fn, np.ascontiguousarray(val, np.int64), np.ascontiguousarray(seg, np.int64), np.int64(big), out)
-            return out
+    fn = jit.kernel_for(_later_min_kernel, n, LATER_MIN_MIN, method)
+    if fn is not None:
+        out = np.empty(n, np.int64)
+        jit.call(fn, np.ascontiguousarray(val, np.int64), np.ascontiguousarray(seg, np.int64), np.int64(big), out)
+        return out
     rev = val[::-1]
     seg = seg[::-1]
     start = np.ones(len(rev), bool)
