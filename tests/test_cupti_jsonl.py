@@ -26,6 +26,7 @@ from daydream import formats
 from daydream.errors import TraceFormatError
 from daydream.events import COLUMNS, DTYPES, MISSING, CopyKind, DeviceInfo, EventTable, Kind, MemKind, SyncKind, TraceMeta
 from daydream.formats import cupti_jsonl as cj
+from daydream.formats import launch_data as LD
 from daydream.formats.cupti_export import cupti_records, write_cupti_jsonl
 from daydream.schemas import schema_text
 
@@ -590,6 +591,7 @@ def test_nsys_exports_round_trip(tmp_path, path):
     r = read(out)
     assert t.equals(r)
     assert r.meta.devices == t.meta.devices
+    assert_same_launch(t, r)
 
 
 @pytest.mark.parametrize("path", SMALL_KINETO or [pytest.param(None, marks=pytest.mark.skip(reason="../shared/traces not available"))],
@@ -599,7 +601,55 @@ def test_kineto_traces_round_trip(tmp_path, path):
     t = kineto.load(str(path))
     out = tmp_path / "x.cupti.jsonl"
     write_cupti_jsonl(t, out)
-    assert t.equals(read(out))
+    r = read(out)
+    assert t.equals(r)
+    assert_same_launch(t, r)
+
+
+def assert_same_launch(t: EventTable, r: EventTable) -> None:
+    """The launch configuration written with the kernel records reads back as the source's."""
+    a, b = LD.launch_data_of(t), LD.launch_data_of(r)
+    assert b.reason == a.reason
+    if len(a):
+        for f in ("key", "grid", "block", "regs", "smem"):
+            assert np.array_equal(getattr(a, f), getattr(b, f)), f
+        assert b.counts["with launch configuration"] == a.counts["with launch configuration"]
+
+
+def test_launch_configuration_is_read_and_cleaned(tmp_path):
+    big = 1 << 40
+    p = dump(
+        tmp_path,
+        kernel(1, 10, 20, gridX=8, gridY=2, gridZ=1, blockX=128, blockY=1, blockZ=1, registersPerThread=32,
+               staticSharedMemory=1024, dynamicSharedMemory=4096),
+        # odd values: cleaned to unknown (-1), never a malformed record
+        kernel(2, 30, 40, gridX=-1, gridY=1, gridZ=1, blockX="128", blockY=1, blockZ=1, registersPerThread=True,
+               staticSharedMemory=12.0, dynamicSharedMemory=None),
+        kernel(3, 50, 60, gridX=big * big, gridY=1, gridZ=1, blockX=1 << 31, blockY=1, blockZ=1, registersPerThread=40.7,
+               staticSharedMemory=1 << 62, dynamicSharedMemory=0),
+        # the row's device and correlation are the daydream overrides, as the table has them
+        kernel(4, 70, 80, gridX=3, gridY=3, gridZ=3, blockX=64, blockY=2, blockZ=1, daydream={"device": 5, "correlation": 9}),
+    )
+    t = read(p)
+    assert len(only(t, Kind.KERNEL)) == 4
+    d = LD.launch_data_of(t)
+    assert d.reason == ""
+    got = {(int(k) >> 40, int(k) & ((1 << 40) - 1)): (g, b, r, m) for k, g, b, r, m in
+           zip(d.key, d.grid.tolist(), d.block.tolist(), d.regs.tolist(), d.smem.tolist())}
+    assert got == {
+        (0, 1): ([8, 2, 1], [128, 1, 1], 32, 5120),
+        (0, 2): ([-1, -1, -1], [-1, -1, -1], -1, -1),
+        (0, 3): ([-1, -1, -1], [-1, -1, -1], 40, -1),
+        (5, 9): ([3, 3, 3], [64, 2, 1], -1, -1),
+    }
+    assert d.counts["with launch configuration"] == 2
+
+
+def test_launch_configuration_of_an_unreadable_dump_says_why(tmp_path):
+    p = dump(tmp_path, kernel(1, 10, 20), header={"kind": "HEADER", "format": "cupti-jsonl", "version": 99})
+    LD._LAST.clear()
+    d = LD.read_launch_data(str(p), cj.NAME)
+    assert len(d) == 0 and d.reason == "launch data unreadable (TraceFormatError)"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ row kind   records
 =========  ===========================================================================
 RUNTIME    ``RUNTIME`` (``DRIVER`` when the category contains "driver") with ``name``,
            ``cbid`` when known, ``processId``, ``threadId``, ``correlationId``
-KERNEL     ``CONCURRENT_KERNEL`` (``KERNEL`` when that is the category)
+KERNEL     ``CONCURRENT_KERNEL`` (``KERNEL`` when that is the category), with the launch
+           configuration (grid, block, registers, shared memory) where the table's launch
+           data (:mod:`.launch_data`) has it
 MEMCPY     ``MEMCPY`` (``MEMCPY2`` when that is the category) with bytes and copy/memory kinds
 MEMSET     ``MEMSET``
 SYNC       ``SYNCHRONIZATION``; a link (``link_stream``/``link_correlation``) adds a
@@ -45,6 +47,7 @@ from .cupti_jsonl import (
     OBJECT_PROCESS, OBJECT_STREAM, OBJECT_THREAD, OVERRIDE_COLUMNS, RUNTIME_CBID_NAMES, Header, _Line,
     _NO_OVER, _ObjectId, _Over, build_rows,
 )
+from .launch_data import launch_data_of, make_key
 
 _U32_MAX = 0xFFFFFFFF
 _CBIDS = {
@@ -90,6 +93,7 @@ def cupti_records(table: EventTable) -> tuple[Header, list[_Line]]:
             raise ValueError(f"column {col} holds -2**63, which cupti-jsonl reserves for 'absent'")
     header_pid = _most_common(table.cols["pid"][np.isin(kind, [Kind.RUNTIME, Kind.CPU_OP])])
     recs, row_of = _natural_records(table)
+    _add_launch(table, recs, row_of)
     _add_external_correlations(table, recs, row_of)
     recs[:0] = _device_records(table)
     row_of = np.concatenate([np.full(len(recs) - len(row_of), -1, dtype=np.int64), np.asarray(row_of, dtype=np.int64)])
@@ -221,6 +225,33 @@ def _natural_records(table: EventTable) -> tuple[list[_Line], list[int]]:
         recs.append(rec)
         row_of.append(r)
     return recs, row_of
+
+
+def _add_launch(table: EventTable, recs: list[_Line], row_of: list[int]) -> None:
+    """Give each kernel record the launch configuration the table's launch data holds for its
+    (device, correlation id) (:func:`~daydream.formats.launch_data.launch_data_of`): grid, block,
+    registers per thread, and the shared memory per block as ``staticSharedMemory`` with
+    ``dynamicSharedMemory`` 0 (the sources record the sum only). Unknown values stay absent."""
+    la = launch_data_of(table)
+    if not len(la):
+        return
+    rows = np.asarray(row_of, dtype=np.int64)
+    at = np.flatnonzero(rows >= 0)
+    at = at[table.cols["kind"][rows[at]] == Kind.KERNEL]
+    key = make_key(table.cols["device"][rows[at]], table.cols["correlation"][rows[at]])
+    pos = np.minimum(np.searchsorted(la.key, key), len(la.key) - 1)
+    hit = la.key[pos] == key
+    at, pos = at[hit], pos[hit]
+    for i, g, b, r, m in zip(at.tolist(), la.grid[pos].tolist(), la.block[pos].tolist(), la.regs[pos].tolist(), la.smem[pos].tolist()):
+        rec = recs[i]
+        if g[0] >= 0:
+            rec.gridX, rec.gridY, rec.gridZ = g
+        if b[0] >= 0:
+            rec.blockX, rec.blockY, rec.blockZ = b
+        if r >= 0:
+            rec.registersPerThread = r
+        if m >= 0:
+            rec.staticSharedMemory, rec.dynamicSharedMemory = m, 0
 
 
 def _object_id(pid: int, tid: int, dev: int, stream: int) -> tuple[int, _ObjectId]:

@@ -559,6 +559,17 @@ class _Line(msgspec.Struct, omit_defaults=True, gc=False):
     computeCapabilityMinor: _Int = ABSENT
     numMultiprocessors: _Int = ABSENT
     globalMemorySize: _Int = ABSENT
+    # kernel launch configuration: read only by launch_data (per-kernel models), cleaned there;
+    # untyped so that an odd value never makes a kernel record malformed
+    gridX: Any = None
+    gridY: Any = None
+    gridZ: Any = None
+    blockX: Any = None
+    blockY: Any = None
+    blockZ: Any = None
+    registersPerThread: Any = None
+    staticSharedMemory: Any = None
+    dynamicSharedMemory: Any = None
     daydream: _Over = _NO_OVER
 
 
@@ -1179,6 +1190,32 @@ def _note_truncation(path: str, data: bytes, bad: list[int], gz_cut: bool, kept:
     else:
         return
     warnings.warn(f"{path}: the file is truncated: {what} (--strict refuses such a file)", UserWarning, stacklevel=3)
+
+
+def kernel_launches(path: str) -> tuple[np.ndarray, np.ndarray, list[_Line]]:
+    """The kernel rows of the dump ``path`` as :func:`load` makes them, for the launch data of the
+    per-kernel models (:mod:`daydream.formats.launch_data`).
+
+    Returns:
+        (device, correlation, records): int64 arrays of length n (the rows' values, after the
+        ``daydream`` overrides) and each kernel row's record, whose ``gridX`` .. ``blockZ``,
+        ``registersPerThread``, ``staticSharedMemory`` and ``dynamicSharedMemory`` are as written
+        (None when absent; not cleaned). Malformed lines are skipped, as :func:`load` skips them.
+
+    Raises:
+        TraceFormatError: what :func:`load` raises on the same file (without ``strict``).
+    """
+    path = str(path)
+    data, _ = read_maybe_gzip(path)
+    header, body_start, header_line = _read_header(path, data)
+    acc = Accounting()
+    recs, _ = decode_records(path, data, body_start, header_line + 1, False, acc)
+    try:
+        rows = build_rows(recs, -1 if header.pid is None else int(header.pid), acc)
+    except _OutOfRange as e:
+        raise _out_of_range_error(path, data, e) from None
+    k = np.flatnonzero(rows.cols["kind"] == Kind.KERNEL)
+    return rows.cols["device"][k], rows.cols["correlation"][k], [recs[i] for i in rows.src[k].tolist()]
 
 
 def load(path: str, *, strict: bool = False) -> EventTable:

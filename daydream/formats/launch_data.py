@@ -19,6 +19,9 @@ is also the reference the loader's pass is tested against):
   recomputes them for any GPU.
 * Nsight Systems SQLite ``CUPTI_ACTIVITY_KIND_KERNEL``: ``gridX/Y/Z``, ``blockX/Y/Z``,
   ``registersPerThread``, ``staticSharedMemory + dynamicSharedMemory``; no shapes.
+* cupti-jsonl dumps: the same fields of the ``CONCURRENT_KERNEL``/``KERNEL`` records
+  (CUpti_ActivityKernel), keyed by the rows' device and correlation id as the reader makes them
+  (``daydream`` overrides applied); no shapes.
 
 Ops with shapes give FLOPs and bytes (:func:`op_work`) for GEMMs (``aten::mm``, ``addmm``,
 ``bmm``, ``baddbmm``), scaled-dot-product attention, and elementwise/reduction ops (bytes of the
@@ -44,8 +47,9 @@ from typing import Any, Optional
 import msgspec
 import numpy as np
 
+from ..errors import TraceFormatError
 from ..events import source_identity
-from . import GZIP_MAGIC, inflate_limit, sqlite_arrow
+from . import GZIP_MAGIC, cupti_jsonl, inflate_limit, sqlite_arrow
 
 #: bytes per element of the ``Input type`` strings Kineto records (c10 scalar type names)
 DTYPE_BYTES: dict[str, int] = {
@@ -332,6 +336,23 @@ def _nsys(path: str) -> LaunchData:
     a = np.array(rows, np.int64).reshape(len(rows), 10)
     n = len(a)
     return _columns((a[:, 0], a[:, 1], np.full(n, -1, np.int64), a[:, 2:5], a[:, 5:8], a[:, 8], a[:, 9]), {})
+
+
+def _cupti_jsonl(path: str) -> LaunchData:
+    """The kernel records' ``gridX/Y/Z``, ``blockX/Y/Z``, ``registersPerThread`` and
+    ``staticSharedMemory + dynamicSharedMemory`` of a cupti-jsonl dump (CUpti_ActivityKernel's
+    fields; no shapes), cleaned as :func:`_int` and :func:`_triple` clean Kineto's args; shared
+    memory is unknown (-1) when either part is."""
+    dev, corr, recs = cupti_jsonl.kernel_launches(path)
+    n = len(dev)
+    get = operator.attrgetter
+    grid = clean_triples(list(map(get("gridX", "gridY", "gridZ"), recs)), typed=False)
+    block = clean_triples(list(map(get("blockX", "blockY", "blockZ"), recs)), typed=False)
+    regs = clean_ints(list(map(get("registersPerThread"), recs)), typed=False)
+    st = clean_ints(list(map(get("staticSharedMemory"), recs)), typed=False)
+    dy = clean_ints(list(map(get("dynamicSharedMemory"), recs)), typed=False)
+    smem = np.where((st >= 0) & (dy >= 0), st + dy, -1)
+    return _columns((dev.astype(np.int64), corr.astype(np.int64), np.full(n, -1, np.int64), grid, block, regs, smem), {})
 
 
 def _clean_sql(select: str) -> str:
@@ -622,6 +643,8 @@ def _read(path: str, fmt: str) -> LaunchData:
             return _kineto(path)
         if fmt == "nsys":
             return _nsys_fast(path)
-    except (OSError, ValueError, msgspec.DecodeError, sqlite3.Error, MemoryError) as e:
+        if fmt == cupti_jsonl.NAME:
+            return _cupti_jsonl(path)
+    except (OSError, ValueError, msgspec.DecodeError, sqlite3.Error, MemoryError, TraceFormatError) as e:
         return LaunchData(reason=f"launch data unreadable ({type(e).__name__})")
     return LaunchData(reason=f"format {fmt or 'unknown'!r} records no launch configuration here")
