@@ -128,8 +128,9 @@ def _one_line(text: str) -> str:
     return terminal_text(text)
 
 
-def _check_output(path: str | None, flag: str, trace: str) -> None:
-    """Refuse, before the slow load, an output that cannot be written or would replace the input."""
+def _check_output(path: str | None, flag: str, trace: str | list[str]) -> None:
+    """Refuse, before the slow load, an output that cannot be written or would replace an input
+    (``trace``: the input file, or a job's rank files)."""
     if not path or path == "-":
         return
     if os.path.isdir(path):
@@ -137,12 +138,13 @@ def _check_output(path: str | None, flag: str, trace: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UsageError(f"cannot write {path} ({flag}): no such directory {parent}")
-    try:
-        same = os.path.exists(path) and os.path.samefile(path, trace)
-    except OSError:
-        same = False
-    if same:
-        raise UsageError(f"{flag} {path} is the input trace; daydream never overwrites its input")
+    for t in [trace] if isinstance(trace, str) else trace:
+        try:
+            same = os.path.exists(path) and os.path.samefile(path, t)
+        except OSError:
+            same = False
+        if same:
+            raise UsageError(f"{flag} {path} is an input trace; daydream never overwrites its input")
 
 
 def _check_distinct(outputs) -> None:
@@ -313,6 +315,7 @@ def _not_applicable_status(report) -> int:
 def _run_job(args) -> int:
     """Several traces (or a folder): one job, its ranks replayed coupled (daydream.job)."""
     from .job import analyze_job, job_report_json, render_job_text
+    from .job.load import expand_inputs
 
     if args.timeline or args.save_table or args.compare_to or args.strict_replay or "all" in args.opt:
         raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json, --plot and --workers; "
@@ -323,9 +326,11 @@ def _run_job(args) -> int:
         only = sorted({int(x) for x in args.ranks.split(",")}) if args.ranks else None
     except ValueError:
         raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
-    _check_output(args.json, "--json", args.trace)
     _check_job_plot(args)
     paths = [args.trace, *args.more_traces]
+    inputs = expand_inputs(paths)
+    _check_output(args.json, "--json", inputs)
+    _check_output(args.plot, "--plot", inputs)
     if args.scheduler:
         from .job.scale import dask_mapper
 
@@ -345,16 +350,15 @@ def _run_job(args) -> int:
     if args.json != "-":
         sys.stdout.write(render_job_text(job.report))
         sys.stdout.flush()
-    return 0
+    return _not_applicable_status(job.report)
 
 
 def _check_job_plot(args) -> None:
-    """A job's ``--plot``: .svg or .html, not the input, not the --json file (usage errors)."""
+    """A job's ``--plot``: .svg or .html, not the --json file (usage errors)."""
     if not args.plot:
         return
     if os.path.splitext(args.plot)[1].lower() not in (".svg", ".html"):
         raise UsageError(f"--plot {args.plot}: the file name must end in .svg or .html")
-    _check_output(args.plot, "--plot", args.trace)
     _check_distinct(((args.json, "--json"), (args.plot, "--plot")))
 
 

@@ -660,6 +660,12 @@ def startup_calls(graph: TaskGraph) -> np.ndarray:
     return cpu & (graph.dur_ns > limit)
 
 
+def _world_size(graph: TaskGraph) -> int:
+    """The world size the trace names (``meta.world_size``), or -1."""
+    meta = getattr(graph.table, "meta", None)
+    return int(getattr(meta, "world_size", -1) or -1)
+
+
 def _warnings(graph: TaskGraph) -> list[str]:
     out = []
     c = graph.counts
@@ -687,6 +693,12 @@ def _warnings(graph: TaskGraph) -> list[str]:
                    "other; they are replayed as independent processes: each collective keeps its recorded time, its wait for "
                    "peers included, so a what-if that speeds up one process does not shorten its peers' waits. For coupled ranks "
                    "give one trace per rank (docs/jobs.md).")
+    elif gpu and comm.any() and _world_size(graph) > 1:
+        meta = graph.table.meta
+        out.append(f"this trace is {'rank ' + str(meta.rank) if meta.rank >= 0 else 'one rank'} of a job of {_world_size(graph):,} ranks "
+                   f"(its distributedInfo): its {int(comm.sum()):,} collective kernels keep their recorded time, their wait for "
+                   "peers included, which one rank's trace cannot tell from the transfer; a what-if that changes the collectives "
+                   "or the work before them is judged without the peers. For the job, give every rank's trace (docs/jobs.md).")
     slow = np.nonzero(startup_calls(graph))[0]
     span = int(graph.rec_end_ns.max()) - int(graph.t0_ns) if graph.n else 0
     if len(slow) and graph.dur_ns[slow].sum() * 100 >= TRUST_FAIR_PCT * max(span, 1):  # material: as much as the accuracy target

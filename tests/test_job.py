@@ -304,3 +304,66 @@ def test_a_rank_reads_its_adapter_warnings_for_the_cli(tmp_path):
         w.simplefilter("error")  # nothing escapes as a raw warning
         r = read_rank(str(p))
     assert len(r.warnings) == 1 and "is truncated" in r.warnings[0]
+
+
+@needs_traces
+def test_job_outputs_never_replace_a_rank_file(tmp_path, capsys):
+    """--json naming one of the job's rank files (in a folder or a list) is refused
+    before anything is written (was: the rank trace silently replaced by the job report)."""
+    job = tmp_path / "job"
+    shutil.copytree(DLRM, job)
+    victim = job / "dlrm_8rank_worker0.pt.trace.json.gz"
+    before = victim.read_bytes()
+    files = sorted(str(p) for p in job.iterdir())
+    for argv in ([str(job), "--json", str(victim)], [*files, "--json", str(victim)]):
+        assert main(argv) == 2
+        assert "is an input trace; daydream never overwrites its input" in capsys.readouterr().err
+    assert victim.read_bytes() == before
+
+
+@needs_traces
+def test_job_ranks_needs_an_optimization_for_it(capsys):
+    assert main([str(DLRM), "--ranks", "3"]) == 2
+    assert "give --opt NAME too" in capsys.readouterr().err
+    assert main([str(DLRM), "--ranks", "3", "--opt", "straggler:rank=7"]) == 2
+    assert "does not apply to straggler" in capsys.readouterr().err
+
+
+@needs_traces
+def test_job_optimization_that_applies_nowhere_exits_3(capsys):
+    assert main([str(DLRM), "--opt", "reconbn"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("daydream-analyze: not applicable: reconbn: ranks 0,1,2,3,4,5,6,7: ")
+
+
+@needs_traces
+def test_straggler_composes_in_order(dlrm):
+    """straggler is judged on the job the optimizations before it left; composed, each rank's
+    note keeps every optimization (was: the straggler's note replaced them); a rank given twice
+    or not behind the median is refused (was: compounded, and 'x1.000' applied)."""
+    from daydream.errors import NotApplicable
+    from daydream.job.whatif import parse_job_specs, predict
+
+    def run(*specs, only=None):
+        return predict(dlrm.ranks, dlrm.matching, dlrm.coupled, parse_job_specs(list(specs), 8), only)
+
+    once = run("straggler:rank=7")
+    assert once.notes["7"] == "step start 3.283 ms earlier, own work x0.886"
+    with pytest.raises(UsageError, match="given twice"):
+        run("straggler:rank=7", "straggler:rank=7")
+    both = run("cuda-graphs", "straggler:rank=7", only=[7])
+    assert both.notes["7"].startswith("cuda-graphs: ") and "; step start " in both.notes["7"]
+    fast = run("scale-cpu:range=.,factor=0.01")
+    after = run("scale-cpu:range=.,factor=0.01", "straggler:rank=7")
+    assert after.predicted_ns <= fast.predicted_ns
+    with pytest.raises(NotApplicable, match="rank 1 is not behind the median rank"):
+        run("straggler:rank=1")
+
+
+@needs_traces
+def test_one_rank_of_a_job_warns_that_its_collectives_hold_peer_waits(capsys):
+    """A single rank's trace of a multi-rank job (distributedInfo world size 8) says that its
+    collectives keep their recorded peer waits (was: silent, and a nccl what-if looked real)."""
+    assert main([str(DLRM / "dlrm_8rank_worker1.pt.trace.json.gz")]) == 0
+    out = capsys.readouterr().out
+    assert "warning: this trace is rank 1 of a job of 8 ranks (its distributedInfo): its 8 collective kernels keep" in out

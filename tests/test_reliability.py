@@ -709,7 +709,7 @@ def test_unwritable_outputs_are_refused_before_the_load(tmp_path, capsys, monkey
 
     monkeypatch.setattr(daydream.formats, "load_trace", no_load)
     for target, says in ((tmp_path / "no-such-dir" / "x.out", "no such directory"), (tmp_path, "it is a directory"),
-                         (trace, "is the input trace")):
+                         (trace, "is an input trace")):
         code, _, err = cli(capsys, trace, flag, target)
         assert code == 2 and len(err.strip().splitlines()) == 1 and says in err and str(target) in err, err
     assert json.loads(trace.read_bytes())["traceEvents"]  # the input is intact

@@ -19,7 +19,7 @@ from .couple import Coupled, couple
 from .load import RankTrace, expand_inputs, load_ranks
 from .match import Matching, check_world, match
 from .report import JobReport, build_job_report, job_report_json, render_job_text
-from .whatif import parse_job_specs, predict
+from .whatif import STRAGGLER, parse_job_specs, predict
 
 __all__ = ["Coupled", "Job", "JobReport", "Matching", "RankTrace", "analyze_job", "couple", "expand_inputs",
            "job_report_json", "load_ranks", "match", "render_job_text"]
@@ -48,6 +48,11 @@ def analyze_job(paths: list[str], *, opts: list[str] = (), only: list[int] | Non
         TraceFormatError: a file cannot be read.
         DaydreamError: the coupled replay does not settle.
     """
+    if only is not None and not opts:
+        raise UsageError("--ranks selects the ranks an --opt applies to: give --opt NAME too")
+    if only is not None and all(o.partition(":")[0].strip() == STRAGGLER for o in opts):
+        raise UsageError("--ranks does not apply to straggler:rank=R, which names its rank; --ranks selects the ranks "
+                         "of the other optimizations")
     ranks = load_ranks(expand_inputs(paths), strict=strict, workers=workers, mapper=mapper)
     world = check_world(ranks)
     m = match(ranks)

@@ -9,10 +9,12 @@ collectives are found again in the new graph by their table row (a transformatio
 of the tasks it keeps). A rank where the optimization does not apply keeps its graph (reported).
 
 ``straggler:rank=R``: rank R starts its first step with the median rank (its graph's trace start
-``t0`` moved earlier by its late start, so every replayed time moves with it) and its own work
-takes the median rank's time: CPU gaps, CPU calls and compute kernels (not collectives) scaled by
-``median work / its work`` when below 1, where a rank's work is its coupled replayed window minus
-its replayed peer wait.
+``t0`` moved earlier by how much later than the median its first step started in the recording,
+so every replayed time moves with it) and its own work takes the median rank's time: CPU gaps, CPU
+calls and compute kernels (not collectives) scaled by ``median work / its work`` when below 1,
+where a rank's work is its coupled replayed window minus its replayed peer wait, on the job as the
+``--opt`` before it left it (composed in order). A rank that is not behind the median is refused
+(not applicable); a rank named twice is a usage error.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def parse_job_specs(specs: list[str], world: int) -> list[tuple[Any, dict[str, A
             raise UsageError(f"--opt {s!r}: rank={kv['rank']!r} is not an integer") from None
         if not 0 <= r < world:
             raise UsageError(f"--opt {s!r}: the job has ranks 0..{world - 1}")
+        if (STRAGGLER, {"rank": r}) in out:
+            raise UsageError(f"--opt {s!r}: straggler:rank={r} is given twice")
         out.append((STRAGGLER, {"rank": r}))
     real = [o for o in out if o[0] != STRAGGLER]
     if real:
@@ -83,12 +87,25 @@ def _transfers(graph, nodes: np.ndarray, transfer_ns: np.ndarray):
     return dataclasses.replace(graph, dur_ns=dur)
 
 
-def _straggler(graphs: list, m: Matching, base: Coupled, rows, r: int) -> tuple[Any, str]:
+def _straggler(graphs: list, m: Matching, now: Coupled, r: int) -> tuple[Any, str]:
+    """Rank ``r``'s graph made as fast as the median rank: its first step started as late as the
+    median rank's in the recording, its own work scaled to the median rank's in the coupled replay
+    ``now`` of ``graphs`` as they stand (so that it composes with what was applied before).
+
+    Raises:
+        NotApplicable: the rank is not behind the median rank (its own work not above the
+            median's, and its first step not starting later).
+    """
+    rows = job_windows(now.graphs, now.timelines)
     i = int(np.nonzero(m.ranks == r)[0][0])
-    starts = np.array([w[0] for w in rows], np.int64) - m.offset_ns
+    starts = np.array([w[0] for w in rows], np.int64) - m.offset_ns  # measured: what no optimization changes
     late = int(max(starts[i] - int(np.median(starts)), 0))
-    work = np.array([(w[3] - w[2]) for w in rows], np.int64) - base.wait_ns.sum(axis=1)
-    f = min(1.0, float(np.median(work)) / work[i]) if work[i] > 0 else 1.0
+    work = np.array([(w[3] - w[2]) for w in rows], np.int64) - now.wait_ns.sum(axis=1)
+    med = float(np.median(work))
+    f = min(1.0, med / work[i]) if work[i] > 0 else 1.0
+    if f >= 1.0 and late == 0:
+        raise NotApplicable(f"rank {r} is not behind the median rank (own work {work[i] / 1e6:,.3f} ms, "
+                            f"median {med / 1e6:,.3f} ms; its first step does not start later)")
     g = graphs[i]
     if f < 1.0:
         own = ~communication_mask(g)
@@ -98,44 +115,83 @@ def _straggler(graphs: list, m: Matching, base: Coupled, rows, r: int) -> tuple[
     return g, f"step start {late / 1e6:,.3f} ms earlier, own work x{f:.3f}"
 
 
-def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple[Any, dict[str, Any]]],
-            only: list[int] | None = None) -> JobPrediction:
-    """The job replayed coupled after ``opts`` (composed in order) on the ranks ``only``
-    (rank numbers; default all; ``straggler`` names its own rank).
-
-    Raises:
-        NotApplicable: no selected rank takes the optimizations, or one removes a collective.
-    """
-    graphs = [_transfers(r.graph, m.node[i][m.member[i]], m.transfer_ns[i][m.member[i]]) for i, r in enumerate(ranks)]
-    rows = job_windows(base.graphs, base.timelines)
-    notes: dict[str, str] = {}
-    real = [o for o in opts if o[0] != STRAGGLER]
-    sel = set(int(x) for x in m.ranks) if only is None else set(only)
-    applied = 0
-    if real:
-        for i, r in enumerate(ranks):
-            if r.rank not in sel:
-                continue
-            try:
-                graphs[i], done = apply_all(graphs[i], real)
-                notes[str(r.rank)] = "; ".join(f"{a.name}: {a.note}" for a in done)
-                applied += 1
-            except NotApplicable as e:
-                notes[str(r.rank)] = f"not applicable: {e}"
-        if not applied:
-            raise NotApplicable("; ".join(f"rank {k}: {v}" for k, v in notes.items() if v.startswith("not applicable"))
-                                or "no rank selected")
-    for o in opts:
-        if o[0] == STRAGGLER:
-            i = int(np.nonzero(m.ranks == o[1]["rank"])[0][0])
-            graphs[i], notes[str(o[1]["rank"])] = _straggler(graphs, m, base, rows, o[1]["rank"])
+def _coupled(ranks: list[RankTrace], graphs: list, m: Matching) -> Coupled:
+    """The coupled replay of the ranks' (transformed) ``graphs``: their collectives found again by
+    table row, each lasting what the graph now gives it (its transfer)."""
     node = np.stack([_remap(r, g, m.node[i]) for i, (r, g) in enumerate(zip(ranks, graphs))]) if len(m) else m.node
     new = np.stack([g.dur_ns[np.maximum(node[i], 0)] for i, g in enumerate(graphs)]) if len(m) else m.transfer_ns
     tr = np.where(m.member, new, 0).astype(np.int64)
-    c = couple(graphs, dataclasses.replace(m, node=node), tr)
+    return couple(graphs, dataclasses.replace(m, node=node), tr)
+
+
+def _apply(ranks: list[RankTrace], graphs: list, real: list, sel: set, notes: dict[str, list[str]]) -> None:
+    """Compose the single-trace optimizations ``real`` on the graphs of the ranks ``sel`` (in place;
+    each rank's note appended).
+
+    Raises:
+        NotApplicable: no selected rank takes them.
+    """
+    applied, why = 0, {}
+    for i, r in enumerate(ranks):
+        if r.rank not in sel:
+            continue
+        try:
+            graphs[i], done = apply_all(graphs[i], real)
+            notes.setdefault(str(r.rank), []).append("; ".join(f"{a.name}: {a.note}" for a in done))
+            applied += 1
+        except NotApplicable as e:
+            why[str(r.rank)] = str(e)
+    if not applied:
+        raise NotApplicable(_by_reason(why) or "no rank selected")
+    for k, v in why.items():
+        notes.setdefault(k, []).append(f"not applicable: {v}")
+
+
+def _by_reason(why: dict[str, str]) -> str:
+    """``rank -> reason`` as one line, the ranks sharing a reason named together."""
+    ranks: dict[str, list[str]] = {}
+    for k, v in why.items():
+        ranks.setdefault(v, []).append(k)
+    return "; ".join(f"rank{'s' if len(ks) > 1 else ''} {','.join(ks)}: {v}" for v, ks in ranks.items())
+
+
+def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple[Any, dict[str, Any]]],
+            only: list[int] | None = None) -> JobPrediction:
+    """The job replayed coupled after ``opts`` (composed in order) on the ranks ``only``
+    (rank numbers; default all; ``straggler`` names its own rank and is judged on the job as the
+    optimizations before it left it).
+
+    Raises:
+        NotApplicable: no selected rank takes the optimizations, a straggler rank is not behind
+            the median rank, or an optimization removes a collective.
+    """
+    graphs = [_transfers(r.graph, m.node[i][m.member[i]], m.transfer_ns[i][m.member[i]]) for i, r in enumerate(ranks)]
+    rows = job_windows(base.graphs, base.timelines)
+    notes: dict[str, list[str]] = {}
+    sel = set(int(x) for x in m.ranks) if only is None else set(only)
+    now: Coupled | None = base  # the coupled replay of ``graphs`` as they stand (None: stale)
+    k = 0
+    while k < len(opts):
+        if opts[k][0] == STRAGGLER:
+            r = opts[k][1]["rank"]
+            now = now or _coupled(ranks, graphs, m)
+            i = int(np.nonzero(m.ranks == r)[0][0])
+            graphs[i], note = _straggler(graphs, m, now, r)
+            notes.setdefault(str(r), []).append(note)
+            k += 1
+        else:
+            j = k
+            while j < len(opts) and opts[j][0] != STRAGGLER:
+                j += 1
+            _apply(ranks, graphs, opts[k:j], sel, notes)
+            k = j
+        now = None
+    c = _coupled(ranks, graphs, m)
     pred = job_windows(c.graphs, c.timelines)
     base_ns = max(w[3] - w[2] for w in rows)
     pred_ns = [int(w[3] - w[2]) for w in pred]
     name = " + ".join(o[0] if o[0] == STRAGGLER else o[0].name for o in opts)
+    real = any(o[0] != STRAGGLER for o in opts)
     return JobPrediction(name, sorted(sel) if real else [], int(base_ns), int(max(pred_ns)),
-                         round(base_ns / max(max(pred_ns), 1), 4), pred_ns, dict(sorted(notes.items())))
+                         round(base_ns / max(max(pred_ns), 1), 4), pred_ns,
+                         {k: "; ".join(v) for k, v in sorted(notes.items())})
