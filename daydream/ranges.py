@@ -2,12 +2,15 @@
 
 A range is not a task of the graph: the replay moves the API calls of its thread, and the range
 moves with them. Each boundary ``b`` of a range lies in the CPU gap before some API call ``x`` of
-its thread (the first call starting at or after ``b``); replayed it stays ``min(x.start - b,
-x.gap)`` before ``x``: the recorded distance, but never more than the gap ``x`` still has in the
-graph, so a range shrinks with the calls a transformation removed and nested ranges stay nested.
-After the thread's last call a boundary keeps its recorded distance to that call's end. This is
-the rule the report places ProfilerStep boundaries by (``daydream.report._replayed_boundaries``),
-vectorized over every range of a thread. A range on a thread without API calls in the graph
+its thread (the first call starting at or after ``b``). Replayed, it stays before ``x`` by its
+recorded distance ``x.start - b`` with the host time the what-ifs scaled in between scaled as they
+scaled it (``TaskGraph.host_scales``: ``scale-cpu`` inside its ranges, a faster host CPU or a
+straggler's work everywhere), and never more than the gap ``x`` now has: so host time added or
+removed after a step's start (its DataLoader fetch) stays in the step, a range shrinks with the
+calls and gaps a transformation removed, and nested ranges stay nested. After the thread's last
+call a boundary keeps its recorded distance to that call's end. This is the rule the report places
+ProfilerStep boundaries by (``daydream.report._replayed_boundaries``), vectorized over every range
+of a thread. A range on a thread without API calls in the graph
 keeps its recorded times.
 
 Used by :mod:`daydream.compare` (CPU ranges predicted against measured) and
@@ -23,6 +26,7 @@ import numpy as np
 from .arrays import sorted_unique
 from .events import EventTable, Kind
 from .graph import NODE_CPU, TaskGraph
+from .graph.ranges import overlap_with_ranges, thread_key
 from .simulate import Timeline
 
 #: Kineto categories of RANGE rows that are not drawn or compared: Python stack frames (thousands
@@ -76,20 +80,27 @@ def carry(graph: TaskGraph, tl: Timeline | None, rows: np.ndarray) -> Ranges:
         if not len(nodes):
             continue
         nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
-        s[m] = _boundaries(graph, tl, nodes, s[m])
-        e[m] = np.maximum(_boundaries(graph, tl, nodes, e[m]), s[m])
+        s[m] = boundaries(graph, tl, nodes, s[m])
+        e[m] = np.maximum(boundaries(graph, tl, nodes, e[m]), s[m])
         carried += int(m.sum())
     return Ranges(rows, s, e, carried)
 
 
-def _boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray) -> np.ndarray:
+def boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Replayed places of recorded times ``b`` (shape (k,)) on the thread whose calls are
     ``nodes`` (sorted by recorded start)."""
     rs = graph.rec_start_ns[nodes]
     k = np.searchsorted(rs, b, side="left")
     inside = k < len(nodes)
     x = nodes[np.minimum(k, len(nodes) - 1)]
-    before = tl.start_ns[x] - np.minimum(graph.rec_start_ns[x] - b, graph.gap_ns[x])
+    lead = graph.rec_start_ns[x] - b
+    for match, f in graph.host_scales:  # host time the what-ifs scaled between b and x
+        if match is None:
+            lead = np.rint(lead * f).astype(np.int64)
+        else:
+            ov = overlap_with_ranges(graph, match, thread_key(graph.pid[x], graph.tid[x]), b, graph.rec_start_ns[x])
+            lead = lead - ov + np.rint(ov * f).astype(np.int64)
+    before = tl.start_ns[x] - np.clip(lead, 0, graph.gap_ns[x])
     y = nodes[-1]
     after = tl.end_ns[y] + (b - graph.rec_end_ns[y])
     return np.where(inside, before, after).astype(np.int64)

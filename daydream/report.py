@@ -25,6 +25,7 @@ from .graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
 from .kernels import classify_name
 from .mapping import PHASES
 from .memo import cached, memo
+from .ranges import boundaries
 from .simulate import Timeline
 from .summary import Summary, build_summary
 
@@ -391,11 +392,11 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
     when no API call of the thread lies inside it.
 
     A boundary ``b`` lies in the CPU gap before some API call ``x`` (the first call starting at
-    or after ``b``). Replayed, it stays ``min(x.start - b, x.gap)`` before ``x``: the recorded
-    distance, but never more than the gap ``x`` still has in the graph, so when a transformation
-    removes calls (and their gaps) a boundary moves with the work that is left, and consecutive
-    boundaries never cross. After the thread's last call, a boundary keeps its recorded distance
-    to that call's end.
+    or after ``b``) and keeps its share of that gap, the rule every CPU range moves by
+    (:mod:`daydream.ranges`): so when a transformation removes calls (and their gaps) a boundary
+    moves with the work that is left, host time added after a step's start (its DataLoader
+    fetch) stays in the step, and consecutive boundaries never cross. After the thread's last
+    call, a boundary keeps its recorded distance to that call's end.
     """
     nodes = _thread_calls(graph, pid, tid)
     # structure only, kept in the memo (a step's windows are asked again for every prediction)
@@ -403,15 +404,8 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
     if not cached(graph, f"report.calls_inside {pid} {tid} {s} {e}", lambda: bool(((rs_sorted >= s) & (graph.rec_end_ns[nodes] <= e)).any())):
         return None
 
-    def boundary(b: int) -> int:
-        k = int(np.searchsorted(rs_sorted, b, side="left"))
-        if k < len(nodes):
-            x = int(nodes[k])
-            return int(tl.start_ns[x]) - min(int(graph.rec_start_ns[x]) - b, int(graph.gap_ns[x]))
-        y = int(nodes[-1])
-        return int(tl.end_ns[y]) + (b - int(graph.rec_end_ns[y]))
-
-    return boundary(s), boundary(e)
+    got = boundaries(graph, tl, nodes, np.array([s, e], np.int64))
+    return int(got[0]), int(got[1])
 
 
 def _thread_calls(graph: TaskGraph, pid: int, tid: int) -> np.ndarray:

@@ -371,7 +371,7 @@ def insert(
     return _with_valid_order(requeue(g)), v
 
 
-def insert_cpu_tasks(graph: TaskGraph, *, after, dur_ns, gap_ns, name: str) -> tuple[TaskGraph, np.ndarray]:
+def insert_cpu_tasks(graph: TaskGraph, *, after, dur_ns, gap_ns, name: str, at_ns=None) -> tuple[TaskGraph, np.ndarray]:
     """New graph with ``K`` CPU tasks inserted at once, task ``k`` right after ``after[k]`` on its thread:
     the graph that :func:`insert` (``kind="cpu"``) makes one by one for ``k = 0 .. K-1``. Node ids
     (``n + k``), names, node facts and edges, in the same order, are the same. The visiting order
@@ -380,6 +380,10 @@ def insert_cpu_tasks(graph: TaskGraph, *, after, dur_ns, gap_ns, name: str) -> t
 
     Args:
         after: (K,) distinct CPU task ids. dur_ns, gap_ns: (K,) or scalars, ns.
+        at_ns: (K,) or scalar, ns: the recorded instant each new task stands for (its recorded
+            start, end and position: where reports place it, e.g. in a ProfilerStep, and where
+            the CPU ranges around it are); default: its anchor's recorded end (start and end)
+            and position, as :func:`insert` records it.
 
     Returns:
         (new graph, the inserted tasks' ids).
@@ -400,6 +404,8 @@ def insert_cpu_tasks(graph: TaskGraph, *, after, dur_ns, gap_ns, name: str) -> t
     g.name_id[n:] = len(graph.names) + np.arange(k_n)
     g.dur_ns[n:], g.gap_ns[n:] = np.broadcast_to(np.asarray(dur_ns, np.int64), k_n), np.broadcast_to(np.asarray(gap_ns, np.int64), k_n)
     g.rec_start_ns[n:] = graph.rec_end_ns[after]
+    if at_ns is not None:
+        g.rec_start_ns[n:] = g.rec_end_ns[n:] = g.position_ns[n:] = np.broadcast_to(np.asarray(at_ns, np.int64), k_n)
     at = np.full(n, -1, np.int64)
     at[after] = new
     src = _relink_lane_successors(graph, at)  # each anchor's lane successor now follows its new task
@@ -545,6 +551,8 @@ def remove_edges(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
 def scale_gaps(graph: TaskGraph, mask: np.ndarray, factor: float) -> TaskGraph:
     """New graph with the CPU gaps before the selected CPU tasks multiplied by ``factor`` (a faster
     or slower host CPU runs the framework code between API calls faster or slower); rounded to ns.
+    When every CPU task is selected, ``host_scales`` records it (range boundaries in gaps move
+    with the gaps).
 
     Raises:
         DaydreamError: a negative or non-finite factor.
@@ -554,7 +562,8 @@ def scale_gaps(graph: TaskGraph, mask: np.ndarray, factor: float) -> TaskGraph:
     m = np.asarray(mask, dtype=bool) & (graph.node_kind == NODE_CPU)
     gap = graph.gap_ns.copy()
     gap[m] = np.rint(gap[m] * float(factor)).astype(np.int64)
-    return dataclasses.replace(graph, gap_ns=gap)
+    every = bool(m.sum() == np.count_nonzero(graph.node_kind == NODE_CPU))  # all host time: instants in gaps move with it
+    return dataclasses.replace(graph, gap_ns=gap, host_scales=graph.host_scales + ((None, float(factor)),) if every else graph.host_scales)
 
 
 def set_launch_latency(graph: TaskGraph, latency_ns: int) -> TaskGraph:

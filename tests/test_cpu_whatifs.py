@@ -330,3 +330,36 @@ def test_new_primitives_refuse_misuse(tmp_path):
     assert tl3.start_ns[new].tolist() == [g.t0_ns + 5, g.t0_ns + 5 + 10 + 7]
     g4 = set_gap(g, np.arange(g.n) == cpu, 0)
     assert simulate(g4).start_ns[cpu] == g.t0_ns
+
+
+# --------------------------------------------------------------- step boundaries in a what-if ---
+def _stepped_loader(fetch, post, kern, tail, sync_own=2_000, call=3_000):
+    """_loader_main with each step in a ProfilerStep range that opens with the DataLoader fetch and
+    closes after ``tail`` ns of host work following the step's stream sync."""
+    ops = []
+    for k in range(len(fetch)):
+        ops += [RangeBegin(f"ProfilerStep#{k}"), RangeBegin(DL), HostWork(fetch[k]), RangeEnd(), HostWork(post[k])]
+        ops += [Launch(7, "gemm_fwd", d, call) for d in kern[k]]
+        ops += [StreamSync(7, sync_own), HostWork(tail[k]), RangeEnd()]
+    return ops
+
+
+@SETTINGS
+@given(loader_programs(), st.sampled_from([0.0, 2.0, 10.0]), st.data())
+def test_scale_cpu_keeps_each_step_its_own_data_loading(tmp_path_factory, spec, f, data):
+    """scale-cpu of the DataLoader range that opens each ProfilerStep: every predicted step
+    boundary is where the emulator's run of the changed program has it (was: the boundary kept its
+    recorded distance to the step's first call, so each step carried the next one's fetch)."""
+    from daydream.report import step_windows
+
+    steps, fetch, post, kern = spec
+    tail = [data.draw(st.integers(0, 30_000)) for _ in range(steps)]
+    prog = Program([Thread(_stepped_loader(fetch, post, kern, tail))], launch_latency_ns=L, gpu_gap_ns=G)
+    run, g = _graph(tmp_path_factory.mktemp("t"), prog)
+    assume(measure_latencies(run) == (L, G))
+    g2, tl2, _ = _predict(g, f"scale-cpu:range=DataLoader,factor={f}")
+    changed = emulate(_scale_in_ranges(prog, None, DL, f))
+    assert _gpu(g2, tl2) == _gpu_run(changed)
+    want = [(r.start_ns, r.end_ns) for r in changed.ranges if r.name.startswith("ProfilerStep#")]
+    got = [(w.replayed_cpu_start_ns, w.replayed_cpu_end_ns) for w in step_windows(g2, tl2)]
+    assert got == want

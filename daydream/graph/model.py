@@ -107,6 +107,11 @@ class TaskGraph:
     #: rows, int64 sorted; their path names, e.g. "tf32", "half"); a row not listed runs on the path
     #: its kernel name says. Kept by every transformation (rows are stable identities).
     path_rows: tuple = ()
+    #: host time a what-if scaled, in the order applied: (mask over ``cpu_ranges`` of the ranges
+    #: whose host time was scaled, or None for all host time; factor). Recorded instants inside a
+    #: changed CPU gap (range and ProfilerStep boundaries, :func:`daydream.ranges.boundaries`) move
+    #: by it. Kept by every transformation (the CPU ranges are the table's).
+    host_scales: tuple = ()
 
     # ------------------------------------------------------------------ node views ----------
     @property

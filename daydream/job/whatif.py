@@ -29,7 +29,7 @@ from ..critical_path import communication_mask
 from ..errors import NotApplicable, UsageError
 from ..job_report import JobPrediction
 from ..optimizations import check_composition, parse_spec
-from ..transform import scale
+from ..transform import scale, scale_gaps
 from .couple import Coupled, couple
 from .load import RankTrace
 from .match import Matching
@@ -109,8 +109,7 @@ def _straggler(graphs: list, m: Matching, now: Coupled, r: int) -> tuple[Any, st
     g = graphs[i]
     if f < 1.0:
         own = ~communication_mask(g)
-        g = scale(g, own, f)
-        g = dataclasses.replace(g, gap_ns=np.round(g.gap_ns * f).astype(np.int64))
+        g = scale_gaps(scale(g, own, f), g.is_cpu, f)
     g = dataclasses.replace(g, t0_ns=int(g.t0_ns) - late)
     return g, f"step start {late / 1e6:,.3f} ms earlier, own work x{f:.3f}"
 

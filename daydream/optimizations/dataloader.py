@@ -27,6 +27,8 @@ are not reordered (PyTorch yields in order, as modelled); pin-memory threads are
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import NotApplicable
@@ -94,12 +96,18 @@ def _apply(graph, p):
     prev = graph.lane_prev[y]  # inserting before one batch's consumer leaves the others' predecessors as they were
     first = prev < 0  # before the thread's first call: a prefetched batch, its hand-off folded into the gap
     post[first] += pre[first] + h
-    g, d = insert_cpu_tasks(graph, after=prev[~first], dur_ns=h, gap_ns=pre[~first], name="DataLoader hand-off (modelled)")
+    # each hand-off stands where its batch's DataLoader range began: in the batch's ProfilerStep
+    g, d = insert_cpu_tasks(graph, after=prev[~first], dur_ns=h, gap_ns=pre[~first], name="DataLoader hand-off (modelled)",
+                            at_ns=s[~first])
     handoff = y.astype(np.int64, copy=True)
     handoff[~first] = d
     y_mask = np.zeros(g.n, bool)
     y_mask[y] = True
     g = set_gap(g, y_mask, _aligned(y, post, g.n, y_mask))
+    if first.any() and fetch[first][0] > 0:  # the prefetched batch: its fetch became the hand-off, inside its step
+        cr = g.cpu_ranges
+        rng = (cr.pid == pid) & (cr.tid == tid) & (cr.start_ns == s[first][0]) & (cr.end_ns == e[first][0])
+        g = dataclasses.replace(g, host_scales=g.host_scales + ((rng, h / float(fetch[first][0])),))
     workers = []
     like = int(y[0])
     for w in range(min(n_w, len(y))):  # workers are few; one without a batch in the window is left out

@@ -11,6 +11,7 @@ wait (only its own cost is host time).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -53,6 +54,7 @@ def _apply(graph, p):
     m = np.zeros(graph.n, bool)
     m[cpu] = True
     g = set_duration(set_gap(graph, m, new_gap), m, new_dur)
+    g = dataclasses.replace(g, host_scales=graph.host_scales + ((match, float(f)),))  # range boundaries in the gaps move with them
     before = int(g_in.sum() + d_in.sum())
     rest = int(gap.sum() + dur.sum()) - before
     note = (f"{match.sum():,} CPU ranges match {pat!r}: {before / 1e6:,.3f} ms of host time inside them x{f:g} "
