@@ -249,3 +249,21 @@ def test_autocast_fp32_list_by_kernel_name():
     assert g2.dur_ns[k].tolist() == [1000, 4000, 4000, 8000, 8000, 4000, 8000, 8000]
     g3, _ = run(g, "amp:model=paper")  # the paper halves every memory-bound kernel
     assert g3.dur_ns[k].tolist()[1:] == [4000] * 7
+
+
+def test_parameters_of_the_other_model_are_refused():
+    """A parameter the model in use does not read is refused, not ignored (was: amp and
+    amp:compute_factor=0.01 gave the same prediction); TF32 on a GPU without it does not apply."""
+    from daydream.errors import NotApplicable, UsageError
+
+    g = trace()
+    for spec, word in (("amp:compute_factor=0.01", "compute_factor is not read by amp:model=gpu"),
+                       ("amp:tf32_factor=0.1,compute_factor=0.2", "compute_factor, tf32_factor are not read"),
+                       ("amp:model=paper,casts=off", "casts is not read by amp:model=paper"),
+                       ("amp:model=paper,tc_efficiency=0.9", "tc_efficiency is not read")):
+        with pytest.raises(UsageError, match=word):
+            run(g, spec)
+    run(g, "amp:model=paper,compute_factor=0.5")  # its own parameters are read
+    run(g, "amp:memory_factor=0.4")  # read by both
+    with pytest.raises(NotApplicable, match="V100 SXM2 has no TF32 Tensor Cores"):
+        run(trace(device="Tesla V100-SXM2-16GB"), "amp:tf32=on")

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..arrays import sorted_unique
 from .. import kernels as K
-from ..errors import NotApplicable
+from ..errors import NotApplicable, UsageError
 from ..events import Kind
 from ..formats.launch_data import launch_data_of
 from ..gpus import find_gpu
@@ -301,15 +301,37 @@ def _add_casts(graph, g, gpu, sel, p):
     return g, "; ".join(words)
 
 
+#: the parameters of one model only, at their defaults (:func:`_check_model_params`)
+PAPER_ONLY = {"compute_factor": 1 / 3, "tf32_factor": 0.5}
+GPU_ONLY = {"dtype": "auto", "tf32": "auto", "gpu": "", "casts": "on", "floor_ns": -1.0, "tc_efficiency": None}
+
+
+def _check_model_params(p: dict, model: str) -> None:
+    """Refuse a parameter the model in use does not read, given another value than its default
+    (it would be ignored). Raises UsageError."""
+    other = GPU_ONLY if model == "paper" else PAPER_ONLY
+    given = [k for k, d in other.items() if p.get(k, d) != (TC_EFFICIENCY if k == "tc_efficiency" else d)]
+    if given:
+        raise UsageError(f"--opt amp: {', '.join(given)} {'is' if len(given) == 1 else 'are'} not read by amp:model={model} "
+                         + ("(the per-GPU model takes its factors from the GPU table; compute_factor and tf32_factor are the "
+                            "paper model's: give amp:model=paper)" if model == "gpu" else
+                            "(the paper model reads compute_factor, tf32_factor and memory_factor only)"))
+
+
 def _apply(graph, p):
     if not np.any(graph.node_kind == Kind.KERNEL):
         raise NotApplicable("the trace has no GPU kernels")
     if p["model"] == "paper":
+        _check_model_params(p, "paper")
         return _apply_paper(graph, p)
     gpu, traced = source_gpu(graph, p["gpu"])
     if gpu is None:
         g, note = _apply_paper(graph, p)
         return g, note + " (paper model: the GPU is not in the table" + (f": {traced!r}" if traced else "") + "; give amp:gpu=NAME)"
+    _check_model_params(p, "gpu")
+    if p["tf32"] == "on" and not gpu.tf32_tflops:
+        raise NotApplicable(f"the {gpu.name} has no TF32 Tensor Cores, so its fp32 GEMMs cannot have run as TF32; give amp:tf32=off "
+                            "(or auto)")
     return _apply_gpu(graph, _with_dtype(p, gpu), gpu)
 
 
