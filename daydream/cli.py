@@ -317,9 +317,9 @@ def _run_job(args) -> int:
     from .job import analyze_job, job_report_json, render_job_text
     from .job.load import expand_inputs
 
-    if args.timeline or args.save_table or args.compare_to or args.strict_replay or "all" in args.opt:
-        raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json, --plot and --workers; "
-                         "--opt all/--timeline/--save-table/--compare-to/--strict-replay apply to one trace")
+    if args.timeline or args.save_table or args.compare_to or "all" in args.opt:
+        raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json, --plot, --strict-replay and --workers; "
+                         "--opt all/--timeline/--save-table/--compare-to apply to one trace")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     try:
@@ -341,6 +341,9 @@ def _run_job(args) -> int:
     for r in job.ranks:
         for w in r.warnings:
             print(_one_line(f"daydream-analyze: warning: {w}"), file=sys.stderr)
+    if args.strict_replay and args.opt and job.report.trust == "unreliable":
+        raise UnreliableReplay(f"{args.trace}: the job's coupled baseline replay is unreliable ({job.report.trust_reason}); "
+                               "predictions refused (--strict-replay)")
     if args.json:
         _write(args.json, job_report_json(job.report))
     if args.plot:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-JOB_REPORT_VERSION = 1
+JOB_REPORT_VERSION = 2  #: 2: replay trust per rank and for the job
 
 
 class Segment(msgspec.Struct, forbid_unknown_fields=True):
@@ -41,6 +41,11 @@ class RankRow(msgspec.Struct, forbid_unknown_fields=True):
     comm_overlap_pct: float  #: share of its communication time (replayed) overlapped by its compute kernels
     last_arrivals: int  #: collectives it reached last
     critical_path: dict[str, int]  #: its coupled replay's critical path by cause; ``peers``: before the last peer arrived
+    #: how far its coupled replay is trusted ("good", "fair", "unreliable"; the single-trace rule of
+    #: ``report.trust_verdict`` on its window error and GPU start error)
+    trust: str = ""
+    gpu_start_error_p99_us: float = 0.0  #: p99 |replayed - recorded start| of its GPU tasks, coupled replay
+    gpu_start_error_p99_pct: float = 0.0  #: the same as % of its median measured ProfilerStep (its window without steps)
 
 
 class CollectiveRow(msgspec.Struct, forbid_unknown_fields=True):
@@ -91,6 +96,10 @@ class JobReport(msgspec.Struct, forbid_unknown_fields=True):
     predictions: list[JobPrediction] = []
     not_applicable: dict[str, str] = {}
     critical_path: JobCriticalPath | None = None  #: of the coupled replay, across ranks
+    #: how far the coupled baseline replay is trusted: the worst of the job step's error and every
+    #: rank's verdict ("good", "fair", "unreliable"), and why
+    trust: str = ""
+    trust_reason: str = ""
 
 
 def job_report_schema() -> dict:

@@ -367,3 +367,23 @@ def test_one_rank_of_a_job_warns_that_its_collectives_hold_peer_waits(capsys):
     assert main([str(DLRM / "dlrm_8rank_worker1.pt.trace.json.gz")]) == 0
     out = capsys.readouterr().out
     assert "warning: this trace is rank 1 of a job of 8 ranks (its distributedInfo): its 8 collective kernels keep" in out
+
+
+@needs_traces
+def test_job_replay_trust_is_reported_and_strict_replay_refuses(dlrm, capsys):
+    """The job report judges its coupled replay per rank by the single-trace rule (was: no verdict,
+    and job what-ifs never marked); rank 1's GPU start error (p99 1,039 us, 5.22 % of its step)
+    makes the job unreliable, its what-ifs are marked, and --strict-replay refuses them."""
+    from daydream.report import trust_verdict
+
+    r = dlrm.report
+    assert [x.trust for x in r.rank_rows] == ["fair", "unreliable", "fair", "fair", "good", "good", "fair", "fair"]
+    for x in r.rank_rows:
+        assert x.trust == trust_verdict(abs(x.error_pct), abs(x.error_pct), 1, x.gpu_start_error_p99_pct, x.gpu_start_error_p99_us)[0]
+    assert r.trust == "unreliable" and r.trust_reason.startswith("1 of 8 ranks' coupled replays are unreliable (rank 1: ")
+    assert main([str(DLRM), "--opt", "straggler:rank=7"]) == 0
+    out = capsys.readouterr().out
+    assert "baseline replay (coupled): unreliable (" in out and "(1.026x)  UNRELIABLE: see the baseline replay above" in out
+    assert main([str(DLRM), "--opt", "straggler:rank=7", "--strict-replay"]) == 2
+    assert "the job's coupled baseline replay is unreliable" in capsys.readouterr().err
+    assert main([str(DLRM), "--strict-replay"]) == 0  # without a what-if there is nothing to refuse

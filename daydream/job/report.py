@@ -14,7 +14,8 @@ import numpy as np
 from ..collectives import OP_LABELS, Op
 from ..critical_path import communication_mask
 from ..display import terminal_text
-from ..report import _union_length, step_windows
+from ..graph import NODE_CPU
+from ..report import _union_length, step_windows, trust_verdict
 from ..simulate import Timeline, recorded, simulate
 from ..job_report import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankRow, Straggler
 from .couple import Coupled
@@ -64,12 +65,44 @@ def _rank_row(i: int, r: RankTrace, m: Matching, c: Coupled) -> tuple[RankRow, d
     for k in np.nonzero(mem & (m.wait_ns[i] > 0))[0].tolist():
         key = str(int(m.ranks[m.last[k]]))
         waited[key] = waited.get(key, 0) + int(m.wait_ns[i, k])
+    err = _pct(hi_r - lo_r, hi_m - lo_m)
+    verdict, p99, p99_pct = _rank_trust(g, tl, rec, err, hi_m - lo_m)
     row = RankRow(int(r.rank), os.path.basename(r.path), r.rank_source, int(m.offset_ns[i]), hi_m - lo_m, hi_r - lo_r,
-                  _pct(hi_r - lo_r, hi_m - lo_m), _pct(a_hi_r - a_lo_r, a_hi_m - a_lo_m), int(m.wait_ns[i, mem].sum()),
+                  err, _pct(a_hi_r - a_lo_r, a_hi_m - a_lo_m), int(m.wait_ns[i, mem].sum()),
                   int(c.wait_ns[i, mem].sum()), dict(sorted(waited.items(), key=lambda kv: int(kv[0]))),
                   int(m.transfer_ns[i, mem].sum()), _overlap_pct(g, tl), int(np.count_nonzero(m.last == i)),
-                  rank_critical_path(c, i))
+                  rank_critical_path(c, i), verdict, p99, p99_pct)
     return row, {"start": lo_m - int(m.offset_ns[i])}
+
+
+def _rank_trust(g, tl, rec, err_pct: float, window_ns: int) -> tuple[str, float, float]:
+    """(verdict, p99 GPU start error us, as % of the median measured step) of a rank's coupled
+    replay: the single-trace rule (:func:`~daydream.report.trust_verdict`) on its window error and
+    the start error of its recorded GPU tasks (the pins the coupling adds are not tasks)."""
+    gpu = (g.node_kind != NODE_CPU) & (g.row >= 0) & (g.rec_end_ns >= g.rec_start_ns)
+    d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
+    p99 = round(float(np.percentile(d_us, 99)), 3) if len(d_us) else 0.0
+    sw = step_windows(g, rec)
+    ref = float(np.median([w.end_ns - w.start_ns for w in sw])) if sw else float(window_ns)
+    p99_pct = round(p99 * 1e5 / ref, 3) if ref > 0 else 0.0
+    return trust_verdict(abs(err_pct), abs(err_pct), len(sw), p99_pct, p99)[0], p99, p99_pct
+
+
+_TRUST_ORDER = {"good": 0, "fair": 1, "unreliable": 2}
+
+
+def _job_trust(step_error_pct: float, rows: list[RankRow]) -> tuple[str, str]:
+    """The job's verdict: the worst of its step error's (the single-trace thresholds) and its ranks'."""
+    verdict, reason = trust_verdict(abs(step_error_pct), abs(step_error_pct))
+    reason = "job step " + reason.replace("max step error", "error")
+    worst = max((_TRUST_ORDER.get(x.trust, 0) for x in rows), default=0)
+    if worst > _TRUST_ORDER[verdict]:
+        bad = [x for x in rows if _TRUST_ORDER.get(x.trust, 0) == worst]
+        verdict = bad[0].trust
+        reason = (f"{len(bad)} of {len(rows)} ranks' coupled replays are {verdict} (" + ", ".join(
+            f"rank {x.rank}: window error {abs(x.error_pct):.2f} %, GPU start error p99 {x.gpu_start_error_p99_us:,.0f} us = "
+            f"{x.gpu_start_error_p99_pct:.2f} % of its step" for x in bad[:3]) + (", ..." if len(bad) > 3 else "") + "); " + reason)
+    return verdict, reason
 
 
 def _straggler(m: Matching, rows: list[RankRow], starts: np.ndarray) -> Straggler | None:
@@ -107,8 +140,10 @@ def build_job_report(ranks: list[RankTrace], m: Matching, c: Coupled, world: int
     slow_r = max(rows, key=lambda x: x.replayed_ns) if rows else None
     sm, sr = (slow_m.measured_ns if slow_m else 0), (slow_r.replayed_ns if slow_r else 0)
     cp = job_critical_path(m, c, rows.index(slow_r)) if rows else None
+    verdict, reason = _job_trust(_pct(sr, sm), rows)
     return JobReport(JOB_REPORT_VERSION, len(ranks), world, m.clock, len(m), c.rounds, sm, sr, _pct(sr, sm), rows, colls,
-                     _straggler(m, rows, starts), dict(sorted({**counts, **m.counts}.items())), critical_path=cp)
+                     _straggler(m, rows, starts), dict(sorted({**counts, **m.counts}.items())), critical_path=cp,
+                     trust=verdict, trust_reason=reason)
 
 
 def job_report_json(r: JobReport) -> bytes:
@@ -125,14 +160,15 @@ def render_job_text(r: JobReport) -> str:
     out = [f"job: {r.ranks} ranks (world size {r.world_size}), {r.collectives} collectives matched per rank, "
            f"clock {r.clock}; coupled replay settled in {r.rounds} rounds",
            f"job step (slowest rank): measured {_ms(r.step_measured_ns)} ms, replayed {_ms(r.step_replayed_ns)} ms "
-           f"({r.step_error_pct:+.2f} %)", "",
+           f"({r.step_error_pct:+.2f} %)",
+           f"baseline replay (coupled): {r.trust} ({r.trust_reason})", "",
            f"{'rank':>4} {'measured ms':>12} {'replayed ms':>12} {'err %':>7} {'alone %':>8} {'wait ms':>8} "
-           f"{'transfer ms':>11} {'overlap %':>9} {'bound by':>13}  waited for (ms)"]
+           f"{'transfer ms':>11} {'overlap %':>9} {'bound by':>13} {'replay':>10}  waited for (ms)"]
     for x in r.rank_rows:
         wf = ", ".join(f"r{k} {_ms(v)}" for k, v in sorted(x.waited_for.items(), key=lambda kv: -kv[1])[:3])
         out.append(f"{x.rank:>4} {_ms(x.measured_ns):>12} {_ms(x.replayed_ns):>12} {x.error_pct:>7.2f} {x.alone_error_pct:>8.2f} "
                    f"{_ms(x.wait_measured_ns):>8} {_ms(x.transfer_ns):>11} {x.comm_overlap_pct:>9.1f} "
-                   f"{max(x.critical_path, key=x.critical_path.get) if x.critical_path else '-':>13}  {wf}")
+                   f"{max(x.critical_path, key=x.critical_path.get) if x.critical_path else '-':>13} {x.trust or '-':>10}  {wf}")
     if r.straggler is not None:
         s = r.straggler
         out += ["", f"straggler: rank {s.rank} (its peers waited {_ms(s.caused_wait_ns)} ms for it): {s.cause}"]
@@ -154,7 +190,8 @@ def render_job_text(r: JobReport) -> str:
                        f"{_ms(x.wait_max_ns)}  {_ms(x.transfer_ns)}")
     for p in r.predictions:
         who = f" on ranks {','.join(map(str, p.ranks))}" if p.ranks else ""
-        out += ["", f"what-if {p.name}{who}: job step {_ms(p.replayed_ns)} -> {_ms(p.predicted_ns)} ms ({p.speedup:.3f}x)",
+        mark = "  UNRELIABLE: see the baseline replay above" if r.trust == "unreliable" else ""
+        out += ["", f"what-if {p.name}{who}: job step {_ms(p.replayed_ns)} -> {_ms(p.predicted_ns)} ms ({p.speedup:.3f}x){mark}",
                 "  per rank ms: " + ", ".join(f"r{i} {_ms(x)}" for i, x in enumerate(p.rank_predicted_ns))]
         out += [f"  rank {k}: {v}" for k, v in p.notes.items()]
     for k, v in r.not_applicable.items():
