@@ -27,5 +27,9 @@ def test_dask_local_cluster_byte_identical(tmp_path, capsys):
 
 
 def test_dask_unreachable_scheduler(tmp_path, capsys):
+    import shutil
+
+    for r in (0, 1):  # the inputs are checked first (an empty folder is refused before any connection)
+        shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz", tmp_path / f"rank{r}.json.gz")
     assert main([str(tmp_path), "--scheduler", "tcp://127.0.0.1:9"]) == 2
     assert "scheduler" in capsys.readouterr().err
