@@ -309,14 +309,16 @@ def comparison_section(r: Report) -> list[str]:
     c = r.comparison
     if c is None:
         return []
-    what = f"prediction ({c.predicted_by})" if c.predicted_by else "this trace"
+    what = f"prediction ({c.predicted_by}) against its measurement" if c.predicted_by else "this trace's measurement against the other's"
     cols = COMPARE_COLS if c.predicted_by else [COMPARE_COLS[0], COMPARE_COLS[1], COMPARE_COLS[3], COMPARE_COLS[4], COMPARE_COLS[5]]
+    win = [x for x in c.rows if x.group == "window"]
+    steps = [x for x in win if x.name != "traced window"]
+    worst = max(steps, key=lambda x: abs(x.error_pct)) if steps else None  # signed, as in the table
     return [
-        f"  compared with {c.after} [{c.after_format}]: {what} against its measurement; error = "
+        f"  compared with {c.after} [{c.after_format}]: {what}; error = "
         + ("predicted" if c.predicted_by else "this") + " - other (ms, summed over threads and streams)",
-        f"    window error {_pct(c.window_error_pct)} %, "
-        + (f"max step error {_pct(c.max_step_error_pct)} %" if any(x.group == "window" and x.name != "traced window" for x in c.rows)
-           else "no ProfilerSteps to compare"),
+        f"    window error {_pct(win[0].error_pct if win else c.window_error_pct)} %, "
+        + (f"largest step error {_pct(worst.error_pct)} % ({worst.name})" if worst is not None else "no ProfilerSteps to compare"),
         *(f"    note: {n}" for n in c.notes),
         "    phase API calls: time in API calls (less blocked time) by phase, without the gaps between them; CPU range "
         "incl.: wall time of the ranges of each name, nested ranges included",
