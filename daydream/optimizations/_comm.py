@@ -47,11 +47,12 @@ def _link(text: str) -> str:
     return text
 
 
-_link.__name__ = "bandwidth (a preset name, 25GB/s, 200Gb/s, 100Gbps or bytes/s)"  # named in --opt errors
+_link.__name__ = (f"bandwidth: a link ({', '.join(cm.PRESETS)}) or a number with a unit ({cm.BANDWIDTH_UNITS_HELP}), "
+                  "e.g. 25GB/s")  # named in --opt errors
 
 
 NETWORK_PARAMS: dict[str, Param] = {
-    "bandwidth": Param("nvlink2", "intra-node link: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth (25GB/s, 200Gb/s); "
+    "bandwidth": Param("nvlink2", "intra-node link: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth with its unit (25GB/s, 200Gb/s; a bare number is refused); "
                   "default NVLink 2 (the V100 machines of the paper); sources in docs/distributed.md", _link),
     "latency": Param("", "per-step latency (5us, 800ns); default: the link preset's (NCCL tuning.cc hwLat)", str),
     "inter": Param("", "inter-node link preset or bandwidth; empty: all ranks in one node", str),
