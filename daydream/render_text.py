@@ -117,8 +117,13 @@ def _devices(r: Report) -> str:
     """The devices line: the GPUs with work in the trace, by name when the trace has it."""
     m, gpus = r.trace, r.graph.gpus
     used = [d for d in m.devices if d.id in gpus] or ([] if gpus else list(m.devices))
+    if not used and len(gpus) == 1 and len(m.devices) == 1:  # one GPU, one device's properties, ids differ (ROCm: 2 vs 0)
+        d = m.devices[0]
+        return f"{gpus[0]}: {d.name or 'name not recorded'} (the name of the trace's only device properties, recorded as device {d.id}: ids differ)"
     if not used:
-        return "GPU " + ", ".join(map(str, gpus)) if gpus else "no GPU work"
+        ids = ", ".join(str(d.id) for d in m.devices)
+        other = f" (device properties recorded for {ids} only: ids differ, no name given)" if m.devices else ""
+        return ("GPU " + ", ".join(map(str, gpus)) + other) if gpus else "no GPU work"
     dev = ", ".join(f"{d.id}: {d.name or 'name not recorded'}" for d in used)
     more = len(m.devices) - len(used)
     return dev + (f" (+{more} more in the node, without work in the trace)" if more > 0 else "")

@@ -652,3 +652,14 @@ def test_unlinked_waits_on_a_single_stream_trace_are_no_caveat():
     assert r.graph.counts["cudaStreamWaitEvent without a sync record naming its event (no cross-stream edge)"] == 2
     assert not any(UNLINKED_WORDS in w for w in r.report.warnings)
     assert "; try " in answer_lines(r.report)[0] and "optimistic" not in answer_lines(r.report)[0]
+
+
+@needs_traces
+def test_devices_line_names_the_only_gpu_when_the_properties_id_differs(capsys):
+    """MI300X bert-small: deviceProperties has id 0, the kernels run on device 2; the header said
+    "devices: GPU 2" without the name (fourth try-out). One GPU and one device's properties: the
+    name is shown and the id difference said."""
+    assert main([str(TRACES / "tracelens" / "mi300_gaunernst_bert-small-uncased__1016001.json.gz")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  devices: "))
+    assert line == ("  devices: 2: AMD Instinct MI300X VF (the name of the trace's only device properties, recorded as "
+                    "device 0: ids differ)")
