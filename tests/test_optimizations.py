@@ -451,3 +451,24 @@ def test_unmapped_fallbacks_on_a_real_trace(real_graphs):
         assert end(tl) < end(base), name
     _, _, note = run(gu, "fused-adam")
     assert "Optimizer.step ranges" in note and "6 optimizer step(s)" in note
+
+
+def test_integer_ns_parameters_take_float_notation_of_integers():
+    """cuda-graphs:graph_launch_ns=1e9 was refused ("not a valid int") while gpu-upgrade's
+    launch_latency_ns=1e9 was accepted (fourth try-out): integer ns parameters take integral float
+    notation and refuse a fraction, naming what they take."""
+    import pytest
+
+    from daydream.errors import UsageError
+    from daydream.optimizations import REGISTRY, integer_ns
+
+    assert integer_ns("1e9") == 10**9 and integer_ns("5000.0") == 5000 and integer_ns(" -1 ") == -1 and integer_ns("12") == 12
+    for bad in ("5000.5", "nan", "inf", "1e30", "x"):
+        with pytest.raises(ValueError):
+            integer_ns(bad)
+    for opt, k in (("cuda-graphs", "graph_launch_ns"), ("fused-adam", "launch_ns")):
+        p = REGISTRY[opt].resolve({k: "1e9"})
+        assert p[k] == 10**9 and type(p[k]) is int
+        assert REGISTRY[opt].resolve({k: "5000.0"})[k] == 5000
+        with pytest.raises(UsageError, match=rf"^--opt {opt}: {k}='5000.5' is not a valid integer number of ns \(5000, 5e3 or 5000.0; not a fraction\)$"):
+            REGISTRY[opt].resolve({k: "5000.5"})

@@ -37,7 +37,7 @@ from ..errors import NotApplicable
 from ..graph import NODE_CPU
 from ..events import Kind
 from ..transform import remove, set_duration
-from . import Optimization, Param, register
+from . import Optimization, Param, integer_ns, register
 from ._common import SYNC_ROLES, cpu_nodes_in_ranges, cpu_ranges, cpu_roles, lane_order, median_launch_ns, name_mask
 
 
@@ -133,7 +133,7 @@ register(
                             "none) or 'window'", str, lambda v: v in ("step", "window"), "step or window"),
             "graph_launch_ns": Param(-1, "CPU duration of one cudaGraphLaunch, ns; -1 = the lower median duration of the trace's "
                                      "kernel-launch calls (measured: a graph launch is one API call; "
-                                     "scripts/ground_truth/run.py records real cudaGraphLaunch durations)", int,
+                                     "scripts/ground_truth/run.py records real cudaGraphLaunch durations)", integer_ns,
                                      lambda v: v >= -1, ">= -1"),
         },
     )
