@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable
 
 from .critical_path import CAUSES, CriticalPath
 from .display import terminal_text
+from .mapping import nvtx_base_name
 from .report import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS, Breakdown, Prediction, Report, Trust
 from .summary import EMPTY_PATH
 
@@ -363,7 +364,8 @@ def render_text(r: Report) -> str:
 # ---------------------------------------------------------------- the answer first -----------
 def wait_text(w) -> str:
     """One wait of a critical path in words: who waited, where, for what, and what that did."""
-    where = f"in backward() (after {w.during})" if w.engine else f"in {w.during}"
+    during = nvtx_base_name(w.during)  # emit_nvtx's per-call ", seq = N, op_id = M" shown as the op (JSON keeps the name)
+    where = f"in backward() (after {during})" if w.engine else f"in {during}"
     what = f"the autograd engine {w.waited_for}" if w.engine else w.waited_for
     top = ", ".join(f"{k} {_ms(v)} ms" for k, v in w.top.items())
     src = ""
@@ -448,7 +450,7 @@ def top_tables_section(r: Report) -> list[str]:
     if s is None:
         return []
     out = []
-    for title, rows in (("top kernels by GPU time", s.top_kernels), ("top CPU ranges by host time (calls and gaps, all threads)", s.top_cpu_ranges)):
+    for title, rows in (("top GPU tasks by GPU time (kernels, copies, sets)", s.top_kernels), ("top CPU ranges by host time (calls and gaps, all threads)", s.top_cpu_ranges)):
         if rows:
             out += [*_table([dataclass_col(TOP_COLS[0], title), *TOP_COLS[1:]], rows), ""]
     if out:

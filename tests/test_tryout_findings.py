@@ -663,3 +663,24 @@ def test_devices_line_names_the_only_gpu_when_the_properties_id_differs(capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  devices: "))
     assert line == ("  devices: 2: AMD Instinct MI300X VF (the name of the trace's only device properties, recorded as "
                     "device 0: ids differ)")
+
+
+@needs_traces
+def test_singular_counts_tasks_title_and_op_names_in_waits(capsys, tmp_path):
+    """Fourth try-out: "1 ProfilerStep regions" and "1 graph launches"; memcpy rows under "top
+    kernels by GPU time" (MI250); the waits lines of an Nsight trace showed emit_nvtx's per-call
+    ", op_id = 999599" (shown as the op now; the JSON keeps the recorded name)."""
+    assert main([str(TRACES / "extrap" / "con_kernel.sqlite"), "--opt", "cuda-graphs"]) == 0
+    assert "    cuda-graphs: 1 graph launch (the whole window (the trace has no ProfilerStep ranges); 10,231 ns) replace" in capsys.readouterr().out
+    assert main([str(TRACES / "hta" / "triton_example.json.gz"), "--opt", "cuda-graphs"]) == 3
+    assert "no region (1 ProfilerStep region) has" in capsys.readouterr().out
+    assert main([str(TRACES / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    i = next(i for i, x in enumerate(out) if x.startswith("  top GPU tasks by GPU time (kernels, copies, sets)"))
+    assert out[i + 1].startswith("  Memcpy HtoD") and not any("top kernels by GPU time" in x for x in out)
+    js = tmp_path / "r.json"
+    assert main([str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite"), "--json", str(js)]) == 0
+    waits = [x for x in capsys.readouterr().out.splitlines() if " waits in " in x]
+    assert waits and not any("op_id" in x for x in waits) and any(" waits in aten::to for GPU: " in x for x in waits)
+    rep = json.loads(js.read_bytes())
+    assert any(", op_id = " in w["during"] for w in rep["critical_path"]["waits"])  # raw names in JSON
