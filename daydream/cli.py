@@ -52,9 +52,9 @@ def _parser() -> argparse.ArgumentParser:
         help="predict the effect of an optimization; repeat to compose them in order; 'all' ranks every applicable one",
     )
     p.add_argument("--list-opts", action="store_true", help="list the optimizations and their parameters")
-    p.add_argument("--timeline", metavar="FILE", action=_Once, help="write the predicted (and baseline) timeline as Chrome-trace JSON for Perfetto (.json or .json.gz)")
+    p.add_argument("--timeline", metavar="FILE", action=_Once, help="write the predicted (and baseline) timeline as Chrome-trace JSON for Perfetto (.json or .json.gz); '-' for stdout")
     p.add_argument("--json", metavar="FILE", action=_Once, help="write the report as JSON (schemas/report.schema.json); '-' for stdout")
-    p.add_argument("--save-table", metavar="FILE", action=_Once, help="save the parsed event table (.npz) to skip parsing next time")
+    p.add_argument("--save-table", metavar="FILE", action=_Once, help="save the parsed event table (.npz, a file: not '-') to skip parsing next time")
     p.add_argument("--plot", metavar="FILE", action=_Once, help="draw the report's figures: FILE.svg, or FILE.html (one page, the figures inline)")
     p.add_argument("--compare-to", metavar="AFTER_TRACE", action=_Once,
                    help="compare with a trace recorded after making the change: the --opt prediction (or, without --opt, this trace) against its measurement, by step, phase, kernel class and CPU range")
@@ -145,6 +145,31 @@ def _check_output(path: str | None, flag: str, trace: str | list[str]) -> None:
             same = False
         if same:
             raise UsageError(f"{flag} {path} is an input trace; daydream never overwrites its input")
+
+
+def _check_stdout(outputs) -> None:
+    """``-`` (standard output) is for one text output, --json or --timeline (the report's text is
+    then not printed); --save-table writes a binary .npz file and --plot an .svg/.html file."""
+    flags = [flag for path, flag in outputs if path == "-"]
+    if "--save-table" in flags:
+        raise UsageError("--save-table -: the saved table is a binary .npz file and cannot go to standard output; name a file")
+    if len(flags) > 1:
+        raise UsageError(f"{' and '.join(flags)} both name '-' (standard output); give one of them a file")
+
+
+def _timeline_to_stdout(result) -> None:
+    """``--timeline -``: the Chrome-trace JSON (not gzipped) on standard output."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="daydream-") as d:
+        tmp = os.path.join(d, "timeline.json")
+        try:
+            result.write_timeline(tmp)
+        except UsageError as e:
+            raise UsageError(str(e).replace(tmp, "a temporary file for --timeline -")) from None
+        with open(tmp, "rb") as f:
+            data = f.read()
+    _write("-", data)
 
 
 def _check_distinct(outputs) -> None:
@@ -252,6 +277,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.compare_to and specs is None:
         raise UsageError("--compare-to compares one prediction with a measurement; it cannot be combined with --opt all")
     outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"), (args.plot, "--plot"))
+    _check_stdout(outputs)
     for path, flag in outputs:
         _check_output(path, flag, args.trace)
         if args.compare_to:
@@ -272,7 +298,9 @@ def run(argv: list[str] | None = None) -> int:
     if args.compare_to:
         _compare(result, args)
     _check_trust(result.report, args)
-    if args.timeline:
+    if args.timeline == "-":
+        _timeline_to_stdout(result)
+    elif args.timeline:
         _atomic(args.timeline, result.write_timeline)
         if result.predicted_graph is None and args.opt:  # --opt all ranks many; a refused --opt made none
             print(_one_line(f"daydream-analyze: warning: {args.timeline}: holds the baseline replay only "
@@ -287,7 +315,7 @@ def run(argv: list[str] | None = None) -> int:
 
         draw = render_html if args.plot.lower().endswith(".html") else render_svg
         _write(args.plot, draw(result.report).encode())
-    if args.json != "-":
+    if "-" not in (args.json, args.timeline):
         from .render_text import render_text
 
         try:

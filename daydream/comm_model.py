@@ -168,30 +168,41 @@ def _hierarchical(op, s, n, g, net: Network, kw) -> np.ndarray:
     return np.where(other, flat(op, s, n, E, **kw), t)
 
 
+#: bandwidth units: (suffix, bytes/s per unit for bytes); an upper-case B is bytes, a lower-case b bits
+BANDWIDTH_UNITS = (("tb/s", 1e12), ("gb/s", 1e9), ("mb/s", 1e6), ("kb/s", 1e3), ("b/s", 1.0), ("gbps", 1e9 / 8), ("mbps", 1e6 / 8))
+#: the accepted spellings, as error messages name them
+BANDWIDTH_UNITS_HELP = "TB/s, GB/s, MB/s, kB/s or B/s for bytes, Tb/s, Gb/s, Mb/s, kb/s, b/s, Gbps or Mbps for bits"
+
+
 def parse_bandwidth(text: str) -> float:
-    """``"25GB/s"``, ``"200Gb/s"``, ``"100Gbps"``, ``"12.5e9"`` (bytes/s) or a preset name -> bytes/s.
+    """``"25GB/s"``, ``"200Gb/s"``, ``"100Gbps"``, ``"12.5e9B/s"`` or a preset name -> bytes/s.
+
+    A number needs a unit (:data:`BANDWIDTH_UNITS_HELP`): a bare ``25`` would be 25 bytes/s, a
+    million times slower than any link meant by it.
 
     Raises:
-        ValueError: not a bandwidth.
+        ValueError: not a bandwidth, or a number without a unit.
     """
     t = text.strip()
     if t.lower() in PRESETS:
         return PRESETS[t.lower()].bandwidth
-    units = (("tb/s", 1e12), ("gb/s", 1e9), ("mb/s", 1e6), ("gbps", 1e9 / 8), ("mbps", 1e6 / 8))
     try:
-        for u, f in units:
+        for u, f in BANDWIDTH_UNITS:
             if t.lower().endswith(u):
                 num, unit = t[: -len(u)], t[-len(u):]
                 # lower-case b in the unit means bits ("Gb/s"), upper-case bytes ("GB/s")
-                bits = unit[1] == "b" and u.endswith("/s")
+                bits = u.endswith("/s") and unit[-3] == "b"
                 v = float(num) * f / (8 if bits else 1)
                 break
         else:
-            v = float(t)
-    except ValueError:
+            float(t)
+            raise ValueError(f"bandwidth {text!r} has no unit: write it with one ({BANDWIDTH_UNITS_HELP}) or name a link ({', '.join(PRESETS)})")
+    except ValueError as e:
+        if "has no unit" in str(e):
+            raise
         v = float("nan")
     if not np.isfinite(v) or v <= 0:
-        raise ValueError(f"not a positive bandwidth: {text!r}")
+        raise ValueError(f"not a positive bandwidth: {text!r} (a number with a unit: {BANDWIDTH_UNITS_HELP}; or a link: {', '.join(PRESETS)})")
     return v
 
 

@@ -169,9 +169,9 @@ def _group_rows(mb: dict, mp: dict, ma: dict) -> list[CompareRow]:
 
 
 def _spec(name: str, params: dict[str, str]) -> str:
-    """``name:k=v,...`` with the parameters that have a value."""
-    kv = ",".join(f"{k}={v}" for k, v in params.items() if v != "")
-    return name + (":" + kv if kv else "")
+    """``name:k=v,...`` with every parameter, as the report's prediction line writes it (an empty
+    value, such as gpu-upgrade's ``source=``, included: it means "from the trace")."""
+    return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
 
 
 def compare(before, after) -> Comparison:

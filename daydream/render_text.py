@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable
 
 from .critical_path import CAUSES, CriticalPath
 from .display import terminal_text
+from .mapping import nvtx_base_name
 from .report import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS, Breakdown, Prediction, Report, Trust
 from .summary import EMPTY_PATH
 
@@ -117,8 +118,13 @@ def _devices(r: Report) -> str:
     """The devices line: the GPUs with work in the trace, by name when the trace has it."""
     m, gpus = r.trace, r.graph.gpus
     used = [d for d in m.devices if d.id in gpus] or ([] if gpus else list(m.devices))
+    if not used and len(gpus) == 1 and len(m.devices) == 1:  # one GPU, one device's properties, ids differ (ROCm: 2 vs 0)
+        d = m.devices[0]
+        return f"{gpus[0]}: {d.name or 'name not recorded'} (the name of the trace's only device properties, recorded as device {d.id}: ids differ)"
     if not used:
-        return "GPU " + ", ".join(map(str, gpus)) if gpus else "no GPU work"
+        ids = ", ".join(str(d.id) for d in m.devices)
+        other = f" (device properties recorded for {ids} only: ids differ, no name given)" if m.devices else ""
+        return ("GPU " + ", ".join(map(str, gpus)) + other) if gpus else "no GPU work"
     dev = ", ".join(f"{d.id}: {d.name or 'name not recorded'}" for d in used)
     more = len(m.devices) - len(used)
     return dev + (f" (+{more} more in the node, without work in the trace)" if more > 0 else "")
@@ -309,14 +315,16 @@ def comparison_section(r: Report) -> list[str]:
     c = r.comparison
     if c is None:
         return []
-    what = f"prediction ({c.predicted_by})" if c.predicted_by else "this trace"
+    what = f"prediction ({c.predicted_by}) against its measurement" if c.predicted_by else "this trace's measurement against the other's"
     cols = COMPARE_COLS if c.predicted_by else [COMPARE_COLS[0], COMPARE_COLS[1], COMPARE_COLS[3], COMPARE_COLS[4], COMPARE_COLS[5]]
+    win = [x for x in c.rows if x.group == "window"]
+    steps = [x for x in win if x.name != "traced window"]
+    worst = max(steps, key=lambda x: abs(x.error_pct)) if steps else None  # signed, as in the table
     return [
-        f"  compared with {c.after} [{c.after_format}]: {what} against its measurement; error = "
+        f"  compared with {c.after} [{c.after_format}]: {what}; error = "
         + ("predicted" if c.predicted_by else "this") + " - other (ms, summed over threads and streams)",
-        f"    window error {_pct(c.window_error_pct)} %, "
-        + (f"max step error {_pct(c.max_step_error_pct)} %" if any(x.group == "window" and x.name != "traced window" for x in c.rows)
-           else "no ProfilerSteps to compare"),
+        f"    window error {_pct(win[0].error_pct if win else c.window_error_pct)} %, "
+        + (f"largest step error {_pct(worst.error_pct)} % ({worst.name})" if worst is not None else "no ProfilerSteps to compare"),
         *(f"    note: {n}" for n in c.notes),
         "    phase API calls: time in API calls (less blocked time) by phase, without the gaps between them; CPU range "
         "incl.: wall time of the ranges of each name, nested ranges included",
@@ -356,7 +364,8 @@ def render_text(r: Report) -> str:
 # ---------------------------------------------------------------- the answer first -----------
 def wait_text(w) -> str:
     """One wait of a critical path in words: who waited, where, for what, and what that did."""
-    where = f"in backward() (after {w.during})" if w.engine else f"in {w.during}"
+    during = nvtx_base_name(w.during)  # emit_nvtx's per-call ", seq = N, op_id = M" shown as the op (JSON keeps the name)
+    where = f"in backward() (after {during})" if w.engine else f"in {during}"
     what = f"the autograd engine {w.waited_for}" if w.engine else w.waited_for
     top = ", ".join(f"{k} {_ms(v)} ms" for k, v in w.top.items())
     src = ""
@@ -441,7 +450,7 @@ def top_tables_section(r: Report) -> list[str]:
     if s is None:
         return []
     out = []
-    for title, rows in (("top kernels by GPU time", s.top_kernels), ("top CPU ranges by host time (calls and gaps, all threads)", s.top_cpu_ranges)):
+    for title, rows in (("top GPU tasks by GPU time (kernels, copies, sets)", s.top_kernels), ("top CPU ranges by host time (calls and gaps, all threads)", s.top_cpu_ranges)):
         if rows:
             out += [*_table([dataclass_col(TOP_COLS[0], title), *TOP_COLS[1:]], rows), ""]
     if out:

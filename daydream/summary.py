@@ -76,7 +76,7 @@ class Summary(msgspec.Struct, forbid_unknown_fields=True):
     """The opening answer and the top tables."""
 
     answer: Answer
-    top_kernels: list[TopRow] = []  #: the TOP_N kernels by GPU time, then "other" by kernel class
+    top_kernels: list[TopRow] = []  #: the TOP_N GPU tasks (kernels, copies, sets) by GPU time, then "other" by kernel class
     top_cpu_ranges: list[TopRow] = []  #: the TOP_N CPU ranges by host time, then "other" by kind
     gpu_devices: list[DeviceUtil] = []
 

@@ -13,9 +13,12 @@ process's row; ``args.device`` keeps the device id. Every task is a Kineto-style
 ``cuda_runtime``/``cuda_driver`` calls on their thread, ``kernel``/``gpu_memcpy``/``gpu_memset`` on
 the GPU's pid and tid = stream, with the correlation ids, ``args.daydream_pid`` (the task's
 process: the Kineto reader takes it over the join by correlation id, which is ambiguous when two
-processes' ids collide and empty for a task launched before the trace), ``ac2g`` launch flows, and
+processes' ids collide and empty for a task launched before the trace), ``ac2g`` launch flows (one
+per GPU task, each with its own id: a graph launch draws one to each of its tasks), and
 ``cuda_sync`` records that name what each synchronizing call and cross-stream wait depended on,
-so reading the file back rebuilds the same graph. Layer, phase and op are in ``args`` when the
+so reading the file back rebuilds the same graph; a record is drawn at its call's times on its
+device at thread stream + ``SYNC_TID_OFFSET`` (named "stream S sync"), not on the stream's own
+track, where it would overlap the kernels without nesting. Every track has a name. Layer, phase and op are in ``args`` when the
 graph is mapped. The CPU ranges of the trace (framework ops, annotations, DataLoader, optimizer;
 :mod:`daydream.ranges`) are drawn on both copies, moved with their thread's calls. Other
 dependency edges are flow arrows of category ``dependency``, or ``dependency_inferred`` (name
@@ -46,6 +49,7 @@ import orjson
 from .arrays import sorted_unique
 from .events import Kind, SyncKind
 # the baseline copy's id offsets and the file's traceName: defined with the reader that reads them back
+from .formats.kineto import _VIRTUAL_SYNC_TID_OFFSET
 from .formats.own_timeline import BASELINE_CORRELATION_OFFSET, BASELINE_DEVICE_OFFSET, BASELINE_PID_OFFSET, TRACE_NAME_PREFIX
 from .critical_path import CAUSES, communication_mask, critical_path
 from .graph import NODE_CPU, RULES, Origin, Phase, TaskGraph, kind_name, profiler_steps, rule_arrays
@@ -54,6 +58,12 @@ from .report import step_windows
 from .simulate import Timeline, with_bindings
 
 _GPU_CAT = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "gpu_memcpy", int(Kind.MEMSET): "gpu_memset"}
+#: ac2g flow ids of the second and later GPU tasks of one launch (a graph launch): above every
+#: (process index << 40) + correlation id of the first ones, below the baseline copy's 1 << 52
+EXTRA_FLOW_IDS = 3 << 50
+#: a synchronization record is drawn on its device at thread (stream + this), a track of its own
+#: beside the stream's (as newest Kineto does; the Kineto reader takes the stream from args.stream)
+SYNC_TID_OFFSET = _VIRTUAL_SYNC_TID_OFFSET
 _SYNC_NAME = {int(SyncKind.EVENT_SYNC): "Event Sync", int(SyncKind.STREAM_WAIT_EVENT): "Stream Wait Event",
               int(SyncKind.STREAM_SYNC): "Stream Sync", int(SyncKind.CONTEXT_SYNC): "Context Sync"}
 
@@ -133,6 +143,12 @@ def _task_events(d: _Drawn, critical: np.ndarray | None, annotations: dict | Non
     gl = graph.launch
     pid_index = np.unique(lk[:, 1], return_inverse=True)[1].reshape(-1)
     ev: list[dict] = []
+    # a launch of several GPU tasks (a graph launch) draws one flow to each: flow ids stay unique per
+    # (cat, id), the first task's Kineto-style (process, correlation), the others' from EXTRA_FLOW_IDS on
+    first = np.zeros(n, bool)
+    launched = np.nonzero(~cpu & (gl >= 0))[0]
+    first[launched[np.unique(gl[launched], return_index=True)[1]]] = True
+    extra = d.flow_base + EXTRA_FLOW_IDS
     for v in range(n):
         args = _task_args(d, v, crit, ann)
         if cpu[v]:
@@ -151,7 +167,10 @@ def _task_events(d: _Drawn, critical: np.ndarray | None, annotations: dict | Non
                    "ts": d.us(d.starts[v]), "dur": d.dur(v), "args": args})
         if gl[v] >= 0:
             # flow ids are global in Chrome traces: make (process, correlation) unique
-            fl = int(d.flow_base + int(pid_index[v]) * (1 << 40) + d.corr[v])
+            if first[v]:
+                fl = int(d.flow_base + int(pid_index[v]) * (1 << 40) + d.corr[v])
+            else:
+                fl, extra = extra, extra + 1
             ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": fl, "pid": int(d.pid[gl[v]]), "tid": int(lk[gl[v], 2]), "ts": d.us(d.starts[gl[v]])})
             ev.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": fl, "bp": "e", "pid": gpid, "tid": stream, "ts": d.us(d.starts[v])})
     return ev
@@ -180,8 +199,13 @@ def _sync_events(d: _Drawn) -> list[dict]:
             lc = int(t.link_correlation[r])
             a["wait_on_cuda_event_record_corr_id"] = lc + d.corr_off if lc >= 0 else -1
         ev.append({"ph": "X", "cat": "cuda_sync", "name": a["cuda_sync_kind"], "pid": a["device"] + d.gpu_pid if a["device"] >= 0 else d.gpu_pid - 3,
-                   "tid": a["stream"], "ts": d.us(d.starts[v]), "dur": d.dur(v), "args": a})
-    return ev
+                   "tid": a["stream"] + SYNC_TID_OFFSET, "ts": d.us(d.starts[v]), "dur": d.dur(v), "args": a})
+    tracks = sorted({(e["pid"], e["tid"]) for e in ev})
+    names = [{"ph": "M", "name": "thread_name", "pid": p_, "tid": tid_,
+              "args": {"name": f"stream {tid_ - SYNC_TID_OFFSET} sync" if tid_ >= SYNC_TID_OFFSET else "sync without a stream"}} for p_, tid_ in tracks]
+    if any(p_ == d.gpu_pid - 3 for p_, _ in tracks):
+        names.append({"ph": "M", "name": "process_name", "pid": d.gpu_pid - 3, "tid": 0, "args": {"name": "synchronization records without a device"}})
+    return ev + names
 
 
 def _dependency_events(d: _Drawn) -> list[dict]:

@@ -171,3 +171,21 @@ def test_progress_lines_only_for_big_files_on_a_terminal(monkeypatch, capsys):
 def test_full_stdout_is_a_clean_error():
     r = subprocess.run([sys.executable, "-m", "daydream.cli", FIXTURE], stdout=open("/dev/full", "w"), stderr=subprocess.PIPE, text=True)
     assert r.returncode == 2 and "cannot write the report" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_dash_is_stdout_for_the_timeline_and_refused_for_the_saved_table(tmp_path, capsys, monkeypatch):
+    """``--timeline -`` writes the Chrome-trace JSON to standard output (the report's text is then
+    not printed, as with ``--json -``), never a file named '-'; ``--save-table -`` (a binary .npz)
+    and two outputs on standard output are usage errors, before the trace is read."""
+    monkeypatch.chdir(tmp_path)
+    code, out = run_cli(FIXTURE, "--opt", "scale-kernels", "--timeline", "-", capsys=capsys)
+    assert code == 0 and not (tmp_path / "-").exists()
+    doc = json.loads(out.out)
+    assert doc["traceName"].startswith("daydream timeline of ") and doc["traceEvents"]
+    code, out = run_cli(FIXTURE, "--save-table", "-", capsys=capsys)
+    assert code == 2 and not (tmp_path / "-").exists()
+    assert out.err.strip().splitlines() == ["daydream-analyze: error: --save-table -: the saved table is a binary .npz file "
+                                            "and cannot go to standard output; name a file"]
+    code, out = run_cli(FIXTURE, "--json", "-", "--timeline", "-", capsys=capsys)
+    assert code == 2 and out.out == ""
+    assert out.err.strip().splitlines() == ["daydream-analyze: error: --json and --timeline both name '-' (standard output); give one of them a file"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pathlib import Path
 from hypothesis import given, settings, strategies as st
 
 from daydream import comm_model as cm
@@ -75,6 +76,27 @@ def test_parse_units():
     assert cm.parse_latency("5us") == 5000.0 and cm.parse_latency("2ms") == 2e6 and cm.parse_latency("7") == 7.0
     with pytest.raises(ValueError):
         cm.parse_bandwidth("-3GB/s")
+
+
+def test_bandwidth_needs_a_unit():
+    """A bare number is refused (``network:bandwidth=25`` was 25 bytes/s and predicted 176,223,326 ms),
+    with a message naming the units; bytes and bits by the case of the B."""
+    with pytest.raises(ValueError, match=r"has no unit: .*GB/s.*Gb/s.*Gbps.*nvlink2"):
+        cm.parse_bandwidth("25")
+    with pytest.raises(ValueError, match="has no unit"):
+        cm.parse_bandwidth("12.5e9")
+    assert cm.parse_bandwidth("25B/s") == 25.0 and cm.parse_bandwidth("8b/s") == 1.0
+    assert cm.parse_bandwidth("2kB/s") == 2e3 and cm.parse_bandwidth("1Tb/s") == 125e9
+
+
+def test_bandwidth_without_unit_is_a_usage_error(capsys):
+    from daydream.cli import main
+
+    trace = Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz"
+    for spec in ("network:bandwidth=25", "ddp:world=8,bandwidth=25"):
+        assert main([str(trace), "--opt", spec]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "bandwidth='25' is not a valid bandwidth: a link (" in err[0] and "GB/s" in err[0] and "Gb/s" in err[0], err
 
 
 def test_calibrate_takes_the_best_bus_bandwidth():

@@ -114,6 +114,30 @@ def test_ddp_refuses_without_sizes_and_reads_a_param_file(tmp_path):
         opt.apply(g, parse_spec(f"ddp:params={f}")[1])
 
 
+def test_param_file_errors_say_what_is_wrong_and_where(tmp_path):
+    """A truncated params file was reported as "unknown field `params`" (its fields decoded before
+    its end was found) and a negative count as "bad dtype 'float32' or numel -5" (fourth try-out):
+    each message now names the file, the place and the one thing wrong."""
+    from daydream.errors import UsageError
+    from daydream.optimizations._comm import read_param_sizes
+
+    f = tmp_path / "p.json"
+    full = '{"params": [{"numel": 10, "dtype": "float32"}]}'
+    cases = [
+        (full[:24], f"{f}: the JSON ends early at byte 24 (a truncated file?); schema: schemas/ddp-params.schema.json"),
+        ('{"parameters": [{"numel": -5, "dtype": "float32"}]}', f"{f}: parameters[0].numel: -5 is negative (a count of elements)"),
+        ('{"parameters": [{"numel": 5}, {"numel": 5, "dtype": "float33"}]}',
+         f"{f}: parameters[1].dtype: unknown PyTorch dtype 'float33' (e.g. float32, bfloat16, float16, int64)"),
+        ('{"parameters": [{"numel": 17592186044417}]}', f"{f}: parameters[0].numel: 17592186044417 is over 2^44 elements"),
+        (full, f"{f}: not a parameter-size file (Object contains unknown field `params`)"),
+    ]
+    for text, msg in cases:
+        f.write_text(text)
+        with pytest.raises(UsageError) as e:
+            read_param_sizes(str(f))
+        assert str(e.value).startswith(msg) and "\n" not in str(e.value), (text, str(e.value))
+
+
 @needs
 @pytest.mark.parametrize("rel", WITH_COLLECTIVES)
 def test_faster_link_never_slows_the_recorded_collectives(rel):

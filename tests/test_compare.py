@@ -42,7 +42,7 @@ def test_trace_against_itself_has_zero_error_everywhere(tmp_path, capsys):
         assert r["error_ns"] == 0 and r["error_pct"] == 0, r
         assert r["before_ns"] == r["predicted_ns"] == r["after_ns"]
     assert sum(r["group"] == "window" for r in c["rows"]) == 1 + len(rep["steps"])
-    assert "compared with" in text and "this trace against its measurement" in text
+    assert "compared with" in text and "this trace's measurement against the other's" in text
 
 
 def test_prediction_against_the_same_trace_is_the_prediction(tmp_path, capsys):
@@ -64,6 +64,30 @@ def test_prediction_against_the_same_trace_is_the_prediction(tmp_path, capsys):
         if r["after_ns"]:
             assert r["error_pct"] == pytest.approx(r["error_ns"] / r["after_ns"] * 100, abs=1e-4)
     assert "predicted ms" in text
+
+
+def test_summary_line_keeps_the_sign_of_the_table(tmp_path, capsys):
+    """The summary line under "compared with" gives the window's error and the largest step error
+    signed, as the table rows do (a faster prediction against the unchanged trace: negative)."""
+    rep, text = _run(tmp_path, capsys, FIXTURE, "--opt", "scale-kernels:pattern=.,factor=0.5", "--compare-to", FIXTURE)
+    c = rep["comparison"]
+    win = [r for r in c["rows"] if r["group"] == "window"]
+    assert win[0]["error_pct"] < 0 and c["window_error_pct"] == -win[0]["error_pct"]  # JSON: |error|, as documented
+    worst = max(win[1:], key=lambda r: abs(r["error_pct"]))
+    assert f"window error {win[0]['error_pct']:.2f} %, largest step error {worst['error_pct']:.2f} % ({worst['name']})" in text
+
+
+@pytest.mark.skipif(not (H100.exists() and MI300.exists()), reason="../shared/traces/tracelens bert-small pair not present")
+def test_predicted_by_writes_every_parameter_as_the_prediction_line(tmp_path, capsys):
+    """predicted_by spells the optimization as the "prediction:" line does, empty values
+    (gpu-upgrade's source=, read from the trace) included."""
+    rep, text = _run(tmp_path, capsys, H100, "--opt", "gpu-upgrade:target=MI300X", "--compare-to", MI300)
+    c = rep["comparison"]
+    assert ",source=," in c["predicted_by"]
+    assert f"  prediction: {c['predicted_by']}" in text and f"prediction ({c['predicted_by']}) against its measurement" in text
+    rep, text = _run(tmp_path, capsys, MI300, "--compare-to", H100)
+    w = rep["comparison"]["rows"][0]
+    assert w["error_pct"] < 0 and f"window error {w['error_pct']:.2f} %" in text
 
 
 @pytest.mark.skipif(not (H100.exists() and MI300.exists()), reason="../shared/traces/tracelens bert-small pair not present")

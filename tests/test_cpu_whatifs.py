@@ -189,6 +189,25 @@ def test_scale_cpu_not_applicable_without_a_match(tmp_path):
         _predict(g, "scale-cpu:range=nothing_like_this,factor=0.5")
 
 
+def test_scale_cpu_on_a_cpu_only_trace_says_it_has_no_api_calls(capsys):
+    """hta/cpu_only (210 ms of CPU ops, no CUDA call): the model carries host time on API calls and
+    the gaps before them, so there is nothing to scale; the reason said "no host time lies inside
+    them" of a trace that is all host time (fourth try-out)."""
+    from pathlib import Path
+
+    import pytest
+    from daydream.cli import main
+
+    trace = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "hta" / "cpu_only.json.gz"
+    if not trace.exists():
+        pytest.skip("../shared/traces/hta absent")
+    assert main([str(trace), "--opt", "scale-cpu:range=."]) == 3
+    out = capsys.readouterr()
+    assert "no host time lies inside" not in out.out
+    assert ("prediction: scale-cpu: not applicable: CPU ranges match '.', but the trace has no CUDA API calls: host time is "
+            "carried by the calls and the CPU gaps before them (docs/model.md), so a trace without calls has none to scale") in out.out
+
+
 # ---------------------------------------------------------------------------- remove-syncs ---
 from daydream.testing.emulator import MemcpyAsync  # noqa: E402
 

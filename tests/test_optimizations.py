@@ -280,7 +280,7 @@ def test_cuda_graphs_exact():
     # 510: 510..810; the sync keeps its 100 ns gap (starts 120) and ends 810 + 50
     assert g2.n == g.n - 2
     assert end(tl) == 860
-    assert "1 graph launches" in note
+    assert "1 graph launch (" in note  # singular (fourth try-out)
     _, tl2, _ = run(g, "cuda-graphs:graph_launch_ns=40")
     assert end(tl2) == 860  # the graph launch's end does not gate the kernels (launch start + L)
     _, tlw, _ = run(g, "cuda-graphs:region=window")
@@ -319,7 +319,7 @@ def test_launch_queue_back_pressure_is_not_a_synchronization():
     assert not (g.synchronizing & launches).any()
     assert g.synchronizing[cpu].sum() == 1  # the device synchronize
     _, _, note = run(g, "cuda-graphs")
-    assert "1 graph launches" in note
+    assert "1 graph launch (" in note  # singular (fourth try-out)
 
 
 def test_fusion_fuses_kernels_the_launch_queue_waits_for():
@@ -451,3 +451,24 @@ def test_unmapped_fallbacks_on_a_real_trace(real_graphs):
         assert end(tl) < end(base), name
     _, _, note = run(gu, "fused-adam")
     assert "Optimizer.step ranges" in note and "6 optimizer step(s)" in note
+
+
+def test_integer_ns_parameters_take_float_notation_of_integers():
+    """cuda-graphs:graph_launch_ns=1e9 was refused ("not a valid int") while gpu-upgrade's
+    launch_latency_ns=1e9 was accepted (fourth try-out): integer ns parameters take integral float
+    notation and refuse a fraction, naming what they take."""
+    import pytest
+
+    from daydream.errors import UsageError
+    from daydream.optimizations import REGISTRY, integer_ns
+
+    assert integer_ns("1e9") == 10**9 and integer_ns("5000.0") == 5000 and integer_ns(" -1 ") == -1 and integer_ns("12") == 12
+    for bad in ("5000.5", "nan", "inf", "1e30", "x"):
+        with pytest.raises(ValueError):
+            integer_ns(bad)
+    for opt, k in (("cuda-graphs", "graph_launch_ns"), ("fused-adam", "launch_ns")):
+        p = REGISTRY[opt].resolve({k: "1e9"})
+        assert p[k] == 10**9 and type(p[k]) is int
+        assert REGISTRY[opt].resolve({k: "5000.0"})[k] == 5000
+        with pytest.raises(UsageError, match=rf"^--opt {opt}: {k}='5000.5' is not a valid integer number of ns \(5000, 5e3 or 5000.0; not a fraction\)$"):
+            REGISTRY[opt].resolve({k: "5000.5"})

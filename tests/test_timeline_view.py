@@ -351,3 +351,72 @@ def test_prediction_that_reorders_launches_across_threads_reads_back():
         g = build_graph(load_trace(os.path.join(d, "t.json")))
     tl = simulate(g)
     assert np.array_equal(tl.start_ns, g.rec_start_ns) and np.array_equal(tl.end_ns, g.rec_end_ns)
+
+
+def _track_problems(doc) -> list[str]:
+    """What Perfetto's JSON importer would object to: slices of one (pid, tid) that overlap without
+    nesting, tracks without a thread_name, flows whose (cat, id) is not one start and one finish."""
+    tracks: dict = defaultdict(list)
+    named, flows = set(), defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            a = round(e["ts"] * 1000)  # ns, as Perfetto reads the microseconds
+            tracks[(e["pid"], e["tid"])].append((a, a + round(e["dur"] * 1000), e["name"]))
+        elif e["ph"] == "M" and e["name"] == "thread_name":
+            named.add((e["pid"], e["tid"]))
+        elif e["ph"] in ("s", "f"):
+            flows[(e["cat"], e["id"])].append(e["ph"])
+    out = []
+    for k, sl in tracks.items():
+        stack: list = []
+        for a, b, name in sorted(sl, key=lambda x: (x[0], -x[1])):
+            while stack and stack[-1] <= a:
+                stack.pop()
+            if stack and b > stack[-1]:
+                out.append(f"{name} on {k} overlaps the slice it starts in")
+            stack.append(b)
+        if k not in named:
+            out.append(f"track {k} has no thread_name")
+    out += [f"flow {k}: {v}" for k, v in flows.items() if sorted(v) != ["f", "s"]]
+    return out
+
+
+def test_syncs_on_tracks_of_their_own_every_track_named_flow_ids_unique(tmp_path, drawn):
+    """A stream synchronize that waits across part of a kernel is drawn on its own track beside the
+    stream (thread stream + SYNC_TID_OFFSET, named), not overlapping the kernel on the stream's;
+    a graph launch draws one flow per GPU task, each with its own id (Perfetto pairs a flow's start
+    and finish by (cat, id)); the file still reads back and replays to itself. Found on
+    nsys_ai/mfu_2gpu_before (72 sync slices partly over kernels, 16 unnamed tracks) and a DLRM
+    rank with --opt cuda-graphs (20-40 ac2g flows per launch sharing one id)."""
+    from daydream.timeline import SYNC_TID_OFFSET
+
+    b = TB()
+    k1 = b.call("cudaLaunchKernel", 0, 1000)
+    b.gpu(k1, 2000, 10000, stream=7, name="long")
+    k2 = b.call("cudaGraphLaunch", 1000, 2000)
+    b.gpu(k2, 10000, 11000, stream=7, name="g0")
+    b.gpu(k2, 11000, 12000, stream=7, name="g1")
+    k3 = b.call("cudaStreamSynchronize", 3000, 12500)
+    b.sync(k3, 3000, 12500, int(SyncKind.STREAM_SYNC), stream=7)
+    g = build_graph(b.table())
+    p = tmp_path / "t.json"
+    write_timeline(str(p), (g, simulate(g)))
+    doc = json.loads(p.read_bytes())
+    assert _track_problems(doc) == []
+    sync = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_sync"]
+    assert [e["tid"] for e in sync] == [7 + SYNC_TID_OFFSET] and sync[0]["args"]["stream"] == 7
+    assert sum(e["ph"] == "s" and e["cat"] == "ac2g" for e in doc["traceEvents"]) == 3
+    g2 = build_graph(load_trace(str(p)))
+    assert g2.n == g.n and int((g2.launch >= 0).sum()) == int((g.launch >= 0).sum())
+    tl = simulate(g2)
+    assert np.array_equal(tl.start_ns, g2.rec_start_ns) and np.array_equal(tl.end_ns, g2.rec_end_ns)
+    assert _track_problems(drawn[0]) == []
+
+
+@pytest.mark.skipif(not MFU.exists(), reason="../shared/traces/nsys_ai not present")
+def test_nsys_timeline_tracks_well_formed(tmp_path):
+    """The try-out's case: mfu_2gpu_before with a prediction, no sync slice partly over a kernel,
+    every track named, one start and one finish per flow id."""
+    out = tmp_path / "tl.json"
+    assert main([str(MFU), "--opt", "scale-kernels:pattern=flash,factor=0.5", "--timeline", str(out)]) == 0
+    assert _track_problems(json.loads(out.read_bytes())) == []

@@ -17,6 +17,31 @@ from ..errors import NotApplicable, UsageError  # noqa: F401 - NotApplicable re-
 from ..graph import TaskGraph
 
 
+#: largest integer parameter written in float notation (1e9): floats are exact integers up to 2^53
+MAX_INTEGRAL_FLOAT = 2**53
+
+
+def integer_ns(text: str) -> int:
+    """An integer number of ns from the command line: ``5000``, or float notation of an integer
+    (``5e3``, ``5000.0``, ``1e9``), as the float-typed ns parameters accept it.
+
+    Raises:
+        ValueError: not a number, a fraction (``5000.5``), not finite, or beyond 2^53 in float notation.
+    """
+    t = text.strip()
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    v = float(t)
+    if not (abs(v) <= MAX_INTEGRAL_FLOAT and v == int(v)):  # NaN fails the first test
+        raise ValueError(f"not an integral number: {text!r}")
+    return int(v)
+
+
+integer_ns.__name__ = "integer number of ns (5000, 5e3 or 5000.0; not a fraction)"  # named in --opt errors
+
+
 @dataclass(frozen=True)
 class Param:
     """One model parameter of an optimization."""

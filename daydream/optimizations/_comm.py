@@ -47,11 +47,12 @@ def _link(text: str) -> str:
     return text
 
 
-_link.__name__ = "bandwidth (a preset name, 25GB/s, 200Gb/s, 100Gbps or bytes/s)"  # named in --opt errors
+_link.__name__ = (f"bandwidth: a link ({', '.join(cm.PRESETS)}) or a number with a unit ({cm.BANDWIDTH_UNITS_HELP}), "
+                  "e.g. 25GB/s")  # named in --opt errors
 
 
 NETWORK_PARAMS: dict[str, Param] = {
-    "bandwidth": Param("nvlink2", "intra-node link: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth (25GB/s, 200Gb/s); "
+    "bandwidth": Param("nvlink2", "intra-node link: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth with its unit (25GB/s, 200Gb/s; a bare number is refused); "
                   "default NVLink 2 (the V100 machines of the paper); sources in docs/distributed.md", _link),
     "latency": Param("", "per-step latency (5us, 800ns); default: the link preset's (NCCL tuning.cc hwLat)", str),
     "inter": Param("", "inter-node link preset or bandwidth; empty: all ranks in one node", str),
@@ -124,6 +125,10 @@ def param_sizes_schema() -> dict:
     return msgspec.json.schema(ParamSizes)
 
 
+#: largest element count of one parameter accepted from a ``ddp:params`` file (2^44: 16 Ti elements)
+MAX_PARAM_NUMEL = 2**44
+
+
 def read_param_sizes(path: str) -> np.ndarray:
     """Gradient sizes in bytes, in backward order (reverse of the file's), from a ``ParamSizes`` file.
 
@@ -132,16 +137,28 @@ def read_param_sizes(path: str) -> np.ndarray:
     """
     try:
         with open(path, "rb") as f:
-            doc = msgspec.json.decode(f.read(), type=ParamSizes)
+            data = f.read()
     except OSError as e:
         raise UsageError(f"{path}: cannot read ({e.strerror or e})") from None
+    schema = 'schema: schemas/ddp-params.schema.json ({"parameters": [{"numel": N, "dtype": "float32"}, ...]})'
+    try:
+        msgspec.json.decode(data)  # the JSON first: a truncated file is said to be one, whatever its fields
+    except msgspec.DecodeError as e:
+        why = f"the JSON ends early at byte {len(data):,} (a truncated file?)" if "truncated" in str(e) else f"not JSON ({e})"
+        raise UsageError(f"{path}: {why}; {schema}") from None
+    try:
+        doc = msgspec.json.decode(data, type=ParamSizes)
     except (msgspec.DecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path}: not a parameter-size file ({e}); schema: schemas/ddp-params.schema.json") from None
+        raise UsageError(f"{path}: not a parameter-size file ({e}); {schema}") from None
     out = []
     for i, q in enumerate(doc.parameters):
         b = elem_bytes(q.dtype)
-        if b < 0 or q.numel < 0 or q.numel > 2**44:
-            raise UsageError(f"{path}: parameters[{i}]: bad dtype {q.dtype!r} or numel {q.numel}")
+        if b < 0:
+            raise UsageError(f"{path}: parameters[{i}].dtype: unknown PyTorch dtype {q.dtype!r} (e.g. float32, bfloat16, float16, int64)")
+        if q.numel < 0:
+            raise UsageError(f"{path}: parameters[{i}].numel: {q.numel} is negative (a count of elements)")
+        if q.numel > MAX_PARAM_NUMEL:
+            raise UsageError(f"{path}: parameters[{i}].numel: {q.numel} is over 2^44 elements (no real parameter is that large)")
         out.append(q.numel * b)
     if not out:
         raise UsageError(f"{path}: no parameters")

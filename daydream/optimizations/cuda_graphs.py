@@ -37,7 +37,7 @@ from ..errors import NotApplicable
 from ..graph import NODE_CPU
 from ..events import Kind
 from ..transform import remove, set_duration
-from . import Optimization, Param, register
+from . import Optimization, Param, integer_ns, register
 from ._common import SYNC_ROLES, cpu_nodes_in_ranges, cpu_ranges, cpu_roles, lane_order, median_launch_ns, name_mask
 
 
@@ -51,7 +51,7 @@ def regions(graph, region: str) -> tuple[np.ndarray, str]:
     if region == "step":
         ranges = cpu_ranges(graph, r"^ProfilerStep#\d+$")
         if len(ranges[0]):
-            return cpu_nodes_in_ranges(graph, ranges, same_thread=False), f"{len(ranges[0])} ProfilerStep regions"
+            return cpu_nodes_in_ranges(graph, ranges, same_thread=False), f"{len(ranges[0])} ProfilerStep region{'s' * (len(ranges[0]) != 1)}"
         return np.where(cpu, 0, -1), "the whole window (the trace has no ProfilerStep ranges)"
     return np.where(cpu, 0, -1), "the whole window"
 
@@ -119,7 +119,7 @@ def _apply(graph, p):
     removed_cpu_ns = int(graph.dur_ns[drop].sum() + graph.gap_ns[drop].sum())
     g = set_duration(graph, head_mask, int(glaunch))
     g = remove(g, drop)
-    return g, (f"{len(heads):,} graph launches ({how}; {glaunch:,} ns each) replace {int(in_good.sum()):,} API calls; "
+    return g, (f"{len(heads):,} graph launch{'es' * (len(heads) != 1)} ({how}; {glaunch:,} ns{' each' * (len(heads) != 1)}) replace {int(in_good.sum()):,} API calls; "
                f"{removed_cpu_ns / 1e6:,.3f} ms of CPU calls and gaps removed")
 
 
@@ -133,7 +133,7 @@ register(
                             "none) or 'window'", str, lambda v: v in ("step", "window"), "step or window"),
             "graph_launch_ns": Param(-1, "CPU duration of one cudaGraphLaunch, ns; -1 = the lower median duration of the trace's "
                                      "kernel-launch calls (measured: a graph launch is one API call; "
-                                     "scripts/ground_truth/run.py records real cudaGraphLaunch durations)", int,
+                                     "scripts/ground_truth/run.py records real cudaGraphLaunch durations)", integer_ns,
                                      lambda v: v >= -1, ">= -1"),
         },
     )

@@ -34,7 +34,7 @@ from ..errors import NotApplicable
 from ..events import Kind
 from ..graph import NODE_CPU
 from ..transform import remove, set_duration
-from . import Optimization, Param, register
+from . import Optimization, Param, integer_ns, register
 from ._common import cpu_nodes_in_ranges, cpu_ranges, lane_order, lower_median, mapped_labels_match, mapped_phase, name_mask, runs
 
 #: Kernel classes a fused optimizer kernel absorbs.
@@ -147,7 +147,7 @@ register(
                                    "paper's FusedAdam case study; check with scripts/ground_truth)", float,
                                    lambda v: 0 <= v <= 1, "0..1"),
             "launch_ns": Param(-1, "CPU duration of the fused kernel's launch call, ns; -1 = lower median of the launch calls "
-                               "it replaces (measured in the trace)", int, lambda v: v >= -1, ">= -1"),
+                               "it replaces (measured in the trace)", integer_ns, lambda v: v >= -1, ">= -1"),
         },
     )
 )

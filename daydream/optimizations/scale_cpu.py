@@ -6,7 +6,8 @@ whose name matches ``range`` (a regular expression, case-insensitive), on every 
 ``factor`` times as long. Host time is the API calls and the CPU gaps between them
 (``docs/model.md``): the part of a call or of a gap that lies inside a matching range (recorded
 times) is scaled, the rest is left alone; GPU work is left alone. A call that blocks keeps its
-wait (only its own cost is host time).
+wait (only its own cost is host time). A trace without API calls (CPU only) has no host time in
+this model: the what-if does not apply, and says so.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def _apply(graph, p):
     if not match.any():
         raise NotApplicable(f"no CPU range name matches {pat!r} (case-insensitive)")
     cpu = np.nonzero(graph.is_cpu)[0]
+    if not len(cpu):  # a CPU-only trace: its ranges hold time, but the model carries host time on API calls
+        raise NotApplicable(f"CPU ranges match {pat!r}, but the trace has no CUDA API calls: host time is carried by the "
+                            "calls and the CPU gaps before them (docs/model.md), so a trace without calls has none to scale")
     key = thread_key(graph.pid[cpu], graph.tid[cpu])
     rs = graph.rec_start_ns[cpu]
     gap, dur = graph.gap_ns[cpu], graph.dur_ns[cpu]
@@ -50,7 +54,8 @@ def _apply(graph, p):
     new_gap = gap - g_in + np.rint(g_in * f).astype(np.int64)
     new_dur = dur - d_in + np.rint(d_in * f).astype(np.int64)
     if not (g_in.any() or d_in.any()):
-        raise NotApplicable(f"CPU ranges match {pat!r} but no host time lies inside them")
+        raise NotApplicable(f"CPU ranges match {pat!r} but no API call or CPU gap before one lies inside them "
+                            "(host time is carried by the calls and the gaps before them)")
     m = np.zeros(graph.n, bool)
     m[cpu] = True
     g = set_duration(set_gap(graph, m, new_gap), m, new_dur)
