@@ -431,3 +431,20 @@ def test_op_work_with_non_string_types_has_no_shapes():
     from daydream.formats.launch_data import last_operand
 
     assert last_operand([[2, 3], [3, 4]], ["float", ["x"]]) == (-1.0, -1)
+
+
+def test_source_gpu_does_not_guess_between_models():
+    """Device properties under another id than the GPU work's: one model named is that GPU; two
+    models named is not known (was: the first entry, silently)."""
+    from types import SimpleNamespace
+
+    from daydream.events import DeviceInfo
+    from daydream.optimizations.gpu_upgrade import source_gpu
+
+    def g(*names):
+        return SimpleNamespace(devices=[DeviceInfo(id=i, name=n) for i, n in enumerate(names)],
+                               device=np.array([-1, 2, 2]), node_kind=np.array([0, 2, 2]))
+
+    gpu, traced = source_gpu(g("AMD Instinct MI300X VF"), "")
+    assert gpu is not None and gpu.name == "MI300X" and traced == "AMD Instinct MI300X VF"
+    assert source_gpu(g("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"), "") == (None, "")

@@ -36,7 +36,9 @@ from ._common import cpu_roles, median_launch_ns
 
 
 def source_gpu(graph, given: str) -> tuple[GPU | None, str]:
-    """(table entry, traced device name) of the GPU the trace ran on; ``given`` overrides."""
+    """(table entry, traced device name) of the GPU the trace ran on; ``given`` overrides. The
+    device properties under the id most GPU tasks ran on, else the only GPU model the trace's
+    properties name; (None, "") when they name several models and none under that id."""
     if given:
         g = find_gpu(given)
         if g is None:
@@ -48,7 +50,11 @@ def source_gpu(graph, given: str) -> tuple[GPU | None, str]:
     used = graph.device[graph.node_kind != 0]
     used = used[used >= 0]
     dev_id = int(np.bincount(used).argmax()) if len(used) else devs[0].id
-    dev = next((d for d in devs if d.id == dev_id), devs[0])
+    dev = next((d for d in devs if d.id == dev_id), None)
+    if dev is None:  # no properties under the id the GPU work ran on (MI300X traces: properties id 0, work on 2)
+        if len({d.name for d in devs}) != 1:
+            return None, ""  # devices of several models: which one ran the work is not known
+        dev = devs[0]  # one model in the node: that is the GPU (the header says the ids differ)
     return gpu_of_device(dev), dev.name
 
 
