@@ -461,104 +461,208 @@ _CAT_MODULE, _CAT_SCOPE, _CAT_OP, _CAT_BW = range(4)
 _CAT_LEVEL0 = 4
 
 
-def _sweep_fused(start, end, member, ncat, nflat, parent_cats, qs, qe, qo):
-    """Every category's :func:`_sweep_innermost` in one pass, queries in ``qs`` order.
+def _sweep_fused(start, end, c, rk, member_k, phase_k, oplab_k, ncat, nflat, qs, qe, qo, nq):
+    """Every category's :func:`_sweep_innermost` of one thread in one pass, queries in ``qs`` order.
 
-    ``start``/``end``: a thread's contexts in (start asc, end desc) order; ``member[i]``: bit c
-    set when context i belongs to category c (< ``ncat``; 0: in none); categories
-    ``0 .. nflat-1`` are answered each, the later ones are priority levels (highest first) of
-    which only the first with a hit is. Query t (``qs`` ascending) is the ``qo[t]``-th query of
-    the caller. With k[t] the number of contexts starting at or before qs[t], returns ``hits``
-    (nflat, q): per category and query ``qo[t]`` the largest member j < k[t] with
-    end[j] >= qe[t] (-1 none); ``lev_hit``/``lev`` (q,): that member and its level index for
-    the first level with one (-1 none); ``enclosed`` (q,): some context j < k[t] (member or not)
-    ends at or after qe[t]; ``parent`` (n,): for contexts in a category of the bit mask
-    ``parent_cats`` (at most one per context), the largest earlier member of that category with
-    end >= its end (-1 none; :meth:`_Enclosers.parents` of the category's subset, as indices
-    into all contexts). One stack per category, as in :func:`_sweep_innermost`; a stack is
-    searched from its top by doubling steps, then bisection (the answer is usually near the top).
-    O((n + q) * ncat + q * ncat * log n). ``hits``, ``lev_hit``, ``lev`` and ``parent`` are
-    int32 (n must be below 2**31).
+    Contexts: ``c`` (int64, (n,)) indexes the arrays ``start``/``end`` (int64 ns) and ``rk``
+    (each context's key index) of all contexts; ``c`` lists the thread's contexts in (start asc,
+    end desc) order. What a context says is read per key: ``member_k[k]`` has bit c set when
+    contexts of key k belong to category c (< ``ncat``; 0: in none), ``phase_k[k]`` their phase
+    code, ``oplab_k[k]`` their op label id (-1 none). Categories ``0 .. nflat-1`` (module,
+    scope, op, backward) are answered each, the later ones are priority levels (highest first)
+    of which only the first with a hit is. Queries: ``qs``/``qe`` (int64 ns, (q,), the first
+    ``nq`` the calls), taken in the order ``qo`` (a permutation with ``qs[qo]`` ascending).
+
+    With k[t] the number of contexts starting at or before qs[t], and "the hit" of a category
+    the largest member j < k[t] with end[j] >= qe[t]. Returns (all int64 unless said):
+    ``hit_mod``, ``hit_scope`` (q,): the hit's index among its category's members (-1 none);
+    ``op_hit`` (nq,): the op label of the op hit of each call (-1 none); ``ph``, ``lev`` (q,):
+    the phase code of the hit of the first level with one, and that level's index (-1 none);
+    ``enclosed`` (q,) bool: some context j < k[t] (member or not) ends at or after qe[t];
+    ``n_bw``: calls with a backward hit; ``counts`` (ncat,): members per category;
+    ``sub_mod``, ``par_mod`` / ``sub_scope``, ``par_scope``: per member of the module / scope
+    category, its position in ``c`` and the index among the members of the largest earlier
+    member with end >= its end (-1 none; :meth:`_Enclosers.parents` of the category).
+
+    One stack per category holding (end, payload) pairs with ends strictly decreasing upwards,
+    as in :func:`_sweep_innermost`; the payload is what the caller reads of a hit (member index,
+    op label, phase code), so nothing is looked up again afterwards. A stack is searched from
+    its top by doubling steps, then bisection (the answer is usually near the top).
+    O((n + q) * ncat + q * ncat * log n).
     """
-    n = len(end)
+    n = len(c)
     q = len(qs)
-    offset = np.zeros(ncat + 1, np.int64)  # each category's part of one stack array
+    counts = np.zeros(ncat, np.int64)
     for i in range(n):
-        m = member[i]
-        for c in range(ncat):
-            if (m >> c) == 0:
-                break
-            offset[c + 1] += (m >> c) & 1
-    for c in range(ncat):
-        offset[c + 1] += offset[c]
-    # context indices in int32 (the caller keeps n below 2**31): half the memory of int64
-    stack = np.empty(max(offset[ncat], 1), np.int32)
+        m = member_k[rk[c[i]]]
+        cc = 0
+        while (m >> cc) != 0:
+            counts[cc] += (m >> cc) & 1
+            cc += 1
+    offset = np.zeros(ncat + 1, np.int64)  # each category's part of one stack array
+    for cc in range(ncat):
+        offset[cc + 1] = offset[cc] + counts[cc]
+    st_end = np.empty(max(offset[ncat], 1), np.int64)
+    st_val = np.empty(max(offset[ncat], 1), np.int64)
     top = np.zeros(ncat, np.int64)
-    hits = np.empty((nflat, q), np.int32)
-    lev_hit = np.full(q, -1, np.int32)
-    lev = np.full(q, -1, np.int32)
+    sub_mod = np.empty(counts[_CAT_MODULE], np.int64)
+    par_mod = np.empty(counts[_CAT_MODULE], np.int64)
+    sub_scope = np.empty(counts[_CAT_SCOPE], np.int64)
+    par_scope = np.empty(counts[_CAT_SCOPE], np.int64)
+    n_mod = 0
+    n_scope = 0
+    hit_mod = np.full(q, -1, np.int64)
+    hit_scope = np.full(q, -1, np.int64)
+    op_hit = np.full(nq, -1, np.int64)
+    ph = np.full(q, -1, np.int64)
+    lev = np.full(q, -1, np.int64)
     enclosed = np.zeros(q, np.bool_)
-    parent = np.full(n, -1, np.int32)
+    n_bw = 0
     i = 0
     run_max = 0  # largest end pushed so far (meaningful once i > 0)
     for t in range(q + 1):
-        while i < n and (t == q or start[i] <= qs[t]):  # after the last query: the rest (their parents)
-            e = end[i]
+        x_s = qs[qo[t]] if t < q else 0
+        while i < n and (t == q or start[c[i]] <= x_s):  # after the last query: the rest (their parents)
+            ci = c[i]
+            e = end[ci]
             if i == 0 or e > run_max:
                 run_max = e
-            m = member[i]
-            for c in range(ncat):
-                if (m >> c) == 0:
-                    break
-                if (m >> c) & 1:
-                    base = offset[c]
-                    tp = top[c]
-                    if (parent_cats >> c) & 1:
-                        j = _stack_search_c(end, stack, base, tp, e)
-                        parent[i] = stack[base + j] if j >= 0 else -1
-                    while tp > 0 and end[stack[base + tp - 1]] <= e:
+            k = rk[ci]
+            m = member_k[k]
+            cc = 0
+            while (m >> cc) != 0:
+                if (m >> cc) & 1:
+                    base = offset[cc]
+                    tp = top[cc]
+                    val = 0
+                    if cc == _CAT_MODULE:
+                        j = _stack_find_c(st_end, base, tp, e)
+                        sub_mod[n_mod] = i
+                        par_mod[n_mod] = st_val[base + j] if j >= 0 else -1
+                        val = n_mod
+                        n_mod += 1
+                    elif cc == _CAT_SCOPE:
+                        j = _stack_find_c(st_end, base, tp, e)
+                        sub_scope[n_scope] = i
+                        par_scope[n_scope] = st_val[base + j] if j >= 0 else -1
+                        val = n_scope
+                        n_scope += 1
+                    elif cc == _CAT_OP:
+                        val = oplab_k[k]
+                    elif cc >= nflat:
+                        val = phase_k[k]
+                    while tp > 0 and st_end[base + tp - 1] <= e:
                         tp -= 1
-                    stack[base + tp] = i
-                    top[c] = tp + 1
+                    st_end[base + tp] = e
+                    st_val[base + tp] = val
+                    top[cc] = tp + 1
+                cc += 1
             i += 1
         if t == q:
             break
-        x = qe[t]
         r = qo[t]
+        x = qe[r]
         enclosed[r] = i > 0 and run_max >= x
-        for c in range(nflat):
-            j = _stack_search_c(end, stack, offset[c], top[c], x)
-            hits[c, r] = stack[offset[c] + j] if j >= 0 else -1
-        for c in range(nflat, ncat):
-            j = _stack_search_c(end, stack, offset[c], top[c], x)
+        j = _stack_find_c(st_end, offset[_CAT_MODULE], top[_CAT_MODULE], x)
+        if j >= 0:
+            hit_mod[r] = st_val[offset[_CAT_MODULE] + j]
+        j = _stack_find_c(st_end, offset[_CAT_SCOPE], top[_CAT_SCOPE], x)
+        if j >= 0:
+            hit_scope[r] = st_val[offset[_CAT_SCOPE] + j]
+        if r < nq:
+            j = _stack_find_c(st_end, offset[_CAT_OP], top[_CAT_OP], x)
             if j >= 0:
-                lev_hit[r] = stack[offset[c] + j]
-                lev[r] = c - nflat
+                op_hit[r] = st_val[offset[_CAT_OP] + j]
+            if _stack_find_c(st_end, offset[_CAT_BW], top[_CAT_BW], x) >= 0:
+                n_bw += 1
+        for cc in range(nflat, ncat):
+            j = _stack_find_c(st_end, offset[cc], top[cc], x)
+            if j >= 0:
+                ph[r] = st_val[offset[cc] + j]
+                lev[r] = cc - nflat
                 break
-    return hits, lev_hit, lev, enclosed, parent
+    return hit_mod, hit_scope, op_hit, ph, lev, enclosed, n_bw, counts, sub_mod, par_mod, sub_scope, par_scope
 
 
-def _stack_search(end, stack, base, top, x):
-    """Topmost position p < ``top`` of the stack ``stack[base:]`` (ends strictly decreasing
+def _stack_find(st_end, base, top, x):
+    """Topmost position p < ``top`` of the stack ``st_end[base:]`` (ends strictly decreasing
     upwards) with end >= x, -1 none: doubling steps down from the top, then bisection."""
     hi = top  # positions hi and above end below x
     step = 1
     lo = hi - 1
-    while lo >= 0 and end[stack[base + lo]] < x:
+    while lo >= 0 and st_end[base + lo] < x:
         hi = lo
         lo -= step
         step *= 2
     lo = max(lo, -1) + 1  # positions below lo reach x
     while lo < hi:
         mid = (lo + hi) // 2
-        if end[stack[base + mid]] >= x:
+        if st_end[base + mid] >= x:
             lo = mid + 1
         else:
             hi = mid
     return lo - 1
 
 
-_stack_search_c = _stack_search  # rebound to the compiled _stack_search by _fused_kernel()
+_stack_find_c = _stack_find  # rebound to the compiled _stack_find by _fused_kernel()
+
+
+def _group_contexts(c_pid, c_tid, c_start, c_end, th_pid, th_tid):
+    """The contexts of each thread (pid, tid) of ``th_pid``/``th_tid`` (int64, (T,), sorted by
+    (pid, tid), distinct), from the contexts' int64 columns (n,): returns ``idx`` (int64: the
+    indices of the contexts on one of the threads, grouped by thread in that order, ascending
+    within), ``off`` (int64 (T + 1,): thread k's are ``idx[off[k]:off[k + 1]]``) and
+    ``in_order`` (bool (T,): thread k's contexts in index order are in (start asc, end desc)
+    order, the order :class:`_Enclosers` sorts them into). Two passes, a binary search per run
+    of contexts on one thread; what :func:`_by_thread` gives by packed keys or lexsort."""
+    n = len(c_pid)
+    nt = len(th_pid)
+    off = np.zeros(nt + 1, np.int64)
+    which = np.empty(n, np.int32)  # each context's thread, -1 none
+    have = False
+    lp = 0
+    lt = 0
+    lk = -1
+    for i in range(n):
+        p = c_pid[i]
+        t = c_tid[i]
+        if not have or p != lp or t != lt:
+            lo = 0
+            hi = nt
+            while lo < hi:  # first thread >= (p, t)
+                mid = (lo + hi) // 2
+                if th_pid[mid] < p or (th_pid[mid] == p and th_tid[mid] < t):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            lk = lo if lo < nt and th_pid[lo] == p and th_tid[lo] == t else -1
+            have = True
+            lp = p
+            lt = t
+        which[i] = lk
+        if lk >= 0:
+            off[lk + 1] += 1
+    for k in range(nt):
+        off[k + 1] += off[k]
+    idx = np.empty(off[nt], np.int64)
+    pos = off[:nt].copy()
+    in_order = np.ones(nt, np.bool_)
+    last_s = np.zeros(nt, np.int64)
+    last_e = np.zeros(nt, np.int64)
+    for i in range(n):
+        k = which[i]
+        if k < 0:
+            continue
+        j = pos[k]
+        s = c_start[i]
+        e = c_end[i]
+        if j > off[k] and (s < last_s[k] or (s == last_s[k] and e > last_e[k])):
+            in_order[k] = False
+        last_s[k] = s
+        last_e[k] = e
+        idx[j] = i
+        pos[k] = j + 1
+    return idx, off, in_order
 
 
 class _Interner:
@@ -971,17 +1075,22 @@ def _map_runtime_calls(
     c_start, c_end = start[ctx.rows].astype(np.int64, copy=False), end[ctx.rows].astype(np.int64, copy=False)
     c_pid, c_tid = table.pid[ctx.rows].astype(np.int64, copy=False), table.tid[ctx.rows].astype(np.int64, copy=False)
     ctx.columns = (c_pid, c_tid, c_start, c_end)
-    gap_mid = _gap_midpoints(table, rt_rows, threads, by_row=True)  # read at rt_rows only
-    for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows, (c_pid, c_tid)):  # one iteration per thread
+    group = _group_kernel(method, len(ctx.rows) + 2 * len(rt_rows)) if threads is not None and len(rt_rows) else None
+    if group is not None:  # contexts grouped by thread in one compiled pass, gap midpoints in thread order
+        per_thread = _grouped_threads(group, table, rt_rows, threads, ctx.columns)
+    else:
+        gap_mid = _gap_midpoints(table, rt_rows, threads, by_row=True)  # read at rt_rows only
+        per_thread = ((key, q, c, None, gap_mid[q]) for key, q, c in _by_thread(table, rt_rows, ctx.rows, (c_pid, c_tid)))
+    for (pid, tid), q, c, in_order, mid in per_thread:  # one iteration per thread
         nq = len(q)
-        qs = np.concatenate([start[q], gap_mid[q]])
-        qe = np.concatenate([end[q], gap_mid[q]])
-        whole = len(c) == len(ctx.rows)  # the thread has every context (c ascending, distinct: c is arange)
-        th = _ThreadContexts(ctx, c, c_start if whole else c_start[c], c_end if whole else c_end[c])
-        fn = _fused_kernel(method, len(c) + len(qs)) if len(c) < _FUSED_MAX_CONTEXTS else None
+        qs = np.concatenate([start[q], mid])
+        qe = np.concatenate([end[q], mid])
+        fn = _fused_kernel(method, len(c) + len(qs))
         if fn is not None:  # every interval search of the thread in one compiled sweep
-            lay, op_ids, ph, is_autograd = _thread_fused(fn, th, qs, qe, nq, levels, intern, op_label)
+            lay, op_ids, ph, is_autograd = _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label)
         else:
+            whole = len(c) == len(ctx.rows)  # the thread has every context (c ascending, distinct: c is arange)
+            th = _ThreadContexts(ctx, c, c_start if whole else c_start[c], c_end if whole else c_end[c])
             lay = _layer_ids(th, qs, qe, intern)
             op_ids = _op_ids(th, qs[:nq], qe[:nq], op_label) if ctx.op[c].any() else None
             ph, is_autograd = _thread_phases(th, qs, qe, nq, levels)
@@ -996,8 +1105,35 @@ def _map_runtime_calls(
     return autograd_threads
 
 
-#: the fused sweep holds context indices in int32: threads with more contexts take the numpy path
-_FUSED_MAX_CONTEXTS = (1 << 31) - 1
+def _group_kernel(method: str, size: int):
+    """:func:`_group_contexts` to use for ``size`` contexts + queries (compiled; uncompiled for
+    "fused-py"), or None for :func:`_by_thread` (``method`` "numpy", or "auto" below
+    :data:`SWEEP_MIN` / without numba)."""
+    if method == "fused-py":
+        return _group_contexts
+    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused"):
+        return None
+    return jit.compiled(_group_contexts)
+
+
+def _grouped_threads(fn, table: EventTable, rt_rows: np.ndarray, threads: "CallThreads", columns: tuple):
+    """What :func:`_map_runtime_calls` iterates, by :func:`_group_contexts` (``fn``): per thread
+    with calls and contexts, in (pid, tid) order, ((pid, tid), its calls (ascending rows), its
+    context indices (ascending), whether those are in sweep order, the gap midpoints of its calls);
+    the threads, calls and contexts :func:`_by_thread` yields, and :func:`_gap_midpoints`."""
+    c_pid, c_tid, c_start, c_end = columns
+    firsts = np.flatnonzero(threads.new_thread)
+    th_pid = table.pid[threads.rt_rows[firsts]].astype(np.int64)
+    th_tid = table.tid[threads.rt_rows[firsts]].astype(np.int64)
+    idx, off, in_order = jit.call(fn, c_pid, c_tid, c_start, c_end, th_pid, th_tid)
+    mid = _gap_midpoints(table, rt_rows, threads, in_thread_order=True)
+    bounds = np.append(firsts, len(threads.rt_rows)).tolist()
+    off = off.tolist()
+    for k in range(len(firsts)):
+        if off[k + 1] > off[k]:
+            a, b = bounds[k], bounds[k + 1]
+            yield ((int(th_pid[k]), int(th_tid[k])), threads.rt_rows[a:b], idx[off[k]:off[k + 1]], bool(in_order[k]),
+                   mid[a:b])
 
 
 def _fused_kernel(method: str, size: int):
@@ -1007,65 +1143,64 @@ def _fused_kernel(method: str, size: int):
         return _sweep_fused
     if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused"):
         return None
-    global _stack_search_c
-    search = jit.compiled(_stack_search)
-    if search is None:
-        return None
-    _stack_search_c = search  # the kernel calls the compiled search through this name
-    return jit.compiled(_sweep_fused)
+    return jit.compiled_calling(globals(), "_stack_find_c", _stack_find, _sweep_fused)
 
 
-def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: int, levels: list[int], intern: _Interner,
-                  op_label: np.ndarray):
+def _query_order(qs: np.ndarray, nq: int) -> np.ndarray:
+    """An order of the queries ``qs`` (the ``nq`` call starts, then their gap midpoints) with
+    ``qs`` ascending: each call's gap midpoint before its start, when that is ascending (calls in
+    start order, as the gap rule makes the midpoint of call i lie between the starts of calls
+    i - 1 and i), else a stable argsort. The fused sweep's answers do not depend on the order
+    among equal ``qs``."""
+    qo = np.empty(len(qs), np.int64)
+    qo[0::2] = np.arange(nq, len(qs))
+    qo[1::2] = np.arange(nq)
+    s = qs[qo]
+    if bool(np.all(s[1:] >= s[:-1])):
+        return qo
+    return np.argsort(qs, kind="stable")
+
+
+def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: np.ndarray, qe: np.ndarray, nq: int,
+                  levels: list[int], intern: _Interner, op_label: np.ndarray):
     """(layer ids, op ids of the calls or None, phase codes, is autograd thread) of one thread's
-    queries by one :func:`_sweep_fused` pass; the same answers as :func:`_layer_ids`,
-    :func:`_op_ids` and :func:`_thread_phases` (a category's members keep the order the
-    thread's (start asc, end desc) sort gives them, which is their own sort)."""
-    ctx = th.ctx
-    enc = _Enclosers(th.cs, th.ce)
-    srt = th.c if enc.identity else th.c[enc.order]
-    whole = enc.identity and len(srt) == len(ctx.rk)  # every context, in their own order (srt is arange)
-    rks, bk = ctx.rk if whole else ctx.rk[srt], ctx.by_key  # the contexts' keys: their facts are read per key
-    member = bk["member"][rks]
-    qo = np.argsort(qs, kind="stable")
-    hits, lev_hit, lev, enclosed, parent = jit.call(
-        fn, np.ascontiguousarray(enc.start, np.int64), np.ascontiguousarray(enc.end, np.int64), member, _CAT_LEVEL0 + len(levels),
-        _CAT_LEVEL0, (1 << _CAT_MODULE) | (1 << _CAT_SCOPE), np.ascontiguousarray(qs[qo], np.int64),
-        np.ascontiguousarray(qe[qo], np.int64), qo.astype(np.int64))
+    queries by one :func:`_sweep_fused` pass over its contexts ``c`` (indices into ``ctx``,
+    ascending; ``in_order``: they are in (start asc, end desc) order already, None: unknown);
+    the same answers as :func:`_layer_ids`, :func:`_op_ids` and :func:`_thread_phases` (a
+    category's members keep the order the thread's (start asc, end desc) sort gives them, which
+    is their own sort)."""
+    c_start, c_end = ctx.columns[2], ctx.columns[3]
+    srt = c
+    if not in_order:
+        enc = _Enclosers(c_start[c], c_end[c])
+        if not enc.identity:
+            srt = c[enc.order]
+    bk = ctx.by_key
+    (hit_mod, hit_scope, op_hit, ph, lev, enclosed, n_bw, counts, sub_mod, par_mod, sub_scope, par_scope) = jit.call(
+        fn, c_start, c_end, np.ascontiguousarray(srt, np.int64), ctx.rk, bk["member"], bk["phase"], op_label[bk["op_name"]],
+        _CAT_LEVEL0 + len(levels), _CAT_LEVEL0, np.ascontiguousarray(qs, np.int64), np.ascontiguousarray(qe, np.int64),
+        _query_order(qs, nq), nq)
     lay = np.full(len(qs), -1, dtype=np.int64)
-    at = np.empty(len(member), np.int64)  # a member's index among its category's members
-    for cat in (_CAT_MODULE, _CAT_SCOPE):
-        sub = np.flatnonzero(member & (1 << cat))  # the category's members, in sorted order
+    for sub, par, hit in ((sub_mod, par_mod, hit_mod), (sub_scope, par_scope, hit_scope)):
         if not len(sub):
             continue
-        at[sub] = np.arange(len(sub))
-        par = parent[sub]
-        par = np.where(par >= 0, at[np.maximum(par, 0)], -1)  # as indices into sub
-        paths = _path_labels(par, bk["comp"][rks[sub]], ctx.comp_names, intern)
-        hit = hits[cat]
+        paths = _path_labels(par, bk["comp"][ctx.rk[srt[sub]]], ctx.comp_names, intern)
         take = (hit >= 0) & (lay < 0)
-        lay[take] = paths[at[hit[take]]]
-    op_ids = None
-    hit = hits[_CAT_OP, :nq]
-    if (member & (1 << _CAT_OP)).any():  # the thread has ops
-        ok = hit >= 0
-        op_ids = np.full(nq, -1, dtype=np.int64)
-        op_ids[ok] = op_label[bk["op_name"][rks[hit[ok]]]]
-    ph = np.full(len(lev_hit), -1, np.int64)  # phase of the deciding context, -1 none
-    ok = lev_hit >= 0
-    ph[ok] = bk["phase"][rks[lev_hit[ok]]]
-    ph, is_autograd = _phases_from_hits(hits, ph, lev, bool((member & (1 << _CAT_BW)).any()), enclosed, nq, levels)
+        lay[take] = paths[hit[take]]
+    op_ids = op_hit if counts[_CAT_OP] else None
+    ph, is_autograd = _phases_from_hits(int(n_bw), ph, lev, bool(counts[_CAT_BW]), enclosed, nq, levels)
     return lay, op_ids, ph, is_autograd
 
 
-def _phases_from_hits(hits: np.ndarray, ph: np.ndarray, lev: np.ndarray, has_bw: bool, enclosed: np.ndarray,
+def _phases_from_hits(n_bw: int, ph: np.ndarray, lev: np.ndarray, has_bw: bool, enclosed: np.ndarray,
                       nq: int, levels: list[int]) -> tuple[np.ndarray, bool]:
-    """:func:`_thread_phases` from the fused sweep's answers (``ph``: per query, the phase of
-    the context its first level with a hit gives, -1 none; ``has_bw``: the thread has backward
-    contexts; ``enclosed``: some context of the thread encloses the query)."""
+    """:func:`_thread_phases` from the fused sweep's answers (``n_bw``: calls with an enclosing
+    backward context; ``ph``: per query, the phase of the context its first level with a hit
+    gives, -1 none; ``has_bw``: the thread has backward contexts; ``enclosed``: some context of
+    the thread encloses the query)."""
     is_autograd = False
     if has_bw and enclosed[:nq].any():  # decided by the calls alone
-        is_autograd = bool((hits[_CAT_BW, :nq] >= 0).sum() > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
+        is_autograd = bool(n_bw > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
     if is_autograd:
         enclosed[:] = True
     if is_autograd and AUTOGRAD_THREAD_RULE.priority in levels:  # below its level: the autograd rule
@@ -1188,9 +1323,11 @@ def call_threads(table: EventTable, rt_rows: np.ndarray) -> CallThreads:
     return CallThreads(rt_rows, new_thread, prev_end)
 
 
-def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None, by_row: bool = False) -> np.ndarray:
+def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None, by_row: bool = False,
+                   in_thread_order: bool = False) -> np.ndarray:
     """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``; ``by_row``: an
-    int64 array over the table's rows instead, set at ``rt_rows`` only, the rest undefined).
+    int64 array over the table's rows instead, set at ``rt_rows`` only, the rest undefined;
+    ``in_thread_order``: aligned with ``threads.rt_rows`` instead, ``threads`` required).
 
     The gap of call r on thread (pid, tid) is ``[prev_end, start_r]``, ``prev_end`` the largest
     end of the earlier calls of the thread (in start order, ties by row), or the table's earliest
@@ -1209,6 +1346,8 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
         prev_end = threads.prev_end.copy()
         prev_end[threads.new_thread] = t0
         lo = np.minimum(prev_end, so)
+        if in_thread_order:
+            return lo + (so - lo) // 2
         mid = np.empty(len(table), dtype=np.int64)  # by row, then back to the order of rt_rows
         mid[threads.rt_rows] = lo + (so - lo) // 2
         return mid if by_row else mid[rt_rows]
@@ -1222,6 +1361,8 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
     lo = np.minimum(prev_end, so)
     mid = np.empty(n, dtype=np.int64)
     mid[o] = lo + (so - lo) // 2
+    if in_thread_order:  # rt_rows ascending, threads.rt_rows a permutation of them
+        return mid[np.searchsorted(rt_rows, threads.rt_rows)]
     if by_row:
         full = np.empty(len(table), dtype=np.int64)
         full[rt_rows] = mid
