@@ -740,7 +740,7 @@ class _Contexts:
         self.name_id: np.ndarray | None = None  #: int64 name id of each row
         #: the rows are the graph's CPU ranges too (no CPU_OP row on a device)
         self.all_cpu_side = False
-        #: int64 (pid, tid, start_ns, end_ns) of each row, once :func:`_map_runtime_calls` read them
+        #: int64 (pid, tid, start_ns, end_ns) of each row (:func:`_context_keys`' columns)
         self.columns: tuple[np.ndarray, ...] | None = None
 
     def __getattr__(self, name: str) -> np.ndarray:
@@ -817,15 +817,15 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     rows take their key's answers."""
     names = table.names
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
-    rows, key, counts, all_cpu_side = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names))
+    rows, key, counts, all_cpu_side, more = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names),
+                                                          columns=(table.pid, table.tid, table.start_ns, table.end_ns))
+    rk, name_id, *columns = more
     present = np.flatnonzero(counts)  # sorted distinct keys
     k = _classify_keys(names, present, rules)
-    at = np.zeros(4 * len(names), dtype=np.int64)
-    at[present] = np.arange(len(present))
-    rk = at[key]  # each row's index among the present keys
     k["member"] = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
     ctx = _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"])
-    ctx.name_id = key >> 2
+    ctx.name_id = name_id
+    ctx.columns = tuple(columns)
     ctx.all_cpu_side = all_cpu_side
     return ctx
 
@@ -835,7 +835,7 @@ CONTEXT_KEYS_MIN = 50_000
 
 
 def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat_id: np.ndarray, py_id: list[int],
-                  n_names: int, method: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+                  n_names: int, method: str = "auto", columns: tuple | None = None) -> tuple:
     """The context rows of table columns (length n each: ``kind``, ``device``, ``name_id``,
     ``cat_id``; ``py_id``: the name ids of ``python_function``, ``n_names`` names): CPU-side
     RANGE rows and CPU_OP rows. Returns (rows int64 (m,), their keys int64 (m,):
@@ -843,6 +843,11 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
     CPU_OP row on a device). Two compiled passes (:func:`_context_keys_kernel`) from
     :data:`CONTEXT_KEYS_MIN` rows when numba is there ("auto"; "compiled" whatever the size,
     "python" the kernel uncompiled, "numpy" never), else numpy passes; the same answers.
+
+    ``columns``: the table's (pid, tid, start_ns, end_ns) (length n each); a fifth item is then
+    returned, int64 arrays (m,) each: (each row's index among the keys present (rank of its key
+    among the nonzero counts), its name id, its pid, tid, start_ns, end_ns), written by the same
+    passes when compiled.
 
     Raises:
         IndexError, ValueError: a context row's name id outside ``[0, n_names)`` (numpy's
@@ -852,12 +857,16 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
     if fn is not None:
         is_py = np.zeros(max(n_names, 1), np.bool_)
         is_py[py_id] = True
-        rows, key, counts, all_cpu, ok = jit.call(
+        e = np.zeros(0, np.int64)
+        cols = e, e, e, e
+        if columns is not None:
+            cols = tuple(np.ascontiguousarray(c, np.int64) for c in columns)
+        rows, key, counts, all_cpu, ok, more = jit.call(
             fn, np.ascontiguousarray(kind, np.uint8), np.ascontiguousarray(device, np.int32),
             np.ascontiguousarray(name_id, np.int32), np.ascontiguousarray(cat_id, np.int32), is_py, bool(py_id), n_names,
-            np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP))
+            np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP), columns is not None, *cols)
         if ok:
-            return rows, key, counts, bool(all_cpu)
+            return (rows, key, counts, bool(all_cpu)) + ((more,) if columns is not None else ())
         # a name id out of range: the numpy passes raise numpy's error
     is_op, cpu_side = kind == Kind.CPU_OP, device < 0
     rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
@@ -876,12 +885,21 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
     counts = np.bincount(key, minlength=4 * n_names)
     if len(counts) > 4 * n_names:
         raise IndexError(f"name id {int(key.max()) >> 2} out of range for {n_names} names")
-    return rows, key, counts, not bool((is_op & ~cpu_side).any())
+    out = rows, key, counts, not bool((is_op & ~cpu_side).any())
+    if columns is None:
+        return out
+    present = np.flatnonzero(counts)
+    at = np.zeros(4 * n_names, dtype=np.int64)
+    at[present] = np.arange(len(present))
+    return out + ((at[key], key >> 2, *(c[rows].astype(np.int64, copy=False) for c in columns)),)
 
 
-def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, k_range, k_op):
+def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, k_range, k_op, want_cols, pid, tid, start,
+                         end):
     """:func:`_context_keys`'s passes: count the context rows, then fill rows, keys and key
-    counts; ``ok`` False (nothing filled) when a context row's name id is out of range."""
+    counts (and, ``want_cols``, the rows' pid, tid, start, end and name id, then their key's
+    rank among the present keys: the fifth item, empty arrays otherwise); ``ok`` False
+    (nothing filled) when a context row's name id is out of range."""
     n = len(kind)
     m = 0
     all_cpu = True
@@ -896,6 +914,14 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
     rows = np.empty(m, np.int64)
     key = np.empty(m, np.int64)
     counts = np.zeros(4 * n_names, np.int64)
+    mc = m if want_cols else 0
+    rk = np.empty(mc, np.int64)
+    nm_out = np.empty(mc, np.int64)
+    c_pid = np.empty(mc, np.int64)
+    c_tid = np.empty(mc, np.int64)
+    c_start = np.empty(mc, np.int64)
+    c_end = np.empty(mc, np.int64)
+    more = (rk, nm_out, c_pid, c_tid, c_start, c_end)
     n_py = len(is_py)
     j = 0
     for i in range(n):
@@ -904,7 +930,7 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
         if is_op or (k == k_range and device[i] < 0):
             nm = name_id[i]
             if nm < 0 or nm >= n_names:
-                return rows[:0], key[:0], counts, all_cpu, False
+                return rows[:0], key[:0], counts, all_cpu, False, more
             x = np.int64(nm) * 4
             if is_op:
                 x += 2
@@ -914,8 +940,23 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
             rows[j] = i
             key[j] = x
             counts[x] += 1
+            if want_cols:
+                nm_out[j] = nm
+                c_pid[j] = pid[i]
+                c_tid[j] = tid[i]
+                c_start[j] = start[i]
+                c_end[j] = end[i]
             j += 1
-    return rows, key, counts, all_cpu, True
+    if want_cols:
+        at = np.empty(4 * n_names, np.int64)  # a key's rank among the present keys
+        r = 0
+        for x in range(4 * n_names):
+            at[x] = r
+            if counts[x] > 0:
+                r += 1
+        for j in range(m):
+            rk[j] = at[key[j]]
+    return rows, key, counts, all_cpu, True, more
 
 
 def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]) -> dict:
@@ -1002,7 +1043,7 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     if ctx is not None and len(ctx.rows):
         autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method, threads)
     cpu_range_columns = None
-    if ctx is not None and ctx.columns is not None and ctx.all_cpu_side:
+    if ctx is not None and len(ctx.rows) and ctx.all_cpu_side:
         cpu_range_columns = (*ctx.columns, ctx.name_id)
     launch_unique = False
     if len(gpu_rows):
@@ -1072,9 +1113,7 @@ def _map_runtime_calls(
     op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
     levels = _phase_levels(rules)
     start, end = table.start_ns, table.end_ns
-    c_start, c_end = start[ctx.rows].astype(np.int64, copy=False), end[ctx.rows].astype(np.int64, copy=False)
-    c_pid, c_tid = table.pid[ctx.rows].astype(np.int64, copy=False), table.tid[ctx.rows].astype(np.int64, copy=False)
-    ctx.columns = (c_pid, c_tid, c_start, c_end)
+    c_pid, c_tid, c_start, c_end = ctx.columns
     group = _group_kernel(method, len(ctx.rows) + 2 * len(rt_rows)) if threads is not None and len(rt_rows) else None
     if group is not None:  # contexts grouped by thread in one compiled pass, gap midpoints in thread order
         per_thread = _grouped_threads(group, table, rt_rows, threads, ctx.columns)
