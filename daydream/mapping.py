@@ -464,7 +464,7 @@ _CAT_LEVEL0 = 4
 def _sweep_fused(start, end, c, rk, member_k, phase_k, oplab_k, ncat, nflat, qs, qe, qo, nq):
     """Every category's :func:`_sweep_innermost` of one thread in one pass, queries in ``qs`` order.
 
-    Contexts: ``c`` (int64, (n,)) indexes the arrays ``start``/``end`` (int64 ns) and ``rk``
+    Contexts: ``c`` (int32 or int64, (n,)) indexes the arrays ``start``/``end`` (int64 ns) and ``rk``
     (each context's key index) of all contexts; ``c`` lists the thread's contexts in (start asc,
     end desc) order. What a context says is read per key: ``member_k[k]`` has bit c set when
     contexts of key k belong to category c (< ``ncat``; 0: in none), ``phase_k[k]`` their phase
@@ -609,59 +609,61 @@ _stack_find_c = _stack_find  # rebound to the compiled _stack_find by _fused_ker
 
 def _group_contexts(c_pid, c_tid, c_start, c_end, th_pid, th_tid):
     """The contexts of each thread (pid, tid) of ``th_pid``/``th_tid`` (int64, (T,), sorted by
-    (pid, tid), distinct), from the contexts' int64 columns (n,): returns ``idx`` (int64: the
-    indices of the contexts on one of the threads, grouped by thread in that order, ascending
-    within), ``off`` (int64 (T + 1,): thread k's are ``idx[off[k]:off[k + 1]]``) and
+    (pid, tid), distinct), from the contexts' int64 columns (n,), n below 2**31: returns ``idx``
+    (int32: the indices of the contexts on one of the threads, grouped by thread in that order,
+    ascending within), ``off`` (int64 (T + 1,): thread k's are ``idx[off[k]:off[k + 1]]``) and
     ``in_order`` (bool (T,): thread k's contexts in index order are in (start asc, end desc)
-    order, the order :class:`_Enclosers` sorts them into). Two passes, a binary search per run
-    of contexts on one thread; what :func:`_by_thread` gives by packed keys or lexsort."""
+    order, the order :class:`_Enclosers` sorts them into). Two passes (count, fill), a binary
+    search per run of contexts on one thread in each; what :func:`_by_thread` gives by packed
+    keys or lexsort."""
     n = len(c_pid)
     nt = len(th_pid)
     off = np.zeros(nt + 1, np.int64)
-    which = np.empty(n, np.int32)  # each context's thread, -1 none
-    have = False
-    lp = 0
-    lt = 0
-    lk = -1
-    for i in range(n):
-        p = c_pid[i]
-        t = c_tid[i]
-        if not have or p != lp or t != lt:
-            lo = 0
-            hi = nt
-            while lo < hi:  # first thread >= (p, t)
-                mid = (lo + hi) // 2
-                if th_pid[mid] < p or (th_pid[mid] == p and th_tid[mid] < t):
-                    lo = mid + 1
-                else:
-                    hi = mid
-            lk = lo if lo < nt and th_pid[lo] == p and th_tid[lo] == t else -1
-            have = True
-            lp = p
-            lt = t
-        which[i] = lk
-        if lk >= 0:
-            off[lk + 1] += 1
-    for k in range(nt):
-        off[k + 1] += off[k]
-    idx = np.empty(off[nt], np.int64)
-    pos = off[:nt].copy()
+    pos = np.zeros(nt, np.int64)
+    idx = np.empty(0, np.int32)
     in_order = np.ones(nt, np.bool_)
     last_s = np.zeros(nt, np.int64)
     last_e = np.zeros(nt, np.int64)
-    for i in range(n):
-        k = which[i]
-        if k < 0:
-            continue
-        j = pos[k]
-        s = c_start[i]
-        e = c_end[i]
-        if j > off[k] and (s < last_s[k] or (s == last_s[k] and e > last_e[k])):
-            in_order[k] = False
-        last_s[k] = s
-        last_e[k] = e
-        idx[j] = i
-        pos[k] = j + 1
+    for rep in range(2):
+        have = False
+        lp = 0
+        lt = 0
+        lk = -1
+        for i in range(n):
+            p = c_pid[i]
+            t = c_tid[i]
+            if not have or p != lp or t != lt:
+                lo = 0
+                hi = nt
+                while lo < hi:  # first thread >= (p, t)
+                    mid = (lo + hi) // 2
+                    if th_pid[mid] < p or (th_pid[mid] == p and th_tid[mid] < t):
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                lk = lo if lo < nt and th_pid[lo] == p and th_tid[lo] == t else -1
+                have = True
+                lp = p
+                lt = t
+            if lk < 0:
+                continue
+            if rep == 0:
+                off[lk + 1] += 1
+                continue
+            j = pos[lk]
+            s = c_start[i]
+            e = c_end[i]
+            if j > off[lk] and (s < last_s[lk] or (s == last_s[lk] and e > last_e[lk])):
+                in_order[lk] = False
+            last_s[lk] = s
+            last_e[lk] = e
+            idx[j] = i
+            pos[lk] = j + 1
+        if rep == 0:
+            for k in range(nt):
+                off[k + 1] += off[k]
+                pos[k] = off[k]
+            idx = np.empty(off[nt], np.int32)
     return idx, off, in_order
 
 
@@ -817,8 +819,8 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     rows take their key's answers."""
     names = table.names
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
-    rows, key, counts, all_cpu_side, more = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names),
-                                                          columns=(table.pid, table.tid, table.start_ns, table.end_ns))
+    rows, _, counts, all_cpu_side, more = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names),
+                                                        columns=(table.pid, table.tid, table.start_ns, table.end_ns))
     rk, name_id, *columns = more
     present = np.flatnonzero(counts)  # sorted distinct keys
     k = _classify_keys(names, present, rules)
@@ -844,16 +846,18 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
     :data:`CONTEXT_KEYS_MIN` rows when numba is there ("auto"; "compiled" whatever the size,
     "python" the kernel uncompiled, "numpy" never), else numpy passes; the same answers.
 
-    ``columns``: the table's (pid, tid, start_ns, end_ns) (length n each); a fifth item is then
-    returned, int64 arrays (m,) each: (each row's index among the keys present (rank of its key
-    among the nonzero counts), its name id, its pid, tid, start_ns, end_ns), written by the same
-    passes when compiled.
+    ``columns``: the table's (pid, tid, start_ns, end_ns) (length n each); the keys are then not
+    kept (None in their place) and a fifth item is returned, arrays (m,) each: (each row's index
+    among the keys present (rank of its key among the nonzero counts; int32), its name id, its
+    pid, tid, start_ns, end_ns (int64)), written by the same passes when compiled.
 
     Raises:
         IndexError, ValueError: a context row's name id outside ``[0, n_names)`` (numpy's
             errors, whichever method).
     """
     fn = jit.kernel_for(_context_keys_kernel, len(kind), CONTEXT_KEYS_MIN, method)
+    if columns is not None and 4 * n_names >= 1 << 31:  # the kernel keeps the keys in int32 meanwhile
+        fn = None
     if fn is not None:
         is_py = np.zeros(max(n_names, 1), np.bool_)
         is_py[py_id] = True
@@ -866,7 +870,7 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
             np.ascontiguousarray(name_id, np.int32), np.ascontiguousarray(cat_id, np.int32), is_py, bool(py_id), n_names,
             np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP), columns is not None, *cols)
         if ok:
-            return (rows, key, counts, bool(all_cpu)) + ((more,) if columns is not None else ())
+            return (rows, None if columns is not None else key, counts, bool(all_cpu)) + ((more,) if columns is not None else ())
         # a name id out of range: the numpy passes raise numpy's error
     is_op, cpu_side = kind == Kind.CPU_OP, device < 0
     rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
@@ -891,7 +895,7 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
     present = np.flatnonzero(counts)
     at = np.zeros(4 * n_names, dtype=np.int64)
     at[present] = np.arange(len(present))
-    return out + ((at[key], key >> 2, *(c[rows].astype(np.int64, copy=False) for c in columns)),)
+    return (rows, None) + out[2:] + ((at[key].astype(np.int32), key >> 2, *(c[rows].astype(np.int64, copy=False) for c in columns)),)
 
 
 def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, k_range, k_op, want_cols, pid, tid, start,
@@ -912,10 +916,10 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
         elif k == k_range and device[i] < 0:
             m += 1
     rows = np.empty(m, np.int64)
-    key = np.empty(m, np.int64)
+    key = np.empty(0 if want_cols else m, np.int64)  # with the columns: the keys in rk, ranked in place after
     counts = np.zeros(4 * n_names, np.int64)
     mc = m if want_cols else 0
-    rk = np.empty(mc, np.int64)
+    rk = np.empty(mc, np.int32)
     nm_out = np.empty(mc, np.int64)
     c_pid = np.empty(mc, np.int64)
     c_tid = np.empty(mc, np.int64)
@@ -938,24 +942,26 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
             if use_py and c >= 0 and c < n_py and is_py[c]:
                 x += 1
             rows[j] = i
-            key[j] = x
             counts[x] += 1
             if want_cols:
+                rk[j] = x
                 nm_out[j] = nm
                 c_pid[j] = pid[i]
                 c_tid[j] = tid[i]
                 c_start[j] = start[i]
                 c_end[j] = end[i]
+            else:
+                key[j] = x
             j += 1
     if want_cols:
-        at = np.empty(4 * n_names, np.int64)  # a key's rank among the present keys
+        at = np.empty(4 * n_names, np.int32)  # a key's rank among the present keys
         r = 0
         for x in range(4 * n_names):
             at[x] = r
             if counts[x] > 0:
                 r += 1
         for j in range(m):
-            rk[j] = at[key[j]]
+            rk[j] = at[rk[j]]
     return rows, key, counts, all_cpu, True, more
 
 
@@ -1149,8 +1155,8 @@ def _group_kernel(method: str, size: int):
     "fused-py"), or None for :func:`_by_thread` (``method`` "numpy", or "auto" below
     :data:`SWEEP_MIN` / without numba)."""
     if method == "fused-py":
-        return _group_contexts
-    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused"):
+        return _group_contexts if size < 1 << 31 else None
+    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused") or size >= 1 << 31:
         return None
     return jit.compiled(_group_contexts)
 
@@ -1216,7 +1222,7 @@ def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: 
             srt = c[enc.order]
     bk = ctx.by_key
     (hit_mod, hit_scope, op_hit, ph, lev, enclosed, n_bw, counts, sub_mod, par_mod, sub_scope, par_scope) = jit.call(
-        fn, c_start, c_end, np.ascontiguousarray(srt, np.int64), ctx.rk, bk["member"], bk["phase"], op_label[bk["op_name"]],
+        fn, c_start, c_end, np.ascontiguousarray(srt), ctx.rk, bk["member"], bk["phase"], op_label[bk["op_name"]],
         _CAT_LEVEL0 + len(levels), _CAT_LEVEL0, np.ascontiguousarray(qs, np.int64), np.ascontiguousarray(qe, np.int64),
         _query_order(qs, nq), nq)
     lay = np.full(len(qs), -1, dtype=np.int64)

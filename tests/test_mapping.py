@@ -887,8 +887,12 @@ def test_context_keys_columns_compiled_equals_numpy(rows, py_id):
     assert len(want) == 5 and len(want[4]) == 6
     for m in ("python", "compiled"):
         got = _context_keys(kind, device, name_id, cat_id, py, 6, method=m, columns=(pid, tid, start, end))
-        assert all(np.array_equal(g, w) for g, w in zip(got[:3], want[:3])) and got[3] == want[3], m
-        assert all(g.dtype == w.dtype == np.int64 and np.array_equal(g, w) for g, w in zip(got[4], want[4])), m
+        assert np.array_equal(got[0], want[0]) and got[1] is want[1] is None and np.array_equal(got[2], want[2]), m
+        assert got[3] == want[3], m
+        assert got[4][0].dtype == want[4][0].dtype == np.int32, m
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got[4], want[4])), m
+    plain = _context_keys(kind, device, name_id, cat_id, py, 6, method="numpy")
+    assert np.array_equal(want[4][1], plain[1] >> 2) and all(c.dtype == np.int64 for c in want[4][1:])
 
 
 @settings(max_examples=200, deadline=None)
