@@ -34,6 +34,12 @@ Everything is vectorized: per thread, contexts are sorted by (start asc, end des
 table of the running maximum of ends answers "the latest-starting context with start <= s and
 end >= e" for all queries at once by binary lifting (``O((n + q) log n)`` numpy work). Python
 loops run only over threads, priority levels, nesting depths and distinct names.
+
+Big inputs (numba there, :data:`SWEEP_MIN` items) take compiled passes instead, each O(n) over
+the contexts with no per-thread copies: :func:`_context_keys` selects the contexts and writes
+their columns, :func:`_group_contexts` lists each thread's, and :func:`_sweep_fused` answers
+every search of a thread in one stack sweep. The numpy path is their reference (the tests
+compare them); the answers are the same.
 """
 
 from __future__ import annotations
@@ -464,32 +470,24 @@ _CAT_LEVEL0 = 4
 def _sweep_fused(start, end, c, rk, member_k, phase_k, oplab_k, ncat, nflat, qs, qe, qo, nq):
     """Every category's :func:`_sweep_innermost` of one thread in one pass, queries in ``qs`` order.
 
-    Contexts: ``c`` (int32 or int64, (n,)) indexes the arrays ``start``/``end`` (int64 ns) and ``rk``
-    (each context's key index) of all contexts; ``c`` lists the thread's contexts in (start asc,
-    end desc) order. What a context says is read per key: ``member_k[k]`` has bit c set when
-    contexts of key k belong to category c (< ``ncat``; 0: in none), ``phase_k[k]`` their phase
-    code, ``oplab_k[k]`` their op label id (-1 none). Categories ``0 .. nflat-1`` (module,
-    scope, op, backward) are answered each, the later ones are priority levels (highest first)
-    of which only the first with a hit is. Queries: ``qs``/``qe`` (int64 ns, (q,), the first
-    ``nq`` the calls), taken in the order ``qo`` (a permutation with ``qs[qo]`` ascending).
+    Contexts: ``c`` (int32 or int64, (n,)) lists the thread's contexts in (start asc, end desc)
+    order as indices into ``start``/``end`` (int64 ns) and ``rk`` (key index) of all contexts;
+    per key k: ``member_k[k]`` (bit c: category c < ``ncat``), ``phase_k[k]`` (phase code),
+    ``oplab_k[k]`` (op label id, -1 none). Categories ``0 .. nflat-1`` (module, scope, op,
+    backward) are answered each; the later ones are priority levels (highest first), of which
+    only the first with a hit is. Queries ``qs``/``qe`` (int64 ns, (q,); the first ``nq`` the
+    calls) are taken in the order ``qo`` (``qs[qo]`` ascending). A category's hit for a query:
+    its latest member j (in ``c`` order) starting at or before qs with end[j] >= qe.
 
-    With k[t] the number of contexts starting at or before qs[t], and "the hit" of a category
-    the largest member j < k[t] with end[j] >= qe[t]. Returns (all int64 unless said):
-    ``hit_mod``, ``hit_scope`` (q,): the hit's index among its category's members (-1 none);
-    ``op_hit`` (nq,): the op label of the op hit of each call (-1 none); ``ph``, ``lev`` (q,):
-    the phase code of the hit of the first level with one, and that level's index (-1 none);
-    ``enclosed`` (q,) bool: some context j < k[t] (member or not) ends at or after qe[t];
-    ``n_bw``: calls with a backward hit; ``counts`` (ncat,): members per category;
-    ``sub_mod``, ``par_mod`` / ``sub_scope``, ``par_scope``: per member of the module / scope
-    category, its position in ``c`` and the index among the members of the largest earlier
-    member with end >= its end (-1 none; :meth:`_Enclosers.parents` of the category).
-
-    One stack per category holding (end, payload) pairs with ends strictly decreasing upwards,
-    as in :func:`_sweep_innermost`; the payload is what the caller reads of a hit (member index,
-    op label, phase code), so nothing is looked up again afterwards. A stack is searched from
-    its top by doubling steps, then bisection (the answer is usually near the top).
-    O((n + q) * ncat + q * ncat * log n).
-    """
+    Returns (int64 unless said): ``hit_mod``, ``hit_scope`` (q,): the hit's index among the
+    category's members, -1 none; ``op_hit`` (nq,): the op hit's label; ``ph``, ``lev`` (q,):
+    the phase code of the first level's hit and that level's index; ``enclosed`` (q,) bool:
+    some context starting at or before qs ends at or after qe; ``n_bw``: calls with a backward
+    hit; ``counts`` (ncat,): members per category; ``sub_mod``, ``par_mod`` / ``sub_scope``,
+    ``par_scope``: per module / scope member, its position in ``c`` and its parent's member
+    index (:meth:`_Enclosers.parents` of the category, -1 none). One stack of (end, payload)
+    per category, ends strictly decreasing upwards (:func:`_sweep_innermost`), the payload what
+    the caller reads of a hit (member index, op label, phase code). O((n + q) ncat log n)."""
     n = len(c)
     q = len(qs)
     counts = np.zeros(ncat, np.int64)
@@ -509,8 +507,7 @@ def _sweep_fused(start, end, c, rk, member_k, phase_k, oplab_k, ncat, nflat, qs,
     par_mod = np.empty(counts[_CAT_MODULE], np.int64)
     sub_scope = np.empty(counts[_CAT_SCOPE], np.int64)
     par_scope = np.empty(counts[_CAT_SCOPE], np.int64)
-    n_mod = 0
-    n_scope = 0
+    nsub = np.zeros(2, np.int64)  # next slot of the module and the scope members
     hit_mod = np.full(q, -1, np.int64)
     hit_scope = np.full(q, -1, np.int64)
     op_hit = np.full(nq, -1, np.int64)
@@ -528,65 +525,66 @@ def _sweep_fused(start, end, c, rk, member_k, phase_k, oplab_k, ncat, nflat, qs,
             if i == 0 or e > run_max:
                 run_max = e
             k = rk[ci]
-            m = member_k[k]
-            cc = 0
-            while (m >> cc) != 0:
-                if (m >> cc) & 1:
-                    base = offset[cc]
-                    tp = top[cc]
-                    val = 0
-                    if cc == _CAT_MODULE:
-                        j = _stack_find_c(st_end, base, tp, e)
-                        sub_mod[n_mod] = i
-                        par_mod[n_mod] = st_val[base + j] if j >= 0 else -1
-                        val = n_mod
-                        n_mod += 1
-                    elif cc == _CAT_SCOPE:
-                        j = _stack_find_c(st_end, base, tp, e)
-                        sub_scope[n_scope] = i
-                        par_scope[n_scope] = st_val[base + j] if j >= 0 else -1
-                        val = n_scope
-                        n_scope += 1
-                    elif cc == _CAT_OP:
-                        val = oplab_k[k]
-                    elif cc >= nflat:
-                        val = phase_k[k]
-                    while tp > 0 and st_end[base + tp - 1] <= e:
-                        tp -= 1
-                    st_end[base + tp] = e
-                    st_val[base + tp] = val
-                    top[cc] = tp + 1
-                cc += 1
+            _push_c(st_end, st_val, offset, top, member_k[k], e, i, oplab_k[k], phase_k[k], nflat, sub_mod, par_mod, sub_scope,
+                    par_scope, nsub)
             i += 1
         if t == q:
             break
         r = qo[t]
         x = qe[r]
         enclosed[r] = i > 0 and run_max >= x
-        j = _stack_find_c(st_end, offset[_CAT_MODULE], top[_CAT_MODULE], x)
-        if j >= 0:
-            hit_mod[r] = st_val[offset[_CAT_MODULE] + j]
-        j = _stack_find_c(st_end, offset[_CAT_SCOPE], top[_CAT_SCOPE], x)
-        if j >= 0:
-            hit_scope[r] = st_val[offset[_CAT_SCOPE] + j]
+        hit_mod[r] = _reach_c(st_end, st_val, offset[_CAT_MODULE], top[_CAT_MODULE], x)
+        hit_scope[r] = _reach_c(st_end, st_val, offset[_CAT_SCOPE], top[_CAT_SCOPE], x)
         if r < nq:
-            j = _stack_find_c(st_end, offset[_CAT_OP], top[_CAT_OP], x)
-            if j >= 0:
-                op_hit[r] = st_val[offset[_CAT_OP] + j]
-            if _stack_find_c(st_end, offset[_CAT_BW], top[_CAT_BW], x) >= 0:
+            op_hit[r] = _reach_c(st_end, st_val, offset[_CAT_OP], top[_CAT_OP], x)
+            if _reach_c(st_end, st_val, offset[_CAT_BW], top[_CAT_BW], x) >= 0:
                 n_bw += 1
         for cc in range(nflat, ncat):
-            j = _stack_find_c(st_end, offset[cc], top[cc], x)
-            if j >= 0:
-                ph[r] = st_val[offset[cc] + j]
+            v = _reach_c(st_end, st_val, offset[cc], top[cc], x)
+            if v >= 0:
+                ph[r] = v
                 lev[r] = cc - nflat
                 break
     return hit_mod, hit_scope, op_hit, ph, lev, enclosed, n_bw, counts, sub_mod, par_mod, sub_scope, par_scope
 
 
-def _stack_find(st_end, base, top, x):
-    """Topmost position p < ``top`` of the stack ``st_end[base:]`` (ends strictly decreasing
-    upwards) with end >= x, -1 none: doubling steps down from the top, then bisection."""
+def _push(st_end, st_val, offset, top, m, e, i, oplab, phase, nflat, sub_mod, par_mod, sub_scope, par_scope, nsub):
+    """:func:`_sweep_fused`: push context ``i`` (in ``c`` order; category bits ``m``, end ``e``,
+    op label ``oplab``, phase code ``phase``) on the stacks of its categories, popping the
+    entries it outlasts; a module or scope member takes the next slot ``nsub[category]`` of
+    ``sub_*``/``par_*`` (its position; its parent's slot: the topmost entry reaching ``e``)."""
+    cc = 0
+    while (m >> cc) != 0:
+        if (m >> cc) & 1:
+            base = offset[cc]
+            tp = top[cc]
+            val = 0
+            if cc == _CAT_MODULE or cc == _CAT_SCOPE:
+                val = nsub[cc]
+                par = _reach_c(st_end, st_val, base, tp, e)
+                if cc == _CAT_MODULE:
+                    sub_mod[val] = i
+                    par_mod[val] = par
+                else:
+                    sub_scope[val] = i
+                    par_scope[val] = par
+                nsub[cc] = val + 1
+            elif cc == _CAT_OP:
+                val = oplab
+            elif cc >= nflat:
+                val = phase
+            while tp > 0 and st_end[base + tp - 1] <= e:
+                tp -= 1
+            st_end[base + tp] = e
+            st_val[base + tp] = val
+            top[cc] = tp + 1
+        cc += 1
+
+
+def _reach(st_end, st_val, base, top, x):
+    """The payload of the topmost entry p < ``top`` of the stack at ``base`` (ends strictly
+    decreasing upwards) with end >= x, -1 none (payloads are >= 0): doubling steps down from
+    the top, then bisection."""
     hi = top  # positions hi and above end below x
     step = 1
     lo = hi - 1
@@ -601,10 +599,11 @@ def _stack_find(st_end, base, top, x):
             lo = mid + 1
         else:
             hi = mid
-    return lo - 1
+    return st_val[base + lo - 1] if lo > 0 else -1
 
 
-_stack_find_c = _stack_find  # rebound to the compiled _stack_find by _fused_kernel()
+_reach_c = _reach  # rebound to the compiled helpers by _fused_kernel()
+_push_c = _push
 
 
 def _group_contexts(c_pid, c_tid, c_start, c_end, th_pid, th_tid):
@@ -1188,7 +1187,11 @@ def _fused_kernel(method: str, size: int):
         return _sweep_fused
     if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused"):
         return None
-    return jit.compiled_calling(globals(), "_stack_find_c", _stack_find, _sweep_fused)
+    reach = jit.compiled(_reach)  # the kernel's helpers, compiled and bound to the names it calls them by
+    if reach is None:
+        return None
+    globals()["_reach_c"] = reach
+    return jit.compiled_calling(globals(), "_push_c", _push, _sweep_fused)
 
 
 def _query_order(qs: np.ndarray, nq: int) -> np.ndarray:
