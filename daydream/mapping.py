@@ -34,6 +34,12 @@ Everything is vectorized: per thread, contexts are sorted by (start asc, end des
 table of the running maximum of ends answers "the latest-starting context with start <= s and
 end >= e" for all queries at once by binary lifting (``O((n + q) log n)`` numpy work). Python
 loops run only over threads, priority levels, nesting depths and distinct names.
+
+Big inputs (numba there, :data:`SWEEP_MIN` items) take compiled passes instead, each O(n) over
+the contexts with no per-thread copies: :func:`_context_keys` selects the contexts and writes
+their columns, :func:`_group_contexts` lists each thread's, and :func:`_sweep_fused` answers
+every search of a thread in one stack sweep. The numpy path is their reference (the tests
+compare them); the answers are the same.
 """
 
 from __future__ import annotations
@@ -461,104 +467,203 @@ _CAT_MODULE, _CAT_SCOPE, _CAT_OP, _CAT_BW = range(4)
 _CAT_LEVEL0 = 4
 
 
-def _sweep_fused(start, end, member, ncat, nflat, parent_cats, qs, qe, qo):
-    """Every category's :func:`_sweep_innermost` in one pass, queries in ``qs`` order.
+def _sweep_fused(start, end, c, rk, member_k, phase_k, oplab_k, ncat, nflat, qs, qe, qo, nq):
+    """Every category's :func:`_sweep_innermost` of one thread in one pass, queries in ``qs`` order.
 
-    ``start``/``end``: a thread's contexts in (start asc, end desc) order; ``member[i]``: bit c
-    set when context i belongs to category c (< ``ncat``; 0: in none); categories
-    ``0 .. nflat-1`` are answered each, the later ones are priority levels (highest first) of
-    which only the first with a hit is. Query t (``qs`` ascending) is the ``qo[t]``-th query of
-    the caller. With k[t] the number of contexts starting at or before qs[t], returns ``hits``
-    (nflat, q): per category and query ``qo[t]`` the largest member j < k[t] with
-    end[j] >= qe[t] (-1 none); ``lev_hit``/``lev`` (q,): that member and its level index for
-    the first level with one (-1 none); ``enclosed`` (q,): some context j < k[t] (member or not)
-    ends at or after qe[t]; ``parent`` (n,): for contexts in a category of the bit mask
-    ``parent_cats`` (at most one per context), the largest earlier member of that category with
-    end >= its end (-1 none; :meth:`_Enclosers.parents` of the category's subset, as indices
-    into all contexts). One stack per category, as in :func:`_sweep_innermost`; a stack is
-    searched from its top by doubling steps, then bisection (the answer is usually near the top).
-    O((n + q) * ncat + q * ncat * log n). ``hits``, ``lev_hit``, ``lev`` and ``parent`` are
-    int32 (n must be below 2**31).
-    """
-    n = len(end)
+    Contexts: ``c`` (int32 or int64, (n,)) lists the thread's contexts in (start asc, end desc)
+    order as indices into ``start``/``end`` (int64 ns) and ``rk`` (key index) of all contexts;
+    per key k: ``member_k[k]`` (bit c: category c < ``ncat``), ``phase_k[k]`` (phase code),
+    ``oplab_k[k]`` (op label id, -1 none). Categories ``0 .. nflat-1`` (module, scope, op,
+    backward) are answered each; the later ones are priority levels (highest first), of which
+    only the first with a hit is. Queries ``qs``/``qe`` (int64 ns, (q,); the first ``nq`` the
+    calls) are taken in the order ``qo`` (``qs[qo]`` ascending). A category's hit for a query:
+    its latest member j (in ``c`` order) starting at or before qs with end[j] >= qe.
+
+    Returns (int64 unless said): ``hit_mod``, ``hit_scope`` (q,): the hit's index among the
+    category's members, -1 none; ``op_hit`` (nq,): the op hit's label; ``ph``, ``lev`` (q,):
+    the phase code of the first level's hit and that level's index; ``enclosed`` (q,) bool:
+    some context starting at or before qs ends at or after qe; ``n_bw``: calls with a backward
+    hit; ``counts`` (ncat,): members per category; ``sub_mod``, ``par_mod`` / ``sub_scope``,
+    ``par_scope``: per module / scope member, its position in ``c`` and its parent's member
+    index (:meth:`_Enclosers.parents` of the category, -1 none). One stack of (end, payload)
+    per category, ends strictly decreasing upwards (:func:`_sweep_innermost`), the payload what
+    the caller reads of a hit (member index, op label, phase code). O((n + q) ncat log n)."""
+    n = len(c)
     q = len(qs)
-    offset = np.zeros(ncat + 1, np.int64)  # each category's part of one stack array
+    counts = np.zeros(ncat, np.int64)
     for i in range(n):
-        m = member[i]
-        for c in range(ncat):
-            if (m >> c) == 0:
-                break
-            offset[c + 1] += (m >> c) & 1
-    for c in range(ncat):
-        offset[c + 1] += offset[c]
-    # context indices in int32 (the caller keeps n below 2**31): half the memory of int64
-    stack = np.empty(max(offset[ncat], 1), np.int32)
+        m = member_k[rk[c[i]]]
+        cc = 0
+        while (m >> cc) != 0:
+            counts[cc] += (m >> cc) & 1
+            cc += 1
+    offset = np.zeros(ncat + 1, np.int64)  # each category's part of one stack array
+    for cc in range(ncat):
+        offset[cc + 1] = offset[cc] + counts[cc]
+    st_end = np.empty(max(offset[ncat], 1), np.int64)
+    st_val = np.empty(max(offset[ncat], 1), np.int64)
     top = np.zeros(ncat, np.int64)
-    hits = np.empty((nflat, q), np.int32)
-    lev_hit = np.full(q, -1, np.int32)
-    lev = np.full(q, -1, np.int32)
+    sub_mod = np.empty(counts[_CAT_MODULE], np.int64)
+    par_mod = np.empty(counts[_CAT_MODULE], np.int64)
+    sub_scope = np.empty(counts[_CAT_SCOPE], np.int64)
+    par_scope = np.empty(counts[_CAT_SCOPE], np.int64)
+    nsub = np.zeros(2, np.int64)  # next slot of the module and the scope members
+    hit_mod = np.full(q, -1, np.int64)
+    hit_scope = np.full(q, -1, np.int64)
+    op_hit = np.full(nq, -1, np.int64)
+    ph = np.full(q, -1, np.int64)
+    lev = np.full(q, -1, np.int64)
     enclosed = np.zeros(q, np.bool_)
-    parent = np.full(n, -1, np.int32)
+    n_bw = 0
     i = 0
     run_max = 0  # largest end pushed so far (meaningful once i > 0)
     for t in range(q + 1):
-        while i < n and (t == q or start[i] <= qs[t]):  # after the last query: the rest (their parents)
-            e = end[i]
+        x_s = qs[qo[t]] if t < q else 0
+        while i < n and (t == q or start[c[i]] <= x_s):  # after the last query: the rest (their parents)
+            ci = c[i]
+            e = end[ci]
             if i == 0 or e > run_max:
                 run_max = e
-            m = member[i]
-            for c in range(ncat):
-                if (m >> c) == 0:
-                    break
-                if (m >> c) & 1:
-                    base = offset[c]
-                    tp = top[c]
-                    if (parent_cats >> c) & 1:
-                        j = _stack_search_c(end, stack, base, tp, e)
-                        parent[i] = stack[base + j] if j >= 0 else -1
-                    while tp > 0 and end[stack[base + tp - 1]] <= e:
-                        tp -= 1
-                    stack[base + tp] = i
-                    top[c] = tp + 1
+            k = rk[ci]
+            _push_c(st_end, st_val, offset, top, member_k[k], e, i, oplab_k[k], phase_k[k], nflat, sub_mod, par_mod, sub_scope,
+                    par_scope, nsub)
             i += 1
         if t == q:
             break
-        x = qe[t]
         r = qo[t]
+        x = qe[r]
         enclosed[r] = i > 0 and run_max >= x
-        for c in range(nflat):
-            j = _stack_search_c(end, stack, offset[c], top[c], x)
-            hits[c, r] = stack[offset[c] + j] if j >= 0 else -1
-        for c in range(nflat, ncat):
-            j = _stack_search_c(end, stack, offset[c], top[c], x)
-            if j >= 0:
-                lev_hit[r] = stack[offset[c] + j]
-                lev[r] = c - nflat
+        hit_mod[r] = _reach_c(st_end, st_val, offset[_CAT_MODULE], top[_CAT_MODULE], x)
+        hit_scope[r] = _reach_c(st_end, st_val, offset[_CAT_SCOPE], top[_CAT_SCOPE], x)
+        if r < nq:
+            op_hit[r] = _reach_c(st_end, st_val, offset[_CAT_OP], top[_CAT_OP], x)
+            if _reach_c(st_end, st_val, offset[_CAT_BW], top[_CAT_BW], x) >= 0:
+                n_bw += 1
+        for cc in range(nflat, ncat):
+            v = _reach_c(st_end, st_val, offset[cc], top[cc], x)
+            if v >= 0:
+                ph[r] = v
+                lev[r] = cc - nflat
                 break
-    return hits, lev_hit, lev, enclosed, parent
+    return hit_mod, hit_scope, op_hit, ph, lev, enclosed, n_bw, counts, sub_mod, par_mod, sub_scope, par_scope
 
 
-def _stack_search(end, stack, base, top, x):
-    """Topmost position p < ``top`` of the stack ``stack[base:]`` (ends strictly decreasing
-    upwards) with end >= x, -1 none: doubling steps down from the top, then bisection."""
+def _push(st_end, st_val, offset, top, m, e, i, oplab, phase, nflat, sub_mod, par_mod, sub_scope, par_scope, nsub):
+    """:func:`_sweep_fused`: push context ``i`` (in ``c`` order; category bits ``m``, end ``e``,
+    op label ``oplab``, phase code ``phase``) on the stacks of its categories, popping the
+    entries it outlasts; a module or scope member takes the next slot ``nsub[category]`` of
+    ``sub_*``/``par_*`` (its position; its parent's slot: the topmost entry reaching ``e``)."""
+    cc = 0
+    while (m >> cc) != 0:
+        if (m >> cc) & 1:
+            base = offset[cc]
+            tp = top[cc]
+            val = 0
+            if cc == _CAT_MODULE or cc == _CAT_SCOPE:
+                val = nsub[cc]
+                par = _reach_c(st_end, st_val, base, tp, e)
+                if cc == _CAT_MODULE:
+                    sub_mod[val] = i
+                    par_mod[val] = par
+                else:
+                    sub_scope[val] = i
+                    par_scope[val] = par
+                nsub[cc] = val + 1
+            elif cc == _CAT_OP:
+                val = oplab
+            elif cc >= nflat:
+                val = phase
+            while tp > 0 and st_end[base + tp - 1] <= e:
+                tp -= 1
+            st_end[base + tp] = e
+            st_val[base + tp] = val
+            top[cc] = tp + 1
+        cc += 1
+
+
+def _reach(st_end, st_val, base, top, x):
+    """The payload of the topmost entry p < ``top`` of the stack at ``base`` (ends strictly
+    decreasing upwards) with end >= x, -1 none (payloads are >= 0): doubling steps down from
+    the top, then bisection."""
     hi = top  # positions hi and above end below x
     step = 1
     lo = hi - 1
-    while lo >= 0 and end[stack[base + lo]] < x:
+    while lo >= 0 and st_end[base + lo] < x:
         hi = lo
         lo -= step
         step *= 2
     lo = max(lo, -1) + 1  # positions below lo reach x
     while lo < hi:
         mid = (lo + hi) // 2
-        if end[stack[base + mid]] >= x:
+        if st_end[base + mid] >= x:
             lo = mid + 1
         else:
             hi = mid
-    return lo - 1
+    return st_val[base + lo - 1] if lo > 0 else -1
 
 
-_stack_search_c = _stack_search  # rebound to the compiled _stack_search by _fused_kernel()
+_reach_c = _reach  # rebound to the compiled helpers by _fused_kernel()
+_push_c = _push
+
+
+def _group_contexts(c_pid, c_tid, c_start, c_end, th_pid, th_tid):
+    """The contexts of each thread (pid, tid) of ``th_pid``/``th_tid`` (int64, (T,), sorted by
+    (pid, tid), distinct), from the contexts' int64 columns (n,), n below 2**31: returns ``idx``
+    (int32: the indices of the contexts on one of the threads, grouped by thread in that order,
+    ascending within), ``off`` (int64 (T + 1,): thread k's are ``idx[off[k]:off[k + 1]]``) and
+    ``in_order`` (bool (T,): thread k's contexts in index order are in (start asc, end desc)
+    order, the order :class:`_Enclosers` sorts them into). Two passes (count, fill), a binary
+    search per run of contexts on one thread in each; what :func:`_by_thread` gives by packed
+    keys or lexsort."""
+    n = len(c_pid)
+    nt = len(th_pid)
+    off = np.zeros(nt + 1, np.int64)
+    pos = np.zeros(nt, np.int64)
+    idx = np.empty(0, np.int32)
+    in_order = np.ones(nt, np.bool_)
+    last_s = np.zeros(nt, np.int64)
+    last_e = np.zeros(nt, np.int64)
+    for rep in range(2):
+        have = False
+        lp = 0
+        lt = 0
+        lk = -1
+        for i in range(n):
+            p = c_pid[i]
+            t = c_tid[i]
+            if not have or p != lp or t != lt:
+                lo = 0
+                hi = nt
+                while lo < hi:  # first thread >= (p, t)
+                    mid = (lo + hi) // 2
+                    if th_pid[mid] < p or (th_pid[mid] == p and th_tid[mid] < t):
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                lk = lo if lo < nt and th_pid[lo] == p and th_tid[lo] == t else -1
+                have = True
+                lp = p
+                lt = t
+            if lk < 0:
+                continue
+            if rep == 0:
+                off[lk + 1] += 1
+                continue
+            j = pos[lk]
+            s = c_start[i]
+            e = c_end[i]
+            if j > off[lk] and (s < last_s[lk] or (s == last_s[lk] and e > last_e[lk])):
+                in_order[lk] = False
+            last_s[lk] = s
+            last_e[lk] = e
+            idx[j] = i
+            pos[lk] = j + 1
+        if rep == 0:
+            for k in range(nt):
+                off[k + 1] += off[k]
+                pos[k] = off[k]
+            idx = np.empty(off[nt], np.int32)
+    return idx, off, in_order
 
 
 class _Interner:
@@ -636,7 +741,7 @@ class _Contexts:
         self.name_id: np.ndarray | None = None  #: int64 name id of each row
         #: the rows are the graph's CPU ranges too (no CPU_OP row on a device)
         self.all_cpu_side = False
-        #: int64 (pid, tid, start_ns, end_ns) of each row, once :func:`_map_runtime_calls` read them
+        #: int64 (pid, tid, start_ns, end_ns) of each row (:func:`_context_keys`' columns)
         self.columns: tuple[np.ndarray, ...] | None = None
 
     def __getattr__(self, name: str) -> np.ndarray:
@@ -713,15 +818,15 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     rows take their key's answers."""
     names = table.names
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
-    rows, key, counts, all_cpu_side = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names))
+    rows, _, counts, all_cpu_side, more = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names),
+                                                        columns=(table.pid, table.tid, table.start_ns, table.end_ns))
+    rk, name_id, *columns = more
     present = np.flatnonzero(counts)  # sorted distinct keys
     k = _classify_keys(names, present, rules)
-    at = np.zeros(4 * len(names), dtype=np.int64)
-    at[present] = np.arange(len(present))
-    rk = at[key]  # each row's index among the present keys
     k["member"] = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
     ctx = _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"])
-    ctx.name_id = key >> 2
+    ctx.name_id = name_id
+    ctx.columns = tuple(columns)
     ctx.all_cpu_side = all_cpu_side
     return ctx
 
@@ -731,7 +836,7 @@ CONTEXT_KEYS_MIN = 50_000
 
 
 def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat_id: np.ndarray, py_id: list[int],
-                  n_names: int, method: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+                  n_names: int, method: str = "auto", columns: tuple | None = None) -> tuple:
     """The context rows of table columns (length n each: ``kind``, ``device``, ``name_id``,
     ``cat_id``; ``py_id``: the name ids of ``python_function``, ``n_names`` names): CPU-side
     RANGE rows and CPU_OP rows. Returns (rows int64 (m,), their keys int64 (m,):
@@ -740,20 +845,31 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
     :data:`CONTEXT_KEYS_MIN` rows when numba is there ("auto"; "compiled" whatever the size,
     "python" the kernel uncompiled, "numpy" never), else numpy passes; the same answers.
 
+    ``columns``: the table's (pid, tid, start_ns, end_ns) (length n each); the keys are then not
+    kept (None in their place) and a fifth item is returned, arrays (m,) each: (each row's index
+    among the keys present (rank of its key among the nonzero counts; int32), its name id, its
+    pid, tid, start_ns, end_ns (int64)), written by the same passes when compiled.
+
     Raises:
         IndexError, ValueError: a context row's name id outside ``[0, n_names)`` (numpy's
             errors, whichever method).
     """
     fn = jit.kernel_for(_context_keys_kernel, len(kind), CONTEXT_KEYS_MIN, method)
+    if columns is not None and 4 * n_names >= 1 << 31:  # the kernel keeps the keys in int32 meanwhile
+        fn = None
     if fn is not None:
         is_py = np.zeros(max(n_names, 1), np.bool_)
         is_py[py_id] = True
-        rows, key, counts, all_cpu, ok = jit.call(
+        e = np.zeros(0, np.int64)
+        cols = e, e, e, e
+        if columns is not None:
+            cols = tuple(np.ascontiguousarray(c, np.int64) for c in columns)
+        rows, key, counts, all_cpu, ok, more = jit.call(
             fn, np.ascontiguousarray(kind, np.uint8), np.ascontiguousarray(device, np.int32),
             np.ascontiguousarray(name_id, np.int32), np.ascontiguousarray(cat_id, np.int32), is_py, bool(py_id), n_names,
-            np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP))
+            np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP), columns is not None, *cols)
         if ok:
-            return rows, key, counts, bool(all_cpu)
+            return (rows, None if columns is not None else key, counts, bool(all_cpu)) + ((more,) if columns is not None else ())
         # a name id out of range: the numpy passes raise numpy's error
     is_op, cpu_side = kind == Kind.CPU_OP, device < 0
     rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
@@ -772,12 +888,21 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
     counts = np.bincount(key, minlength=4 * n_names)
     if len(counts) > 4 * n_names:
         raise IndexError(f"name id {int(key.max()) >> 2} out of range for {n_names} names")
-    return rows, key, counts, not bool((is_op & ~cpu_side).any())
+    out = rows, key, counts, not bool((is_op & ~cpu_side).any())
+    if columns is None:
+        return out
+    present = np.flatnonzero(counts)
+    at = np.zeros(4 * n_names, dtype=np.int64)
+    at[present] = np.arange(len(present))
+    return (rows, None) + out[2:] + ((at[key].astype(np.int32), key >> 2, *(c[rows].astype(np.int64, copy=False) for c in columns)),)
 
 
-def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, k_range, k_op):
+def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, k_range, k_op, want_cols, pid, tid, start,
+                         end):
     """:func:`_context_keys`'s passes: count the context rows, then fill rows, keys and key
-    counts; ``ok`` False (nothing filled) when a context row's name id is out of range."""
+    counts (and, ``want_cols``, the rows' pid, tid, start, end and name id, then their key's
+    rank among the present keys: the fifth item, empty arrays otherwise); ``ok`` False
+    (nothing filled) when a context row's name id is out of range."""
     n = len(kind)
     m = 0
     all_cpu = True
@@ -790,8 +915,16 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
         elif k == k_range and device[i] < 0:
             m += 1
     rows = np.empty(m, np.int64)
-    key = np.empty(m, np.int64)
+    key = np.empty(0 if want_cols else m, np.int64)  # with the columns: the keys in rk, ranked in place after
     counts = np.zeros(4 * n_names, np.int64)
+    mc = m if want_cols else 0
+    rk = np.empty(mc, np.int32)
+    nm_out = np.empty(mc, np.int64)
+    c_pid = np.empty(mc, np.int64)
+    c_tid = np.empty(mc, np.int64)
+    c_start = np.empty(mc, np.int64)
+    c_end = np.empty(mc, np.int64)
+    more = (rk, nm_out, c_pid, c_tid, c_start, c_end)
     n_py = len(is_py)
     j = 0
     for i in range(n):
@@ -800,7 +933,7 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
         if is_op or (k == k_range and device[i] < 0):
             nm = name_id[i]
             if nm < 0 or nm >= n_names:
-                return rows[:0], key[:0], counts, all_cpu, False
+                return rows[:0], key[:0], counts, all_cpu, False, more
             x = np.int64(nm) * 4
             if is_op:
                 x += 2
@@ -808,10 +941,27 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
             if use_py and c >= 0 and c < n_py and is_py[c]:
                 x += 1
             rows[j] = i
-            key[j] = x
             counts[x] += 1
+            if want_cols:
+                rk[j] = x
+                nm_out[j] = nm
+                c_pid[j] = pid[i]
+                c_tid[j] = tid[i]
+                c_start[j] = start[i]
+                c_end[j] = end[i]
+            else:
+                key[j] = x
             j += 1
-    return rows, key, counts, all_cpu, True
+    if want_cols:
+        at = np.empty(4 * n_names, np.int32)  # a key's rank among the present keys
+        r = 0
+        for x in range(4 * n_names):
+            at[x] = r
+            if counts[x] > 0:
+                r += 1
+        for j in range(m):
+            rk[j] = at[rk[j]]
+    return rows, key, counts, all_cpu, True, more
 
 
 def _classify_keys(names: list[str], key: np.ndarray, rules: Sequence[PhaseRule]) -> dict:
@@ -898,7 +1048,7 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     if ctx is not None and len(ctx.rows):
         autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method, threads)
     cpu_range_columns = None
-    if ctx is not None and ctx.columns is not None and ctx.all_cpu_side:
+    if ctx is not None and len(ctx.rows) and ctx.all_cpu_side:
         cpu_range_columns = (*ctx.columns, ctx.name_id)
     launch_unique = False
     if len(gpu_rows):
@@ -968,20 +1118,23 @@ def _map_runtime_calls(
     op_label = np.array([intern(s) for s in ctx.op_names] + [-1], dtype=np.int64)
     levels = _phase_levels(rules)
     start, end = table.start_ns, table.end_ns
-    c_start, c_end = start[ctx.rows].astype(np.int64, copy=False), end[ctx.rows].astype(np.int64, copy=False)
-    c_pid, c_tid = table.pid[ctx.rows].astype(np.int64, copy=False), table.tid[ctx.rows].astype(np.int64, copy=False)
-    ctx.columns = (c_pid, c_tid, c_start, c_end)
-    gap_mid = _gap_midpoints(table, rt_rows, threads, by_row=True)  # read at rt_rows only
-    for (pid, tid), q, c in _by_thread(table, rt_rows, ctx.rows, (c_pid, c_tid)):  # one iteration per thread
+    c_pid, c_tid, c_start, c_end = ctx.columns
+    group = _group_kernel(method, len(ctx.rows) + 2 * len(rt_rows)) if threads is not None and len(rt_rows) else None
+    if group is not None:  # contexts grouped by thread in one compiled pass, gap midpoints in thread order
+        per_thread = _grouped_threads(group, table, rt_rows, threads, ctx.columns)
+    else:
+        gap_mid = _gap_midpoints(table, rt_rows, threads, by_row=True)  # read at rt_rows only
+        per_thread = ((key, q, c, None, gap_mid[q]) for key, q, c in _by_thread(table, rt_rows, ctx.rows, (c_pid, c_tid)))
+    for (pid, tid), q, c, in_order, mid in per_thread:  # one iteration per thread
         nq = len(q)
-        qs = np.concatenate([start[q], gap_mid[q]])
-        qe = np.concatenate([end[q], gap_mid[q]])
-        whole = len(c) == len(ctx.rows)  # the thread has every context (c ascending, distinct: c is arange)
-        th = _ThreadContexts(ctx, c, c_start if whole else c_start[c], c_end if whole else c_end[c])
-        fn = _fused_kernel(method, len(c) + len(qs)) if len(c) < _FUSED_MAX_CONTEXTS else None
+        qs = np.concatenate([start[q], mid])
+        qe = np.concatenate([end[q], mid])
+        fn = _fused_kernel(method, len(c) + len(qs))
         if fn is not None:  # every interval search of the thread in one compiled sweep
-            lay, op_ids, ph, is_autograd = _thread_fused(fn, th, qs, qe, nq, levels, intern, op_label)
+            lay, op_ids, ph, is_autograd = _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label)
         else:
+            whole = len(c) == len(ctx.rows)  # the thread has every context (c ascending, distinct: c is arange)
+            th = _ThreadContexts(ctx, c, c_start if whole else c_start[c], c_end if whole else c_end[c])
             lay = _layer_ids(th, qs, qe, intern)
             op_ids = _op_ids(th, qs[:nq], qe[:nq], op_label) if ctx.op[c].any() else None
             ph, is_autograd = _thread_phases(th, qs, qe, nq, levels)
@@ -996,8 +1149,35 @@ def _map_runtime_calls(
     return autograd_threads
 
 
-#: the fused sweep holds context indices in int32: threads with more contexts take the numpy path
-_FUSED_MAX_CONTEXTS = (1 << 31) - 1
+def _group_kernel(method: str, size: int):
+    """:func:`_group_contexts` to use for ``size`` contexts + queries (compiled; uncompiled for
+    "fused-py"), or None for :func:`_by_thread` (``method`` "numpy", or "auto" below
+    :data:`SWEEP_MIN` / without numba)."""
+    if method == "fused-py":
+        return _group_contexts if size < 1 << 31 else None
+    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused") or size >= 1 << 31:
+        return None
+    return jit.compiled(_group_contexts)
+
+
+def _grouped_threads(fn, table: EventTable, rt_rows: np.ndarray, threads: "CallThreads", columns: tuple):
+    """What :func:`_map_runtime_calls` iterates, by :func:`_group_contexts` (``fn``): per thread
+    with calls and contexts, in (pid, tid) order, ((pid, tid), its calls (ascending rows), its
+    context indices (ascending), whether those are in sweep order, the gap midpoints of its calls);
+    the threads, calls and contexts :func:`_by_thread` yields, and :func:`_gap_midpoints`."""
+    c_pid, c_tid, c_start, c_end = columns
+    firsts = np.flatnonzero(threads.new_thread)
+    th_pid = table.pid[threads.rt_rows[firsts]].astype(np.int64)
+    th_tid = table.tid[threads.rt_rows[firsts]].astype(np.int64)
+    idx, off, in_order = jit.call(fn, c_pid, c_tid, c_start, c_end, th_pid, th_tid)
+    mid = _gap_midpoints(table, rt_rows, threads, in_thread_order=True)
+    bounds = np.append(firsts, len(threads.rt_rows)).tolist()
+    off = off.tolist()
+    for k in range(len(firsts)):
+        if off[k + 1] > off[k]:
+            a, b = bounds[k], bounds[k + 1]
+            yield ((int(th_pid[k]), int(th_tid[k])), threads.rt_rows[a:b], idx[off[k]:off[k + 1]], bool(in_order[k]),
+                   mid[a:b])
 
 
 def _fused_kernel(method: str, size: int):
@@ -1007,65 +1187,68 @@ def _fused_kernel(method: str, size: int):
         return _sweep_fused
     if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused"):
         return None
-    global _stack_search_c
-    search = jit.compiled(_stack_search)
-    if search is None:
+    reach = jit.compiled(_reach)  # the kernel's helpers, compiled and bound to the names it calls them by
+    if reach is None:
         return None
-    _stack_search_c = search  # the kernel calls the compiled search through this name
-    return jit.compiled(_sweep_fused)
+    globals()["_reach_c"] = reach
+    return jit.compiled_calling(globals(), "_push_c", _push, _sweep_fused)
 
 
-def _thread_fused(fn, th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: int, levels: list[int], intern: _Interner,
-                  op_label: np.ndarray):
+def _query_order(qs: np.ndarray, nq: int) -> np.ndarray:
+    """An order of the queries ``qs`` (the ``nq`` call starts, then their gap midpoints) with
+    ``qs`` ascending: each call's gap midpoint before its start, when that is ascending (calls in
+    start order, as the gap rule makes the midpoint of call i lie between the starts of calls
+    i - 1 and i), else a stable argsort. The fused sweep's answers do not depend on the order
+    among equal ``qs``."""
+    qo = np.empty(len(qs), np.int64)
+    qo[0::2] = np.arange(nq, len(qs))
+    qo[1::2] = np.arange(nq)
+    s = qs[qo]
+    if bool(np.all(s[1:] >= s[:-1])):
+        return qo
+    return np.argsort(qs, kind="stable")
+
+
+def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: np.ndarray, qe: np.ndarray, nq: int,
+                  levels: list[int], intern: _Interner, op_label: np.ndarray):
     """(layer ids, op ids of the calls or None, phase codes, is autograd thread) of one thread's
-    queries by one :func:`_sweep_fused` pass; the same answers as :func:`_layer_ids`,
-    :func:`_op_ids` and :func:`_thread_phases` (a category's members keep the order the
-    thread's (start asc, end desc) sort gives them, which is their own sort)."""
-    ctx = th.ctx
-    enc = _Enclosers(th.cs, th.ce)
-    srt = th.c if enc.identity else th.c[enc.order]
-    whole = enc.identity and len(srt) == len(ctx.rk)  # every context, in their own order (srt is arange)
-    rks, bk = ctx.rk if whole else ctx.rk[srt], ctx.by_key  # the contexts' keys: their facts are read per key
-    member = bk["member"][rks]
-    qo = np.argsort(qs, kind="stable")
-    hits, lev_hit, lev, enclosed, parent = jit.call(
-        fn, np.ascontiguousarray(enc.start, np.int64), np.ascontiguousarray(enc.end, np.int64), member, _CAT_LEVEL0 + len(levels),
-        _CAT_LEVEL0, (1 << _CAT_MODULE) | (1 << _CAT_SCOPE), np.ascontiguousarray(qs[qo], np.int64),
-        np.ascontiguousarray(qe[qo], np.int64), qo.astype(np.int64))
+    queries by one :func:`_sweep_fused` pass over its contexts ``c`` (indices into ``ctx``,
+    ascending; ``in_order``: they are in (start asc, end desc) order already, None: unknown);
+    the same answers as :func:`_layer_ids`, :func:`_op_ids` and :func:`_thread_phases` (a
+    category's members keep the order the thread's (start asc, end desc) sort gives them, which
+    is their own sort)."""
+    c_start, c_end = ctx.columns[2], ctx.columns[3]
+    srt = c
+    if not in_order:
+        enc = _Enclosers(c_start[c], c_end[c])
+        if not enc.identity:
+            srt = c[enc.order]
+    bk = ctx.by_key
+    (hit_mod, hit_scope, op_hit, ph, lev, enclosed, n_bw, counts, sub_mod, par_mod, sub_scope, par_scope) = jit.call(
+        fn, c_start, c_end, np.ascontiguousarray(srt), ctx.rk, bk["member"], bk["phase"], op_label[bk["op_name"]],
+        _CAT_LEVEL0 + len(levels), _CAT_LEVEL0, np.ascontiguousarray(qs, np.int64), np.ascontiguousarray(qe, np.int64),
+        _query_order(qs, nq), nq)
     lay = np.full(len(qs), -1, dtype=np.int64)
-    at = np.empty(len(member), np.int64)  # a member's index among its category's members
-    for cat in (_CAT_MODULE, _CAT_SCOPE):
-        sub = np.flatnonzero(member & (1 << cat))  # the category's members, in sorted order
+    for sub, par, hit in ((sub_mod, par_mod, hit_mod), (sub_scope, par_scope, hit_scope)):
         if not len(sub):
             continue
-        at[sub] = np.arange(len(sub))
-        par = parent[sub]
-        par = np.where(par >= 0, at[np.maximum(par, 0)], -1)  # as indices into sub
-        paths = _path_labels(par, bk["comp"][rks[sub]], ctx.comp_names, intern)
-        hit = hits[cat]
+        paths = _path_labels(par, bk["comp"][ctx.rk[srt[sub]]], ctx.comp_names, intern)
         take = (hit >= 0) & (lay < 0)
-        lay[take] = paths[at[hit[take]]]
-    op_ids = None
-    hit = hits[_CAT_OP, :nq]
-    if (member & (1 << _CAT_OP)).any():  # the thread has ops
-        ok = hit >= 0
-        op_ids = np.full(nq, -1, dtype=np.int64)
-        op_ids[ok] = op_label[bk["op_name"][rks[hit[ok]]]]
-    ph = np.full(len(lev_hit), -1, np.int64)  # phase of the deciding context, -1 none
-    ok = lev_hit >= 0
-    ph[ok] = bk["phase"][rks[lev_hit[ok]]]
-    ph, is_autograd = _phases_from_hits(hits, ph, lev, bool((member & (1 << _CAT_BW)).any()), enclosed, nq, levels)
+        lay[take] = paths[hit[take]]
+    op_ids = op_hit if counts[_CAT_OP] else None
+    ph, is_autograd = _phases_from_hits(int(n_bw), ph, lev, bool(counts[_CAT_BW]), enclosed, nq, levels)
     return lay, op_ids, ph, is_autograd
 
 
-def _phases_from_hits(hits: np.ndarray, ph: np.ndarray, lev: np.ndarray, has_bw: bool, enclosed: np.ndarray,
+def _phases_from_hits(n_bw: int, ph: np.ndarray, lev: np.ndarray, has_bw: bool, enclosed: np.ndarray,
                       nq: int, levels: list[int]) -> tuple[np.ndarray, bool]:
-    """:func:`_thread_phases` from the fused sweep's answers (``ph``: per query, the phase of
-    the context its first level with a hit gives, -1 none; ``has_bw``: the thread has backward
-    contexts; ``enclosed``: some context of the thread encloses the query)."""
+    """:func:`_thread_phases` from the fused sweep's answers (``n_bw``: calls with an enclosing
+    backward context; ``ph``: per query, the phase of the context its first level with a hit
+    gives, -1 none; ``has_bw``: the thread has backward contexts; ``enclosed``: some context of
+    the thread encloses the query)."""
     is_autograd = False
     if has_bw and enclosed[:nq].any():  # decided by the calls alone
-        is_autograd = bool((hits[_CAT_BW, :nq] >= 0).sum() > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
+        is_autograd = bool(n_bw > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
     if is_autograd:
         enclosed[:] = True
     if is_autograd and AUTOGRAD_THREAD_RULE.priority in levels:  # below its level: the autograd rule
@@ -1188,9 +1371,11 @@ def call_threads(table: EventTable, rt_rows: np.ndarray) -> CallThreads:
     return CallThreads(rt_rows, new_thread, prev_end)
 
 
-def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None, by_row: bool = False) -> np.ndarray:
+def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None, by_row: bool = False,
+                   in_thread_order: bool = False) -> np.ndarray:
     """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``; ``by_row``: an
-    int64 array over the table's rows instead, set at ``rt_rows`` only, the rest undefined).
+    int64 array over the table's rows instead, set at ``rt_rows`` only, the rest undefined;
+    ``in_thread_order``: aligned with ``threads.rt_rows`` instead, ``threads`` required).
 
     The gap of call r on thread (pid, tid) is ``[prev_end, start_r]``, ``prev_end`` the largest
     end of the earlier calls of the thread (in start order, ties by row), or the table's earliest
@@ -1209,6 +1394,8 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
         prev_end = threads.prev_end.copy()
         prev_end[threads.new_thread] = t0
         lo = np.minimum(prev_end, so)
+        if in_thread_order:
+            return lo + (so - lo) // 2
         mid = np.empty(len(table), dtype=np.int64)  # by row, then back to the order of rt_rows
         mid[threads.rt_rows] = lo + (so - lo) // 2
         return mid if by_row else mid[rt_rows]
@@ -1222,6 +1409,8 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
     lo = np.minimum(prev_end, so)
     mid = np.empty(n, dtype=np.int64)
     mid[o] = lo + (so - lo) // 2
+    if in_thread_order:  # rt_rows ascending, threads.rt_rows a permutation of them
+        return mid[np.searchsorted(rt_rows, threads.rt_rows)]
     if by_row:
         full = np.empty(len(table), dtype=np.int64)
         full[rt_rows] = mid

@@ -255,6 +255,19 @@ def _warm_jit() -> None:
     else:
         i32 = np.zeros(0, np.int32)
         _context_keys(np.zeros(0, np.uint8), i32, i32, i32, [], 0, method="compiled")
+        try:
+            _context_keys(np.zeros(0, np.uint8), i32, i32, i32, [], 0, method="compiled", columns=(e, e, e, e))
+        except TypeError:  # a daydream before the context columns
+            pass
+    try:
+        from daydream.mapping import _fused_kernel, _group_kernel
+    except ImportError:  # a daydream before the grouped fused sweep
+        pass
+    else:
+        grp, sweep = _group_kernel("fused", 0), _fused_kernel("fused", 0)
+        if grp is not None and sweep is not None:
+            jit.call(grp, e, e, e, e, e, e)
+            jit.call(sweep, e, e, np.zeros(0, np.int32), np.zeros(0, np.int32), e, e, e, 4, 4, e, e, e, 0)
     try:
         from daydream.graph._arrays import ffill_by
         from daydream.links import _hash_join

@@ -862,3 +862,62 @@ def test_context_keys_compiled_equals_numpy(rows, py_id, extra_names):
         for m in ("numpy", "python", "compiled"):
             with pytest.raises((IndexError, ValueError)):
                 _context_keys(kind, device, bad, cat_id, py, n_names, method=m)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(-2, 1), st.integers(0, 5), st.integers(-1, 7),
+                          st.integers(-3, 3), st.integers(-2**62, 2**62), st.integers(-2**62, 2**62)), max_size=40),
+       st.lists(st.integers(0, 5), max_size=2))
+def test_context_keys_columns_compiled_equals_numpy(rows, py_id):
+    """mapping._context_keys with ``columns``: the compiled passes and the kernel in Python give
+    the numpy passes' rows, keys, counts, CPU-side flag and the fifth item (key ranks, name ids,
+    and the rows' pid, tid, start, end) exactly."""
+    from daydream.mapping import _context_keys
+
+    kind = np.array([r[0] for r in rows], np.uint8)
+    device = np.array([r[1] for r in rows], np.int32)
+    name_id = np.array([r[2] for r in rows], np.int32)
+    cat_id = np.array([r[3] for r in rows], np.int32)
+    pid = np.array([r[4] for r in rows], np.int64)
+    tid = np.array([-r[4] for r in rows], np.int64)
+    start = np.array([r[5] for r in rows], np.int64)
+    end = np.array([r[6] for r in rows], np.int64)
+    py = sorted(set(py_id))
+    want = _context_keys(kind, device, name_id, cat_id, py, 6, method="numpy", columns=(pid, tid, start, end))
+    assert len(want) == 5 and len(want[4]) == 6
+    for m in ("python", "compiled"):
+        got = _context_keys(kind, device, name_id, cat_id, py, 6, method=m, columns=(pid, tid, start, end))
+        assert np.array_equal(got[0], want[0]) and got[1] is want[1] is None and np.array_equal(got[2], want[2]), m
+        assert got[3] == want[3], m
+        assert got[4][0].dtype == want[4][0].dtype == np.int32, m
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got[4], want[4])), m
+    plain = _context_keys(kind, device, name_id, cat_id, py, 6, method="numpy")
+    assert np.array_equal(want[4][1], plain[1] >> 2) and all(c.dtype == np.int64 for c in want[4][1:])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([-1, 0, 7, 2**40]), st.sampled_from([-5, 0, 3, 2**33]), st.integers(0, 20),
+                          st.integers(0, 20)), max_size=50),
+       st.lists(st.tuples(st.sampled_from([-1, 0, 7, 2**40]), st.sampled_from([-5, 0, 3, 2**33])), max_size=6))
+def test_group_contexts_equals_numpy(ctxs, threads):
+    """mapping._group_contexts (compiled and in Python): each thread's contexts, ascending, and
+    whether they are in (start asc, end desc) order, as numpy masks and lexsort give them."""
+    from daydream import jit
+    from daydream.mapping import _group_contexts
+
+    th = sorted(set(threads))
+    th_pid = np.array([p for p, _ in th], np.int64)
+    th_tid = np.array([t for _, t in th], np.int64)
+    c_pid = np.array([c[0] for c in ctxs], np.int64)
+    c_tid = np.array([c[1] for c in ctxs], np.int64)
+    c_start = np.array([c[2] for c in ctxs], np.int64)
+    c_end = np.array([c[2] + c[3] for c in ctxs], np.int64)
+    for fn in (_group_contexts, jit.compiled(_group_contexts) or _group_contexts):
+        idx, off, in_order = jit.call(fn, c_pid, c_tid, c_start, c_end, th_pid, th_tid)
+        assert len(off) == len(th) + 1 and off[0] == 0 and off[-1] == len(idx)
+        for k, (p, t) in enumerate(th):
+            want = np.flatnonzero((c_pid == p) & (c_tid == t))
+            got = idx[off[k]:off[k + 1]]
+            assert np.array_equal(got, want)
+            srt = want[np.lexsort((want, -c_end[want], c_start[want]))]
+            assert bool(in_order[k]) == bool(np.array_equal(srt, want))
