@@ -47,6 +47,7 @@ from ..graph import profiler_steps
 from ..transform import name_mask, scale, set_duration
 from . import Optimization, Param, register
 from . import _kernel_model as KM
+from ._common import mapped_phase
 from ._common import mapped_phase, median_launch_ns
 from .gpu_upgrade import source_gpu
 
@@ -70,6 +71,9 @@ def _targets(graph, info: K.KernelInfo):
     share = t_low / t_all if t_all > 0 else 0.0
     floaty = info.has_precision("fp32", "tf32") | unknown  # no precision in the name: the fp32 default
     eligible = kern & ~info.is_class("optimizer", "communication", "other")
+    opt = mapped_phase(graph, "optimizer")
+    if opt is not None:  # the optimizer step (loop-style SGD's per-parameter add_/mul_, zero_grad's fills): fp32 master weights
+        eligible &= ~opt
     c32 = eligible & comp & floaty & ~info.has_precision("tf32")
     ctf = eligible & comp & info.has_precision("tf32")
     mem = eligible & info.is_bound("memory") & floaty
