@@ -200,7 +200,8 @@ def gradients_from_trace(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, str]
 
 def _last_launched_before(graph: TaskGraph, pid, tid, t_ns) -> np.ndarray:
     """Per query: the GPU task launched last by a call of (pid, tid) starting at or before ``t_ns``
-    (-1 none)."""
+    (-1 none), by its recorded launch (``position_ns``), so that a graph whose calls a what-if
+    replaced (``cuda-graphs``: one graph launch per step) keeps its gradients' ready points."""
     gpu = np.nonzero((graph.node_kind != NODE_CPU) & (graph.launch >= 0))[0]
     lch = graph.launch[gpu]
     out = np.full(len(t_ns), -1, np.int64)
@@ -209,7 +210,7 @@ def _last_launched_before(graph: TaskGraph, pid, tid, t_ns) -> np.ndarray:
         q = np.nonzero((np.asarray(pid) == p) & (np.asarray(tid) == t))[0]
         if not len(m):
             continue
-        s = graph.rec_start_ns[graph.launch[m]]
+        s = graph.position_ns[m]  # its launch as recorded (a cuda-graphs launch call now launches them all)
         o = np.argsort(s, kind="stable")
         j = np.searchsorted(s[o], np.asarray(t_ns)[q], side="right") - 1
         out[q[j >= 0]] = m[o][j[j >= 0]]
