@@ -12,7 +12,8 @@ communication kernels (interconnect-bound) and kernels of class ``other``.
 
 The source GPU is the traced device's name (``TraceMeta.devices`` of the device the GPU tasks ran
 on, matched loosely, then by memory size and by architecture/compute-unit count), or
-``source=NAME``. With target == source every factor is 1 and the prediction is the replay.
+``source=NAME``. With target == source every factor is 1: not applicable unless a host parameter
+changes something (then only that changes).
 """
 
 from __future__ import annotations
