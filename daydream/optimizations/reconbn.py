@@ -24,9 +24,10 @@ Pass counting (one pass = reading or writing one activation-sized tensor):
 Which tasks: BN kernels by name (cuDNN ``bn_fw_tr_*``/``bn_bw_*``, ATen
 ``batch_norm_collect_statistics``/``batch_norm_transform_input``/``batch_norm_backward_*``,
 MIOpen ``BatchNorm*``; inference-mode BN kernels are not touched); a ReLU kernel (``relu``,
-``clamp_min``, ``threshold``) is fused when it is the next task on a BN forward kernel's stream,
-or the previous task on a BN backward kernel's stream. Fused ReLU kernels are removed with their
-launch calls and the CPU gaps before them. The extra epilogue work in the convolutions is not
+``clamp_min``, ``clamp_scalar``, ``threshold``) is fused when it is the next task on a BN forward
+kernel's stream, or the previous task on the stream of a BN backward kernel whose forward BN had
+its ReLU fused (:func:`mirrored`: a ReLU after a residual add is not fused, in either pass).
+Fused ReLU kernels are removed with their launch calls and the CPU gaps before them. The extra epilogue work in the convolutions is not
 modelled (it is small next to a GEMM; see docs/optimizations.md).
 """
 
@@ -40,12 +41,15 @@ from ..errors import NotApplicable
 from ..events import Kind
 from ..transform import remove, scale
 from . import Optimization, Param, register
+from ._comm import step_of_nodes
 from ._common import name_mask
 
 BN_BW = r"(?i)bn_bw|batch_?norm_?backward|batchnorm_?bwd|BatchNormBwd|batch_norm_backward"
 BN_FW = r"(?i)bn_fw_tr|bn_fw(?!_inf)|batch_norm_collect_statistics|batch_norm_transform_input|batch_norm_elemt|batch_norm_stats|batchnorm_?fwd_?train|BatchNormFwdTrain|batch_norm_update_stats"
 BN_INFER = r"(?i)_inf_|inference|BatchNormFwdInfer"
-RELU = r"(?i)relu|clamp_min|threshold"
+#: ReLU kernels: ``relu``, ``clamp_min``, ``clamp_scalar`` (PyTorch 2.x ``relu`` as ``clamp(min=0)``:
+#: ``launch_clamp_scalar``), ``threshold`` (``threshold_backward``)
+RELU = r"(?i)relu|clamp_min|clamp_scalar|threshold"
 
 
 def bn_masks(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -59,12 +63,35 @@ def bn_masks(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     prev = graph.lane_prev
     has_prev = prev >= 0
     relu_fw = relu & has_prev & fw[np.maximum(prev, 0)]
-    # ReLU backward: the task right before a BN backward kernel on its stream
+    # ReLU backward: the task right before a BN backward kernel on its stream, of a BN whose forward ReLU is fused
     relu_bw = np.zeros(graph.n, dtype=bool)
-    nxt_of = prev[bw & has_prev]
-    relu_bw[nxt_of] = True
+    relu_bw[prev[mirrored(graph, fw, bw, relu_fw) & has_prev]] = True
     relu_bw &= relu & ~relu_fw
     return fw, bw, relu_fw, relu_bw
+
+
+def mirrored(graph, fw: np.ndarray, bw: np.ndarray, relu_fw: np.ndarray) -> np.ndarray:
+    """Mask of the BN backward kernels whose BN forward had its ReLU fused. Backward runs a step's
+    layers in the reverse order of forward, so within a ProfilerStep (the whole trace without
+    steps) the k-th BN backward kernel from the end mirrors the k-th BN forward kernel from the
+    start (by recorded start; a layer of two kernels mirrors as a pair). A BN whose output goes
+    through a residual add before its ReLU keeps that ReLU in forward (it follows the add, not the
+    BN), and its ReLU backward too: its mask needs the add's output, which the restructured BN
+    backward cannot recompute. A step whose BN forward and backward kernel counts differ (cut by
+    the window) fuses no backward ReLU."""
+    out = np.zeros(graph.n, dtype=bool)
+    fused = np.zeros(graph.n, dtype=bool)
+    fused[graph.lane_prev[relu_fw]] = True  # the BN forward kernels followed by a fused ReLU
+    steps = step_of_nodes(graph)
+    for st in sorted_unique(steps[fw | bw]).tolist():  # ProfilerSteps: a handful
+        f = np.nonzero(fw & (steps == st))[0]
+        b = np.nonzero(bw & (steps == st))[0]
+        if len(f) != len(b):
+            continue
+        f = f[np.argsort(graph.rec_start_ns[f], kind="stable")]
+        b = b[np.argsort(graph.rec_start_ns[b], kind="stable")]
+        out[b[fused[f][::-1]]] = True
+    return out
 
 
 def _apply(graph, p):
