@@ -61,6 +61,24 @@ def test_edges_go_from_the_task_depth_places_before_to_the_launching_call():
     assert _edges(build_graph(_five_launches())) == []  # fewer tasks than the default depth
 
 
+def test_a_graph_launch_is_one_queue_entry(tmp_path):
+    """A cudaGraphLaunch's nodes hold one slot of the launch queue, freed by the last node (the
+    graph is one submission): with depth 2, a 10-node graph is not held by its own nodes, and
+    the launch two entries after it waits for the graph's last node (fifth try-out: each node took
+    a slot, so ResNet-50's cuda-graphs launches blocked 34 ms each)."""
+    k = Launch(7, "k", 1_000, 2_000)
+    prog = Program([Thread([k, GraphLaunch(7, [("n", 1_000)] * 10, 2_000), k, k, StreamSync(7, 0)])], launch_queue_depth=2)
+    run = emulate(prog)
+    calls = run.thread_calls(0)
+    graph_tasks = [t for t in run.tasks if t.graph_node is not None]
+    assert calls[1].queued_for is None  # was held by its own 8th node
+    assert calls[2].queued_for == 0 and calls[3].queued_for == run.tasks.index(graph_tasks[-1])
+    g = _graph(tmp_path, run, 2)
+    last = int(np.flatnonzero(g.node_names() == "n")[-1])
+    assert [s_ for s_, _ in _edges(g)] == [int(np.flatnonzero(g.node_names() == "k")[0]), last]
+    _assert_exact(run, g, simulate(g))
+
+
 def test_a_launch_held_by_the_queue_gets_its_own_cost_and_the_baseline_is_kept():
     b = TB()
     c0 = b.call("cudaLaunchKernel", 0, 5)

@@ -1,10 +1,13 @@
 """Builder stage: launch-queue back-pressure (``docs/model.md``, "Launch-queue back-pressure").
 
-A CUDA stream holds at most ``D`` launched, unfinished tasks
+A CUDA stream holds at most ``D`` launched, unfinished entries
 (:data:`daydream.cuda_api.LAUNCH_QUEUE_DEPTH`); a launching call that finds its stream full
-blocks until a slot frees. With the stream's tasks in launch order, the slot of task ``k`` frees
-when task ``k - D`` ends, so the call launching ``k`` gets a ``QUEUE`` edge (phase END, anchored
-at the source's end, offset 0) from task ``k - D``. The edges are made for every launched task
+blocks until a slot frees. An entry is one launched task, or the tasks one call launched in a row
+on the stream (a ``cudaGraphLaunch``'s nodes: the graph is one submission, whose launch cost does
+not grow with its nodes; NVIDIA technical blog, "Constant Time Launch for Straight-Line CUDA
+Graphs and Other Performance Enhancements", 2024). With the stream's entries in launch order, the
+slot of entry ``k`` frees when entry ``k - D`` ends (its last task), so the call launching ``k``
+gets a ``QUEUE`` edge (phase END, anchored at the source's end, offset 0) from that task. The edges are made for every launched task
 with a task ``D`` places before it, not only where the recorded stream was full: a prediction
 that slows the GPU can fill a queue the baseline never filled. Where the recorded queue never
 filled, the source had ended before the call started and the edge leaves the baseline unchanged.
@@ -28,8 +31,8 @@ from .edges import EdgeKind, Origin
 
 
 def queue_pairs(by_lane: np.ndarray, lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """(task ``k - depth``, launching call of task ``k``) for every launched GPU task ``k`` with
-    a task ``depth`` places before it on its stream. ``by_lane``: the nodes grouped by lane, each
+    """(last task of entry ``k - depth``, launching call of entry ``k``) for every launched entry
+    ``k`` (:func:`_entries`) with an entry ``depth`` places before it on its stream. ``by_lane``: the nodes grouped by lane, each
     lane in lane order (a visiting order sorted stably by lane: stream-order edges are visit
     constraints)."""
     z = np.zeros(0, np.int64)
@@ -38,12 +41,26 @@ def queue_pairs(by_lane: np.ndarray, lane: np.ndarray, is_gpu: np.ndarray, launc
     g = by_lane[is_gpu[by_lane]]
     if len(g) <= depth:
         return z, z.copy()
-    ln = lane[g]
+    first, last = _entries(g, lane, launch)
+    if len(first) <= depth:
+        return z, z.copy()
+    ln = lane[g[first]]
     same = ln[depth:] == ln[:-depth]
-    src, k = g[:-depth][same], g[depth:][same]
-    dst = launch[k]
+    src = g[last[:-depth][same]]  # the entry ``depth`` places before: its slot frees when its last task ends
+    dst = launch[g[first[depth:][same]]]
     ok = dst >= 0
     return src[ok].astype(np.int64, copy=False), dst[ok].astype(np.int64, copy=False)
+
+
+def _entries(g: np.ndarray, lane: np.ndarray, launch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The launch-queue entries of the GPU nodes ``g`` (grouped by lane, each lane in order): the
+    tasks one call launched in a row on its stream (a ``cudaGraphLaunch``'s nodes) hold one slot;
+    any other task holds its own. Returns the (first, last) positions in ``g`` of each entry."""
+    ln, call = lane[g], launch[g]
+    new = np.ones(len(g), bool)
+    new[1:] = (ln[1:] != ln[:-1]) | (call[1:] != call[:-1]) | (call[1:] < 0)
+    first = np.flatnonzero(new)
+    return first, np.append(first[1:] - 1, len(g) - 1)
 
 
 def _deepest_seen(by_lane, lane, is_gpu, launch, rec_end) -> int:
@@ -52,9 +69,11 @@ def _deepest_seen(by_lane, lane, is_gpu, launch, rec_end) -> int:
     running, by the running maximum of their ends, count as finished)."""
     g = by_lane[is_gpu[by_lane]]
     out = 0
-    for ln in sorted_unique(lane[g]).tolist():
-        t = g[lane[g] == ln]
-        call = launch[t]
+    first, last = _entries(g, lane, launch)
+    e_lane = lane[g[first]]
+    for ln in sorted_unique(e_lane).tolist():
+        on = e_lane == ln
+        t, call = g[last[on]], launch[g[first[on]]]  # per entry: its last task, its launching call
         has = np.flatnonzero(call >= 0)
         if not len(has):
             continue

@@ -501,10 +501,10 @@ class Program:
         launch_latency_ns: ``L``: a task is ready ``L`` ns after its launching call starts.
         gpu_gap_ns: ``G``: minimum gap between a task and a GPU predecessor; ``0 <= G <= L``.
         t0_ns: absolute time (ns) at which every thread starts.
-        launch_queue_depth: ``D``: tasks a stream holds launched and unfinished; a call that
-            launches the task ``D`` places after a task still running on its stream returns its
-            own cost after that task ends (``docs/model.md``, "Launch-queue back-pressure");
-            0: unlimited.
+        launch_queue_depth: ``D``: entries a stream holds launched and unfinished (an entry: one
+            task, or a graph launch's nodes); a call that launches the entry ``D`` places after
+            one still running on its stream returns its own cost after that entry's last task
+            ends (``docs/model.md``, "Launch-queue back-pressure"); 0: unlimited.
         staging_latency_ns: ``S``: the DMA of a staged copy (pageable HtoD above the staging
             size) is ready ``L + S`` after its call starts: its first chunk is staged first.
         wait_latency_ns: ``W``: a cross-stream event wait holds its task until ``G + W`` after
@@ -862,9 +862,10 @@ class _Emulator:
         elif isinstance(op, GraphLaunch):  # one chain on its stream, every node ready at s + L
             waits = []
             for node, kernel in enumerate(op.nodes()):
-                t = self.enqueue(kernel, pid, s, call_idx, corr, ext)
+                t = self.enqueue(kernel, pid, s, call_idx, corr, ext, slot=False)
                 self.tasks[t] = dataclasses.replace(self.tasks[t], graph_node=node)
                 task_idx = t if task_idx is None else task_idx
+            self.take_queue_slot((op.device, op.stream), t)  # the graph is one launch-queue entry, freed by its last node
         else:
             waits, bound = self.sync_targets(op, pid, call_idx)
         q = self.tasks[self.queued_for].end_ns if self.queued_for is not None else s  # a full launch queue
@@ -880,8 +881,9 @@ class _Emulator:
         self.next_op[i] = k + 1
         self.advance(i)
 
-    def enqueue(self, op: _GpuWork, pid: int, s: int, call_idx: int, corr: int, ext: int | None) -> int:
-        """Append the GPU task of ``op`` (launched at ``s``); returns its index."""
+    def enqueue(self, op: _GpuWork, pid: int, s: int, call_idx: int, corr: int, ext: int | None, slot: bool = True) -> int:
+        """Append the GPU task of ``op`` (launched at ``s``); returns its index. ``slot``: it takes
+        a launch-queue slot of its own (a graph's nodes share their launch's one)."""
         lane = (op.device, op.stream)
         preds = [self.lane_last[lane]] if lane in self.lane_last else []
         waited = [p for p in self.pending_waits.pop(lane, []) if p not in preds]
@@ -896,13 +898,14 @@ class _Emulator:
                                      preds=tuple(preds), bytes=getattr(op, "bytes", 0), external_id=ext))
         self.lane_last[lane] = task_idx
         self.used_lanes.setdefault(pid, {})[lane] = None
-        self.take_queue_slot(lane, task_idx)
+        if slot:
+            self.take_queue_slot(lane, task_idx)
         return task_idx
 
     def take_queue_slot(self, lane: tuple[int, int], task_idx: int) -> None:
-        """Append the task to its stream; when the stream already holds ``D`` tasks before it,
-        the launching call waits for the end of the one ``D`` places before (the latest such end
-        when one call launches several tasks)."""
+        """Append the launch-queue entry ending with task ``task_idx`` to its stream; when the
+        stream already holds ``D`` entries before it, the launching call waits for the end of the
+        one ``D`` places before (its last task)."""
         on_lane = self.lane_all.setdefault(lane, [])
         d = self.program.launch_queue_depth
         if d and len(on_lane) >= d:
