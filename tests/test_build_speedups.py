@@ -419,3 +419,49 @@ def test_later_min_compiled_equals_numpy(items, small):
     want = [min([int(val[j]) for j in range(k + 1, len(val)) if all(seg[k:j + 1] == seg[k])] + [big]) for k in range(len(val))]
     for m in ("numpy", "python", "compiled", "auto"):
         assert later_min(val, seg, big, method=m).tolist() == want, m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 2), st.integers(-1, 4)), max_size=60), st.integers(1, 3))
+def test_few_unique_columns_compiled_equals_unique_columns(rows, k):
+    """graph._arrays.few_unique_columns (rows numbered by first appearance in one compiled pass,
+    the few distinct rows sorted after): the compiled pass and the kernel in Python give
+    unique_columns' rows and inverse, also where there are more distinct rows than it keeps."""
+    import daydream.graph._arrays as A
+
+    cols = [np.array([r[c] for r in rows], np.int64) for c in range(k)]
+    if not rows:
+        return
+    want = A.unique_columns(cols, few=True)
+    for m in ("numpy", "python", "compiled", "auto"):
+        got = A.few_unique_columns(cols, method=m)
+        assert all(np.array_equal(g, w) and g.dtype == w.dtype and g.shape == w.shape for g, w in zip(got, want)), m
+    keep = A.FEW_ROWS
+    try:  # beyond the distinct rows the pass keeps: the sorting path answers
+        A.FEW_ROWS = 2
+        for m in ("python", "compiled"):
+            got = A.few_unique_columns(cols, method=m)
+            assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want)), m
+    finally:
+        A.FEW_ROWS = keep
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-3, 12), max_size=40), st.lists(st.integers(-3, 14), max_size=40), st.booleans(), st.integers(0, 2**32))
+def test_lookup_first_compiled_equals_sorted(keys, queries, corr_keys, seed):
+    """graph._arrays.lookup_first: the compiled hash join, the kernel in Python and the stable
+    sort with a search give the first equal key's value, or -1 (invalid queries: -1)."""
+    from daydream.graph._arrays import corr_key, lookup_first
+
+    rng = np.random.default_rng(seed)
+    k = np.array(keys, np.int64)
+    q = np.array(queries, np.int64)
+    if corr_keys:  # (process, correlation id) keys, as the builder looks them up (negative processes too)
+        k = corr_key(rng.integers(-1, 2, len(k)), k)
+        q = corr_key(rng.integers(-1, 2, len(q)), q)
+    values = rng.integers(0, 1000, len(k)).astype(np.int64)
+    valid = rng.random(len(q)) < 0.8
+    want = np.array([next((int(values[i]) for i in range(len(k)) if k[i] == x), -1) if ok else -1 for x, ok in zip(q, valid)], np.int64)
+    for m in ("numpy", "python", "compiled", "auto"):
+        got = lookup_first(k, values, q, valid, method=m)
+        assert np.array_equal(got, want) and got.dtype == np.int64, m

@@ -15,7 +15,7 @@ from ..arrays import stable_group_order
 from ..events import EventTable, Kind
 from ..links import launch_rows, pids_of
 from ..mapping import CallThreads, call_threads, pair_keys, prev_max_end
-from ._arrays import count, lane_chains, segmented_cummax, small_ints, unique_columns
+from ._arrays import count, few_unique_columns, lane_chains, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
 
@@ -213,7 +213,7 @@ def lane_ids(is_gpu: np.ndarray, pid: np.ndarray, tid_or_dev: np.ndarray, stream
         return unique_columns([is_gpu, pid, tid_or_dev, stream])
     first = np.flatnonzero(new)
     c_uniq = np.stack([np.zeros(len(first), np.int64), p[first], t[first], np.zeros(len(first), np.int64)], axis=1)
-    g_uniq, g_lane = unique_columns([pid[k:], tid_or_dev[k:], stream[k:]], few=True)
+    g_uniq, g_lane = few_unique_columns([pid[k:], tid_or_dev[k:], stream[k:]])
     uniq = np.concatenate([c_uniq, np.concatenate([np.ones((len(g_uniq), 1), np.int64), g_uniq], axis=1)])
     return uniq, np.concatenate([np.cumsum(new) - 1, g_lane + len(first)])
 

@@ -15,7 +15,7 @@ from ..arrays import sorted_unique
 from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, is_hip, roles_of_names
 from ..events import CopyKind, EventTable, Kind, MemKind
 from ..links import pids_of
-from ._arrays import corr_key, count, ffill_by, lookup_sorted, search_pairs, triples
+from ._arrays import corr_key, count, ffill_by, lookup_first, lookup_sorted, search_pairs, triples
 from .tasks import Lanes, Nodes
 
 _NONE = np.zeros(0, np.int64)
@@ -52,9 +52,8 @@ def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only
     sy_rows = np.nonzero(table.kind == Kind.SYNC)[0]
     sy_pid = pids_of(table, sy_rows, only)
     sk = corr_key(sy_pid, table.correlation[sy_rows])
-    so = np.argsort(sk, kind="stable")
     c_corr = table.correlation[cpu_rows]
-    sr = lookup_sorted(sk[so], so, sy_rows, corr_key(cpu_pid, c_corr), c_corr >= 0)
+    sr = lookup_first(sk, sy_rows, corr_key(cpu_pid, c_corr), c_corr >= 0)
     has = sr >= 0
     at = np.flatnonzero(has)
     r = sr[at]
