@@ -31,7 +31,7 @@ def count(counts: dict[str, int], key: str, n, missing: bool = False) -> None:
 
 def corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     """One int64 key per (process, correlation id) pair (pid in the high bits)."""
-    return (pid.astype(np.int64) << np.int64(40)) ^ (corr.astype(np.int64) & np.int64((1 << 40) - 1))
+    return (pid.astype(np.int64, copy=False) << np.int64(40)) ^ (corr.astype(np.int64, copy=False) & np.int64((1 << 40) - 1))
 
 
 def triples(keys, pos, tie) -> np.ndarray:

@@ -51,7 +51,7 @@ def cpu_tasks(table: EventTable, counts: dict[str, int], threads: CallThreads | 
     count(counts, "API call overlapping the previous call on its thread (kept, start unchanged)", overlapping.sum())
     kept = ~nested
     # a nested call always follows its enclosing kept call in start order (same thread)
-    rt_node = (np.cumsum(kept) - 1).astype(np.int64)
+    rt_node = (np.cumsum(kept) - 1).astype(np.int64, copy=False)
     return CpuTasks(rt_rows, nested, rt_node, rt_rows[kept])
 
 
@@ -107,6 +107,16 @@ class Lanes:
     lane_prev: np.ndarray
     launch_corr: np.ndarray
     position: np.ndarray
+
+    def split(self, n_cpu: int) -> tuple[np.ndarray, np.ndarray]:
+        """(CPU nodes, GPU nodes) of ``by_lane``, each in its order (``n_cpu``: how many nodes are
+        CPU tasks): views of ``by_lane`` when the CPU lanes are numbered before the GPU lanes
+        (:func:`lane_ids` numbers them so: lane keys start with is_gpu), else gathered."""
+        ig = self.is_gpu
+        if not np.any(ig[:-1] & ~ig[1:]):  # CPU lanes, then GPU lanes: by_lane holds the CPU nodes first
+            return self.by_lane[:n_cpu], self.by_lane[n_cpu:]
+        m = ig[self.lane[self.by_lane]]
+        return self.by_lane[~m], self.by_lane[m]
 
 
 def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarray, position: np.ndarray,
@@ -193,7 +203,7 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     order = visit_order(position, is_gpu, launch_corr, rec_start, row)
     by_lane, lane_prev = lane_chains(order, lane, len(uniq))
     return Lanes(lane, uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64), names, lane_is_gpu,
-                 order.astype(np.int64), by_lane, lane_prev, launch_corr, position)
+                 order.astype(np.int64, copy=False), by_lane, lane_prev, launch_corr, position)
 
 
 def lane_ids(is_gpu: np.ndarray, pid: np.ndarray, tid_or_dev: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -247,7 +257,7 @@ def visit_order(position, is_gpu, launch_corr, rec_start, row) -> np.ndarray:
 def durations_and_gaps(node_kind, rec_start, rec_end, lane_prev, t0: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """Stage 5: recorded durations (negative ones set to 0, counted) and the CPU gap before each
     CPU node (from the previous task on its thread, or from ``t0``; never negative)."""
-    dur = (rec_end - rec_start).astype(np.int64)
+    dur = (rec_end - rec_start).astype(np.int64, copy=False)
     neg = dur < 0
     count(counts, "task with negative duration (set to 0)", neg.sum())
     dur[neg] = 0
@@ -276,7 +286,7 @@ class Nodes:
 def node_arrays(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, g_launch: np.ndarray, only: int) -> Nodes:
     """The node arrays (CPU nodes, then GPU nodes) of the tasks found by stages 1-3."""
     n_cpu, n_gpu = len(cpu.cpu_rows), len(gpu_rows)
-    row = np.concatenate([cpu.cpu_rows, gpu_rows]).astype(np.int64)
+    row = np.concatenate([cpu.cpu_rows, gpu_rows]).astype(np.int64, copy=False)
     kind = np.concatenate([np.zeros(n_cpu, np.uint8), table.kind[gpu_rows].astype(np.uint8)])
     launch = np.concatenate([np.full(n_cpu, -1, np.int64), g_launch])
     pid = np.concatenate([table.pid[cpu.cpu_rows].astype(np.int64, copy=False), pids_of(table, gpu_rows, only)])

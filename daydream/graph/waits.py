@@ -70,9 +70,7 @@ class WaitIndex:
     """Lookups over GPU tasks by lane and launch position, and over the calls of each thread."""
 
     def __init__(self, nodes: Nodes, lanes: Lanes, position: np.ndarray, rec_start: np.ndarray, corr: np.ndarray):
-        is_gpu = nodes.node_kind != 0
-        by_lane = lanes.by_lane
-        self.g_nodes = by_lane[is_gpu[by_lane]]
+        self.cpu_lo, self.g_nodes = lanes.split(nodes.n_cpu)  # CPU nodes in thread order; GPU nodes in stream order
         self.g_lane = lanes.lane[self.g_nodes]
         self.g_pos = position[self.g_nodes]
         self.g_corr = lanes.launch_corr[self.g_nodes]
@@ -83,10 +81,10 @@ class WaitIndex:
         self.c_start = rec_start[:n_cpu]
         self.c_corr = corr[:n_cpu]
         self.c_pid = nodes.pid[:n_cpu]
-        # CPU nodes in thread order, and where each thread starts
-        self.cpu_lo = by_lane[~is_gpu[by_lane]]
+        # where each thread starts
         ts = np.ones(len(self.cpu_lo), dtype=bool)
-        ts[1:] = lanes.lane[self.cpu_lo[1:]] != lanes.lane[self.cpu_lo[:-1]]
+        lo_lane = lanes.lane[self.cpu_lo]
+        ts[1:] = lo_lane[1:] != lo_lane[:-1]
         self.thread_start = ts
         #: per CPU node: the GPU lane it launched to (-1 none)
         self.launched_lane = np.full(n_cpu, -1, dtype=np.int64)
