@@ -465,3 +465,29 @@ def test_lookup_first_compiled_equals_sorted(keys, queries, corr_keys, seed):
     for m in ("numpy", "python", "compiled", "auto"):
         got = lookup_first(k, values, q, valid, method=m)
         assert np.array_equal(got, want) and got.dtype == np.int64, m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 2**32), st.booleans(), st.booleans(), st.integers(0, 6))
+def test_latency_compiled_equals_numpy(n, seed, with_x, with_staged, spread):
+    """graph.latency.launch_latency_and_gap: the two compiled passes, the kernels in Python and the
+    array passes give the same L, G, S and counts, on any launches, stream predecessors, times,
+    cross-stream producers and staged copies (tied times included: ``spread`` narrows them)."""
+    from daydream.graph.latency import launch_latency_and_gap
+
+    rng = np.random.default_rng(seed)
+    hi = 10 ** spread + 1
+    is_gpu = rng.random(n) < 0.7
+    launch = np.where(rng.random(n) < 0.85, rng.integers(-1, max(n, 1), n), -1).astype(np.int64)
+    lane_prev = np.where(rng.random(n) < 0.7, rng.integers(-1, max(n, 1), n), -1).astype(np.int64)
+    rec_start = rng.integers(0, hi, n).astype(np.int64)
+    rec_end = rec_start + rng.integers(0, hi, n)
+    m = int(rng.integers(0, 6)) if with_x and n else 0
+    x_src, x_dst = rng.integers(0, max(n, 1), m).astype(np.int64), rng.integers(0, max(n, 1), m).astype(np.int64)
+    staged = rng.random(n) < 0.3 if with_staged else None
+    want_c: dict = {}
+    want = launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst, staged, want_c, method="numpy")
+    for meth in ("python", "compiled", "auto"):
+        got_c: dict = {}
+        got = launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst, staged, got_c, method=meth)
+        assert got == want and got_c == want_c, meth

@@ -226,23 +226,32 @@ class Copies:
 
 
 def copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> Copies:
-    """:class:`Copies` of the GPU nodes (HIP copies keep the plain "waits for its own copy" rule)."""
+    """:class:`Copies` of the GPU nodes (HIP copies keep the plain "waits for its own copy" rule).
+    Only the launched copies are looked at (their call's name, copy kind, memory kinds and size:
+    gathered at those few rows, not at every GPU task's)."""
+    n_gpu = len(gpu_rows)
     g_l = nodes.launch[nodes.n_cpu:]
     ok = g_l >= 0
-    rl = np.zeros(len(g_l), dtype=np.uint8)
+    rl = np.zeros(n_gpu, dtype=np.uint8)
     rl[ok] = role[g_l[ok]]
-    call_name = table.name_id[nodes.row[g_l[ok]]]
+    c = np.flatnonzero(ok & (nodes.node_kind[nodes.n_cpu:] == Kind.MEMCPY))  # the launched copies
+    rows = gpu_rows[c]
+    call_name = table.name_id[nodes.row[g_l[c]]]
     used = sorted_unique(call_name).tolist()  # the launching calls' distinct names, each tested once
     names_hip = np.zeros(max(len(table.names), 1), dtype=bool)
     names_hip[used] = [is_hip(table.names[i]) for i in used]
-    hip = np.zeros(len(g_l), dtype=bool)
-    hip[ok] = names_hip[call_name]
-    copy = ok & (table.kind[gpu_rows] == Kind.MEMCPY)
-    ck = table.copy_kind[gpu_rows]
-    pageable_h2d = copy & ~hip & (ck == CopyKind.HTOD) & (table.src_kind[gpu_rows] == MemKind.PAGEABLE)
-    return Copies(g_l, ok & (rl == ApiRole.MEMCPY_SYNC), pageable_h2d, copy & ~hip & (ck == CopyKind.DTOD),
-                  copy & (rl == ApiRole.LAUNCH) & (ck == CopyKind.DTOH) & (table.dst_kind[gpu_rows] == MemKind.PAGEABLE),
-                  pageable_h2d & (table.bytes[gpu_rows] > PAGEABLE_STAGING_BYTES))
+    cuda = ~names_hip[call_name]
+    ck = table.copy_kind[rows]
+    pageable_h2d = cuda & (ck == CopyKind.HTOD) & (table.src_kind[rows] == MemKind.PAGEABLE)
+
+    def mask(m):  # per GPU node, from a mask over the copies
+        out = np.zeros(n_gpu, dtype=bool)
+        out[c[m]] = True
+        return out
+
+    return Copies(g_l, ok & (rl == ApiRole.MEMCPY_SYNC), mask(pageable_h2d), mask(cuda & (ck == CopyKind.DTOD)),
+                  mask((rl[c] == ApiRole.LAUNCH) & (ck == CopyKind.DTOH) & (table.dst_kind[rows] == MemKind.PAGEABLE)),
+                  mask(pageable_h2d & (table.bytes[rows] > PAGEABLE_STAGING_BYTES)))
 
 
 def blocking_copy_waits(c: Copies, n_cpu: int) -> tuple[np.ndarray, np.ndarray]:
