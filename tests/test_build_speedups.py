@@ -491,3 +491,25 @@ def test_latency_compiled_equals_numpy(n, seed, with_x, with_staged, spread):
         got_c: dict = {}
         got = launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst, staged, got_c, method=meth)
         assert got == want and got_c == want_c, meth
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 2**32), st.integers(0, 6))
+def test_durations_and_gaps_compiled_equal_numpy(n, seed, spread):
+    """graph.tasks.durations_and_gaps: the compiled pass, the kernel in Python and the array passes
+    give the same durations, gaps and count (negative durations, gaps and times included)."""
+    from daydream.graph.tasks import durations_and_gaps
+
+    rng = np.random.default_rng(seed)
+    hi = 10 ** spread + 1
+    kind = rng.choice(np.array([0, 2, 3, 4], np.uint8), n)
+    rec_start = rng.integers(-hi, hi, n).astype(np.int64)
+    rec_end = rec_start + rng.integers(-hi // 4, hi, n)
+    lane_prev = np.where(rng.random(n) < 0.7, rng.integers(-1, max(n, 1), n), -1).astype(np.int64)
+    t0 = int(rng.integers(-hi, hi))
+    want_c: dict = {}
+    want = durations_and_gaps(kind, rec_start, rec_end, lane_prev, t0, want_c, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        got_c: dict = {}
+        got = durations_and_gaps(kind, rec_start, rec_end, lane_prev, t0, got_c, method=m)
+        assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want)) and got_c == want_c, m

@@ -254,9 +254,20 @@ def visit_order(position, is_gpu, launch_corr, rec_start, row) -> np.ndarray:
     return o
 
 
-def durations_and_gaps(node_kind, rec_start, rec_end, lane_prev, t0: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+def durations_and_gaps(node_kind, rec_start, rec_end, lane_prev, t0: int, counts: dict[str, int],
+                       method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Stage 5: recorded durations (negative ones set to 0, counted) and the CPU gap before each
-    CPU node (from the previous task on its thread, or from ``t0``; never negative)."""
+    CPU node (from the previous task on its thread, or from ``t0``; never negative); int64 ns,
+    one per node. One compiled pass (:func:`_durations_kernel`) from :data:`DURATIONS_MIN` nodes
+    when numba is there ("auto"; "compiled" whatever the size, "python" the kernel uncompiled,
+    "numpy" never), else array passes; the same answers."""
+    fn = jit.kernel_for(_durations_kernel, len(node_kind), DURATIONS_MIN, method)
+    if fn is not None:
+        dur, gap = np.empty(len(node_kind), np.int64), np.empty(len(node_kind), np.int64)
+        neg = jit.call(fn, np.ascontiguousarray(node_kind, np.uint8), np.ascontiguousarray(rec_start, np.int64),
+                       np.ascontiguousarray(rec_end, np.int64), np.ascontiguousarray(lane_prev, np.int64), np.int64(t0), dur, gap)
+        count(counts, "task with negative duration (set to 0)", neg)
+        return dur, gap
     dur = (rec_end - rec_start).astype(np.int64, copy=False)
     neg = dur < 0
     count(counts, "task with negative duration (set to 0)", neg.sum())
@@ -267,6 +278,29 @@ def durations_and_gaps(node_kind, rec_start, rec_end, lane_prev, t0: int, counts
     prev_end = np.where(prev >= 0, rec_end[np.maximum(prev, 0)], t0)
     gap[cpu] = np.maximum(rec_start[cpu] - prev_end, 0)
     return dur, gap
+
+
+#: :func:`durations_and_gaps` runs its compiled pass from this many nodes ("auto")
+DURATIONS_MIN = 50_000
+
+
+def _durations_kernel(node_kind, rec_start, rec_end, lane_prev, t0, dur, gap):
+    """:func:`durations_and_gaps`' pass, writing ``dur`` and ``gap``; returns how many durations were negative."""
+    neg = 0
+    for v in range(len(node_kind)):
+        d = rec_end[v] - rec_start[v]
+        if d < 0:
+            neg += 1
+            d = 0
+        dur[v] = d
+        g = 0
+        if node_kind[v] == 0:  # NODE_CPU
+            p = lane_prev[v]
+            g = rec_start[v] - (rec_end[p] if p >= 0 else t0)
+            if g < 0:
+                g = 0
+        gap[v] = g
+    return neg
 
 
 @dataclass
