@@ -37,22 +37,23 @@ class SyncInfo:
     has_record: np.ndarray
 
 
-def api_roles(table: EventTable, cpu_rows: np.ndarray) -> np.ndarray:
-    """:class:`ApiRole` of each CPU node, decided once per distinct name."""
-    c_name = table.name_id[cpu_rows]
+def api_roles(table: EventTable, cpu_rows: np.ndarray, c_name: np.ndarray | None = None) -> np.ndarray:
+    """:class:`ApiRole` of each CPU node, decided once per distinct name (``c_name``: the nodes'
+    ``table.name_id[cpu_rows]`` when the caller has them)."""
+    c_name = table.name_id[cpu_rows] if c_name is None else c_name
     roles_by_name = np.zeros(len(table.names), np.uint8)
     used = sorted_unique(c_name).tolist()
     roles_by_name[used] = roles_of_names([table.names[i] for i in used])
     return roles_by_name[c_name] if len(cpu_rows) else np.zeros(0, np.uint8)
 
 
-def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only: int) -> SyncInfo:
+def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only: int, c_corr: np.ndarray | None = None) -> SyncInfo:
     """The SYNC row of each CPU call by (pid, correlation id), and what it names (``only``: the
     only API-calling process, or -1, for sync rows without a process)."""
     sy_rows = np.nonzero(table.kind == Kind.SYNC)[0]
     sy_pid = pids_of(table, sy_rows, only)
     sk = corr_key(sy_pid, table.correlation[sy_rows])
-    c_corr = table.correlation[cpu_rows]
+    c_corr = table.correlation[cpu_rows] if c_corr is None else c_corr  # (the caller's gather, when it has one)
     sr = lookup_first(sk, sy_rows, corr_key(cpu_pid, c_corr), c_corr >= 0)
     has = sr >= 0
     at = np.flatnonzero(has)
