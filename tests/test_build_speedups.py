@@ -513,3 +513,23 @@ def test_durations_and_gaps_compiled_equal_numpy(n, seed, spread):
         got_c: dict = {}
         got = durations_and_gaps(kind, rec_start, rec_end, lane_prev, t0, got_c, method=m)
         assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want)) and got_c == want_c, m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 2**32), st.integers(0, 6))
+def test_unlaunched_positions_compiled_equal_numpy(n, seed, spread):
+    """graph.tasks.unlaunched_positions: the compiled backward pass, the kernel in Python and the
+    array passes give the same positions (ties in start and position included)."""
+    from daydream.graph.tasks import unlaunched_positions
+
+    rng = np.random.default_rng(seed)
+    hi = 10 ** spread + 1
+    lane = rng.integers(0, 4, n).astype(np.int64)
+    is_gpu = rng.random(n) < 0.8
+    launch = np.where(rng.random(n) < 0.6, rng.integers(0, max(n, 1), n), -1).astype(np.int64)
+    position = rng.integers(0, hi, n).astype(np.int64)
+    rec_start = rng.integers(0, hi, n).astype(np.int64)
+    want = unlaunched_positions(lane, is_gpu, launch, position, rec_start, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        got = unlaunched_positions(lane, is_gpu, launch, position, rec_start, method=m)
+        assert np.array_equal(got, want) and got.dtype == want.dtype, m

@@ -120,7 +120,7 @@ class Lanes:
 
 
 def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarray, position: np.ndarray,
-                         rec_start: np.ndarray) -> np.ndarray:
+                         rec_start: np.ndarray, method: str = "auto") -> np.ndarray:
     """Positions of GPU tasks with no launching call in the trace (launched before a window cut
     from a longer run), so that streams stay FIFO in their *recorded* order.
 
@@ -128,6 +128,11 @@ def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarra
     later-launched work. Its position becomes the smallest position of any launched task that
     ran after it on its stream (never later than its own start): order from the record, never
     timing (``docs/model.md``, "Work launched before the window").
+
+    ``method``: "auto" takes the suffix minima and sets the positions in one compiled backward
+    pass (:func:`_unlaunched_kernel`) from :data:`LATER_MIN_MIN` GPU tasks when numba is there
+    ("compiled" whatever the size, "python" the kernel uncompiled, "numpy" the array passes);
+    the same answers.
     """
     nl = is_gpu & (launch < 0)
     if not nl.any():
@@ -135,12 +140,34 @@ def unlaunched_positions(lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarra
     g = np.nonzero(is_gpu)[0]
     o = g[np.lexsort((rec_start[g], small_ints(lane[g], int(lane.max()) + 1)))]  # each stream in recorded execution order
     big = min(int(position.max()) + 1, int(np.iinfo(np.int64).max))  # above every position: "no launched task after it" (min() keeps the position)
+    fn = jit.kernel_for(_unlaunched_kernel, len(o), LATER_MIN_MIN, method)
+    if fn is not None:
+        out = np.array(position, dtype=np.int64)  # a copy
+        jit.call(fn, np.ascontiguousarray(o, np.int64), np.ascontiguousarray(launch, np.int64), np.ascontiguousarray(lane, np.int64),
+                 np.int64(big), out)
+        return out
     val = np.where(launch[o] >= 0, position[o], big)
     after = later_min(val, lane[o], big)  # suffix minimum within each lane, exclusive of the task itself
     out = position.copy()
     m = nl[o]
     out[o[m]] = np.minimum(position[o[m]], after[m])
     return out
+
+
+def _unlaunched_kernel(o, launch, lane, big, out):
+    """:func:`unlaunched_positions`' backward pass over the GPU tasks ``o`` (by stream, then
+    recorded start): each unlaunched task's position in ``out`` (the positions, updated in place)
+    becomes the smallest position of a launched task after it on its stream, when smaller."""
+    cur = big
+    for k in range(len(o) - 1, -1, -1):
+        v = o[k]
+        if k == len(o) - 1 or lane[v] != lane[o[k + 1]]:
+            cur = big
+        if launch[v] < 0:
+            if cur < out[v]:
+                out[v] = cur
+        elif out[v] < cur:
+            cur = out[v]
 
 
 def later_min(val: np.ndarray, seg: np.ndarray, big: int, method: str = "auto") -> np.ndarray:
