@@ -533,3 +533,55 @@ def test_unlaunched_positions_compiled_equal_numpy(n, seed, spread):
     for m in ("python", "compiled", "auto"):
         got = unlaunched_positions(lane, is_gpu, launch, position, rec_start, method=m)
         assert np.array_equal(got, want) and got.dtype == want.dtype, m
+
+
+class _Cols:
+    """The few table columns the stage tests read (start_ns, end_ns), with a length."""
+
+    def __init__(self, start, end):
+        self.start_ns, self.end_ns = start, end
+
+    def __len__(self):
+        return len(self.start_ns)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 2**32), st.integers(0, 6))
+def test_cpu_tasks_and_launch_links_compiled_equal_numpy(n, seed, spread):
+    """graph.tasks.cpu_tasks (nested and overlapping calls) and link_launches (launch rows to
+    nodes, missing and shared launches): the compiled passes, the kernels in Python and the array
+    passes give the same arrays and counts, in the same order of reasons."""
+    from types import SimpleNamespace
+
+    from daydream.graph.tasks import cpu_tasks, link_launches
+    from daydream.mapping import CallThreads
+
+    rng = np.random.default_rng(seed)
+    hi = 10 ** spread + 1
+    start = rng.integers(0, hi, n).astype(np.int64)
+    table = _Cols(start, start + rng.integers(0, hi, n))
+    rt_rows = np.sort(rng.choice(n, int(rng.integers(0, n + 1)), replace=False)).astype(np.int64)
+    new = rng.random(len(rt_rows)) < 0.2
+    if len(new):
+        new[0] = True
+    run_max = np.full(len(rt_rows), np.iinfo(np.int64).min, np.int64)
+    for i in range(1, len(rt_rows)):  # the largest end of the earlier calls of the thread
+        run_max[i] = np.iinfo(np.int64).min if new[i] else max(run_max[i - 1], int(table.end_ns[rt_rows[i - 1]]))
+    threads = CallThreads(rt_rows, new, run_max)
+    gpu_rows = np.setdiff1d(np.arange(n), rt_rows)
+    launch_row = np.full(n, -1, np.int64)
+    if len(rt_rows):
+        launch_row[gpu_rows] = np.where(rng.random(len(gpu_rows)) < 0.8, rng.choice(rt_rows, len(gpu_rows)), -1)
+    mapping = SimpleNamespace(launch_unique=True, launch_row=launch_row)
+    want_c: dict = {}
+    want = cpu_tasks(table, want_c, threads, method="numpy")
+    want_l = link_launches(table, want, gpu_rows, -1, want_c, mapping, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        got_c: dict = {}
+        got = cpu_tasks(table, got_c, threads, method=m)
+        for f in ("rt_rows", "nested", "rt_node", "cpu_rows"):
+            a, b = getattr(got, f), getattr(want, f)
+            assert np.array_equal(a, b) and a.dtype == b.dtype, (m, f)
+        got_l = link_launches(table, got, gpu_rows, -1, got_c, mapping, method=m)
+        assert np.array_equal(got_l, want_l) and got_l.dtype == want_l.dtype, m
+        assert list(got_c.items()) == list(want_c.items()), m

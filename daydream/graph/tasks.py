@@ -36,14 +36,25 @@ class CpuTasks:
     cpu_rows: np.ndarray
 
 
-def cpu_tasks(table: EventTable, counts: dict[str, int], threads: CallThreads | None = None) -> CpuTasks:
+def cpu_tasks(table: EventTable, counts: dict[str, int], threads: CallThreads | None = None, method: str = "auto") -> CpuTasks:
     """Stage 1: runtime calls of each thread; a call inside another call of its thread is folded
     into the outer one (counted); a call overlapping the previous one is kept (counted).
     ``threads``: :func:`daydream.mapping.call_threads` of the table's RUNTIME rows when the
-    mapping has them (``Mapping.call_threads``); computed here otherwise."""
+    mapping has them (``Mapping.call_threads``); computed here otherwise. ``method``: "auto"
+    classifies the calls in one compiled pass (:func:`_cpu_tasks_kernel`) from
+    :data:`DURATIONS_MIN` calls when numba is there ("compiled" whatever the size, "python" the
+    kernel uncompiled, "numpy" the array passes); the same answers."""
     if threads is None:
         threads = call_threads(table, np.nonzero(table.kind == Kind.RUNTIME)[0])
     rt_rows, prev_end = threads.rt_rows, threads.prev_end
+    fn = jit.kernel_for(_cpu_tasks_kernel, len(rt_rows), DURATIONS_MIN, method)
+    if fn is not None:
+        nested, rt_node = np.empty(len(rt_rows), np.bool_), np.empty(len(rt_rows), np.int64)
+        n_nested, n_over = jit.call(fn, np.ascontiguousarray(rt_rows, np.int64), np.ascontiguousarray(prev_end, np.int64),
+                                    table.start_ns, table.end_ns, nested, rt_node)
+        count(counts, "API call nested inside another call on its thread (folded into the outer call)", n_nested)
+        count(counts, "API call overlapping the previous call on its thread (kept, start unchanged)", n_over)
+        return CpuTasks(rt_rows, nested, rt_node, rt_rows[~nested])
     rs, re_ = table.start_ns[rt_rows], table.end_ns[rt_rows]
     nested = (rs < prev_end) & (re_ <= prev_end)
     overlapping = (rs < prev_end) & (re_ > prev_end)
@@ -55,6 +66,28 @@ def cpu_tasks(table: EventTable, counts: dict[str, int], threads: CallThreads | 
     return CpuTasks(rt_rows, nested, rt_node, rt_rows[kept])
 
 
+def _cpu_tasks_kernel(rt_rows, prev_end, start, end, nested, rt_node):
+    """:func:`cpu_tasks`' pass: ``nested`` and ``rt_node`` per call (written in place); returns
+    (nested calls, overlapping calls)."""
+    n_nested = 0
+    n_over = 0
+    k = -1
+    for i in range(len(rt_rows)):
+        r = rt_rows[i]
+        pe = prev_end[i]
+        inside = start[r] < pe
+        nst = inside and end[r] <= pe
+        if nst:
+            n_nested += 1
+        elif inside:
+            n_over += 1
+        if not nst:
+            k += 1
+        nested[i] = nst
+        rt_node[i] = k
+    return n_nested, n_over
+
+
 def gpu_task_rows(table: EventTable) -> np.ndarray:
     """Stage 2: the GPU task rows (kernels, memcpys, memsets), in table order."""
     k = table.kind
@@ -62,28 +95,64 @@ def gpu_task_rows(table: EventTable) -> np.ndarray:
 
 
 def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, only: int, counts: dict[str, int],
-                  mapping=None) -> np.ndarray:
+                  mapping=None, method: str = "auto") -> np.ndarray:
     """Stage 3: the CPU node that launched each GPU task (-1 none), by (pid, correlation id)
     (:func:`daydream.links.launch_rows`; ``only``: the only API-calling process, or -1); a
     nested launch call links to its enclosing call. ``mapping``: the table's
     :class:`~daydream.mapping.Mapping`, whose ``launch_row`` is this link when it says
     ``launch_unique`` (no shared ids: the same link whatever the calls' order); linked here
-    otherwise."""
+    otherwise. ``method``: "auto" maps the launching rows to nodes and counts in one compiled
+    kernel (:func:`_link_kernel`) from :data:`DURATIONS_MIN` GPU tasks when numba is there
+    ("compiled" whatever the size, "python" uncompiled, "numpy" the array passes); the same answers."""
     if mapping is not None and mapping.launch_unique and len(mapping.launch_row) == len(table):
         lrow, dup = mapping.launch_row[gpu_rows], np.zeros(len(cpu.rt_rows), bool)
     else:
         lrow, dup = launch_rows(table, cpu.rt_rows, gpu_rows, only)
+    count(counts, "runtime calls sharing a correlation id with an earlier call of their process", (dup & ~cpu.nested).sum())
+    fn = jit.kernel_for(_link_kernel, len(gpu_rows), DURATIONS_MIN, method)
+    if fn is not None:
+        out = np.empty(len(lrow), np.int64)
+        missing, shared = jit.call(fn, np.ascontiguousarray(lrow, np.int64), np.ascontiguousarray(cpu.rt_rows, np.int64),
+                                   np.ascontiguousarray(cpu.rt_node, np.int64), len(table), len(cpu.cpu_rows), out)
+        count(counts, "GPU task without a launching call in the trace (ready at trace start)", missing, missing=True)
+        count(counts, _SHARED_LAUNCH, shared)
+        return out
     node_of_rt_row = np.full(len(table), -1, np.int64)
     node_of_rt_row[cpu.rt_rows] = cpu.rt_node
     out = np.where(lrow >= 0, node_of_rt_row[np.maximum(lrow, 0)], -1)
-    count(counts, "runtime calls sharing a correlation id with an earlier call of their process", (dup & ~cpu.nested).sum())
     count(counts, "GPU task without a launching call in the trace (ready at trace start)", (out < 0).sum(), missing=True)
     linked = out[out >= 0]
     if len(linked):  # one call, several GPU tasks: a CUDA graph launch, or several tasks recorded with one correlation id
         per_call = np.bincount(linked)
-        count(counts, "GPU tasks sharing their launching call with another GPU task (a graph launch, or one correlation "
-              "id given to several tasks)", int(np.count_nonzero(per_call[linked] > 1)))
+        count(counts, _SHARED_LAUNCH, int(np.count_nonzero(per_call[linked] > 1)))
     return out
+
+
+_SHARED_LAUNCH = ("GPU tasks sharing their launching call with another GPU task (a graph launch, or one correlation "
+                  "id given to several tasks)")
+
+
+def _link_kernel(lrow, rt_rows, rt_node, n_rows, n_cpu, out):
+    """:func:`link_launches`' passes: the CPU node of each GPU task's launching row ``lrow`` (-1
+    none) in ``out``; returns (GPU tasks without one, GPU tasks sharing theirs with another)."""
+    node_of = np.full(n_rows, -1, np.int64)
+    for i in range(len(rt_rows)):
+        node_of[rt_rows[i]] = rt_node[i]
+    per_call = np.zeros(max(n_cpu, 1), np.int64)
+    missing = 0
+    for j in range(len(lrow)):
+        r = lrow[j]
+        v = node_of[r] if r >= 0 else -1
+        out[j] = v
+        if v < 0:
+            missing += 1
+        else:
+            per_call[v] += 1
+    shared = 0
+    for j in range(len(out)):
+        if out[j] >= 0 and per_call[out[j]] > 1:
+            shared += 1
+    return missing, shared
 
 
 @dataclass
