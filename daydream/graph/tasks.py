@@ -13,7 +13,7 @@ import numpy as np
 from .. import jit
 from ..arrays import stable_group_order
 from ..events import EventTable, Kind
-from ..links import launch_rows, pids_of
+from ..links import launch_rows
 from ..mapping import CallThreads, call_threads, pair_keys, prev_max_end
 from ._arrays import count, few_unique_columns, lane_chains, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
@@ -288,12 +288,13 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     order the process issued its calls in.
     """
     n = len(node_kind)
-    is_gpu = (node_kind != NODE_CPU).astype(np.int64)
+    gpu = node_kind != NODE_CPU
+    is_gpu = gpu.astype(np.int64)
     uniq, lane = lane_ids(is_gpu, np.asarray(pid, dtype=np.int64), np.asarray(tid_or_dev, dtype=np.int64),
-                          np.where(is_gpu == 1, stream, 0).astype(np.int64, copy=False))
+                          np.where(gpu, stream, 0).astype(np.int64, copy=False))
     lane_is_gpu = uniq[:, 0] == 1 if len(uniq) else np.zeros(0, bool)
     names = [(f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()]
-    position = unlaunched_positions(lane, is_gpu == 1, launch, position, rec_start)
+    position = unlaunched_positions(lane, gpu, launch, position, rec_start)
     has_launch = launch >= 0
     launch_corr = np.where(has_launch, launch_corr_of_call[np.maximum(launch, 0)], -1)
     order = visit_order(position, is_gpu, launch_corr, rec_start, row)
@@ -414,13 +415,19 @@ class Nodes:
 
 
 def node_arrays(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, g_launch: np.ndarray, only: int) -> Nodes:
-    """The node arrays (CPU nodes, then GPU nodes) of the tasks found by stages 1-3."""
+    """The node arrays (CPU nodes, then GPU nodes) of the tasks found by stages 1-3 (each filled
+    in place, CPU part then GPU part: no temporary per part)."""
     n_cpu, n_gpu = len(cpu.cpu_rows), len(gpu_rows)
-    row = np.concatenate([cpu.cpu_rows, gpu_rows]).astype(np.int64, copy=False)
-    kind = np.concatenate([np.zeros(n_cpu, np.uint8), table.kind[gpu_rows].astype(np.uint8)])
-    launch = np.concatenate([np.full(n_cpu, -1, np.int64), g_launch])
-    pid = np.concatenate([table.pid[cpu.cpu_rows].astype(np.int64, copy=False), pids_of(table, gpu_rows, only)])
-    tid = np.concatenate([table.tid[cpu.cpu_rows].astype(np.int64, copy=False), np.full(n_gpu, -1, np.int64)])
-    device = np.concatenate([np.full(n_cpu, -1, np.int64), table.device[gpu_rows].astype(np.int64, copy=False)])
-    stream = np.concatenate([np.full(n_cpu, -1, np.int64), table.stream[gpu_rows].astype(np.int64, copy=False)])
-    return Nodes(row, kind, launch, pid, tid, device, stream, n_cpu)
+
+    def two(c, g, dtype=np.int64):  # CPU part, then GPU part (arrays or scalars)
+        out = np.empty(n_cpu + n_gpu, dtype)
+        out[:n_cpu] = c
+        out[n_cpu:] = g
+        return out
+
+    pid = two(table.pid[cpu.cpu_rows], table.pid[gpu_rows])
+    if only >= 0:  # GPU rows without a process take the only API-calling one (links.pids_of)
+        gp = pid[n_cpu:]
+        gp[gp < 0] = only
+    return Nodes(two(cpu.cpu_rows, gpu_rows), two(0, table.kind[gpu_rows], np.uint8), two(-1, g_launch), pid,
+                 two(table.tid[cpu.cpu_rows], -1), two(-1, table.device[gpu_rows]), two(-1, table.stream[gpu_rows]), n_cpu)
