@@ -296,7 +296,8 @@ def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch
     names = [(f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()]
     position = unlaunched_positions(lane, gpu, launch, position, rec_start)
     has_launch = launch >= 0
-    launch_corr = np.where(has_launch, launch_corr_of_call[np.maximum(launch, 0)], -1)
+    launch_corr = launch_corr_of_call[np.maximum(launch, 0)]  # -1 where no launch (in place)
+    launch_corr[~has_launch] = -1
     order = visit_order(position, is_gpu, launch_corr, rec_start, row)
     by_lane, lane_prev = lane_chains(order, lane, len(uniq))
     return Lanes(lane, uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64), names, lane_is_gpu,
@@ -337,7 +338,9 @@ def visit_order(position, is_gpu, launch_corr, rec_start, row) -> np.ndarray:
     lo = int(position.min())
     if (int(position.max()) - lo).bit_length() > 61:
         return np.lexsort((row, rec_start, launch_corr, is_gpu.astype(np.int8), position))
-    key = ((position - np.int64(lo)) << np.int64(1)) | is_gpu
+    key = position - np.int64(lo)  # ((position - lo) << 1) | is_gpu, in place (one array, not three)
+    key <<= np.int64(1)
+    key |= is_gpu
     o = np.argsort(key, kind="stable")
     ks = key[o]
     eq = ks[1:] == ks[:-1]
