@@ -106,8 +106,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
     ws, wd, xs, xd, wctx, copies = _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id, gpu_rows, only, counts)
     is_gpu = kind != NODE_CPU
-    qs, qd, depth = queue_edges(lanes.by_lane, lanes.lane, is_gpu, launch, launch_queue_depth, rec_end, counts,
-                                lanes.split(nodes.n_cpu)[1])
+    qs, qd, depth = queue_edges(lanes.by_lane, lanes.lane, is_gpu, launch, launch_queue_depth, rec_end, counts)
     held = rec_end[qs] > rec_start[qd]  # launches the recorded queue held; elsewhere own = duration
     _own_costs(dur, rec_start, rec_end, np.concatenate([ws, qs[held]]), np.concatenate([wd, qd[held]]), counts)
     hs, hd = handover_edges(table, nodes.pid, nodes.tid, rec_start, rec_end, nodes.n_cpu, counts)

@@ -27,17 +27,15 @@ from ._arrays import count
 from .edges import EdgeKind, Origin
 
 
-def queue_pairs(by_lane: np.ndarray, lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarray, depth: int,
-                gpu_by_lane: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def queue_pairs(by_lane: np.ndarray, lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
     """(task ``k - depth``, launching call of task ``k``) for every launched GPU task ``k`` with
     a task ``depth`` places before it on its stream. ``by_lane``: the nodes grouped by lane, each
     lane in lane order (a visiting order sorted stably by lane: stream-order edges are visit
-    constraints); ``gpu_by_lane``: its GPU nodes (``by_lane[is_gpu[by_lane]]``) when the caller
-    has them (:meth:`daydream.graph.tasks.Lanes.split`)."""
+    constraints)."""
     z = np.zeros(0, np.int64)
     if depth <= 0:
         return z, z.copy()
-    g = by_lane[is_gpu[by_lane]] if gpu_by_lane is None else gpu_by_lane
+    g = by_lane[is_gpu[by_lane]]
     if len(g) <= depth:
         return z, z.copy()
     ln = lane[g]
@@ -48,11 +46,11 @@ def queue_pairs(by_lane: np.ndarray, lane: np.ndarray, is_gpu: np.ndarray, launc
     return src[ok].astype(np.int64, copy=False), dst[ok].astype(np.int64, copy=False)
 
 
-def _deepest_seen(by_lane, lane, is_gpu, launch, rec_end, gpu_by_lane=None) -> int:
+def _deepest_seen(by_lane, lane, is_gpu, launch, rec_end) -> int:
     """The smallest depth no recorded launch contradicts: one more than the most tasks of its
     stream a launching call left unfinished when it returned (tasks before the first one still
     running, by the running maximum of their ends, count as finished)."""
-    g = by_lane[is_gpu[by_lane]] if gpu_by_lane is None else gpu_by_lane
+    g = by_lane[is_gpu[by_lane]]
     out = 0
     for ln in sorted_unique(lane[g]).tolist():
         t = g[lane[g] == ln]
@@ -65,18 +63,16 @@ def _deepest_seen(by_lane, lane, is_gpu, launch, rec_end, gpu_by_lane=None) -> i
     return out
 
 
-def queue_edges(by_lane, lane, is_gpu, launch, depth: int, rec_end, counts,
-                gpu_by_lane: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+def queue_edges(by_lane, lane, is_gpu, launch, depth: int, rec_end, counts) -> tuple[np.ndarray, np.ndarray, int]:
     """The builder's QUEUE edges (sources, destinations) and the depth they are made for:
     ``depth``, or more where the trace shows a launch returning while the task ``depth`` places
-    before its own was still running (the queue is deeper there; counted). ``gpu_by_lane``: as
-    :func:`queue_pairs`."""
-    src, dst = queue_pairs(by_lane, lane, is_gpu, launch, depth, gpu_by_lane)
+    before its own was still running (the queue is deeper there; counted)."""
+    src, dst = queue_pairs(by_lane, lane, is_gpu, launch, depth)
     if len(src) and (rec_end[src] > rec_end[dst]).any():
-        deeper = _deepest_seen(by_lane, lane, is_gpu, launch, rec_end, gpu_by_lane)
+        deeper = _deepest_seen(by_lane, lane, is_gpu, launch, rec_end)
         count(counts, f"launch returned with more than {depth} unfinished tasks on its stream: launch-queue depth taken as {deeper}", 1)
         depth = max(depth, deeper)
-        src, dst = queue_pairs(by_lane, lane, is_gpu, launch, depth, gpu_by_lane)
+        src, dst = queue_pairs(by_lane, lane, is_gpu, launch, depth)
     return src, dst, max(int(depth), 0)
 
 
