@@ -14,7 +14,7 @@ from .events import EventTable
 
 
 def _corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    return (pid.astype(np.int64) << np.int64(40)) ^ (corr.astype(np.int64) & np.int64((1 << 40) - 1))
+    return (pid.astype(np.int64, copy=False) << np.int64(40)) ^ (corr.astype(np.int64, copy=False) & np.int64((1 << 40) - 1))
 
 
 def only_process(table: EventTable, rt_rows: np.ndarray) -> int:

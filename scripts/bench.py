@@ -295,6 +295,21 @@ def _warm_jit() -> None:
             later_min(e, e, 0, method="compiled")
         if jit.compiled(_hash_join) is not None:
             jit.call(jit.compiled(_hash_join), e, np.zeros(0, bool), e, e, np.zeros(0, bool))
+        try:
+            from daydream.graph._arrays import _few_rows_kernel
+            from daydream.graph.latency import _classify_kernel, _gaps_kernel
+            from daydream.graph.tasks import _cpu_tasks_kernel, _durations_kernel, _link_kernel, _unlaunched_kernel
+        except ImportError:  # a daydream before the compiled lane numbering and latency passes
+            pass
+        else:
+            if jit.compiled(_few_rows_kernel) is not None:
+                jit.call(jit.compiled(_few_rows_kernel), e, e, e, e, 1, e, np.zeros((1, 4), i64))
+                jit.call(jit.compiled(_classify_kernel), e, e, e, np.zeros(0, bool), e, e, e, np.zeros(0, np.uint8), e)
+                jit.call(jit.compiled(_gaps_kernel), e, e, e, np.zeros(0, bool), e, e, e, i64(0), i64(0), e)
+                jit.call(jit.compiled(_durations_kernel), np.zeros(0, np.uint8), e, e, e, i64(0), e, e)
+                jit.call(jit.compiled(_unlaunched_kernel), e, e, e, i64(0), e)
+                jit.call(jit.compiled(_cpu_tasks_kernel), e, e, e, e, np.zeros(0, bool), e)
+                jit.call(jit.compiled(_link_kernel), e, e, e, 0, 0, e)
     try:
         from daydream.simulate import critical_walk
     except ImportError:  # a daydream before the compiled critical-path walk

@@ -419,3 +419,169 @@ def test_later_min_compiled_equals_numpy(items, small):
     want = [min([int(val[j]) for j in range(k + 1, len(val)) if all(seg[k:j + 1] == seg[k])] + [big]) for k in range(len(val))]
     for m in ("numpy", "python", "compiled", "auto"):
         assert later_min(val, seg, big, method=m).tolist() == want, m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 2), st.integers(-1, 4)), max_size=60), st.integers(1, 3))
+def test_few_unique_columns_compiled_equals_unique_columns(rows, k):
+    """graph._arrays.few_unique_columns (rows numbered by first appearance in one compiled pass,
+    the few distinct rows sorted after): the compiled pass and the kernel in Python give
+    unique_columns' rows and inverse, also where there are more distinct rows than it keeps."""
+    import daydream.graph._arrays as A
+
+    cols = [np.array([r[c] for r in rows], np.int64) for c in range(k)]
+    if not rows:
+        return
+    want = A.unique_columns(cols, few=True)
+    for m in ("numpy", "python", "compiled", "auto"):
+        got = A.few_unique_columns(cols, method=m)
+        assert all(np.array_equal(g, w) and g.dtype == w.dtype and g.shape == w.shape for g, w in zip(got, want)), m
+    keep = A.FEW_ROWS
+    try:  # beyond the distinct rows the pass keeps: the sorting path answers
+        A.FEW_ROWS = 2
+        for m in ("python", "compiled"):
+            got = A.few_unique_columns(cols, method=m)
+            assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want)), m
+    finally:
+        A.FEW_ROWS = keep
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-3, 12), max_size=40), st.lists(st.integers(-3, 14), max_size=40), st.booleans(), st.integers(0, 2**32))
+def test_lookup_first_compiled_equals_sorted(keys, queries, corr_keys, seed):
+    """graph._arrays.lookup_first: the compiled hash join, the kernel in Python and the stable
+    sort with a search give the first equal key's value, or -1 (invalid queries: -1)."""
+    from daydream.graph._arrays import corr_key, lookup_first
+
+    rng = np.random.default_rng(seed)
+    k = np.array(keys, np.int64)
+    q = np.array(queries, np.int64)
+    if corr_keys:  # (process, correlation id) keys, as the builder looks them up (negative processes too)
+        k = corr_key(rng.integers(-1, 2, len(k)), k)
+        q = corr_key(rng.integers(-1, 2, len(q)), q)
+    values = rng.integers(0, 1000, len(k)).astype(np.int64)
+    valid = rng.random(len(q)) < 0.8
+    want = np.array([next((int(values[i]) for i in range(len(k)) if k[i] == x), -1) if ok else -1 for x, ok in zip(q, valid)], np.int64)
+    for m in ("numpy", "python", "compiled", "auto"):
+        got = lookup_first(k, values, q, valid, method=m)
+        assert np.array_equal(got, want) and got.dtype == np.int64, m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 2**32), st.booleans(), st.booleans(), st.integers(0, 6))
+def test_latency_compiled_equals_numpy(n, seed, with_x, with_staged, spread):
+    """graph.latency.launch_latency_and_gap: the two compiled passes, the kernels in Python and the
+    array passes give the same L, G, S and counts, on any launches, stream predecessors, times,
+    cross-stream producers and staged copies (tied times included: ``spread`` narrows them)."""
+    from daydream.graph.latency import launch_latency_and_gap
+
+    rng = np.random.default_rng(seed)
+    hi = 10 ** spread + 1
+    is_gpu = rng.random(n) < 0.7
+    launch = np.where(rng.random(n) < 0.85, rng.integers(-1, max(n, 1), n), -1).astype(np.int64)
+    lane_prev = np.where(rng.random(n) < 0.7, rng.integers(-1, max(n, 1), n), -1).astype(np.int64)
+    rec_start = rng.integers(0, hi, n).astype(np.int64)
+    rec_end = rec_start + rng.integers(0, hi, n)
+    m = int(rng.integers(0, 6)) if with_x and n else 0
+    x_src, x_dst = rng.integers(0, max(n, 1), m).astype(np.int64), rng.integers(0, max(n, 1), m).astype(np.int64)
+    staged = rng.random(n) < 0.3 if with_staged else None
+    want_c: dict = {}
+    want = launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst, staged, want_c, method="numpy")
+    for meth in ("python", "compiled", "auto"):
+        got_c: dict = {}
+        got = launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst, staged, got_c, method=meth)
+        assert got == want and got_c == want_c, meth
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 2**32), st.integers(0, 6))
+def test_durations_and_gaps_compiled_equal_numpy(n, seed, spread):
+    """graph.tasks.durations_and_gaps: the compiled pass, the kernel in Python and the array passes
+    give the same durations, gaps and count (negative durations, gaps and times included)."""
+    from daydream.graph.tasks import durations_and_gaps
+
+    rng = np.random.default_rng(seed)
+    hi = 10 ** spread + 1
+    kind = rng.choice(np.array([0, 2, 3, 4], np.uint8), n)
+    rec_start = rng.integers(-hi, hi, n).astype(np.int64)
+    rec_end = rec_start + rng.integers(-hi // 4, hi, n)
+    lane_prev = np.where(rng.random(n) < 0.7, rng.integers(-1, max(n, 1), n), -1).astype(np.int64)
+    t0 = int(rng.integers(-hi, hi))
+    want_c: dict = {}
+    want = durations_and_gaps(kind, rec_start, rec_end, lane_prev, t0, want_c, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        got_c: dict = {}
+        got = durations_and_gaps(kind, rec_start, rec_end, lane_prev, t0, got_c, method=m)
+        assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want)) and got_c == want_c, m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 2**32), st.integers(0, 6))
+def test_unlaunched_positions_compiled_equal_numpy(n, seed, spread):
+    """graph.tasks.unlaunched_positions: the compiled backward pass, the kernel in Python and the
+    array passes give the same positions (ties in start and position included)."""
+    from daydream.graph.tasks import unlaunched_positions
+
+    rng = np.random.default_rng(seed)
+    hi = 10 ** spread + 1
+    lane = rng.integers(0, 4, n).astype(np.int64)
+    is_gpu = rng.random(n) < 0.8
+    launch = np.where(rng.random(n) < 0.6, rng.integers(0, max(n, 1), n), -1).astype(np.int64)
+    position = rng.integers(0, hi, n).astype(np.int64)
+    rec_start = rng.integers(0, hi, n).astype(np.int64)
+    want = unlaunched_positions(lane, is_gpu, launch, position, rec_start, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        got = unlaunched_positions(lane, is_gpu, launch, position, rec_start, method=m)
+        assert np.array_equal(got, want) and got.dtype == want.dtype, m
+
+
+class _Cols:
+    """The few table columns the stage tests read (start_ns, end_ns), with a length."""
+
+    def __init__(self, start, end):
+        self.start_ns, self.end_ns = start, end
+
+    def __len__(self):
+        return len(self.start_ns)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 2**32), st.integers(0, 6))
+def test_cpu_tasks_and_launch_links_compiled_equal_numpy(n, seed, spread):
+    """graph.tasks.cpu_tasks (nested and overlapping calls) and link_launches (launch rows to
+    nodes, missing and shared launches): the compiled passes, the kernels in Python and the array
+    passes give the same arrays and counts, in the same order of reasons."""
+    from types import SimpleNamespace
+
+    from daydream.graph.tasks import cpu_tasks, link_launches
+    from daydream.mapping import CallThreads
+
+    rng = np.random.default_rng(seed)
+    hi = 10 ** spread + 1
+    start = rng.integers(0, hi, n).astype(np.int64)
+    table = _Cols(start, start + rng.integers(0, hi, n))
+    rt_rows = np.sort(rng.choice(n, int(rng.integers(0, n + 1)), replace=False)).astype(np.int64)
+    new = rng.random(len(rt_rows)) < 0.2
+    if len(new):
+        new[0] = True
+    run_max = np.full(len(rt_rows), np.iinfo(np.int64).min, np.int64)
+    for i in range(1, len(rt_rows)):  # the largest end of the earlier calls of the thread
+        run_max[i] = np.iinfo(np.int64).min if new[i] else max(run_max[i - 1], int(table.end_ns[rt_rows[i - 1]]))
+    threads = CallThreads(rt_rows, new, run_max)
+    gpu_rows = np.setdiff1d(np.arange(n), rt_rows)
+    launch_row = np.full(n, -1, np.int64)
+    if len(rt_rows):
+        launch_row[gpu_rows] = np.where(rng.random(len(gpu_rows)) < 0.8, rng.choice(rt_rows, len(gpu_rows)), -1)
+    mapping = SimpleNamespace(launch_unique=True, launch_row=launch_row)
+    want_c: dict = {}
+    want = cpu_tasks(table, want_c, threads, method="numpy")
+    want_l = link_launches(table, want, gpu_rows, -1, want_c, mapping, method="numpy")
+    for m in ("python", "compiled", "auto"):
+        got_c: dict = {}
+        got = cpu_tasks(table, got_c, threads, method=m)
+        for f in ("rt_rows", "nested", "rt_node", "cpu_rows"):
+            a, b = getattr(got, f), getattr(want, f)
+            assert np.array_equal(a, b) and a.dtype == b.dtype, (m, f)
+        got_l = link_launches(table, got, gpu_rows, -1, got_c, mapping, method=m)
+        assert np.array_equal(got_l, want_l) and got_l.dtype == want_l.dtype, m
+        assert list(got_c.items()) == list(want_c.items()), m

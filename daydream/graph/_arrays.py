@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import jit
 from ..arrays import stable_group_order
+from ..links import HASH_MIN, _hash_join
 
 
 class Counts(dict):
@@ -30,7 +31,7 @@ def count(counts: dict[str, int], key: str, n, missing: bool = False) -> None:
 
 def corr_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     """One int64 key per (process, correlation id) pair (pid in the high bits)."""
-    return (pid.astype(np.int64) << np.int64(40)) ^ (corr.astype(np.int64) & np.int64((1 << 40) - 1))
+    return (pid.astype(np.int64, copy=False) << np.int64(40)) ^ (corr.astype(np.int64, copy=False) & np.int64((1 << 40) - 1))
 
 
 def triples(keys, pos, tie) -> np.ndarray:
@@ -82,6 +83,65 @@ def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     columns."""
     n, k = keys.shape
     return unique_columns([np.ascontiguousarray(keys[:, c]) for c in range(k)])
+
+
+#: :func:`few_unique_columns` gives up (the sorting path decides) beyond this many distinct rows
+FEW_ROWS = 256
+
+
+def few_unique_columns(cols: list[np.ndarray], method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    """:func:`unique_columns` (``few=True``) of rows taking few distinct values (lanes: the GPU
+    tasks' (pid, device, stream)): one compiled pass (:func:`_few_rows_kernel`) numbers each row by
+    its distinct value in order of first appearance, then the few distinct rows are sorted and the
+    numbers mapped to their ranks; from :data:`FFILL_MIN` rows when numba is there ("auto";
+    "compiled" whatever the size, "python" the kernel uncompiled, "numpy" never), and with at most
+    :data:`FEW_ROWS` distinct rows, else :func:`unique_columns`; the same answers (unique rows
+    (u, k) int64 sorted lexicographically, inverse (n,) int64)."""
+    k = len(cols)
+    n = len(cols[0]) if k else 0
+    fn = jit.kernel_for(_few_rows_kernel, n, FFILL_MIN, method) if 0 < k <= 4 and n else None
+    if fn is None:
+        return unique_columns(cols, few=True)
+    c = [np.ascontiguousarray(x, np.int64) for x in cols] + [np.zeros(n, np.int64)] * (4 - k)
+    code = np.empty(n, np.int64)
+    seen = np.empty((FEW_ROWS, 4), np.int64)
+    u = int(jit.call(fn, c[0], c[1], c[2], c[3], FEW_ROWS, code, seen))
+    if u < 0:
+        return unique_columns(cols, few=True)
+    seen = seen[:u, :k]
+    o = np.lexsort(seen.T[::-1])  # the distinct rows in lexicographic order
+    rank = np.empty(u, np.int64)
+    rank[o] = np.arange(u)
+    return np.ascontiguousarray(seen[o]), rank[code]
+
+
+def _few_rows_kernel(a, b, c, d, limit, code, seen):
+    """:func:`few_unique_columns`' pass: ``code[i]`` the number of row ``(a, b, c, d)[i]`` among
+    the distinct rows in order of first appearance, written to ``seen``; returns how many, or -1
+    beyond ``limit``."""
+    u = 0
+    last = -1
+    for i in range(len(a)):
+        x, y, z, w = a[i], b[i], c[i], d[i]
+        if last >= 0 and seen[last, 0] == x and seen[last, 1] == y and seen[last, 2] == z and seen[last, 3] == w:
+            code[i] = last
+            continue
+        j = 0
+        while j < u:
+            if seen[j, 0] == x and seen[j, 1] == y and seen[j, 2] == z and seen[j, 3] == w:
+                break
+            j += 1
+        if j == u:
+            if u == limit:
+                return -1
+            seen[u, 0] = x
+            seen[u, 1] = y
+            seen[u, 2] = z
+            seen[u, 3] = w
+            u += 1
+        code[i] = j
+        last = j
+    return u
 
 
 def unique_columns(cols: list[np.ndarray], few: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -237,6 +297,26 @@ def _lane_chains_kernel(order, lane, n_lanes, by_lane, lane_prev):
         at[k] += 1
         lane_prev[v] = last[k]
         last[k] = v
+
+
+def lookup_first(keys: np.ndarray, values: np.ndarray, q: np.ndarray, valid: np.ndarray, method: str = "auto") -> np.ndarray:
+    """For each query key ``q`` (int64; where ``valid``): ``values[i]`` of the first ``i`` with
+    ``keys[i] == q`` (int64 keys), else -1 (int64, length ``len(q)``). From
+    :data:`daydream.links.HASH_MIN` keys and queries when numba is there ("auto"; "compiled"
+    whatever the size, "python" uncompiled, "numpy" never) one pass through a hash table
+    (:func:`daydream.links._hash_join`, O(keys + queries)), else a stable sort of the keys and
+    :func:`lookup_sorted`; the same answers."""
+    fn = jit.kernel_for(_hash_join, len(keys) + len(q), HASH_MIN, method) if len(keys) and len(q) else None
+    if fn is None:
+        o = np.argsort(keys, kind="stable")
+        return lookup_sorted(keys[o], o, values, q, valid)
+    keys = np.ascontiguousarray(keys, np.int64)
+    j, _ = jit.call(fn, keys, np.ones(len(keys), np.bool_), np.arange(len(keys)), np.ascontiguousarray(q, np.int64),
+                    np.ascontiguousarray(valid, np.bool_))
+    out = np.full(len(q), -1, dtype=np.int64)
+    ok = j >= 0
+    out[ok] = values[j[ok]]
+    return out
 
 
 def lookup_sorted(sorted_keys: np.ndarray, order: np.ndarray, values: np.ndarray, q: np.ndarray, valid: np.ndarray) -> np.ndarray:

@@ -26,16 +26,17 @@ from .waits import (RecordCalls, WaitIndex, api_roles, blocking_copy_waits, copy
                     event_sync_waits, pageable_copy_edges, stream_sync_waits, sync_info)
 
 
-def _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, counts):
+def _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id, gpu_rows, only, counts):
     """Stages 6-7: blocking waits (WAIT edges) and cross-stream waits (XSTREAM edges); also
-    returns the lookups (index, roles, sync records) the inference stage reuses."""
+    returns the lookups (index, roles, sync records) the inference stage reuses. ``rec_end``,
+    ``corr``, ``name_id``: the table's end, correlation id and name id of every node."""
     cpu_rows = nodes.row[: nodes.n_cpu]
-    role = api_roles(table, cpu_rows)
-    si = sync_info(table, cpu_rows, nodes.pid[: nodes.n_cpu], only)
+    role = api_roles(table, cpu_rows, name_id[: nodes.n_cpu])
+    si = sync_info(table, cpu_rows, nodes.pid[: nodes.n_cpu], only, corr[: nodes.n_cpu])
     ix = WaitIndex(nodes, lanes, position, rec_start, corr)
     rec = RecordCalls(ix, role)
     copies = copy_classes(table, nodes, gpu_rows, role)
-    pw_s, pw_d = pageable_copy_edges(copies, lanes, nodes.n_cpu, table.end_ns[nodes.row], counts)
+    pw_s, pw_d = pageable_copy_edges(copies, lanes, nodes.n_cpu, rec_end, counts)
     parts = [stream_sync_waits(ix, role, si, counts), device_sync_waits(ix, role, si),
              event_sync_waits(ix, role, si, rec, counts), blocking_copy_waits(copies, nodes.n_cpu), (pw_s, pw_d)]
     ws = np.concatenate([p[0] for p in parts])
@@ -98,11 +99,12 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     position[has_launch] = rec_start[launch[has_launch]]
     count(counts, "GPU task recorded starting before its launching call started", ((rec_start < position) & has_launch).sum())
     corr = table.correlation[row].astype(np.int64, copy=False)
+    name_id = table.name_id[row].astype(np.int64, copy=False)
     lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device), nodes.stream,
                             position, launch, corr, row, rec_start)
     position = lanes.position
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
-    ws, wd, xs, xd, wctx, copies = _wait_edges(table, nodes, lanes, position, rec_start, corr, gpu_rows, only, counts)
+    ws, wd, xs, xd, wctx, copies = _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id, gpu_rows, only, counts)
     is_gpu = kind != NODE_CPU
     qs, qd, depth = queue_edges(lanes.by_lane, lanes.lane, is_gpu, launch, launch_queue_depth, rec_end, counts)
     held = rec_end[qs] > rec_start[qd]  # launches the recorded queue held; elsewhere own = duration
@@ -139,7 +141,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         src, dst, ek, eo = src[keep], dst[keep], ek[keep], eo[keep]
     graph = TaskGraph(
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
-        lane_keys=lanes.keys, name_id=table.name_id[row].astype(np.int64, copy=False), names=list(table.names),
+        lane_keys=lanes.keys, name_id=name_id, names=list(table.names),
         pid=nodes.pid, tid=nodes.tid, device=nodes.device, stream=nodes.stream, correlation=corr,
         copy_kind=table.copy_kind[row].astype(np.uint8), devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table, mapping),
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,

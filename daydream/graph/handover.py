@@ -75,7 +75,7 @@ def _by_thread(rows: np.ndarray, table: EventTable) -> tuple[np.ndarray, np.ndar
 
 def _key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     """One int64 per (pid, tid) (a lookup key, not an order)."""
-    return (pid.astype(np.int64) << np.int64(32)) ^ (tid.astype(np.int64) & np.int64(0xFFFFFFFF))
+    return (pid.astype(np.int64, copy=False) << np.int64(32)) ^ (tid.astype(np.int64, copy=False) & np.int64(0xFFFFFFFF))
 
 
 def _threads(table: EventTable, pid, tid, rec_start, rec_end, n_cpu: int) -> dict:

@@ -112,7 +112,7 @@ def _candidates(ix: WaitIndex, lanes: Lanes, position, c, w_pos, w_corr, c_start
     for Lx in np.nonzero(lanes.is_gpu)[0].tolist():
         _, pid, dev, _ = lanes.keys[Lx].tolist()
         q = np.nonzero((c_key[:, 1] == pid) & (c_key[:, 2] == dev) & (lanes.lane[c] != Lx))[0]
-        tl = ix.g_nodes[ix.g_lane == Lx]
+        tl = ix.g_nodes[np.searchsorted(ix.g_lane, Lx, "left") : np.searchsorted(ix.g_lane, Lx, "right")]  # grouped by lane
         if not len(q) or not len(tl):
             continue
         o = np.argsort(rec_end[tl], kind="stable")

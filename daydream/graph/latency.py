@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import jit
 from ._arrays import count, lower_median, trimmed_mean
 
 #: fraction of the queued-pair gaps cut from each end before averaging them into G. A mean, not a
@@ -25,7 +26,7 @@ L_UNPROVEN = ("launch latency L measured only on tasks first on their stream in 
 
 
 def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst,
-                           staged: np.ndarray | None = None, counts: dict | None = None) -> tuple[int, int, int]:
+                           staged: np.ndarray | None = None, counts: dict | None = None, method: str = "auto") -> tuple[int, int, int]:
     """(L, G, S) in ns, measured from the recorded times.
 
     ``L``: lower median of ``start - launch.start`` over GPU tasks whose GPU predecessors (stream
@@ -46,9 +47,18 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     window cut from a longer run; a cut that leaves no such task cannot be told from the trace). Measured on ../shared/traces it is
     nearly constant per trace whatever the size (1.2-19 MB): 233-244 us on alexnet, 159-186 us on
     simple_add, 140-161 us on ResNet-50, 66-96 us on owlv2.
+
+    ``method``: "auto" classifies the GPU tasks and collects the queued gaps in two compiled
+    passes (:func:`_classify_kernel`, :func:`_gaps_kernel`) from :data:`LATENCY_MIN` GPU tasks
+    when numba is there ("compiled" whatever the size, "python" the kernels uncompiled, "numpy"
+    the array passes below); the same answers.
     """
     staged = np.zeros(len(is_gpu), bool) if staged is None else staged
-    gi = np.flatnonzero(is_gpu)  # every sample is a GPU task: the work runs on their arrays alone
+    gi = np.flatnonzero(is_gpu)
+    fn = jit.kernel_for(_classify_kernel, len(gi), LATENCY_MIN, method)
+    if fn is not None:
+        return _latency_compiled(fn, jit.kernel_for(_gaps_kernel, len(gi), LATENCY_MIN, method), gi, launch, lane_prev,
+                                 rec_start, rec_end, x_src, x_dst, staged, counts)  # every sample is a GPU task: the work runs on their arrays alone
     la, lpg, st, rs = launch[gi], lane_prev[gi], staged[gi], rec_start[gi]
     has = lpg >= 0
     pe = np.full(len(gi), _MIN, dtype=np.int64)  # latest recorded end of the stream predecessor
@@ -81,6 +91,88 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     gaps = rs[queued] - pe[queued]
     G = trimmed_mean(gaps, GAP_TRIM) if len(gaps) >= GAP_MIN_PAIRS else lower_median(gaps)
     return L, min(max(G, 0), L), S
+
+
+#: :func:`launch_latency_and_gap` runs its compiled passes from this many GPU tasks ("auto")
+LATENCY_MIN = 50_000
+
+#: :func:`_classify_kernel`'s classes of a GPU task: not idle at its launch; idle and first on its
+#: stream in the trace (plain, staged copy); idle behind a stream predecessor (plain, staged copy)
+_BUSY, _FIRST, _FIRST_STAGED, _PROVEN, _PROVEN_STAGED = 0, 1, 2, 3, 4
+
+
+def _latency_compiled(classify, gaps_fn, gi, launch, lane_prev, rec_start, rec_end, x_src, x_dst, staged, counts):
+    """:func:`launch_latency_and_gap` by its two kernels: the same samples, selected by class."""
+    if len(x_src):
+        xfull = np.full(len(launch), _MIN, dtype=np.int64)
+        np.maximum.at(xfull, x_dst, rec_end[x_src])
+    else:
+        xfull = np.zeros(0, np.int64)
+    args = (np.ascontiguousarray(gi, np.int64), np.ascontiguousarray(launch, np.int64), np.ascontiguousarray(lane_prev, np.int64),
+            np.ascontiguousarray(staged, np.bool_), np.ascontiguousarray(rec_start, np.int64), np.ascontiguousarray(rec_end, np.int64), xfull)
+    cls = np.empty(len(gi), np.uint8)
+    d = np.empty(len(gi), np.int64)  # start - launch start
+    unlaunched = bool(jit.call(classify, *args, cls, d))
+    if (cls == _PROVEN).any():  # a task shows its stream idle by a predecessor: the first-of-stream ones are no samples
+        plain, st_idle = cls == _PROVEN, cls == _PROVEN_STAGED
+    else:
+        plain = cls == _FIRST
+        st_idle = (cls == _FIRST_STAGED) | (cls == _PROVEN_STAGED)
+        if counts is not None and plain.any() and unlaunched:  # a sure sign of a cut
+            count(counts, L_UNPROVEN, int(plain.sum()), missing=True)
+    if not plain.any():  # S cannot be told apart from L without a plain sample: L from all, S = 0
+        plain, st_idle = plain | st_idle, np.zeros(len(gi), bool)
+    L = max(lower_median(d[plain]), 0)
+    S = max(lower_median(d[st_idle] - L), 0)
+    gaps = np.empty(len(gi), np.int64)
+    gaps = gaps[: int(jit.call(gaps_fn, *args, np.int64(L), np.int64(S), gaps))]
+    G = trimmed_mean(gaps, GAP_TRIM) if len(gaps) >= GAP_MIN_PAIRS else lower_median(gaps)
+    return L, min(max(G, 0), L), S
+
+
+def _classify_kernel(gi, launch, lane_prev, staged, rec_start, rec_end, xfull, cls, d):
+    """Per GPU task ``gi[t]``: its class (``_BUSY`` .. ``_PROVEN_STAGED``) in ``cls[t]`` and
+    ``start - launch start`` in ``d[t]`` (0 unlaunched); returns whether a GPU task has no launch."""
+    lo = np.iinfo(np.int64).min
+    unlaunched = False
+    for t in range(len(gi)):
+        v = gi[t]
+        la = launch[v]
+        lp = lane_prev[v]
+        pe = rec_end[lp] if lp >= 0 else lo
+        xpe = xfull[v] if len(xfull) else lo
+        gl = rec_start[la] if la >= 0 else 0
+        d[t] = rec_start[v] - gl
+        cls[t] = 0
+        if la < 0:
+            unlaunched = True
+            continue
+        if max(pe, xpe) > gl:
+            continue
+        if lp < 0:
+            cls[t] = 2 if staged[v] else 1
+        elif launch[lp] >= 0:
+            cls[t] = 4 if staged[v] else 3
+    return unlaunched
+
+
+def _gaps_kernel(gi, launch, lane_prev, staged, rec_start, rec_end, xfull, L, S, gaps):
+    """The queued GPU tasks' gaps ``start - stream predecessor's end`` (ready by that end and bound
+    by it, with ``L`` and ``S``), written to the front of ``gaps`` in task order; returns how many."""
+    lo = np.iinfo(np.int64).min
+    k = 0
+    for t in range(len(gi)):
+        v = gi[t]
+        la = launch[v]
+        lp = lane_prev[v]
+        if la < 0 or lp < 0:
+            continue
+        pe = rec_end[lp]
+        xpe = xfull[v] if len(xfull) else lo
+        if rec_start[la] + L + (S if staged[v] else 0) <= pe and xpe <= pe:
+            gaps[k] = rec_start[v] - pe
+            k += 1
+    return k
 
 
 def _launch_latency_and_gap_reference(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst,

@@ -15,7 +15,7 @@ from ..arrays import sorted_unique
 from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, is_hip, roles_of_names
 from ..events import CopyKind, EventTable, Kind, MemKind
 from ..links import pids_of
-from ._arrays import corr_key, count, ffill_by, lookup_sorted, search_pairs, triples
+from ._arrays import corr_key, count, ffill_by, lookup_first, lookup_sorted, search_pairs, triples
 from .tasks import Lanes, Nodes
 
 _NONE = np.zeros(0, np.int64)
@@ -37,24 +37,24 @@ class SyncInfo:
     has_record: np.ndarray
 
 
-def api_roles(table: EventTable, cpu_rows: np.ndarray) -> np.ndarray:
-    """:class:`ApiRole` of each CPU node, decided once per distinct name."""
-    c_name = table.name_id[cpu_rows]
+def api_roles(table: EventTable, cpu_rows: np.ndarray, c_name: np.ndarray | None = None) -> np.ndarray:
+    """:class:`ApiRole` of each CPU node, decided once per distinct name (``c_name``: the nodes'
+    ``table.name_id[cpu_rows]`` when the caller has them)."""
+    c_name = table.name_id[cpu_rows] if c_name is None else c_name
     roles_by_name = np.zeros(len(table.names), np.uint8)
     used = sorted_unique(c_name).tolist()
     roles_by_name[used] = roles_of_names([table.names[i] for i in used])
     return roles_by_name[c_name] if len(cpu_rows) else np.zeros(0, np.uint8)
 
 
-def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only: int) -> SyncInfo:
+def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only: int, c_corr: np.ndarray | None = None) -> SyncInfo:
     """The SYNC row of each CPU call by (pid, correlation id), and what it names (``only``: the
     only API-calling process, or -1, for sync rows without a process)."""
     sy_rows = np.nonzero(table.kind == Kind.SYNC)[0]
     sy_pid = pids_of(table, sy_rows, only)
     sk = corr_key(sy_pid, table.correlation[sy_rows])
-    so = np.argsort(sk, kind="stable")
-    c_corr = table.correlation[cpu_rows]
-    sr = lookup_sorted(sk[so], so, sy_rows, corr_key(cpu_pid, c_corr), c_corr >= 0)
+    c_corr = table.correlation[cpu_rows] if c_corr is None else c_corr  # (the caller's gather, when it has one)
+    sr = lookup_first(sk, sy_rows, corr_key(cpu_pid, c_corr), c_corr >= 0)
     has = sr >= 0
     at = np.flatnonzero(has)
     r = sr[at]
@@ -71,9 +71,7 @@ class WaitIndex:
     """Lookups over GPU tasks by lane and launch position, and over the calls of each thread."""
 
     def __init__(self, nodes: Nodes, lanes: Lanes, position: np.ndarray, rec_start: np.ndarray, corr: np.ndarray):
-        is_gpu = nodes.node_kind != 0
-        by_lane = lanes.by_lane
-        self.g_nodes = by_lane[is_gpu[by_lane]]
+        self.cpu_lo, self.g_nodes = lanes.split(nodes.n_cpu)  # CPU nodes in thread order; GPU nodes in stream order
         self.g_lane = lanes.lane[self.g_nodes]
         self.g_pos = position[self.g_nodes]
         self.g_corr = lanes.launch_corr[self.g_nodes]
@@ -84,10 +82,10 @@ class WaitIndex:
         self.c_start = rec_start[:n_cpu]
         self.c_corr = corr[:n_cpu]
         self.c_pid = nodes.pid[:n_cpu]
-        # CPU nodes in thread order, and where each thread starts
-        self.cpu_lo = by_lane[~is_gpu[by_lane]]
+        # where each thread starts
         ts = np.ones(len(self.cpu_lo), dtype=bool)
-        ts[1:] = lanes.lane[self.cpu_lo[1:]] != lanes.lane[self.cpu_lo[:-1]]
+        lo_lane = lanes.lane[self.cpu_lo]
+        ts[1:] = lo_lane[1:] != lo_lane[:-1]
         self.thread_start = ts
         #: per CPU node: the GPU lane it launched to (-1 none)
         self.launched_lane = np.full(n_cpu, -1, dtype=np.int64)
@@ -229,23 +227,32 @@ class Copies:
 
 
 def copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> Copies:
-    """:class:`Copies` of the GPU nodes (HIP copies keep the plain "waits for its own copy" rule)."""
+    """:class:`Copies` of the GPU nodes (HIP copies keep the plain "waits for its own copy" rule).
+    Only the launched copies are looked at (their call's name, copy kind, memory kinds and size:
+    gathered at those few rows, not at every GPU task's)."""
+    n_gpu = len(gpu_rows)
     g_l = nodes.launch[nodes.n_cpu:]
     ok = g_l >= 0
-    rl = np.zeros(len(g_l), dtype=np.uint8)
+    rl = np.zeros(n_gpu, dtype=np.uint8)
     rl[ok] = role[g_l[ok]]
-    call_name = table.name_id[nodes.row[g_l[ok]]]
+    c = np.flatnonzero(ok & (nodes.node_kind[nodes.n_cpu:] == Kind.MEMCPY))  # the launched copies
+    rows = gpu_rows[c]
+    call_name = table.name_id[nodes.row[g_l[c]]]
     used = sorted_unique(call_name).tolist()  # the launching calls' distinct names, each tested once
     names_hip = np.zeros(max(len(table.names), 1), dtype=bool)
     names_hip[used] = [is_hip(table.names[i]) for i in used]
-    hip = np.zeros(len(g_l), dtype=bool)
-    hip[ok] = names_hip[call_name]
-    copy = ok & (table.kind[gpu_rows] == Kind.MEMCPY)
-    ck = table.copy_kind[gpu_rows]
-    pageable_h2d = copy & ~hip & (ck == CopyKind.HTOD) & (table.src_kind[gpu_rows] == MemKind.PAGEABLE)
-    return Copies(g_l, ok & (rl == ApiRole.MEMCPY_SYNC), pageable_h2d, copy & ~hip & (ck == CopyKind.DTOD),
-                  copy & (rl == ApiRole.LAUNCH) & (ck == CopyKind.DTOH) & (table.dst_kind[gpu_rows] == MemKind.PAGEABLE),
-                  pageable_h2d & (table.bytes[gpu_rows] > PAGEABLE_STAGING_BYTES))
+    cuda = ~names_hip[call_name]
+    ck = table.copy_kind[rows]
+    pageable_h2d = cuda & (ck == CopyKind.HTOD) & (table.src_kind[rows] == MemKind.PAGEABLE)
+
+    def mask(m):  # per GPU node, from a mask over the copies
+        out = np.zeros(n_gpu, dtype=bool)
+        out[c[m]] = True
+        return out
+
+    return Copies(g_l, ok & (rl == ApiRole.MEMCPY_SYNC), mask(pageable_h2d), mask(cuda & (ck == CopyKind.DTOD)),
+                  mask((rl[c] == ApiRole.LAUNCH) & (ck == CopyKind.DTOH) & (table.dst_kind[rows] == MemKind.PAGEABLE)),
+                  mask(pageable_h2d & (table.bytes[rows] > PAGEABLE_STAGING_BYTES)))
 
 
 def blocking_copy_waits(c: Copies, n_cpu: int) -> tuple[np.ndarray, np.ndarray]:
