@@ -452,8 +452,9 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
     """
     nodes = _thread_calls(graph, pid, tid)
     # structure only, kept in the memo (a step's windows are asked again for every prediction)
-    rs_sorted = cached(graph, f"report.thread_call_starts {pid} {tid}", lambda: graph.rec_start_ns[nodes])
-    if not cached(graph, f"report.calls_inside {pid} {tid} {s} {e}", lambda: bool(((rs_sorted >= s) & (graph.rec_end_ns[nodes] <= e)).any())):
+    rs_sorted, later_end = cached(graph, f"report.thread_call_starts_ends {pid} {tid}", lambda: _starts_and_later_ends(graph, nodes))
+    k = int(np.searchsorted(rs_sorted, s, side="left"))  # the calls starting at or after s: k, k + 1, ...
+    if k == len(nodes) or later_end[k] > e:  # none of them ends by e
         return None
 
     def boundary(b: int) -> int:
@@ -465,6 +466,11 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
         return int(tl.end_ns[y]) + (b - int(graph.rec_end_ns[y]))
 
     return boundary(s), boundary(e)
+
+
+def _starts_and_later_ends(graph: TaskGraph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(recorded starts of ``nodes``, ascending; per position, the earliest recorded end from there on)."""
+    return graph.rec_start_ns[nodes], np.minimum.accumulate(graph.rec_end_ns[nodes][::-1])[::-1]
 
 
 def _thread_calls(graph: TaskGraph, pid: int, tid: int) -> np.ndarray:

@@ -165,3 +165,45 @@ def _graph_cache():
     if not _G:
         _G.append(_real_graph())
     return _G[0]
+
+
+def _nodes_in_ranges_reference(graph, ranges, same_thread):
+    """daydream.optimizations._common.cpu_nodes_in_ranges as it was: one pass over the calls per range."""
+    pid, tid, s, e = ranges
+    out = np.full(graph.n, -1, dtype=np.int64)
+    cpu = (graph.node_kind == 0) & (graph.row >= 0)
+    idx = np.nonzero(cpu)[0]
+    for i in range(len(s)):
+        m = (graph.pid[cpu] == pid[i]) & (graph.rec_start_ns[cpu] >= s[i]) & (graph.rec_end_ns[cpu] <= e[i])
+        if same_thread:
+            m &= graph.tid[cpu] == tid[i]
+        out[idx[m]] = i
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32), st.integers(0, 12), st.booleans(), st.booleans())
+def test_cpu_nodes_in_ranges_equals_one_pass_per_range(seed, k, same_thread, odd):
+    """Slices of the sorted calls: the enclosing range (the last one, when ranges overlap) a pass per range finds."""
+    import dataclasses
+
+    from daydream.graph import NODE_CPU
+    from daydream.optimizations._common import cpu_nodes_in_ranges
+
+    g = _graph_cache()
+    assert NODE_CPU == 0
+    rng = np.random.default_rng(seed)
+    if odd:  # some calls recorded ending before they start
+        rs, re_ = g.rec_start_ns.copy(), g.rec_end_ns.copy()
+        bad = rng.random(g.n) < 0.05
+        re_[bad] = rs[bad] - rng.integers(0, 10_000, int(bad.sum()))
+        g = dataclasses.replace(g, rec_start_ns=rs, rec_end_ns=re_)
+    cpu = np.flatnonzero(g.is_cpu)
+    lo, hi = int(g.rec_start_ns[cpu].min()), int(g.rec_end_ns[cpu].max())
+    pick = rng.choice(cpu, k)
+    s = np.sort(rng.integers(lo - 1000, hi, k))
+    e = s + rng.integers(0, (hi - lo) // 3 + 1, k)  # overlapping ranges too
+    pids = np.where(rng.random(k) < 0.8, g.pid[pick], 12345)
+    tids = np.where(rng.random(k) < 0.8, g.tid[pick], 12345)
+    ranges = (pids.astype(np.int64), tids.astype(np.int64), s.astype(np.int64), e.astype(np.int64))
+    assert np.array_equal(cpu_nodes_in_ranges(g, ranges, same_thread=same_thread), _nodes_in_ranges_reference(g, ranges, same_thread))
