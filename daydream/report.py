@@ -378,6 +378,11 @@ class _StepGroup(NamedTuple):
     devices: list[np.ndarray]  #: the members' GPU tasks by device, as :func:`_device_tasks`
 
 
+#: up to this many ProfilerSteps, :func:`_step_members` finds each step's members by a pass over
+#: the graph (cheaper than its sort; both find the same members)
+FEW_STEPS = 8
+
+
 def _step_members(graph: TaskGraph) -> list[_StepGroup]:
     """Each ProfilerStep's members (:func:`step_windows`): the nodes whose position lies in its range,
     on its process, among ``gpu_relevant``. Structure only, kept in the graph's memo (the arrays are
@@ -388,12 +393,22 @@ def _step_members(graph: TaskGraph) -> list[_StepGroup]:
     the graph once per step (a trace's step count grows with its length)."""
     def make():
         n = graph.n
+        steps = profiler_steps(graph.table)
+        if len(steps) <= FEW_STEPS:  # a pass over the graph per step costs less than the sort
+            rel, proc = gpu_relevant(graph), graph.lane_keys[graph.lane, 1]
+            out = []
+            for name, s, e, pid, tid in steps:
+                mask = (graph.position_ns >= s) & (graph.position_ns < e) & (proc == pid) & rel
+                idx = np.flatnonzero(mask)
+                gpu = idx[graph.node_kind[idx] != NODE_CPU]
+                out.append(_StepGroup(name, s, e, pid, tid, mask, idx, _kinds_of(graph, idx), _by_device(graph, gpu)))
+            return out
         cand = np.flatnonzero(gpu_relevant(graph))
         proc, pos = graph.lane_keys[graph.lane[cand], 1], graph.position_ns[cand]
         o = np.lexsort((pos, proc))
         cand, proc, pos = cand[o], proc[o], pos[o]
         out = []
-        for name, s, e, pid, tid in profiler_steps(graph.table):  # ProfilerSteps: a few per process and trace minute
+        for name, s, e, pid, tid in steps:  # ProfilerSteps: a few per process and trace minute
             p_lo, p_hi = np.searchsorted(proc, pid, "left"), np.searchsorted(proc, pid, "right")
             lo, hi = p_lo + np.searchsorted(pos[p_lo:p_hi], [s, e], "left")
             idx = np.sort(cand[lo:hi])

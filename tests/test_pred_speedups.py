@@ -207,3 +207,28 @@ def test_cpu_nodes_in_ranges_equals_one_pass_per_range(seed, k, same_thread, odd
     tids = np.where(rng.random(k) < 0.8, g.tid[pick], 12345)
     ranges = (pids.astype(np.int64), tids.astype(np.int64), s.astype(np.int64), e.astype(np.int64))
     assert np.array_equal(cpu_nodes_in_ranges(g, ranges, same_thread=same_thread), _nodes_in_ranges_reference(g, ranges, same_thread))
+
+
+def test_step_members_by_pass_and_by_sort_agree(monkeypatch):
+    """Few steps (a pass per step) or many (one sort, a slice per step): the same members, kinds and devices."""
+    import daydream.report as rp
+    from daydream.formats import load_trace
+    from daydream.graph import build_graph, profiler_steps
+    from daydream.mapping import map_events
+    from pathlib import Path
+
+    traces = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+    for rel in ("hta/df_index_resolver.json.gz", "tracelens/b200_eager_trace.json.gz", "hta/nccl_data.json.gz", "nsys_ai/mfu_2gpu_before.sqlite"):
+        if not (traces / rel).exists():
+            continue
+        t = load_trace(str(traces / rel))
+        got = []
+        for few in (0, 10**9):
+            monkeypatch.setattr(rp, "FEW_STEPS", few)
+            got.append(rp._step_members(build_graph(t, map_events(t))))
+        a, b = got
+        assert len(a) == len(b) == len(profiler_steps(t))
+        for x, y in zip(a, b):
+            assert x[:5] == y[:5] and np.array_equal(x.members, y.members) and np.array_equal(x.idx, y.idx)
+            assert all(np.array_equal(p, q) for p, q in zip(x.kinds, y.kinds))
+            assert len(x.devices) == len(y.devices) and all(np.array_equal(p, q) for p, q in zip(x.devices, y.devices))
