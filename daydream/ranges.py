@@ -86,10 +86,11 @@ def carry(graph: TaskGraph, tl: Timeline | None, rows: np.ndarray) -> Ranges:
     return Ranges(rows, s, e, carried)
 
 
-def boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray) -> np.ndarray:
+def boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """Replayed places of recorded times ``b`` (shape (k,)) on the thread whose calls are
-    ``nodes`` (sorted by recorded start)."""
-    rs = graph.rec_start_ns[nodes]
+    ``nodes`` (sorted by recorded start; ``starts``: their recorded starts, when the caller keeps
+    them). Also when ``b`` lies after the thread's last call (see the module doc)."""
+    rs = graph.rec_start_ns[nodes] if starts is None else starts
     k = np.searchsorted(rs, b, side="left")
     inside = k < len(nodes)
     x = nodes[np.minimum(k, len(nodes) - 1)]

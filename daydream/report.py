@@ -246,9 +246,12 @@ def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int
     return int((b_end - b_start).sum())
 
 
-def _gpu_busy(graph: TaskGraph, start: np.ndarray, end: np.ndarray, lo: int, hi: int, members: np.ndarray | None = None) -> tuple[int, int]:
-    """(busy, idle) ns of the GPUs in [lo, hi]; busy is the union of GPU task intervals per device."""
-    per_device = _device_tasks(graph, members)
+def _gpu_busy(graph: TaskGraph, start: np.ndarray, end: np.ndarray, lo: int, hi: int, members: np.ndarray | None = None,
+              per_device: list[np.ndarray] | None = None) -> tuple[int, int]:
+    """(busy, idle) ns of the GPUs in [lo, hi]; busy is the union of GPU task intervals per device
+    (``per_device``: the members' GPU tasks by device, as :func:`_device_tasks`, when known)."""
+    if per_device is None:
+        per_device = _device_tasks(graph, members)
     busy = 0
     for idx in per_device:
         busy += _union_length(start[idx], end[idx], lo, hi)
@@ -269,19 +272,26 @@ def _device_tasks(graph: TaskGraph, members: np.ndarray | None) -> list[np.ndarr
     idx = np.flatnonzero(members if members is not None else graph.node_kind != NODE_CPU)
     if members is not None:
         idx = idx[graph.node_kind[idx] != NODE_CPU]
-    dev = graph.lane_keys[graph.lane[idx], 2]
-    order = np.argsort(dev, kind="stable")  # ascending device, node order kept within one
-    idx, dev = idx[order], dev[order]
-    cut = np.flatnonzero(np.diff(dev)) + 1
-    out = np.split(idx, cut) if len(idx) else []
+    out = _by_device(graph, idx)
     if len(seen) >= 64:
         seen.clear()
     seen[id(members)] = (members, out)
     return out
 
 
-def _breakdown(graph: TaskGraph, tl: Timeline, members: np.ndarray) -> Breakdown:
-    cpu, kern, cp, st = _member_kinds(graph, members)
+def _by_device(graph: TaskGraph, idx: np.ndarray) -> list[np.ndarray]:
+    """GPU task ids ``idx`` (ascending) grouped by device: one array per device, by device id, node
+    order kept within one."""
+    dev = graph.lane_keys[graph.lane[idx], 2]
+    order = np.argsort(dev, kind="stable")  # ascending device, node order kept within one
+    idx, dev = idx[order], dev[order]
+    cut = np.flatnonzero(np.diff(dev)) + 1
+    return np.split(idx, cut) if len(idx) else []
+
+
+def _breakdown(graph: TaskGraph, tl: Timeline, members: np.ndarray, kinds: tuple[np.ndarray, ...] | None = None) -> Breakdown:
+    """Time by task kind of ``members`` (``kinds``: their ids by kind, as :func:`_member_kinds`, when known)."""
+    cpu, kern, cp, st = _member_kinds(graph, members) if kinds is None else kinds
     return Breakdown(
         cpu_runtime_ns=int((tl.end_ns[cpu] - tl.start_ns[cpu] - tl.blocked_ns[cpu]).sum()),
         cpu_gap_ns=int(graph.gap_ns[cpu].sum()),
@@ -299,23 +309,31 @@ def _member_kinds(graph: TaskGraph, members: np.ndarray) -> tuple[np.ndarray, ..
     hit = seen.get(id(members))
     if hit is not None and hit[0] is members:
         return hit[1]
-    idx = np.flatnonzero(members)  # one pass over the graph, then among the members (see _device_tasks)
-    k = graph.node_kind[idx]
-    out = tuple(idx[k == c] for c in (NODE_CPU, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    out = _kinds_of(graph, np.flatnonzero(members))  # one pass over the graph, then among the members (see _device_tasks)
     if len(seen) >= 64:
         seen.clear()
     seen[id(members)] = (members, out)
     return out
 
 
+def _kinds_of(graph: TaskGraph, idx: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(CPU tasks, kernels, memcpys, memsets) among the node ids ``idx``, order kept."""
+    k = graph.node_kind[idx]
+    return tuple(idx[k == c] for c in (NODE_CPU, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+
+
 def _error_pct(measured: int, replayed: int) -> float:
     return round((replayed - measured) / measured * 100.0, 4) + 0.0 if measured > 0 else 0.0  # + 0.0: no -0.0
 
 
-def _window(name, graph, tl, rec, lo_m, hi_m, lo_r, hi_r, members, note="", busy_members=None) -> WindowStats:
-    bm, im = _gpu_busy(graph, rec.start_ns, rec.end_ns, lo_m, hi_m, busy_members)
-    br, ir = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo_r, hi_r, busy_members)
+def _window(name, graph, tl, rec, lo_m, hi_m, lo_r, hi_r, members, note="", busy_members=None, group=None) -> WindowStats:
+    """One :class:`WindowStats`; ``group``: the :class:`_StepGroup` of a step (its members and
+    busy members), whose node ids by kind and device are known."""
+    per_device, kinds = (group.devices, group.kinds) if group is not None else (None, None)
+    bm, im = _gpu_busy(graph, rec.start_ns, rec.end_ns, lo_m, hi_m, busy_members, per_device)
+    br, ir = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo_r, hi_r, busy_members, per_device)
     measured, replayed = hi_m - lo_m, hi_r - lo_r
+    kernels = len(kinds[1]) if kinds is not None else int(np.count_nonzero((graph.node_kind == Kind.KERNEL) & members))
     return WindowStats(
         name=name,
         measured_ns=int(measured),
@@ -325,8 +343,8 @@ def _window(name, graph, tl, rec, lo_m, hi_m, lo_r, hi_r, members, note="", busy
         gpu_idle_measured_ns=im,
         gpu_busy_replayed_ns=br,
         gpu_idle_replayed_ns=ir,
-        kernels=int(np.count_nonzero((graph.node_kind == Kind.KERNEL) & members)),
-        breakdown=_breakdown(graph, tl, members),
+        kernels=kernels,
+        breakdown=_breakdown(graph, tl, members, kinds),
         note=note,
     )
 
@@ -347,15 +365,65 @@ class StepWindow(NamedTuple):
     replayed_cpu_end_ns: int = 0
 
 
-def _step_members(graph: TaskGraph) -> list[tuple]:
-    """(name, start, end, pid, tid, member mask) of each ProfilerStep (:func:`step_windows`):
-    structure only, kept in the graph's memo (the masks are shared: do not change them)."""
+class _StepGroup(NamedTuple):
+    """One ProfilerStep's members (:func:`_step_members`)."""
+
+    name: str
+    start_ns: int  #: the ProfilerStep range (measured)
+    end_ns: int
+    pid: int
+    tid: int
+    members: np.ndarray  #: node mask, shape (n,)
+    idx: np.ndarray  #: the members' node ids, ascending
+    kinds: tuple[np.ndarray, ...]  #: the members' (CPU tasks, kernels, memcpys, memsets), as :func:`_member_kinds`
+    devices: list[np.ndarray]  #: the members' GPU tasks by device, as :func:`_device_tasks`
+
+
+#: up to this many ProfilerSteps, :func:`_step_members` finds each step's members by a pass over
+#: the graph (cheaper than its sort; both find the same members)
+FEW_STEPS = 8
+
+
+def _step_members(graph: TaskGraph) -> list[_StepGroup]:
+    """Each ProfilerStep's members (:func:`step_windows`): the nodes whose position lies in its range,
+    on its process, among ``gpu_relevant``. Structure only, kept in the graph's memo (the arrays are
+    shared: do not change them).
+
+    One sort of the candidate nodes by (process, position), then each step's members are one
+    slice of it (two binary searches): the cost is the graph once plus the steps' members, not
+    the graph once per step (a trace's step count grows with its length)."""
     def make():
-        rel = gpu_relevant(graph)
-        proc = graph.lane_keys[graph.lane, 1]
-        return [(name, s, e, pid, tid, (graph.position_ns >= s) & (graph.position_ns < e) & (proc == pid) & rel)
-                for name, s, e, pid, tid in profiler_steps(graph.table)]
+        n = graph.n
+        steps = profiler_steps(graph.table)
+        if len(steps) <= FEW_STEPS:  # a pass over the graph per step costs less than the sort
+            rel, proc = gpu_relevant(graph), graph.lane_keys[graph.lane, 1]
+            out = []
+            for name, s, e, pid, tid in steps:
+                mask = (graph.position_ns >= s) & (graph.position_ns < e) & (proc == pid) & rel
+                idx = np.flatnonzero(mask)
+                gpu = idx[graph.node_kind[idx] != NODE_CPU]
+                out.append(_StepGroup(name, s, e, pid, tid, mask, idx, _kinds_of(graph, idx), _by_device(graph, gpu)))
+            return out
+        cand = np.flatnonzero(gpu_relevant(graph))
+        proc, pos = graph.lane_keys[graph.lane[cand], 1], graph.position_ns[cand]
+        o = np.lexsort((pos, proc))
+        cand, proc, pos = cand[o], proc[o], pos[o]
+        out = []
+        for name, s, e, pid, tid in steps:  # ProfilerSteps: a few per process and trace minute
+            p_lo, p_hi = np.searchsorted(proc, pid, "left"), np.searchsorted(proc, pid, "right")
+            lo, hi = p_lo + np.searchsorted(pos[p_lo:p_hi], [s, e], "left")
+            idx = np.sort(cand[lo:hi])
+            mask = np.zeros(n, dtype=bool)
+            mask[idx] = True
+            gpu = idx[graph.node_kind[idx] != NODE_CPU]
+            out.append(_StepGroup(name, s, e, pid, tid, mask, idx, _kinds_of(graph, idx), _by_device(graph, gpu)))
+        return out
     return cached(graph, "report.step_members", make)
+
+
+def _step_groups(graph: TaskGraph, sw: list) -> list:
+    """The :class:`_StepGroup` of each of ``step_windows(graph, ...)``, in order."""
+    return _step_members(graph)[: len(sw)]
 
 
 def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
@@ -376,10 +444,10 @@ def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
     """
     out = []
     prev: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> previous step's (measured, replayed) end
-    for name, s, e, pid, tid, members in _step_members(graph):
+    for name, s, e, pid, tid, members, idx, _, _ in _step_members(graph):
         cpu = _replayed_boundaries(graph, tl, s, e, pid, tid)
         rs, re_ = (s, e) if cpu is None else cpu
-        end_m, end_r = _covering(e, graph.rec_end_ns, members), _covering(re_, tl.end_ns, members)
+        end_m, end_r = _covering(e, graph.rec_end_ns, idx), _covering(re_, tl.end_ns, idx)
         pm, pr = prev.get((pid, tid), (s, rs))
         note = "no API call inside the step on its thread; replayed = measured" if cpu is None else ""
         out.append(StepWindow(name, min(max(s, pm), end_m), end_m, min(max(rs, pr), end_r), end_r, members, note, s, e, rs, re_))
@@ -400,12 +468,18 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
     """
     nodes = _thread_calls(graph, pid, tid)
     # structure only, kept in the memo (a step's windows are asked again for every prediction)
-    rs_sorted = cached(graph, f"report.thread_call_starts {pid} {tid}", lambda: graph.rec_start_ns[nodes])
-    if not cached(graph, f"report.calls_inside {pid} {tid} {s} {e}", lambda: bool(((rs_sorted >= s) & (graph.rec_end_ns[nodes] <= e)).any())):
+    rs_sorted, later_end = cached(graph, f"report.thread_call_starts_ends {pid} {tid}", lambda: _starts_and_later_ends(graph, nodes))
+    k = int(np.searchsorted(rs_sorted, s, side="left"))  # the calls starting at or after s: k, k + 1, ...
+    if k == len(nodes) or later_end[k] > e:  # none of them ends by e
         return None
 
-    got = boundaries(graph, tl, nodes, np.array([s, e], np.int64))
+    got = boundaries(graph, tl, nodes, np.array([s, e], np.int64), rs_sorted)
     return int(got[0]), int(got[1])
+
+
+def _starts_and_later_ends(graph: TaskGraph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(recorded starts of ``nodes``, ascending; per position, the earliest recorded end from there on)."""
+    return graph.rec_start_ns[nodes], np.minimum.accumulate(graph.rec_end_ns[nodes][::-1])[::-1]
 
 
 def _thread_calls(graph: TaskGraph, pid: int, tid: int) -> np.ndarray:
@@ -418,9 +492,9 @@ def _thread_calls(graph: TaskGraph, pid: int, tid: int) -> np.ndarray:
     return cached(graph, f"report.thread_calls {pid} {tid}", make)
 
 
-def _covering(end: int, ends: np.ndarray, members: np.ndarray) -> int:
-    """``end``, or the last end of the ``members`` when that is later."""
-    return max(end, int(ends[members].max())) if members.any() else end
+def _covering(end: int, ends: np.ndarray, idx: np.ndarray) -> int:
+    """``end``, or the last end of the members (node ids ``idx``) when that is later."""
+    return max(end, int(ends[idx].max())) if len(idx) else end
 
 
 def _graph_summary(graph: TaskGraph) -> GraphSummary:
@@ -466,7 +540,8 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     hi_r = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
     window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, cached(graph, "report.all_nodes", lambda: np.ones(graph.n, dtype=bool)),
                      _window_note(graph, rel))
-    steps = [_window(w.name, graph, tl, rec, w.start_ns, w.end_ns, w.replayed_start_ns, w.replayed_end_ns, w.members, w.note, w.members) for w in sw]
+    steps = [_window(w.name, graph, tl, rec, w.start_ns, w.end_ns, w.replayed_start_ns, w.replayed_end_ns, w.members, w.note, w.members, grp)
+             for w, grp in zip(sw, _step_groups(graph, sw))]
     phases, layers = _groups(graph, tl)
     detail: dict = {}
     _, cp = critical_path(graph, tl, *_phase_args(graph), detail=detail)
@@ -790,8 +865,10 @@ def _groups(graph: TaskGraph, tl: Timeline) -> tuple[list[GroupStats], list[Grou
     return phases, layers[:TOP_LAYERS]
 
 
-def _predicted(name, base: WindowStats, graph, tl, lo, hi, members, busy_members=None) -> PredictedWindow:
-    busy, _ = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo, hi, busy_members)
+def _predicted(name, base: WindowStats, graph, tl, lo, hi, members, busy_members=None, group=None) -> PredictedWindow:
+    """One :class:`PredictedWindow` (``group`` as :func:`_window`)."""
+    per_device, kinds = (group.devices, group.kinds) if group is not None else (None, None)
+    busy, _ = _gpu_busy(graph, tl.start_ns, tl.end_ns, lo, hi, busy_members, per_device)
     pred = hi - lo
     return PredictedWindow(
         name=name,
@@ -800,7 +877,7 @@ def _predicted(name, base: WindowStats, graph, tl, lo, hi, members, busy_members
         predicted_ns=int(pred),
         speedup=round(base.replayed_ns / pred, 4) if pred > 0 else 0.0,
         gpu_busy_predicted_ns=busy,
-        breakdown=_breakdown(graph, tl, members),
+        breakdown=_breakdown(graph, tl, members, kinds),
     )
 
 
@@ -811,7 +888,8 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
     hi = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
     everything = cached(graph, "report.all_nodes", lambda: np.ones(graph.n, dtype=bool))  # one array: its member kinds stay memoized
     window = _predicted("traced window", base.window, graph, tl, graph.t0_ns, hi, everything)
-    steps = [_predicted(w.name, b, graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members, w.members)
+    groups = {id(w): grp for w, grp in zip(sw, _step_groups(graph, sw))}
+    steps = [_predicted(w.name, b, graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members, w.members, groups[id(w)])
              for w, b in _step_pairs(sw, base.steps)]
     _, cp = critical_path(graph, tl, *_phase_args(graph))
     return Prediction(applied, window, steps, cp, _predicted_processes(base, graph, tl))

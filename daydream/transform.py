@@ -30,12 +30,14 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from . import jit
 from .arrays import sorted_unique, unique_inverse
 from .errors import DaydreamError
 from .events import Kind
 from .mapping import PHASES
 from .memo import same_structure
-from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, dedupe_edges, rule_arrays, topological_order
+from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, dedupe_edges, kahn_order, rule_arrays, visit_constraints
+from .graph.order import _keeps_constraints
 from .graph.queue import requeue
 
 #: longest task duration a transformation may produce (2^52 ns, about 52 days): keeps every replayed
@@ -196,14 +198,16 @@ def set_duration(graph: TaskGraph, mask: np.ndarray, dur_ns: np.ndarray | int) -
 # ------------------------------------------------------------------------------- remove ------
 def _nearest_kept(link: np.ndarray, removed: np.ndarray) -> np.ndarray:
     """Follow ``link`` (lane predecessor or successor, -1 none) through removed tasks: per task,
-    the nearest kept one along it (-1 none). Pointer jumping: O(n log chain) numpy work."""
+    the nearest kept one along it (-1 none). Pointer jumping over the tasks whose link still
+    reaches a removed task (a task whose link reaches a kept one, or none, is done): one pass over
+    the graph, then O(removed x log chain) numpy work."""
     out = link.copy()
-    while True:
-        bad = (out >= 0) & removed[np.maximum(out, 0)]
-        if not bad.any():
-            return out
-        nxt = out[out[bad]]  # jump: the link of the removed task reached (already partly resolved)
-        out[bad] = nxt
+    bad = np.flatnonzero((out >= 0) & removed[np.maximum(out, 0)])
+    while len(bad):
+        out[bad] = out[out[bad]]  # jump: the link of the removed task reached (already partly resolved)
+        o = out[bad]
+        bad = bad[(o >= 0) & removed[np.maximum(o, 0)]]
+    return out
 
 
 def remove(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
@@ -271,8 +275,13 @@ def _relink_lane_successors(graph: TaskGraph, at: np.ndarray) -> np.ndarray:
     return src
 
 
-def add_edges(graph: TaskGraph, src, dst, kind: int, origin: int = Origin.INSERTED) -> TaskGraph:
+def add_edges(graph: TaskGraph, src, dst, kind, origin: int = Origin.INSERTED) -> TaskGraph:
     """New graph with edges ``src -> dst`` of ``kind`` added (the visiting order is repaired).
+
+    ``kind``: one edge kind, or one per edge. Adding edge sets of several kinds in one call gives
+    the graph that adding them one set after the other gives (the same edges, and the same order:
+    Kahn's order by position is the smallest valid one, so an order repaired for the first set
+    that the second keeps is the one repaired for both), at one copy and order check of the graph.
 
     Raises:
         DaydreamError: bad node ids, or the edges close a dependency cycle.
@@ -281,19 +290,165 @@ def add_edges(graph: TaskGraph, src, dst, kind: int, origin: int = Origin.INSERT
     dst = np.atleast_1d(np.asarray(dst, np.int64))
     if len(src) != len(dst) or (len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= graph.n)):
         raise DaydreamError("add_edges: source and destination must be node ids of the graph, one each")
-    if not rule_arrays().known[int(kind)]:
-        raise DaydreamError(f"add_edges: edge kind {int(kind)} has no rule (register_kind it first)")
+    kinds = np.broadcast_to(np.asarray(kind, np.int64), (len(src),)) if np.ndim(kind) else np.full(len(src), int(kind), np.int64)
+    for x in (sorted_unique(kinds).tolist() if np.ndim(kind) else [int(kind)]):
+        if not rule_arrays().known[x]:
+            raise DaydreamError(f"add_edges: edge kind {x} has no rule (register_kind it first)")
     s, d, k, o = dedupe_edges(np.concatenate([graph.edge_src, src]), np.concatenate([graph.edge_dst, dst]),
-                               np.concatenate([graph.edge_kind, np.full(len(src), kind, np.uint8)]),
+                               np.concatenate([graph.edge_kind, kinds.astype(np.uint8)]),
                                np.concatenate([graph.edge_origin, np.full(len(src), origin, np.uint8)]))
     return _with_valid_order(graph.with_edges(s, d, k, o))
 
 
 def _with_valid_order(g: TaskGraph) -> TaskGraph:
     """``g`` with a valid visiting order (its own when it is, else a topological sort), marked so."""
-    if g.order_valid:
+    if _order_valid(g):
         return g
     return dataclasses.replace(g, order=topological_order(g)).known_valid()
+
+
+def _order_valid(g: TaskGraph) -> bool:
+    """``g.order_valid`` (:func:`daydream.graph.is_valid_order` of its own order), kept in the graph
+    as that cached view is; when not known yet, the visit constraints are checked by
+    :func:`daydream.graph.order._keeps_constraints` (one compiled pass over the edges from
+    ``KEEPS_MIN`` edges) instead of materializing every constraint pair: the same answer."""
+    if "order_valid" not in g.__dict__:
+        g.__dict__["order_valid"] = _is_valid_order(g, g.order)
+    return g.order_valid
+
+
+def _is_valid_order(g: TaskGraph, order: np.ndarray) -> bool:
+    """:func:`daydream.graph.is_valid_order`: ``order`` is a permutation of the nodes that keeps
+    every visit constraint and no lane mixes CPU and GPU tasks."""
+    n = g.n
+    if len(order) != n:
+        return False
+    if n == 0:
+        return True
+    o = np.asarray(order)
+    if o.dtype.kind not in "iu" or o.min() < 0 or o.max() >= n:
+        return False
+    seen = np.zeros(n, dtype=bool)
+    seen[o] = True
+    if not seen.all():
+        return False
+    lp = g.lane_prev
+    has = lp >= 0
+    if np.any(g.is_cpu[lp[has]] != g.is_cpu[has]):
+        return False
+    rank = np.empty(n, np.int64)
+    rank[o] = np.arange(n)
+    return _keeps_constraints(n, rank, g.edge_src, g.edge_dst, g.edge_kind)
+
+
+#: :func:`topological_order` sorts in one compiled kernel (:func:`_kahn_kernel`) from this many nodes ("auto")
+KAHN_MIN = 20_000
+
+
+def topological_order(graph: TaskGraph, method: str = "auto") -> np.ndarray:
+    """:func:`daydream.graph.topological_order` of ``graph``: Kahn's algorithm over the visit
+    constraints, ready tasks taken by smallest (position, id); int64 node ids, shape (n,).
+
+    The same order, found faster: when the nodes sorted by (position, id) keep every visit
+    constraint, that sort is Kahn's answer (each next node in it is ready when its turn comes, and
+    it is the smallest of those left), checked in one pass over the edges; otherwise Kahn's
+    algorithm runs, in one compiled kernel (``method`` as :func:`daydream.jit.kernel_for`: "auto"
+    compiled from :data:`KAHN_MIN` nodes, "compiled", "python" the kernel uncompiled, "numpy"
+    :func:`daydream.graph.kahn_order`).
+
+    Raises:
+        DaydreamError: the dependencies contain a cycle.
+    """
+    n = graph.n
+    key = np.ascontiguousarray(graph.position_ns, np.int64)
+    cand = np.argsort(key, kind="stable").astype(np.int64, copy=False)
+    rank = np.empty(n, np.int64)
+    rank[cand] = np.arange(n)
+    if _keeps_constraints(n, rank, graph.edge_src, graph.edge_dst, graph.edge_kind):
+        return cand
+    a, b, _ = visit_constraints(n, graph.edge_src, graph.edge_dst, graph.edge_kind)
+    out = kahn(n, a, b, key, method)
+    if out is None:
+        raise DaydreamError("the transformed graph has a dependency cycle")
+    return out
+
+
+def kahn(n: int, a: np.ndarray, b: np.ndarray, key: np.ndarray, method: str = "auto") -> np.ndarray | None:
+    """:func:`daydream.graph.kahn_order` (``n`` nodes, constraints ``a[i]`` before ``b[i]``, ready
+    nodes taken by smallest (``key``, id); int64 arrays) in one compiled kernel from
+    :data:`KAHN_MIN` nodes (``method`` as :func:`topological_order`); None on a cycle."""
+    fn = jit.kernel_for(_kahn_kernel, n, KAHN_MIN, method)
+    if fn is None:
+        return kahn_order(n, np.asarray(a, np.int64), np.asarray(b, np.int64), np.asarray(key, np.int64).tolist())
+    out, k = jit.call(fn, n, np.ascontiguousarray(a, np.int64), np.ascontiguousarray(b, np.int64), np.ascontiguousarray(key, np.int64))
+    return out if k == n else None
+
+
+def _kahn_kernel(n, a, b, key):
+    """(order, count): Kahn's algorithm with a binary heap of (key, id) pairs in loops; ``count`` <
+    ``n`` when the constraints close a cycle (:func:`kahn`)."""
+    m = len(a)
+    indeg = np.zeros(n, np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    for i in range(m):
+        indeg[b[i]] += 1
+        ptr[a[i] + 1] += 1
+    for u in range(n):
+        ptr[u + 1] += ptr[u]
+    fill = ptr[:n].copy()
+    adj = np.empty(m, np.int64)
+    for i in range(m):
+        adj[fill[a[i]]] = b[i]
+        fill[a[i]] += 1
+    hk = np.empty(n, np.int64)  # heap of (key, id), smallest first
+    hv = np.empty(n, np.int64)
+    size = 0
+    out = np.empty(n, np.int64)
+    cnt = 0
+    for u in range(n):  # the nodes without constraints, sifted up
+        if indeg[u] != 0:
+            continue
+        j = size
+        size += 1
+        while j > 0:
+            p = (j - 1) >> 1
+            if hk[p] < key[u] or (hk[p] == key[u] and hv[p] < u):
+                break
+            hk[j], hv[j] = hk[p], hv[p]
+            j = p
+        hk[j], hv[j] = key[u], u
+    while size > 0:
+        u = hv[0]
+        out[cnt] = u
+        cnt += 1
+        size -= 1
+        lk, lv = hk[size], hv[size]  # the last entry sifts down from the root
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= size:
+                break
+            if c + 1 < size and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hv[c + 1] < hv[c])):
+                c += 1
+            if lk < hk[c] or (lk == hk[c] and lv < hv[c]):
+                break
+            hk[j], hv[j] = hk[c], hv[c]
+            j = c
+        hk[j], hv[j] = lk, lv
+        for i in range(ptr[u], ptr[u + 1]):
+            w = adj[i]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                j = size
+                size += 1
+                while j > 0:
+                    p = (j - 1) >> 1
+                    if hk[p] < key[w] or (hk[p] == key[w] and hv[p] < w):
+                        break
+                    hk[j], hv[j] = hk[p], hv[p]
+                    j = p
+                hk[j], hv[j] = key[w], w
+    return out, cnt
 
 
 def insert(
@@ -526,6 +681,57 @@ def add_thread(graph: TaskGraph, *, pid: int, tid: int, like: int, dur_ns, gap_n
     return _with_valid_order(g), new
 
 
+def add_threads(graph: TaskGraph, threads: list[dict]) -> tuple[TaskGraph, list[np.ndarray]]:
+    """New graph with several CPU threads added: the graph that :func:`add_thread` makes for
+    ``threads[0]``, ``threads[1]``, ... one after the other (each a dict of its keyword
+    arguments: pid, tid, like, dur_ns, gap_ns, names), with the same node ids, edges and visiting
+    order, at one copy of the graph instead of one per thread. (One after the other, the first
+    thread of more than one task dedupes the edge list; the others append their thread edges,
+    which repeat nothing: they join new tasks only.)
+
+    Returns:
+        (new graph, ids of each thread's new tasks in thread order).
+
+    Raises:
+        DaydreamError: as :func:`add_thread` (a model task that is not a CPU task, a thread that
+            exists already).
+    """
+    keys = [(int(t["pid"]), int(t["tid"])) for t in threads]
+    ok = (_order_valid(graph) and len(set(keys)) == len(keys)
+          and all(0 <= t["like"] < graph.n and graph.node_kind[t["like"]] == NODE_CPU for t in threads)
+          and not (len(graph.lane_keys) and any((graph.lane_keys == np.array([0, p, q, 0], np.int64)).all(axis=1).any() for p, q in keys)))
+    if not ok or not threads:  # the one-by-one path says what is wrong (or repairs the order as it does)
+        out = []
+        for t in threads:
+            graph, new = add_thread(graph, **t)
+            out.append(new)
+        return graph, out
+    n, ln = graph.n, len(graph.lanes)
+    ks = [len(t["names"]) for t in threads]
+    first = n + np.cumsum([0, *ks[:-1]])
+    news = [np.arange(f, f + k) for f, k in zip(first.tolist(), ks)]
+    g = _take_nodes(graph, np.concatenate([np.arange(n)] + [np.full(k, t["like"], np.int64) for t, k in zip(threads, ks)]))
+    names = list(graph.names)
+    for i, (t, new) in enumerate(zip(threads, news)):
+        g.row[new], g.lane[new], g.correlation[new], g.pid[new], g.tid[new] = -1, ln + i, -1, t["pid"], t["tid"]
+        g.name_id[new] = len(names) + np.arange(len(new))
+        g.dur_ns[new] = np.asarray(t["dur_ns"], np.int64)
+        g.gap_ns[new] = np.asarray(t["gap_ns"], np.int64)
+        names += list(t["names"])
+    key_rows = np.array([[0, p, q, 0] for p, q in keys], np.int64)
+    chain = [x for x in news if len(x) > 1]
+    src, dst, kind, origin = graph.edge_src, graph.edge_dst, graph.edge_kind, graph.edge_origin
+    if chain:
+        src, dst, kind, origin = dedupe_edges(np.concatenate([src, *[x[:-1] for x in chain]]), np.concatenate([dst, *[x[1:] for x in chain]]),
+                                              np.concatenate([kind, np.full(sum(len(x) - 1 for x in chain), EdgeKind.THREAD, np.uint8)]),
+                                              np.concatenate([origin, np.full(sum(len(x) - 1 for x in chain), Origin.INSERTED, np.uint8)]))
+    g = dataclasses.replace(g, names=names, lanes=[*graph.lanes, *(f"cpu pid {p} tid {q}" for p, q in keys)],
+                            lane_is_gpu=np.append(graph.lane_is_gpu, np.zeros(len(keys), bool)),
+                            lane_keys=np.vstack([graph.lane_keys, key_rows]), order=np.concatenate([graph.order, *news]))
+    # the order stays valid: the new tasks come after all others, each thread's in thread order
+    return g.with_edges(src, dst, kind, origin).known_valid(), news
+
+
 def remove_edges(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
     """New graph without the selected edges (a mask over ``graph.edge_src``); the tasks stay.
 
@@ -543,7 +749,7 @@ def remove_edges(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
         raise DaydreamError("remove_edges: lane-order and launch edges go with their tasks (use remove)")
     keep = ~mask
     g = graph.with_edges(graph.edge_src[keep], graph.edge_dst[keep], graph.edge_kind[keep], graph.edge_origin[keep])
-    if graph.order_valid:
+    if _order_valid(graph):
         g = g.known_valid()
     return g
 

@@ -293,6 +293,12 @@ def _warm_jit() -> None:
             pass
         else:
             later_min(e, e, 0, method="compiled")
+        try:
+            from daydream.transform import kahn
+        except ImportError:  # a daydream before the compiled topological sort of transformed graphs
+            pass
+        else:
+            kahn(0, e, e, e, method="compiled")
         if jit.compiled(_hash_join) is not None:
             jit.call(jit.compiled(_hash_join), e, np.zeros(0, bool), e, e, np.zeros(0, bool))
         try:

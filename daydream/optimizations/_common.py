@@ -89,14 +89,26 @@ def cpu_nodes_in_ranges(graph: TaskGraph, ranges, *, same_thread: bool) -> np.nd
     cpu = (graph.node_kind == NODE_CPU) & (graph.row >= 0)
     if not cpu.any() or len(s) == 0:
         return out
-    npid, ntid = graph.pid[cpu], graph.tid[cpu]
-    ns, ne = graph.rec_start_ns[cpu], graph.rec_end_ns[cpu]
-    idx = np.nonzero(cpu)[0]
-    for i in range(len(s)):  # ranges are few (steps, optimizer steps)
-        m = (npid == pid[i]) & (ns >= s[i]) & (ne <= e[i])
+    # calls sorted by (process, [thread,] recorded start): a range's candidates are one slice of them
+    # (two binary searches), so the cost is the calls once plus each range's own calls, not the
+    # calls once per range (ranges grow with the trace: a step or a batch each)
+    idx = np.flatnonzero(cpu & (graph.rec_end_ns >= graph.rec_start_ns))
+    thr = graph.tid[idx] if same_thread else np.zeros(len(idx), graph.tid.dtype)
+    o = np.lexsort((graph.rec_start_ns[idx], thr, graph.pid[idx]))
+    idx, thr = idx[o], thr[o]
+    npid, ns, ne = graph.pid[idx], graph.rec_start_ns[idx], graph.rec_end_ns[idx]
+    odd = np.flatnonzero(cpu & (graph.rec_end_ns < graph.rec_start_ns))  # ending before they start: checked one by one as before
+    for i in range(len(s)):  # a Python step per range (steps, batches, optimizer steps), array work per call inside it
+        lo, hi = np.searchsorted(npid, pid[i], "left"), np.searchsorted(npid, pid[i], "right")
         if same_thread:
-            m &= ntid == tid[i]
-        out[idx[m]] = i
+            lo, hi = lo + np.searchsorted(thr[lo:hi], tid[i], "left"), lo + np.searchsorted(thr[lo:hi], tid[i], "right")
+        a, b = lo + np.searchsorted(ns[lo:hi], s[i], "left"), lo + np.searchsorted(ns[lo:hi], e[i], "right")
+        out[idx[a:b][ne[a:b] <= e[i]]] = i  # start >= s, end <= e (so start <= e)
+        if len(odd):
+            m = (graph.pid[odd] == pid[i]) & (graph.rec_start_ns[odd] >= s[i]) & (graph.rec_end_ns[odd] <= e[i])
+            if same_thread:
+                m &= graph.tid[odd] == tid[i]
+            out[odd[m]] = i
     return out
 
 

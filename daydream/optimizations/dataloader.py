@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import NotApplicable
 from ..graph import EdgeKind, Offset, Phase, Rule, lower_median, register_kind
 from ..mapping import DATA_LOADING_PATTERN
-from ..transform import add_edges, add_thread, insert_cpu_tasks, set_gap
+from ..transform import add_edges, add_threads, insert_cpu_tasks, set_gap
 from . import Optimization, Param, register
 from ._common import cpu_nodes_in_ranges, cpu_ranges
 
@@ -108,23 +108,21 @@ def _apply(graph, p):
         cr = g.cpu_ranges
         rng = (cr.pid == pid) & (cr.tid == tid) & (cr.start_ns == s[first][0]) & (cr.end_ns == e[first][0])
         g = dataclasses.replace(g, host_scales=g.host_scales + ((rng, h / float(fetch[first][0])),))
-    workers = []
     like = int(y[0])
-    for w in range(min(n_w, len(y))):  # workers are few; one without a batch in the window is left out
-        ks = np.arange(w, len(y), n_w)
-        gaps = np.where(ks < ahead, 0, fetch[ks])
-        g, nodes = add_thread(g, pid=pid, tid=WORKER_TID0 + w, like=like, dur_ns=np.zeros(len(ks), np.int64), gap_ns=gaps,
-                              names=[f"DataLoader worker {w}: batch {int(k)} (modelled)" for k in ks])
-        workers.append((ks, nodes))
+    batches = [np.arange(w, len(y), n_w) for w in range(min(n_w, len(y)))]  # workers are few; one without a batch in the window is left out
+    g, nodes = add_threads(g, [dict(pid=pid, tid=WORKER_TID0 + w, like=like, dur_ns=np.zeros(len(ks), np.int64),
+                                    gap_ns=np.where(ks < ahead, 0, fetch[ks]),
+                                    names=[f"DataLoader worker {w}: batch {int(k)} (modelled)" for k in ks])
+                               for w, ks in enumerate(batches)])
     w_of = np.empty(len(y), np.int64)
-    for ks, nodes in workers:
-        w_of[ks] = nodes
+    for ks, new in zip(batches, nodes):
+        w_of[ks] = new
     hd = np.asarray(handoff, np.int64)
     real = hd != y
-    g = add_edges(g, w_of[real], hd[real], BATCH_READY)
     req = np.arange(ahead, len(y))
-    if len(req):
-        g = add_edges(g, hd[req - ahead], w_of[req], EdgeKind.HANDOVER)
+    # the batch-ready waits, then the requests: added in one call (the graph two calls make)
+    g = add_edges(g, np.concatenate([w_of[real], hd[req - ahead]]), np.concatenate([hd[real], w_of[req]]),
+                  np.concatenate([np.full(int(real.sum()), BATCH_READY, np.int64), np.full(len(req), EdgeKind.HANDOVER, np.int64)]))
     note = (f"{len(y)} batches ({fetch.sum() / 1e6:,.3f} ms of DataLoader time on thread {tid}) fetched by {n_w} workers "
             f"(prefetch {ahead}); the training thread keeps a {h / 1e3:,.0f} us hand-off per batch ({h_src}); GPU work left alone")
     return g, note
