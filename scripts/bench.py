@@ -1059,40 +1059,35 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
     return "\n".join(L)
 
 
-GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles). Two full runs were made the same
-day on this VM; between them the same code moved by up to 30 % (Kineto 4 M `.json.gz` load 85 % of the bound in
-one, 61 % in the other; the 4 M reloads 0.4 -> 0.6 s), so read each ratio within its run.
+GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles). The VM was slower in this
+run than in the last round's: the Kineto loader, unchanged this round, took 2.89 s at 1 M `.json.gz` (2.54 s then)
+and 15.7 s at 4 M (10.2 s then), and its bare bound moved less, so read each ratio within its run and the round's
+own effect in the before/after table at the end (old and new code measured in turn in this run).
 
-* **Kineto load vs the bare msgspec decode** (1 M: 42 % `.json`, 63 % `.json.gz`; 4 M `.json` 72 %, met). A
-  helper measured where the 1 M load goes with stage timers: msgspec's decode 0.72 s, turning the decoded events
-  into columns 1.15-1.3 s (ts/dur 0.19 s each, event kinds 0.14, names 0.10, pid/tid 0.15, args and launch data
-  0.25), building the table 0.27 s, freeing the decoded events ~0.15 s (which the bare bound does not time). No
-  cheaper step of today's design was worth keeping (each measured alone: slice sizes, one ts/dur call, joint
-  interning, buffer reuse; all within the +-0.2 s noise). A compiled scanner that only locates each event's
-  fields in the raw bytes costs 0.55-0.70 s plus 0.4-0.6 s of numba import and cache load at 1 M, so a complete
-  column writer from the bytes would land near 1.9 s (about 55 %): not started.
-* **nsys peak memory at 4 M rows** (500 MB, 602 before this round; goal file + 100 MB = 386 MB). The load now
-  scatters each column from its parts straight into its sorted place and frees parts, lookups and Arrow's pool as
-  it goes, so the peak is the finished table (97 bytes per row, 370 MiB) plus the interpreter (~50 MB), Arrow
-  (~45 MB) and ~35 MB of temporaries. The table alone is over the goal: meeting it needs narrower public columns
-  (pid, stream, link_stream int32, device int16 would save 14 bytes per row, ~53 MB, still over), a schema change
-  checked in every adapter and consumer; not done.
-* **mapping + graph build + replay >= 2 M tasks/s** (nsys 1 M 1.00 M/s, 4 M 991 k/s; Kineto 574-641 k/s). This
-  round: the 1 M -> 4 M non-linearity was kernel time faulting in numpy's transparent huge pages of large
-  short-lived temporaries (0.7-1.0 s at 4 M), now advised off during mapping and graph build
-  (`arrays.small_pages`); five more steps compiled (lane grouping, earlier-max end, order check, context keys,
-  per-stream suffix minimum), edges concatenated once. What is left is spread over ~20 numpy steps of 20-40 ms
-  (nsys 4 M) and the Kineto mapping's per-row outputs (22 bytes per row of all rows, most of them not tasks).
-* **linear growth to 16 M** (new this round: `--pipeline-big` runs every stage once at 16 M). Found and fixed:
-  the report and each prediction made ~10 full-length passes per ProfilerStep (O(steps x tasks); 122 steps at
-  16 M): second prediction on the 16 M Kineto input 2.08 -> 0.70 s CPU, now met at 16 M. Still above linear:
-  graph build (nsys x29 for x16 events) and the Kineto mapping (x24 for x15) at 16 M, and the second
-  prediction (x25-28): single runs at 16 M (first run in the process, cold page faults) against best of 3 at
-  1 M, not profiled further this round.
-* **saved-table reload vs parsing** (nsys 1 M 11x, 4 M 9-16x): the reload is `np.load` of the `.npz` (0.09 s at
-  1 M); the nsys parse is down to 1.06 s. A hand-written zip member reader with a CRC thread measured 0.104 ->
-  0.061 s but was not merged: it re-implements zipfile and `.npy` parsing for 40 ms.
-* **`--opt all` on Kineto** (no goal): 12.4 s at 4 M (16.9 s last round), 19.2 s at 16 M."""
+* **Kineto load vs the bare msgspec decode** (1 M: 37 % `.json`, 66 % `.json.gz`; 4 M: 26 % / 44 %). The loader
+  did not change this round. Last round's stage timers at 1 M: msgspec's decode 0.72 s, turning the decoded events
+  into columns 1.15-1.3 s, building the table 0.27 s, freeing the decoded events ~0.15 s (not timed by the bound).
+  A compiled scanner that only locates each event's fields in the raw bytes already costs 0.55-0.70 s plus numba's
+  import, so a column writer from the bytes would land near 55 %: not started.
+* **nsys peak memory at 4 M rows** (500 MB; goal file + 100 MB = 386 MB): the finished table alone is 97 bytes
+  per row (370 MiB). Meeting it needs narrower public columns (pid, stream, link_stream int32, device int16:
+  14 bytes per row, ~53 MB, still over), a schema change checked in every adapter and consumer: not done.
+* **mapping + graph build + replay >= 2 M tasks/s** (nsys 1.04-1.08 M/s at 1, 4 and 16 M; Kineto 699-770 k/s).
+  This round (before/after table): mapping 1.7x (Kineto) and 1.4x (nsys) faster, graph build 1.1x / 1.3x. What
+  is left at nsys 4 M is ~0.13 s each in the visit-order sort, the wait stage and the output arrays, and the
+  mapping (0.68 s); the Kineto 1 M input has 115 k tasks but 717 k context rows, which the mapping must touch.
+* **linear growth to 16 M**: met this round for the mapping (nsys x13.8, Kineto x15.2; it was x24), replay and
+  the second prediction on Kineto (x15.0; was x28). Graph build (x19.4-19.7 for x15-16 events) and the nsys second
+  prediction (x22) stay above: no quadratic step was found; every stage grows x5-8 from 4 M to 16 M, the cost of
+  random gathers over arrays that outgrow the caches (a numpy int64 gather: 3.4, 7.6, 13.8 ns per element at
+  0.4, 1.6, 6.3 M elements) and of page faults on temporaries of 32 MB and more, which glibc maps fresh each time
+  (0.05 faults per task at 1 M, 0.13 at 16 M). Setting `mallopt(M_MMAP_MAX=0)` around the build measured 5.4 ->
+  4.4 s at 16 M but is process-wide, cannot be restored exactly and caps non-main threads' allocations: not merged.
+  The 16 M columns are single cold runs (the Kineto 16 M load's x25.8 is one run on this slower VM).
+* **saved-table reload vs parsing** (nsys 1 M 11x, 4 M 12x; Kineto 30-54x): the nsys reload is `np.load` of the
+  `.npz`, most of it zipfile's CRC-32 over the 93 MB (0.05 s of 0.08 at 1 M). Skipping or replacing that check
+  means a container of our own: not done.
+* **`--opt all`** (no goal): nsys 1 M 0.81 s (met), Kineto 1 M 3.1 s, 16 M 17.9 s (was 19.2), nsys 16 M 44.7 s."""
 
 HOTSPOT_NOTES = """What the profiles say: the Kineto load is msgspec's decode, gunzip and the per-field extraction
 passes (`numpy.fromiter`, `map`), with the `ts`/`dur` parse now a small compiled step; the nsys load
@@ -1102,20 +1097,25 @@ replay is numpy sorts and searches in the graph build and the mapping, the repla
 a few milliseconds (rows from numba's own modules, `imputils`, `ffi`, are its one-off loading of the cached
 kernels, which that profile run had not done before the profiler started)."""
 
-CHANGES = """What changed in the latest round (issue 18, fourth round), results identical (the accuracy table, every
-test, CLI JSON outputs on real traces before and after):
+CHANGES = """What changed in the latest round (issue 18, fifth round). The speed work leaves results identical: graph
+arrays, mapping outputs and predictions (report JSON of every optimization and `--opt all`) compared between
+old and new code on 24-30 real traces and the 1 M inputs, with numba on and off; the accuracy table is unchanged.
+(Model fixes of the same round changed some predictions on purpose; each has its test.)
 
-* **mapping and graph build**: numpy's huge-page advice off around them (`arrays.small_pages`, the 1 M -> 4 M
-  non-linearity); lane grouping, each call's earlier-max end, the order check, the context keys and the
-  per-stream suffix minimum compiled (numpy references kept, hypothesis-tested equal); the fused sweep's indices
-  int32; edges concatenated once; `dedupe_edges` by one packed sort.
-* **report and predictions**: `range_timeline` one compiled sweep per thread; compiled kernels used at any size
-  once loaded; collectives matched per distinct kernel name; a step's members found among its members (was
-  O(steps x tasks)).
-* **nsys load memory**: columns scattered into their sorted places from their parts, parts and Arrow's pool
-  freed as it goes (4 M peak 602 -> 500 MB).
+* **mapping**: contexts grouped by thread, and their columns and key ranks written, in compiled passes
+  (`_group_contexts`, `_context_keys`); the fused sweep reads contexts through per-thread index lists; int32
+  indices: fewer and smaller temporaries (Kineto 16 M page faults 648 k -> 312 k), linear growth to 16 M.
+* **graph build**: sync records through the compiled hash join; GPU lanes numbered, L/G/S classified, durations
+  and gaps, unlaunched positions, nested calls and launch links each in one compiled pass (numpy references
+  kept, hypothesis-tested equal); node arrays filled in place; the lane order's CPU and GPU halves as views.
+* **predictions and `--opt all`**: each step's members from one sort of the graph's nodes (the 64-entry memo
+  thrashed at 122 steps); the order check compiled; the topological sort tries the (position, id) order first
+  and runs Kahn's algorithm in a compiled heap kernel; range lookups sort the calls once; the dataloader's
+  workers added at one copy (Kineto 16 M `--opt all` 35.1 -> 19.9 s in the helper's runs).
 
-The round before that (issue 18, third round), results identical (the accuracy table, every
+The round before (issue 18, fourth round): huge-page advice off around mapping and graph build, five more
+steps compiled, `range_timeline` compiled, a step's members among its members, nsys columns scattered into
+place (4 M peak 602 -> 500 MB). The round before that (issue 18, third round), results identical (the accuracy table, every
 test, CLI JSON outputs on 8 real traces x 6 optimization sets):
 
 * **launch data in the Kineto loader's pass** (`EventTable.launch`, `launch_data.launch_data_of`): kernels'
