@@ -195,7 +195,10 @@ def _apply_gpu(graph, p, gpu):
     floor = KM.kernel_floor_ns(gpu, graph) if p["floor_ns"] < 0 else int(p["floor_ns"])
     g = set_duration(graph, sel, floored_durations(graph.dur_ns[sel], factor[sel], cap[sel], floor))
     kern = graph.node_kind == Kind.KERNEL
-    before, after = _path_times(graph, info, kern), _path_times(g, info, kern & ~sel)
+    unk = sel & info.has_precision("unknown")  # no precision in the name: taken as fp32, and changed as such
+    before, after = _path_times(graph, info, kern & ~unk), _path_times(g, info, kern & ~sel)
+    if unk.any():
+        before["unknown precision (taken as fp32)"] = float(graph.dur_ns[unk].sum()) / 1e6
     moved = float(g.dur_ns[c32 | ctf].sum()) / 1e6
     after[p["dtype"]] = after.get("half", 0.0) + moved
     after.pop("half", None)
