@@ -30,14 +30,12 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from . import jit
 from .arrays import sorted_unique, unique_inverse
 from .errors import DaydreamError
 from .events import Kind
 from .mapping import PHASES
 from .memo import same_structure
-from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, dedupe_edges, kahn_order, rule_arrays, visit_constraints
-from .graph.order import _keeps_constraints
+from .graph import NODE_CPU, EdgeKind, Origin, TaskGraph, dedupe_edges, rule_arrays, topological_order
 from .graph.queue import requeue
 
 #: longest task duration a transformation may produce (2^52 ns, about 52 days): keeps every replayed
@@ -302,153 +300,9 @@ def add_edges(graph: TaskGraph, src, dst, kind, origin: int = Origin.INSERTED) -
 
 def _with_valid_order(g: TaskGraph) -> TaskGraph:
     """``g`` with a valid visiting order (its own when it is, else a topological sort), marked so."""
-    if _order_valid(g):
+    if g.order_valid:
         return g
     return dataclasses.replace(g, order=topological_order(g)).known_valid()
-
-
-def _order_valid(g: TaskGraph) -> bool:
-    """``g.order_valid`` (:func:`daydream.graph.is_valid_order` of its own order), kept in the graph
-    as that cached view is; when not known yet, the visit constraints are checked by
-    :func:`daydream.graph.order._keeps_constraints` (one compiled pass over the edges from
-    ``KEEPS_MIN`` edges) instead of materializing every constraint pair: the same answer."""
-    if "order_valid" not in g.__dict__:
-        g.__dict__["order_valid"] = _is_valid_order(g, g.order)
-    return g.order_valid
-
-
-def _is_valid_order(g: TaskGraph, order: np.ndarray) -> bool:
-    """:func:`daydream.graph.is_valid_order`: ``order`` is a permutation of the nodes that keeps
-    every visit constraint and no lane mixes CPU and GPU tasks."""
-    n = g.n
-    if len(order) != n:
-        return False
-    if n == 0:
-        return True
-    o = np.asarray(order)
-    if o.dtype.kind not in "iu" or o.min() < 0 or o.max() >= n:
-        return False
-    seen = np.zeros(n, dtype=bool)
-    seen[o] = True
-    if not seen.all():
-        return False
-    lp = g.lane_prev
-    has = lp >= 0
-    if np.any(g.is_cpu[lp[has]] != g.is_cpu[has]):
-        return False
-    rank = np.empty(n, np.int64)
-    rank[o] = np.arange(n)
-    return _keeps_constraints(n, rank, g.edge_src, g.edge_dst, g.edge_kind)
-
-
-#: :func:`topological_order` sorts in one compiled kernel (:func:`_kahn_kernel`) from this many nodes ("auto")
-KAHN_MIN = 20_000
-
-
-def topological_order(graph: TaskGraph, method: str = "auto") -> np.ndarray:
-    """:func:`daydream.graph.topological_order` of ``graph``: Kahn's algorithm over the visit
-    constraints, ready tasks taken by smallest (position, id); int64 node ids, shape (n,).
-
-    The same order, found faster: when the nodes sorted by (position, id) keep every visit
-    constraint, that sort is Kahn's answer (each next node in it is ready when its turn comes, and
-    it is the smallest of those left), checked in one pass over the edges; otherwise Kahn's
-    algorithm runs, in one compiled kernel (``method`` as :func:`daydream.jit.kernel_for`: "auto"
-    compiled from :data:`KAHN_MIN` nodes, "compiled", "python" the kernel uncompiled, "numpy"
-    :func:`daydream.graph.kahn_order`).
-
-    Raises:
-        DaydreamError: the dependencies contain a cycle.
-    """
-    n = graph.n
-    key = np.ascontiguousarray(graph.position_ns, np.int64)
-    cand = np.argsort(key, kind="stable").astype(np.int64, copy=False)
-    rank = np.empty(n, np.int64)
-    rank[cand] = np.arange(n)
-    if _keeps_constraints(n, rank, graph.edge_src, graph.edge_dst, graph.edge_kind):
-        return cand
-    a, b, _ = visit_constraints(n, graph.edge_src, graph.edge_dst, graph.edge_kind)
-    out = kahn(n, a, b, key, method)
-    if out is None:
-        raise DaydreamError("the transformed graph has a dependency cycle")
-    return out
-
-
-def kahn(n: int, a: np.ndarray, b: np.ndarray, key: np.ndarray, method: str = "auto") -> np.ndarray | None:
-    """:func:`daydream.graph.kahn_order` (``n`` nodes, constraints ``a[i]`` before ``b[i]``, ready
-    nodes taken by smallest (``key``, id); int64 arrays) in one compiled kernel from
-    :data:`KAHN_MIN` nodes (``method`` as :func:`topological_order`); None on a cycle."""
-    fn = jit.kernel_for(_kahn_kernel, n, KAHN_MIN, method)
-    if fn is None:
-        return kahn_order(n, np.asarray(a, np.int64), np.asarray(b, np.int64), np.asarray(key, np.int64).tolist())
-    out, k = jit.call(fn, n, np.ascontiguousarray(a, np.int64), np.ascontiguousarray(b, np.int64), np.ascontiguousarray(key, np.int64))
-    return out if k == n else None
-
-
-def _kahn_kernel(n, a, b, key):
-    """(order, count): Kahn's algorithm with a binary heap of (key, id) pairs in loops; ``count`` <
-    ``n`` when the constraints close a cycle (:func:`kahn`)."""
-    m = len(a)
-    indeg = np.zeros(n, np.int64)
-    ptr = np.zeros(n + 1, np.int64)
-    for i in range(m):
-        indeg[b[i]] += 1
-        ptr[a[i] + 1] += 1
-    for u in range(n):
-        ptr[u + 1] += ptr[u]
-    fill = ptr[:n].copy()
-    adj = np.empty(m, np.int64)
-    for i in range(m):
-        adj[fill[a[i]]] = b[i]
-        fill[a[i]] += 1
-    hk = np.empty(n, np.int64)  # heap of (key, id), smallest first
-    hv = np.empty(n, np.int64)
-    size = 0
-    out = np.empty(n, np.int64)
-    cnt = 0
-    for u in range(n):  # the nodes without constraints, sifted up
-        if indeg[u] != 0:
-            continue
-        j = size
-        size += 1
-        while j > 0:
-            p = (j - 1) >> 1
-            if hk[p] < key[u] or (hk[p] == key[u] and hv[p] < u):
-                break
-            hk[j], hv[j] = hk[p], hv[p]
-            j = p
-        hk[j], hv[j] = key[u], u
-    while size > 0:
-        u = hv[0]
-        out[cnt] = u
-        cnt += 1
-        size -= 1
-        lk, lv = hk[size], hv[size]  # the last entry sifts down from the root
-        j = 0
-        while True:
-            c = 2 * j + 1
-            if c >= size:
-                break
-            if c + 1 < size and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hv[c + 1] < hv[c])):
-                c += 1
-            if lk < hk[c] or (lk == hk[c] and lv < hv[c]):
-                break
-            hk[j], hv[j] = hk[c], hv[c]
-            j = c
-        hk[j], hv[j] = lk, lv
-        for i in range(ptr[u], ptr[u + 1]):
-            w = adj[i]
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                j = size
-                size += 1
-                while j > 0:
-                    p = (j - 1) >> 1
-                    if hk[p] < key[w] or (hk[p] == key[w] and hv[p] < w):
-                        break
-                    hk[j], hv[j] = hk[p], hv[p]
-                    j = p
-                hk[j], hv[j] = key[w], w
-    return out, cnt
 
 
 def insert(
@@ -697,7 +551,7 @@ def add_threads(graph: TaskGraph, threads: list[dict]) -> tuple[TaskGraph, list[
             exists already).
     """
     keys = [(int(t["pid"]), int(t["tid"])) for t in threads]
-    ok = (_order_valid(graph) and len(set(keys)) == len(keys)
+    ok = (graph.order_valid and len(set(keys)) == len(keys)
           and all(0 <= t["like"] < graph.n and graph.node_kind[t["like"]] == NODE_CPU for t in threads)
           and not (len(graph.lane_keys) and any((graph.lane_keys == np.array([0, p, q, 0], np.int64)).all(axis=1).any() for p, q in keys)))
     if not ok or not threads:  # the one-by-one path says what is wrong (or repairs the order as it does)
@@ -749,7 +603,7 @@ def remove_edges(graph: TaskGraph, mask: np.ndarray) -> TaskGraph:
         raise DaydreamError("remove_edges: lane-order and launch edges go with their tasks (use remove)")
     keep = ~mask
     g = graph.with_edges(graph.edge_src[keep], graph.edge_dst[keep], graph.edge_kind[keep], graph.edge_origin[keep])
-    if _order_valid(graph):
+    if graph.order_valid:
         g = g.known_valid()
     return g
 

@@ -59,9 +59,11 @@ def check_topological(graph, order: np.ndarray) -> None:
         raise DaydreamError(f"internal: node order violates {len(bad)} graph edges (the graph has a cycle)")
 
 
-def is_valid_order(graph, order: np.ndarray) -> bool:
+def is_valid_order(graph, order: np.ndarray, method: str = "auto") -> bool:
     """True when ``order`` is a permutation of the nodes that satisfies every visit constraint
-    and no lane mixes CPU and GPU tasks."""
+    and no lane mixes CPU and GPU tasks. The constraints are checked by :func:`_keeps_constraints`
+    (``method`` as there) without materializing every pair; ``method="pairs"``: by the pairs
+    (:func:`order_violations`), the reference: the same answer."""
     n = graph.n
     if len(order) != n:
         return False
@@ -78,7 +80,11 @@ def is_valid_order(graph, order: np.ndarray) -> bool:
     has = lp >= 0
     if np.any(graph.is_cpu[lp[has]] != graph.is_cpu[has]):
         return False
-    return len(order_violations(n, o, graph.edge_src, graph.edge_dst, graph.edge_kind)) == 0
+    if method == "pairs":
+        return len(order_violations(n, o, graph.edge_src, graph.edge_dst, graph.edge_kind)) == 0
+    rank = np.empty(n, np.int64)
+    rank[o] = np.arange(n)
+    return _keeps_constraints(n, rank, graph.edge_src, graph.edge_dst, graph.edge_kind, method=method)
 
 
 def kahn_order(n: int, src: np.ndarray, dst: np.ndarray, key: list) -> np.ndarray | None:
@@ -102,17 +108,114 @@ def kahn_order(n: int, src: np.ndarray, dst: np.ndarray, key: list) -> np.ndarra
     return np.asarray(out, dtype=np.int64) if len(out) == n else None
 
 
-def topological_order(graph) -> np.ndarray:
-    """A visiting order for the replay (Kahn's algorithm, ready tasks by position).
+#: :func:`topological_order` sorts in one compiled kernel (:func:`_kahn_kernel`) from this many nodes ("auto")
+KAHN_MIN = 20_000
+
+
+def topological_order(graph, method: str = "auto") -> np.ndarray:
+    """A visiting order for the replay: Kahn's algorithm over the visit constraints, ready tasks
+    taken by smallest (position, id); int64 node ids, shape (n,).
+
+    Found fast: when the nodes sorted by (position, id) keep every visit
+    constraint, that sort is Kahn's answer (each next node in it is ready when its turn comes, and
+    it is the smallest of those left), checked in one pass over the edges; otherwise Kahn's
+    algorithm runs, in one compiled kernel (``method`` as :func:`daydream.jit.kernel_for`: "auto"
+    compiled from :data:`KAHN_MIN` nodes, "compiled", "python" the kernel uncompiled; "numpy":
+    :func:`kahn_order` alone, without the sorted shortcut: the reference).
 
     Raises:
         DaydreamError: the dependencies contain a cycle.
     """
-    a, b, _ = visit_constraints(graph.n, graph.edge_src, graph.edge_dst, graph.edge_kind)
-    out = kahn_order(graph.n, a, b, graph.position_ns.tolist())
+    n = graph.n
+    key = np.ascontiguousarray(graph.position_ns, np.int64)
+    cand = np.argsort(key, kind="stable").astype(np.int64, copy=False)
+    rank = np.empty(n, np.int64)
+    rank[cand] = np.arange(n)
+    if method != "numpy" and _keeps_constraints(n, rank, graph.edge_src, graph.edge_dst, graph.edge_kind):
+        return cand
+    a, b, _ = visit_constraints(n, graph.edge_src, graph.edge_dst, graph.edge_kind)
+    out = kahn(n, a, b, key, method)
     if out is None:
         raise DaydreamError("the transformed graph has a dependency cycle")
     return out
+
+
+def kahn(n: int, a: np.ndarray, b: np.ndarray, key: np.ndarray, method: str = "auto") -> np.ndarray | None:
+    """:func:`kahn_order` (``n`` nodes, constraints ``a[i]`` before ``b[i]``, ready
+    nodes taken by smallest (``key``, id); int64 arrays) in one compiled kernel from
+    :data:`KAHN_MIN` nodes (``method`` as :func:`topological_order`); None on a cycle."""
+    fn = jit.kernel_for(_kahn_kernel, n, KAHN_MIN, method)
+    if fn is None:
+        return kahn_order(n, np.asarray(a, np.int64), np.asarray(b, np.int64), np.asarray(key, np.int64).tolist())
+    out, k = jit.call(fn, n, np.ascontiguousarray(a, np.int64), np.ascontiguousarray(b, np.int64), np.ascontiguousarray(key, np.int64))
+    return out if k == n else None
+
+
+def _kahn_kernel(n, a, b, key):
+    """(order, count): Kahn's algorithm with a binary heap of (key, id) pairs in loops; ``count`` <
+    ``n`` when the constraints close a cycle (:func:`kahn`)."""
+    m = len(a)
+    indeg = np.zeros(n, np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    for i in range(m):
+        indeg[b[i]] += 1
+        ptr[a[i] + 1] += 1
+    for u in range(n):
+        ptr[u + 1] += ptr[u]
+    fill = ptr[:n].copy()
+    adj = np.empty(m, np.int64)
+    for i in range(m):
+        adj[fill[a[i]]] = b[i]
+        fill[a[i]] += 1
+    hk = np.empty(n, np.int64)  # heap of (key, id), smallest first
+    hv = np.empty(n, np.int64)
+    size = 0
+    out = np.empty(n, np.int64)
+    cnt = 0
+    for u in range(n):  # the nodes without constraints, sifted up
+        if indeg[u] != 0:
+            continue
+        j = size
+        size += 1
+        while j > 0:
+            p = (j - 1) >> 1
+            if hk[p] < key[u] or (hk[p] == key[u] and hv[p] < u):
+                break
+            hk[j], hv[j] = hk[p], hv[p]
+            j = p
+        hk[j], hv[j] = key[u], u
+    while size > 0:
+        u = hv[0]
+        out[cnt] = u
+        cnt += 1
+        size -= 1
+        lk, lv = hk[size], hv[size]  # the last entry sifts down from the root
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= size:
+                break
+            if c + 1 < size and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hv[c + 1] < hv[c])):
+                c += 1
+            if lk < hk[c] or (lk == hk[c] and lv < hv[c]):
+                break
+            hk[j], hv[j] = hk[c], hv[c]
+            j = c
+        hk[j], hv[j] = lk, lv
+        for i in range(ptr[u], ptr[u + 1]):
+            w = adj[i]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                j = size
+                size += 1
+                while j > 0:
+                    p = (j - 1) >> 1
+                    if hk[p] < key[w] or (hk[p] == key[w] and hv[p] < w):
+                        break
+                    hk[j], hv[j] = hk[p], hv[p]
+                    j = p
+                hk[j], hv[j] = key[w], w
+    return out, cnt
 
 
 def repair_order(order: np.ndarray, src, dst, kind, counts: dict[str, int], forward: int = 0) -> tuple[np.ndarray, np.ndarray]:

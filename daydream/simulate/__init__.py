@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DaydreamError, TraceFormatError
-from ..graph import TaskGraph, check_topological
-from ..transform import _is_valid_order, _order_valid
+from ..graph import TaskGraph, check_topological, is_valid_order
 from .binding import bindings
 from .priority import simulate_priority
 from .replay import replay
@@ -54,7 +53,7 @@ def _run(graph: TaskGraph, order: np.ndarray, event_driven: bool) -> Timeline:
         if event_driven:
             s, e, b = simulate_priority(graph)
         else:
-            if not (_order_valid(graph) if order is graph.order else _is_valid_order(graph, order)):  # is_valid_order, in one pass
+            if not (graph.order_valid if order is graph.order else is_valid_order(graph, order)):
                 check_topological(graph, order)  # says which dependency the order breaks
                 raise DaydreamError("internal: the visiting order is not a permutation of the tasks")
             s, e, b = replay(graph, order)
