@@ -257,6 +257,33 @@ GPUS: tuple[GPU, ...] = (
         "Cache, 2,100 MHz peak); the MI300X trace of ../shared/traces reports numSms 304", **_CDNA),
 )
 
+#: The GPU-to-GPU link of each board, a :data:`daydream.comm_model.PRESETS` key, with its source
+#: (the datasheet's interconnect line): SXM boards talk over NVLink (through NVSwitch on HGX/DGX
+#: baseboards), PCIe boards over PCIe at their host interface's generation. The link a trace's
+#: collectives ran on is taken from here (``network``'s ``traced=`` overrides it, and the note says
+#: it was inferred): an NVLink bridge between two PCIe cards is not visible in a trace. AMD boards
+#: are absent (Infinity Fabric has no preset): their traces need ``traced=``.
+BOARD_LINKS: dict[str, tuple[str, str]] = {
+    "V100 PCIe": ("pcie3", "Tesla V100 datasheet: PCIe Gen3 32 GB/s (both directions)"),
+    "V100 SXM2": ("nvlink2", "Tesla V100 datasheet: NVLink 300 GB/s (SXM2)"),
+    "A100 80GB PCIe": ("pcie4", "A100 datasheet: PCIe Gen4 64 GB/s (NVLink bridge for 2 GPUs optional)"),
+    "A100 40GB PCIe": ("pcie4", "A100 datasheet: PCIe Gen4 64 GB/s (NVLink bridge for 2 GPUs optional)"),
+    "A100 80GB SXM": ("nvlink3", "A100 datasheet: NVLink 600 GB/s (SXM)"),
+    "A100 40GB SXM": ("nvlink3", "A100 datasheet: NVLink 600 GB/s (SXM)"),
+    "H100 PCIe": ("pcie5", "H100 datasheet: PCIe Gen5 128 GB/s (NVLink bridge optional)"),
+    "H100 SXM": ("nvlink4", "H100 datasheet: NVLink 900 GB/s (SXM)"),
+    "H200": ("nvlink4", "H200 datasheet: NVLink 900 GB/s (H200 SXM)"),
+    "B200": ("nvlink5", "HGX B200 datasheet: NVLink 1.8 TB/s per GPU"),
+    "L40S": ("pcie4", "L40S datasheet: PCIe Gen4 x16 64 GB/s, no NVLink"),
+    "L4": ("pcie4", "L4 datasheet: PCIe Gen4 x16 64 GB/s, no NVLink"),
+    "RTX A6000": ("pcie4", "RTX A6000 datasheet: PCIe Gen4 x16 (NVLink bridge for 2 GPUs optional)"),
+    "A10G": ("pcie4", "A10G (AWS G5): PCIe Gen4 x16, no NVLink"),
+    "A10": ("pcie4", "A10 datasheet: PCIe Gen4 64 GB/s, no NVLink"),
+    "RTX 3080": ("pcie4", "GeForce RTX 3080 specifications: PCIe Gen4 x16, no NVLink"),
+    "RTX 3090": ("pcie4", "GeForce RTX 3090 specifications: PCIe Gen4 x16 (NVLink bridge for 2 GPUs optional)"),
+    "RTX 4090": ("pcie4", "GeForce RTX 4090 specifications: PCIe Gen4 x16, no NVLink"),
+}
+
 #: Devices whose name is generic: (compute capability major, minor, SMs/CUs) -> table name.
 #: ROCm reports gfx90a as capability 9.0; MI250 packages have 208 CUs (104 per GCD), MI250X 220
 #: (110 per GCD) (AMD Instinct MI250/MI250X datasheets).

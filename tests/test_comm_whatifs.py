@@ -180,3 +180,68 @@ def test_world_size_one_needs_no_message_sizes():
     opt, params = parse_spec("world-size:n=1")
     g2, note = opt.apply(g, params)
     assert note.startswith("66 collectives cost 0 for 1 rank") and g2.dur_ns.sum() < g.dur_ns.sum()
+
+
+@needs
+@pytest.mark.parametrize("rel", WITH_COLLECTIVES)
+def test_network_on_the_traced_link_is_the_recording_and_slower_links_are_slower(rel):
+    """network:bandwidth=X compares X's nominal bandwidth with the nominal bandwidth of the link the
+    trace ran on (its GPU's board link). It compared it with the bandwidth the collectives achieved,
+    so the very link a trace ran on predicted faster collectives (nccl_data, A100 SXM: 46.876 ->
+    24.249 ms on NVLink 3, 42.815 ms on PCIe 3)."""
+    from daydream.collectives import find_collectives
+    from daydream.gpus import BOARD_LINKS
+    from daydream.optimizations.gpu_upgrade import source_gpu
+    from daydream import comm_model as cm
+    g = _graph(rel)
+    c = find_collectives(g)
+    before = int(g.dur_ns[c.node].sum())
+    traced = BOARD_LINKS[source_gpu(g, "")[0].name][0]
+    _, same = _end(g, f"network:bandwidth={traced}")
+    assert np.array_equal(same.dur_ns, g.dur_ns)
+    for link in ("pcie3", "pcie4", "nvlink2", "nvlink3", "ib100"):
+        if cm.PRESETS[link].bandwidth < cm.PRESETS[traced].bandwidth:
+            _, slow = _end(g, f"network:bandwidth={link}")
+            assert int(slow.dur_ns[c.node].sum()) > before, link
+
+
+@needs
+def test_network_says_which_link_the_trace_ran_on_and_refuses_an_unknown_one():
+    import dataclasses
+    from daydream.errors import NotApplicable
+    from daydream.events import DeviceInfo
+    g = _graph("hta/nccl_data.json.gz")
+    opt, p = parse_spec("network:bandwidth=nvlink3")
+    _, note = opt.apply(g, p)
+    assert "46.876 -> 46.876 ms" in note and "the trace ran on NVLink 3 (A100), 300 GB/s, inferred from the GPU, A100 40GB SXM" in note
+    amd = dataclasses.replace(g, devices=[DeviceInfo(id=d.id, name="AMD Instinct MI300X") for d in g.devices])
+    with pytest.raises(NotApplicable, match="link this trace's collectives ran on is not known .GPU 'AMD Instinct MI300X'"):
+        opt.apply(amd, p)
+    _, note = opt.apply(amd, parse_spec("network:bandwidth=nvlink3,traced=nvlink3")[1])
+    assert "46.876 -> 46.876 ms" in note and "given by traced=" in note
+    # the collectives reached 13 GB/s of bus bandwidth: they cannot have run on a 10 GB/s link
+    with pytest.raises(NotApplicable, match=r"reached a bus bandwidth of 12.99 GB/s, more than the 10 GB/s of the link it is taken to have run on \(10GB/s, given"):
+        opt.apply(g, parse_spec("network:bandwidth=nvlink3,traced=10GB/s")[1])
+
+
+@needs
+def test_world_size_costs_the_inter_node_link_it_is_given():
+    """world-size:n=64,inter=ib200 was costed as 64 ranks in one node: the calibration dropped inter=."""
+    from daydream.collectives import find_collectives
+    g = _graph("hta/nccl_data.json.gz")
+    c = find_collectives(g)
+
+    def total(spec):
+        return int(_end(g, spec)[1].dur_ns[c.node].sum())
+
+    assert total("world-size:n=64,inter=ib200") > total("world-size:n=64")
+    assert total("world-size:n=64,inter=ib100") > total("world-size:n=64,inter=ib200")
+    assert total("world-size:n=8,inter=ib100") == total("world-size:n=8")  # one node of 8: no inter-node step
+
+
+def test_board_links_name_table_gpus_and_link_presets():
+    from daydream import comm_model as cm
+    from daydream.gpus import BOARD_LINKS, GPUS
+    names = {g.name for g in GPUS}
+    assert set(BOARD_LINKS) <= names and all(k in cm.PRESETS and src for k, src in BOARD_LINKS.values())
+    assert {g.name for g in GPUS if g.vendor == "nvidia"} <= set(BOARD_LINKS)

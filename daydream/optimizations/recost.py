@@ -5,11 +5,17 @@ model_old, 0)``: the model's change is added to what was recorded, so the part o
 collective that is waiting for peers (or anything the model does not see) is kept, and the same
 network gives the recorded time back. ``model_old`` is :func:`daydream.comm_model.collective_ns`
 on the trace's own network, calibrated from it (bandwidth: the highest bus bandwidth any of its
-collectives achieved; latency: the ``link`` preset's), at the recorded group size. Compute is
-unchanged; collectives without a size in the trace are left as recorded (counted in the note).
+collectives achieved; latency: the ``link`` preset's, lowered where a collective was faster), at
+the recorded group size. Compute is unchanged; collectives without a size in the trace are left as
+recorded (counted in the note).
 
-* ``network:link=...,latency=...,inter=...``: the given network instead of the calibrated one.
-* ``world-size:n=N``: N ranks instead of the recorded group size (all-reduce, broadcast,
+* ``network:bandwidth=...,latency=...,inter=...``: the given network instead of the one the trace
+  ran on. Both are costed at their links' nominal bandwidths: the traced link is ``traced=`` or the
+  board link of the trace's GPU (:data:`daydream.gpus.BOARD_LINKS`), so the link the trace ran on
+  gives the recorded time back and a slower one never a faster time. The calibrated per-step
+  latency is kept, plus NCCL's hwLat difference between the two kinds of link.
+* ``world-size:n=N``: N ranks instead of the recorded group size, on the calibrated network with
+  the parameters' ``inter``, ``gpus_per_node``, ``contention`` and ``algorithm`` (all-reduce, broadcast,
   all-to-all keep their message; all-gather and reduce-scatter keep each rank's shard, so their
   ``S`` scales by N/n). ``n=1``: no peers, so every collective costs 0 (recorded waits included).
 * ``buckets:size=MB``: the all-reduces of each iteration re-bucketed: their bytes, in stream
@@ -27,17 +33,22 @@ import numpy as np
 from ..arrays import sorted_unique
 from .. import comm_model as cm
 from ..collectives import Op
+from ..errors import NotApplicable
+from ..gpus import BOARD_LINKS
 from ..transform import set_duration
 from . import Optimization, Param, register
+from .gpu_upgrade import source_gpu
 from ._comm import DDP_BUCKET_MB, MIB, NETWORK_PARAMS, check_pieces, comm_collectives, network_of, step_of_nodes
 
 
-def calibrated(c, like: cm.Network) -> cm.Network:
-    """``like`` with its intra-node link replaced by the one fitted to the collectives ``c``
-    (bandwidth: :func:`daydream.comm_model.calibrate`), and the base and per-step latencies lowered
+def calibrated(c, like: cm.Network, fit_bandwidth: bool = True) -> cm.Network:
+    """``like`` as the trace's own network: one node (no inter-node link), contention 1 (the recorded
+    times hold the contention there was), its intra-node link's bandwidth fitted to the collectives
+    ``c`` (:func:`daydream.comm_model.calibrate`; ``fit_bandwidth=False`` keeps ``like``'s, the
+    nominal bandwidth of the link the trace ran on), and its base and per-step latencies lowered
     where a recorded collective was faster than they allow (so no recorded collective is shorter
     than the calibrated model says)."""
-    link = cm.calibrate(c.op, c.size_bytes, c.group_size, c.dur_ns, like.intra)
+    link = cm.calibrate(c.op, c.size_bytes, c.group_size, c.dur_ns, like.intra) if fit_bandwidth else like.intra
     if link is None:
         return like
     net = dataclasses.replace(like, intra=link, inter=None, contention=1.0)
@@ -51,6 +62,16 @@ def calibrated(c, like: cm.Network) -> cm.Network:
         a = float(np.clip((c.dur_ns[m] - xfer) / steps, 0, link.latency_ns).min())
         net = dataclasses.replace(net, intra=dataclasses.replace(link, latency_ns=a))
     return net
+
+
+def with_changes(own: cm.Network, p: dict) -> cm.Network:
+    """The trace's own network ``own`` (:func:`calibrated`) with what the parameters ``p`` change
+    besides the link: the inter-node link, GPUs per node, contention and algorithm (``world-size``
+    and ``buckets`` re-cost on the traced link; ``inter=`` was dropped with the calibration, so 64
+    ranks with ``inter=ib200`` were costed as one node)."""
+    given = network_of(p)
+    return dataclasses.replace(own, inter=given.inter, gpus_per_node=given.gpus_per_node,
+                               contention=given.contention, algorithm=given.algorithm)
 
 
 def _sized(c):
@@ -79,35 +100,76 @@ def _network(graph, p):
     c = comm_collectives(graph)
     m = _sized(c)
     new_net = network_of(p)
-    old_net = calibrated(c, network_of({**p, "bandwidth": TRACED_LINK, "latency": ""}))
+    traced, how = traced_link(graph, c, p)
+    old_net = calibrated(c, network_of({**p, "bandwidth": traced, "latency": "", "inter": ""}), fit_bandwidth=False)
     what = new_net.intra.name + (f" + {new_net.inter.name}" if new_net.inter else "")
-    if not p.get("latency") and old_net.intra is not cm.PRESETS[TRACED_LINK]:  # calibrated: the trace's latency
-        new_net = keep_latency(new_net, old_net)
+    what += f" (the trace ran on {old_net.intra.name}, {old_net.intra.bandwidth / 1e9:.4g} GB/s, {how}"
+    if not p.get("latency"):
+        new_net = keep_latency(new_net, old_net, network_of({**p, "bandwidth": traced, "latency": ""}).intra)
         extra = new_net.intra.latency_ns - old_net.intra.latency_ns
-        what += (f" (calibrated from the trace: bus bandwidth {old_net.intra.bandwidth / 1e9:.3g} GB/s, per-step latency "
-                 f"{old_net.intra.latency_ns / 1e3:.3g} us" + (f", + {extra / 1e3:.3g} us NCCL hwLat of this link over NVLink"
-                                                              if extra > 0 else "") + "; latency= sets it)")
+        what += (f"; per-step latency calibrated from it {old_net.intra.latency_ns / 1e3:.3g} us" +
+                 (f", {extra / 1e3:+.3g} us NCCL hwLat of this link over it" if extra else "") + "; latency= sets it")
     g, old, new = recost(graph, c, m, c.size_bytes, c.group_size, new_net, old_net)
-    return g, _note(c, m, old, new, what)
+    return g, _note(c, m, old, new, what + ")")
 
 
-#: The link a trace is taken to have run on (``network``'s default bandwidth: NVLink 2, the V100
-#: machines of the paper); its latencies are calibrated from the trace (:func:`calibrated`).
-TRACED_LINK = "nvlink2"
+def _traced_ok(v: str) -> bool:
+    return not v or v.strip().lower() in cm.PRESETS or _parses(v)
 
 
-def keep_latency(net: cm.Network, traced: cm.Network) -> cm.Network:
+def _parses(v: str) -> bool:
+    try:
+        cm.parse_bandwidth(v)
+    except ValueError:
+        return False
+    return True
+
+
+def traced_link(graph, c, p) -> tuple[str, str]:
+    """(the link the trace's collectives ran on, as a ``bandwidth=`` value; how it is known).
+
+    ``traced=`` when given, else the board link of the trace's GPU (:data:`daydream.gpus.BOARD_LINKS`,
+    inferred). Re-costing compares the nominal bandwidths of the two links: comparing the bandwidth
+    the trace's collectives achieved (below nominal: protocol overhead, small messages, waits) with
+    another link's nominal one predicted faster collectives on the very link they ran on (hta
+    nccl_data, A100 SXM: 46.9 -> 24.2 ms on NVLink 3, and faster still on PCIe 3).
+
+    Raises:
+        NotApplicable: the GPU is not known or has no board link in the table, or the collectives
+            achieved more bus bandwidth than the link allows (they ran on a faster one).
+    """
+    given = p.get("traced", "")
+    if given:
+        text, how = given, "given by traced="
+    else:
+        gpu, dev = source_gpu(graph, "")
+        if gpu is None or gpu.name not in BOARD_LINKS:
+            who = f"GPU {dev!r}" if dev else "the trace names no GPU"
+            raise NotApplicable(f"the link this trace's collectives ran on is not known ({who}; the table knows the boards of "
+                                "NVIDIA GPUs): give it as network:traced=LINK (a link preset or a bandwidth, e.g. nvlink3, 25GB/s)")
+        text = BOARD_LINKS[gpu.name][0]
+        how = f"inferred from the GPU, {gpu.name}; traced= sets it"
+    link = network_of({**p, "bandwidth": text, "latency": "", "inter": ""}).intra
+    fit = cm.calibrate(c.op, c.size_bytes, c.group_size, c.dur_ns, link)
+    if fit is not None and fit.bandwidth > link.bandwidth * (1 + 1e-9):
+        raise NotApplicable(f"the trace's collectives reached a bus bandwidth of {fit.bandwidth / 1e9:.4g} GB/s, more than "
+                            f"the {link.bandwidth / 1e9:.4g} GB/s of the link it is taken to have run on ({link.name}, {how}): it ran on a "
+                            "faster one; give it as network:traced=LINK")
+    return text, how
+
+
+def keep_latency(net: cm.Network, traced: cm.Network, traced_link: cm.Link) -> cm.Network:
     """``net`` with the latencies of ``traced`` (the trace's own network, calibrated), plus the
-    difference between ``net``'s link preset and the traced link's (NCCL's hwLat per link type:
-    NVLink 3.4 us, PCI 5.7 us, NET 14 us per step, :data:`daydream.comm_model.PRESETS`).
+    difference between ``net``'s link preset and ``traced_link``'s, the nominal link the trace ran
+    on (NCCL's hwLat per link type: NVLink 3.4 us, PCI 5.7 us, NET 14 us per step,
+    :data:`daydream.comm_model.PRESETS`; a bandwidth given as a number has NVLink's).
 
     A recorded collective faster than a preset's latency allows shows that the traced system's
     latency is lower than the preset's (:func:`calibrated`); another bandwidth on the same kind of
     link keeps it, another kind of link adds its hwLat difference. Without this, re-costing on the
     traced link (or a faster one) made collectives slower (found by a new user: DLRM rank 7,
     1.746 ms recorded -> 1.911 ms on NVLink 2, 1.891 ms on NVLink 4)."""
-    ref = cm.PRESETS[TRACED_LINK]
-    lat = max(traced.intra.latency_ns + net.intra.latency_ns - ref.latency_ns, 0.0)
+    lat = max(traced.intra.latency_ns + net.intra.latency_ns - traced_link.latency_ns, 0.0)
     base = max(traced.base_latency_ns + net.base_latency_ns - cm.BASE_LATENCY_NS, 0.0)
     return dataclasses.replace(net, intra=dataclasses.replace(net.intra, latency_ns=lat), base_latency_ns=base)
 
@@ -117,11 +179,11 @@ def _world(graph, p):
         return _one_rank(graph, comm_collectives(graph, sized=False))
     c = comm_collectives(graph)
     m = _sized(c) & (c.group_size > 1)
-    net = calibrated(c, network_of(p))  # the trace's own network: only the group size changes
+    own = calibrated(c, network_of(p))  # the trace's own network: the group size changes, and inter= etc.
     n = np.full(len(c), p["n"], np.int64)
     shard = np.isin(c.op, (Op.ALL_GATHER, Op.REDUCE_SCATTER))
     size = np.where(shard, np.rint(c.size_bytes * (p["n"] / np.maximum(c.group_size, 1))).astype(np.int64), c.size_bytes)
-    g, old, new = recost(graph, c, m, size, n, net, calibrated(c, net))
+    g, old, new = recost(graph, c, m, size, n, with_changes(own, p), own)
     return g, _note(c, m, old, new, f"{p['n']} ranks")
 
 
@@ -163,10 +225,10 @@ def _buckets(graph, p):
     m = _sized(c) & (c.op == Op.ALL_REDUCE) & (c.group_size > 1)
     if not m.any():
         return graph, "no sized all-reduce to re-bucket; nothing changed"
-    net = calibrated(c, network_of(p))
+    own = calibrated(c, network_of(p))
     steps = step_of_nodes(graph)[c.node]
-    new_model = rebucket(c, m, steps, p["size"] * MIB, net)
-    old_model = cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], net)
+    new_model = rebucket(c, m, steps, p["size"] * MIB, with_changes(own, p))
+    old_model = cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], own)
     new = np.maximum(c.dur_ns[m] + new_model[m] - old_model, 0)
     mask = np.zeros(graph.n, bool)
     mask[c.node[m]] = True
@@ -176,7 +238,9 @@ def _buckets(graph, p):
 
 
 for _name, _summary, _fn, _own in (
-    ("network", "re-cost the trace's collectives on another network (bandwidth, latency, inter-node link)", _network, {}),
+    ("network", "re-cost the trace's collectives on another network (bandwidth, latency, inter-node link)", _network,
+     {"traced": Param("", "the link the trace ran on: a preset or a bandwidth with its unit; default: the board link of the "
+                      "trace's GPU (daydream/gpus.py BOARD_LINKS), inferred", str, _traced_ok, "a link preset or a bandwidth with its unit")}),
     ("world-size", "re-cost the trace's collectives for N ranks", _world,
      {"n": Param(16, "number of ranks", int, lambda v: 1 <= v <= 1 << 20, "1 to 2^20")}),
     ("buckets", "re-bucket the trace's all-reduces (DDP bucket size)", _buckets,
