@@ -26,7 +26,8 @@ import numpy as np
 from .arrays import sorted_unique
 from .events import EventTable, Kind
 from .graph import NODE_CPU, TaskGraph
-from .graph.ranges import overlap_with_ranges, thread_key
+from .graph.host_clock import clock_of
+from .graph.ranges import thread_key
 from .simulate import Timeline
 
 #: Kineto categories of RANGE rows that are not drawn or compared: Python stack frames (thousands
@@ -95,12 +96,11 @@ def boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray,
     inside = k < len(nodes)
     x = nodes[np.minimum(k, len(nodes) - 1)]
     lead = graph.rec_start_ns[x] - b
-    for match, f in graph.host_scales:  # host time the what-ifs scaled between b and x
-        if match is None:
-            lead = np.rint(lead * f).astype(np.int64)
-        else:
-            ov = overlap_with_ranges(graph, match, thread_key(graph.pid[x], graph.tid[x]), b, graph.rec_start_ns[x])
-            lead = lead - ov + np.rint(ov * f).astype(np.int64)
+    if graph.host_scales:  # host time the what-ifs scaled between b and x, as they scaled it
+        clk = clock_of(graph)
+        cls = clk.classes()
+        lead = clk.scaled(clk.lengths(thread_key(graph.pid[x], graph.tid[x]), np.minimum(b, graph.rec_start_ns[x]),
+                                      graph.rec_start_ns[x], cls), cls)
     before = tl.start_ns[x] - np.clip(lead, 0, graph.gap_ns[x])
     y = nodes[-1]
     after = tl.end_ns[y] + (b - graph.rec_end_ns[y])

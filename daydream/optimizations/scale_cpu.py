@@ -18,7 +18,8 @@ import re
 import numpy as np
 
 from ..errors import NotApplicable
-from ..graph.ranges import overlap_with_ranges, thread_key
+from ..graph.host_clock import HostClock
+from ..graph.ranges import thread_key
 from ..transform import MAX_PATTERN_CHARS, compile_pattern, set_duration, set_gap
 from . import Optimization, Param, register
 
@@ -46,10 +47,18 @@ def _apply(graph, p):
     key = thread_key(graph.pid[cpu], graph.tid[cpu])
     rs = graph.rec_start_ns[cpu]
     gap, dur = graph.gap_ns[cpu], graph.dur_ns[cpu]
-    g_in = np.minimum(overlap_with_ranges(graph, match, key, rs - gap, rs), gap)
+    # host time as the what-ifs before this one left it (HostClock): a gap that lasts ``gap`` now
+    # began at the recorded instant ``a``; the part of it inside the ranges is measured there
+    clk = HostClock(graph, within=match)
+    cls = clk.classes()
+    lens = clk.lengths(key, clk.start_before(key, rs, gap), rs, cls)
+    g_in = np.minimum(clk.scaled(lens, cls, inside=True), gap)
     span = np.maximum(graph.rec_end_ns[cpu] - rs, 0)
-    c_in = overlap_with_ranges(graph, match, key, rs, rs + span)
-    share = np.where(span > 0, c_in / np.maximum(span, 1), 0.0)
+    lens = clk.lengths(key, rs, rs + span, cls)
+    w = clk.weight(cls)
+    c_in = (lens * np.where(((cls >> clk.within_bit) & 1).astype(bool), w, 0.0)).sum(axis=1)
+    c_all = (lens * w).sum(axis=1)
+    share = np.divide(c_in, c_all, out=np.zeros(len(cpu)), where=(span > 0) & (c_all > 0))
     d_in = np.where(share >= 1.0, dur, np.rint(dur * share).astype(np.int64))
     new_gap = gap - g_in + np.rint(g_in * f).astype(np.int64)
     new_dur = dur - d_in + np.rint(d_in * f).astype(np.int64)
