@@ -530,38 +530,3 @@ _gallop_c = _gallop  # rebound to the compiled _gallop by _split_fn()
 def _split_fn():
     """The compiled :func:`_split_kernel` (calling the compiled :func:`_gallop`), or None without numba."""
     return jit.compiled_calling(globals(), "_gallop_c", _gallop, _split_kernel)
-
-
-def overlap_with_ranges(graph: TaskGraph, match: np.ndarray, key: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """ns of each host interval ``[a, b]`` of thread ``key`` that lies inside some CPU range
-    selected by ``match`` (a mask over ``graph.cpu_ranges``) of the same thread (int64).
-
-    The selected ranges of a thread are merged into disjoint intervals; the overlap is a
-    difference of the covered length up to ``b`` and up to ``a`` (prefix sums; loops over threads)."""
-    cr = graph.cpu_ranges
-    out = np.zeros(len(a), np.int64)
-    if cr is None or not match.any():
-        return out
-    rk = thread_key(cr.pid[match], cr.tid[match])
-    s, e = cr.start_ns[match], cr.end_ns[match]
-    for k in sorted_unique(rk).tolist():  # threads are few
-        q = np.flatnonzero(key == k)
-        if not len(q):
-            continue
-        m = rk == k
-        o = np.argsort(s[m], kind="stable")
-        ls, le = s[m][o], np.maximum.accumulate(e[m][o])
-        new = np.concatenate([[True], ls[1:] > le[:-1]])
-        blk = np.cumsum(new) - 1
-        lo = ls[new]
-        hi = np.zeros(len(lo), np.int64)
-        np.maximum.at(hi, blk, le)
-        cum = np.concatenate([[0], np.cumsum(hi - lo)])
-
-        def covered(t):
-            j = np.searchsorted(lo, t, "right") - 1
-            jj = np.maximum(j, 0)
-            return np.where(j >= 0, cum[jj] + np.clip(t - lo[jj], 0, hi[jj] - lo[jj]), 0)
-
-        out[q] = covered(np.maximum(b[q], a[q])) - covered(a[q])
-    return out
