@@ -22,7 +22,7 @@ from .arrays import sorted_unique
 from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, node_thread_key, ranges_of
 from .graph import NODE_CPU, TaskGraph
 from .graph.ranges import NO_RANGE, split_by_range
-from .kernels import CLASSES, classify_names, kernel_info
+from .kernels import CLASSES, kernel_info
 from .mapping import fold_by_op, nvtx_base_name
 from .memo import cached
 from .simulate import Timeline
@@ -185,17 +185,17 @@ def top_kernels(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[
         cls = kernel_info(graph).cls[gpu]
         in_rest = np.isin(inv, rest)
         top_set = set(names)
+        # a name's class as its tasks have it (a memcpy's by its kind: its name is no kernel name)
+        first = np.zeros(len(uniq), np.int64)
+        first[inv[::-1]] = np.arange(len(inv))[::-1]
+        cls_of = {graph.names[int(u)]: int(cls[first[i]]) for i, u in enumerate(uniq.tolist())}
         for c in sorted_unique(cls[in_rest]).tolist():  # classes are few
             m = in_rest & (cls == c)
             cname = CLASSES[c] if c < len(CLASSES) else "other"
             k = len(sorted_unique(inv[m]))
-            p = sum(v for nm, v in path_ns.items() if nm not in top_set and nm != "other" and _cls_of(graph, nm) == c)
+            p = sum(v for nm, v in path_ns.items() if nm not in top_set and cls_of.get(nm, -1) == c)
             rows.append(TopRow(f"other: {cname} ({k} names)", int(dur[m].sum()), _pct(dur[m].sum(), dur.sum()), int(p), _pct(p, cp.length_ns)))
     return rows
-
-
-def _cls_of(graph: TaskGraph, name: str) -> int:
-    return int(classify_names([name])[0][0])
 
 
 def _by_op(names: list[str], tot: np.ndarray, path_ns: dict[str, int]) -> tuple[list[str], np.ndarray, dict[str, int]]:
