@@ -225,6 +225,9 @@ def communication_section(r: Report) -> list[str]:
     if c is None:
         return []
     head = f"communication: {c.collectives:,} collectives" + (f", {c.without_size:,} without a message size in the trace" if c.without_size else "")
+    if c.other_tasks:
+        head += (f"; {c.other_tasks:,} other communication tasks (not NCCL/RCCL collectives: symmetric-memory kernels, "
+                 "peer-to-peer copies): no size read, not re-costed by the communication what-ifs")
     rows = []
     for o in c.by_op:
         bw = f"busbw median {o.busbw_median_gbps:,.2f} GB/s, best {o.busbw_max_gbps:,.2f} GB/s" if o.busbw_median_gbps is not None else "busbw unknown"

@@ -195,6 +195,9 @@ class CommSummary(msgspec.Struct, forbid_unknown_fields=True):
     without_size: int
     by_op: list[CollectiveStats]
     counts: dict[str, int]
+    #: communication GPU tasks that are not NCCL/RCCL collectives (symmetric-memory ``multimem``
+    #: all-reduce kernels, peer-to-peer copies): no size or group is read for them, no what-if re-costs them
+    other_tasks: int = 0
 
 
 class CompareRow(msgspec.Struct, forbid_unknown_fields=True):
@@ -551,13 +554,17 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
 
 
 def comm_summary(graph: TaskGraph) -> CommSummary | None:
-    """The :class:`CommSummary` of ``graph``'s collectives, None when it has none."""
+    """The :class:`CommSummary` of ``graph``'s collectives and other communication tasks, None
+    when it has neither."""
     c = find_collectives(graph)
-    if not len(c):
+    comm = communication_mask(graph).copy()  # the memo's mask is shared: changed on a copy
+    comm[c.node] = False
+    other = int(comm.sum())
+    if not len(c) and not other:
         return None
     by = [CollectiveStats(op, v["count"], v["sized"], v["bytes"], v["time_ns"], v["busbw_median_GBps"], v["busbw_max_GBps"])
           for op, v in c.summary().items()]
-    return CommSummary(len(c), int((c.size_bytes < 0).sum()), by, dict(c.counts))
+    return CommSummary(len(c), int((c.size_bytes < 0).sum()), by, dict(c.counts), other)
 
 
 def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int = 1, start_error_pct: float = 0.0,

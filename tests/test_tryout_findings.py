@@ -724,3 +724,15 @@ def test_top_gpu_tasks_path_column_counts_copies():
     copy = next(t for n, t in rows.items() if n.startswith("other: copy"))
     assert round(copy.path_ns / 1e6, 3) == 11.486
     assert sum(t.path_ns for t in r.summary.top_kernels) == sum(r.critical_path.by_kernel_ns.values())
+
+
+@pytest.mark.skipif(not (TRACES / "tracelens").exists(), reason="../shared/traces not present")
+def test_communication_section_counts_the_collective_kernels_the_warning_counts():
+    """B200 eager: the warning spoke of 74 collective kernels, the communication section of 1 (the
+    73 symmetric-memory multimem all-reduces are communication but no NCCL collective; accuracy
+    try-out, finding 8). The section now counts them, and says they are not re-costed."""
+    from daydream.render_text import communication_section
+    r = analyze(load_trace(str(TRACES / "tracelens" / "b200_eager_trace.json.gz"))).report
+    assert (r.communication.collectives, r.communication.other_tasks) == (1, 73)
+    assert any("its 74 collective kernels" in w for w in r.warnings)
+    assert "73 other communication tasks" in communication_section(r)[0]
