@@ -736,3 +736,16 @@ def test_communication_section_counts_the_collective_kernels_the_warning_counts(
     assert (r.communication.collectives, r.communication.other_tasks) == (1, 73)
     assert any("its 74 collective kernels" in w for w in r.warnings)
     assert "73 other communication tasks" in communication_section(r)[0]
+
+
+@pytest.mark.skipif(not (TRACES / "hta").exists(), reason="../shared/traces not present")
+def test_fusion_note_says_how_much_host_time_goes():
+    """On CPU-bound nccl_data all of fusion's 93.213 ms comes from the launch calls and CPU gaps it
+    removes; the note named only the chains' GPU time (accuracy try-out, finding 3)."""
+    from daydream.graph import build_graph
+    from daydream.mapping import map_events
+    from daydream.optimizations import parse_spec
+    t = load_trace(str(TRACES / "hta" / "nccl_data.json.gz"))
+    opt, p = parse_spec("fusion")
+    _, note = opt.apply(build_graph(t, map_events(t)), p)
+    assert "host: 975 launch calls and the CPU gaps before them removed, 93.213 ms" in note
