@@ -749,3 +749,23 @@ def test_fusion_note_says_how_much_host_time_goes():
     opt, p = parse_spec("fusion")
     _, note = opt.apply(build_graph(t, map_events(t)), p)
     assert "host: 975 launch calls and the CPU gaps before them removed, 93.213 ms" in note
+
+
+@pytest.mark.parametrize("info, note", [
+    ({"world_size": 1e20, "rank": 0}, "distributedInfo.world_size not a count of ranks from 1 to 2^20 (ignored)"),
+    ({"world_size": 4, "rank": 5}, "distributedInfo.rank not a rank from 0 to world_size - 1 (ignored)"),
+    ({"world_size": 4, "rank": -1}, "distributedInfo.rank not a rank from 0 to world_size - 1 (ignored)"),
+])
+def test_bad_distributed_info_is_ignored_with_a_note(tmp_path, info, note):
+    """world_size 1e20 crashed the collective detection (OverflowError, exit 1); rank 5 of 4 was
+    shown as such (new-user try-out, finding 2)."""
+    import gzip
+    import json
+    doc = json.loads(gzip.decompress((ROOT / "fixtures" / "train_step.json.gz").read_bytes()))
+    doc["distributedInfo"] = info
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(doc))
+    t = load_trace(str(f))
+    assert t.accounting.notes.get(note) == 1
+    assert (t.meta.rank, t.meta.world_size) == ((-1, 4) if info["world_size"] == 4 else (0, -1))
+    analyze(t)  # no crash

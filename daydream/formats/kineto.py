@@ -940,6 +940,10 @@ def _raw_value(raw: msgspec.Raw) -> Any:
         return None
 
 
+#: the largest world size read from ``distributedInfo`` (``world-size:n`` takes the same range)
+MAX_WORLD_SIZE = 1 << 20
+
+
 def _as_int(v: Any) -> Optional[int]:
     if isinstance(v, bool):
         return int(v)
@@ -1016,6 +1020,12 @@ def _meta(path: str, doc: Optional[_Doc], acct: Accounting, strict: bool = False
     if isinstance(dist, dict):
         r = _as_int(dist.get("rank"))
         w = _as_int(dist.get("world_size"))
+        if w is not None and not 1 <= w <= MAX_WORLD_SIZE:
+            acct.add("notes", "distributedInfo.world_size not a count of ranks from 1 to 2^20 (ignored)", 1)
+            w = None
+        if r is not None and not 0 <= r < (w if w is not None else MAX_WORLD_SIZE):
+            acct.add("notes", "distributedInfo.rank not a rank from 0 to world_size - 1 (ignored)", 1)
+            r = None
         meta.rank = r if r is not None else -1
         meta.world_size = w if w is not None else -1
         if isinstance(dist.get("backend"), str):
