@@ -43,6 +43,7 @@ every communication what-if.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,42 +169,56 @@ def _hierarchical(op, s, n, g, net: Network, kw) -> np.ndarray:
     return np.where(other, flat(op, s, n, E, **kw), t)
 
 
-#: bandwidth units: (suffix, bytes/s per unit for bytes); an upper-case B is bytes, a lower-case b bits
-BANDWIDTH_UNITS = (("tb/s", 1e12), ("gb/s", 1e9), ("mb/s", 1e6), ("kb/s", 1e3), ("b/s", 1.0), ("gbps", 1e9 / 8), ("mbps", 1e6 / 8))
+#: bandwidth units as written (case matters: an upper-case B is bytes, a lower-case b bits), bytes/s per unit;
+#: ``Gbps``/``Mbps`` (bits) in any case
+BANDWIDTH_UNITS = {"TB/s": 1e12, "GB/s": 1e9, "MB/s": 1e6, "kB/s": 1e3, "KB/s": 1e3, "B/s": 1.0,
+                   "Tb/s": 1e12 / 8, "Gb/s": 1e9 / 8, "Mb/s": 1e6 / 8, "kb/s": 1e3 / 8, "Kb/s": 1e3 / 8, "b/s": 1 / 8,
+                   "gbps": 1e9 / 8, "mbps": 1e6 / 8}
 #: the accepted spellings, as error messages name them
 BANDWIDTH_UNITS_HELP = "TB/s, GB/s, MB/s, kB/s or B/s for bytes, Tb/s, Gb/s, Mb/s, kb/s, b/s, Gbps or Mbps for bits"
+_UNIT = re.compile(r"^\s*([0-9.eE+-]+)\s*([A-Za-z/]+)\s*$", re.ASCII)
 
 
 def parse_bandwidth(text: str) -> float:
     """``"25GB/s"``, ``"200Gb/s"``, ``"100Gbps"``, ``"12.5e9B/s"`` or a preset name -> bytes/s.
 
-    A number needs a unit (:data:`BANDWIDTH_UNITS_HELP`): a bare ``25`` would be 25 bytes/s, a
-    million times slower than any link meant by it.
+    A number needs a unit (:data:`BANDWIDTH_UNITS_HELP`), written as there: a bare ``25`` would be
+    25 bytes/s, a million times slower than any link meant by it, and ``25gb/s`` could be bits or
+    bytes (it was read as bits, 8x slower than ``25GB/s``, without a word).
 
     Raises:
-        ValueError: not a bandwidth, or a number without a unit.
+        ValueError: not a bandwidth, a number without a unit, or a unit not written as listed.
     """
     t = text.strip()
     if t.lower() in PRESETS:
         return PRESETS[t.lower()].bandwidth
-    try:
-        for u, f in BANDWIDTH_UNITS:
-            if t.lower().endswith(u):
-                num, unit = t[: -len(u)], t[-len(u):]
-                # lower-case b in the unit means bits ("Gb/s"), upper-case bytes ("GB/s")
-                bits = u.endswith("/s") and unit[-3] == "b"
-                v = float(num) * f / (8 if bits else 1)
-                break
-        else:
-            float(t)
+    m = _UNIT.match(t)
+    if m is None:
+        if _is_number(t):
             raise ValueError(f"bandwidth {text!r} has no unit: write it with one ({BANDWIDTH_UNITS_HELP}) or name a link ({', '.join(PRESETS)})")
-    except ValueError as e:
-        if "has no unit" in str(e):
-            raise
+        raise ValueError(f"not a positive bandwidth: {text!r} (a number with a unit: {BANDWIDTH_UNITS_HELP}; or a link: {', '.join(PRESETS)})")
+    num, unit = m.groups()
+    f = BANDWIDTH_UNITS.get(unit, BANDWIDTH_UNITS.get(unit.lower()) if unit.lower() in ("gbps", "mbps") else None)
+    if f is None:
+        raise ValueError(f"bandwidth {text!r}: unit {unit!r} is not one of {BANDWIDTH_UNITS_HELP} (case matters: B bytes, b bits)")
+    try:
+        v = float(num) * f
+    except ValueError:
         v = float("nan")
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"not a positive bandwidth: {text!r} (a number with a unit: {BANDWIDTH_UNITS_HELP}; or a link: {', '.join(PRESETS)})")
     return v
+
+
+def _is_number(t: str) -> bool:
+    """``t`` is an ASCII decimal number (Python's float() also takes other scripts' digits)."""
+    if not t.isascii():
+        return False
+    try:
+        float(t)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_latency(text: str) -> float:
@@ -213,6 +228,8 @@ def parse_latency(text: str) -> float:
         ValueError: not a latency.
     """
     t = text.strip().lower()
+    if not t.isascii():
+        raise ValueError(f"not a latency: {text!r} (5us, 800ns, 1ms, or ns)")
     try:
         for u, f in (("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)):
             if t.endswith(u):

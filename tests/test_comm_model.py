@@ -120,3 +120,30 @@ def test_monotone(op, size, n, g, tree, c):
                       gpus_per_node=g, contention=c, algorithm=base.algorithm)
     assert int(cm.collective_ns(op, size, n, fast)) <= t
     assert int(cm.collective_ns(op, size + 1024, n, base)) >= t
+
+
+def test_bandwidth_units_are_read_as_written():
+    """'25gb/s' was read as gigabits (8x slower than 25GB/s) without a word, and Arabic-Indic digits
+    passed as a number (new-user try-out, finding 8): units must be written as listed."""
+    from daydream.comm_model import parse_bandwidth, parse_latency
+    assert parse_bandwidth("25GB/s") == 25e9 and parse_bandwidth("200Gb/s") == 25e9 and parse_bandwidth("100gbps") == 12.5e9
+    for bad in ("25gb/s", "25GB/S", "\u0662\u0665GB/s"):
+        with pytest.raises(ValueError):
+            parse_bandwidth(bad)
+    with pytest.raises(ValueError, match="has no unit"):
+        parse_bandwidth("25")
+    with pytest.raises(ValueError):
+        parse_latency("\u0665us")
+
+
+def test_network_parameters_are_checked_when_parsed():
+    """A bad latency was only seen when the what-if applied: on a trace without sized collectives
+    '--opt network:latency=5parsecs' was 'not applicable' (exit 3), elsewhere a usage error without
+    the optimization's name (new-user try-out, finding 9)."""
+    from daydream.errors import UsageError
+    from daydream.optimizations import parse_spec
+    for spec in ("network:latency=5parsecs", "network:latency=-5us", "network:inter=fast", "network:traced=nvlink9",
+                 "ddp:latency=1parsec", "world-size:inter=25gb/s"):
+        with pytest.raises(UsageError, match=spec.split(":")[0]):
+            parse_spec(spec)
+    parse_spec("network:latency=5us,inter=ib200,traced=25GB/s")

@@ -47,15 +47,39 @@ def _link(text: str) -> str:
     return text
 
 
+def _latency(text: str) -> str:
+    if text:
+        cm.parse_latency(text)
+    return text
+
+
+_latency.__name__ = "latency: a time with its unit (5us, 800ns, 1ms) or ns; empty: the link's"
+
+
+def link_text(text: str) -> str:
+    """``text`` itself when it is empty or names a link (a preset or a bandwidth with its unit).
+
+    Raises:
+        ValueError: it names none.
+    """
+    return _link(text) if text else text
+
+
+def _inter(text: str) -> str:
+    return link_text(text)
+
+
+_inter.__name__ = "inter: empty, or a link preset or a bandwidth with its unit"
+
 _link.__name__ = (f"bandwidth: a link ({', '.join(cm.PRESETS)}) or a number with a unit ({cm.BANDWIDTH_UNITS_HELP}), "
-                  "e.g. 25GB/s")  # named in --opt errors
+                  "e.g. 25GB/s; case matters: B bytes, b bits")  # named in --opt errors
 
 
 NETWORK_PARAMS: dict[str, Param] = {
     "bandwidth": Param("nvlink2", "intra-node link: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth with its unit (25GB/s, 200Gb/s; a bare number is refused); "
                   "default NVLink 2 (the V100 machines of the paper); sources in docs/distributed.md", _link),
-    "latency": Param("", "per-step latency (5us, 800ns); default: the link preset's (NCCL tuning.cc hwLat)", str),
-    "inter": Param("", "inter-node link preset or bandwidth; empty: all ranks in one node", str),
+    "latency": Param("", "per-step latency (5us, 800ns); default: the link preset's (NCCL tuning.cc hwLat)", _latency),
+    "inter": Param("", "inter-node link preset or bandwidth; empty: all ranks in one node", _inter),
     "gpus_per_node": Param(8, "GPUs per node for the hierarchical model (DGX-1/DGX A100: 8)", int, lambda v: v >= 1, ">= 1"),
     "contention": Param(1.0, "transfer-time multiplier for communication overlapped with compute; the Daydream paper "
                         f"measured {cm.PAPER_CONTENTION} (NCCL ~34 % slower than the exclusive-link estimate)", float,

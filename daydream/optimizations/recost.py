@@ -38,7 +38,7 @@ from ..gpus import BOARD_LINKS
 from ..transform import set_duration
 from . import Optimization, Param, register
 from .gpu_upgrade import source_gpu
-from ._comm import DDP_BUCKET_MB, MIB, NETWORK_PARAMS, check_pieces, comm_collectives, network_of, step_of_nodes
+from ._comm import DDP_BUCKET_MB, MIB, NETWORK_PARAMS, check_pieces, comm_collectives, link_text, network_of, step_of_nodes
 
 
 def calibrated(c, like: cm.Network, fit_bandwidth: bool = True) -> cm.Network:
@@ -113,16 +113,11 @@ def _network(graph, p):
     return g, _note(c, m, old, new, what + ")")
 
 
-def _traced_ok(v: str) -> bool:
-    return not v or v.strip().lower() in cm.PRESETS or _parses(v)
+def _traced(text: str) -> str:
+    return link_text(text)
 
 
-def _parses(v: str) -> bool:
-    try:
-        cm.parse_bandwidth(v)
-    except ValueError:
-        return False
-    return True
+_traced.__name__ = "traced: empty (the GPU's board link), or a link preset or a bandwidth with its unit"
 
 
 def traced_link(graph, c, p) -> tuple[str, str]:
@@ -240,7 +235,7 @@ def _buckets(graph, p):
 for _name, _summary, _fn, _own in (
     ("network", "re-cost the trace's collectives on another network (bandwidth, latency, inter-node link)", _network,
      {"traced": Param("", "the link the trace ran on: a preset or a bandwidth with its unit; default: the board link of the "
-                      "trace's GPU (daydream/gpus.py BOARD_LINKS), inferred", str, _traced_ok, "a link preset or a bandwidth with its unit")}),
+                      "trace's GPU (daydream/gpus.py BOARD_LINKS), inferred", _traced)}),
     ("world-size", "re-cost the trace's collectives for N ranks", _world,
      {"n": Param(16, "number of ranks", int, lambda v: 1 <= v <= 1 << 20, "1 to 2^20")}),
     ("buckets", "re-bucket the trace's all-reduces (DDP bucket size)", _buckets,
