@@ -360,7 +360,7 @@ class StepWindow(NamedTuple):
     end_ns: int  #: measured: the step's CPU end, or its members' last end when that is later
     replayed_start_ns: int
     replayed_end_ns: int
-    members: np.ndarray  #: node mask
+    members: np.ndarray  #: the members' node ids, ascending (a mask per step made memory grow as steps x nodes)
     note: str  #: why replayed = measured, when it is
     cpu_start_ns: int = 0  #: the ProfilerStep range itself (measured), without the GPU work it launched
     cpu_end_ns: int = 0
@@ -376,7 +376,6 @@ class _StepGroup(NamedTuple):
     end_ns: int
     pid: int
     tid: int
-    members: np.ndarray  #: node mask, shape (n,)
     idx: np.ndarray  #: the members' node ids, ascending
     kinds: tuple[np.ndarray, ...]  #: the members' (CPU tasks, kernels, memcpys, memsets), as :func:`_member_kinds`
     devices: list[np.ndarray]  #: the members' GPU tasks by device, as :func:`_device_tasks`
@@ -396,16 +395,14 @@ def _step_members(graph: TaskGraph) -> list[_StepGroup]:
     slice of it (two binary searches): the cost is the graph once plus the steps' members, not
     the graph once per step (a trace's step count grows with its length)."""
     def make():
-        n = graph.n
         steps = profiler_steps(graph.table)
         if len(steps) <= FEW_STEPS:  # a pass over the graph per step costs less than the sort
             rel, proc = gpu_relevant(graph), graph.lane_keys[graph.lane, 1]
             out = []
             for name, s, e, pid, tid in steps:
-                mask = (graph.position_ns >= s) & (graph.position_ns < e) & (proc == pid) & rel
-                idx = np.flatnonzero(mask)
+                idx = np.flatnonzero((graph.position_ns >= s) & (graph.position_ns < e) & (proc == pid) & rel)
                 gpu = idx[graph.node_kind[idx] != NODE_CPU]
-                out.append(_StepGroup(name, s, e, pid, tid, mask, idx, _kinds_of(graph, idx), _by_device(graph, gpu)))
+                out.append(_StepGroup(name, s, e, pid, tid, idx, _kinds_of(graph, idx), _by_device(graph, gpu)))
             return out
         cand = np.flatnonzero(gpu_relevant(graph))
         proc, pos = graph.lane_keys[graph.lane[cand], 1], graph.position_ns[cand]
@@ -416,10 +413,8 @@ def _step_members(graph: TaskGraph) -> list[_StepGroup]:
             p_lo, p_hi = np.searchsorted(proc, pid, "left"), np.searchsorted(proc, pid, "right")
             lo, hi = p_lo + np.searchsorted(pos[p_lo:p_hi], [s, e], "left")
             idx = np.sort(cand[lo:hi])
-            mask = np.zeros(n, dtype=bool)
-            mask[idx] = True
             gpu = idx[graph.node_kind[idx] != NODE_CPU]
-            out.append(_StepGroup(name, s, e, pid, tid, mask, idx, _kinds_of(graph, idx), _by_device(graph, gpu)))
+            out.append(_StepGroup(name, s, e, pid, tid, idx, _kinds_of(graph, idx), _by_device(graph, gpu)))
         return out
     return cached(graph, "report.step_members", make)
 
@@ -447,13 +442,13 @@ def step_windows(graph: TaskGraph, tl: Timeline) -> list[StepWindow]:
     """
     out = []
     prev: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> previous step's (measured, replayed) end
-    for name, s, e, pid, tid, members, idx, _, _ in _step_members(graph):
+    for name, s, e, pid, tid, idx, _, _ in _step_members(graph):
         cpu = _replayed_boundaries(graph, tl, s, e, pid, tid)
         rs, re_ = (s, e) if cpu is None else cpu
         end_m, end_r = _covering(e, graph.rec_end_ns, idx), _covering(re_, tl.end_ns, idx)
         pm, pr = prev.get((pid, tid), (s, rs))
         note = "no API call inside the step on its thread; replayed = measured" if cpu is None else ""
-        out.append(StepWindow(name, min(max(s, pm), end_m), end_m, min(max(rs, pr), end_r), end_r, members, note, s, e, rs, re_))
+        out.append(StepWindow(name, min(max(s, pm), end_m), end_m, min(max(rs, pr), end_r), end_r, idx, note, s, e, rs, re_))
         prev[(pid, tid)] = (max(pm, end_m), max(pr, end_r))
     return out
 
