@@ -22,6 +22,7 @@ from .collectives import find_collectives
 from .critical_path import CriticalPath, communication_mask, critical_path, gpu_relevant
 from .events import Accounting, EventTable, Kind, TraceMeta
 from .graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
+from .graph.startup import startup_calls
 from .kernels import classify_name
 from .mapping import PHASES
 from .memo import cached, memo
@@ -709,26 +710,10 @@ def overlapping_steps(steps: list[tuple[str, int, int, int, int]]) -> int:
     return sum(sum(1 for (_, e), (s2, _) in zip(v, v[1:]) if s2 < e) for v in (sorted(x) for x in by_pid.values()))
 
 
-#: an API call that does not wait for the GPU yet takes this many times the trace's median call (and at
-#: least STARTUP_MIN_NS) is one-time start-up work: CUDA context creation on a process's first runtime
-#: call, module loading on a kernel's first launch (CUDA_MODULE_LOADING=LAZY, the default since CUDA
-#: 11.7), cuDNN/cuBLAS handle creation; launches and queries otherwise return in microseconds
-STARTUP_FACTOR = 1000
-STARTUP_MIN_NS = 1_000_000
 #: the words that mark the start-up warning (the answer line refers to it)
 STARTUP_WORDS = "one-time start-up"
 #: the words that mark the warning about cross-stream waits without their event (the answer line refers to it)
 UNLINKED_WORDS = "cross-stream waits (cudaStreamWaitEvent) do not say which event they wait for"
-
-
-def startup_calls(graph: TaskGraph) -> np.ndarray:
-    """API calls (bool, shape (n,)) that look like one-time start-up (see STARTUP_FACTOR): not blocked
-    on the GPU, and longer than STARTUP_FACTOR x the median API call and STARTUP_MIN_NS."""
-    cpu = (graph.node_kind == NODE_CPU) & ~graph.blocking
-    if not cpu.any():
-        return cpu
-    limit = max(STARTUP_MIN_NS, STARTUP_FACTOR * float(np.median(graph.dur_ns[cpu])))
-    return cpu & (graph.dur_ns > limit)
 
 
 def _world_size(graph: TaskGraph) -> int:

@@ -12,6 +12,7 @@ from ..arrays import sorted_unique, unique_inverse
 from ..cuda_api import ApiRole, api_role
 from ..events import Kind
 from ..graph import NODE_CPU, TaskGraph, lower_median
+from ..graph.startup import startup_calls
 from ..graph.edges import EdgeKind
 from ..mapping import PHASES
 from ..memo import cached
@@ -39,11 +40,13 @@ def _cpu_roles(graph: TaskGraph) -> np.ndarray:
 
 
 def median_launch_ns(graph: TaskGraph) -> int:
-    """Lower median of the recorded durations (ns) of the calls that launched a kernel; 0 when
-    there are none."""
+    """Lower median of the recorded durations (ns) of the calls that launched a kernel, one-time
+    start-up calls left out (:func:`daydream.graph.startup.startup_calls`: a first launch that loads
+    its module is no launch's cost); 0 when there are none."""
     k = (graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)
     calls = sorted_unique(graph.launch[k])
-    return lower_median(graph.dur_ns[calls])
+    steady = calls[~startup_calls(graph)[calls]]
+    return lower_median(graph.dur_ns[steady if len(steady) else calls])
 
 
 def has_dependents(graph: TaskGraph) -> np.ndarray:

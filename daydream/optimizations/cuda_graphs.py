@@ -13,8 +13,10 @@ driver as their dependencies finish. Model:
   of the process launched GPU work (a hand-over, e.g. the main thread waiting in
   ``loss.backward()`` while the autograd thread launches: that gap is a wait, not framework
   overhead, and stays), and at calls that a graph cannot hold
-  (allocation, freeing, creating streams/events, loading modules: :data:`NONCAPTURABLE`): the
-  program would have to split its graph there too, and those calls stay. Every run with two or more kernel
+  (allocation, freeing, creating streams/events, loading modules: :data:`NONCAPTURABLE`), and at
+  one-time start-up calls (:func:`daydream.graph.startup.startup_calls`: a first launch that loads
+  its module, which a graphed program pays as well): the program would have to split its graph
+  there too, and those calls stay. Every run with two or more kernel
   launches becomes one graph launch: its first call stays, with duration ``graph_launch_ns``
   (it now stands for ``cudaGraphLaunch``), and every other call of the run is removed with the
   CPU gap before it (event records, stream waits and host-side queries are captured or vanish
@@ -35,6 +37,7 @@ import numpy as np
 from ..arrays import sorted_unique
 from ..errors import NotApplicable
 from ..graph import NODE_CPU
+from ..graph.startup import startup_calls
 from ..events import Kind
 from ..transform import remove, set_duration
 from . import Optimization, Param, integer_ns, register
@@ -81,7 +84,9 @@ def _apply(graph, p):
         raise NotApplicable("the trace has no launched GPU tasks")
     rid, how = regions(graph, p["region"])
     roles = cpu_roles(graph)
-    splitter = cpu & (graph.synchronizing | np.isin(roles, [int(r) for r in SYNC_ROLES]) | name_mask(graph, NONCAPTURABLE, cpu))
+    # one-time start-up calls (module loading on a first launch) stay: a graphed program loads its modules too
+    splitter = cpu & (graph.synchronizing | np.isin(roles, [int(r) for r in SYNC_ROLES]) | name_mask(graph, NONCAPTURABLE, cpu)
+                      | startup_calls(graph))
     member = cpu & (rid >= 0) & ~splitter
     order = lane_order(graph, cpu)
     # runs: consecutive members on one thread in one region

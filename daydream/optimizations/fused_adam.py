@@ -33,6 +33,7 @@ from .. import kernels as K
 from ..errors import NotApplicable
 from ..events import Kind
 from ..graph import NODE_CPU
+from ..graph.startup import startup_calls
 from ..transform import remove, set_duration
 from . import Optimization, Param, integer_ns, register
 from ._common import cpu_nodes_in_ranges, cpu_ranges, lane_order, lower_median, mapped_labels_match, mapped_phase, name_mask, runs
@@ -86,6 +87,7 @@ def _apply(graph, p):
     rank[graph.order] = np.arange(graph.n)
     # tasks launched per call, and fusable ones per call
     n_launched = np.bincount(graph.launch[graph.launch >= 0], minlength=graph.n)
+    startup = startup_calls(graph)
     plans = []
     for g_id in sorted_unique(launched_by[fusable]).tolist():
         ks = np.nonzero(fusable & (launched_by == g_id))[0]
@@ -95,7 +97,7 @@ def _apply(graph, p):
             continue
         calls = sorted_unique(graph.launch[ks])
         per_call = np.bincount(graph.launch[ks], minlength=graph.n)[calls]
-        calls = calls[per_call == n_launched[calls]]
+        calls = calls[(per_call == n_launched[calls]) & ~startup[calls]]  # one-time start-up calls stay
         if len(calls) == 0:
             continue
         calls = calls[np.argsort(rank[calls], kind="stable")]

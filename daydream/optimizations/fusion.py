@@ -32,7 +32,8 @@ member (a fused kernel still does all of that member's work):
 
 Transformation: the first kernel of each chain takes the fused duration; the other members are
 removed with their launch calls and the CPU gaps before those calls (the per-op framework work a
-compiled graph no longer does).
+compiled graph no longer does); a one-time start-up call (:mod:`daydream.graph.startup`: a first
+launch that loads its module) stays, without its kernel.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .. import kernels as K
 from ..errors import NotApplicable
 from ..events import Kind
 from ..graph import NODE_CPU
+from ..graph.startup import startup_calls
 from ..transform import remove, set_duration
 from . import Optimization, Param, register
 from ._common import has_dependents, lane_order, mapped_phase
@@ -146,7 +148,8 @@ def _apply(graph, p):
     n_launched = np.bincount(la, minlength=graph.n)
     n_dropped = np.bincount(graph.launch[drop_k], minlength=graph.n)
     calls = sorted_unique(graph.launch[drop_k])
-    drop[calls[n_dropped[calls] == n_launched[calls]]] = True
+    # one-time start-up calls stay (a compiled program loads its kernels' modules too)
+    drop[calls[(n_dropped[calls] == n_launched[calls]) & ~startup_calls(graph)[calls]]] = True
     head_mask = np.zeros(graph.n, dtype=bool)
     head_mask[heads] = True
     g = set_duration(graph, head_mask, fused[np.argsort(heads)])
