@@ -807,3 +807,29 @@ def test_cuda_graphs_keeps_one_time_start_up():
         g2, _ = opt.apply(g, p)
         assert np.isin(g.row[slow], g2.row).all(), spec  # the start-up calls are still there
         assert int(simulate(g2).end_ns.max()) - g2.t0_ns > 0.99 * window, spec
+
+
+def test_gzip_damage_is_named(tmp_path):
+    """A gzip file whose deflate data was zeroed in the middle inflated to garbage and was called
+    'not a trace daydream can read'; one without its 8-byte end marker (CRC, size) was read
+    silently, also with --strict (new-user try-out, finding 6)."""
+    import gzip
+    import warnings as w
+    from daydream.errors import TraceFormatError
+    raw = json.dumps(json.loads(gzip.decompress((ROOT / "fixtures" / "train_step.json.gz").read_bytes()))).encode()
+    z = gzip.compress(raw, 6)
+    from daydream.formats import HEAD_BYTES
+    for content in (z, gzip.compress(b"x" * (3 * HEAD_BYTES), 6)):  # a trace, and content no adapter takes
+        bad_crc = tmp_path / "crc.json.gz"
+        bad_crc.write_bytes(content[:-8] + bytes(4) + content[-4:])
+        with pytest.raises(TraceFormatError, match="damaged gzip (data|stream).*incorrect data check"):
+            load_trace(str(bad_crc))
+    tail = tmp_path / "tail.json.gz"
+    tail.write_bytes(z[:-8])
+    with pytest.raises(TraceFormatError, match="no end marker"):
+        load_trace(str(tail), strict=True)
+    with w.catch_warnings(record=True) as got:
+        w.simplefilter("always")
+        t = load_trace(str(tail))
+    assert t.accounting.notes.get("gzip stream without its end marker (the file is cut short; its CRC was not checked)") == 1
+    assert any("no end marker" in str(x.message) for x in got)

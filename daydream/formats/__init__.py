@@ -180,8 +180,18 @@ def detect(path: str):
     if cut is not None:
         raise TraceFormatError(path, f"byte offset {cut}", f"the gzip stream is cut short (the file is truncated): its first {len(head):,} "
                                "bytes of content are too few to tell the format")
+    if _is_gzip(path):  # damaged deflate data can inflate to garbage; its CRC tells (raises when it fails)
+        read_maybe_gzip(path)
     accepted = "; ".join(f"{a.NAME}: {a.DESCRIPTION}" for a in adapters)
     raise TraceFormatError(path, "", f"not a trace daydream can read. Accepted formats: {accepted}")
+
+
+def _is_gzip(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
 
 
 def _gzip_cut_at(path: str, head: bytes) -> int | None:

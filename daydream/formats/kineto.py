@@ -129,7 +129,7 @@ from ..events import (
     SyncKind,
     TraceMeta,
 )
-from . import GZIP_MAGIC, TIME_LIMIT_NS, inflate_limit, inflate_refused, open_maybe_gzip
+from . import GZIP_MAGIC, TIME_LIMIT_NS, inflate_limit, inflate_refused, read_maybe_gzip
 from .launch_data import LAUNCH_CATEGORIES as _LAUNCH_CATS
 from .launch_data import LaunchFacts, clean_ext, clean_ints, clean_triples
 
@@ -405,9 +405,15 @@ def load(path: str, *, strict: bool = False) -> EventTable:
         if table is None:
             # anything the streaming reader does not take (repairs, errors, array form, ...): the
             # whole document at once, repaired and reported as documented
-            data = open_maybe_gzip(path)
+            data, cut = read_maybe_gzip(path)
             _check_one_event_array(path, data)
             acct = Accounting()
+            if cut:  # the JSON may still be whole: said, and refused with --strict
+                if strict:
+                    raise TraceFormatError(path, "gzip stream", "the gzip stream has no end marker (its CRC and size): "
+                                           "the file is cut short (strict mode refuses to read it)")
+                acct.add("notes", "gzip stream without its end marker (the file is cut short; its CRC was not checked)", 1)
+                warnings.warn(f"{path}: the gzip stream has no end marker (the file is cut short); read what it holds", stacklevel=2)
             events, doc = _decode(path, data, strict, acct)
             del data
             meta = _meta(path, doc, acct, strict)
