@@ -258,6 +258,15 @@ def run(argv: list[str] | None = None) -> int:
         raise UsageError("daydream-analyze: a trace file is needed (see --help)")
     if args.scheduler and not (args.more_traces or os.path.isdir(args.trace)):
         raise UsageError("--scheduler reads the ranks of a job on a Dask cluster: give several traces or a folder of them")
+    if os.path.isdir(args.trace) and not args.more_traces and not args.scheduler:
+        from .job.load import expand_inputs
+
+        try:
+            files = expand_inputs([args.trace])
+        except UsageError:  # said by the job's path, after its usage checks
+            files = []
+        if len(files) == 1:  # a folder of one trace: that trace (a job of one rank was run, without --opt all)
+            args.trace = files[0]
     if args.more_traces or os.path.isdir(args.trace) or args.scheduler:
         return _run_job(args)
     if args.ranks or args.workers != 1:

@@ -387,3 +387,39 @@ def test_job_replay_trust_is_reported_and_strict_replay_refuses(dlrm, capsys):
     assert main([str(DLRM), "--opt", "straggler:rank=7", "--strict-replay"]) == 2
     assert "the job's coupled baseline replay is unreliable" in capsys.readouterr().err
     assert main([str(DLRM), "--strict-replay"]) == 0  # without a what-if there is nothing to refuse
+
+
+def _fixture_with(tmp_path, name, info):
+    """The fixture trace with ``distributedInfo`` set (None: removed), written as ``name``."""
+    import gzip
+    doc = json.loads(gzip.decompress((ROOT / "fixtures" / "train_step.json.gz").read_bytes()))
+    doc.pop("distributedInfo", None)
+    if info is not None:
+        doc["distributedInfo"] = info
+    f = tmp_path / name
+    f.write_text(json.dumps(doc))
+    return str(f)
+
+
+def test_job_inputs_said_as_they_are(tmp_path, capsys):
+    """New-user try-out, finding 7: one file given twice was a job of two ranks; a folder of one
+    trace ran as a job of one rank (refusing --opt all); a file without a stated rank took its
+    position, which another file stated ('both rank 0'); traces of jobs of 128 and 8 ranks were
+    'both rank 0' instead of 'not one job'."""
+    fx = str(ROOT / "fixtures" / "train_step.json.gz")
+    with pytest.raises(UsageError, match="the same trace is given twice"):
+        expand_inputs([fx, fx])
+    one = tmp_path / "one"
+    one.mkdir()
+    shutil.copy(fx, one / "t.json.gz")
+    assert main([str(one), "--opt", "all"]) == 0
+    assert "what to try first" in capsys.readouterr().out
+    d = tmp_path / "mixed"
+    d.mkdir()
+    a = _fixture_with(d, "a.json", {"rank": 0, "world_size": 2})
+    b = _fixture_with(d, "b.json", None)  # no stated rank, first in no order that matters: takes the free rank 1
+    ranks = load_ranks([b, a])
+    assert [(r.rank, r.rank_source) for r in ranks] == [(0, "trace"), (1, "order")]
+    c = _fixture_with(d, "c.json", {"rank": 1, "world_size": 8})
+    with pytest.raises(UsageError, match="of a job of 8 ranks .* of one of 2 .*not one job"):
+        load_ranks([a, c])

@@ -2,7 +2,8 @@
 
 The rank of a file is, in this order: the trace's own ``distributedInfo.rank`` (Kineto), a number
 in the file name (the last group of digits after ``rank``, ``worker``, ``node``, ``proc`` or
-``gpu``, e.g. ``dlrm_8rank_worker3.pt.trace.json.gz`` -> 3), and the position in the list given.
+``gpu``, e.g. ``dlrm_8rank_worker3.pt.trace.json.gz`` -> 3), and else the lowest rank no other file
+claims, in the order given (a position could collide with a stated rank: "both rank 0").
 Each source is counted (reported). Files are read and their graphs built independently, so
 :func:`load_ranks` runs them in a process pool (``workers``) or through any ``map`` callable (a
 Dask client's, :mod:`daydream.job.scale`).
@@ -56,7 +57,7 @@ def expand_inputs(items: Iterable[str]) -> list[str]:
     (:data:`TRACE_SUFFIXES`) in name order.
 
     Raises:
-        UsageError: an item does not exist, or a folder holds no trace file.
+        UsageError: an item does not exist, a folder holds no trace file, or one file is named twice.
     """
     out: list[str] = []
     for it in items:
@@ -69,6 +70,12 @@ def expand_inputs(items: Iterable[str]) -> list[str]:
             out.append(it)
         else:
             raise UsageError(f"{it}: no such file or folder")
+    seen: dict[str, str] = {}
+    for f in out:  # one file given twice would be two ranks of one trace
+        real = os.path.realpath(f)
+        if real in seen:
+            raise UsageError(f"{f}: the same trace is given twice ({seen[real]} and {f}); give one trace per rank")
+        seen[real] = f
     return out
 
 
@@ -145,7 +152,7 @@ def load_ranks(paths: list[str], *, strict: bool = False, workers: int = 1,
     ranks sorted by rank.
 
     Raises:
-        UsageError: two files claim one rank.
+        UsageError: two files claim one rank, or their world sizes differ.
         TraceFormatError: a file cannot be read.
     """
     items = [(p, i, strict) for i, p in enumerate(paths)]
@@ -158,9 +165,31 @@ def load_ranks(paths: list[str], *, strict: bool = False, workers: int = 1,
             ranks = list(ex.map(_read_star, items))
     else:
         ranks = [_read_star(a) for a in items]
-    seen: dict[int, str] = {}
-    for r in ranks:
+    _check_world_sizes(ranks)
+    seen: dict[int, RankTrace] = {}
+    for r in ranks:  # ranks the traces or their file names state
+        if r.rank_source == "order":
+            continue
         if r.rank in seen:
-            raise UsageError(f"{r.path} and {seen[r.rank]} are both rank {r.rank} ({r.rank_source}); one trace per rank is needed")
-        seen[r.rank] = r.path
+            o = seen[r.rank]
+            raise UsageError(f"{r.path} and {o.path} are both rank {r.rank} ({r.rank_source}, {o.rank_source}); one trace per rank is needed")
+        seen[r.rank] = r
+    free = (i for i in range(len(ranks) + len(seen) + 1) if i not in seen)
+    for r in ranks:  # the others: the ranks no file claims, in the order given
+        if r.rank_source == "order":
+            r.rank = next(free)
+            seen[r.rank] = r
     return sorted(ranks, key=lambda r: r.rank)
+
+
+def _check_world_sizes(ranks: list[RankTrace]) -> None:
+    """Refuse traces that state different world sizes (they are not one job).
+
+    Raises:
+        UsageError: two traces' ``distributedInfo.world_size`` differ.
+    """
+    stated = [r for r in ranks if r.world_size > 0]
+    for r in stated[1:]:
+        if r.world_size != stated[0].world_size:
+            raise UsageError(f"{r.path} is of a job of {r.world_size:,} ranks and {stated[0].path} of one of {stated[0].world_size:,} "
+                             "(their distributedInfo): not one job")
