@@ -186,7 +186,8 @@ def render_job_text(r: JobReport) -> str:
         out += ["", "collectives (first 10): #, op, bytes, last to arrive (recorded / replayed), longest wait ms, transfer ms"]
         for x in r.collective_rows[:10]:
             grp = f" [{x.group}]" if x.group else ""
-            out.append(f"  {x.index:>3} {x.op}{grp} {x.size_bytes:,} B  rank {x.last_rank} / {x.last_rank_replayed}  "
+            size = f"{x.size_bytes:,} B" if x.size_bytes >= 0 else "size unknown"
+            out.append(f"  {x.index:>3} {x.op}{grp} {size}  rank {x.last_rank} / {x.last_rank_replayed}  "
                        f"{_ms(x.wait_max_ns)}  {_ms(x.transfer_ns)}")
     for p in r.predictions:
         who = f" on ranks {','.join(map(str, p.ranks))}" if p.ranks else ""
