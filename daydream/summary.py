@@ -114,9 +114,17 @@ def _bound(cp: CriticalPath) -> tuple[str, int, str]:
     return b, v, detail
 
 
+#: longest name the answer line quotes (the top tables give names whole up to their column; a
+#: templated kernel name runs to 400 characters)
+ANSWER_NAME_MAX = 80
+
+
 def _top_name(d: dict[str, int]) -> str:
     rows = [(v, k) for k, v in d.items() if k not in ("other", NO_RANGE)]
-    return max(rows)[1] if rows else ""
+    if not rows:
+        return ""
+    name = max(rows)[1]
+    return name if len(name) <= ANSWER_NAME_MAX else name[: ANSWER_NAME_MAX - 3] + "..."
 
 
 def build_summary(graph: TaskGraph, tl: Timeline, rec: Timeline, cp: CriticalPath, detail: dict, steps: list, window) -> Summary:

@@ -833,3 +833,13 @@ def test_gzip_damage_is_named(tmp_path):
         t = load_trace(str(tail))
     assert t.accounting.notes.get("gzip stream without its end marker (the file is cut short; its CRC was not checked)") == 1
     assert any("no end marker" in str(x.message) for x in got)
+
+
+@pytest.mark.skipif(not (TRACES / "nsys_ai").exists(), reason="../shared/traces not present")
+def test_answer_line_shortens_a_long_kernel_name():
+    """The first line quoted mfu_2gpu_before's ~400-character flash_fwd_kernel name whole (new-user
+    try-out, finding 10); the tables shorten theirs."""
+    from daydream.summary import ANSWER_NAME_MAX
+    r = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite"))).report
+    top = r.summary.answer.bound_detail.split("top: ", 1)[1]
+    assert top.startswith("void flash::flash_fwd_kernel") and len(top) == ANSWER_NAME_MAX and top.endswith("...")
