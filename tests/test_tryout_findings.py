@@ -843,3 +843,13 @@ def test_answer_line_shortens_a_long_kernel_name():
     r = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite"))).report
     top = r.summary.answer.bound_detail.split("top: ", 1)[1]
     assert top.startswith("void flash::flash_fwd_kernel") and len(top) == ANSWER_NAME_MAX and top.endswith("...")
+
+
+def test_straggler_is_listed_and_said_to_be_a_job_what_if():
+    """straggler was missing from --list-opts, and on one trace it was an 'unknown optimization'
+    (new-user try-out, finding 11)."""
+    from daydream.optimizations import JOB_ONLY, describe_all, parse_spec
+    from daydream.job.whatif import STRAGGLER
+    assert STRAGGLER in JOB_ONLY and "straggler" in describe_all()
+    with pytest.raises(UsageError, match="straggler is a what-if of a job"):
+        parse_spec("straggler:rank=0")

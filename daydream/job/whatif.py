@@ -35,7 +35,7 @@ from .load import RankTrace
 from .match import Matching
 from .report import job_windows
 
-STRAGGLER = "straggler"
+STRAGGLER = "straggler"  #: listed by --list-opts from daydream.optimizations.JOB_ONLY
 
 
 def parse_job_specs(specs: list[str], world: int) -> list[tuple[Any, dict[str, Any]]]:

@@ -138,6 +138,8 @@ def parse_spec(spec: str) -> tuple[Optimization, dict[str, Any]]:
     name, _, rest = spec.partition(":")
     name = name.strip()
     opt = opts.get(name)
+    if opt is None and name in JOB_ONLY:
+        raise UsageError(f"{name} is a what-if of a job: give every rank's trace (or their folder), docs/jobs.md")
     if opt is None:
         raise UsageError(f"unknown optimization {name!r}; --list-opts shows the available ones ({', '.join(opts)})")
     overrides: dict[str, str] = {}
@@ -166,12 +168,23 @@ def check_composition(opts: list[tuple[Optimization, dict[str, Any]]]) -> None:
         seen.add(o.name)
 
 
+#: what-ifs of a job only (``daydream.job.whatif``: several ranks' traces replayed coupled): name -> (summary, parameters)
+JOB_ONLY: dict[str, tuple[str, dict[str, str]]] = {
+    "straggler": ("a job's rank as fast as the median rank: it starts its step with the median rank and its work is "
+                  "scaled to the median's (job only: give every rank's trace, docs/jobs.md)",
+                  {"rank": "the rank made as fast as the median (required)"}),
+}
+
+
 def describe_all() -> str:
-    """The ``--list-opts`` text: one line per optimization, then its parameters."""
+    """The ``--list-opts`` text: one line per optimization, then its parameters; the job-only what-ifs last."""
     lines = []
     for name, opt in load_all().items():
         lines.append(f"{name:<16} {opt.summary}" + ("  [what-if; not ranked by --opt all]" if opt.what_if else ""))
         for k, p in opt.params.items():
             d = f"{p.default:.4g}" if isinstance(p.default, float) else str(p.default)
             lines.append(f"    {k + '=' + d:<28} {p.help}")
+    for name, (summary, params) in JOB_ONLY.items():
+        lines.append(f"{name:<16} {summary}  [job what-if]")
+        lines.extend(f"    {k + '=R':<28} {h}" for k, h in params.items())
     return "\n".join(lines) + "\n"
