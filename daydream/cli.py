@@ -292,6 +292,8 @@ def run(argv: list[str] | None = None) -> int:
         if args.compare_to:
             _check_output(path, flag, args.compare_to)
     _check_distinct(outputs)
+    if args.save_table and args.save_table != "-" and not args.save_table.lower().endswith(".npz"):
+        raise UsageError(f"--save-table {args.save_table}: the table is an .npz file; name it so (e.g. trace.npz)")
     progress = _Progress(args.trace)
     table = _load(args.trace, args.strict)
     progress.stage(f"read {len(table):,} events; building the graph and replaying")

@@ -853,3 +853,9 @@ def test_straggler_is_listed_and_said_to_be_a_job_what_if():
     assert STRAGGLER in JOB_ONLY and "straggler" in describe_all()
     with pytest.raises(UsageError, match="straggler is a what-if of a job"):
         parse_spec("straggler:rank=0")
+
+
+def test_save_table_wants_an_npz_name(tmp_path, capsys):
+    """--save-table o/t.json wrote an .npz table under a .json name (new-user try-out, finding 11)."""
+    code = main([str(ROOT / "fixtures" / "train_step.json.gz"), "--save-table", str(tmp_path / "t.json")])
+    assert code == 2 and "is an .npz file" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
