@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .critical_path import critical_path
-from .errors import NotApplicable, UsageError
+from .errors import DaydreamError, NotApplicable, UsageError
 from .events import EventTable
 from .graph import TaskGraph, build_graph
 from .mapping import map_events
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
-from .report import AppliedOpt, Ranked, Report, build_prediction, build_report
+from .report import AppliedOpt, Ranked, Report, WaitBound, build_prediction, build_report, window_end_ns
 from .summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
 from .simulate import Timeline, recorded, simulate
+from .transform import with_latent_waits
 from .timeline import write_timeline
 
 
@@ -120,6 +121,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             return result
         tl2 = simulate(g2)
         report.predictions.append(build_prediction(report, g2, tl2, applied))
+        report.predictions[-1].wait_bound = wait_bound(graph, g2)
         result.predicted_graph, result.predicted = g2, tl2
     if rank_all:
         rows = []
@@ -134,7 +136,8 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
                 continue
             tl2 = simulate(g2)
             pred = build_prediction(report, g2, tl2, applied)
-            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note))
+            b = wait_bound(graph, g2)
+            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0))
         rows.sort(key=lambda r: (r.predicted_ns < 0, -r.speedup, r.name))
         report.ranking = rows
     if report.summary is not None:
@@ -143,6 +146,32 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
         else:
             cheap_whatifs(graph, report)
     return result
+
+
+def wait_bound(graph: TaskGraph, g2: TaskGraph) -> WaitBound | None:
+    """The :class:`~daydream.report.WaitBound` of the prediction ``g2`` made from ``graph``: both
+    replayed with the latent cross-stream waits (:func:`daydream.transform.with_latent_waits`);
+    None when the trace has none or the prediction's graph holds none of them."""
+    if not graph.latent_waits:
+        return None
+    try:
+        g3, k = with_latent_waits(g2)
+        base = _latent_baseline_ns(graph)
+    except DaydreamError:  # a transformation that reordered them into a cycle: no bound
+        return None
+    if not k:
+        return None
+    pred = window_end_ns(g3, simulate(g3)) - g3.t0_ns
+    return WaitBound(k, base, pred, round(base / pred, 4) if pred > 0 else 0.0)
+
+
+def _latent_baseline_ns(graph: TaskGraph) -> int:
+    """The traced window (ns) of ``graph`` replayed with its latent waits, once per graph (kept beside it)."""
+    got = graph.__dict__.get("_latent_window")
+    if got is None:
+        g1, _ = with_latent_waits(graph)
+        got = graph.__dict__["_latent_window"] = window_end_ns(g1, simulate(g1)) - g1.t0_ns
+    return got
 
 
 #: the optimization that addresses each bound of daydream.summary.BOUNDS, predicted for the

@@ -247,6 +247,28 @@ def _compare(result, args) -> None:
     result.report.comparison = compare(result, after)
 
 
+def _check_suffixes(args) -> None:
+    """Refuse a --plot or --save-table name that does not say what the file will be."""
+    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".svg", ".html"):
+        raise UsageError(f"--plot {args.plot}: the file name must end in .svg or .html")
+    if args.save_table and args.save_table != "-" and not args.save_table.lower().endswith(".npz"):
+        raise UsageError(f"--save-table {args.save_table}: the table is an .npz file; name it so (e.g. trace.npz)")
+
+
+def _one_trace_folder(args) -> str:
+    """The trace argument, or the one trace file of the folder it names (a folder of one trace is
+    that trace: it ran as a job of one rank, which refuses --opt all)."""
+    if not os.path.isdir(args.trace) or args.more_traces or args.scheduler:
+        return args.trace
+    from .job.load import expand_inputs
+
+    try:
+        files = expand_inputs([args.trace])
+    except UsageError:  # said by the job's path, after its usage checks
+        return args.trace
+    return files[0] if len(files) == 1 else args.trace
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from .optimizations import describe_all
@@ -258,15 +280,7 @@ def run(argv: list[str] | None = None) -> int:
         raise UsageError("daydream-analyze: a trace file is needed (see --help)")
     if args.scheduler and not (args.more_traces or os.path.isdir(args.trace)):
         raise UsageError("--scheduler reads the ranks of a job on a Dask cluster: give several traces or a folder of them")
-    if os.path.isdir(args.trace) and not args.more_traces and not args.scheduler:
-        from .job.load import expand_inputs
-
-        try:
-            files = expand_inputs([args.trace])
-        except UsageError:  # said by the job's path, after its usage checks
-            files = []
-        if len(files) == 1:  # a folder of one trace: that trace (a job of one rank was run, without --opt all)
-            args.trace = files[0]
+    args.trace = _one_trace_folder(args)
     if args.more_traces or os.path.isdir(args.trace) or args.scheduler:
         return _run_job(args)
     if args.ranks or args.workers != 1:
@@ -281,8 +295,6 @@ def run(argv: list[str] | None = None) -> int:
     from .optimizations import parse_spec
 
     opts = [parse_spec(s) for s in specs] if specs else []  # usage errors before the slow load
-    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".svg", ".html"):
-        raise UsageError(f"--plot {args.plot}: the file name must end in .svg or .html")
     if args.compare_to and specs is None:
         raise UsageError("--compare-to compares one prediction with a measurement; it cannot be combined with --opt all")
     outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"), (args.plot, "--plot"))
@@ -292,8 +304,7 @@ def run(argv: list[str] | None = None) -> int:
         if args.compare_to:
             _check_output(path, flag, args.compare_to)
     _check_distinct(outputs)
-    if args.save_table and args.save_table != "-" and not args.save_table.lower().endswith(".npz"):
-        raise UsageError(f"--save-table {args.save_table}: the table is an .npz file; name it so (e.g. trace.npz)")
+    _check_suffixes(args)
     progress = _Progress(args.trace)
     table = _load(args.trace, args.strict)
     progress.stage(f"read {len(table):,} events; building the graph and replaying")

@@ -260,9 +260,15 @@ def prediction_section(p: Prediction, trust: Trust | None = None) -> list[str]:
     return [
         "  prediction: " + " + ".join(_spec(o.name, o.params) for o in p.optimizations) + _unreliable(trust),
         *(line for o in p.optimizations for line in (f"    {o.name}: {o.note}", *([f"      changed: {o.changed}"] if o.changed else []))),
+        *([_bound_line(p.wait_bound)] if p.wait_bound is not None else []),
         *_table(PREDICTION_COLS, [p.window, *p.processes, *p.steps], rule=True),
         *critical_path_section("critical path of the prediction", p.critical_path),
     ]
+
+
+def _bound_line(b) -> str:
+    return (f"    bound: with every dependency its cross-stream waits without an event can have ({b.waits:,} edges, a superset), "
+            f"traced window {_ms(b.baseline_ns)} -> {_ms(b.predicted_ns)} ms ({b.speedup:.3f}x): the speed-up lies between this and the one below")
 
 
 def not_applicable_section(name: str, why: str) -> list[str]:
@@ -276,7 +282,8 @@ def ranking_section(r: Report) -> list[str]:
     out = ["  what to try first (each optimization alone, by predicted speed-up of the traced window):" + _unreliable(r.trust)]
     for i, k in enumerate(r.ranking, 1):
         if k.predicted_ns >= 0:
-            out.append(f"  {i:>3}. {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms  {k.note}")
+            low = f" (>= {k.speedup_bound:.3f}x with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
+            out.append(f"  {i:>3}. {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms{low}  {k.note}")
         else:
             out.append(f"    -  {k.name:<16}{'':>8}   {'':>12}     not applicable: {k.note}")
     return out
@@ -398,8 +405,11 @@ def answer_lines(r: Report) -> list[str]:
     if a.bound_detail == EMPTY_PATH:  # nothing on the critical path: no share to give
         line = line.replace(f" ({a.bound_pct:.0f} % of the critical path; ", " (")
     if a.whatifs:
-        line += "; try " + ", ".join(f"{k} {v:.2f}x" for k, v in a.whatifs.items())
-        if any(UNLINKED_WORDS in w for w in r.warnings):  # those speed-ups may overlap streams the program orders
+        line += "; try " + ", ".join(f"{k} {a.whatif_bounds[k]:.2f}-{v:.2f}x" if k in a.whatif_bounds else f"{k} {v:.2f}x"
+                                     for k, v in a.whatifs.items())
+        if a.whatif_bounds:  # a range: the low end holds every dependency the waits without their event can have
+            line += " (a range where cross-stream waits name no event: see the warning below)"
+        elif any(UNLINKED_WORDS in w for w in r.warnings):  # those speed-ups may overlap streams the program orders
             line += " (optimistic where streams wait on each other: cross-stream waits without their event, see below)"
     if any(STARTUP_WORDS in w for w in r.warnings):  # what bounds this window need not bound a step
         line += f"; the window holds {STARTUP_WORDS} (see the warning below)"

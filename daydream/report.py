@@ -96,6 +96,17 @@ class PredictedWindow(msgspec.Struct, forbid_unknown_fields=True):
     breakdown: Breakdown  #: from the predicted timeline
 
 
+class WaitBound(msgspec.Struct, forbid_unknown_fields=True):
+    """The pessimistic side of a prediction on a trace whose cross-stream waits name no event:
+    baseline and prediction replayed with every dependency those waits can have
+    (``TaskGraph.latent_waits``, a superset: never earlier than the program would run)."""
+
+    waits: int  #: the latent (producer, consumer) pairs the prediction's graph still holds, added as edges
+    baseline_ns: int  #: the traced window replayed with them
+    predicted_ns: int  #: the prediction's traced window replayed with them
+    speedup: float  #: baseline_ns / predicted_ns
+
+
 class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     """The predicted effect of one optimization or a composition of several."""
 
@@ -104,6 +115,7 @@ class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     steps: list[PredictedWindow]
     critical_path: CriticalPath
     processes: list[PredictedWindow] = []  #: each process (rank) of a multi-process trace, as in Report.processes
+    wait_bound: WaitBound | None = None  #: set where the trace has cross-stream waits without their event (daydream.analysis)
 
 
 class Ranked(msgspec.Struct, forbid_unknown_fields=True):
@@ -113,6 +125,7 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     predicted_ns: int  #: -1 when not applicable
     speedup: float  #: 0 when not applicable
     note: str
+    speedup_bound: float = 0.0  #: the :class:`WaitBound` speed-up; 0 when there is none
 
 
 class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
@@ -522,6 +535,11 @@ def _window_end(graph: TaskGraph, end_ns: np.ndarray, rel: np.ndarray, step_ends
     return max([int(end_ns[rel].max()) if rel.any() else graph.t0_ns] + step_ends)
 
 
+def window_end_ns(graph: TaskGraph, tl: Timeline) -> int:
+    """The end (ns) of the traced window of the replay ``tl`` of ``graph``, as reports place it."""
+    return _window_end(graph, tl.end_ns, gpu_relevant(graph), [w.replayed_end_ns for w in step_windows(graph, tl)])
+
+
 def _window_note(graph: TaskGraph, rel: np.ndarray) -> str:
     """The traced window's note when threads without GPU work are left out of it."""
     n_out = int(np.count_nonzero(~graph.lane_is_gpu)) - len(sorted_unique(graph.lane[rel & (graph.node_kind == NODE_CPU)]))
@@ -736,7 +754,8 @@ def _warnings(graph: TaskGraph) -> list[str]:
     if waits and _streams_side_by_side(graph):  # with one stream per GPU a missing cross-stream edge orders nothing
         out.append(
             f"{waits:,} {UNLINKED_WORDS}, so those edges are missing: "
-            "predictions may let streams (e.g. NCCL) overlap more than the program allows. Record with "
+            "predictions may let streams (e.g. NCCL) overlap more than the program allows; each prediction's 'bound' line "
+            "(and --opt all's '>=') replays it with every dependency those waits can have. Record with "
             "torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True) or Nsight Systems for exact edges."
         )
     gpu = int(np.count_nonzero(graph.node_kind != NODE_CPU))

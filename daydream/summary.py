@@ -70,6 +70,8 @@ class Answer(msgspec.Struct, forbid_unknown_fields=True):
     shares_pct: dict[str, float] = {}  #: every bound's share of the critical path, %
     wait: Wait | None = None  #: the largest wait of the critical path, when >= WAIT_MIN_PCT of it
     whatifs: dict[str, float] = {}  #: the top two optimizations by predicted speed-up (--opt all)
+    #: their speed-ups with the cross-stream waits that name no event held (report.WaitBound), where lower
+    whatif_bounds: dict[str, float] = {}
 
 
 class Summary(msgspec.Struct, forbid_unknown_fields=True):
@@ -249,6 +251,8 @@ def answer_whatifs(summary: Summary, ranking: list) -> None:
     those predicted at least :data:`WHATIF_MIN_SPEEDUP` times faster."""
     summary.answer.whatifs = {r.name: r.speedup for r in ranking if r.predicted_ns >= 0 and r.speedup >= WHATIF_MIN_SPEEDUP}
     summary.answer.whatifs = dict(list(summary.answer.whatifs.items())[:2])
+    summary.answer.whatif_bounds = {r.name: r.speedup_bound for r in ranking if r.name in summary.answer.whatifs
+                                    and 0 < r.speedup_bound < r.speedup - 0.005}
 
 
 def change_summary(before: TaskGraph, after: TaskGraph) -> str:

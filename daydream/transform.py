@@ -298,6 +298,32 @@ def add_edges(graph: TaskGraph, src, dst, kind, origin: int = Origin.INSERTED) -
     return _with_valid_order(graph.with_edges(s, d, k, o))
 
 
+def with_latent_waits(graph: TaskGraph) -> tuple[TaskGraph, int]:
+    """(``graph`` with its ``latent_waits`` pairs added as inferred cross-stream edges, how many): the
+    pairs whose two tasks the graph still has (their table rows), for the bound a prediction
+    reports on traces whose cross-stream waits name no event. ``graph`` itself when there are none.
+
+    Raises:
+        DaydreamError: the edges close a dependency cycle.
+    """
+    if not graph.latent_waits:
+        return graph, 0
+    pr, cr = graph.latent_waits
+    has = np.flatnonzero(graph.row >= 0)
+    o = has[np.argsort(graph.row[has], kind="stable")]
+    rows = graph.row[o]
+
+    def node_of(r):
+        j = np.minimum(np.searchsorted(rows, r), max(len(rows) - 1, 0))
+        return np.where((len(rows) > 0) & (rows[j] == r), o[j], -1) if len(rows) else np.full(len(r), -1)
+
+    s, d = node_of(pr), node_of(cr)
+    ok = (s >= 0) & (d >= 0) & (s != d)
+    if not ok.any():
+        return graph, 0
+    return add_edges(graph, s[ok], d[ok], EdgeKind.XSTREAM, Origin.INFERRED), int(ok.sum())
+
+
 def _with_valid_order(g: TaskGraph) -> TaskGraph:
     """``g`` with a valid visiting order (its own when it is, else a topological sort), marked so."""
     if g.order_valid:

@@ -358,3 +358,49 @@ def test_adding_a_kernel_with_inferred_waits_follows_the_emulator(tmp_path_facto
     exact = _corr_edges(g, _inferred(g)) == _truth(run)
     event(f"W {'> 0' if prog.wait_latency_ns else '= 0'}, {'all' if exact else 'not all'} waits inferred")
     _check_changed(got, changed, prog.wait_latency_ns * n_waits, exact)
+
+
+@st.composite
+def _slack_wait_programs(draw):
+    """:func:`_wait_programs` whose waits do not hold their consumer in the run (the producer ends
+    long before the consumer is launched: no timing shows the dependency, so no edge is inferred)
+    until the kernels are scaled up."""
+    L = draw(st.integers(2_000, 15_000))
+    G = draw(st.integers(0, min(L, 3_000)))
+    ops = []
+    for r in range(draw(st.integers(1, 3))):
+        ops += [Launch(7, "ncclKernel_AllReduce", draw(st.integers(1_000, 20_000)), draw(st.integers(1_000, 5_000))),
+                EventRecord(("e", r), 7, 1_000)]
+        if draw(st.booleans()):
+            ops.append(Launch(24, "rival", draw(st.integers(1_000, 20_000)), 2_000))
+        ops += [StreamWaitEvent(20, ("e", r), 1_000), HostWork(draw(st.integers(100_000, 300_000)))]
+        for k in range(draw(st.integers(1, 3))):
+            ops.append(Launch(20, f"consumer{k}", draw(st.integers(1_000, 50_000)), draw(st.integers(1_000, 5_000))))
+        ops.append(HostWork(draw(st.integers(0, 50_000))))
+    return Program([Thread(ops)], launch_latency_ns=L, gpu_gap_ns=G)
+
+
+@SETTINGS
+@given(st.one_of(_WAITING, _slack_wait_programs()), st.sampled_from([0.0, 0.5, 2.0, 5.0, 40.0]))
+def test_the_latent_wait_bound_is_never_earlier_than_the_emulator(tmp_path_factory, prog, factor):
+    """The bound a prediction reports (daydream.analysis.wait_bound): replayed with every
+    dependency the waits without their event can have (graph.latent_waits, a superset), the
+    baseline and the prediction after scaling every kernel never start a GPU task earlier than the
+    emulator runs it, but for the waits' own latency ``W`` beyond ``G`` (the edges' offset is G)."""
+    from daydream.transform import with_latent_waits
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graphs(tmp_path_factory.mktemp("e"), run)
+    assume((g.launch_latency_ns, g.gpu_gap_ns) == (prog.L, prog.G))
+    changed = emulate(prog.map_ops(
+        lambda op: dataclasses.replace(op, kernel_dur_ns=int(np.rint(op.kernel_dur_ns * factor))) if isinstance(op, Launch) else op))
+    assume(_same_interleaving(run, changed))
+    slack = prog.wait_latency_ns * sum(isinstance(c.op, StreamWaitEvent) for c in run.calls)
+    event("latent pairs" if g.latent_waits else "no latent pair")
+    for g2, r2 in ((g, run), (scale(g, select(g, kind="kernel"), factor), changed)):
+        g3, _ = with_latent_waits(g2)
+        bound, want = _gpu_starts(g3, simulate(g3), r2, key=run)
+        plain, _ = _gpu_starts(g2, simulate(g2), r2, key=run)
+        assert (bound >= plain).all() and (bound >= want - slack).all()
+        if (plain < want - slack).any():
+            event("the plain prediction runs a task early; the bound does not")

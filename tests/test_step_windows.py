@@ -58,7 +58,8 @@ def check_columns(r: Report, graph, tl) -> None:
     sw = step_windows(graph, tl)
     assert [w.name for w in sw] == [s.name for s in r.steps]
     for w, s in zip(sw, r.steps):
-        m = w.members
+        m = np.zeros(graph.n, bool)
+        m[w.members] = True  # the members' node ids (a mask per step made memory grow as steps x nodes)
         gpu = m & (graph.node_kind != NODE_CPU)
         cpu = m & (graph.node_kind == NODE_CPU)
         # the window covers the GPU work the step launched and the calls (waits included) it made

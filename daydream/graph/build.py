@@ -114,7 +114,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     staged = np.concatenate([np.zeros(nodes.n_cpu, bool), copies.staged])
     L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd, staged, counts)
     # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits")
-    ys, yd = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xs, xd, L, G, counts)
+    ys, yd, (ls, ld) = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xs, xd, L, G, counts)
     v = np.arange(len(row), dtype=np.int64)
     lp = lanes.lane_prev >= 0
     R = Origin.RECORDED
@@ -147,7 +147,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
         order=order.astype(np.int64, copy=False), edge_src=src, edge_dst=dst, edge_kind=ek, edge_origin=eo,
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
-        staging_latency_ns=S,
+        staging_latency_ns=S, latent_waits=(row[ls], row[ld]) if len(ls) else (),
     )
     if all_kept:  # every lane and launch edge as built: seed the graph's views of them (same arrays)
         graph.__dict__["lane_prev"], graph.__dict__["launch"] = lanes.lane_prev, launch

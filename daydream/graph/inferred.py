@@ -147,9 +147,40 @@ def _choose(ci, pr, c_start, rec_end, G: int, tol: int, counts) -> tuple[np.ndar
     return ci, pr
 
 
+def latent_waits(ix: WaitIndex, lanes: Lanes, c: np.ndarray, w_pos: np.ndarray, c_start: np.ndarray,
+                 rec_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(producer, consumer)`` pairs that hold every dependency the unlinked waits tied to the
+    consumers ``c`` (``w_pos``: the latest such wait's position, ``c_start``: the consumers'
+    recorded starts, each shape (k,)) can have (a superset): on each other stream of the consumer's process and
+    device, the last task launched before the wait (``w_pos``) and ended before the consumer's
+    recorded start. The event a wait waits for was recorded after the work it captures was
+    launched and before the wait, and that work ended before the consumer started; on a stream
+    (FIFO) the pair's producer is that work's last task or a later one. Replaying with these edges
+    is therefore never earlier than the program (``tests/test_inferred_edges.py``); they are kept
+    apart (``TaskGraph.latent_waits``) for the bound a prediction reports, not replayed by default:
+    most of them order tasks that do not depend on each other."""
+    ci, pr = [_NONE], [_NONE]
+    c_key = lanes.keys[lanes.lane[c]]
+    for Lx in np.nonzero(lanes.is_gpu)[0].tolist():  # the few GPU lanes
+        _, pid, dev, _ = lanes.keys[Lx].tolist()
+        q = np.nonzero((c_key[:, 1] == pid) & (c_key[:, 2] == dev) & (lanes.lane[c] != Lx))[0]
+        a, b = np.searchsorted(ix.g_lane, Lx, "left"), np.searchsorted(ix.g_lane, Lx, "right")
+        if not len(q) or a == b:
+            continue
+        tl = ix.g_nodes[a:b]  # stream order
+        k = np.minimum(np.searchsorted(np.maximum.accumulate(ix.g_pos[a:b]), w_pos[q], "left"),
+                       np.searchsorted(np.maximum.accumulate(rec_end[tl]), c_start[q], "right"))
+        ok = k > 0
+        ci.append(q[ok])
+        pr.append(tl[k[ok] - 1])
+    ci = np.concatenate(ci)
+    return np.concatenate(pr).astype(np.int64), c[ci].astype(np.int64, copy=False)
+
+
 def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes: Lanes, position, rec_start, rec_end,
-                         xs, xd, L: int, G: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Inferred cross-stream edges ``(producer, consumer)`` for the unlinked waits (module doc).
+                         xs, xd, L: int, G: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Inferred cross-stream edges ``(producer, consumer)`` for the unlinked waits (module doc),
+    and the :func:`latent_waits` pairs of the consumers that got no inferred edge.
 
     Counts the inferred edges, the ambiguous cases, and the waits left without an edge.
     """
@@ -158,8 +189,9 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
     tied = cons >= 0
     if not tied.any():
         count(counts, UNLINKED, len(w), missing=True)
-        return _NONE, _NONE
+        return _NONE, _NONE, (_NONE, _NONE)
     c, w_pos, w_corr = _latest_wait(cons[tied], w[tied], ix)
+    latent = latent_waits(ix, lanes, c, w_pos, rec_start[c], rec_end)
     tol = tolerance_ns(G)
     late = rec_start[c] - _known_bound(c, nodes, lanes, rec_start, rec_end, xs, xd, L, G)
     delayed = late > tol
@@ -171,4 +203,6 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
     n = len(ci)
     count(counts, UNLINKED, len(w) - n, missing=True)  # one wait per inferred edge is no longer without an edge
     count(counts, INFERRED, n)
-    return pr.astype(np.int64), c[ci].astype(np.int64, copy=False)
+    inferred_c = c[ci].astype(np.int64, copy=False)
+    keep = ~np.isin(latent[1], inferred_c)  # a consumer with an inferred edge has its producer
+    return pr.astype(np.int64), inferred_c, (latent[0][keep], latent[1][keep])

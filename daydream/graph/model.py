@@ -112,6 +112,11 @@ class TaskGraph:
     #: changed CPU gap (range and ProfilerStep boundaries, :func:`daydream.ranges.boundaries`) move
     #: by it. Kept by every transformation (the CPU ranges are the table's).
     host_scales: tuple = ()
+    #: cross-stream waits the trace does not tie to their event and no rule inferred: (producer table
+    #: rows, consumer table rows), int64, a superset of what they can wait for
+    #: (:func:`daydream.graph.inferred.latent_waits`); not replayed, a prediction's bound adds them.
+    #: Rows are stable identities: kept by every transformation.
+    latent_waits: tuple = ()
 
     # ------------------------------------------------------------------ node views ----------
     @property
