@@ -400,7 +400,9 @@ def load(path: str, *, strict: bool = False) -> EventTable:
         UserWarning: a truncated file was salvaged (the note names the byte offset of the cut).
     """
     path = str(path)
-    with _gc_paused():  # millions of short-lived containers: the cyclic GC would only slow us
+    # millions of short-lived containers: the cyclic GC would only slow us; many fresh large
+    # temporaries: 4 KiB pages fault in steadily where huge ones may stall (see _small_pages)
+    with _gc_paused(), _small_pages():
         table = _load_streaming(path, strict)
         if table is None:
             # anything the streaming reader does not take (repairs, errors, array form, ...): the
@@ -457,6 +459,39 @@ def _gc_paused():
     finally:
         if was:
             gc.enable()
+
+
+def _hugepage_switch():
+    """numpy's switch of ``madvise(MADV_HUGEPAGE)`` on its large allocations (returns the old
+    setting), or None where this numpy has none."""
+    for mod in ("_core", "core"):
+        ma = getattr(getattr(np, mod, None), "multiarray", None)
+        fn = getattr(ma, "_set_madvise_hugepage", None)
+        if fn is not None:
+            return fn
+    return None
+
+
+@contextlib.contextmanager
+def _small_pages():
+    """numpy's arrays of 4 MiB and more allocated without the huge-page hint while loading.
+
+    numpy asks the kernel for transparent huge pages on its large arrays; where the system sets
+    THP to ``madvise`` (with ``defrag`` ``madvise``), each first touch of such an array may then
+    compact memory before the fault returns, a cost that grows with the system's fragmentation
+    and with the size of the temporaries (measured on the bench VM: ``_table_columns`` of
+    kineto_1m.json.gz took 0.20 s CPU with 4 KiB pages, 0.2-1.2 s with the hint). The loader's
+    arrays are filled once and mostly freed soon, so small pages cost it nothing measurable. The
+    previous setting is restored on exit (numpy's setting is process-wide: another thread's
+    allocations during the load get small pages too, which changes no result).
+    """
+    fn = _hugepage_switch()
+    was = fn(False) if fn is not None else None
+    try:
+        yield
+    finally:
+        if was:
+            fn(True)
 
 
 # ---------------------------------------------------------------------------------------------
