@@ -500,7 +500,7 @@ def _small_pages():
 #: bytes of JSON text decoded at a time by the streaming reader
 _STREAM_CHUNK = 16 << 20
 #: bytes read (or gunzipped) at a time
-_READ_BLOCK = 4 << 20
+_READ_BLOCK = 1 << 20
 #: the traceEvents key must appear within this many bytes of the start
 _HEAD_LIMIT = 64 << 20
 _TE_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -652,42 +652,90 @@ def _stream_events(blocks, buf: bytearray, dec_events: _SliceDecoder, cols: _Col
     (more while no event boundary is found, up to 8 times that), then the complete events are
     cut off its front. When the blocks end, ``buf`` (changed in place) holds the rest of the
     document. False when the reader gives up: an event too large, or a JSON or type error.
+
+    The text is gathered in one work buffer (:class:`_Window`) allocated once and reused for
+    every slice: the rest after a cut moves to its front, so no large buffer is allocated (and
+    faulted in) again per slice (measured on kineto_1m.json.gz: 0.26 vs 0.38 s CPU for the
+    reading and cutting alone, 0.5 k vs 75 k page faults).
     """
+    win = _Window(buf, _STREAM_CHUNK + 2 * _READ_BLOCK)
     eof = False
     need = _STREAM_CHUNK
-    seen = 0  # buf[:seen] holds no boundary: only its last 1 MiB is searched again (else give up)
+    seen = 0  # text[:seen] holds no boundary: only its last 1 MiB is searched again (else give up)
     while True:
-        while not eof and len(buf) < need:
+        while not eof and win.end < need:
             blk = next(blocks, None)
             if blk is None:
                 eof = True
             else:
-                buf += blk
+                win.append(blk)
         if eof:
+            buf[:] = memoryview(win.buf)[: win.end]
             return True
-        cands = [mm.start(1) for mm in _EV_SPLIT.finditer(buf, max(0, len(buf) - (1 << 20)))]
+        text, end = win.buf, win.end
+        # only the last _SPLIT_TRIES candidates are tried: the last 64 KiB first, else the last 1 MiB
+        cands = [mm.start(1) for mm in _EV_SPLIT.finditer(text, max(0, end - (1 << 16)), end)]
+        if len(cands) < _SPLIT_TRIES:
+            cands = [mm.start(1) for mm in _EV_SPLIT.finditer(text, max(0, end - (1 << 20)), end)]
         if not cands:
-            cands = [mm.start(1) for mm in _EV_SPLIT.finditer(buf, max(0, seen - (1 << 20)))]
+            cands = [mm.start(1) for mm in _EV_SPLIT.finditer(text, max(0, seen - (1 << 20)), end)]
         if not cands:  # no event boundary in the buffer yet (a huge event): read on
             if need >= 8 * _STREAM_CHUNK:
                 return False
-            need = seen = len(buf)
+            need = seen = end
             need += _STREAM_CHUNK
             continue
         need, seen = _STREAM_CHUNK, 0
-        if not _add_slice(buf, cands, dec_events, cols):
+        if not _add_slice(win, cands, dec_events, cols):
             return False
 
 
-def _add_slice(buf: bytearray, cands: list[int], dec_events: _SliceDecoder, cols: _Columns) -> bool:
-    """Add the events of ``buf`` before one of the candidate cuts, and remove them from ``buf``.
+class _Window:
+    """A reusable text buffer: ``buf[:end]`` holds the document text not yet decoded.
+
+    ``buf`` is allocated once (grown, by doubling, only for an event larger than it) and refilled
+    in place; ``arr`` is a numpy view of it for the move of the rest to the front.
+    """
+
+    def __init__(self, text, capacity: int) -> None:
+        self.end = 0
+        self._alloc(max(capacity, 2 * len(text)))
+        self.append(text)
+
+    def _alloc(self, size: int) -> None:
+        old = getattr(self, "buf", None)
+        self.buf = bytearray(size)
+        self.arr = np.frombuffer(self.buf, np.uint8)
+        if old is not None:
+            self.arr[: self.end] = np.frombuffer(old, np.uint8, count=self.end)
+
+    def append(self, blk) -> None:
+        """Put ``blk`` (bytes-like) after the text."""
+        n = len(blk)
+        if self.end + n > len(self.buf):
+            self._alloc(max(2 * len(self.buf), self.end + n))
+        self.buf[self.end : self.end + n] = blk  # the same length: copied in place, never resized
+        self.end += n
+
+    def cut(self, c: int) -> None:
+        """Drop the text before offset ``c`` and start the rest with '[' (byte ``c`` is a comma)."""
+        r = self.end - c
+        if r > 1:
+            self.arr[1:r] = self.arr[c + 1 : self.end]  # numpy copies overlapping ranges correctly
+        self.arr[0] = 0x5B  # '['
+        self.end = r
+
+
+def _add_slice(win: _Window, cands: list[int], dec_events: _SliceDecoder, cols: _Columns) -> bool:
+    """Add the events of ``win``'s text before one of the candidate cuts, and remove them from it.
 
     ``cands``: offsets of commas that may separate two events. The last ``_SPLIT_TRIES`` are
     tried from the end: the comma is turned into ']' for the decode (so the text is never
-    copied), then into '[' to start the rest. False when none of them decodes (a JSON or type
-    error: the whole-document path reports or repairs it).
+    copied), then the rest moves to the front after a '['. False when none of them decodes (a
+    JSON or type error: the whole-document path reports or repairs it).
     """
     events = None
+    buf = win.buf
     for c in reversed(cands[-_SPLIT_TRIES:]):
         buf[c] = 0x5D  # ']'
         try:
@@ -698,9 +746,8 @@ def _add_slice(buf: bytearray, cands: list[int], dec_events: _SliceDecoder, cols
     if events is None:
         return False
     cols.add(events, typed)
-    del events  # the decoded events hold views of ``buf``: free them before it changes
-    buf[c] = 0x5B  # '['
-    del buf[:c]
+    del events  # the decoded events hold views of the buffer: free them before it changes
+    win.cut(c)
     return True
 
 
@@ -1145,6 +1192,24 @@ def _int_column_typed(values: list, n: int, may_be_str: bool = False) -> np.ndar
     if may_be_str and n and int(a.min()) <= _NONNUM:
         return _int_column(values, n)
     return a
+
+
+def _int_attr(objs, attr: str, n: int, typed: bool, may_be_str: bool = False) -> np.ndarray:
+    """:func:`_int_column_typed` (``typed``) or :func:`_int_column` of attribute ``attr`` of the
+    ``n`` objects ``objs`` (the same values): typed, ``np.fromiter`` reads the attribute straight
+    from the objects (no list of the values; measured ~8 ns an event less), and only where it
+    refuses them, or (``may_be_str``) a value is at or below ``_NONNUM``, the values are listed and
+    converted the reference way."""
+    get = operator.attrgetter(attr)
+    if typed and n:
+        try:
+            a = np.fromiter(map(get, objs), np.int64, count=n)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        else:
+            if not (may_be_str and int(a.min()) <= _NONNUM):
+                return a
+    return _int_column(list(map(get, objs)), n)
 
 
 def _missing_to(a: np.ndarray, fill: int = -1) -> np.ndarray:
@@ -1599,8 +1664,8 @@ class _Columns:
         self._put("pair", pair_of)
         name_of = np.fromiter(map(self.name_ix.__getitem__, map(g("name"), events)), np.int32, count=n)
         self._put("name", name_of)
-        self._put("pid", ints(list(map(g("pid"), events)), n, True))
-        self._put("tid", ints(list(map(g("tid"), events)), n, True))
+        self._put("pid", _int_attr(events, "pid", n, typed, True))
+        self._put("tid", _int_attr(events, "tid", n, typed, True))
         ts, ok = _us_text_to_ns(list(map(g("ts"), events)), base)
         self._put("ts", ts)
         self._put("ts_ok", ok)
@@ -1620,7 +1685,7 @@ class _Columns:
         m = len(ri)
         if typed:  # every event's args (no copy of the rows' selection), the ext ids of the rows
             args = list(map(g("args"), events))
-            ext_all = ints(list(map(g("external_id"), args)), n)
+            ext_all = _int_attr(args, "external_id", n, True)
             self._add_launch(events, args, ext_all, pair_of, name_of)
             ext = ext_all[ri]
             del ext_all
@@ -1646,7 +1711,7 @@ class _Columns:
             sub = _take(args, at[sel])
             for c in cols:
                 self._put(c + "@", ri[sel] + base)
-                self._put(c, ints(list(map(g(c), sub)), len(sel)))
+                self._put(c, _int_attr(sub, c, len(sel), typed))
             if cols[0] == "wait_on_stream":
                 raw = list(map(g("cuda_sync_kind"), sub))
                 conv = {v: _sync_kind_value(v) for v in set(raw)}
