@@ -541,12 +541,32 @@ def _blocks(f, gz: bool, path: str = ""):
 
     Raises TraceFormatError when the gzip stream inflates past ``formats.inflate_limit``.
     """
-    if not gz:
-        while True:
-            b = f.read(_READ_BLOCK)
-            if not b:
-                return
-            yield b
+    return _gz_blocks(f, path) if gz else _PlainBlocks(f)
+
+
+class _PlainBlocks:
+    """The blocks of a plain file (an iterator of bytes), and :meth:`readinto` for the streaming
+    reader, which reads the file straight into its window (one copy less than ``read``)."""
+
+    def __init__(self, f) -> None:
+        self._f = f
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> bytes:
+        b = self._f.read(_READ_BLOCK)
+        if not b:
+            raise StopIteration
+        return b
+
+    def readinto(self, mv) -> int:
+        """Read up to ``len(mv)`` bytes into ``mv``; 0 at the end of the file."""
+        return self._f.readinto(mv) or 0
+
+
+def _gz_blocks(f, path: str):
+    """:func:`_blocks` of a gzip file."""
     d = (_fast_zlib if _fast_zlib is not None and _FAST else zlib).decompressobj(16 + zlib.MAX_WBITS)
     out_max, raw_max = 4 * _READ_BLOCK, max(_READ_BLOCK // 2, 1)
     size = os.fstat(f.fileno()).st_size
@@ -671,11 +691,15 @@ def _stream_events(blocks, buf: bytearray, dec_events: _SliceDecoder, cols: _Col
     reading and cutting alone, 0.5 k vs 75 k page faults).
     """
     win = _Window(buf, _STREAM_CHUNK + 8 * _READ_BLOCK)
+    fill = getattr(blocks, "readinto", None)  # a plain file: read straight into the window
     eof = False
     need = _STREAM_CHUNK
     seen = 0  # text[:seen] holds no boundary: only its last 1 MiB is searched again (else give up)
     while True:
         while not eof and win.end < need:
+            if fill is not None:
+                eof = win.fill(fill, _READ_BLOCK) == 0
+                continue
             blk = next(blocks, None)
             if blk is None:
                 eof = True
@@ -728,6 +752,15 @@ class _Window:
             self._alloc(max(2 * len(self.buf), self.end + n))
         self.buf[self.end : self.end + n] = blk  # the same length: copied in place, never resized
         self.end += n
+
+    def fill(self, readinto, n: int) -> int:
+        """Read up to ``n`` bytes after the text with ``readinto`` (a file's); the count read."""
+        if self.end + n > len(self.buf):
+            self._alloc(max(2 * len(self.buf), self.end + n))
+        with memoryview(self.buf) as mv, mv[self.end : self.end + n] as part:
+            k = readinto(part)
+        self.end += k
+        return k
 
     def cut(self, c: int) -> None:
         """Drop the text before offset ``c`` and start the rest with '[' (byte ``c`` is a comma)."""
