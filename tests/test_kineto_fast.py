@@ -188,3 +188,44 @@ def test_row_order_equals_lexsort(rows):
     if len(a) == 0:
         return
     assert np.array_equal(kineto._row_order(start, kind, end), np.lexsort((end, kind, start)))
+
+
+@pytest.mark.skipif(not KINETO, reason="no Kineto traces (../shared/traces absent)")
+@pytest.mark.parametrize("path", KINETO[:6], ids=lambda p: p.name)
+def test_plain_file_read_into_small_windows(path, tmp_path, monkeypatch):
+    """A plain copy of a trace streamed straight into a small window (readinto, 4 KiB reads,
+    8 KiB slices, the head searched every 4 KiB): the table of the file as loaded by default."""
+    want = kineto.load(str(path))
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    p = tmp_path / "t.json"
+    p.write_bytes(data)
+    monkeypatch.setattr(kineto, "_STREAM_CHUNK", 8 << 10)
+    monkeypatch.setattr(kineto, "_READ_BLOCK", 4 << 10)
+    monkeypatch.setattr(kineto, "_HEAD_STEP", 4 << 10)
+    got = kineto._load_streaming(str(p))
+    if got is None:  # a document the streaming reader does not take: the default load did not stream it either
+        monkeypatch.undo()
+        assert kineto._load_streaming(str(p)) is None
+        return
+    got.meta = msgspec.structs.replace(got.meta, source=want.meta.source)  # the copy's path
+    _assert_same(want, got)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_events_larger_than_the_window(tmp_path, monkeypatch, gz):
+    """Events of 30 and 50 KiB read with 8 KiB slices and 1 KiB reads: the window grows (the
+    rest moved with it) and the table is the one of a default load."""
+    events = [{"ph": "X", "cat": "kernel", "name": "k" * n, "pid": 0, "tid": 7, "ts": 10 * i, "dur": 1,
+               "args": {"correlation": i}} for i, n in enumerate([10, 30000, 5, 50000, 3, 20, 40000])]
+    text = msgspec.json.encode({"traceEvents": events, "baseTimeNanoseconds": 5})
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(text) if gz else text)
+    want = kineto.load(str(p))
+    monkeypatch.setattr(kineto, "_STREAM_CHUNK", 8 << 10)
+    monkeypatch.setattr(kineto, "_READ_BLOCK", 1 << 10)
+    got = kineto._load_streaming(str(p))
+    assert got is not None
+    _assert_same(want, got)
+    assert len(got) == len(events)
