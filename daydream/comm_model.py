@@ -169,13 +169,16 @@ def _hierarchical(op, s, n, g, net: Network, kw) -> np.ndarray:
     return np.where(other, flat(op, s, n, E, **kw), t)
 
 
-#: bandwidth units as written (case matters: an upper-case B is bytes, a lower-case b bits), bytes/s per unit;
-#: ``Gbps``/``Mbps`` (bits) in any case
-BANDWIDTH_UNITS = {"TB/s": 1e12, "GB/s": 1e9, "MB/s": 1e6, "kB/s": 1e3, "KB/s": 1e3, "B/s": 1.0,
+#: bandwidth units as written (case matters: an upper-case B is bytes, a lower-case b bits), bytes/s per unit
+BANDWIDTH_UNITS = {"TB/s": 1e12, "GB/s": 1e9, "MB/s": 1e6, "kB/s": 1e3, "KB/s": 1e3, "B/s": 1.0, "GBps": 1e9, "MBps": 1e6,
                    "Tb/s": 1e12 / 8, "Gb/s": 1e9 / 8, "Mb/s": 1e6 / 8, "kb/s": 1e3 / 8, "Kb/s": 1e3 / 8, "b/s": 1 / 8,
-                   "gbps": 1e9 / 8, "mbps": 1e6 / 8}
+                   "Gbps": 1e9 / 8, "Mbps": 1e6 / 8, "gbps": 1e9 / 8, "mbps": 1e6 / 8}
 #: the accepted spellings, as error messages name them
-BANDWIDTH_UNITS_HELP = "TB/s, GB/s, MB/s, kB/s or B/s for bytes, Tb/s, Gb/s, Mb/s, kb/s, b/s, Gbps or Mbps for bits"
+BANDWIDTH_UNITS_HELP = "TB/s, GB/s, GBps, MB/s, MBps, kB/s or B/s for bytes, Tb/s, Gb/s, Gbps, Mb/s, Mbps, kb/s or b/s for bits"
+#: the range of bandwidths taken (bytes/s): 1 B/s to 1 PB/s (beyond, the model's times leave the int64 ns range)
+BANDWIDTH_RANGE = (1.0, 1e15)
+#: the largest per-step latency taken, ns (1 s)
+MAX_LATENCY_NS = 1e9
 _UNIT = re.compile(r"^\s*([0-9.eE+-]+)\s*([A-Za-z/]+)\s*$", re.ASCII)
 
 
@@ -198,7 +201,7 @@ def parse_bandwidth(text: str) -> float:
             raise ValueError(f"bandwidth {text!r} has no unit: write it with one ({BANDWIDTH_UNITS_HELP}) or name a link ({', '.join(PRESETS)})")
         raise ValueError(f"not a positive bandwidth: {text!r} (a number with a unit: {BANDWIDTH_UNITS_HELP}; or a link: {', '.join(PRESETS)})")
     num, unit = m.groups()
-    f = BANDWIDTH_UNITS.get(unit, BANDWIDTH_UNITS.get(unit.lower()) if unit.lower() in ("gbps", "mbps") else None)
+    f = BANDWIDTH_UNITS.get(unit)
     if f is None:
         raise ValueError(f"bandwidth {text!r}: unit {unit!r} is not one of {BANDWIDTH_UNITS_HELP} (case matters: B bytes, b bits)")
     try:
@@ -207,6 +210,8 @@ def parse_bandwidth(text: str) -> float:
         v = float("nan")
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"not a positive bandwidth: {text!r} (a number with a unit: {BANDWIDTH_UNITS_HELP}; or a link: {', '.join(PRESETS)})")
+    if not BANDWIDTH_RANGE[0] <= v <= BANDWIDTH_RANGE[1]:
+        raise ValueError(f"bandwidth {text!r} is outside 1 B/s to 1 PB/s")
     return v
 
 
@@ -239,8 +244,8 @@ def parse_latency(text: str) -> float:
             v = float(t)
     except ValueError:
         v = float("nan")
-    if not np.isfinite(v) or v < 0:
-        raise ValueError(f"not a latency: {text!r} (5us, 800ns, 1ms, or ns)")
+    if not np.isfinite(v) or v < 0 or v > MAX_LATENCY_NS:
+        raise ValueError(f"not a latency: {text!r} (5us, 800ns, 1ms, or ns; at most 1 s)")
     return v
 
 

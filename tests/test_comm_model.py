@@ -127,13 +127,15 @@ def test_bandwidth_units_are_read_as_written():
     passed as a number (new-user try-out, finding 8): units must be written as listed."""
     from daydream.comm_model import parse_bandwidth, parse_latency
     assert parse_bandwidth("25GB/s") == 25e9 and parse_bandwidth("200Gb/s") == 25e9 and parse_bandwidth("100gbps") == 12.5e9
-    for bad in ("25gb/s", "25GB/S", "\u0662\u0665GB/s"):
+    assert parse_bandwidth("25GBps") == 25e9 and parse_bandwidth("25Gbps") == 25e9 / 8  # GBps: bytes (third try-out, F1)
+    for bad in ("25gb/s", "25GB/S", "25GBPS", "\u0662\u0665GB/s", "1e-12GB/s", "1e30GB/s"):
         with pytest.raises(ValueError):
             parse_bandwidth(bad)
     with pytest.raises(ValueError, match="has no unit"):
         parse_bandwidth("25")
-    with pytest.raises(ValueError):
-        parse_latency("\u0665us")
+    for bad in ("\u0665us", "1e12s"):  # 1e12 s ran past the int64 ns range and blamed the trace (third try-out, F6)
+        with pytest.raises(ValueError):
+            parse_latency(bad)
 
 
 def test_network_parameters_are_checked_when_parsed():

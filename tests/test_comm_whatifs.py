@@ -245,3 +245,32 @@ def test_board_links_name_table_gpus_and_link_presets():
     names = {g.name for g in GPUS}
     assert set(BOARD_LINKS) <= names and all(k in cm.PRESETS and src for k, src in BOARD_LINKS.values())
     assert {g.name for g in GPUS if g.vendor == "nvidia"} <= set(BOARD_LINKS)
+
+
+@needs
+def test_world_size_and_network_agree_on_the_same_machine():
+    """Two ranks on two nodes over IB 200 from nccl_data: world-size mixed the collectives'
+    achieved intra-node bandwidth (13 GB/s) with IB 200's nominal 25 GB/s and predicted faster
+    collectives (46.876 -> 36.022 ms); both what-ifs now cost nominal links (third try-out, F3).
+    world-size takes no bandwidth=/latency= (they were ignored), and a gpu-upgrade before network
+    leaves the traced link the recorded GPU's (F4, F5)."""
+    from daydream.collectives import find_collectives
+    from daydream.errors import UsageError
+    g = _graph("hta/nccl_data.json.gz")
+    c = find_collectives(g)
+
+    def total(*specs):
+        h = g
+        for s in specs:
+            opt, p = parse_spec(s)
+            h, _ = opt.apply(h, p)
+        return int(h.dur_ns[c.node].sum())
+
+    before = int(g.dur_ns[c.node].sum())
+    spread = total("world-size:n=2,inter=ib200,gpus_per_node=1")
+    assert spread == total("network:bandwidth=nvlink3,inter=ib200,gpus_per_node=1") > before
+    assert total("world-size:n=2") == before
+    for bad in ("world-size:n=64,latency=1ms", "buckets:size=10,bandwidth=pcie3"):
+        with pytest.raises(UsageError, match="unknown parameter"):
+            parse_spec(bad)
+    assert total("gpu-upgrade:target=H100", "network:bandwidth=nvlink3") == total("gpu-upgrade:target=H100")

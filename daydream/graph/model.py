@@ -117,6 +117,10 @@ class TaskGraph:
     #: (:func:`daydream.graph.inferred.latent_waits`); not replayed, a prediction's bound adds them.
     #: Rows are stable identities: kept by every transformation.
     latent_waits: tuple = ()
+    #: the devices as the trace recorded them, where a what-if renamed ``devices`` (``gpu-upgrade``:
+    #: the GPU after the upgrade); None: ``devices`` are the recorded ones. What the recorded times
+    #: came from (the link the collectives ran on) is read from these.
+    recorded_devices: list | None = None
 
     # ------------------------------------------------------------------ node views ----------
     @property

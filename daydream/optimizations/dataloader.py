@@ -33,6 +33,8 @@ import numpy as np
 
 from ..errors import NotApplicable
 from ..graph import EdgeKind, Offset, Phase, Rule, lower_median, register_kind
+from ..graph.host_clock import clock_of
+from ..graph.ranges import thread_key
 from ..mapping import DATA_LOADING_PATTERN
 from ..transform import add_edges, add_threads, insert_cpu_tasks, set_gap
 from . import Optimization, Param, register
@@ -89,10 +91,19 @@ def _apply(graph, p):
     pid, tid, s, e, y = _batches(graph)
     n_w, ahead = int(p["num_workers"]), int(p["prefetch_factor"]) * int(p["num_workers"])
     h, h_src = _handoff_ns(graph, p)
-    fetch = e - s
+    # host time as the what-ifs before this one left it (a scale-cpu of the DataLoader ranges first:
+    # the recorded lengths gave the workers the unscaled fetches)
+    clk = clock_of(graph)
+    cls = clk.classes()
+    key = thread_key(np.full(len(s), pid), np.full(len(s), tid))
+
+    def now(a, b):
+        return clk.scaled(clk.lengths(key, a, b, cls), cls)
+
+    fetch = now(s, e)
     y_gap = graph.gap_ns[y]
-    pre = np.maximum(y_gap - (graph.rec_start_ns[y] - s), 0)  # the part of y's gap before the range
-    post = np.minimum(graph.rec_start_ns[y] - e, y_gap)
+    pre = np.maximum(y_gap - now(s, graph.rec_start_ns[y]), 0)  # the part of y's gap before the range
+    post = np.minimum(now(e, graph.rec_start_ns[y]), y_gap)
     prev = graph.lane_prev[y]  # inserting before one batch's consumer leaves the others' predecessors as they were
     first = prev < 0  # before the thread's first call: a prefetched batch, its hand-off folded into the gap
     post[first] += pre[first] + h

@@ -72,7 +72,8 @@ def on_target(graph, g, target: GPU):
             return g
         devs = [DeviceInfo(id=int(np.bincount(used).argmax()))]
     new = [DeviceInfo(id=d.id, name=target.name, num_sms=target.sms or -1) for d in devs]
-    return dataclasses.replace(g, devices=new)
+    recorded = graph.recorded_devices if graph.recorded_devices is not None else list(graph.devices)
+    return dataclasses.replace(g, devices=new, recorded_devices=recorded)
 
 
 def _host(graph, p) -> tuple:

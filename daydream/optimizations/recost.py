@@ -64,12 +64,43 @@ def calibrated(c, like: cm.Network, fit_bandwidth: bool = True) -> cm.Network:
     return net
 
 
+def _own_link(p: dict) -> dict:
+    """``p`` with the link of :func:`calibrated`'s starting point (NVLink 2's latency caps the fitted
+    one): ``world-size`` and ``buckets`` take no ``bandwidth``/``latency`` (they re-cost on the
+    trace's own network; given, they were ignored without a word)."""
+    return {**p, "bandwidth": "nvlink2", "latency": ""}
+
+
+def own_network(graph, c, p: dict) -> tuple[cm.Network, cm.Network, str]:
+    """(the trace's own network, the one ``p`` asks for, a note) for ``world-size`` and ``buckets``.
+
+    Where the link the trace ran on is known (:func:`traced_link`), both are costed at nominal
+    bandwidths, as ``network`` costs them: that link for the trace, with the parameters'
+    ``inter``/``gpus_per_node``/``contention``/``algorithm`` for the new one. Otherwise the trace's
+    collectives' best bus bandwidth stands for the link on both sides, and an inter-node link, whose
+    nominal bandwidth could not be compared with it, is refused (ranks spread over slower nodes
+    predicted faster collectives: nccl_data, 2 ranks on 2 nodes over IB 200, 46.876 -> 36.022 ms).
+
+    Raises:
+        NotApplicable: ``inter=`` given and the traced link not known.
+    """
+    try:
+        text, how = traced_link(graph, c, p)
+    except NotApplicable as e:
+        if p.get("inter"):
+            raise NotApplicable(f"inter= needs the link the trace ran on: {e}") from None
+        own = calibrated(c, network_of(_own_link(p)))
+        return own, with_changes(own, p), " (on the bandwidth the trace's collectives reached: the link it ran on is not known)"
+    own = calibrated(c, network_of({**p, "bandwidth": text, "latency": "", "inter": ""}), fit_bandwidth=False)
+    return own, with_changes(own, p), f" (the trace ran on {own.intra.name}, {how})"
+
+
 def with_changes(own: cm.Network, p: dict) -> cm.Network:
     """The trace's own network ``own`` (:func:`calibrated`) with what the parameters ``p`` change
     besides the link: the inter-node link, GPUs per node, contention and algorithm (``world-size``
     and ``buckets`` re-cost on the traced link; ``inter=`` was dropped with the calibration, so 64
     ranks with ``inter=ib200`` were costed as one node)."""
-    given = network_of(p)
+    given = network_of({"bandwidth": "nvlink2", **p, "latency": ""})
     return dataclasses.replace(own, inter=given.inter, gpus_per_node=given.gpus_per_node,
                                contention=given.contention, algorithm=given.algorithm)
 
@@ -137,11 +168,13 @@ def traced_link(graph, c, p) -> tuple[str, str]:
     if given:
         text, how = given, "given by traced="
     else:
-        gpu, dev = source_gpu(graph, "")
+        # the GPU the trace recorded (a gpu-upgrade before this renamed the devices, not the link)
+        rec = graph if graph.recorded_devices is None else dataclasses.replace(graph, devices=graph.recorded_devices)
+        gpu, dev = source_gpu(rec, "")
         if gpu is None or gpu.name not in BOARD_LINKS:
-            who = f"GPU {dev!r}" if dev else "the trace names no GPU"
-            raise NotApplicable(f"the link this trace's collectives ran on is not known ({who}; the table knows the boards of "
-                                "NVIDIA GPUs): give it as network:traced=LINK (a link preset or a bandwidth, e.g. nvlink3, 25GB/s)")
+            who = f"GPU {dev!r}, whose board daydream/gpus.py BOARD_LINKS does not list" if dev else "the trace names no GPU"
+            raise NotApplicable(f"the link this trace's collectives ran on is not known ({who}): give it as traced=LINK "
+                                "(a link preset or a bandwidth, e.g. nvlink3, 25GB/s)")
         text = BOARD_LINKS[gpu.name][0]
         how = f"inferred from the GPU, {gpu.name}; traced= sets it"
     link = network_of({**p, "bandwidth": text, "latency": "", "inter": ""}).intra
@@ -174,12 +207,12 @@ def _world(graph, p):
         return _one_rank(graph, comm_collectives(graph, sized=False))
     c = comm_collectives(graph)
     m = _sized(c) & (c.group_size > 1)
-    own = calibrated(c, network_of(p))  # the trace's own network: the group size changes, and inter= etc.
+    own, net, said = own_network(graph, c, p)  # the group size changes, and inter= etc.
     n = np.full(len(c), p["n"], np.int64)
     shard = np.isin(c.op, (Op.ALL_GATHER, Op.REDUCE_SCATTER))
     size = np.where(shard, np.rint(c.size_bytes * (p["n"] / np.maximum(c.group_size, 1))).astype(np.int64), c.size_bytes)
-    g, old, new = recost(graph, c, m, size, n, with_changes(own, p), own)
-    return g, _note(c, m, old, new, f"{p['n']} ranks")
+    g, old, new = recost(graph, c, m, size, n, net, own)
+    return g, _note(c, m, old, new, f"{p['n']} ranks{said}")
 
 
 def _one_rank(graph, c):
@@ -220,25 +253,29 @@ def _buckets(graph, p):
     m = _sized(c) & (c.op == Op.ALL_REDUCE) & (c.group_size > 1)
     if not m.any():
         return graph, "no sized all-reduce to re-bucket; nothing changed"
-    own = calibrated(c, network_of(p))
+    own, net, said = own_network(graph, c, p)
     steps = step_of_nodes(graph)[c.node]
-    new_model = rebucket(c, m, steps, p["size"] * MIB, with_changes(own, p))
+    new_model = rebucket(c, m, steps, p["size"] * MIB, net)
     old_model = cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], own)
     new = np.maximum(c.dur_ns[m] + new_model[m] - old_model, 0)
     mask = np.zeros(graph.n, bool)
     mask[c.node[m]] = True
     dur = graph.dur_ns.copy()
     dur[c.node[m]] = new
-    return set_duration(graph, mask, dur[mask]), _note(c, m, int(c.dur_ns[m].sum()), int(new.sum()), f"{p['size']:g} MiB buckets")
+    return set_duration(graph, mask, dur[mask]), _note(c, m, int(c.dur_ns[m].sum()), int(new.sum()), f"{p['size']:g} MiB buckets{said}")
 
+
+_TRACED = Param("", "the link the trace ran on: a preset or a bandwidth with its unit; default: the board link of the trace's GPU "
+                "(daydream/gpus.py BOARD_LINKS), inferred; read by network, and by world-size/buckets with inter=", _traced)
 
 for _name, _summary, _fn, _own in (
     ("network", "re-cost the trace's collectives on another network (bandwidth, latency, inter-node link)", _network,
-     {"traced": Param("", "the link the trace ran on: a preset or a bandwidth with its unit; default: the board link of the "
-                      "trace's GPU (daydream/gpus.py BOARD_LINKS), inferred", _traced)}),
+     {"traced": _TRACED}),
     ("world-size", "re-cost the trace's collectives for N ranks", _world,
-     {"n": Param(16, "number of ranks", int, lambda v: 1 <= v <= 1 << 20, "1 to 2^20")}),
+     {"n": Param(16, "number of ranks", int, lambda v: 1 <= v <= 1 << 20, "1 to 2^20"), "traced": _TRACED}),
     ("buckets", "re-bucket the trace's all-reduces (DDP bucket size)", _buckets,
-     {"size": Param(DDP_BUCKET_MB, "bucket size, MiB (PyTorch DDP bucket_cap_mb default 25)", float, lambda v: v > 0, "> 0")}),
+     {"size": Param(DDP_BUCKET_MB, "bucket size, MiB (PyTorch DDP bucket_cap_mb default 25)", float, lambda v: v > 0, "> 0"),
+      "traced": _TRACED}),
 ):
-    register(Optimization(name=_name, summary=_summary, apply=_fn, what_if=True, params={**_own, **NETWORK_PARAMS}))
+    shared = {k: v for k, v in NETWORK_PARAMS.items() if _name == "network" or k not in ("bandwidth", "latency")}
+    register(Optimization(name=_name, summary=_summary, apply=_fn, what_if=True, params={**_own, **shared}))
