@@ -1032,8 +1032,11 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
 
     ``method`` (same results whichever): "auto" answers a thread's interval searches in one
     compiled sweep (:func:`_sweep_fused`) from :data:`SWEEP_MIN` contexts + queries when numba
-    is there, else one numpy search per context class; "numpy" always the latter; "fused" the
-    compiled sweep whatever the size; "fused-py" the sweep uncompiled (tests).
+    is there, else one numpy search per context class, and writes the sweep's answers into the
+    row maps by one more compiled pass (:func:`_finish_thread`); "numpy" always the numpy
+    searches; "fused" the compiled passes whatever the size; "fused-np" the compiled sweep
+    whatever the size with numpy steps after it; "fused-py" the sweep and the pass after it
+    uncompiled (tests).
     """
     kind = table.kind
     out = _RowMaps.empty(len(table))
@@ -1130,6 +1133,11 @@ def _map_runtime_calls(
         qs = np.concatenate([start[q], mid])
         qe = np.concatenate([end[q], mid])
         fn = _fused_kernel(method, len(c) + len(qs))
+        fin = _finish_kernel(method) if fn is not None else None
+        if fin is not None:  # the sweep's answers written into ``out`` by one more compiled pass
+            if _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label, finish=(fin, q, out)):
+                autograd_threads.append((pid, tid))
+            continue
         if fn is not None:  # every interval search of the thread in one compiled sweep
             lay, op_ids, ph, is_autograd = _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label)
         else:
@@ -1155,7 +1163,7 @@ def _group_kernel(method: str, size: int):
     :data:`SWEEP_MIN` / without numba)."""
     if method == "fused-py":
         return _group_contexts if size < 1 << 31 else None
-    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused") or size >= 1 << 31:
+    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method in ("fused", "fused-np")) or size >= 1 << 31:
         return None
     return jit.compiled(_group_contexts)
 
@@ -1185,7 +1193,7 @@ def _fused_kernel(method: str, size: int):
     per-search numpy path (``method`` "numpy", or "auto" below :data:`SWEEP_MIN` / without numba)."""
     if method == "fused-py":
         return _sweep_fused
-    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused"):
+    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method in ("fused", "fused-np")):
         return None
     reach = jit.compiled(_reach)  # the kernel's helpers, compiled and bound to the names it calls them by
     if reach is None:
@@ -1210,13 +1218,17 @@ def _query_order(qs: np.ndarray, nq: int) -> np.ndarray:
 
 
 def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: np.ndarray, qe: np.ndarray, nq: int,
-                  levels: list[int], intern: _Interner, op_label: np.ndarray):
+                  levels: list[int], intern: _Interner, op_label: np.ndarray, finish=None):
     """(layer ids, op ids of the calls or None, phase codes, is autograd thread) of one thread's
     queries by one :func:`_sweep_fused` pass over its contexts ``c`` (indices into ``ctx``,
     ascending; ``in_order``: they are in (start asc, end desc) order already, None: unknown);
     the same answers as :func:`_layer_ids`, :func:`_op_ids` and :func:`_thread_phases` (a
     category's members keep the order the thread's (start asc, end desc) sort gives them, which
-    is their own sort)."""
+    is their own sort).
+
+    ``finish``: (:func:`_finish_thread` to run, the thread's call rows (nq,), the
+    :class:`_RowMaps` to fill): the answers are written into the row maps at those rows (calls
+    and gaps) by that pass instead, and only whether the thread is an autograd thread returned."""
     c_start, c_end = ctx.columns[2], ctx.columns[3]
     srt = c
     if not in_order:
@@ -1228,6 +1240,17 @@ def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: 
         fn, c_start, c_end, np.ascontiguousarray(srt), ctx.rk, bk["member"], bk["phase"], op_label[bk["op_name"]],
         _CAT_LEVEL0 + len(levels), _CAT_LEVEL0, np.ascontiguousarray(qs, np.int64), np.ascontiguousarray(qe, np.int64),
         _query_order(qs, nq), nq)
+    if finish is not None:
+        fin, rows, out = finish
+        path = [_path_labels(par, bk["comp"][ctx.rk[srt[sub]]], ctx.comp_names, intern)
+                for sub, par in ((sub_mod, par_mod), (sub_scope, par_scope))]
+        is_autograd = bool(counts[_CAT_BW]) and _is_autograd(int(n_bw), int(np.count_nonzero(enclosed[:nq])))
+        ag = AUTOGRAD_THREAD_RULE.priority
+        jit.call(fin, np.ascontiguousarray(rows, np.int64), nq, hit_mod, path[0], hit_scope, path[1], op_hit,
+                 bool(counts[_CAT_OP]), ph, lev, enclosed, is_autograd, levels.index(ag) if ag in levels else -2,
+                 PHASE_CODE[AUTOGRAD_THREAD_RULE.phase], OTHER, UNMAPPED, out.layer_id, out.gap_layer_id, out.op_id, out.phase,
+                 out.gap_phase)
+        return is_autograd
     lay = np.full(len(qs), -1, dtype=np.int64)
     for sub, par, hit in ((sub_mod, par_mod, hit_mod), (sub_scope, par_scope, hit_scope)):
         if not len(sub):
@@ -1246,14 +1269,65 @@ def _phases_from_hits(n_bw: int, ph: np.ndarray, lev: np.ndarray, has_bw: bool, 
     backward context; ``ph``: per query, the phase of the context its first level with a hit
     gives, -1 none; ``has_bw``: the thread has backward contexts; ``enclosed``: some context of
     the thread encloses the query)."""
-    is_autograd = False
-    if has_bw and enclosed[:nq].any():  # decided by the calls alone
-        is_autograd = bool(n_bw > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
+    is_autograd = has_bw and _is_autograd(n_bw, int(np.count_nonzero(enclosed[:nq])))
     if is_autograd:
         enclosed[:] = True
     if is_autograd and AUTOGRAD_THREAD_RULE.priority in levels:  # below its level: the autograd rule
         ph[(lev < 0) | (lev > levels.index(AUTOGRAD_THREAD_RULE.priority))] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
     return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
+
+
+def _is_autograd(n_bw: int, n_enclosed: int) -> bool:
+    """Rule 2 of :func:`map_events`: a thread with backward contexts whose ``n_enclosed`` calls
+    enclosed by some context include ``n_bw`` with a backward one is an autograd engine thread
+    when those are more than :data:`AUTOGRAD_THREAD_SHARE` of them (decided by the calls alone)."""
+    return n_enclosed > 0 and bool(n_bw > AUTOGRAD_THREAD_SHARE * n_enclosed)
+
+
+def _finish_kernel(method: str):
+    """:func:`_finish_thread` to run after the fused sweep (compiled; uncompiled for
+    "fused-py"), or None for the numpy steps (``method`` "fused-np", or without numba)."""
+    if method == "fused-py":
+        return _finish_thread
+    if method == "fused-np":
+        return None
+    return jit.compiled(_finish_thread)
+
+
+def _finish_thread(rows, nq, hit_mod, path_mod, hit_scope, path_scope, op_hit, has_op, ph, lev, enclosed, autograd,
+                   ag_level, ag_code, other, unmapped, layer_id, gap_layer_id, op_id, phase, gap_phase):
+    """What :func:`_thread_fused` and :func:`_phases_from_hits` make of one thread's fused-sweep
+    answers (queries: the ``nq`` calls at table rows ``rows``, then their gap midpoints), written
+    into the row maps (``layer_id``, ``gap_layer_id``, ``op_id`` int32; ``phase``, ``gap_phase``
+    uint8; over table rows) in one pass: the layer is the module path of the query's module hit
+    (``path_mod[hit_mod]``), else the scope path of its scope hit, else -1; the op (calls, when
+    ``has_op``) the op hit; the phase the first level's hit ``ph`` (level ``lev``), on an
+    ``autograd`` thread replaced by ``ag_code`` when that level is below the autograd rule's
+    (``ag_level``, -2 when the rule is not among the levels), else ``other`` when some context
+    (or the autograd rule) encloses the query, else ``unmapped``."""
+    for t in range(2 * nq):
+        r = rows[t] if t < nq else rows[t - nq]
+        lay = -1
+        h = hit_mod[t]
+        if h >= 0:
+            lay = path_mod[h]
+        if lay < 0:
+            h = hit_scope[t]
+            if h >= 0:
+                lay = path_scope[h]
+        p = ph[t]
+        if autograd and ag_level > -2 and (lev[t] < 0 or lev[t] > ag_level):
+            p = ag_code
+        if p < 0:
+            p = other if (autograd or enclosed[t]) else unmapped
+        if t < nq:
+            layer_id[r] = lay
+            phase[r] = p
+            if has_op:
+                op_id[r] = op_hit[t]
+        else:
+            gap_layer_id[r] = lay
+            gap_phase[r] = p
 
 
 def _layer_ids(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, intern: _Interner) -> np.ndarray:

@@ -268,6 +268,15 @@ def _warm_jit() -> None:
         if grp is not None and sweep is not None:
             jit.call(grp, e, e, e, e, e, e)
             jit.call(sweep, e, e, np.zeros(0, np.int32), np.zeros(0, np.int32), e, e, e, 4, 4, e, e, e, 0)
+        try:
+            from daydream.mapping import _finish_kernel
+        except ImportError:  # a daydream before the compiled finishing pass
+            pass
+        else:
+            fin = _finish_kernel("fused")
+            if fin is not None:
+                i32, u8 = np.zeros(0, np.int32), np.zeros(0, np.uint8)
+                jit.call(fin, e, 0, e, e, e, e, e, False, e, e, np.zeros(0, bool), False, -2, 0, 0, 0, i32, i32, i32, u8, u8)
     try:
         from daydream.graph._arrays import ffill_by
         from daydream.links import _hash_join
@@ -287,6 +296,19 @@ def _warm_jit() -> None:
             pass
         else:
             _keeps_constraints(0, e, e, e, np.zeros(0, np.uint8), 0, method="compiled")
+        try:
+            from daydream.graph.assemble import order_edges
+        except ImportError:  # a daydream before the compiled order-edge pass
+            pass
+        else:
+            order_edges(e, e, np.zeros(0, bool), np.zeros(0, bool), e, e, (e, e, np.zeros(0, np.uint8), np.zeros(0, np.uint8)),
+                        method="compiled")
+            from types import SimpleNamespace
+
+            from daydream.events import DTYPES
+            from daydream.graph.assemble import node_columns
+            node_columns(SimpleNamespace(**{c: np.zeros(0, d) for c, d in DTYPES.items()}), SimpleNamespace(cpu_rows=e), e, e, -1,
+                         {}, method="compiled")
         try:
             from daydream.graph.tasks import later_min
         except ImportError:  # a daydream before the compiled suffix minimum

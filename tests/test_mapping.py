@@ -786,7 +786,7 @@ def test_fused_sweep_equals_numpy_path(ctxs, calls):
         t.call(s, s + d, tid=tid)
     tb = t.table()
     want = map_events(tb, method="numpy")
-    for method in ("fused-py", "fused"):
+    for method in ("fused-py", "fused", "fused-np"):
         _assert_same_mapping(map_events(tb, method=method), want)
 
 
@@ -794,7 +794,9 @@ def test_fused_sweep_equals_numpy_path(ctxs, calls):
 @pytest.mark.parametrize("rel", [MI250, BERT, PROFILE1, NCCL, MFU, OWL, "hta/sampled_rank-0.json.gz"])
 def test_fused_sweep_equals_numpy_path_on_real_traces(rel):
     tb, _ = load(rel)
-    _assert_same_mapping(map_events(tb, method="fused"), map_events(tb, method="numpy"))
+    want = map_events(tb, method="numpy")
+    for method in ("fused", "fused-np"):
+        _assert_same_mapping(map_events(tb, method=method), want)
 
 
 @settings(max_examples=200, deadline=None)

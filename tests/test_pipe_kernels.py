@@ -1,0 +1,73 @@
+"""Compiled passes of the mapping and graph build (issue 18, pipeline throughput) against their
+plain-numpy references: each must give exactly the same arrays (values and dtypes)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daydream.graph.assemble import order_edges
+
+METHODS = ("compiled", "python")
+
+
+def _same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if isinstance(w, np.ndarray):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
+        else:
+            assert g == w
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 30), st.integers(-1, 30), st.booleans(), st.booleans()), max_size=30),
+       st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=10),
+       st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30), st.integers(0, 7), st.integers(0, 2)), max_size=10))
+def test_order_edges_compiled_equals_numpy(nodes, queue, tail):
+    """graph.assemble.order_edges: the compiled pass and the kernel in Python give the masked
+    concatenation's edges, in its order, and the same count of lane and launch edges."""
+    lane_prev = np.array([x[0] for x in nodes], np.int64)
+    launch = np.array([x[1] for x in nodes], np.int64)
+    is_gpu = np.array([x[2] for x in nodes], bool)
+    staged = np.array([x[3] for x in nodes], bool)
+    qs = np.array([x[0] for x in queue], np.int64)
+    qd = np.array([x[1] for x in queue], np.int64)
+    t = (np.array([x[0] for x in tail], np.int64), np.array([x[1] for x in tail], np.int64),
+         np.array([x[2] for x in tail], np.uint8), np.array([x[3] for x in tail], np.uint8))
+    want = order_edges(lane_prev, launch, is_gpu, staged, qs, qd, t, method="numpy")
+    for m in METHODS:
+        _same(order_edges(lane_prev, launch, is_gpu, staged, qs, qd, t, method=m), want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 9), st.sampled_from([1, 2, 3, 4]), st.integers(-1, 2),
+                          st.integers(0, 50), st.integers(0, 9), st.integers(-1, 5)), min_size=1, max_size=25),
+       st.data(), st.integers(-1, 3))
+def test_node_columns_compiled_equals_numpy(rows, data, only):
+    """graph.assemble.node_columns: the compiled pass and the kernel in Python give node_arrays'
+    nodes and the gathered columns (dtypes too), and the same count of early GPU tasks."""
+    from types import SimpleNamespace
+
+    from daydream.events import DTYPES
+    from daydream.graph.assemble import node_columns
+
+    n = len(rows)
+    cols = dict(pid=[r[0] for r in rows], tid=[r[1] for r in rows], kind=[r[2] for r in rows], device=[r[3] for r in rows],
+                start_ns=[r[4] for r in rows], end_ns=[r[4] + r[5] for r in rows], stream=[r[6] for r in rows],
+                correlation=[r[6] * 3 for r in rows], name_id=[r[5] for r in rows], copy_kind=[r[5] % 4 - 1 for r in rows])
+    table = SimpleNamespace(**{k: np.array(v, DTYPES[k]) for k, v in cols.items()})
+    cpu_rows = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1)))), np.int64)
+    gpu_rows = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1)))), np.int64)
+    g_launch = np.array([data.draw(st.integers(-1, len(cpu_rows) - 1)) for _ in gpu_rows], np.int64)
+    cpu = SimpleNamespace(cpu_rows=cpu_rows)
+    c0: dict = {}
+    want_nodes, want_cols = node_columns(table, cpu, gpu_rows, g_launch, only, c0, method="numpy")
+    for m in METHODS:
+        c1: dict = {}
+        nodes, got_cols = node_columns(table, cpu, gpu_rows, g_launch, only, c1, method=m)
+        assert c1 == c0 and nodes.n_cpu == want_nodes.n_cpu
+        _same([getattr(nodes, f) for f in ("row", "node_kind", "launch", "pid", "tid", "device", "stream")],
+              [getattr(want_nodes, f) for f in ("row", "node_kind", "launch", "pid", "tid", "device", "stream")])
+        _same(got_cols, want_cols)
