@@ -1130,14 +1130,17 @@ def _map_runtime_calls(
         per_thread = ((key, q, c, None, gap_mid[q]) for key, q, c in _by_thread(table, rt_rows, ctx.rows, (c_pid, c_tid)))
     for (pid, tid), q, c, in_order, mid in per_thread:  # one iteration per thread
         nq = len(q)
-        qs = np.concatenate([start[q], mid])
-        qe = np.concatenate([end[q], mid])
-        fn = _fused_kernel(method, len(c) + len(qs))
+        fn = _fused_kernel(method, len(c) + 2 * nq)
         fin = _finish_kernel(method) if fn is not None else None
-        if fin is not None:  # the sweep's answers written into ``out`` by one more compiled pass
-            if _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label, finish=(fin, q, out)):
+        if fin is not None:  # queries made, and the sweep's answers written into ``out``, by compiled passes
+            qs, qe, qo, ok = jit.call(_finish_kernel(method, _thread_queries), np.ascontiguousarray(q, np.int64), start, end,
+                                      np.ascontiguousarray(mid, np.int64))
+            if _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label, finish=(fin, q, out),
+                             qo=qo if ok else np.argsort(qs, kind="stable")):
                 autograd_threads.append((pid, tid))
             continue
+        qs = np.concatenate([start[q], mid])
+        qe = np.concatenate([end[q], mid])
         if fn is not None:  # every interval search of the thread in one compiled sweep
             lay, op_ids, ph, is_autograd = _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label)
         else:
@@ -1218,7 +1221,7 @@ def _query_order(qs: np.ndarray, nq: int) -> np.ndarray:
 
 
 def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: np.ndarray, qe: np.ndarray, nq: int,
-                  levels: list[int], intern: _Interner, op_label: np.ndarray, finish=None):
+                  levels: list[int], intern: _Interner, op_label: np.ndarray, finish=None, qo=None):
     """(layer ids, op ids of the calls or None, phase codes, is autograd thread) of one thread's
     queries by one :func:`_sweep_fused` pass over its contexts ``c`` (indices into ``ctx``,
     ascending; ``in_order``: they are in (start asc, end desc) order already, None: unknown);
@@ -1228,7 +1231,8 @@ def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: 
 
     ``finish``: (:func:`_finish_thread` to run, the thread's call rows (nq,), the
     :class:`_RowMaps` to fill): the answers are written into the row maps at those rows (calls
-    and gaps) by that pass instead, and only whether the thread is an autograd thread returned."""
+    and gaps) by that pass instead, and only whether the thread is an autograd thread returned.
+    ``qo``: the queries' sweep order when the caller has it (else :func:`_query_order`)."""
     c_start, c_end = ctx.columns[2], ctx.columns[3]
     srt = c
     if not in_order:
@@ -1239,7 +1243,7 @@ def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: 
     (hit_mod, hit_scope, op_hit, ph, lev, enclosed, n_bw, counts, sub_mod, par_mod, sub_scope, par_scope) = jit.call(
         fn, c_start, c_end, np.ascontiguousarray(srt), ctx.rk, bk["member"], bk["phase"], op_label[bk["op_name"]],
         _CAT_LEVEL0 + len(levels), _CAT_LEVEL0, np.ascontiguousarray(qs, np.int64), np.ascontiguousarray(qe, np.int64),
-        _query_order(qs, nq), nq)
+        _query_order(qs, nq) if qo is None else qo, nq)
     if finish is not None:
         fin, rows, out = finish
         path = [_path_labels(par, bk["comp"][ctx.rk[srt[sub]]], ctx.comp_names, intern)
@@ -1284,14 +1288,44 @@ def _is_autograd(n_bw: int, n_enclosed: int) -> bool:
     return n_enclosed > 0 and bool(n_bw > AUTOGRAD_THREAD_SHARE * n_enclosed)
 
 
-def _finish_kernel(method: str):
-    """:func:`_finish_thread` to run after the fused sweep (compiled; uncompiled for
-    "fused-py"), or None for the numpy steps (``method`` "fused-np", or without numba)."""
+def _finish_kernel(method: str, kernel=None):
+    """``kernel`` (default :func:`_finish_thread`, to run after the fused sweep; or
+    :func:`_thread_queries`) compiled, uncompiled for "fused-py", or None for the numpy steps
+    (``method`` "fused-np", or without numba)."""
+    kernel = _finish_thread if kernel is None else kernel
     if method == "fused-py":
-        return _finish_thread
+        return kernel
     if method == "fused-np":
         return None
-    return jit.compiled(_finish_thread)
+    return jit.compiled(kernel)
+
+
+def _thread_queries(q, start, end, mid):
+    """One thread's queries for the fused sweep, as :func:`_map_runtime_calls`' numpy steps and
+    :func:`_query_order` make them: ``qs`` = (the calls' ``start`` at rows ``q``, then the gap
+    midpoints ``mid``), ``qe`` = (their ``end``, then ``mid``) (int64, (2 nq,)), and ``qo``,
+    each call's gap midpoint before its start, with ``ok`` whether ``qs[qo]`` is ascending (else
+    the caller sorts)."""
+    nq = len(q)
+    qs = np.empty(2 * nq, np.int64)
+    qe = np.empty(2 * nq, np.int64)
+    qo = np.empty(2 * nq, np.int64)
+    ok = True
+    last = np.int64(0)
+    for i in range(nq):
+        r = q[i]
+        s = np.int64(start[r])
+        m = mid[i]
+        qs[i] = s
+        qe[i] = end[r]
+        qs[nq + i] = m
+        qe[nq + i] = m
+        qo[2 * i] = nq + i
+        qo[2 * i + 1] = i
+        if m > s or (i > 0 and m < last):
+            ok = False
+        last = s
+    return qs, qe, qo, ok
 
 
 def _finish_thread(rows, nq, hit_mod, path_mod, hit_scope, path_scope, op_hit, has_op, ph, lev, enclosed, autograd,
@@ -1425,8 +1459,24 @@ class CallThreads:
     prev_end: np.ndarray
 
 
-def call_threads(table: EventTable, rt_rows: np.ndarray) -> CallThreads:
-    """:class:`CallThreads` of the RUNTIME rows ``rt_rows`` (ascending)."""
+#: :func:`call_threads` runs its compiled passes from this many calls ("auto")
+CALL_THREADS_MIN = 50_000
+#: the compiled passes of :func:`call_threads` give up (numpy's sorts take over) beyond this many threads
+CALL_THREADS_MAX_THREADS = 1024
+
+
+def call_threads(table: EventTable, rt_rows: np.ndarray, method: str = "auto") -> CallThreads:
+    """:class:`CallThreads` of the RUNTIME rows ``rt_rows`` (ascending). Three compiled passes
+    (:func:`_call_threads_kernel`: the distinct threads, a counting placement, the running max)
+    from :data:`CALL_THREADS_MIN` calls when numba is there and the calls are on at most
+    :data:`CALL_THREADS_MAX_THREADS` threads ("auto"; "compiled" whatever the size, "python"
+    the kernel uncompiled, "numpy" never), else numpy's sorts and scans; the same answers."""
+    fn = jit.kernel_for(_call_threads_kernel, len(rt_rows), CALL_THREADS_MIN, method)
+    if fn is not None:
+        rows, new_thread, prev_end, ok = jit.call(fn, np.ascontiguousarray(rt_rows, np.int64), table.pid, table.tid, table.end_ns,
+                                                  CALL_THREADS_MAX_THREADS)
+        if ok:
+            return CallThreads(rows, new_thread, prev_end)
     rt_pid, rt_tid = table.pid[rt_rows], table.tid[rt_rows]
     tk = pair_keys(rt_pid, rt_tid)
     # by (pid, tid, row); rows are already start-sorted within a thread
@@ -1443,6 +1493,86 @@ def call_threads(table: EventTable, rt_rows: np.ndarray) -> CallThreads:
     if len(rt_rows):  # running max of the previous calls' ends within each thread
         prev_end = prev_max_end(table.end_ns[rt_rows].astype(np.int64, copy=False), new_thread, np.iinfo(np.int64).min)
     return CallThreads(rt_rows, new_thread, prev_end)
+
+
+def _call_threads_kernel(rt_rows, pid, tid, end, cap):
+    """:func:`call_threads`' passes over the calls ``rt_rows`` (int64, ascending) of the table
+    columns ``pid``, ``tid``, ``end``: each call's thread among the distinct (pid, tid) kept
+    sorted as they are met (at most ``cap``, else ``ok`` False and nothing else filled), the
+    calls placed by thread (ascending (pid, tid)) in row order, then per placed call whether it
+    starts its thread and the running max of the earlier ends (int64 min for a thread's first).
+    Returns (rows, new_thread, prev_end, ok)."""
+    n = len(rt_rows)
+    kp = np.empty(cap, np.int64)  # distinct (pid, tid), ascending, and the order they were met in
+    kt = np.empty(cap, np.int64)
+    kid = np.empty(cap, np.int64)
+    th = np.empty(n, np.int32)  # each call's thread, by the order the threads were met in
+    nk = 0
+    lp = 0
+    lt = 0
+    lk = -1
+    for i in range(n):
+        r = rt_rows[i]
+        p = np.int64(pid[r])
+        t = np.int64(tid[r])
+        if lk < 0 or p != lp or t != lt:  # runs of one thread cost a comparison
+            lp = p
+            lt = t
+            lo = 0
+            hi = nk
+            while lo < hi:  # first key >= (p, t)
+                mid = (lo + hi) // 2
+                if kp[mid] < p or (kp[mid] == p and kt[mid] < t):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < nk and kp[lo] == p and kt[lo] == t:
+                lk = kid[lo]
+            else:
+                if nk == cap:
+                    return rt_rows[:0], np.zeros(0, np.bool_), np.zeros(0, np.int64), False
+                for j in range(nk, lo, -1):
+                    kp[j] = kp[j - 1]
+                    kt[j] = kt[j - 1]
+                    kid[j] = kid[j - 1]
+                kp[lo] = p
+                kt[lo] = t
+                kid[lo] = nk
+                lk = nk
+                nk += 1
+        th[i] = lk
+    rank = np.empty(nk, np.int64)  # met order -> sorted position
+    for j in range(nk):
+        rank[kid[j]] = j
+    off = np.zeros(nk + 1, np.int64)
+    for i in range(n):
+        off[rank[th[i]] + 1] += 1
+    for k in range(nk):
+        off[k + 1] += off[k]
+    rows = np.empty(n, np.int64)
+    new_thread = np.zeros(n, np.bool_)
+    prev_end = np.empty(n, np.int64)
+    pos = off[:nk].copy()
+    for i in range(n):
+        k = rank[th[i]]
+        rows[pos[k]] = rt_rows[i]
+        pos[k] += 1
+    small = np.iinfo(np.int64).min
+    best = small
+    k = 0
+    for j in range(n):
+        while k < nk and off[k] == j:  # the first call of thread k (every thread has calls)
+            k += 1
+        e = np.int64(end[rows[j]])
+        if j == off[k - 1]:
+            new_thread[j] = True
+            prev_end[j] = small
+            best = e
+        else:
+            prev_end[j] = best
+            if e > best:
+                best = e
+    return rows, new_thread, prev_end, True
 
 
 def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None, by_row: bool = False,

@@ -269,6 +269,13 @@ def _warm_jit() -> None:
             jit.call(grp, e, e, e, e, e, e)
             jit.call(sweep, e, e, np.zeros(0, np.int32), np.zeros(0, np.int32), e, e, e, 4, 4, e, e, e, 0)
         try:
+            from daydream.mapping import _call_threads_kernel
+        except ImportError:  # a daydream before the compiled call threads
+            pass
+        else:
+            if jit.compiled(_call_threads_kernel) is not None:
+                jit.call(jit.compiled(_call_threads_kernel), e, e, e, e, 1)
+        try:
             from daydream.mapping import _finish_kernel
         except ImportError:  # a daydream before the compiled finishing pass
             pass
@@ -277,6 +284,12 @@ def _warm_jit() -> None:
             if fin is not None:
                 i32, u8 = np.zeros(0, np.int32), np.zeros(0, np.uint8)
                 jit.call(fin, e, 0, e, e, e, e, e, False, e, e, np.zeros(0, bool), False, -2, 0, 0, 0, i32, i32, i32, u8, u8)
+                try:
+                    from daydream.mapping import _thread_queries
+                except ImportError:
+                    pass
+                else:
+                    jit.call(_finish_kernel("fused", _thread_queries), e, e, e, e)
     try:
         from daydream.graph._arrays import ffill_by
         from daydream.links import _hash_join

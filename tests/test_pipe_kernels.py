@@ -71,3 +71,28 @@ def test_node_columns_compiled_equals_numpy(rows, data, only):
         _same([getattr(nodes, f) for f in ("row", "node_kind", "launch", "pid", "tid", "device", "stream")],
               [getattr(want_nodes, f) for f in ("row", "node_kind", "launch", "pid", "tid", "device", "stream")])
         _same(got_cols, want_cols)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 3), st.integers(-1, 4), st.integers(-50, 50), st.booleans()), max_size=40),
+       st.sampled_from([1024, 2, 1]))
+def test_call_threads_compiled_equals_numpy(rows, cap):
+    """mapping.call_threads: the compiled passes and the kernel in Python give the numpy sorts'
+    calls by thread, thread starts and running max of earlier ends (dtypes too), also when the
+    threads outnumber the kernel's table (numpy takes over)."""
+    from types import SimpleNamespace
+
+    import daydream.mapping as M
+
+    table = SimpleNamespace(pid=np.array([r[0] for r in rows], np.int64), tid=np.array([r[1] for r in rows], np.int64),
+                            end_ns=np.array([r[2] for r in rows], np.int64))
+    rt_rows = np.array([i for i, r in enumerate(rows) if r[3]], np.int64)
+    want = M.call_threads(table, rt_rows, method="numpy")
+    was = M.CALL_THREADS_MAX_THREADS
+    M.CALL_THREADS_MAX_THREADS = cap
+    try:
+        for m in METHODS:
+            got = M.call_threads(table, rt_rows, method=m)
+            _same([got.rt_rows, got.new_thread, got.prev_end], [want.rt_rows, want.new_thread, want.prev_end])
+    finally:
+        M.CALL_THREADS_MAX_THREADS = was
