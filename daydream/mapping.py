@@ -266,12 +266,22 @@ class Mapping:
         """Op names (object array of str, ``none`` where absent) of the given rows."""
         return self._label_of(self.op_id[rows], none)
 
-    def for_nodes(self, rows) -> "NodeMapping":
+    def for_nodes(self, rows, method: str = "auto") -> "NodeMapping":
         """The mapping of graph nodes: ``rows`` are their table rows (``TaskGraph.row``), -1 for
-        nodes without one (unmapped, no layer, no op)."""
+        nodes without one (unmapped, no layer, no op). ``method``: when every node has a row, one
+        compiled pass (:func:`_pick_kernel`) from :data:`GPU_ROWS_MIN` nodes when numba is there
+        ("auto"; "compiled" whatever the size, "python" the kernel uncompiled, "numpy" never),
+        else numpy gathers; the same answers."""
         rows = np.asarray(rows, dtype=np.int64)
         ok = rows >= 0
         every = bool(ok.all())  # a built graph: every node has a row
+        fn = jit.kernel_for(_pick_kernel, len(rows), GPU_ROWS_MIN, method) if every else None
+        if fn is not None and all(a.dtype == d for a, d in ((self.phase, np.uint8), (self.layer_id, np.int32), (self.op_id, np.int32),
+                                                             (self.gap_phase, np.uint8), (self.gap_layer_id, np.int32))):
+            n = len(rows)
+            o = (np.empty(n, np.uint8), np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.uint8), np.empty(n, np.int32))
+            jit.call(fn, rows, self.phase, self.layer_id, self.op_id, self.gap_phase, self.gap_layer_id, *o)
+            return NodeMapping(*o, list(self.labels))
         r = rows if every else rows[ok]
 
         def pick(a: np.ndarray, missing: int, dtype) -> np.ndarray:
@@ -1422,15 +1432,19 @@ def _thread_phases(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: int,
     return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
 
 
-def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, out: _RowMaps, counts: dict[str, int]) -> bool:
+#: :func:`_map_gpu_rows` and :meth:`Mapping.for_nodes` run their compiled passes from this many rows ("auto")
+GPU_ROWS_MIN = 50_000
+
+
+def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, out: _RowMaps, counts: dict[str, int],
+                  method: str = "auto") -> bool:
     """GPU task rows inherit phase, layer and op from their launching call; NCCL/RCCL kernels are
-    communication. Returns whether no two runtime calls share a (process, correlation id)."""
+    communication. Returns whether no two runtime calls share a (process, correlation id).
+    ``method``: the inheriting as one compiled pass (:func:`_inherit_kernel`) from
+    :data:`GPU_ROWS_MIN` GPU rows when numba is there ("auto"; "compiled" whatever the size,
+    "python" the kernel uncompiled, "numpy" never), else numpy scatters; the same answers."""
     lr, dup = launch_rows(table, rt_rows, gpu_rows)
-    out.launch_row[gpu_rows] = lr
-    has = lr >= 0
-    out.phase[gpu_rows[has]] = out.phase[lr[has]]
-    out.layer_id[gpu_rows[has]] = out.layer_id[lr[has]]
-    out.op_id[gpu_rows[has]] = out.op_id[lr[has]]
+    missing = _inherit(gpu_rows, lr, out, method)
     g_names = table.name_id[gpu_rows]
     rx = re.compile(COMM_KERNEL_PATTERN)
     comm_names = np.zeros(len(table.names), dtype=bool)
@@ -1438,9 +1452,53 @@ def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, 
         comm_names[i] = is_comm_kernel_name(table.names[i], rx)
     comm = comm_names[g_names]
     out.phase[gpu_rows[comm]] = COMMUNICATION
-    counts["GPU tasks without a launching call"] = int(np.count_nonzero(~has))
+    counts["GPU tasks without a launching call"] = missing
     counts["GPU tasks named as NCCL/RCCL kernels (communication)"] = int(np.count_nonzero(comm))
     return not bool(dup.any())
+
+
+def _inherit(gpu_rows: np.ndarray, lr: np.ndarray, out: _RowMaps, method: str = "auto") -> int:
+    """Write each GPU row's launch row ``lr`` (int64 runtime rows aligned with ``gpu_rows``, -1
+    none) into ``out``, and the launching row's phase, layer and op at the rows that have one;
+    returns how many have none. See :func:`_map_gpu_rows` for ``method``."""
+    fn = jit.kernel_for(_inherit_kernel, len(gpu_rows), GPU_ROWS_MIN, method)
+    if fn is not None:
+        return int(jit.call(fn, np.ascontiguousarray(gpu_rows, np.int64), np.ascontiguousarray(lr, np.int64), out.launch_row,
+                            out.phase, out.layer_id, out.op_id))
+    out.launch_row[gpu_rows] = lr
+    has = lr >= 0
+    out.phase[gpu_rows[has]] = out.phase[lr[has]]
+    out.layer_id[gpu_rows[has]] = out.layer_id[lr[has]]
+    out.op_id[gpu_rows[has]] = out.op_id[lr[has]]
+    return int(np.count_nonzero(~has))
+
+
+def _inherit_kernel(gpu_rows, lr, launch_row, phase, layer_id, op_id):
+    """:func:`_map_gpu_rows`' pass: each GPU row's launch row ``lr`` (runtime rows, -1 none) and,
+    when it has one, that row's phase, layer and op, written in place; returns how many have none."""
+    missing = 0
+    for i in range(len(gpu_rows)):
+        r = gpu_rows[i]
+        a = lr[i]
+        launch_row[r] = a
+        if a >= 0:
+            phase[r] = phase[a]
+            layer_id[r] = layer_id[a]
+            op_id[r] = op_id[a]
+        else:
+            missing += 1
+    return missing
+
+
+def _pick_kernel(rows, phase, layer_id, op_id, gap_phase, gap_layer_id, o_phase, o_layer, o_op, o_gap_phase, o_gap_layer):
+    """:meth:`Mapping.for_nodes`' pass (every node with a row): the five row maps gathered at ``rows``."""
+    for i in range(len(rows)):
+        r = rows[i]
+        o_phase[i] = phase[r]
+        o_layer[i] = layer_id[r]
+        o_op[i] = op_id[r]
+        o_gap_phase[i] = gap_phase[r]
+        o_gap_layer[i] = gap_layer_id[r]
 
 
 @dataclass

@@ -269,6 +269,15 @@ def _warm_jit() -> None:
             jit.call(grp, e, e, e, e, e, e)
             jit.call(sweep, e, e, np.zeros(0, np.int32), np.zeros(0, np.int32), e, e, e, 4, 4, e, e, e, 0)
         try:
+            from daydream.mapping import _inherit_kernel, _pick_kernel
+        except ImportError:  # a daydream before the compiled inheriting and node picking
+            pass
+        else:
+            if jit.compiled(_inherit_kernel) is not None:
+                i32, u8 = np.zeros(0, np.int32), np.zeros(0, np.uint8)
+                jit.call(jit.compiled(_inherit_kernel), e, e, e, u8, i32, i32)
+                jit.call(jit.compiled(_pick_kernel), e, u8, i32, i32, u8, i32, u8, i32, i32, u8, i32)
+        try:
             from daydream.mapping import _call_threads_kernel
         except ImportError:  # a daydream before the compiled call threads
             pass

@@ -96,3 +96,43 @@ def test_call_threads_compiled_equals_numpy(rows, cap):
             _same([got.rt_rows, got.new_thread, got.prev_end], [want.rt_rows, want.new_thread, want.prev_end])
     finally:
         M.CALL_THREADS_MAX_THREADS = was
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 30), st.data())
+def test_inherit_and_for_nodes_compiled_equal_numpy(n, data):
+    """mapping._inherit (GPU rows take their launching row's phase, layer, op) and
+    Mapping.for_nodes (the row maps at graph nodes): compiled and in Python as numpy does."""
+    import daydream.mapping as M
+
+    ints = st.integers(-1, 9)
+    base = M._RowMaps(np.array(data.draw(st.lists(st.integers(0, 6), min_size=n, max_size=n)), np.uint8),
+                      np.array(data.draw(st.lists(ints, min_size=n, max_size=n)), np.int32),
+                      np.array(data.draw(st.lists(ints, min_size=n, max_size=n)), np.int32),
+                      np.full(n, -1, np.int64),
+                      np.array(data.draw(st.lists(st.integers(0, 6), min_size=n, max_size=n)), np.uint8),
+                      np.array(data.draw(st.lists(ints, min_size=n, max_size=n)), np.int32))
+    rows = list(range(n))
+    half = data.draw(st.integers(0, n))
+    gpu_rows = np.array(rows[half:], np.int64)  # launched by the rows before them
+    lr = np.array([data.draw(st.integers(-1, half - 1)) for _ in gpu_rows], np.int64)
+    fields = ("phase", "layer_id", "op_id", "launch_row", "gap_phase", "gap_layer_id")
+
+    def copy():
+        return M._RowMaps(*(getattr(base, f).copy() for f in fields))
+
+    want = copy()
+    w_missing = M._inherit(gpu_rows, lr, want, method="numpy")
+    for m in METHODS:
+        got = copy()
+        assert M._inherit(gpu_rows, lr, got, method=m) == w_missing
+        _same([getattr(got, f) for f in fields], [getattr(want, f) for f in fields])
+    mp = M.Mapping(want.phase, want.layer_id, want.op_id, want.launch_row, ["a", "b"], gap_phase=want.gap_phase,
+                   gap_layer_id=want.gap_layer_id)
+    nodes = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=40)), np.int64)
+    nf = ("phase", "layer_id", "op_id", "gap_phase", "gap_layer_id")
+    ref = mp.for_nodes(nodes, method="numpy")
+    for m in METHODS:
+        got = mp.for_nodes(nodes, method=m)
+        _same([getattr(got, f) for f in nf], [getattr(ref, f) for f in nf])
+        assert got.labels == ref.labels
