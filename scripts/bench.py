@@ -269,6 +269,15 @@ def _warm_jit() -> None:
             jit.call(grp, e, e, e, e, e, e)
             jit.call(sweep, e, e, np.zeros(0, np.int32), np.zeros(0, np.int32), e, e, e, 4, 4, e, e, e, 0)
         try:
+            from daydream.simulate.replay import _prepare_kernel
+        except ImportError:  # a daydream before the compiled replay preparation
+            pass
+        else:
+            if jit.compiled(_prepare_kernel) is not None:
+                u8, b = np.zeros(0, np.uint8), np.zeros(0, bool)
+                jit.call(jit.compiled(_prepare_kernel), 0, u8, e, e, e, u8, b, e, b, e, e, np.uint8(0), np.uint8(1), np.uint8(2),
+                         np.uint8(2))
+        try:
             from daydream.mapping import _inherit_kernel, _pick_kernel
         except ImportError:  # a daydream before the compiled inheriting and node picking
             pass

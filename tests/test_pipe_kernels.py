@@ -136,3 +136,31 @@ def test_inherit_and_for_nodes_compiled_equal_numpy(n, data):
         got = mp.for_nodes(nodes, method=m)
         _same([getattr(got, f) for f in nf], [getattr(ref, f) for f in nf])
         assert got.labels == ref.labels
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 12), st.data())
+def test_prepare_compiled_equals_reference_on_random_graphs(n, data):
+    """simulate.replay._prepare_structure: the compiled passes and the kernel in Python give the
+    whole-edge reference's replay inputs (dtypes too) on random edge lists of every built kind,
+    END edges eager and deferred, any visiting order."""
+    from types import SimpleNamespace
+
+    from daydream.graph import rule_arrays
+    from daydream.simulate.replay import _prepare_reference, _prepare_structure
+
+    edges = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1), st.integers(0, 7)), max_size=30))
+    g = SimpleNamespace(
+        n=n, edge_src=np.array([e[0] for e in edges], np.int64), edge_dst=np.array([e[1] for e in edges], np.int64),
+        edge_kind=np.array([e[2] for e in edges], np.uint8),
+        is_cpu=np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), bool),
+        lane_prev=np.array(data.draw(st.lists(st.integers(-1, n - 1), min_size=n, max_size=n)), np.int64),
+        launch=np.array(data.draw(st.lists(st.integers(-1, n - 1), min_size=n, max_size=n)), np.int64),
+        t0_ns=5, launch_latency_ns=data.draw(st.integers(0, 3)), gpu_gap_ns=data.draw(st.integers(0, 3)), staging_latency_ns=2)
+    order = np.array(data.draw(st.permutations(range(n))), np.int64)
+    want = _prepare_reference(g, order, rule_arrays())
+    for m in ("numpy",) + METHODS:
+        got = _prepare_structure(g, order, rule_arrays(), method=m)
+        for f in want._fields:
+            x, y = getattr(got, f), getattr(want, f)
+            assert (isinstance(x, np.ndarray) and x.dtype == y.dtype and np.array_equal(x, y)) if isinstance(y, np.ndarray) else x == y, (m, f)
