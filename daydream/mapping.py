@@ -1634,7 +1634,7 @@ def _call_threads_kernel(rt_rows, pid, tid, end, cap):
 
 
 def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None, by_row: bool = False,
-                   in_thread_order: bool = False) -> np.ndarray:
+                   in_thread_order: bool = False, method: str = "auto") -> np.ndarray:
     """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``; ``by_row``: an
     int64 array over the table's rows instead, set at ``rt_rows`` only, the rest undefined;
     ``in_thread_order``: aligned with ``threads.rt_rows`` instead, ``threads`` required).
@@ -1645,11 +1645,22 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
     overlapping an earlier call) has an empty gap: its midpoint is its start. ``threads``: the
     :func:`call_threads` of ``rt_rows`` (every RUNTIME row, ascending), used when the calls are
     in start order (its (pid, tid, row) order is then this one).
+
+    ``method``: with ``in_thread_order``, "auto" checks the start order and makes the midpoints in
+    one compiled pass each (:func:`_midpoints_kernel`) from :data:`PREV_MAX_MIN` calls when numba
+    is there ("compiled" whatever the size, "python" the kernel uncompiled, "numpy" never); the
+    same answers.
     """
     n = len(rt_rows)
     if n == 0:
         return np.zeros(len(table) if by_row else 0, dtype=np.int64)
     t0 = int(table.start_ns.min())
+    fn = jit.kernel_for(_midpoints_kernel, n, PREV_MAX_MIN, method) if threads is not None and in_thread_order else None
+    if fn is not None:
+        mid, ok = jit.call(fn, np.ascontiguousarray(rt_rows, np.int64), np.ascontiguousarray(threads.rt_rows, np.int64),
+                           threads.new_thread, threads.prev_end, table.start_ns, np.int64(t0))
+        if ok:
+            return mid
     s = table.start_ns[rt_rows].astype(np.int64, copy=False)
     if threads is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
         so = table.start_ns[threads.rt_rows].astype(np.int64, copy=False)
@@ -1678,6 +1689,25 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
         full[rt_rows] = mid
         return full
     return mid
+
+
+def _midpoints_kernel(rt_rows, th_rows, new_thread, prev_end, start, t0):
+    """:func:`_gap_midpoints` (``in_thread_order``, calls in start order): ``ok`` whether the
+    calls ``rt_rows`` are in start order (nothing else made if not), and the midpoint of the gap
+    before each call of ``th_rows`` (the calls by thread; its :class:`CallThreads`' thread starts
+    and running max ``prev_end``), the gap starting at ``t0`` for a thread's first call."""
+    n = len(rt_rows)
+    for i in range(1, n):
+        if start[rt_rows[i]] < start[rt_rows[i - 1]]:
+            return np.zeros(0, np.int64), False
+    mid = np.empty(len(th_rows), np.int64)
+    for j in range(len(th_rows)):
+        so = np.int64(start[th_rows[j]])
+        lo = t0 if new_thread[j] else prev_end[j]
+        if so < lo:
+            lo = so
+        mid[j] = lo + (so - lo) // 2
+    return mid, True
 
 
 #: :func:`prev_max_end` compiles its scan from this many items ("auto")

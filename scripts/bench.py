@@ -294,6 +294,13 @@ def _warm_jit() -> None:
             if jit.compiled(_call_threads_kernel) is not None:
                 jit.call(jit.compiled(_call_threads_kernel), e, e, e, e, 1)
         try:
+            from daydream.mapping import _midpoints_kernel
+        except ImportError:  # a daydream before the compiled gap midpoints
+            pass
+        else:
+            if jit.compiled(_midpoints_kernel) is not None:
+                jit.call(jit.compiled(_midpoints_kernel), e, e, np.zeros(0, bool), e, e, np.int64(0))
+        try:
             from daydream.mapping import _finish_kernel
         except ImportError:  # a daydream before the compiled finishing pass
             pass

@@ -25,7 +25,9 @@ def node_columns(table, cpu, gpu_rows: np.ndarray, g_launch: np.ndarray, only: i
     position of a launched task its launch's recorded start (else its own); counts the GPU
     tasks recorded starting before their launch. One compiled pass (:func:`_node_columns_kernel`)
     from :data:`NODE_COLUMNS_MIN` nodes when numba is there ("auto"; "compiled" whatever the
-    size, "python" the kernel uncompiled, "numpy" never), else numpy gathers; the same answers."""
+    size, "python" the kernel uncompiled, "numpy" never), else numpy gathers; the same answers.
+    The compiled pass also makes the lane columns :func:`daydream.graph.tasks.lanes_and_order`
+    reads (its ``columns``), the seventh column (None from the numpy gathers)."""
     cpu_rows = cpu.cpu_rows
     n_cpu, n = len(cpu_rows), len(cpu_rows) + len(gpu_rows)
     fn = jit.kernel_for(_node_columns_kernel, n, NODE_COLUMNS_MIN, method)
@@ -38,28 +40,30 @@ def node_columns(table, cpu, gpu_rows: np.ndarray, g_launch: np.ndarray, only: i
         position[has_launch] = rec_start[launch[has_launch]]
         early = ((rec_start < position) & has_launch).sum()
         cols = (rec_start, rec_end, position, table.correlation[row].astype(np.int64, copy=False),
-                table.name_id[row].astype(np.int64, copy=False), table.copy_kind[row].astype(np.uint8))
+                table.name_id[row].astype(np.int64, copy=False), table.copy_kind[row].astype(np.uint8), None)
     else:
         i64 = np.int64
-        e = [np.empty(n, i64) for _ in range(11)]
+        e = [np.empty(n, i64) for _ in range(15)]
         nk, ck = np.empty(n, np.uint8), np.empty(n, np.uint8)
-        row, launch, pid, tid, device, stream, rec_start, rec_end, position, corr, name_id = e
+        row, launch, pid, tid, device, stream, rec_start, rec_end, position, corr, name_id, ig, tod, st0, lc = e
         early = jit.call(fn, np.ascontiguousarray(cpu_rows, i64), np.ascontiguousarray(gpu_rows, i64),
                          np.ascontiguousarray(g_launch, i64), i64(only), table.pid, table.tid, table.kind, table.device,
                          table.stream, table.start_ns, table.end_ns, table.correlation, table.name_id, table.copy_kind,
-                         row, nk, launch, pid, tid, device, stream, rec_start, rec_end, position, corr, name_id, ck)
+                         row, nk, launch, pid, tid, device, stream, rec_start, rec_end, position, corr, name_id, ck,
+                         ig, tod, st0, lc)
         nodes = Nodes(row, nk, launch, pid, tid, device, stream, n_cpu)
-        cols = (rec_start, rec_end, position, corr, name_id, ck)
+        cols = (rec_start, rec_end, position, corr, name_id, ck, (ig, tod, st0, lc))
     count(counts, "GPU task recorded starting before its launching call started", early)
     return nodes, cols
 
 
 def _node_columns_kernel(cpu_rows, gpu_rows, g_launch, only, t_pid, t_tid, t_kind, t_device, t_stream, t_start, t_end, t_corr,
                          t_name, t_copy, row, nk, launch, pid, tid, device, stream, rec_start, rec_end, position, corr,
-                         name_id, ck):
+                         name_id, ck, ig, tod, st0, lc):
     """:func:`node_columns`' pass: fill the node columns in place (CPU nodes, then GPU nodes; the
-    launched tasks' positions after every start is in); returns how many GPU tasks start before
-    their launch."""
+    launched tasks' positions after every start is in), and the lane columns (``ig`` 1 for GPU
+    nodes, ``tod`` tid or device, ``st0`` stream or 0 on CPU nodes, ``lc`` the launching node's
+    correlation id or -1); returns how many GPU tasks start before their launch."""
     n_cpu = len(cpu_rows)
     n = n_cpu + len(gpu_rows)
     for v in range(n):
@@ -91,14 +95,21 @@ def _node_columns_kernel(cpu_rows, gpu_rows, g_launch, only, t_pid, t_tid, t_kin
         corr[v] = t_corr[r]
         name_id[v] = t_name[r]
         ck[v] = t_copy[r]
+        g = nk[v] != 0  # NODE_CPU is 0
+        ig[v] = 1 if g else 0
+        tod[v] = device[v] if g else tid[v]
+        st0[v] = stream[v] if g else 0
     early = 0
-    for v in range(n_cpu, n):
+    for v in range(n):
         a = launch[v]
         if a >= 0:
+            lc[v] = corr[a]
             p = rec_start[a]
             position[v] = p
             if rec_start[v] < p:
                 early += 1
+        else:
+            lc[v] = -1
     return early
 
 #: :func:`order_edges` runs its compiled pass from this many nodes ("auto")

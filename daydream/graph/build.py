@@ -92,11 +92,11 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     cpu = cpu_tasks(table, counts, mapping.call_threads if mapping is not None and len(mapping.phase) == len(table) else None)
     gpu_rows = gpu_task_rows(table)
     only = only_process(table, cpu.rt_rows)
-    nodes, (rec_start, rec_end, position, corr, name_id, copy_kind) = node_columns(
+    nodes, (rec_start, rec_end, position, corr, name_id, copy_kind, lane_cols) = node_columns(
         table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, only, counts, mapping), only, counts)
     row, kind, launch = nodes.row, nodes.node_kind, nodes.launch
-    lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device), nodes.stream,
-                            position, launch, corr, row, rec_start)
+    lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device) if lane_cols is None else None,
+                            nodes.stream, position, launch, corr, row, rec_start, lane_cols)
     position = lanes.position
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
     ws, wd, xs, xd, wctx, copies = _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id, gpu_rows, only, counts)
