@@ -269,6 +269,13 @@ def _warm_jit() -> None:
             jit.call(grp, e, e, e, e, e, e)
             jit.call(sweep, e, e, np.zeros(0, np.int32), np.zeros(0, np.int32), e, e, e, 4, 4, e, e, e, 0)
         try:
+            from daydream.graph.queue import _queue_kernel
+        except ImportError:  # a daydream before the compiled queue pairs
+            pass
+        else:
+            if jit.compiled(_queue_kernel) is not None:
+                jit.call(jit.compiled(_queue_kernel), e, e, np.zeros(0, bool), e, np.int64(1))
+        try:
             from daydream.simulate.replay import _prepare_kernel
         except ImportError:  # a daydream before the compiled replay preparation
             pass

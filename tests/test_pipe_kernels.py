@@ -192,3 +192,21 @@ def test_gap_midpoints_compiled_equals_numpy(rows, by_start):
     want = M._gap_midpoints(table, rt_rows, th, in_thread_order=True, method="numpy")
     for m in METHODS:
         _same([M._gap_midpoints(table, rt_rows, th, in_thread_order=True, method=m)], [want])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(-1, 4)), max_size=40), st.integers(-1, 4), st.data())
+def test_queue_pairs_compiled_equals_numpy(nodes, depth, data):
+    """graph.queue.queue_pairs: the compiled passes and the kernel in Python give the numpy
+    passes' QUEUE pairs (entries of graph launches included) at any depth."""
+    from daydream.graph.queue import queue_pairs
+
+    n = len(nodes)
+    lane = np.array([x[0] for x in nodes], np.int64)
+    is_gpu = np.array([x[1] for x in nodes], bool)
+    launch = np.array([x[2] % max(n, 1) if x[2] >= 0 else -1 for x in nodes], np.int64)
+    perm = np.array(data.draw(st.permutations(range(n))), np.int64)
+    by_lane = perm[np.argsort(lane[perm], kind="stable")] if n else np.zeros(0, np.int64)
+    want = queue_pairs(by_lane, lane, is_gpu, launch, depth, method="numpy")
+    for m in METHODS:
+        _same(queue_pairs(by_lane, lane, is_gpu, launch, depth, method=m), want)
