@@ -741,9 +741,12 @@ class _Contexts:
 
     FIELDS = ("module", "op", "scope", "phase", "prio", "comp", "op_name", "member")
 
-    def __init__(self, rows: np.ndarray, rk: np.ndarray, by_key: dict[str, np.ndarray], comp_names: list[str],
-                 op_names: list[str]) -> None:
-        self.rows = rows  #: table rows (CPU-side RANGE rows and CPU_OP rows)
+    def __init__(self, rows: np.ndarray | None, rk: np.ndarray, by_key: dict[str, np.ndarray], comp_names: list[str],
+                 op_names: list[str], table: EventTable | None = None) -> None:
+        if rows is not None:
+            self.rows = rows  #: table rows (CPU-side RANGE rows and CPU_OP rows); None: found in ``table`` on first use
+        self._table = table
+        self.n = len(rk)  #: how many context rows
         self.rk = rk  #: per row: index of its key in the ``by_key`` arrays
         self.by_key = by_key
         self.comp_names = comp_names
@@ -755,6 +758,10 @@ class _Contexts:
         self.columns: tuple[np.ndarray, ...] | None = None
 
     def __getattr__(self, name: str) -> np.ndarray:
+        if name == "rows" and self.__dict__.get("_table") is not None:  # only the numpy searches read them
+            k = self._table.kind
+            rows = self.__dict__["rows"] = np.flatnonzero(((k == Kind.RANGE) & (self._table.device < 0)) | (k == Kind.CPU_OP))
+            return rows
         if name not in _Contexts.FIELDS:
             raise AttributeError(name)
         a = self.__dict__[name] = self.by_key[name][self.rk]
@@ -829,12 +836,12 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     names = table.names
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
     rows, _, counts, all_cpu_side, more = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names),
-                                                        columns=(table.pid, table.tid, table.start_ns, table.end_ns))
+                                                        columns=(table.pid, table.tid, table.start_ns, table.end_ns), rows=False)
     rk, name_id, *columns = more
     present = np.flatnonzero(counts)  # sorted distinct keys
     k = _classify_keys(names, present, rules)
     k["member"] = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
-    ctx = _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"])
+    ctx = _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"], table)
     ctx.name_id = name_id
     ctx.columns = tuple(columns)
     ctx.all_cpu_side = all_cpu_side
@@ -846,7 +853,7 @@ CONTEXT_KEYS_MIN = 50_000
 
 
 def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat_id: np.ndarray, py_id: list[int],
-                  n_names: int, method: str = "auto", columns: tuple | None = None) -> tuple:
+                  n_names: int, method: str = "auto", columns: tuple | None = None, rows: bool = True) -> tuple:
     """The context rows of table columns (length n each: ``kind``, ``device``, ``name_id``,
     ``cat_id``; ``py_id``: the name ids of ``python_function``, ``n_names`` names): CPU-side
     RANGE rows and CPU_OP rows. Returns (rows int64 (m,), their keys int64 (m,):
@@ -859,6 +866,9 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
     kept (None in their place) and a fifth item is returned, arrays (m,) each: (each row's index
     among the keys present (rank of its key among the nonzero counts; int32), its name id, its
     pid, tid, start_ns, end_ns (int64)), written by the same passes when compiled.
+
+    ``rows`` False: the compiled passes (with ``columns``) do not keep the rows (None in their
+    place; the caller needs their count only, which the columns give).
 
     Raises:
         IndexError, ValueError: a context row's name id outside ``[0, n_names)`` (numpy's
@@ -874,12 +884,13 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
         cols = e, e, e, e
         if columns is not None:
             cols = tuple(np.ascontiguousarray(c, np.int64) for c in columns)
+        keep_rows = rows or columns is None
         rows, key, counts, all_cpu, ok, more = jit.call(
             fn, np.ascontiguousarray(kind, np.uint8), np.ascontiguousarray(device, np.int32),
             np.ascontiguousarray(name_id, np.int32), np.ascontiguousarray(cat_id, np.int32), is_py, bool(py_id), n_names,
-            np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP), columns is not None, *cols)
+            np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP), columns is not None, *cols, keep_rows)
         if ok:
-            return (rows, None if columns is not None else key, counts, bool(all_cpu)) + ((more,) if columns is not None else ())
+            return (rows if keep_rows else None, None if columns is not None else key, counts, bool(all_cpu)) + ((more,) if columns is not None else ())
         # a name id out of range: the numpy passes raise numpy's error
     is_op, cpu_side = kind == Kind.CPU_OP, device < 0
     rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
@@ -908,11 +919,11 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
 
 
 def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, k_range, k_op, want_cols, pid, tid, start,
-                         end):
-    """:func:`_context_keys`'s passes: count the context rows, then fill rows, keys and key
-    counts (and, ``want_cols``, the rows' pid, tid, start, end and name id, then their key's
-    rank among the present keys: the fifth item, empty arrays otherwise); ``ok`` False
-    (nothing filled) when a context row's name id is out of range."""
+                         end, want_rows=True):
+    """:func:`_context_keys`'s passes: count the context rows, then fill rows (``want_rows``;
+    else an empty array), keys and key counts (and, ``want_cols``, the rows' pid, tid, start,
+    end and name id, then their key's rank among the present keys: the fifth item, empty arrays
+    otherwise); ``ok`` False (nothing filled) when a context row's name id is out of range."""
     n = len(kind)
     m = 0
     all_cpu = True
@@ -924,7 +935,7 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
                 all_cpu = False
         elif k == k_range and device[i] < 0:
             m += 1
-    rows = np.empty(m, np.int64)
+    rows = np.empty(m if want_rows else 0, np.int64)
     key = np.empty(0 if want_cols else m, np.int64)  # with the columns: the keys in rk, ranked in place after
     counts = np.zeros(4 * n_names, np.int64)
     mc = m if want_cols else 0
@@ -950,7 +961,8 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
             c = cat_id[i]
             if use_py and c >= 0 and c < n_py and is_py[c]:
                 x += 1
-            rows[j] = i
+            if want_rows:
+                rows[j] = i
             counts[x] += 1
             if want_cols:
                 rk[j] = x
@@ -1058,10 +1070,10 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     gpu_rows = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET))
     ctx = _classify_contexts(table, rules) if len(rt_rows) else None
     threads = call_threads(table, rt_rows)
-    if ctx is not None and len(ctx.rows):
+    if ctx is not None and ctx.n:
         autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method, threads)
     cpu_range_columns = None
-    if ctx is not None and len(ctx.rows) and ctx.all_cpu_side:
+    if ctx is not None and ctx.n and ctx.all_cpu_side:
         cpu_range_columns = (*ctx.columns, ctx.name_id)
     launch_unique = False
     if len(gpu_rows):
@@ -1132,7 +1144,7 @@ def _map_runtime_calls(
     levels = _phase_levels(rules)
     start, end = table.start_ns, table.end_ns
     c_pid, c_tid, c_start, c_end = ctx.columns
-    group = _group_kernel(method, len(ctx.rows) + 2 * len(rt_rows)) if threads is not None and len(rt_rows) else None
+    group = _group_kernel(method, ctx.n + 2 * len(rt_rows)) if threads is not None and len(rt_rows) else None
     if group is not None:  # contexts grouped by thread in one compiled pass, gap midpoints in thread order
         per_thread = _grouped_threads(group, table, rt_rows, threads, ctx.columns)
     else:
@@ -1154,7 +1166,7 @@ def _map_runtime_calls(
         if fn is not None:  # every interval search of the thread in one compiled sweep
             lay, op_ids, ph, is_autograd = _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label)
         else:
-            whole = len(c) == len(ctx.rows)  # the thread has every context (c ascending, distinct: c is arange)
+            whole = len(c) == ctx.n  # the thread has every context (c ascending, distinct: c is arange)
             th = _ThreadContexts(ctx, c, c_start if whole else c_start[c], c_end if whole else c_end[c])
             lay = _layer_ids(th, qs, qe, intern)
             op_ids = _op_ids(th, qs[:nq], qe[:nq], op_label) if ctx.op[c].any() else None
