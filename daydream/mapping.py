@@ -1066,8 +1066,7 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     intern = _Interner()
     autograd_threads: list[tuple[int, int]] = []
 
-    rt_rows = np.flatnonzero(kind == Kind.RUNTIME)
-    gpu_rows = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET))
+    rt_rows, gpu_rows = task_rows(kind)
     ctx = _classify_contexts(table, rules) if len(rt_rows) else None
     threads = call_threads(table, rt_rows)
     if ctx is not None and ctx.n:
@@ -1527,6 +1526,52 @@ class CallThreads:
     rt_rows: np.ndarray
     new_thread: np.ndarray
     prev_end: np.ndarray
+
+
+#: :func:`task_rows` runs its compiled passes from this many rows ("auto")
+TASK_ROWS_MIN = 50_000
+
+
+def task_rows(kind: np.ndarray, rt: bool = True, gpu: bool = True, method: str = "auto") -> tuple:
+    """(the RUNTIME rows, the GPU task rows: KERNEL, MEMCPY and MEMSET) of a table's ``kind``
+    column, int64, ascending; None in place of those not asked for (``rt``, ``gpu``). Two
+    compiled passes (:func:`_task_rows_kernel`: count, fill) from :data:`TASK_ROWS_MIN` rows
+    when numba is there ("auto"; "compiled" whatever the size, "python" the kernel uncompiled,
+    "numpy" never), else numpy's comparisons; the same answers."""
+    fn = jit.kernel_for(_task_rows_kernel, len(kind), TASK_ROWS_MIN, method)
+    if fn is not None:
+        r, g = jit.call(fn, np.ascontiguousarray(kind, np.uint8), np.uint8(Kind.RUNTIME), np.uint8(Kind.KERNEL),
+                        np.uint8(Kind.MEMCPY), np.uint8(Kind.MEMSET), rt, gpu)
+    else:
+        r = np.flatnonzero(kind == Kind.RUNTIME) if rt else None
+        g = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)) if gpu else None
+    return (r if rt else None), (g if gpu else None)
+
+
+def _task_rows_kernel(kind, k_rt, k_kernel, k_memcpy, k_memset, rt, gpu):
+    """:func:`task_rows`' passes (the rows not asked for: empty)."""
+    n_rt = 0
+    n_g = 0
+    for i in range(len(kind)):
+        k = kind[i]
+        if k == k_rt:
+            n_rt += 1
+        elif k == k_kernel or k == k_memcpy or k == k_memset:
+            n_g += 1
+    r = np.empty(n_rt if rt else 0, np.int64)
+    g = np.empty(n_g if gpu else 0, np.int64)
+    a = 0
+    b = 0
+    for i in range(len(kind)):
+        k = kind[i]
+        if k == k_rt:
+            if rt:
+                r[a] = i
+                a += 1
+        elif gpu and (k == k_kernel or k == k_memcpy or k == k_memset):
+            g[b] = i
+            b += 1
+    return r, g
 
 
 #: :func:`call_threads` runs its compiled passes from this many calls ("auto")

@@ -301,6 +301,12 @@ def _warm_jit() -> None:
             if jit.compiled(_call_threads_kernel) is not None:
                 jit.call(jit.compiled(_call_threads_kernel), e, e, e, e, 1)
         try:
+            from daydream.mapping import task_rows
+        except ImportError:  # a daydream before the compiled task rows
+            pass
+        else:
+            task_rows(np.zeros(0, np.uint8), method="compiled")
+        try:
             from daydream.mapping import _midpoints_kernel
         except ImportError:  # a daydream before the compiled gap midpoints
             pass

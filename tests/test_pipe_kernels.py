@@ -210,3 +210,18 @@ def test_queue_pairs_compiled_equals_numpy(nodes, depth, data):
     want = queue_pairs(by_lane, lane, is_gpu, launch, depth, method="numpy")
     for m in METHODS:
         _same(queue_pairs(by_lane, lane, is_gpu, launch, depth, method=m), want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), max_size=40), st.booleans(), st.booleans())
+def test_task_rows_compiled_equals_numpy(kinds, rt, gpu):
+    """mapping.task_rows: the compiled passes and the kernel in Python give numpy's RUNTIME and
+    GPU task rows (None where not asked for)."""
+    from daydream.mapping import task_rows
+
+    kind = np.array(kinds, np.uint8)
+    want = task_rows(kind, rt, gpu, method="numpy")
+    for m in METHODS:
+        got = task_rows(kind, rt, gpu, method=m)
+        for g, w in zip(got, want):
+            assert (g is None) == (w is None) and (w is None or (g.dtype == w.dtype and np.array_equal(g, w)))

@@ -14,7 +14,7 @@ from .. import jit
 from ..arrays import stable_group_order
 from ..events import EventTable, Kind
 from ..links import launch_rows
-from ..mapping import CallThreads, call_threads, pair_keys, prev_max_end
+from ..mapping import CallThreads, call_threads, pair_keys, prev_max_end, task_rows
 from ._arrays import count, few_unique_columns, lane_chains, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
@@ -90,8 +90,7 @@ def _cpu_tasks_kernel(rt_rows, prev_end, start, end, nested, rt_node):
 
 def gpu_task_rows(table: EventTable) -> np.ndarray:
     """Stage 2: the GPU task rows (kernels, memcpys, memsets), in table order."""
-    k = table.kind
-    return np.nonzero((k == Kind.KERNEL) | (k == Kind.MEMCPY) | (k == Kind.MEMSET))[0]
+    return task_rows(table.kind, rt=False)[1]
 
 
 def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, only: int, counts: dict[str, int],
