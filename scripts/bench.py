@@ -269,6 +269,13 @@ def _warm_jit() -> None:
             jit.call(grp, e, e, e, e, e, e)
             jit.call(sweep, e, e, np.zeros(0, np.int32), np.zeros(0, np.int32), e, e, e, 4, 4, e, e, e, 0)
         try:
+            from daydream.graph.waits import _wait_index_kernel
+        except ImportError:  # a daydream before the compiled wait index
+            pass
+        else:
+            if jit.compiled(_wait_index_kernel) is not None:
+                jit.call(jit.compiled(_wait_index_kernel), e, e, e, e, e, e, 0)
+        try:
             from daydream.graph.queue import _queue_kernel
         except ImportError:  # a daydream before the compiled queue pairs
             pass

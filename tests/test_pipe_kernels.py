@@ -225,3 +225,31 @@ def test_task_rows_compiled_equals_numpy(kinds, rt, gpu):
         got = task_rows(kind, rt, gpu, method=m)
         for g, w in zip(got, want):
             assert (g is None) == (w is None) and (w is None or (g.dtype == w.dtype and np.array_equal(g, w)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 8), st.integers(0, 8), st.data())
+def test_wait_index_compiled_equals_numpy(n_cpu, n_gpu, data):
+    """graph.waits.WaitIndex: the compiled pass and the kernel in Python gather the numpy
+    columns (GPU lanes, positions, launch ids; thread starts; launched lanes and their fill)."""
+    from types import SimpleNamespace
+
+    from daydream.graph.waits import WaitIndex
+
+    n = n_cpu + n_gpu
+    lane = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int64)
+    cpu_lo = np.array(data.draw(st.permutations(range(n_cpu))), np.int64)
+    cpu_lo = cpu_lo[np.argsort(lane[cpu_lo], kind="stable")]
+    g_nodes = np.array(data.draw(st.permutations(range(n_cpu, n))), np.int64)
+    launch = np.array([-1] * n_cpu + [data.draw(st.integers(-1, n_cpu - 1)) for _ in range(n_gpu)], np.int64)
+    lanes = SimpleNamespace(split=lambda k: (cpu_lo, g_nodes), lane=lane, keys=np.zeros((5, 4), np.int64),
+                            is_gpu=np.zeros(5, bool),
+                            launch_corr=np.array(data.draw(st.lists(st.integers(-1, 9), min_size=n, max_size=n)), np.int64))
+    nodes = SimpleNamespace(n_cpu=n_cpu, pid=np.zeros(n, np.int64), launch=launch)
+    pos = np.array(data.draw(st.lists(st.integers(0, 99), min_size=n, max_size=n)), np.int64)
+    rs, corr = pos + 1, pos + 2
+    f = ("g_lane", "g_pos", "g_corr", "thread_start", "launched_lane", "last_launch_lane_before", "c_start", "c_corr", "c_pid")
+    want = WaitIndex(nodes, lanes, pos, rs, corr, method="numpy")
+    for m in METHODS:
+        got = WaitIndex(nodes, lanes, pos, rs, corr, method=m)
+        _same([getattr(got, x) for x in f], [getattr(want, x) for x in f])
