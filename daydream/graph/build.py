@@ -97,6 +97,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     row, kind, launch = nodes.row, nodes.node_kind, nodes.launch
     lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device) if lane_cols is None else None,
                             nodes.stream, position, launch, corr, row, rec_start, lane_cols)
+    del lane_cols  # (their memory serves the stages after)
     position = lanes.position
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
     ws, wd, xs, xd, wctx, copies = _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id, gpu_rows, only, counts)
