@@ -283,7 +283,7 @@ def _warm_jit() -> None:
             if jit.compiled(_queue_kernel) is not None:
                 jit.call(jit.compiled(_queue_kernel), e, e, np.zeros(0, bool), e, np.int64(1))
         try:
-            from daydream.simulate.replay import _prepare_kernel
+            from daydream.simulate.replay import _prepare_kernel, _prepare_lists_kernel
         except ImportError:  # a daydream before the compiled replay preparation
             pass
         else:
@@ -291,6 +291,7 @@ def _warm_jit() -> None:
                 u8, b = np.zeros(0, np.uint8), np.zeros(0, bool)
                 jit.call(jit.compiled(_prepare_kernel), 0, u8, e, e, e, u8, b, e, b, e, e, np.uint8(0), np.uint8(1), np.uint8(2),
                          np.uint8(2))
+                jit.call(jit.compiled(_prepare_lists_kernel), 0, u8, e, e, u8, b, e, np.zeros(0, np.int8), np.uint8(2))
         try:
             from daydream.mapping import _inherit_kernel, _pick_kernel
         except ImportError:  # a daydream before the compiled inheriting and node picking

@@ -137,14 +137,18 @@ def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra, method: str = "n
     ph_k, ae_k, off_k = (np.resize(a, nk) for a in (ra.phase, ra.anchor_end, ra.graph_offsets_ns(graph)))  # per kind
     ph_k[len(ra.phase):], ae_k[len(ra.phase):], off_k[len(ra.phase):] = 0, False, 0
     fn = jit.kernel_for(_prepare_kernel, len(k), PREPARE_MIN, method)
-    if fn is not None:
+    lists = None if fn is None else _prepare_lists_kernel if method == "python" else jit.compiled(_prepare_lists_kernel)
+    if lists is not None:
         i64 = np.int64
-        out = jit.call(fn, n, np.ascontiguousarray(k, np.uint8), np.ascontiguousarray(src, i64), np.ascontiguousarray(dst, i64),
-                       np.ascontiguousarray(order, i64), np.ascontiguousarray(ph_k, np.uint8), np.ascontiguousarray(ae_k, np.bool_),
-                       np.ascontiguousarray(off_k, i64), np.ascontiguousarray(graph.is_cpu, np.bool_),
-                       np.ascontiguousarray(graph.lane_prev, i64), np.ascontiguousarray(graph.launch, i64),
-                       np.uint8(EdgeKind.THREAD), np.uint8(EdgeKind.STREAM), np.uint8(EdgeKind.LAUNCH), np.uint8(Phase.END))
-        return Prepared(*out, int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns))
+        k, src, dst = np.ascontiguousarray(k, np.uint8), np.ascontiguousarray(src, i64), np.ascontiguousarray(dst, i64)
+        ph_k, ae_k, off_k = np.ascontiguousarray(ph_k, np.uint8), np.ascontiguousarray(ae_k, np.bool_), np.ascontiguousarray(off_k, i64)
+        prev, code, a_col, deferred = jit.call(
+            fn, n, k, src, dst, np.ascontiguousarray(order, i64), ph_k, ae_k, off_k, np.ascontiguousarray(graph.is_cpu, np.bool_),
+            np.ascontiguousarray(graph.lane_prev, i64), np.ascontiguousarray(graph.launch, i64), np.uint8(EdgeKind.THREAD),
+            np.uint8(EdgeKind.STREAM), np.uint8(EdgeKind.LAUNCH), np.uint8(Phase.END))
+        out = jit.call(lists, n, k, src, dst, ph_k, ae_k, off_k, code, np.uint8(Phase.END))
+        return Prepared(prev, code, a_col, out[0], deferred, *out[1:], int(graph.t0_ns), int(graph.launch_latency_ns),
+                        int(graph.gpu_gap_ns))
     is_end = (ph_k == Phase.END)[k]
     end_i = np.flatnonzero(is_end)
     es, ed, ek = src[end_i], dst[end_i], k[end_i]
@@ -186,10 +190,9 @@ def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra, method: str = "n
 
 def _prepare_kernel(n, k, src, dst, order, ph_k, ae_k, off_k, is_cpu, lane_prev, launch, k_thread, k_stream, k_launch,
                     p_end):
-    """:func:`_prepare_structure`'s array passes, compiled: the END edges (eager or deferring
-    their destination), which edges fit their destination's simple code, the codes, the lane and
-    launch columns, and the two CSR lists of the code-2 nodes' in-edges (by counting, edge-id
-    order within a node). Returns the first 14 fields of :class:`Prepared`."""
+    """:func:`_prepare_structure`'s node passes, compiled: the END edges (eager or deferring
+    their destination), which edges fit their destination's simple code, the codes, and the lane
+    and launch columns. Returns (prev, code, a_col, deferred) of :class:`Prepared`."""
     m = len(k)
     has_end = np.zeros(n, np.bool_)
     n_end = np.zeros(n, np.int64)
@@ -226,7 +229,6 @@ def _prepare_kernel(n, k, src, dst, order, ph_k, ae_k, off_k, is_cpu, lane_prev,
     code = np.empty(n, np.int8)
     prev = np.empty(n, np.int64)
     a_col = np.empty(n, np.int64)
-    q_src = np.zeros(n, np.int64)
     for v in range(n):
         simple = not odd[v] and not deferred[v]
         c = 2
@@ -239,6 +241,15 @@ def _prepare_kernel(n, k, src, dst, order, ph_k, ae_k, off_k, is_cpu, lane_prev,
         prev[v] = p if p >= 0 else (n + 1 if is_cpu[v] else n + 2)
         a = launch[v]
         a_col[v] = a if a >= 0 else n
+    return prev, code, a_col, deferred
+
+
+def _prepare_lists_kernel(n, k, src, dst, ph_k, ae_k, off_k, code, p_end):
+    """:func:`_prepare_structure`'s edge lists, compiled: ``q_src`` (the GPU task a code-3 call
+    waits for) and the two CSR lists of the code-2 nodes' in-edges (by counting, edge-id order
+    within a node). Returns (q_src, g_ptr, g_src, g_ae, g_off, g_ph, e_ptr, e_src, e_ae, e_off)."""
+    m = len(k)
+    q_src = np.zeros(n, np.int64)
     g_ptr = np.zeros(n + 1, np.int64)
     e_ptr = np.zeros(n + 1, np.int64)
     for e in range(m):
@@ -282,7 +293,7 @@ def _prepare_kernel(n, k, src, dst, order, ph_k, ae_k, off_k, is_cpu, lane_prev,
             g_off[j] = off_k[kk]
             g_ph[j] = ph_k[kk]
             g_at[d] = j + 1
-    return prev, code, a_col, q_src, deferred, g_ptr, g_src, g_ae, g_off, g_ph, e_ptr, e_src, e_ae, e_off
+    return q_src, g_ptr, g_src, g_ae, g_off, g_ph, e_ptr, e_src, e_ae, e_off
 
 
 def _csr_by_kind(n: int, idx: np.ndarray, dst, src, k, ae_k, off_k, ph_k) -> tuple[np.ndarray, ...]:
