@@ -266,12 +266,22 @@ class Mapping:
         """Op names (object array of str, ``none`` where absent) of the given rows."""
         return self._label_of(self.op_id[rows], none)
 
-    def for_nodes(self, rows) -> "NodeMapping":
+    def for_nodes(self, rows, method: str = "auto") -> "NodeMapping":
         """The mapping of graph nodes: ``rows`` are their table rows (``TaskGraph.row``), -1 for
-        nodes without one (unmapped, no layer, no op)."""
+        nodes without one (unmapped, no layer, no op). ``method``: when every node has a row, one
+        compiled pass (:func:`_pick_kernel`) from :data:`GPU_ROWS_MIN` nodes when numba is there
+        ("auto"; "compiled" whatever the size, "python" the kernel uncompiled, "numpy" never),
+        else numpy gathers; the same answers."""
         rows = np.asarray(rows, dtype=np.int64)
         ok = rows >= 0
         every = bool(ok.all())  # a built graph: every node has a row
+        fn = jit.kernel_for(_pick_kernel, len(rows), GPU_ROWS_MIN, method) if every else None
+        if fn is not None and all(a.dtype == d for a, d in ((self.phase, np.uint8), (self.layer_id, np.int32), (self.op_id, np.int32),
+                                                             (self.gap_phase, np.uint8), (self.gap_layer_id, np.int32))):
+            n = len(rows)
+            o = (np.empty(n, np.uint8), np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.uint8), np.empty(n, np.int32))
+            jit.call(fn, rows, self.phase, self.layer_id, self.op_id, self.gap_phase, self.gap_layer_id, *o)
+            return NodeMapping(*o, list(self.labels))
         r = rows if every else rows[ok]
 
         def pick(a: np.ndarray, missing: int, dtype) -> np.ndarray:
@@ -731,9 +741,12 @@ class _Contexts:
 
     FIELDS = ("module", "op", "scope", "phase", "prio", "comp", "op_name", "member")
 
-    def __init__(self, rows: np.ndarray, rk: np.ndarray, by_key: dict[str, np.ndarray], comp_names: list[str],
-                 op_names: list[str]) -> None:
-        self.rows = rows  #: table rows (CPU-side RANGE rows and CPU_OP rows)
+    def __init__(self, rows: np.ndarray | None, rk: np.ndarray, by_key: dict[str, np.ndarray], comp_names: list[str],
+                 op_names: list[str], table: EventTable | None = None) -> None:
+        if rows is not None:
+            self.rows = rows  #: table rows (CPU-side RANGE rows and CPU_OP rows); None: found in ``table`` on first use
+        self._table = table
+        self.n = len(rk)  #: how many context rows
         self.rk = rk  #: per row: index of its key in the ``by_key`` arrays
         self.by_key = by_key
         self.comp_names = comp_names
@@ -745,6 +758,10 @@ class _Contexts:
         self.columns: tuple[np.ndarray, ...] | None = None
 
     def __getattr__(self, name: str) -> np.ndarray:
+        if name == "rows" and self.__dict__.get("_table") is not None:  # only the numpy searches read them
+            k = self._table.kind
+            rows = self.__dict__["rows"] = np.flatnonzero(((k == Kind.RANGE) & (self._table.device < 0)) | (k == Kind.CPU_OP))
+            return rows
         if name not in _Contexts.FIELDS:
             raise AttributeError(name)
         a = self.__dict__[name] = self.by_key[name][self.rk]
@@ -819,12 +836,12 @@ def _classify_contexts(table: EventTable, rules: Sequence[PhaseRule]) -> _Contex
     names = table.names
     py_id = [i for i, s in enumerate(names) if s == "python_function"]
     rows, _, counts, all_cpu_side, more = _context_keys(table.kind, table.device, table.name_id, table.cat_id, py_id, len(names),
-                                                        columns=(table.pid, table.tid, table.start_ns, table.end_ns))
+                                                        columns=(table.pid, table.tid, table.start_ns, table.end_ns), rows=False)
     rk, name_id, *columns = more
     present = np.flatnonzero(counts)  # sorted distinct keys
     k = _classify_keys(names, present, rules)
     k["member"] = _member_bits(k["module"], k["scope"], k["op"], k["phase"], k["prio"], _phase_levels(rules))
-    ctx = _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"])
+    ctx = _Contexts(rows, rk, {f: k[f] for f in _Contexts.FIELDS}, k["comp_names"], k["op_names"], table)
     ctx.name_id = name_id
     ctx.columns = tuple(columns)
     ctx.all_cpu_side = all_cpu_side
@@ -836,7 +853,7 @@ CONTEXT_KEYS_MIN = 50_000
 
 
 def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat_id: np.ndarray, py_id: list[int],
-                  n_names: int, method: str = "auto", columns: tuple | None = None) -> tuple:
+                  n_names: int, method: str = "auto", columns: tuple | None = None, rows: bool = True) -> tuple:
     """The context rows of table columns (length n each: ``kind``, ``device``, ``name_id``,
     ``cat_id``; ``py_id``: the name ids of ``python_function``, ``n_names`` names): CPU-side
     RANGE rows and CPU_OP rows. Returns (rows int64 (m,), their keys int64 (m,):
@@ -849,6 +866,9 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
     kept (None in their place) and a fifth item is returned, arrays (m,) each: (each row's index
     among the keys present (rank of its key among the nonzero counts; int32), its name id, its
     pid, tid, start_ns, end_ns (int64)), written by the same passes when compiled.
+
+    ``rows`` False: the compiled passes (with ``columns``) do not keep the rows (None in their
+    place; the caller needs their count only, which the columns give).
 
     Raises:
         IndexError, ValueError: a context row's name id outside ``[0, n_names)`` (numpy's
@@ -864,12 +884,13 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
         cols = e, e, e, e
         if columns is not None:
             cols = tuple(np.ascontiguousarray(c, np.int64) for c in columns)
+        keep_rows = rows or columns is None
         rows, key, counts, all_cpu, ok, more = jit.call(
             fn, np.ascontiguousarray(kind, np.uint8), np.ascontiguousarray(device, np.int32),
             np.ascontiguousarray(name_id, np.int32), np.ascontiguousarray(cat_id, np.int32), is_py, bool(py_id), n_names,
-            np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP), columns is not None, *cols)
+            np.uint8(Kind.RANGE), np.uint8(Kind.CPU_OP), columns is not None, *cols, keep_rows)
         if ok:
-            return (rows, None if columns is not None else key, counts, bool(all_cpu)) + ((more,) if columns is not None else ())
+            return (rows if keep_rows else None, None if columns is not None else key, counts, bool(all_cpu)) + ((more,) if columns is not None else ())
         # a name id out of range: the numpy passes raise numpy's error
     is_op, cpu_side = kind == Kind.CPU_OP, device < 0
     rows = np.flatnonzero(((kind == Kind.RANGE) & cpu_side) | is_op)
@@ -898,11 +919,11 @@ def _context_keys(kind: np.ndarray, device: np.ndarray, name_id: np.ndarray, cat
 
 
 def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, k_range, k_op, want_cols, pid, tid, start,
-                         end):
-    """:func:`_context_keys`'s passes: count the context rows, then fill rows, keys and key
-    counts (and, ``want_cols``, the rows' pid, tid, start, end and name id, then their key's
-    rank among the present keys: the fifth item, empty arrays otherwise); ``ok`` False
-    (nothing filled) when a context row's name id is out of range."""
+                         end, want_rows=True):
+    """:func:`_context_keys`'s passes: count the context rows, then fill rows (``want_rows``;
+    else an empty array), keys and key counts (and, ``want_cols``, the rows' pid, tid, start,
+    end and name id, then their key's rank among the present keys: the fifth item, empty arrays
+    otherwise); ``ok`` False (nothing filled) when a context row's name id is out of range."""
     n = len(kind)
     m = 0
     all_cpu = True
@@ -914,7 +935,7 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
                 all_cpu = False
         elif k == k_range and device[i] < 0:
             m += 1
-    rows = np.empty(m, np.int64)
+    rows = np.empty(m if want_rows else 0, np.int64)
     key = np.empty(0 if want_cols else m, np.int64)  # with the columns: the keys in rk, ranked in place after
     counts = np.zeros(4 * n_names, np.int64)
     mc = m if want_cols else 0
@@ -940,7 +961,8 @@ def _context_keys_kernel(kind, device, name_id, cat_id, is_py, use_py, n_names, 
             c = cat_id[i]
             if use_py and c >= 0 and c < n_py and is_py[c]:
                 x += 1
-            rows[j] = i
+            if want_rows:
+                rows[j] = i
             counts[x] += 1
             if want_cols:
                 rk[j] = x
@@ -1032,8 +1054,11 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
 
     ``method`` (same results whichever): "auto" answers a thread's interval searches in one
     compiled sweep (:func:`_sweep_fused`) from :data:`SWEEP_MIN` contexts + queries when numba
-    is there, else one numpy search per context class; "numpy" always the latter; "fused" the
-    compiled sweep whatever the size; "fused-py" the sweep uncompiled (tests).
+    is there, else one numpy search per context class, and writes the sweep's answers into the
+    row maps by one more compiled pass (:func:`_finish_thread`); "numpy" always the numpy
+    searches; "fused" the compiled passes whatever the size; "fused-np" the compiled sweep
+    whatever the size with numpy steps after it; "fused-py" the sweep and the pass after it
+    uncompiled (tests).
     """
     kind = table.kind
     out = _RowMaps.empty(len(table))
@@ -1041,14 +1066,13 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
     intern = _Interner()
     autograd_threads: list[tuple[int, int]] = []
 
-    rt_rows = np.flatnonzero(kind == Kind.RUNTIME)
-    gpu_rows = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET))
+    rt_rows, gpu_rows = task_rows(kind)
     ctx = _classify_contexts(table, rules) if len(rt_rows) else None
     threads = call_threads(table, rt_rows)
-    if ctx is not None and len(ctx.rows):
+    if ctx is not None and ctx.n:
         autograd_threads = _map_runtime_calls(table, rules, ctx, rt_rows, out, intern, method, threads)
     cpu_range_columns = None
-    if ctx is not None and len(ctx.rows) and ctx.all_cpu_side:
+    if ctx is not None and ctx.n and ctx.all_cpu_side:
         cpu_range_columns = (*ctx.columns, ctx.name_id)
     launch_unique = False
     if len(gpu_rows):
@@ -1119,7 +1143,7 @@ def _map_runtime_calls(
     levels = _phase_levels(rules)
     start, end = table.start_ns, table.end_ns
     c_pid, c_tid, c_start, c_end = ctx.columns
-    group = _group_kernel(method, len(ctx.rows) + 2 * len(rt_rows)) if threads is not None and len(rt_rows) else None
+    group = _group_kernel(method, ctx.n + 2 * len(rt_rows)) if threads is not None and len(rt_rows) else None
     if group is not None:  # contexts grouped by thread in one compiled pass, gap midpoints in thread order
         per_thread = _grouped_threads(group, table, rt_rows, threads, ctx.columns)
     else:
@@ -1127,13 +1151,21 @@ def _map_runtime_calls(
         per_thread = ((key, q, c, None, gap_mid[q]) for key, q, c in _by_thread(table, rt_rows, ctx.rows, (c_pid, c_tid)))
     for (pid, tid), q, c, in_order, mid in per_thread:  # one iteration per thread
         nq = len(q)
+        fn = _fused_kernel(method, len(c) + 2 * nq)
+        fin = _finish_kernel(method) if fn is not None else None
+        if fin is not None:  # queries made, and the sweep's answers written into ``out``, by compiled passes
+            qs, qe, qo, ok = jit.call(_finish_kernel(method, _thread_queries), np.ascontiguousarray(q, np.int64), start, end,
+                                      np.ascontiguousarray(mid, np.int64))
+            if _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label, finish=(fin, q, out),
+                             qo=qo if ok else np.argsort(qs, kind="stable")):
+                autograd_threads.append((pid, tid))
+            continue
         qs = np.concatenate([start[q], mid])
         qe = np.concatenate([end[q], mid])
-        fn = _fused_kernel(method, len(c) + len(qs))
         if fn is not None:  # every interval search of the thread in one compiled sweep
             lay, op_ids, ph, is_autograd = _thread_fused(fn, ctx, c, in_order, qs, qe, nq, levels, intern, op_label)
         else:
-            whole = len(c) == len(ctx.rows)  # the thread has every context (c ascending, distinct: c is arange)
+            whole = len(c) == ctx.n  # the thread has every context (c ascending, distinct: c is arange)
             th = _ThreadContexts(ctx, c, c_start if whole else c_start[c], c_end if whole else c_end[c])
             lay = _layer_ids(th, qs, qe, intern)
             op_ids = _op_ids(th, qs[:nq], qe[:nq], op_label) if ctx.op[c].any() else None
@@ -1155,7 +1187,7 @@ def _group_kernel(method: str, size: int):
     :data:`SWEEP_MIN` / without numba)."""
     if method == "fused-py":
         return _group_contexts if size < 1 << 31 else None
-    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused") or size >= 1 << 31:
+    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method in ("fused", "fused-np")) or size >= 1 << 31:
         return None
     return jit.compiled(_group_contexts)
 
@@ -1185,7 +1217,7 @@ def _fused_kernel(method: str, size: int):
     per-search numpy path (``method`` "numpy", or "auto" below :data:`SWEEP_MIN` / without numba)."""
     if method == "fused-py":
         return _sweep_fused
-    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method == "fused"):
+    if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method in ("fused", "fused-np")):
         return None
     reach = jit.compiled(_reach)  # the kernel's helpers, compiled and bound to the names it calls them by
     if reach is None:
@@ -1210,13 +1242,18 @@ def _query_order(qs: np.ndarray, nq: int) -> np.ndarray:
 
 
 def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: np.ndarray, qe: np.ndarray, nq: int,
-                  levels: list[int], intern: _Interner, op_label: np.ndarray):
+                  levels: list[int], intern: _Interner, op_label: np.ndarray, finish=None, qo=None):
     """(layer ids, op ids of the calls or None, phase codes, is autograd thread) of one thread's
     queries by one :func:`_sweep_fused` pass over its contexts ``c`` (indices into ``ctx``,
     ascending; ``in_order``: they are in (start asc, end desc) order already, None: unknown);
     the same answers as :func:`_layer_ids`, :func:`_op_ids` and :func:`_thread_phases` (a
     category's members keep the order the thread's (start asc, end desc) sort gives them, which
-    is their own sort)."""
+    is their own sort).
+
+    ``finish``: (:func:`_finish_thread` to run, the thread's call rows (nq,), the
+    :class:`_RowMaps` to fill): the answers are written into the row maps at those rows (calls
+    and gaps) by that pass instead, and only whether the thread is an autograd thread returned.
+    ``qo``: the queries' sweep order when the caller has it (else :func:`_query_order`)."""
     c_start, c_end = ctx.columns[2], ctx.columns[3]
     srt = c
     if not in_order:
@@ -1227,7 +1264,18 @@ def _thread_fused(fn, ctx: _Contexts, c: np.ndarray, in_order: bool | None, qs: 
     (hit_mod, hit_scope, op_hit, ph, lev, enclosed, n_bw, counts, sub_mod, par_mod, sub_scope, par_scope) = jit.call(
         fn, c_start, c_end, np.ascontiguousarray(srt), ctx.rk, bk["member"], bk["phase"], op_label[bk["op_name"]],
         _CAT_LEVEL0 + len(levels), _CAT_LEVEL0, np.ascontiguousarray(qs, np.int64), np.ascontiguousarray(qe, np.int64),
-        _query_order(qs, nq), nq)
+        _query_order(qs, nq) if qo is None else qo, nq)
+    if finish is not None:
+        fin, rows, out = finish
+        path = [_path_labels(par, bk["comp"][ctx.rk[srt[sub]]], ctx.comp_names, intern)
+                for sub, par in ((sub_mod, par_mod), (sub_scope, par_scope))]
+        is_autograd = bool(counts[_CAT_BW]) and _is_autograd(int(n_bw), int(np.count_nonzero(enclosed[:nq])))
+        ag = AUTOGRAD_THREAD_RULE.priority
+        jit.call(fin, np.ascontiguousarray(rows, np.int64), nq, hit_mod, path[0], hit_scope, path[1], op_hit,
+                 bool(counts[_CAT_OP]), ph, lev, enclosed, is_autograd, levels.index(ag) if ag in levels else -2,
+                 PHASE_CODE[AUTOGRAD_THREAD_RULE.phase], OTHER, UNMAPPED, out.layer_id, out.gap_layer_id, out.op_id, out.phase,
+                 out.gap_phase)
+        return is_autograd
     lay = np.full(len(qs), -1, dtype=np.int64)
     for sub, par, hit in ((sub_mod, par_mod, hit_mod), (sub_scope, par_scope, hit_scope)):
         if not len(sub):
@@ -1246,14 +1294,95 @@ def _phases_from_hits(n_bw: int, ph: np.ndarray, lev: np.ndarray, has_bw: bool, 
     backward context; ``ph``: per query, the phase of the context its first level with a hit
     gives, -1 none; ``has_bw``: the thread has backward contexts; ``enclosed``: some context of
     the thread encloses the query)."""
-    is_autograd = False
-    if has_bw and enclosed[:nq].any():  # decided by the calls alone
-        is_autograd = bool(n_bw > AUTOGRAD_THREAD_SHARE * enclosed[:nq].sum())
+    is_autograd = has_bw and _is_autograd(n_bw, int(np.count_nonzero(enclosed[:nq])))
     if is_autograd:
         enclosed[:] = True
     if is_autograd and AUTOGRAD_THREAD_RULE.priority in levels:  # below its level: the autograd rule
         ph[(lev < 0) | (lev > levels.index(AUTOGRAD_THREAD_RULE.priority))] = PHASE_CODE[AUTOGRAD_THREAD_RULE.phase]
     return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
+
+
+def _is_autograd(n_bw: int, n_enclosed: int) -> bool:
+    """Rule 2 of :func:`map_events`: a thread with backward contexts whose ``n_enclosed`` calls
+    enclosed by some context include ``n_bw`` with a backward one is an autograd engine thread
+    when those are more than :data:`AUTOGRAD_THREAD_SHARE` of them (decided by the calls alone)."""
+    return n_enclosed > 0 and bool(n_bw > AUTOGRAD_THREAD_SHARE * n_enclosed)
+
+
+def _finish_kernel(method: str, kernel=None):
+    """``kernel`` (default :func:`_finish_thread`, to run after the fused sweep; or
+    :func:`_thread_queries`) compiled, uncompiled for "fused-py", or None for the numpy steps
+    (``method`` "fused-np", or without numba)."""
+    kernel = _finish_thread if kernel is None else kernel
+    if method == "fused-py":
+        return kernel
+    if method == "fused-np":
+        return None
+    return jit.compiled(kernel)
+
+
+def _thread_queries(q, start, end, mid):
+    """One thread's queries for the fused sweep, as :func:`_map_runtime_calls`' numpy steps and
+    :func:`_query_order` make them: ``qs`` = (the calls' ``start`` at rows ``q``, then the gap
+    midpoints ``mid``), ``qe`` = (their ``end``, then ``mid``) (int64, (2 nq,)), and ``qo``,
+    each call's gap midpoint before its start, with ``ok`` whether ``qs[qo]`` is ascending (else
+    the caller sorts)."""
+    nq = len(q)
+    qs = np.empty(2 * nq, np.int64)
+    qe = np.empty(2 * nq, np.int64)
+    qo = np.empty(2 * nq, np.int64)
+    ok = True
+    last = np.int64(0)
+    for i in range(nq):
+        r = q[i]
+        s = np.int64(start[r])
+        m = mid[i]
+        qs[i] = s
+        qe[i] = end[r]
+        qs[nq + i] = m
+        qe[nq + i] = m
+        qo[2 * i] = nq + i
+        qo[2 * i + 1] = i
+        if m > s or (i > 0 and m < last):
+            ok = False
+        last = s
+    return qs, qe, qo, ok
+
+
+def _finish_thread(rows, nq, hit_mod, path_mod, hit_scope, path_scope, op_hit, has_op, ph, lev, enclosed, autograd,
+                   ag_level, ag_code, other, unmapped, layer_id, gap_layer_id, op_id, phase, gap_phase):
+    """What :func:`_thread_fused` and :func:`_phases_from_hits` make of one thread's fused-sweep
+    answers (queries: the ``nq`` calls at table rows ``rows``, then their gap midpoints), written
+    into the row maps (``layer_id``, ``gap_layer_id``, ``op_id`` int32; ``phase``, ``gap_phase``
+    uint8; over table rows) in one pass: the layer is the module path of the query's module hit
+    (``path_mod[hit_mod]``), else the scope path of its scope hit, else -1; the op (calls, when
+    ``has_op``) the op hit; the phase the first level's hit ``ph`` (level ``lev``), on an
+    ``autograd`` thread replaced by ``ag_code`` when that level is below the autograd rule's
+    (``ag_level``, -2 when the rule is not among the levels), else ``other`` when some context
+    (or the autograd rule) encloses the query, else ``unmapped``."""
+    for t in range(2 * nq):
+        r = rows[t] if t < nq else rows[t - nq]
+        lay = -1
+        h = hit_mod[t]
+        if h >= 0:
+            lay = path_mod[h]
+        if lay < 0:
+            h = hit_scope[t]
+            if h >= 0:
+                lay = path_scope[h]
+        p = ph[t]
+        if autograd and ag_level > -2 and (lev[t] < 0 or lev[t] > ag_level):
+            p = ag_code
+        if p < 0:
+            p = other if (autograd or enclosed[t]) else unmapped
+        if t < nq:
+            layer_id[r] = lay
+            phase[r] = p
+            if has_op:
+                op_id[r] = op_hit[t]
+        else:
+            gap_layer_id[r] = lay
+            gap_phase[r] = p
 
 
 def _layer_ids(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, intern: _Interner) -> np.ndarray:
@@ -1314,15 +1443,19 @@ def _thread_phases(th: _ThreadContexts, qs: np.ndarray, qe: np.ndarray, nq: int,
     return np.where(ph >= 0, ph, np.where(enclosed, OTHER, UNMAPPED)).astype(np.uint8), is_autograd
 
 
-def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, out: _RowMaps, counts: dict[str, int]) -> bool:
+#: :func:`_map_gpu_rows` and :meth:`Mapping.for_nodes` run their compiled passes from this many rows ("auto")
+GPU_ROWS_MIN = 50_000
+
+
+def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, out: _RowMaps, counts: dict[str, int],
+                  method: str = "auto") -> bool:
     """GPU task rows inherit phase, layer and op from their launching call; NCCL/RCCL kernels are
-    communication. Returns whether no two runtime calls share a (process, correlation id)."""
+    communication. Returns whether no two runtime calls share a (process, correlation id).
+    ``method``: the inheriting as one compiled pass (:func:`_inherit_kernel`) from
+    :data:`GPU_ROWS_MIN` GPU rows when numba is there ("auto"; "compiled" whatever the size,
+    "python" the kernel uncompiled, "numpy" never), else numpy scatters; the same answers."""
     lr, dup = launch_rows(table, rt_rows, gpu_rows)
-    out.launch_row[gpu_rows] = lr
-    has = lr >= 0
-    out.phase[gpu_rows[has]] = out.phase[lr[has]]
-    out.layer_id[gpu_rows[has]] = out.layer_id[lr[has]]
-    out.op_id[gpu_rows[has]] = out.op_id[lr[has]]
+    missing = _inherit(gpu_rows, lr, out, method)
     g_names = table.name_id[gpu_rows]
     rx = re.compile(COMM_KERNEL_PATTERN)
     comm_names = np.zeros(len(table.names), dtype=bool)
@@ -1330,9 +1463,53 @@ def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, 
         comm_names[i] = is_comm_kernel_name(table.names[i], rx)
     comm = comm_names[g_names]
     out.phase[gpu_rows[comm]] = COMMUNICATION
-    counts["GPU tasks without a launching call"] = int(np.count_nonzero(~has))
+    counts["GPU tasks without a launching call"] = missing
     counts["GPU tasks named as NCCL/RCCL kernels (communication)"] = int(np.count_nonzero(comm))
     return not bool(dup.any())
+
+
+def _inherit(gpu_rows: np.ndarray, lr: np.ndarray, out: _RowMaps, method: str = "auto") -> int:
+    """Write each GPU row's launch row ``lr`` (int64 runtime rows aligned with ``gpu_rows``, -1
+    none) into ``out``, and the launching row's phase, layer and op at the rows that have one;
+    returns how many have none. See :func:`_map_gpu_rows` for ``method``."""
+    fn = jit.kernel_for(_inherit_kernel, len(gpu_rows), GPU_ROWS_MIN, method)
+    if fn is not None:
+        return int(jit.call(fn, np.ascontiguousarray(gpu_rows, np.int64), np.ascontiguousarray(lr, np.int64), out.launch_row,
+                            out.phase, out.layer_id, out.op_id))
+    out.launch_row[gpu_rows] = lr
+    has = lr >= 0
+    out.phase[gpu_rows[has]] = out.phase[lr[has]]
+    out.layer_id[gpu_rows[has]] = out.layer_id[lr[has]]
+    out.op_id[gpu_rows[has]] = out.op_id[lr[has]]
+    return int(np.count_nonzero(~has))
+
+
+def _inherit_kernel(gpu_rows, lr, launch_row, phase, layer_id, op_id):
+    """:func:`_map_gpu_rows`' pass: each GPU row's launch row ``lr`` (runtime rows, -1 none) and,
+    when it has one, that row's phase, layer and op, written in place; returns how many have none."""
+    missing = 0
+    for i in range(len(gpu_rows)):
+        r = gpu_rows[i]
+        a = lr[i]
+        launch_row[r] = a
+        if a >= 0:
+            phase[r] = phase[a]
+            layer_id[r] = layer_id[a]
+            op_id[r] = op_id[a]
+        else:
+            missing += 1
+    return missing
+
+
+def _pick_kernel(rows, phase, layer_id, op_id, gap_phase, gap_layer_id, o_phase, o_layer, o_op, o_gap_phase, o_gap_layer):
+    """:meth:`Mapping.for_nodes`' pass (every node with a row): the five row maps gathered at ``rows``."""
+    for i in range(len(rows)):
+        r = rows[i]
+        o_phase[i] = phase[r]
+        o_layer[i] = layer_id[r]
+        o_op[i] = op_id[r]
+        o_gap_phase[i] = gap_phase[r]
+        o_gap_layer[i] = gap_layer_id[r]
 
 
 @dataclass
@@ -1351,8 +1528,70 @@ class CallThreads:
     prev_end: np.ndarray
 
 
-def call_threads(table: EventTable, rt_rows: np.ndarray) -> CallThreads:
-    """:class:`CallThreads` of the RUNTIME rows ``rt_rows`` (ascending)."""
+#: :func:`task_rows` runs its compiled passes from this many rows ("auto")
+TASK_ROWS_MIN = 50_000
+
+
+def task_rows(kind: np.ndarray, rt: bool = True, gpu: bool = True, method: str = "auto") -> tuple:
+    """(the RUNTIME rows, the GPU task rows: KERNEL, MEMCPY and MEMSET) of a table's ``kind``
+    column, int64, ascending; None in place of those not asked for (``rt``, ``gpu``). Two
+    compiled passes (:func:`_task_rows_kernel`: count, fill) from :data:`TASK_ROWS_MIN` rows
+    when numba is there ("auto"; "compiled" whatever the size, "python" the kernel uncompiled,
+    "numpy" never), else numpy's comparisons; the same answers."""
+    fn = jit.kernel_for(_task_rows_kernel, len(kind), TASK_ROWS_MIN, method)
+    if fn is not None:
+        r, g = jit.call(fn, np.ascontiguousarray(kind, np.uint8), np.uint8(Kind.RUNTIME), np.uint8(Kind.KERNEL),
+                        np.uint8(Kind.MEMCPY), np.uint8(Kind.MEMSET), rt, gpu)
+    else:
+        r = np.flatnonzero(kind == Kind.RUNTIME) if rt else None
+        g = np.flatnonzero((kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)) if gpu else None
+    return (r if rt else None), (g if gpu else None)
+
+
+def _task_rows_kernel(kind, k_rt, k_kernel, k_memcpy, k_memset, rt, gpu):
+    """:func:`task_rows`' passes (the rows not asked for: empty)."""
+    n_rt = 0
+    n_g = 0
+    for i in range(len(kind)):
+        k = kind[i]
+        if k == k_rt:
+            n_rt += 1
+        elif k == k_kernel or k == k_memcpy or k == k_memset:
+            n_g += 1
+    r = np.empty(n_rt if rt else 0, np.int64)
+    g = np.empty(n_g if gpu else 0, np.int64)
+    a = 0
+    b = 0
+    for i in range(len(kind)):
+        k = kind[i]
+        if k == k_rt:
+            if rt:
+                r[a] = i
+                a += 1
+        elif gpu and (k == k_kernel or k == k_memcpy or k == k_memset):
+            g[b] = i
+            b += 1
+    return r, g
+
+
+#: :func:`call_threads` runs its compiled passes from this many calls ("auto")
+CALL_THREADS_MIN = 50_000
+#: the compiled passes of :func:`call_threads` give up (numpy's sorts take over) beyond this many threads
+CALL_THREADS_MAX_THREADS = 1024
+
+
+def call_threads(table: EventTable, rt_rows: np.ndarray, method: str = "auto") -> CallThreads:
+    """:class:`CallThreads` of the RUNTIME rows ``rt_rows`` (ascending). Three compiled passes
+    (:func:`_call_threads_kernel`: the distinct threads, a counting placement, the running max)
+    from :data:`CALL_THREADS_MIN` calls when numba is there and the calls are on at most
+    :data:`CALL_THREADS_MAX_THREADS` threads ("auto"; "compiled" whatever the size, "python"
+    the kernel uncompiled, "numpy" never), else numpy's sorts and scans; the same answers."""
+    fn = jit.kernel_for(_call_threads_kernel, len(rt_rows), CALL_THREADS_MIN, method)
+    if fn is not None:
+        rows, new_thread, prev_end, ok = jit.call(fn, np.ascontiguousarray(rt_rows, np.int64), table.pid, table.tid, table.end_ns,
+                                                  CALL_THREADS_MAX_THREADS)
+        if ok:
+            return CallThreads(rows, new_thread, prev_end)
     rt_pid, rt_tid = table.pid[rt_rows], table.tid[rt_rows]
     tk = pair_keys(rt_pid, rt_tid)
     # by (pid, tid, row); rows are already start-sorted within a thread
@@ -1371,8 +1610,88 @@ def call_threads(table: EventTable, rt_rows: np.ndarray) -> CallThreads:
     return CallThreads(rt_rows, new_thread, prev_end)
 
 
+def _call_threads_kernel(rt_rows, pid, tid, end, cap):
+    """:func:`call_threads`' passes over the calls ``rt_rows`` (int64, ascending) of the table
+    columns ``pid``, ``tid``, ``end``: each call's thread among the distinct (pid, tid) kept
+    sorted as they are met (at most ``cap``, else ``ok`` False and nothing else filled), the
+    calls placed by thread (ascending (pid, tid)) in row order, then per placed call whether it
+    starts its thread and the running max of the earlier ends (int64 min for a thread's first).
+    Returns (rows, new_thread, prev_end, ok)."""
+    n = len(rt_rows)
+    kp = np.empty(cap, np.int64)  # distinct (pid, tid), ascending, and the order they were met in
+    kt = np.empty(cap, np.int64)
+    kid = np.empty(cap, np.int64)
+    th = np.empty(n, np.int32)  # each call's thread, by the order the threads were met in
+    nk = 0
+    lp = 0
+    lt = 0
+    lk = -1
+    for i in range(n):
+        r = rt_rows[i]
+        p = np.int64(pid[r])
+        t = np.int64(tid[r])
+        if lk < 0 or p != lp or t != lt:  # runs of one thread cost a comparison
+            lp = p
+            lt = t
+            lo = 0
+            hi = nk
+            while lo < hi:  # first key >= (p, t)
+                mid = (lo + hi) // 2
+                if kp[mid] < p or (kp[mid] == p and kt[mid] < t):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < nk and kp[lo] == p and kt[lo] == t:
+                lk = kid[lo]
+            else:
+                if nk == cap:
+                    return rt_rows[:0], np.zeros(0, np.bool_), np.zeros(0, np.int64), False
+                for j in range(nk, lo, -1):
+                    kp[j] = kp[j - 1]
+                    kt[j] = kt[j - 1]
+                    kid[j] = kid[j - 1]
+                kp[lo] = p
+                kt[lo] = t
+                kid[lo] = nk
+                lk = nk
+                nk += 1
+        th[i] = lk
+    rank = np.empty(nk, np.int64)  # met order -> sorted position
+    for j in range(nk):
+        rank[kid[j]] = j
+    off = np.zeros(nk + 1, np.int64)
+    for i in range(n):
+        off[rank[th[i]] + 1] += 1
+    for k in range(nk):
+        off[k + 1] += off[k]
+    rows = np.empty(n, np.int64)
+    new_thread = np.zeros(n, np.bool_)
+    prev_end = np.empty(n, np.int64)
+    pos = off[:nk].copy()
+    for i in range(n):
+        k = rank[th[i]]
+        rows[pos[k]] = rt_rows[i]
+        pos[k] += 1
+    small = np.iinfo(np.int64).min
+    best = small
+    k = 0
+    for j in range(n):
+        while k < nk and off[k] == j:  # the first call of thread k (every thread has calls)
+            k += 1
+        e = np.int64(end[rows[j]])
+        if j == off[k - 1]:
+            new_thread[j] = True
+            prev_end[j] = small
+            best = e
+        else:
+            prev_end[j] = best
+            if e > best:
+                best = e
+    return rows, new_thread, prev_end, True
+
+
 def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads | None = None, by_row: bool = False,
-                   in_thread_order: bool = False) -> np.ndarray:
+                   in_thread_order: bool = False, method: str = "auto") -> np.ndarray:
     """Midpoint of the CPU gap before each runtime row (aligned with ``rt_rows``; ``by_row``: an
     int64 array over the table's rows instead, set at ``rt_rows`` only, the rest undefined;
     ``in_thread_order``: aligned with ``threads.rt_rows`` instead, ``threads`` required).
@@ -1383,11 +1702,22 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
     overlapping an earlier call) has an empty gap: its midpoint is its start. ``threads``: the
     :func:`call_threads` of ``rt_rows`` (every RUNTIME row, ascending), used when the calls are
     in start order (its (pid, tid, row) order is then this one).
+
+    ``method``: with ``in_thread_order``, "auto" checks the start order and makes the midpoints in
+    one compiled pass each (:func:`_midpoints_kernel`) from :data:`PREV_MAX_MIN` calls when numba
+    is there ("compiled" whatever the size, "python" the kernel uncompiled, "numpy" never); the
+    same answers.
     """
     n = len(rt_rows)
     if n == 0:
         return np.zeros(len(table) if by_row else 0, dtype=np.int64)
     t0 = int(table.start_ns.min())
+    fn = jit.kernel_for(_midpoints_kernel, n, PREV_MAX_MIN, method) if threads is not None and in_thread_order else None
+    if fn is not None:
+        mid, ok = jit.call(fn, np.ascontiguousarray(rt_rows, np.int64), np.ascontiguousarray(threads.rt_rows, np.int64),
+                           threads.new_thread, threads.prev_end, table.start_ns, np.int64(t0))
+        if ok:
+            return mid
     s = table.start_ns[rt_rows].astype(np.int64, copy=False)
     if threads is not None and bool(np.all(s[1:] >= s[:-1])):  # rows in start order: ties already by row
         so = table.start_ns[threads.rt_rows].astype(np.int64, copy=False)
@@ -1416,6 +1746,25 @@ def _gap_midpoints(table: EventTable, rt_rows: np.ndarray, threads: CallThreads 
         full[rt_rows] = mid
         return full
     return mid
+
+
+def _midpoints_kernel(rt_rows, th_rows, new_thread, prev_end, start, t0):
+    """:func:`_gap_midpoints` (``in_thread_order``, calls in start order): ``ok`` whether the
+    calls ``rt_rows`` are in start order (nothing else made if not), and the midpoint of the gap
+    before each call of ``th_rows`` (the calls by thread; its :class:`CallThreads`' thread starts
+    and running max ``prev_end``), the gap starting at ``t0`` for a thread's first call."""
+    n = len(rt_rows)
+    for i in range(1, n):
+        if start[rt_rows[i]] < start[rt_rows[i - 1]]:
+            return np.zeros(0, np.int64), False
+    mid = np.empty(len(th_rows), np.int64)
+    for j in range(len(th_rows)):
+        so = np.int64(start[th_rows[j]])
+        lo = t0 if new_thread[j] else prev_end[j]
+        if so < lo:
+            lo = so
+        mid[j] = lo + (so - lo) // 2
+    return mid, True
 
 
 #: :func:`prev_max_end` compiles its scan from this many items ("auto")

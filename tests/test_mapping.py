@@ -786,7 +786,7 @@ def test_fused_sweep_equals_numpy_path(ctxs, calls):
         t.call(s, s + d, tid=tid)
     tb = t.table()
     want = map_events(tb, method="numpy")
-    for method in ("fused-py", "fused"):
+    for method in ("fused-py", "fused", "fused-np"):
         _assert_same_mapping(map_events(tb, method=method), want)
 
 
@@ -794,7 +794,9 @@ def test_fused_sweep_equals_numpy_path(ctxs, calls):
 @pytest.mark.parametrize("rel", [MI250, BERT, PROFILE1, NCCL, MFU, OWL, "hta/sampled_rank-0.json.gz"])
 def test_fused_sweep_equals_numpy_path_on_real_traces(rel):
     tb, _ = load(rel)
-    _assert_same_mapping(map_events(tb, method="fused"), map_events(tb, method="numpy"))
+    want = map_events(tb, method="numpy")
+    for method in ("fused", "fused-np"):
+        _assert_same_mapping(map_events(tb, method=method), want)
 
 
 @settings(max_examples=200, deadline=None)
@@ -891,6 +893,9 @@ def test_context_keys_columns_compiled_equals_numpy(rows, py_id):
         assert got[3] == want[3], m
         assert got[4][0].dtype == want[4][0].dtype == np.int32, m
         assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got[4], want[4])), m
+        lean = _context_keys(kind, device, name_id, cat_id, py, 6, method=m, columns=(pid, tid, start, end), rows=False)
+        assert lean[0] is None and np.array_equal(lean[2], want[2]) and lean[3] == want[3], m  # the rows not kept
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(lean[4], want[4])), m
     plain = _context_keys(kind, device, name_id, cat_id, py, 6, method="numpy")
     assert np.array_equal(want[4][1], plain[1] >> 2) and all(c.dtype == np.int64 for c in want[4][1:])
 

@@ -16,12 +16,13 @@ from ..links import only_process
 from ._arrays import Counts, count
 from .edges import EdgeKind, Origin
 from .inferred import infer_unlinked_waits
+from .assemble import node_columns, order_edges
 from .handover import handover_edges, own_gaps
 from .latency import launch_latency_and_gap
 from .model import NODE_CPU, CpuRanges, TaskGraph, concat_edges, dedupe_edges
 from .order import repair_order
 from .queue import queue_edges
-from .tasks import cpu_tasks, durations_and_gaps, gpu_task_rows, lanes_and_order, link_launches, node_arrays
+from .tasks import cpu_tasks, durations_and_gaps, gpu_task_rows, lanes_and_order, link_launches
 from .waits import (RecordCalls, WaitIndex, api_roles, blocking_copy_waits, copy_classes, cross_stream_waits, device_sync_waits,
                     event_sync_waits, pageable_copy_edges, stream_sync_waits, sync_info)
 
@@ -91,17 +92,12 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     cpu = cpu_tasks(table, counts, mapping.call_threads if mapping is not None and len(mapping.phase) == len(table) else None)
     gpu_rows = gpu_task_rows(table)
     only = only_process(table, cpu.rt_rows)
-    nodes = node_arrays(table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, only, counts, mapping), only)
+    nodes, (rec_start, rec_end, position, corr, name_id, copy_kind, lane_cols) = node_columns(
+        table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, only, counts, mapping), only, counts)
     row, kind, launch = nodes.row, nodes.node_kind, nodes.launch
-    rec_start, rec_end = table.start_ns[row], table.end_ns[row]
-    position = rec_start.copy()
-    has_launch = launch >= 0
-    position[has_launch] = rec_start[launch[has_launch]]
-    count(counts, "GPU task recorded starting before its launching call started", ((rec_start < position) & has_launch).sum())
-    corr = table.correlation[row].astype(np.int64, copy=False)
-    name_id = table.name_id[row].astype(np.int64, copy=False)
-    lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device), nodes.stream,
-                            position, launch, corr, row, rec_start)
+    lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device) if lane_cols is None else None,
+                            nodes.stream, position, launch, corr, row, rec_start, lane_cols)
+    del lane_cols  # (their memory serves the stages after)
     position = lanes.position
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
     ws, wd, xs, xd, wctx, copies = _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id, gpu_rows, only, counts)
@@ -115,8 +111,6 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd, staged, counts)
     # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits")
     ys, yd, (ls, ld) = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xs, xd, L, G, counts)
-    v = np.arange(len(row), dtype=np.int64)
-    lp = lanes.lane_prev >= 0
     R = Origin.RECORDED
     dep_edges = dedupe_edges(*concat_edges([
         (ws, wd, EdgeKind.WAIT, R),
@@ -124,16 +118,11 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         (hs, hd, EdgeKind.HANDOVER, Origin.INFERRED),
         (ys, yd, EdgeKind.XSTREAM, Origin.INFERRED),
     ]))
-    src, dst, ek, eo = concat_edges([  # order edges first: one per task at most, unique by construction
-        (lanes.lane_prev[lp & ~is_gpu], v[lp & ~is_gpu], EdgeKind.THREAD, R),
-        (lanes.lane_prev[lp & is_gpu], v[lp & is_gpu], EdgeKind.STREAM, R),
-        (launch[has_launch & ~staged], v[has_launch & ~staged], EdgeKind.LAUNCH, R),
-        (launch[has_launch & staged], v[has_launch & staged], EdgeKind.STAGED, R),
-        (qs, qd, EdgeKind.QUEUE, R),  # unique: one per launched task
-    ], tail=dep_edges)
-    # tied or inconsistent timestamps (odd input) can put a task before what it waits for
-    # lane and launch edges (the first four groups) point forward in the lane order by construction
-    n_forward = int(np.count_nonzero(lp)) + int(np.count_nonzero(has_launch))
+    # order edges first (one per task at most, unique by construction), then the queue edges (one
+    # per launched task), then the dependency edges; tied or inconsistent timestamps (odd input)
+    # can put a task before what it waits for; lane and launch edges (the first n_forward) point
+    # forward in the lane order by construction
+    src, dst, ek, eo, n_forward = order_edges(lanes.lane_prev, launch, is_gpu, staged, qs, qd, dep_edges)
     order, keep = repair_order(lanes.order, src, dst, ek, counts, n_forward)  # valid by construction
     nm = mapping.for_nodes(row) if mapping is not None else None
     all_kept = bool(keep.all())
@@ -143,7 +132,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         table=table, row=row, node_kind=kind, lane=lanes.lane, lanes=lanes.names, lane_is_gpu=lanes.is_gpu,
         lane_keys=lanes.keys, name_id=name_id, names=list(table.names),
         pid=nodes.pid, tid=nodes.tid, device=nodes.device, stream=nodes.stream, correlation=corr,
-        copy_kind=table.copy_kind[row].astype(np.uint8), devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table, mapping),
+        copy_kind=copy_kind, devices=list(table.meta.devices), cpu_ranges=_cpu_ranges(table, mapping),
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
         order=order.astype(np.int64, copy=False), edge_src=src, edge_dst=dst, edge_kind=ek, edge_origin=eo,
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,

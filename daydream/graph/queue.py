@@ -25,19 +25,31 @@ import dataclasses
 
 import numpy as np
 
+from .. import jit
 from ..arrays import sorted_unique
 from ._arrays import count
 from .edges import EdgeKind, Origin
 
 
-def queue_pairs(by_lane: np.ndarray, lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+#: :func:`queue_pairs` runs its compiled passes from this many nodes ("auto")
+QUEUE_MIN = 50_000
+
+
+def queue_pairs(by_lane: np.ndarray, lane: np.ndarray, is_gpu: np.ndarray, launch: np.ndarray, depth: int,
+                method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """(last task of entry ``k - depth``, launching call of entry ``k``) for every launched entry
     ``k`` (:func:`_entries`) with an entry ``depth`` places before it on its stream. ``by_lane``: the nodes grouped by lane, each
     lane in lane order (a visiting order sorted stably by lane: stream-order edges are visit
-    constraints)."""
+    constraints). Two int64 arrays. ``method``: "auto" in compiled passes (:func:`_queue_kernel`)
+    from :data:`QUEUE_MIN` nodes when numba is there ("compiled" whatever the size, "python" the
+    kernel uncompiled, "numpy" never), else numpy passes; the same answers."""
     z = np.zeros(0, np.int64)
     if depth <= 0:
         return z, z.copy()
+    fn = jit.kernel_for(_queue_kernel, len(by_lane), QUEUE_MIN, method)
+    if fn is not None:
+        return jit.call(fn, np.ascontiguousarray(by_lane, np.int64), np.ascontiguousarray(lane, np.int64),
+                        np.ascontiguousarray(is_gpu, np.bool_), np.ascontiguousarray(launch, np.int64), np.int64(depth))
     g = by_lane[is_gpu[by_lane]]
     if len(g) <= depth:
         return z, z.copy()
@@ -50,6 +62,45 @@ def queue_pairs(by_lane: np.ndarray, lane: np.ndarray, is_gpu: np.ndarray, launc
     dst = launch[g[first[depth:][same]]]
     ok = dst >= 0
     return src[ok].astype(np.int64, copy=False), dst[ok].astype(np.int64, copy=False)
+
+
+def _queue_kernel(by_lane, lane, is_gpu, launch, depth):
+    """:func:`queue_pairs`' passes (``depth`` > 0): the GPU nodes of ``by_lane``, their entries
+    (:func:`_entries`), then the pairs of entries ``depth`` apart on one stream."""
+    ng = 0
+    for i in range(len(by_lane)):
+        if is_gpu[by_lane[i]]:
+            ng += 1
+    g = np.empty(ng, np.int64)
+    j = 0
+    for i in range(len(by_lane)):
+        v = by_lane[i]
+        if is_gpu[v]:
+            g[j] = v
+            j += 1
+    if ng <= depth:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = np.empty(ng, np.int64)
+    ne = 0
+    for i in range(ng):
+        v = g[i]
+        if i == 0 or lane[v] != lane[g[i - 1]] or launch[v] != launch[g[i - 1]] or launch[v] < 0:
+            first[ne] = i
+            ne += 1
+    if ne <= depth:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    src = np.empty(ne - depth, np.int64)
+    dst = np.empty(ne - depth, np.int64)
+    m = 0
+    for k in range(depth, ne):
+        a = g[first[k]]
+        if lane[a] == lane[g[first[k - depth]]]:
+            d = launch[a]
+            if d >= 0:
+                src[m] = g[first[k - depth + 1] - 1]  # the last task of entry k - depth
+                dst[m] = d
+                m += 1
+    return src[:m].copy(), dst[:m].copy()
 
 
 def _entries(g: np.ndarray, lane: np.ndarray, launch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

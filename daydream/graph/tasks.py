@@ -14,7 +14,7 @@ from .. import jit
 from ..arrays import stable_group_order
 from ..events import EventTable, Kind
 from ..links import launch_rows
-from ..mapping import CallThreads, call_threads, pair_keys, prev_max_end
+from ..mapping import CallThreads, call_threads, pair_keys, prev_max_end, task_rows
 from ._arrays import count, few_unique_columns, lane_chains, segmented_cummax, small_ints, unique_columns
 from .model import NODE_CPU
 
@@ -90,8 +90,7 @@ def _cpu_tasks_kernel(rt_rows, prev_end, start, end, nested, rt_node):
 
 def gpu_task_rows(table: EventTable) -> np.ndarray:
     """Stage 2: the GPU task rows (kernels, memcpys, memsets), in table order."""
-    k = table.kind
-    return np.nonzero((k == Kind.KERNEL) | (k == Kind.MEMCPY) | (k == Kind.MEMSET))[0]
+    return task_rows(table.kind, rt=False)[1]
 
 
 def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, only: int, counts: dict[str, int],
@@ -281,23 +280,31 @@ def _later_min_kernel(val, seg, big, out):
             cur = val[k]
 
 
-def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch_corr_of_call, row, rec_start) -> Lanes:
+def lanes_and_order(node_kind, pid, tid_or_dev, stream, position, launch, launch_corr_of_call, row, rec_start,
+                    columns=None) -> Lanes:
     """Stage 4: lanes (CPU: (pid, tid); GPU: (pid, device, stream)) and the visiting order.
 
     Ties in position (calls of several threads at the same ns) go in correlation-id order, the
-    order the process issued its calls in.
+    order the process issued its calls in. ``columns``: (is GPU 0/1, ``tid_or_dev``, stream (0 on
+    CPU nodes), the launching call's ``launch_corr_of_call`` (-1 none)), int64 per node, when the
+    caller made them (:func:`daydream.graph.assemble.node_columns`); ``tid_or_dev`` and
+    ``stream`` are then not read.
     """
     n = len(node_kind)
     gpu = node_kind != NODE_CPU
-    is_gpu = gpu.astype(np.int64)
-    uniq, lane = lane_ids(is_gpu, np.asarray(pid, dtype=np.int64), np.asarray(tid_or_dev, dtype=np.int64),
-                          np.where(gpu, stream, 0).astype(np.int64, copy=False))
+    if columns is not None:
+        is_gpu, tid_or_dev, stream0, launch_corr = columns
+    else:
+        is_gpu = gpu.astype(np.int64)
+        stream0 = np.where(gpu, stream, 0).astype(np.int64, copy=False)
+    uniq, lane = lane_ids(is_gpu, np.asarray(pid, dtype=np.int64), np.asarray(tid_or_dev, dtype=np.int64), stream0)
     lane_is_gpu = uniq[:, 0] == 1 if len(uniq) else np.zeros(0, bool)
     names = [(f"gpu {k[2]} stream {k[3]} (pid {k[1]})" if k[0] else f"cpu pid {k[1]} tid {k[2]}") for k in uniq.tolist()]
     position = unlaunched_positions(lane, gpu, launch, position, rec_start)
-    has_launch = launch >= 0
-    launch_corr = launch_corr_of_call[np.maximum(launch, 0)]  # -1 where no launch (in place)
-    launch_corr[~has_launch] = -1
+    if columns is None:
+        has_launch = launch >= 0
+        launch_corr = launch_corr_of_call[np.maximum(launch, 0)]  # -1 where no launch (in place)
+        launch_corr[~has_launch] = -1
     order = visit_order(position, is_gpu, launch_corr, rec_start, row)
     by_lane, lane_prev = lane_chains(order, lane, len(uniq))
     return Lanes(lane, uniq.astype(np.int64) if len(uniq) else np.zeros((0, 4), np.int64), names, lane_is_gpu,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import jit
 from ..arrays import sorted_unique
 from ..cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, is_hip, roles_of_names
 from ..events import CopyKind, EventTable, Kind, MemKind
@@ -67,14 +68,50 @@ def sync_info(table: EventTable, cpu_rows: np.ndarray, cpu_pid: np.ndarray, only
     return SyncInfo(col(table.stream), col(table.device), col(table.link_stream), col(table.link_correlation), has)
 
 
+#: :class:`WaitIndex` gathers its columns in one compiled pass from this many nodes ("auto")
+WAIT_INDEX_MIN = 50_000
+
+
+def _wait_index_kernel(g_nodes, cpu_lo, lane, position, launch_corr, launch, n_cpu):
+    """:class:`WaitIndex`' columns: per GPU node of ``g_nodes`` its lane, position and launch
+    correlation id; per CPU node of ``cpu_lo`` whether it starts its thread (lane); per CPU node
+    the lane of the last node it launched (-1 none)."""
+    ng = len(g_nodes)
+    g_lane = np.empty(ng, np.int64)
+    g_pos = np.empty(ng, np.int64)
+    g_corr = np.empty(ng, np.int64)
+    for i in range(ng):
+        v = g_nodes[i]
+        g_lane[i] = lane[v]
+        g_pos[i] = position[v]
+        g_corr[i] = launch_corr[v]
+    nc = len(cpu_lo)
+    ts = np.empty(nc, np.bool_)
+    prev = np.int64(0)
+    for i in range(nc):
+        ln = lane[cpu_lo[i]]
+        ts[i] = i == 0 or ln != prev
+        prev = ln
+    launched = np.full(n_cpu, -1, np.int64)
+    for v in range(len(launch)):
+        a = launch[v]
+        if a >= 0:
+            if a >= n_cpu:
+                raise IndexError("a launch beyond the CPU nodes")
+            launched[a] = lane[v]
+    return g_lane, g_pos, g_corr, ts, launched
+
+
 class WaitIndex:
     """Lookups over GPU tasks by lane and launch position, and over the calls of each thread."""
 
-    def __init__(self, nodes: Nodes, lanes: Lanes, position: np.ndarray, rec_start: np.ndarray, corr: np.ndarray):
+    def __init__(self, nodes: Nodes, lanes: Lanes, position: np.ndarray, rec_start: np.ndarray, corr: np.ndarray,
+                 method: str = "auto"):
+        """``method``: "auto" gathers the lookups' columns in one compiled pass
+        (:func:`_wait_index_kernel`) from :data:`WAIT_INDEX_MIN` nodes when numba is there
+        ("compiled" whatever the size, "python" the kernel uncompiled, "numpy" never), else by
+        numpy gathers; the same answers."""
         self.cpu_lo, self.g_nodes = lanes.split(nodes.n_cpu)  # CPU nodes in thread order; GPU nodes in stream order
-        self.g_lane = lanes.lane[self.g_nodes]
-        self.g_pos = position[self.g_nodes]
-        self.g_corr = lanes.launch_corr[self.g_nodes]
         self._triples: np.ndarray | None = None
         self.lane_keys = lanes.keys
         self.lane_is_gpu = lanes.is_gpu
@@ -82,6 +119,18 @@ class WaitIndex:
         self.c_start = rec_start[:n_cpu]
         self.c_corr = corr[:n_cpu]
         self.c_pid = nodes.pid[:n_cpu]
+        fn = jit.kernel_for(_wait_index_kernel, len(lanes.lane), WAIT_INDEX_MIN, method)
+        if fn is not None:
+            i64 = np.int64
+            (self.g_lane, self.g_pos, self.g_corr, self.thread_start, self.launched_lane) = jit.call(
+                fn, np.ascontiguousarray(self.g_nodes, i64), np.ascontiguousarray(self.cpu_lo, i64),
+                np.ascontiguousarray(lanes.lane, i64), np.ascontiguousarray(position, i64),
+                np.ascontiguousarray(lanes.launch_corr, i64), np.ascontiguousarray(nodes.launch, i64), n_cpu)
+            self.last_launch_lane_before = self.ffill_thread(self.launched_lane)
+            return
+        self.g_lane = lanes.lane[self.g_nodes]
+        self.g_pos = position[self.g_nodes]
+        self.g_corr = lanes.launch_corr[self.g_nodes]
         # where each thread starts
         ts = np.ones(len(self.cpu_lo), dtype=bool)
         lo_lane = lanes.lane[self.cpu_lo]

@@ -114,21 +114,41 @@ def prepare(graph: TaskGraph, order: np.ndarray) -> Prepared:
            int(graph.staging_latency_ns))
     hit = memo(graph).get(key)
     if hit is None or hit[0] is not order:
-        hit = memo(graph)[key] = (order, _prepare_structure(graph, order, ra))
+        hit = memo(graph)[key] = (order, _prepare_structure(graph, order, ra, method="auto"))
     pr = hit[1]
     a_col = np.where(pr.code == 0, pr.a_col, graph.gap_ns).astype(np.int64)
     return pr._replace(a_col=a_col)
 
 
-def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra) -> Prepared:
+#: :func:`_prepare_structure` runs its compiled passes from this many edges ("auto")
+PREPARE_MIN = 50_000
+
+
+def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra, method: str = "numpy") -> Prepared:
     """:func:`prepare` without the CPU gaps (``a_col`` holds the launching call of code-0 nodes):
     :func:`_prepare_reference` with the END-edge work done on the END edges alone (a few per
-    cent of the edges: syncs, full launch queues) and each per-edge lookup made once."""
+    cent of the edges: syncs, full launch queues) and each per-edge lookup made once.
+    ``method``: "numpy" these array passes; "auto" the same in a few compiled passes
+    (:func:`_prepare_kernel`) from :data:`PREPARE_MIN` edges when numba is there ("compiled"
+    whatever the size, "python" the kernel uncompiled); the same answers."""
     n = graph.n
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
     nk = max(int(k.max()) + 1 if len(k) else 0, len(ra.phase))
     ph_k, ae_k, off_k = (np.resize(a, nk) for a in (ra.phase, ra.anchor_end, ra.graph_offsets_ns(graph)))  # per kind
     ph_k[len(ra.phase):], ae_k[len(ra.phase):], off_k[len(ra.phase):] = 0, False, 0
+    fn = jit.kernel_for(_prepare_kernel, len(k), PREPARE_MIN, method)
+    lists = None if fn is None else _prepare_lists_kernel if method == "python" else jit.compiled(_prepare_lists_kernel)
+    if lists is not None:
+        i64 = np.int64
+        k, src, dst = np.ascontiguousarray(k, np.uint8), np.ascontiguousarray(src, i64), np.ascontiguousarray(dst, i64)
+        ph_k, ae_k, off_k = np.ascontiguousarray(ph_k, np.uint8), np.ascontiguousarray(ae_k, np.bool_), np.ascontiguousarray(off_k, i64)
+        prev, code, a_col, deferred = jit.call(
+            fn, n, k, src, dst, np.ascontiguousarray(order, i64), ph_k, ae_k, off_k, np.ascontiguousarray(graph.is_cpu, np.bool_),
+            np.ascontiguousarray(graph.lane_prev, i64), np.ascontiguousarray(graph.launch, i64), np.uint8(EdgeKind.THREAD),
+            np.uint8(EdgeKind.STREAM), np.uint8(EdgeKind.LAUNCH), np.uint8(Phase.END))
+        out = jit.call(lists, n, k, src, dst, ph_k, ae_k, off_k, code, np.uint8(Phase.END))
+        return Prepared(prev, code, a_col, out[0], deferred, *out[1:], int(graph.t0_ns), int(graph.launch_latency_ns),
+                        int(graph.gpu_gap_ns))
     is_end = (ph_k == Phase.END)[k]
     end_i = np.flatnonzero(is_end)
     es, ed, ek = src[end_i], dst[end_i], k[end_i]
@@ -166,6 +186,114 @@ def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra) -> Prepared:
     e = _csr_by_kind(n, end_i[g2[end_i]], dst, src, k, ae_k, off_k, ph_k)
     return Prepared(prev, code, a_col, q_src, deferred, *g, *e[:4],
                     int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns))
+
+
+def _prepare_kernel(n, k, src, dst, order, ph_k, ae_k, off_k, is_cpu, lane_prev, launch, k_thread, k_stream, k_launch,
+                    p_end):
+    """:func:`_prepare_structure`'s node passes, compiled: the END edges (eager or deferring
+    their destination), which edges fit their destination's simple code, the codes, and the lane
+    and launch columns. Returns (prev, code, a_col, deferred) of :class:`Prepared`."""
+    m = len(k)
+    has_end = np.zeros(n, np.bool_)
+    n_end = np.zeros(n, np.int64)
+    for e in range(m):
+        if ph_k[k[e]] == p_end:
+            has_end[dst[e]] = True
+            n_end[dst[e]] += 1
+    rank = np.empty(n, np.int64)
+    for i in range(n):
+        rank[order[i]] = i
+    deferred = np.zeros(n, np.bool_)
+    for e in range(m):  # END edges whose source may not be final: their destination is finished lazily
+        if ph_k[k[e]] == p_end:
+            s = src[e]
+            if has_end[s] or rank[s] >= rank[dst[e]]:
+                deferred[dst[e]] = True
+    odd = np.zeros(n, np.bool_)
+    for e in range(m):
+        kk = k[e]
+        d = dst[e]
+        cd = is_cpu[d]
+        if cd:
+            fits = kk == k_thread
+        else:
+            fits = kk == k_stream or kk == k_launch
+        if ae_k[kk] and deferred[src[e]]:  # reading a lazily finished end needs the generic path
+            fits = False
+        if ph_k[kk] == p_end and ae_k[kk] and off_k[kk] == 0 and cd:  # an eager wait on one GPU task
+            s = src[e]
+            if not has_end[s] and rank[s] < rank[d]:
+                fits = True
+        if not fits:
+            odd[d] = True
+    code = np.empty(n, np.int8)
+    prev = np.empty(n, np.int64)
+    a_col = np.empty(n, np.int64)
+    for v in range(n):
+        simple = not odd[v] and not deferred[v]
+        c = 2
+        if simple and n_end[v] == 0:
+            c = 1 if is_cpu[v] else 0
+        elif simple and is_cpu[v] and n_end[v] == 1:
+            c = 3
+        code[v] = c
+        p = lane_prev[v]
+        prev[v] = p if p >= 0 else (n + 1 if is_cpu[v] else n + 2)
+        a = launch[v]
+        a_col[v] = a if a >= 0 else n
+    return prev, code, a_col, deferred
+
+
+def _prepare_lists_kernel(n, k, src, dst, ph_k, ae_k, off_k, code, p_end):
+    """:func:`_prepare_structure`'s edge lists, compiled: ``q_src`` (the GPU task a code-3 call
+    waits for) and the two CSR lists of the code-2 nodes' in-edges (by counting, edge-id order
+    within a node). Returns (q_src, g_ptr, g_src, g_ae, g_off, g_ph, e_ptr, e_src, e_ae, e_off)."""
+    m = len(k)
+    q_src = np.zeros(n, np.int64)
+    g_ptr = np.zeros(n + 1, np.int64)
+    e_ptr = np.zeros(n + 1, np.int64)
+    for e in range(m):
+        d = dst[e]
+        if code[d] == 2:
+            if ph_k[k[e]] == p_end:
+                e_ptr[d + 1] += 1
+            else:
+                g_ptr[d + 1] += 1
+        elif code[d] == 3 and ph_k[k[e]] == p_end:
+            q_src[d] = src[e]
+    for v in range(n):
+        g_ptr[v + 1] += g_ptr[v]
+        e_ptr[v + 1] += e_ptr[v]
+    ng = g_ptr[n]
+    ne = e_ptr[n]
+    g_src = np.empty(ng, np.int64)
+    g_ae = np.empty(ng, np.bool_)
+    g_off = np.empty(ng, np.int64)
+    g_ph = np.empty(ng, np.int8)
+    e_src = np.empty(ne, np.int64)
+    e_ae = np.empty(ne, np.bool_)
+    e_off = np.empty(ne, np.int64)
+    g_at = g_ptr[:n].copy()
+    e_at = e_ptr[:n].copy()
+    for e in range(m):
+        d = dst[e]
+        if code[d] != 2:
+            continue
+        kk = k[e]
+        if ph_k[kk] == p_end:
+            j = e_at[d]
+            e_src[j] = src[e]
+            e_ae[j] = ae_k[kk]
+            e_off[j] = off_k[kk]
+            e_at[d] = j + 1
+        else:
+            j = g_at[d]
+            g_src[j] = src[e]
+            g_ae[j] = ae_k[kk]
+            g_off[j] = off_k[kk]
+            g_ph[j] = ph_k[kk]
+            g_at[d] = j + 1
+    return q_src, g_ptr, g_src, g_ae, g_off, g_ph, e_ptr, e_src, e_ae, e_off
 
 
 def _csr_by_kind(n: int, idx: np.ndarray, dst, src, k, ae_k, off_k, ph_k) -> tuple[np.ndarray, ...]:
