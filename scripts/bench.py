@@ -1146,35 +1146,44 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
     return "\n".join(L)
 
 
-GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles). The VM was slower in this
-run than in the last round's: the Kineto loader, unchanged this round, took 2.89 s at 1 M `.json.gz` (2.54 s then)
-and 15.7 s at 4 M (10.2 s then), and its bare bound moved less, so read each ratio within its run and the round's
-own effect in the before/after table at the end (old and new code measured in turn in this run).
+GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles). Read each ratio within its run,
+and the round's own effect in the before/after table at the end (old and new code measured in turn in this run).
+The 16 M columns are single cold runs in one process after the table's load; numbers in a run can swing (nsys 1 M's
+second prediction: 0.25 s per M tasks in this round's first run, 0.81 in this one, 0.102 s = 0.26 s/M in the
+before/after table of this same run).
 
-* **Kineto load vs the bare msgspec decode** (1 M: 37 % `.json`, 66 % `.json.gz`; 4 M: 26 % / 44 %). The loader
-  did not change this round. Last round's stage timers at 1 M: msgspec's decode 0.72 s, turning the decoded events
-  into columns 1.15-1.3 s, building the table 0.27 s, freeing the decoded events ~0.15 s (not timed by the bound).
-  A compiled scanner that only locates each event's fields in the raw bytes already costs 0.55-0.70 s plus numba's
-  import, so a column writer from the bytes would land near 55 %: not started.
-* **nsys peak memory at 4 M rows** (500 MB; goal file + 100 MB = 386 MB): the finished table alone is 97 bytes
-  per row (370 MiB). Meeting it needs narrower public columns (pid, stream, link_stream int32, device int16:
-  14 bytes per row, ~53 MB, still over), a schema change checked in every adapter and consumer: not done.
-* **mapping + graph build + replay >= 2 M tasks/s** (nsys 1.04-1.08 M/s at 1, 4 and 16 M; Kineto 699-770 k/s).
-  This round (before/after table): mapping 1.7x (Kineto) and 1.4x (nsys) faster, graph build 1.1x / 1.3x. What
-  is left at nsys 4 M is ~0.13 s each in the visit-order sort, the wait stage and the output arrays, and the
-  mapping (0.68 s); the Kineto 1 M input has 115 k tasks but 717 k context rows, which the mapping must touch.
-* **linear growth to 16 M**: met this round for the mapping (nsys x13.8, Kineto x15.2; it was x24), replay and
-  the second prediction on Kineto (x15.0; was x28). Graph build (x19.4-19.7 for x15-16 events) and the nsys second
-  prediction (x22) stay above: no quadratic step was found; every stage grows x5-8 from 4 M to 16 M, the cost of
-  random gathers over arrays that outgrow the caches (a numpy int64 gather: 3.4, 7.6, 13.8 ns per element at
-  0.4, 1.6, 6.3 M elements) and of page faults on temporaries of 32 MB and more, which glibc maps fresh each time
-  (0.05 faults per task at 1 M, 0.13 at 16 M). Setting `mallopt(M_MMAP_MAX=0)` around the build measured 5.4 ->
-  4.4 s at 16 M but is process-wide, cannot be restored exactly and caps non-main threads' allocations: not merged.
-  The 16 M columns are single cold runs (the Kineto 16 M load's x25.8 is one run on this slower VM).
-* **saved-table reload vs parsing** (nsys 1 M 11x, 4 M 12x; Kineto 30-54x): the nsys reload is `np.load` of the
-  `.npz`, most of it zipfile's CRC-32 over the 93 MB (0.05 s of 0.08 at 1 M). Skipping or replacing that check
-  means a container of our own: not done.
-* **`--opt all`** (no goal): nsys 1 M 0.81 s (met), Kineto 1 M 3.1 s, 16 M 17.9 s (was 19.2), nsys 16 M 44.7 s."""
+* **Kineto load vs the bare msgspec decode**: met at 4 M (`.json.gz` 104 %, `.json` 181 %; it was 44 % / 26 %),
+  missed at 1 M (75 % / 47 %; it was 66 % / 37 %). The 4 M miss was numpy's huge-page hint: fresh large arrays
+  stalled while the kernel compacted memory (off while loading now). At 1 M the helper's stage timers: msgspec's
+  decode 0.62 s, turning the decoded events into columns (`_Columns.add`) 0.89 s, freeing them 0.1-0.18 s, ISA-L
+  0.22 s, the table 0.31 s. The column building is about a dozen passes over the decoded objects at 30-90 ns per
+  event each in CPython; making them much cheaper needs a compiled pass over the objects (numba costs ~0.4 s and
+  ~115 MB to import in a loader process) or a JSON tokenizer of our own (the standards prefer msgspec): not done.
+  The bare bound also never frees its objects, and gunzips with the slower stdlib zlib.
+* **nsys peak memory at 4 M rows** (495 MB; goal file + 100 MB = 386 MB): the finished table alone is 97 bytes
+  per row (370 MiB). Meeting it needs narrower public columns (pid, stream, link_stream int32, device int16),
+  a schema change checked in every adapter and consumer: not done.
+* **mapping + graph build + replay >= 2 M tasks/s**: nsys 1.56 M/s at 1 M and 1.44 M/s at 4 M (1.07 / 1.08 M
+  last round); Kineto 1.02 M/s (770 k). What is left (the helper's profile at nsys 4 M): page faults on fresh
+  output arrays, ~1.5 us per 4 KB page, ~100 k each in mapping and graph build (22 bytes per row of mapping
+  output, ~114 bytes per task of graph), the interval sweep (~0.11 s, 25 ns per item), the per-name rule matching
+  (~0.04 s for 18.5 k names). Smaller outputs need an API/dtype change; `mallopt` thresholds cut faults 206 k ->
+  155 k at 4 M with no measurable time: not done. The Kineto 1 M input has 115 k tasks but 717 k contexts and
+  941 k rows that the mapping must touch.
+* **linear growth to 16 M**: met for the mapping (Kineto x13.6, nsys x14.9). Graph build and replay at nsys 16 M
+  (x51 / x35 in this run's single cold run) are not quadratic: the same 16 M table's graph build in a fresh
+  process took 2.36 s (old code) and 2.33 s (new), x22 of 1 M, with 624 k / 656 k page faults; inside the bench's
+  pipeline child, after the 8.4 GB load and mapping, it took 5.3 s. Random gathers over arrays that outgrow the
+  caches and fresh pages for large temporaries grow faster than the events (last round: a numpy int64 gather
+  3.4, 7.6, 13.8 ns per element at 0.4, 1.6, 6.3 M elements). The loads' x25-29 are single runs of 16 M files
+  made on the spot (the 4 M loads met their goals).
+* **saved-table reload vs parsing** (nsys 1 M 11x, 4 M 19x; Kineto 1 M 25x, 4 M 2x in this run's single 4 M
+  reload): the nsys reload is `np.load` of the `.npz`, most of it zipfile's CRC-32 over the file. Skipping or
+  replacing that check means a container of our own: not done.
+* **`--opt all`** (no goal but nsys 1 M's): nsys 1 M 1.00 s (met; 0.609 s in the before/after table), Kineto
+  1 M 2.42 s, 16 M 18.4 s, nsys 16 M 32.8 s (44.7 s last round). The bench's inputs have no cross-stream waits
+  without their event, so no prediction here pays the wait bound's extra replay (one per prediction, and one of
+  the baseline, where a trace has them)."""
 
 HOTSPOT_NOTES = """What the profiles say: the Kineto load is msgspec's decode, gunzip and the per-field extraction
 passes (`numpy.fromiter`, `map`), with the `ts`/`dur` parse now a small compiled step; the nsys load
@@ -1184,25 +1193,37 @@ replay is numpy sorts and searches in the graph build and the mapping, the repla
 a few milliseconds (rows from numba's own modules, `imputils`, `ffi`, are its one-off loading of the cached
 kernels, which that profile run had not done before the profiler started)."""
 
-CHANGES = """What changed in the latest round (issue 18, fifth round). The speed work leaves results identical: graph
-arrays, mapping outputs and predictions (report JSON of every optimization and `--opt all`) compared between
-old and new code on 24-30 real traces and the 1 M inputs, with numba on and off; the accuracy table is unchanged.
-(Model fixes of the same round changed some predictions on purpose; each has its test.)
+CHANGES = """What changed in the latest round (issue 18, sixth round). The speed work leaves results identical: Kineto
+tables compared column by column (values, dtypes, names, accounting, meta, launch data) on 25 real traces, plain
+copies of 5 of them read through tiny windows, and the 1 M input; mapping, graph and timeline arrays and the
+`--opt all` JSON of 11 real traces and the 1 M inputs byte-identical; the accuracy table is unchanged. (Model
+fixes of the same round changed some predictions on purpose; each has its test.)
 
-* **mapping**: contexts grouped by thread, and their columns and key ranks written, in compiled passes
-  (`_group_contexts`, `_context_keys`); the fused sweep reads contexts through per-thread index lists; int32
-  indices: fewer and smaller temporaries (Kineto 16 M page faults 648 k -> 312 k), linear growth to 16 M.
-* **graph build**: sync records through the compiled hash join; GPU lanes numbered, L/G/S classified, durations
-  and gaps, unlaunched positions, nested calls and launch links each in one compiled pass (numpy references
-  kept, hypothesis-tested equal); node arrays filled in place; the lane order's CPU and GPU halves as views.
-* **predictions and `--opt all`**: each step's members from one sort of the graph's nodes (the 64-entry memo
-  thrashed at 122 steps); the order check compiled; the topological sort tries the (position, id) order first
-  and runs Kahn's algorithm in a compiled heap kernel; range lookups sort the calls once; the dataloader's
-  workers added at one copy (Kineto 16 M `--opt all` 35.1 -> 19.9 s in the helper's runs).
+* **Kineto load**: numpy's huge-page hint off while a file loads (`_small_pages`, restored after): on this VM a
+  fresh large array could stall while the kernel compacted memory for a huge page, which made the 4 M load cost
+  more than 4x the 1 M one (the helper's 4 M `.json.gz`: 15.4-15.6 s with the hint, 9.9-10.5 s without); one
+  reusable text window for the slices instead of a bytearray grown and trimmed per slice; 2 MiB slices (a slice's
+  decoded events stay in cache across the column passes); 256 KiB plain reads and gzip inflated 128 KiB in / 1 MiB
+  out (short ISA-L leftovers); plain files read straight into the window; integer columns read straight from
+  the decoded structs. numba was not used in the loader: importing it costs ~0.4 s and ~115 MB per process,
+  more than it would save there.
+* **mapping, graph build, replay preparation**: one compiled pass each (numpy references kept, hypothesis-tested
+  equal) for the sweep's answers into the row maps, the node columns and the lane columns, the edge list
+  (order + queue + dependency edges, `graph/assemble.py`), `call_threads`, the GPU rows' inherited phase, layer
+  and op, `Mapping.for_nodes`, the gap midpoints, the launch-queue edges (at build and requeue), the runtime and
+  GPU task rows, the wait stage's lookup columns, and the replay's structure preparation (0.109 -> 0.053 s at
+  nsys 4 M); lane columns released early.
+* **bench**: the pipeline child runs one untimed `gc.collect()` after loading the compiled kernels (a full
+  collection, 20-30 ms, landed in whichever stage crossed the threshold).
+* **report**: a ProfilerStep's members are node ids, not a mask of the graph per step (20 k one-kernel steps:
+  939 -> 241 MB peak; 50 k: 3.79 GB -> 365 MB, 29.6 -> 10.5 s).
 
-The round before (issue 18, fourth round): huge-page advice off around mapping and graph build, five more
+The round before (issue 18, fifth round): mapping contexts grouped by thread in compiled passes (linear to 16 M);
+graph build's sync join, lane numbering, L/G/S classes, durations, gaps and launch links compiled; each step's
+members from one sort; the order check and Kahn's sort compiled (Kineto 16 M `--opt all` 35.1 -> 19.9 s).
+Before it (issue 18, fourth round): huge-page advice off around mapping and graph build, five more
 steps compiled, `range_timeline` compiled, a step's members among its members, nsys columns scattered into
-place (4 M peak 602 -> 500 MB). The round before that (issue 18, third round), results identical (the accuracy table, every
+place (4 M peak 602 -> 500 MB). Before that (issue 18, third round), results identical (the accuracy table, every
 test, CLI JSON outputs on 8 real traces x 6 optimization sets):
 
 * **launch data in the Kineto loader's pass** (`EventTable.launch`, `launch_data.launch_data_of`): kernels'
@@ -1214,7 +1235,7 @@ test, CLI JSON outputs on 8 real traces x 6 optimization sets):
 * **second prediction**: the range split and the binding records compiled, more in the structure memo,
   ProfilerSteps found once per table.
 
-The round before it (issue 18, first round), results identical (the accuracy table, every test, and the
+The first round (issue 18), results identical (the accuracy table, every test, and the
 mapping and tables of these inputs array for array):
 
 * **replay compiled**: the per-task loop runs as a numba kernel (`daydream/simulate/compiled.py`) over flat
