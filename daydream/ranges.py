@@ -97,10 +97,7 @@ def boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray,
     x = nodes[np.minimum(k, len(nodes) - 1)]
     lead = graph.rec_start_ns[x] - b
     if graph.host_scales:  # host time the what-ifs scaled between b and x, as they scaled it
-        clk = clock_of(graph)
-        cls = clk.classes()
-        lead = clk.scaled(clk.lengths(thread_key(graph.pid[x], graph.tid[x]), np.minimum(b, graph.rec_start_ns[x]),
-                                      graph.rec_start_ns[x], cls), cls)
+        lead = clock_of(graph).now(thread_key(graph.pid[x], graph.tid[x]), np.minimum(b, graph.rec_start_ns[x]), graph.rec_start_ns[x])
     before = tl.start_ns[x] - np.clip(lead, 0, graph.gap_ns[x])
     y = nodes[-1]
     after = tl.end_ns[y] + (b - graph.rec_end_ns[y])

@@ -14,7 +14,7 @@ from .critical_path import CAUSES, CriticalPath
 from .display import terminal_text
 from .mapping import nvtx_base_name
 from .report import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS, Breakdown, Prediction, Report, Trust
-from .summary import EMPTY_PATH
+from .summary import ANSWER_NAME_MAX, EMPTY_PATH
 
 
 def _pct(x: float) -> str:
@@ -377,7 +377,7 @@ def wait_text(w) -> str:
     during = nvtx_base_name(w.during)  # emit_nvtx's per-call ", seq = N, op_id = M" shown as the op (JSON keeps the name)
     where = f"in backward() (after {during})" if w.engine else f"in {during}"
     what = f"the autograd engine {w.waited_for}" if w.engine else w.waited_for
-    top = ", ".join(f"{k if len(k) <= 80 else k[:77] + '...'} {_ms(v)} ms" for k, v in w.top.items())
+    top = ", ".join(f"{terminal_text(k, ANSWER_NAME_MAX)} {_ms(v)} ms" for k, v in w.top.items())
     src = ""
     if w.inferred_edges:  # inferred is reported: the wait rests on edges a rule derived
         src = ((f" [inferred: all {w.edges:,} edges" if w.edges > 1 else " [inferred: the edge")

@@ -22,6 +22,7 @@ from .arrays import sorted_unique
 from .critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, node_thread_key, ranges_of
 from .graph import NODE_CPU, TaskGraph
 from .graph.ranges import NO_RANGE, split_by_range
+from .display import CUT
 from .kernels import CLASSES, kernel_info
 from .mapping import fold_by_op, nvtx_base_name
 from .memo import cached
@@ -126,7 +127,7 @@ def _top_name(d: dict[str, int]) -> str:
     if not rows:
         return ""
     name = max(rows)[1]
-    return name if len(name) <= ANSWER_NAME_MAX else name[: ANSWER_NAME_MAX - 3] + "..."
+    return name if len(name) <= ANSWER_NAME_MAX else name[: ANSWER_NAME_MAX - len(CUT)] + CUT
 
 
 def build_summary(graph: TaskGraph, tl: Timeline, rec: Timeline, cp: CriticalPath, detail: dict, steps: list, window) -> Summary:
@@ -184,7 +185,7 @@ def top_kernels(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[
     if not len(gpu):
         return []
     dur = (tl.end_ns - tl.start_ns)[gpu]
-    uniq, inv = np.unique(graph.name_id[gpu], return_inverse=True)
+    uniq, first, inv = np.unique(graph.name_id[gpu], return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     tot = np.bincount(inv, weights=dur, minlength=len(uniq))
     o = np.lexsort((uniq, -tot))
@@ -196,9 +197,7 @@ def top_kernels(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[
         in_rest = np.isin(inv, rest)
         top_set = set(names)
         # a name's class as its tasks have it (a memcpy's by its kind: its name is no kernel name)
-        first = np.zeros(len(uniq), np.int64)
-        first[inv[::-1]] = np.arange(len(inv))[::-1]
-        cls_of = {graph.names[int(u)]: int(cls[first[i]]) for i, u in enumerate(uniq.tolist())}
+        cls_of = {graph.names[int(u)]: int(cls[f]) for u, f in zip(uniq.tolist(), first.tolist())}
         for c in sorted_unique(cls[in_rest]).tolist():  # classes are few
             m = in_rest & (cls == c)
             cname = CLASSES[c] if c < len(CLASSES) else "other"

@@ -52,6 +52,7 @@ class HostClock:
         self._glob = glob
         self._cr = cr
         self._threads: dict[int, tuple] = {}
+        self._classes: np.ndarray | None = None
         have = [m for m in self._sel if cr is not None and m is not None and m.any()]
         keys = thread_key(cr.pid, cr.tid) if have else np.zeros(0, np.int64)
         any_sel = np.zeros(len(keys), bool)
@@ -92,10 +93,17 @@ class HostClock:
 
     def classes(self) -> np.ndarray:
         """The class ids that occur on any thread (0 always: time outside every range)."""
-        out = {0}
-        for k in self._scaled_threads:
-            out.update(self._thread(k)[1].tolist())
-        return np.array(sorted(out), np.int64)
+        if self._classes is None:
+            out = {0}
+            for k in self._scaled_threads:
+                out.update(self._thread(k)[1].tolist())
+            self._classes = np.array(sorted(out), np.int64)
+        return self._classes
+
+    def now(self, key: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """How long the recorded stretches ``[a, b]`` of threads ``key`` last now (int64 ns, shape (q,))."""
+        cls = self.classes()
+        return self.scaled(self.lengths(key, a, b, cls), cls)
 
     def lengths(self, key: np.ndarray, a: np.ndarray, b: np.ndarray, cls: np.ndarray) -> np.ndarray:
         """Recorded ns of each ``[a, b]`` (shape (q,), ``a <= b``) on thread ``key`` spent in each

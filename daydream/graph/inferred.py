@@ -104,17 +104,25 @@ def _known_bound(c, nodes: Nodes, lanes: Lanes, rec_start, rec_end, xs, xd, L: i
     return b
 
 
-def _candidates(ix: WaitIndex, lanes: Lanes, position, c, w_pos, w_corr, c_start, d_max, rec_end, G: int, tol: int):
-    """Rule 3: (consumer index, producer node) pairs, over the few GPU lanes, with
-    ``G - tol <= start - end <= d_max`` (per consumer)."""
-    ci, pr = [_NONE], [_NONE]
+def _other_streams(ix: WaitIndex, lanes: Lanes, c: np.ndarray):
+    """For each GPU lane (the few streams) with tasks: (the indices into the consumers ``c`` on
+    another stream of its process and device, the lane's slice ``[a, b)`` of ``ix.g_nodes``, its
+    GPU nodes in stream order)."""
     c_key = lanes.keys[lanes.lane[c]]
     for Lx in np.nonzero(lanes.is_gpu)[0].tolist():
         _, pid, dev, _ = lanes.keys[Lx].tolist()
         q = np.nonzero((c_key[:, 1] == pid) & (c_key[:, 2] == dev) & (lanes.lane[c] != Lx))[0]
-        tl = ix.g_nodes[np.searchsorted(ix.g_lane, Lx, "left") : np.searchsorted(ix.g_lane, Lx, "right")]  # grouped by lane
-        if not len(q) or not len(tl):
-            continue
+        a, b = np.searchsorted(ix.g_lane, Lx, "left"), np.searchsorted(ix.g_lane, Lx, "right")  # grouped by lane
+        if len(q) and a < b:
+            yield q, a, b
+
+
+def _candidates(ix: WaitIndex, lanes: Lanes, position, c, w_pos, w_corr, c_start, d_max, rec_end, G: int, tol: int):
+    """Rule 3: (consumer index, producer node) pairs, over the few GPU lanes, with
+    ``G - tol <= start - end <= d_max`` (per consumer)."""
+    ci, pr = [_NONE], [_NONE]
+    for q, a, b in _other_streams(ix, lanes, c):
+        tl = ix.g_nodes[a:b]
         o = np.argsort(rec_end[tl], kind="stable")
         ends = rec_end[tl][o]
         lo = np.searchsorted(ends, c_start[q] - d_max[q], "left")
@@ -160,13 +168,7 @@ def latent_waits(ix: WaitIndex, lanes: Lanes, c: np.ndarray, w_pos: np.ndarray, 
     apart (``TaskGraph.latent_waits``) for the bound a prediction reports, not replayed by default:
     most of them order tasks that do not depend on each other."""
     ci, pr = [_NONE], [_NONE]
-    c_key = lanes.keys[lanes.lane[c]]
-    for Lx in np.nonzero(lanes.is_gpu)[0].tolist():  # the few GPU lanes
-        _, pid, dev, _ = lanes.keys[Lx].tolist()
-        q = np.nonzero((c_key[:, 1] == pid) & (c_key[:, 2] == dev) & (lanes.lane[c] != Lx))[0]
-        a, b = np.searchsorted(ix.g_lane, Lx, "left"), np.searchsorted(ix.g_lane, Lx, "right")
-        if not len(q) or a == b:
-            continue
+    for q, a, b in _other_streams(ix, lanes, c):
         tl = ix.g_nodes[a:b]  # stream order
         k = np.minimum(np.searchsorted(np.maximum.accumulate(ix.g_pos[a:b]), w_pos[q], "left"),
                        np.searchsorted(np.maximum.accumulate(rec_end[tl]), c_start[q], "right"))

@@ -165,7 +165,7 @@ def load_ranks(paths: list[str], *, strict: bool = False, workers: int = 1,
             ranks = list(ex.map(_read_star, items))
     else:
         ranks = [_read_star(a) for a in items]
-    _check_world_sizes(ranks)
+    check_world_sizes(ranks)
     seen: dict[int, RankTrace] = {}
     for r in ranks:  # ranks the traces or their file names state
         if r.rank_source == "order":
@@ -182,7 +182,7 @@ def load_ranks(paths: list[str], *, strict: bool = False, workers: int = 1,
     return sorted(ranks, key=lambda r: r.rank)
 
 
-def _check_world_sizes(ranks: list[RankTrace]) -> None:
+def check_world_sizes(ranks: list[RankTrace]) -> None:
     """Refuse traces that state different world sizes (they are not one job).
 
     Raises:

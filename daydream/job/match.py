@@ -29,7 +29,7 @@ import numpy as np
 from ..arrays import sorted_unique
 from ..collectives import Op
 from ..errors import UsageError
-from .load import RankTrace
+from .load import RankTrace, check_world_sizes
 
 #: operations that may name one collective on different ranks (an all-to-all runs as SendRecv
 #: kernels; the args name it where the trace has them)
@@ -81,9 +81,8 @@ def check_world(ranks: list[RankTrace]) -> int:
     Raises:
         UsageError: the stated sizes differ, or the ranks given are not 0 .. world_size - 1.
     """
+    check_world_sizes(ranks)
     stated = sorted({r.world_size for r in ranks if r.world_size > 0})
-    if len(stated) > 1:
-        raise UsageError(f"the traces state different world sizes ({', '.join(map(str, stated))}): not one job")
     if not stated and len(ranks) > 1 and not any(len(r.coll) for r in ranks):
         # nothing ties the files together: no stated job size and no collective to match
         raise UsageError(f"none of the {len(ranks)} traces states a world size and none has a collective: "

@@ -94,16 +94,11 @@ def _apply(graph, p):
     # host time as the what-ifs before this one left it (a scale-cpu of the DataLoader ranges first:
     # the recorded lengths gave the workers the unscaled fetches)
     clk = clock_of(graph)
-    cls = clk.classes()
     key = thread_key(np.full(len(s), pid), np.full(len(s), tid))
-
-    def now(a, b):
-        return clk.scaled(clk.lengths(key, a, b, cls), cls)
-
-    fetch = now(s, e)
+    fetch = clk.now(key, s, e)
     y_gap = graph.gap_ns[y]
-    pre = np.maximum(y_gap - now(s, graph.rec_start_ns[y]), 0)  # the part of y's gap before the range
-    post = np.minimum(now(e, graph.rec_start_ns[y]), y_gap)
+    pre = np.maximum(y_gap - clk.now(key, s, graph.rec_start_ns[y]), 0)  # the part of y's gap before the range
+    post = np.minimum(clk.now(key, e, graph.rec_start_ns[y]), y_gap)
     prev = graph.lane_prev[y]  # inserting before one batch's consumer leaves the others' predecessors as they were
     first = prev < 0  # before the thread's first call: a prefetched batch, its hand-off folded into the gap
     post[first] += pre[first] + h

@@ -85,13 +85,13 @@ def own_network(graph, c, p: dict) -> tuple[cm.Network, cm.Network, str]:
         NotApplicable: ``inter=`` given and the traced link not known.
     """
     try:
-        text, how = traced_link(graph, c, p)
+        traced, how = traced_link(graph, c, p)
     except NotApplicable as e:
         if p.get("inter"):
             raise NotApplicable(f"inter= needs the link the trace ran on: {e}") from None
         own = calibrated(c, network_of(_own_link(p)))
         return own, with_changes(own, p), " (on the bandwidth the trace's collectives reached: the link it ran on is not known)"
-    own = calibrated(c, network_of({**p, "bandwidth": text, "latency": "", "inter": ""}), fit_bandwidth=False)
+    own = calibrated(c, traced, fit_bandwidth=False)
     return own, with_changes(own, p), f" (the trace ran on {own.intra.name}, {how})"
 
 
@@ -100,7 +100,7 @@ def with_changes(own: cm.Network, p: dict) -> cm.Network:
     besides the link: the inter-node link, GPUs per node, contention and algorithm (``world-size``
     and ``buckets`` re-cost on the traced link; ``inter=`` was dropped with the calibration, so 64
     ranks with ``inter=ib200`` were costed as one node)."""
-    given = network_of({"bandwidth": "nvlink2", **p, "latency": ""})
+    given = network_of(_own_link(p))
     return dataclasses.replace(own, inter=given.inter, gpus_per_node=given.gpus_per_node,
                                contention=given.contention, algorithm=given.algorithm)
 
@@ -132,11 +132,11 @@ def _network(graph, p):
     m = _sized(c)
     new_net = network_of(p)
     traced, how = traced_link(graph, c, p)
-    old_net = calibrated(c, network_of({**p, "bandwidth": traced, "latency": "", "inter": ""}), fit_bandwidth=False)
+    old_net = calibrated(c, traced, fit_bandwidth=False)
     what = new_net.intra.name + (f" + {new_net.inter.name}" if new_net.inter else "")
     what += f" (the trace ran on {old_net.intra.name}, {old_net.intra.bandwidth / 1e9:.4g} GB/s, {how}"
     if not p.get("latency"):
-        new_net = keep_latency(new_net, old_net, network_of({**p, "bandwidth": traced, "latency": ""}).intra)
+        new_net = keep_latency(new_net, old_net, traced.intra)
         extra = new_net.intra.latency_ns - old_net.intra.latency_ns
         what += (f"; per-step latency calibrated from it {old_net.intra.latency_ns / 1e3:.3g} us" +
                  (f", {extra / 1e3:+.3g} us NCCL hwLat of this link over it" if extra else "") + "; latency= sets it")
@@ -151,8 +151,9 @@ def _traced(text: str) -> str:
 _traced.__name__ = "traced: empty (the GPU's board link), or a link preset or a bandwidth with its unit"
 
 
-def traced_link(graph, c, p) -> tuple[str, str]:
-    """(the link the trace's collectives ran on, as a ``bandwidth=`` value; how it is known).
+def traced_link(graph, c, p) -> tuple[cm.Network, str]:
+    """(the network the trace's collectives ran on, one node of its link at nominal bandwidth and
+    the link preset's latency; how the link is known).
 
     ``traced=`` when given, else the board link of the trace's GPU (:data:`daydream.gpus.BOARD_LINKS`,
     inferred). Re-costing compares the nominal bandwidths of the two links: comparing the bandwidth
@@ -177,13 +178,14 @@ def traced_link(graph, c, p) -> tuple[str, str]:
                                 "(a link preset or a bandwidth, e.g. nvlink3, 25GB/s)")
         text = BOARD_LINKS[gpu.name][0]
         how = f"inferred from the GPU, {gpu.name}; traced= sets it"
-    link = network_of({**p, "bandwidth": text, "latency": "", "inter": ""}).intra
+    net = network_of({**p, "bandwidth": text, "latency": "", "inter": ""})
+    link = net.intra
     fit = cm.calibrate(c.op, c.size_bytes, c.group_size, c.dur_ns, link)
     if fit is not None and fit.bandwidth > link.bandwidth * (1 + 1e-9):
         raise NotApplicable(f"the trace's collectives reached a bus bandwidth of {fit.bandwidth / 1e9:.4g} GB/s, more than "
                             f"the {link.bandwidth / 1e9:.4g} GB/s of the link it is taken to have run on ({link.name}, {how}): it ran on a "
                             "faster one; give it as network:traced=LINK")
-    return text, how
+    return net, how
 
 
 def keep_latency(net: cm.Network, traced: cm.Network, traced_link: cm.Link) -> cm.Network:
