@@ -130,6 +130,23 @@ def test_dataloader_workers_slower_than_the_step_bound_it():
     assert end_pred < end_base
 
 
+@SETTINGS
+@given(loader_programs(), st.integers(1, 3), st.integers(1, 2), st.integers(0, 50_000), st.sampled_from([0.0, 0.5, 2.0, 3.0]))
+def test_scale_cpu_after_dataloader_scales_the_workers_fetches(tmp_path_factory, spec, workers, prefetch, h, f):
+    """dataloader, then scale-cpu of the DataLoader ranges: the workers' fetches and the hand-offs
+    (the multi-process iterator's __next__) take f times as long, as in the program whose workers
+    fetch f times as long (before, the fetches moved to the workers kept their recorded length)."""
+    steps, fetch, post, kern = spec
+    prog = Program([Thread(_loader_main(fetch, post, kern))], launch_latency_ns=L, gpu_gap_ns=G)
+    run, g = _graph(tmp_path_factory.mktemp("t"), prog)
+    assume(measure_latencies(run) == (L, G))
+    g1, _, _ = _predict(g, f"dataloader:num_workers={workers},prefetch_factor={prefetch},handoff_us={h / 1e3}")
+    g2, tl2, _ = _predict(g1, f"scale-cpu:range=DataLoader,factor={f}")
+    sc = [int(np.rint(x * f)) for x in fetch]
+    changed = emulate(_loader_changed(sc, post, kern, workers, prefetch, int(np.rint(h * f))))
+    assert _gpu(g2, tl2) == _gpu_run(changed)
+
+
 # ------------------------------------------------------------------------------- scale-cpu ---
 from test_handover import ENGINE, _unambiguous, handover_programs  # noqa: E402
 

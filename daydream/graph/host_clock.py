@@ -14,6 +14,9 @@ at 1.195x the recorded time on ResNet-50's DataLoader), and the range and Profil
 of :func:`daydream.ranges.boundaries` (which scaled the recorded overlap of each entry in turn,
 not the overlap as the entries before had scaled it).
 
+A thread listed in ``TaskGraph.host_alias`` (``dataloader``'s modelled workers) reads the
+recorded instants of another thread: its weights are that thread's.
+
 Python loops run over the threads that have scaled ranges, and over weight classes (a handful).
 """
 
@@ -60,6 +63,8 @@ class HostClock:
             any_sel |= m
         self._keys = keys
         self._scaled_threads = set(sorted_unique(keys[any_sel]).tolist()) if have else set()
+        self._alias = {int(a): int(b) for a, b in getattr(graph, "host_alias", ())}
+        self._scaled_threads |= {a for a, b in self._alias.items() if b in self._scaled_threads}
 
     # ------------------------------------------------------------------ classes ----------
     def weight(self, cls: np.ndarray) -> np.ndarray:
@@ -75,6 +80,9 @@ class HostClock:
         time before the first and after the last breakpoint is class 0."""
         got = self._threads.get(k)
         if got is not None:
+            return got
+        if k in self._alias:  # a thread that reads another's recorded instants (TaskGraph.host_alias)
+            got = self._threads[k] = self._thread(self._alias[k])
             return got
         on = self._keys == k
         merged = []

@@ -123,6 +123,7 @@ def _apply(graph, p):
     w_of = np.empty(len(y), np.int64)
     for ks, new in zip(batches, nodes):
         w_of[ks] = new
+    g = _workers_on_training_clock(g, w_of, e, pid, tid, len(batches), d, s[~first], e[~first], h)
     hd = np.asarray(handoff, np.int64)
     real = hd != y
     req = np.arange(ahead, len(y))
@@ -132,6 +133,27 @@ def _apply(graph, p):
     note = (f"{len(y)} batches ({fetch.sum() / 1e6:,.3f} ms of DataLoader time on thread {tid}) fetched by {n_w} workers "
             f"(prefetch {ahead}); the training thread keeps a {h / 1e3:,.0f} us hand-off per batch ({h_src}); GPU work left alone")
     return g, note
+
+
+def _workers_on_training_clock(g, w_of, e, pid, tid, n_workers, handoff, h_s, h_e, h):
+    """``g`` placed on the recorded clock for the host-time what-ifs after it (``scale-cpu``):
+
+    * each worker task at the recorded end of its batch's DataLoader range (``e``, one per batch;
+      ``w_of``: the batch's worker task), the workers reading the training thread's recorded host
+      time (``TaskGraph.host_alias``): a worker's fetch is the recorded stretch of its batch, so a
+      later ``scale-cpu`` of the DataLoader ranges (or of ranges inside them) scales it as it would
+      have on the training thread;
+    * each hand-off task (``handoff``, of the batches whose range is ``[h_s, h_e]``) over the first
+      ``h`` ns of its batch's range (at most the range): the hand-off is the multi-process
+      iterator's ``__next__``, DataLoader host time as the first batch's (folded where its range
+      was) is."""
+    rs, re_ = g.rec_start_ns.copy(), g.rec_end_ns.copy()
+    rs[w_of] = e
+    re_[w_of] = e
+    re_[handoff] = np.minimum(h_s + h, np.maximum(h_e, h_s))
+    train = int(thread_key(np.int64(pid), np.int64(tid)))
+    alias = tuple((int(thread_key(np.int64(pid), np.int64(WORKER_TID0 + w))), train) for w in range(n_workers))
+    return dataclasses.replace(g, rec_start_ns=rs, rec_end_ns=re_, host_alias=g.host_alias + alias)
 
 
 def _aligned(y, values, n, mask):
