@@ -147,7 +147,8 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
 #: kernel name (``sgemm``/``scudnn`` fp32, ``hgemm``/``h884``/``h1688``/``h16816`` fp16 Tensor
 #: Cores on Volta/Turing/Ampere, ``s1688``/``s16816`` on Ampere+ with no 16-bit hint = TF32
 #: Tensor Cores with fp32 I/O, ``dgemm`` fp64); xmma/CUTLASS spell the operand types
-#: (``f16f16_f16f32``, ``bf16``, ``tf32f32``); ATen kernels carry C++ template types
+#: (``f16f16_f16f32``, ``bf16``, ``tf32f32``; mangled CUTLASS templates ``cutlass::tfloat32_t``,
+#: ``cutlass::half_t``, ``cutlass::bfloat16_t``); ATen kernels carry C++ template types
 #: (``c10::Half``, ``c10::BFloat16``, ``__nv_bfloat16``, ``float``, ``double``); fp8 kernels
 #: say ``e4m3``/``e5m2``/``fp8``; Tensile GEMMs have a type code after the layout
 #: (``_HHS_``/``_HB_`` fp16, ``_BBS_`` bf16, ``_SB_``/``_S_`` fp32, ``_DB_`` fp64).
@@ -162,7 +163,7 @@ PRECISION_RULES: tuple[tuple[str, str, int], ...] = (
     (r"^Cijk_[A-Za-z]+_[A-Za-z]+_(?:H|HH|HHS|HSS|BBS|BSS|BS|B)(?:B|H)?_", "half", 1),
     (r"(?i)(?<![a-z0-9])b?f16|(?<![a-z])fp16|bfloat16|__half|(?<![a-z])half(?![a-z])|c10::Half|(?<![a-z])bf16", "half", 1),
     (r"h884|h1688|h16816|h1616|hmma|hgemm|hcudnn|(?<![a-z])h\d{3,}(?:gemm|cudnn)", "half", 1),
-    (r"(?i)tf32|s1688|s16816|tensor16x8x8", "tf32", 2),
+    (r"(?i)tf32|tfloat32|s1688|s16816|tensor16x8x8", "tf32", 2),
     (r"^Cijk_[A-Za-z]+_[A-Za-z]+_D(?:B)?_|(?i:(?<![a-z])double(?![a-z])|fp64|(?<![a-z0-9])f64|dgemm|zgemm)", "fp64", 3),
     (r"^Cijk_[A-Za-z]+_[A-Za-z]+_S(?:B)?_|(?i:(?<![a-z])float(?![a-z])|float[24]|fp32|(?<![a-z0-9])f32|sgemm|scudnn"
      r"|cgemm|gcgemm|(?<![a-z])s\d{3,}(?:gemm|cudnn))", "fp32", 3),

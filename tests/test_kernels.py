@@ -123,6 +123,12 @@ def test_memcpy_and_memset_tasks_by_kind():
         ("void vllm::scaled_fp8_quant_kernel_strided<c10::BFloat16, c10::Float8_e4m3fn>(c10::Float8_e4m3fn*)", "fp8"),
         ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16", "tf32"),
         ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(Params)", "tf32"),
+        # cuDNN's CUTLASS engines, mangled (hta/nccl_data, A100): cutlass::tfloat32_t operands on MmaTensorOp
+        ("_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22ImplicitGemmMultistage"
+         "INS_4gemm9GemmShapeILi128ELi128ELi16EEENS4_45Conv2dFpropActivationTileAccessIteratorOptimizedINS_11MatrixShapeILi128E"
+         "Li16EEENS_10tfloat32_tENS_6layout11TensorNHWCENS_9transform", "tf32"),
+        ("_ZN7cutlass6KernelINS_4gemm6kernel4GemmINS1_11threadblock12MmaPipelinedINS1_9GemmShapeILi128ELi128ELi32EEENS_9"
+         "transform11threadblock22PredicatedTileIteratorINS_11MatrixShapeILi128ELi32EEENS_6half_tENS_6layout8RowMajorE", "half"),
         ("ampere_sgemm_128x64_tn", "fp32"),
         ("volta_scudnn_128x64_relu_interior_nn_v1", "fp32"),
         ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, float, 4> >", "fp32"),
