@@ -546,6 +546,25 @@ def _window_note(graph: TaskGraph, rel: np.ndarray) -> str:
     return f"ends with the GPU work; {n_out} thread(s) that never launch or wait for GPU work not counted" if n_out > 0 and rel.any() else ""
 
 
+#: The note of a step measured at 0 ns that replays longer (:func:`_zero_length_steps`).
+ZERO_STEP_NOTE = "measured 0 ms (earlier GPU work ran past its whole range): error relative to the median measured step"
+
+
+def _zero_length_steps(steps: list[WindowStats], window: WindowStats) -> list[WindowStats]:
+    """``steps`` with the error of each step measured at 0 ns (an earlier step's GPU work ran past
+    its whole CPU range) that replays longer taken relative to the median step measured longer than
+    0 (the window when none is), and :data:`ZERO_STEP_NOTE`: a ratio to 0 ns has no value, and
+    showed as 0.00 % (a kernel of 10^15 us recorded in the first step made the others 0 ms
+    measured, 1 ms replayed, and the verdict "good")."""
+    if not any(w.measured_ns == 0 and w.replayed_ns > 0 for w in steps):
+        return steps
+    lens = [w.measured_ns for w in steps if w.measured_ns > 0]
+    ref = float(np.median(lens)) if lens else float(window.measured_ns)
+    return [msgspec.structs.replace(w, error_pct=round(w.replayed_ns / ref * 100.0, 4) if ref > 0 else 0.0,
+                                    note="; ".join(x for x in (w.note, ZERO_STEP_NOTE) if x))
+            if w.measured_ns == 0 and w.replayed_ns > 0 else w for w in steps]
+
+
 def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     """Assemble the report of a replay ``tl`` against the recorded timeline ``rec``."""
     t = graph.table
@@ -557,8 +576,8 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     hi_r = _window_end(graph, tl.end_ns, rel, [w.replayed_end_ns for w in sw])
     window = _window("traced window", graph, tl, rec, t0, hi_m, t0, hi_r, cached(graph, "report.all_nodes", lambda: np.ones(graph.n, dtype=bool)),
                      _window_note(graph, rel))
-    steps = [_window(w.name, graph, tl, rec, w.start_ns, w.end_ns, w.replayed_start_ns, w.replayed_end_ns, w.members, w.note, w.members, grp)
-             for w, grp in zip(sw, _step_groups(graph, sw))]
+    steps = _zero_length_steps([_window(w.name, graph, tl, rec, w.start_ns, w.end_ns, w.replayed_start_ns, w.replayed_end_ns, w.members,
+                                        w.note, w.members, grp) for w, grp in zip(sw, _step_groups(graph, sw))], window)
     phases, layers = _groups(graph, tl)
     detail: dict = {}
     _, cp = critical_path(graph, tl, *_phase_args(graph), detail=detail)
@@ -633,7 +652,8 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
     p50, p99 = (float(np.percentile(d_us, 50)), float(np.percentile(d_us, 99))) if len(d_us) else (0.0, 0.0)
     worked = [w for w in steps if not w.note] or steps  # as the answer's step (summary.build_summary): not an empty trailing step
-    ref_ns = float(np.median([w.measured_ns for w in worked])) if steps else float(window.measured_ns)
+    lens = [w.measured_ns for w in worked if w.measured_ns > 0]  # a step measured at 0 ns is no scale
+    ref_ns = float(np.median(lens)) if lens else float(window.measured_ns)
     p99_pct = round(p99 * 1e5 / ref_ns, 3) if ref_ns > 0 else 0.0
     verdict, reason = trust_verdict(step_err, win_err, len(steps), p99_pct, p99)
     cut = truncation_note(graph.table)

@@ -861,3 +861,41 @@ def test_save_table_wants_an_npz_name(tmp_path, capsys):
     """--save-table o/t.json wrote an .npz table under a .json name (new-user try-out, finding 11)."""
     code = main([str(ROOT / "fixtures" / "train_step.json.gz"), "--save-table", str(tmp_path / "t.json")])
     assert code == 2 and "is an .npz file" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
+
+
+def _fixture_with_first(tmp_path, cat: str, **fields) -> str:
+    """The project fixture with the first complete event of category ``cat`` given ``fields``."""
+    import gzip
+
+    d = json.loads(gzip.open(ROOT / "fixtures" / "train_step.json.gz").read())
+    e = next(e for e in d["traceEvents"] if e.get("cat") == cat and e.get("ph") == "X")
+    e.update(fields)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+def test_steps_measured_at_zero_are_not_shown_exact(tmp_path):
+    """A kernel recorded 10^15 us long in the first step made the other steps 0 ms measured and 1 ms
+    replayed with 0.00 % error, the median step 0 ns (the GPU start error p99 of 10^15 us was then
+    no share of it) and the verdict "good"; now those steps' errors are relative to the median step
+    measured longer than 0, and the verdict is unreliable."""
+    from daydream.report import ZERO_STEP_NOTE
+
+    r = analyze(load_trace(_fixture_with_first(tmp_path, "kernel", dur=1e15)), [])
+    zero = [w for w in r.report.steps if w.measured_ns == 0]
+    assert zero and all(w.note.endswith(ZERO_STEP_NOTE) for w in zero)
+    ref = float(np.median([w.measured_ns for w in r.report.steps if w.measured_ns > 0]))
+    assert all(w.error_pct == round(w.replayed_ns / ref * 100, 4) for w in zero)
+    assert r.report.trust.verdict == "unreliable" and "GPU start error p99" in r.report.trust.reason
+
+
+def test_a_kernel_recorded_long_before_its_launch_does_not_start_the_trace(tmp_path):
+    """One kernel's ts set 1,000 s early made the trace start there: every thread's first CPU gap
+    was 1,000 s, the window 1,000,126 ms and the answer "bound by host work"; now the trace starts
+    at the earliest other timestamp and the kernel is counted."""
+    base = analyze(load_trace(str(ROOT / "fixtures" / "train_step.json.gz")), [])
+    r = analyze(load_trace(_fixture_with_first(tmp_path, "kernel", ts=-1e9)), [])
+    assert r.graph.t0_ns == base.graph.t0_ns
+    assert r.report.window.measured_ns == base.report.window.measured_ns
+    assert r.graph.counts["GPU task recorded starting before its launching call and before the rest of the trace (left out of the trace start)"] == 1

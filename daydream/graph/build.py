@@ -74,6 +74,22 @@ def _cpu_ranges(table: EventTable, mapping=None) -> CpuRanges:
     return CpuRanges(col(table.pid), col(table.tid), col(table.start_ns), col(table.end_ns), col(table.name_id))
 
 
+def _trace_start(table, t0, row, kind, launch, rec_start, position, counts) -> int:
+    """The trace start ``t0`` (the earliest timestamp, ``docs/model.md``), leaving out GPU tasks
+    recorded before their launching call started (damaged or skewed times; the replay places them
+    after their launch anyway): one kernel recorded 1,000 s before its launch made the first CPU
+    gap of every thread 1,000 s long, and the answer "bound by host work"."""
+    early = (kind != NODE_CPU) & (launch >= 0) & (rec_start < position)
+    if not early.any() or int(rec_start[early].min()) > t0:
+        return t0
+    keep = np.ones(len(table), bool)
+    keep[row[early]] = False
+    t = int(table.start_ns[keep].min()) if keep.any() else t0
+    count(counts, "GPU task recorded starting before its launching call and before the rest of the trace (left out of the trace start)",
+          int(np.count_nonzero(rec_start[early] < t)))
+    return t
+
+
 @small_pages
 def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNCH_QUEUE_DEPTH) -> TaskGraph:
     """Build the task graph of ``table`` following ``docs/model.md``.
@@ -95,6 +111,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     nodes, (rec_start, rec_end, position, corr, name_id, copy_kind, lane_cols) = node_columns(
         table, cpu, gpu_rows, link_launches(table, cpu, gpu_rows, only, counts, mapping), only, counts)
     row, kind, launch = nodes.row, nodes.node_kind, nodes.launch
+    t0 = _trace_start(table, t0, row, kind, launch, rec_start, position, counts)
     lanes = lanes_and_order(kind, nodes.pid, np.where(kind == NODE_CPU, nodes.tid, nodes.device) if lane_cols is None else None,
                             nodes.stream, position, launch, corr, row, rec_start, lane_cols)
     del lane_cols  # (their memory serves the stages after)
