@@ -28,6 +28,7 @@ from tablebuilder import TB
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 ENGINE = "autograd::engine::evaluate_function: AddmmBackward0"
+ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 MAIN, AG = 1, 2  # tids in the hand-built tables
 
 
@@ -116,9 +117,11 @@ _FWD = ("ampere_sgemm_fwd", "elementwise_fwd")
 
 
 @st.composite
-def handover_programs(draw):
+def handover_programs(draw, main_engine: bool = False):
     """A main thread and an autograd thread handing each backward pass over and back, per step;
-    optionally a pipeline thread launching copies-like kernels on its own stream."""
+    optionally a pipeline thread launching copies-like kernels on its own stream. ``main_engine``:
+    the main thread runs an engine op of its own while it waits (the CPU-device work the thread
+    that called backward() runs: an AccumulateGrad of a CPU tensor, as on the DLRM ranks)."""
     L = draw(st.integers(2_000, 15_000))
     G = draw(st.integers(0, min(L, 3_000)))
     gpu = st.integers(1_000, 200_000)
@@ -128,7 +131,10 @@ def handover_programs(draw):
     for step in range(draw(st.integers(1, 3))):
         for _ in range(draw(st.integers(1, 4))):  # forward: ends with a call
             main += [HostWork(draw(host)), Launch(7, draw(st.sampled_from(_FWD)), draw(gpu), draw(call))]
-        main += [Handover(("bwd", step)), WaitHandover(("done", step)), HostWork(draw(host)),
+        main.append(Handover(("bwd", step)))
+        if main_engine:
+            main += [HostWork(draw(st.integers(0, 2_000))), RangeBegin(ACCUMULATE, "cpu_op"), HostWork(draw(st.integers(0, 2_000))), RangeEnd()]
+        main += [WaitHandover(("done", step)), HostWork(draw(host)),
                  RangeBegin("Optimizer.step#SGD.step", "user_annotation")]
         for _ in range(draw(st.integers(1, 3))):
             main += [HostWork(draw(host)), Launch(7, "multi_tensor_apply_kernel", draw(gpu), draw(call))]
@@ -272,3 +278,50 @@ def test_removing_an_autograd_launch_predicts_the_changed_program(tmp_path_facto
     e_calls, e_tasks = _emulated(changed)
     assert {new_key(k): v for k, v in calls.items()} == e_calls
     assert {new_key(k): v for k, v in tasks.items()} == e_tasks
+
+
+def _main_engine_ends_first(run) -> bool:
+    """Each of the main thread's engine ops ends before the autograd thread's last call of that step
+    (the rule's limit: the main thread goes on after the later of the two, not modelled)."""
+    ends = [r.end_ns for r in run.ranges if r.thread == 0 and r.name == ACCUMULATE]
+    last, cur = [], None
+    for op_i, op in enumerate(run.program.threads[1].ops):
+        if isinstance(op, Handover):
+            last.append(cur)
+        cur = next((c.end_ns for c in run.thread_calls(1) if c.op_index == op_i), cur)
+    return len(ends) == len(last) and all(b is not None and e < b for e, b in zip(ends, last))
+
+
+@SETTINGS
+@given(handover_programs(main_engine=True), st.sampled_from(["bwd", "ag_calls"]), st.sampled_from([0.25, 0.5, 2.0]))
+def test_the_waiting_thread_may_run_engine_work_of_its_own(tmp_path_factory, prog, what, factor):
+    """The main thread records an engine op (AccumulateGrad) while it waits: still a hand-over (the
+    DLRM ranks' backward passes were pinned to their recorded start, so no what-if moved them), and
+    the predictions follow the other thread's work."""
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G) and _unambiguous(run) and _main_engine_ends_first(run))
+    g = _graph_of(tmp_path_factory.mktemp("t"), run)
+    steps = sum(isinstance(op, Handover) for op in prog.threads[1].ops)
+    assert (g.edge_kind == EdgeKind.HANDOVER).sum() == 2 * steps
+    assert _by_key(g, simulate(g), run) == _emulated(run)
+
+    def change(op):
+        if isinstance(op, Launch) and what in op.kernel_name:
+            return dataclasses.replace(op, kernel_dur_ns=int(np.rint(op.kernel_dur_ns * factor)))
+        return op
+
+    def change_ag(th):
+        if what != "ag_calls" or th.tid != 5001:
+            return th
+        return dataclasses.replace(th, ops=tuple(dataclasses.replace(op, call_dur_ns=int(np.rint(op.call_dur_ns * factor)))
+                                                 if hasattr(op, "call_dur_ns") else op for op in th.ops))
+
+    changed_prog = prog.map_ops(change)
+    changed = emulate(dataclasses.replace(changed_prog, threads=tuple(change_ag(t) for t in changed_prog.threads)))
+    assume(_same_order(run, changed) and _main_engine_ends_first(changed))
+    names = g.node_names()
+    if what == "ag_calls":
+        m = g.is_cpu & (g.tid == 5001)
+    else:
+        m = (g.node_kind == Kind.KERNEL) & np.array([what in s for s in names], bool)
+    assert _by_key(g, simulate(scale(g, m, factor)), run) == _emulated(changed)

@@ -348,7 +348,7 @@ def test_straggler_composes_in_order(dlrm):
         return predict(dlrm.ranks, dlrm.matching, dlrm.coupled, parse_job_specs(list(specs), 8), only)
 
     once = run("straggler:rank=7")
-    assert once.notes["7"] == "step start 3.283 ms earlier, own work x0.886"
+    assert once.notes["7"] == "step start 3.283 ms earlier, own work x0.887"
     with pytest.raises(UsageError, match="given twice"):
         run("straggler:rank=7", "straggler:rank=7")
     both = run("cuda-graphs", "straggler:rank=7", only=[7])
