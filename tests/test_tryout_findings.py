@@ -899,3 +899,12 @@ def test_a_kernel_recorded_long_before_its_launch_does_not_start_the_trace(tmp_p
     assert r.graph.t0_ns == base.graph.t0_ns
     assert r.report.window.measured_ns == base.report.window.measured_ns
     assert r.graph.counts["GPU task recorded starting before its launching call and before the rest of the trace (left out of the trace start)"] == 1
+
+
+@pytest.mark.parametrize("spec", ["fusion:max_chain=999999999999999999999", "fusion:max_chain=4611686018427387904",
+                                  "dataloader:num_workers=-99999999999999999999999"])
+def test_huge_integer_parameters_are_usage_errors(spec, capsys):
+    """fusion:max_chain=10^21 was 'internal error (OverflowError ...)', exit 1 (numpy int64 arithmetic)."""
+    assert main([str(ROOT / "fixtures" / "train_step.json.gz"), "--opt", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "out of range" in err and "internal error" not in err

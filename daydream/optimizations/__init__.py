@@ -88,6 +88,8 @@ class Optimization:
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a number")
             if isinstance(v, float) and abs(v) == float("inf"):  # no model parameter is infinite; its arithmetic would give NaN
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a finite number")
+            if isinstance(v, int) and not isinstance(v, bool) and not -(1 << 62) <= v < (1 << 62):  # arrays hold int64
+                raise UsageError(f"--opt {self.name}: {k}={raw!r} out of range ({p.check_help or 'below 2^62 in magnitude'})")
             if p.check is not None and not p.check(v):
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} out of range ({p.check_help})")
             out[k] = v

@@ -174,7 +174,7 @@ register(
                            "traces); sets the fused kernel's bytes, see docs/optimizations.md", float, lambda v: 1 <= v <= 1e6, "1 to 1e6"),
             "writes": Param(1.0, "tensors each chain member writes, default 1", float, lambda v: 0 <= v <= 1e6, "0 to 1e6"),
             "max_chain": Param(64, "most kernels fused into one (default 64 = torch._inductor.config.max_fusion_size); "
-                               "1 fuses nothing", int, lambda v: v >= 1, ">= 1"),
+                               "1 fuses nothing", int, lambda v: 1 <= v <= 1 << 30, "1 to 2^30"),
         },
     )
 )
