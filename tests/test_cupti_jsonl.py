@@ -798,3 +798,50 @@ def test_a_gzip_stream_without_its_end_is_a_truncated_file(tmp_path):
     assert len(t) == 99 and "truncated file: gzip stream cut short" in t.accounting.notes
     with pytest.raises(TraceFormatError, match="cut short"):
         cj.load(str(cut), strict=True)
+
+
+@pytest.mark.parametrize("change, note", [
+    (dict(end=-(10**9)), "CONCURRENT_KERNEL with a negative timestamp (times -1)"),
+    (dict(start=-5), "CONCURRENT_KERNEL with a negative timestamp (times -1)"),
+    ("end_before", "CONCURRENT_KERNEL end before start (end set to start)"),
+    (dict(deviceId=-3), "CONCURRENT_KERNEL with a negative deviceId (-1: unknown)"),
+    (dict(name=None), "CONCURRENT_KERNEL without a name"),
+])
+def test_damaged_kernel_records_are_counted(tmp_path, change, note):
+    """A kernel record with its end before its start, a negative time, a negative device or no name
+    was read silently (a start of -5 ns made a 54-year kernel); each is repaired and counted, as
+    the Kineto and nsys readers count theirs (try-out finding)."""
+    from daydream.formats import load_trace
+
+    src = load_trace(str(Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz"))
+    base = tmp_path / "base.jsonl"
+    write_cupti_jsonl(src, str(base))
+    lines = base.read_text().splitlines()
+    i = next(i for i, ln in enumerate(lines) if json.loads(ln).get("kind") == "CONCURRENT_KERNEL")
+    d = json.loads(lines[i])
+    d.update(dict(end=d["start"] - 10**9) if change == "end_before" else change)
+    lines[i] = json.dumps(d)
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    t = load_trace(str(p))
+    assert t.accounting.notes.get(note) == 1
+    k = (t.kind == Kind.KERNEL)
+    assert (t.end_ns[k] >= t.start_ns[k]).all() and (t.device[k] >= -1).all()
+
+
+def test_header_rank_and_world_size_out_of_range_are_ignored_and_counted(tmp_path):
+    from daydream.formats import load_trace
+
+    src = load_trace(str(Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz"))
+    base = tmp_path / "base.jsonl"
+    write_cupti_jsonl(src, str(base))
+    lines = base.read_text().splitlines()
+    h = json.loads(lines[0])
+    h.update(rank=-1, worldSize=0)
+    lines[0] = json.dumps(h)
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    t = load_trace(str(p))
+    assert t.meta.rank == -1 and t.meta.world_size == -1
+    assert t.accounting.notes.get("header worldSize not a count of ranks from 1 to 2^20 (ignored)") == 1
+    assert t.accounting.notes.get("header rank not a rank from 0 to worldSize - 1 (ignored)") == 1

@@ -908,3 +908,13 @@ def test_huge_integer_parameters_are_usage_errors(spec, capsys):
     assert main([str(ROOT / "fixtures" / "train_step.json.gz"), "--opt", spec]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "out of range" in err and "internal error" not in err
+
+
+def test_kineto_gpu_event_with_a_negative_device_is_counted(tmp_path):
+    import gzip
+
+    d = json.loads(gzip.open(ROOT / "fixtures" / "train_step.json.gz").read())
+    next(e for e in d["traceEvents"] if e.get("cat") == "kernel")["args"]["device"] = -1
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(d))
+    assert load_trace(str(p)).accounting.notes.get("GPU event with a negative device id (args.device)") == 1

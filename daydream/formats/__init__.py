@@ -33,6 +33,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: reports can add and subtract times without overflowing int64. Adapters skip (and count) the
 #: events outside; :func:`load_trace` refuses a table that still has one.
 TIME_LIMIT_NS = 2**62
+#: the largest world size read from a trace (Kineto ``distributedInfo``, the cupti-jsonl header;
+#: ``world-size:n`` takes the same range)
+MAX_WORLD_SIZE = 1 << 20
 #: a compressed stream (a .gz trace, a compressed member of a saved table) may inflate to at most
 #: max(INFLATE_FLOOR, INFLATE_RATIO x the compressed file's size) bytes; more is refused as a
 #: decompression bomb. Real traces inflate 8-30 times; a run of whitespace over 1000 times.

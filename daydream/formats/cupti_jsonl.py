@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..events import COLUMNS, Accounting, CopyKind, DeviceInfo, EventTable, Kind, MemKind, SyncKind, TraceMeta
-from . import read_maybe_gzip
+from . import MAX_WORLD_SIZE, read_maybe_gzip
 
 NAME = "cupti-jsonl"
 DESCRIPTION = (
@@ -800,8 +800,21 @@ class _Builder:
             "link_stream": np.full(m, -1, dtype=np.int64),
             "link_correlation": np.full(m, -1, dtype=np.int64),
         }
+        neg = ((start != ABSENT) & (start < 0)) | ((end != ABSENT) & (end < 0))
+        self.acc.add("notes", f"{kname} with a negative timestamp (times -1)", int(neg.sum()))
+        cols["start_ns"][neg] = cols["end_ns"][neg] = -1
+        back = ~neg & (start != ABSENT) & (end != ABSENT) & (end < start)
+        self.acc.add("notes", f"{kname} end before start (end set to start)", int(back.sum()))
+        cols["end_ns"][back] = cols["start_ns"][back]
+        if gpu:
+            bad_dev = cols["device"] < -1
+            self.acc.add("notes", f"{kname} with a negative deviceId (-1: unknown)", int(bad_dev.sum()))
+            cols["device"][bad_dev] = -1
         names = _objs(rs, "name")
-        names = _fill_names(names, _isnone(names), lambda miss: name_default(rs, cols, miss))
+        no_name = _isnone(names)
+        if kname in KERNEL_KINDS or kname == CPU_OP_KIND:  # calls, copies and sets are named from their codes
+            self.acc.add("notes", f"{kname} without a name", int(no_name.sum()))
+        names = _fill_names(names, no_name, lambda miss: name_default(rs, cols, miss))
         cats = _objs(rs, "cat")
         cats = _fill_names(cats, _isnone(cats), lambda miss: kname)
         missing_t = (start == ABSENT) | (end == ABSENT)
@@ -1218,6 +1231,20 @@ def kernel_launches(path: str) -> tuple[np.ndarray, np.ndarray, list[_Line]]:
     return rows.cols["device"][k], rows.cols["correlation"][k], [recs[i] for i in rows.src[k].tolist()]
 
 
+def _rank_of(header: Header, acc: Accounting) -> dict[str, int]:
+    """``rank`` and ``world_size`` of the header (-1 unknown); values out of range are ignored and
+    counted, as the Kineto reader does with ``distributedInfo``."""
+    w = None if header.worldSize is None else int(header.worldSize)
+    r = None if header.rank is None else int(header.rank)
+    if w is not None and not 1 <= w <= MAX_WORLD_SIZE:
+        acc.add("notes", "header worldSize not a count of ranks from 1 to 2^20 (ignored)", 1)
+        w = None
+    if r is not None and not 0 <= r < (w if w is not None else MAX_WORLD_SIZE):
+        acc.add("notes", "header rank not a rank from 0 to worldSize - 1 (ignored)", 1)
+        r = None
+    return {"rank": -1 if r is None else r, "world_size": -1 if w is None else w}
+
+
 def load(path: str, *, strict: bool = False) -> EventTable:
     """Read a cupti-jsonl v1 dump (plain or gzip) into an :class:`EventTable`.
 
@@ -1263,10 +1290,5 @@ def load(path: str, *, strict: bool = False) -> EventTable:
     if bad:
         extra["malformed_lines"] = ",".join(map(str, bad[:20])) + (",..." if len(bad) > 20 else "")
     _note_truncation(path, data, bad, gz_cut, len(recs), acc)
-    meta = TraceMeta(
-        source=path, format=NAME, devices=rows.devices,
-        rank=-1 if header.rank is None else int(header.rank),
-        world_size=-1 if header.worldSize is None else int(header.worldSize),
-        extra=extra,
-    )
+    meta = TraceMeta(source=path, format=NAME, devices=rows.devices, extra=extra, **_rank_of(header, acc))
     return EventTable.from_columns(cols, list(ids), meta, acc)

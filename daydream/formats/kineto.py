@@ -129,7 +129,7 @@ from ..events import (
     SyncKind,
     TraceMeta,
 )
-from . import GZIP_MAGIC, TIME_LIMIT_NS, inflate_limit, inflate_refused, read_maybe_gzip
+from . import GZIP_MAGIC, MAX_WORLD_SIZE, TIME_LIMIT_NS, inflate_limit, inflate_refused, read_maybe_gzip
 from .launch_data import LAUNCH_CATEGORIES as _LAUNCH_CATS
 from .launch_data import LaunchFacts, clean_ext, clean_ints, clean_triples
 
@@ -1073,8 +1073,6 @@ def _raw_value(raw: msgspec.Raw) -> Any:
         return None
 
 
-#: the largest world size read from ``distributedInfo`` (``world-size:n`` takes the same range)
-MAX_WORLD_SIZE = 1 << 20
 
 
 def _as_int(v: Any) -> Optional[int]:
@@ -2105,6 +2103,7 @@ def _place_rows(
     cc.drop("device@", "device", "stream@", "stream", "correlation@", "correlation", "ext@", "ext", "daydream_pid@", "daydream_pid")
     device, stream = _device_and_stream(on_gpu, is_sync, a_dev, a_stream, r_pid, r_tid)
     del a_dev, a_stream
+    acct.add("notes", "GPU event with a negative device id (args.device)", int(np.count_nonzero(on_gpu & (device < 0))))
     linked_kind = on_gpu & (kind != Kind.RANGE)  # kernels, copies, sets, syncs
     correlation = np.where(linked_kind | (kind == Kind.RUNTIME), a_corr, -1)
     correlation = _flow_links(cc, rows, r_pid, r_tid, linked_kind, correlation, int(a_corr.max(initial=-1)), acct)
