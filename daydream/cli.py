@@ -283,7 +283,7 @@ def run(argv: list[str] | None = None) -> int:
     args.trace = _one_trace_folder(args)
     if args.more_traces or os.path.isdir(args.trace) or args.scheduler:
         return _run_job(args)
-    if args.ranks or args.workers != 1:
+    if args.ranks is not None or args.workers != 1:
         raise UsageError("--ranks and --workers apply to a job (several traces, or a folder of them), not to one trace")
     if "all" in args.opt and len(args.opt) > 1:
         raise UsageError("--opt all ranks each optimization alone; it cannot be combined with other --opt")
@@ -373,7 +373,7 @@ def _run_job(args) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     try:
-        only = sorted({int(x) for x in args.ranks.split(",")}) if args.ranks else None
+        only = sorted({int(x) for x in args.ranks.split(",")}) if args.ranks is not None else None
     except ValueError:
         raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
     _check_job_plot(args)

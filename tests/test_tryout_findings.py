@@ -918,3 +918,12 @@ def test_kineto_gpu_event_with_a_negative_device_is_counted(tmp_path):
     p = tmp_path / "t.json"
     p.write_text(json.dumps(d))
     assert load_trace(str(p)).accounting.notes.get("GPU event with a negative device id (args.device)") == 1
+
+
+@needs_traces
+def test_an_empty_ranks_list_is_refused(capsys):
+    """--ranks '' (an unset shell variable) ran the what-if on every rank; '1,,2' was refused."""
+    assert main([str(TRACES / "param_dlrm"), "--opt", "scale-kernels:pattern=gemm,factor=0.5", "--ranks", ""]) == 2
+    assert "rank numbers separated by commas" in capsys.readouterr().err
+    assert main([str(ROOT / "fixtures" / "train_step.json.gz"), "--ranks", ""]) == 2
+    assert "apply to a job" in capsys.readouterr().err

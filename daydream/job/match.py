@@ -22,12 +22,14 @@ estimated as the median, over the collectives both take part in, of the differen
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..arrays import sorted_unique
 from ..collectives import Op
+from ..display import terminal_text
 from ..errors import UsageError
 from .load import RankTrace, check_world_sizes
 
@@ -98,6 +100,13 @@ def check_world(ranks: list[RankTrace]) -> int:
     return world
 
 
+def _named(r: RankTrace) -> str:
+    """'rank R (file name)', and ', a truncated file' when its adapter salvaged a cut file: the
+    reason a rank lacks collectives the others have."""
+    cut = ", a truncated file" if any("truncated" in w for w in r.warnings) else ""
+    return f"rank {r.rank} ({terminal_text(os.path.basename(r.path))}{cut})"
+
+
 def _sequences(ranks: list[RankTrace]) -> dict[str, list[np.ndarray]]:
     """Per group: per rank, the indices (into its Collectives) of its collectives in launch order."""
     out: dict[str, list[np.ndarray]] = {}
@@ -122,12 +131,14 @@ def match(ranks: list[RankTrace]) -> Matching:
         part = [i for i in range(R) if len(seqs[i])]
         lens = {i: len(seqs[i]) for i in part}
         if len(set(lens.values())) > 1:
-            detail = ", ".join(f"rank {ranks[i].rank}: {n}" for i, n in lens.items())
+            counts = list(lens.values())
+            usual = max(set(counts), key=counts.count)
+            detail = ", ".join([f"{_named(ranks[i])}: {n}" for i, n in lens.items() if n != usual][:8]) + f"; the others: {usual}"
             raise UsageError(f"the ranks issued different numbers of collectives{' in group ' + gname if gname else ''} "
                              f"({detail}): not one job, or traces of different steps")
         if not gname and len(part) != R:
-            none = [ranks[i].rank for i in range(R) if i not in part]
-            raise UsageError(f"rank(s) {none[:8]} have no collective while the others have {len(seqs[part[0]])}: not one job")
+            none = ", ".join([_named(ranks[i]) for i in range(R) if i not in part][:8])
+            raise UsageError(f"{none} issued no collective while the others issued {len(seqs[part[0]])}: not one job")
         K = len(seqs[part[0]])
         node = np.full((R, K), -1, np.int64)
         ops = np.zeros((R, K), np.int64)
@@ -157,7 +168,8 @@ def _common_op(ops: np.ndarray, rank_ids: list[int], gname: str) -> np.ndarray:
         vals = {int(x) for x in known[:, k] if x >= 0}
         if len(vals) > 1 and frozenset(vals) not in _COMPATIBLE:
             i = int(np.argmax(known[:, k] != best[k]))
-            raise UsageError(f"collective #{k + 1}{' of group ' + gname if gname else ''} is op {sorted(vals)} on different ranks "
+            names = " / ".join(Op(v).name.lower().replace("_", "-") for v in sorted(vals))
+            raise UsageError(f"collective #{k + 1}{' of group ' + gname if gname else ''} is {names} on different ranks "
                              f"(rank {rank_ids[i]} differs): the ranks did not issue the same collectives; not one job")
         if vals >= {int(Op.ALL_TO_ALL)}:
             best[k] = int(Op.ALL_TO_ALL)
