@@ -927,3 +927,26 @@ def test_an_empty_ranks_list_is_refused(capsys):
     assert "rank numbers separated by commas" in capsys.readouterr().err
     assert main([str(ROOT / "fixtures" / "train_step.json.gz"), "--ranks", ""]) == 2
     assert "apply to a job" in capsys.readouterr().err
+
+
+@needs_traces
+@pytest.mark.parametrize("view", [False, True])
+def test_nsys_export_without_its_kernel_table_says_so(tmp_path, view):
+    """A copy of an export with CUPTI_ACTIVITY_KIND_KERNEL dropped (or replaced by a view) read as a
+    GPU that ran nothing, without a word."""
+    import shutil
+    import sqlite3
+
+    p = tmp_path / "t.sqlite"
+    shutil.copy(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite", p)
+    con = sqlite3.connect(p)
+    if view:
+        con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO K2")
+        con.execute("CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM K2")
+    else:
+        con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    con.commit()
+    con.close()
+    notes = load_trace(str(p)).accounting.notes
+    assert notes.get("no CUPTI_ACTIVITY_KIND_KERNEL table: the CUDA calls' kernels are not in the trace") == 1
+    assert notes.get("CUPTI_ACTIVITY_KIND_KERNEL is a view, not a table: not read", 0) == int(view)

@@ -554,6 +554,16 @@ class _Reader:
             if self._tmp is not None:
                 self._tmp.cleanup()
 
+    def _absent_tables(self) -> None:
+        """Note an export whose CUDA calls are there but whose kernel table is not (nsys writes it
+        whenever kernels ran; a file that lost it reads as a GPU that did nothing), and event
+        tables present as views (a view is not read: only tables hold recorded data)."""
+        views = {r[0] for r in self._exec("SELECT name FROM sqlite_master WHERE type = 'view'", "sqlite_master")}
+        for t in sorted(views & set(EVENT_TABLES)):
+            self.acc.add("notes", f"{t} is a view, not a table: not read", 1)
+        if KERNEL not in self.tables and RUNTIME in self.tables:
+            self.acc.add("notes", f"no {KERNEL} table: the CUDA calls' kernels are not in the trace", 1)
+
     def _read(self) -> EventTable:
         # data only: no function that is not marked innocuous runs from the file's schema (views,
         # triggers, generated columns); the file itself is opened read-only and immutable
@@ -580,6 +590,7 @@ class _Reader:
         if not self._counts:
             raise TraceFormatError(self.path, "", "Nsight Systems export without CUDA or NVTX tables: profile with nsys profile -t cuda,nvtx")
 
+        self._absent_tables()
         rt = self._runtime() if RUNTIME in self.tables else None
         gpu_devices = []
         if KERNEL in self.tables:
