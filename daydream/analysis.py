@@ -134,6 +134,9 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             except NotApplicable as e:
                 rows.append(Ranked(name, -1, 0.0, str(e)))
                 continue
+            except DaydreamError as e:  # one optimization's failure (on damaged input) does not end the ranking
+                rows.append(Ranked(name, -1, 0.0, f"failed: {e}"))
+                continue
             tl2 = simulate(g2)
             pred = build_prediction(report, g2, tl2, applied)
             b = wait_bound(graph, g2)

@@ -263,7 +263,7 @@ def fig_ranking(r: Report) -> tuple[str, float]:
                         rows, "speed-up (x)", ["speedup"], mark=1.0)
         out.append(svg)
     for x in (x for x in r.ranking if x not in ok):
-        out.append(_text(LABEL_X, y + 12, _name(f"not applicable: {x.name}: {x.note}", int((WIDTH - 2 * LABEL_X) / CHAR_W)), cls="note"))
+        out.append(_text(LABEL_X, y + 12, _name(f"{x.name}: {x.note}" if x.note.startswith("failed: ") else f"not applicable: {x.name}: {x.note}", int((WIDTH - 2 * LABEL_X) / CHAR_W)), cls="note"))
         y += 16
     return "".join(out), y + 4
 

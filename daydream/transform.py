@@ -180,7 +180,7 @@ def scale(graph: TaskGraph, mask: np.ndarray, factor: float | Callable[[TaskGrap
         raise DaydreamError("scale: factors must be finite and >= 0")
     dur = graph.dur_ns.copy()
     scaled = np.rint(dur[ids] * f)
-    if len(scaled) and scaled.max() >= MAX_DURATION_NS:
+    if len(scaled) and np.any((scaled >= MAX_DURATION_NS) & (scaled > dur[ids])):  # a longer task the trace held is kept, not grown
         raise DaydreamError(f"scale: a scaled duration would exceed {MAX_DURATION_NS / 1e9 / 86400:.0f} days; use a smaller factor")
     dur[ids] = scaled.astype(np.int64)
     return same_structure(graph, dataclasses.replace(graph, dur_ns=dur))

@@ -950,3 +950,28 @@ def test_nsys_export_without_its_kernel_table_says_so(tmp_path, view):
     notes = load_trace(str(p)).accounting.notes
     assert notes.get("no CUPTI_ACTIVITY_KIND_KERNEL table: the CUDA calls' kernels are not in the trace") == 1
     assert notes.get("CUPTI_ACTIVITY_KIND_KERNEL is a view, not a table: not read", 0) == int(view)
+
+
+def test_ranking_survives_a_task_longer_than_a_transformation_may_make(tmp_path, monkeypatch):
+    """A recorded 10^15 us kernel (beyond transform.MAX_DURATION_NS) made scale-by-0.5 raise
+    'a scaled duration would exceed 52 days', and --opt all stopped there; shrinking such a task is
+    allowed, and an optimization that fails is listed as failed, the others still ranked."""
+    from daydream import analysis
+    from daydream.errors import DaydreamError
+
+    t = load_trace(_fixture_with_first(tmp_path, "kernel", dur=1e15))
+    r = analyze(t, [], rank_all=True)
+    amp = next(x for x in r.report.ranking if x.name == "amp")
+    assert amp.predicted_ns > 0 and amp.speedup > 1
+    real = analysis.apply_all
+
+    def boom(graph, opts):
+        if opts[0][0].name == "fusion":
+            raise DaydreamError("scale: a scaled duration would exceed 52 days; use a smaller factor")
+        return real(graph, opts)
+
+    monkeypatch.setattr(analysis, "apply_all", boom)
+    r = analyze(load_trace(str(ROOT / "fixtures" / "train_step.json.gz")), [], rank_all=True)
+    f = next(x for x in r.report.ranking if x.name == "fusion")
+    assert f.predicted_ns == -1 and f.note.startswith("failed: scale:")
+    assert any(x.predicted_ns > 0 for x in r.report.ranking)
