@@ -347,7 +347,7 @@ def _svg(body: str, height: float, ident: str = "", series: dict[str, tuple[str,
 
 def _heading(r: Report) -> str:
     trust = f"; baseline replay: {r.trust.verdict}" if r.trust is not None else ""
-    return _name(f"daydream: {r.trace.source or 'trace'}{trust}", int((WIDTH - 2 * LABEL_X) / CHAR_W))
+    return _name(f"daydream: {r.trace.extra.get('saved_table') or r.trace.source or 'trace'}{trust}", int((WIDTH - 2 * LABEL_X) / CHAR_W))
 
 
 def render_svg(r: Report) -> str:

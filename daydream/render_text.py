@@ -158,6 +158,12 @@ def trust_line(t: Trust | None) -> list[str]:
     ]
 
 
+def _source(meta) -> str:
+    """The file read: a saved table names itself and the trace it was saved from."""
+    saved = meta.extra.get("saved_table", "")
+    return f"{saved} (saved table of {meta.source or 'a trace'})" if saved else meta.source
+
+
 def _unreliable(t: Trust | None) -> str:
     """The mark of a prediction made on an unreliable baseline ('' otherwise)."""
     return f"  UNRELIABLE: {t.reason}" if t is not None and t.verdict == "unreliable" else ""
@@ -167,7 +173,7 @@ def header_section(r: Report) -> list[str]:
     """What was read, the baseline replay's trust, on which devices, the graph, L and G, and the warnings."""
     g = r.graph
     return [
-        f"daydream: {r.trace.source}  [{r.trace.format}]",
+        f"daydream: {_source(r.trace)}  [{r.trace.format}]",
         *trust_line(r.trust),
         f"  devices: {_devices(r)}{_rank(r)}",
         f"  graph: {g.cpu_tasks:,} CPU tasks on {_plural(g.cpu_lanes, 'thread')}, "

@@ -35,8 +35,10 @@ def test_saved_table_round_trip_through_the_cli(tmp_path, capsys):
     assert load_trace(str(saved)).equals(load_trace(str(fixture)))
     assert main([str(saved)]) == 0
     second = capsys.readouterr().out
-    # same report apart from the source line
-    assert first.splitlines()[1:] == second.splitlines()[1:]
+    # same report apart from the source line, which names the saved table and the trace it came from
+    src = [ln for ln in second.splitlines() if ln.startswith("daydream: ")]
+    assert src == [f"daydream: {saved} (saved table of {fixture})  [kineto]"]
+    assert [ln for ln in first.splitlines() if not ln.startswith("daydream: ")] == [ln for ln in second.splitlines() if not ln.startswith("daydream: ")]
 
 
 def test_saved_table_of_another_version_is_refused(tmp_path):
@@ -58,3 +60,20 @@ def test_saved_table_of_another_version_is_refused(tmp_path):
     np.savez(p, **arrays)
     with pytest.raises(TraceFormatError, match="schema version 999"):
         EventTable.load(str(p))
+
+
+def test_saved_table_rank_out_of_range_is_ignored_and_counted(tmp_path):
+    """A saved header's rank and world size are checked as the trace readers check theirs (rank -99,
+    world size 0 were accepted)."""
+    import msgspec
+
+    from daydream.formats import load_trace
+
+    t = load_trace(str(ROOT / "fixtures" / "train_step.json.gz"))
+    t.meta = msgspec.structs.replace(t.meta, rank=-99, world_size=0)
+    p = tmp_path / "t.npz"
+    t.save(str(p))
+    again = load_trace(str(p))
+    assert (again.meta.rank, again.meta.world_size) == (-1, -1) and again.meta.extra["saved_table"] == str(p)
+    assert again.accounting.notes["saved header world_size not a count of ranks from 1 to 2^20 (ignored)"] == 1
+    assert again.accounting.notes["saved header rank not a rank from 0 to world_size - 1 (ignored)"] == 1

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..events import COLUMNS, EventTable, Kind, SavedTableHeader
-from . import inflate_limit, inflate_refused
+from . import MAX_WORLD_SIZE, inflate_limit, inflate_refused
 
 NAME = "saved-table"
 DESCRIPTION = "daydream saved event table (.npz, written by --save-table)"
@@ -144,4 +144,22 @@ def load(path: str, *, strict: bool = False) -> EventTable:
     except _READ_ERRORS as e:  # what EventTable.load does not expect (e.g. a damaged compressed member)
         raise TraceFormatError(path, "", f"not a saved daydream event table ({e or type(e).__name__})") from None
     _check_values(path, table)
+    return _named_by_its_file(path, table)
+
+
+def _named_by_its_file(path: str, table: EventTable) -> EventTable:
+    """``table`` with the file it was read from in ``extra['saved_table']`` (reports name it; the
+    header's ``source``, unverified text, stays: launch data is read back from it when the file is
+    still at hand and unchanged, :func:`daydream.formats.launch_data.launch_data_of`), its rank and
+    world size checked as the trace readers check theirs: out of range, ignored and counted."""
+    m = table.meta
+    extra = {**m.extra, "saved_table": path}
+    w, r = m.world_size, m.rank
+    if w != -1 and not 1 <= w <= MAX_WORLD_SIZE:
+        table.accounting.add("notes", "saved header world_size not a count of ranks from 1 to 2^20 (ignored)", 1)
+        w = -1
+    if r != -1 and not 0 <= r < (w if w != -1 else MAX_WORLD_SIZE):
+        table.accounting.add("notes", "saved header rank not a rank from 0 to world_size - 1 (ignored)", 1)
+        r = -1
+    table.meta = msgspec.structs.replace(m, extra=extra, rank=r, world_size=w)
     return table
