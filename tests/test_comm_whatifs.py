@@ -274,3 +274,29 @@ def test_world_size_and_network_agree_on_the_same_machine():
         with pytest.raises(UsageError, match="unknown parameter"):
             parse_spec(bad)
     assert total("gpu-upgrade:target=H100", "network:bandwidth=nvlink3") == total("gpu-upgrade:target=H100")
+
+
+def test_calibration_lowers_base_and_per_step_latency_in_proportion():
+    """Recorded collectives faster than the latency model allow: base and per-step latency are
+    lowered by one factor, the tightest collective then meets the model exactly, and the latency
+    still grows with the ring's steps (lowering the per-step latency alone drove it to 0 on
+    nccl_data and the DLRM job: 64 ranks cost the latency of 8)."""
+    from types import SimpleNamespace
+
+    from daydream import comm_model as cm
+    from daydream.collectives import Op
+    from daydream.optimizations._comm import NETWORK_PARAMS, network_of
+    from daydream.optimizations.recost import calibrated
+
+    like = network_of({**{k: p.default for k, p in NETWORK_PARAMS.items()}, "bandwidth": "nvlink2"})
+    op = np.array([int(Op.ALL_TO_ALL), int(Op.ALL_REDUCE)], np.uint8)
+    size, n = np.array([192, 1 << 20], np.int64), np.array([8, 8], np.int64)
+    full = cm.collective_ns(op, size, n, like)
+    dur = np.array([int(full[0] * 0.3), int(full[1] * 2)], np.int64)  # the small all-to-all beats the model
+    c = SimpleNamespace(op=op, size_bytes=size, group_size=n, dur_ns=dur)
+    net = calibrated(c, like, fit_bandwidth=False)
+    s = net.intra.latency_ns / like.intra.latency_ns
+    assert 0 < s < 1 and net.base_latency_ns == pytest.approx(like.base_latency_ns * s)
+    got = cm.collective_ns(op, size, n, net)
+    assert got[0] == pytest.approx(dur[0], rel=1e-9) and got[1] <= dur[1]
+    assert cm.collective_ns(op[:1], size[:1], np.array([64]), net)[0] > got[0] * 2  # 63 steps, not 7

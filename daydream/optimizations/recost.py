@@ -46,21 +46,21 @@ def calibrated(c, like: cm.Network, fit_bandwidth: bool = True) -> cm.Network:
     times hold the contention there was), its intra-node link's bandwidth fitted to the collectives
     ``c`` (:func:`daydream.comm_model.calibrate`; ``fit_bandwidth=False`` keeps ``like``'s, the
     nominal bandwidth of the link the trace ran on), and its base and per-step latencies lowered
-    where a recorded collective was faster than they allow (so no recorded collective is shorter
-    than the calibrated model says)."""
+    in proportion where a recorded collective was faster than they allow (so no recorded collective
+    is shorter than the calibrated model says). In proportion, so that the latency still grows with
+    the ring's steps: lowering the per-step latency alone drove it to 0 on the DLRM job, whose
+    transfers (the peer waits taken out) are 7-10 us, and 64 ranks cost the latency of 8."""
     link = cm.calibrate(c.op, c.size_bytes, c.group_size, c.dur_ns, like.intra) if fit_bandwidth else like.intra
     if link is None:
         return like
     net = dataclasses.replace(like, intra=link, inter=None, contention=1.0)
     m = _sized(c) & (c.group_size > 1)
     if m.any():
-        base = min(net.base_latency_ns, float(c.dur_ns[m].min()))
-        net = dataclasses.replace(net, base_latency_ns=base)
-        zero = dataclasses.replace(net, intra=dataclasses.replace(link, latency_ns=0.0))
+        zero = dataclasses.replace(net, base_latency_ns=0.0, intra=dataclasses.replace(link, latency_ns=0.0))
         xfer = cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], zero)
-        steps = np.maximum((cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], net) - xfer) / max(link.latency_ns, 1e-9), 1e-9)
-        a = float(np.clip((c.dur_ns[m] - xfer) / steps, 0, link.latency_ns).min())
-        net = dataclasses.replace(net, intra=dataclasses.replace(link, latency_ns=a))
+        lat = cm.collective_ns(c.op[m], c.size_bytes[m], c.group_size[m], net) - xfer  # base + steps x per-step latency
+        s = float(np.clip(np.divide(c.dur_ns[m] - xfer, lat, out=np.ones(len(lat)), where=lat > 0), 0.0, 1.0).min())
+        net = dataclasses.replace(net, base_latency_ns=net.base_latency_ns * s, intra=dataclasses.replace(link, latency_ns=link.latency_ns * s))
     return net
 
 
