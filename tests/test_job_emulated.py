@@ -104,6 +104,30 @@ def test_change_on_one_rank_equals_emulator(progs, data):
     assert p.rank_predicted_ns == want
 
 
+@given(jobs(), st.data())
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_slower_or_faster_transfer_on_one_rank_changes_the_collective_for_all(progs, data):
+    """One rank's collective kernels x2 (a slower link on that rank) or x0.5: a collective ends on
+    every participant together, so x2 delays every rank and x0.5 alone changes nothing; each rank's
+    predicted window equals the emulator's run (was: only that rank's transfer changed, and its
+    peers finished the same all-reduce before it)."""
+    rank = data.draw(st.integers(0, len(progs) - 1))
+    factor = data.draw(st.sampled_from((2, 0.5)))
+
+    def change(op):
+        if isinstance(op, Launch) and op.kernel_name in (ALL_REDUCE, ALL_TO_ALL):
+            return Launch(op.stream, op.kernel_name, int(op.kernel_dur_ns * factor), op.call_dur_ns)
+        return op
+
+    changed = [p.map_ops(change) if r == rank else p for r, p in enumerate(progs)]
+    job2 = emulate_job(changed)
+    _, res = _analyze(progs)
+    p = predict(res.ranks, res.matching, res.coupled,
+                parse_job_specs([f"scale-kernels:pattern=^nccl,factor={factor}"], len(progs)), only=[rank])
+    want = [max(t.end_ns for t in run.tasks) - run.trace_t0_ns for run in job2.runs]
+    assert p.rank_predicted_ns == want
+
+
 def test_mixed_formats_one_job(tmp_path):
     """Ranks in different formats (Kineto JSON, CUPTI JSON Lines, a saved table), numbered by
     their file names, are one job: the same matching and an exact coupled replay."""

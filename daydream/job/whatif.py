@@ -119,8 +119,21 @@ def _coupled(ranks: list[RankTrace], graphs: list, m: Matching) -> Coupled:
     table row, each lasting what the graph now gives it (its transfer)."""
     node = np.stack([_remap(r, g, m.node[i]) for i, (r, g) in enumerate(zip(ranks, graphs))]) if len(m) else m.node
     new = np.stack([g.dur_ns[np.maximum(node[i], 0)] for i, g in enumerate(graphs)]) if len(m) else m.transfer_ns
-    tr = np.where(m.member, new, 0).astype(np.int64)
-    return couple(graphs, dataclasses.replace(m, node=node), tr)
+    return couple(graphs, dataclasses.replace(m, node=node), joint_transfers(m.transfer_ns, new, m.member))
+
+
+def joint_transfers(old: np.ndarray, new: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """(R, K) transfers after a what-if that made them ``new`` on each rank (``old``: recorded;
+    ``member``: bool, takes part): a collective's transfer ends on every participant together (the
+    ranks of a ring or of an all-to-all exchange with each other until the last byte: in the
+    recordings every rank ends each collective within microseconds of the others), so each
+    participant's transfer changes by the largest change among them. A slower link on one rank
+    (``--ranks``) slows the collective on all; a rank made faster alone still waits for the others."""
+    if not old.size:
+        return np.where(member, new, 0).astype(np.int64)
+    delta = np.where(member, new.astype(np.int64) - old, np.iinfo(np.int64).min)
+    d = delta.max(axis=0)
+    return np.where(member, np.maximum(old + d[None, :], 0), 0).astype(np.int64)
 
 
 def _apply(ranks: list[RankTrace], graphs: list, real: list, sel: set, notes: dict[str, list[str]]) -> None:

@@ -6,11 +6,12 @@ A collective is a :class:`~daydream.testing.emulator.Launch` whose kernel name i
 launched by each rank (in its collective thread's program order; NCCL requires every rank of a
 communicator to issue the same collectives in the same order) is one collective of the job. On
 the GPU a collective kernel starts by the single-rank rules (its stream, its launch), then spins
-until the last participant's kernel has started, then transfers::
+until the last participant's kernel has started, then transfers with the others until the last
+byte (the collective ends on every participant together)::
 
-    end(k on r) = max over ranks q of start(k on q) + transfer(k)
+    end(k on r) = max over ranks q of start(k on q) + max over ranks q of transfer(k on q)
 
-so its recorded duration is its wait plus the transfer, as in a real NCCL trace. The ranks share
+so its recorded duration is its wait plus the collective's transfer, as in a real NCCL trace. The ranks share
 one clock (``Program.t0_ns``); skew comes from their own host work.
 
 The job is run by the single-rank :func:`~daydream.testing.emulator.emulate` (unchanged) in
@@ -90,7 +91,8 @@ def emulate_job(programs: list[Program]) -> JobRun:
     transfer = [[programs[r].threads[ti].ops[k].kernel_dur_ns for ti, k in places[r]] for r in range(len(programs))]
     wait = [[0] * K for _ in programs]
     for rounds in range(1, K + 3):
-        runs = [emulate(_with_durations(p, places[r], [t + w for t, w in zip(transfer[r], wait[r])]))
+        joint = [max(transfer[r][k] for r in range(len(programs))) for k in range(K)]
+        runs = [emulate(_with_durations(p, places[r], [t + w for t, w in zip(joint, wait[r])]))
                 for r, p in enumerate(programs)]
         job = JobRun(tuple(runs), tuple(tuple(p) for p in places), (), rounds)
         starts = [[runs[r].tasks[i].start_ns for i in job.collective_tasks(r)] for r in range(len(runs))]
