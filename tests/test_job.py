@@ -427,3 +427,13 @@ def test_job_inputs_said_as_they_are(tmp_path, capsys):
     c = _fixture_with(d, "c.json", {"rank": 1, "world_size": 8})
     with pytest.raises(UsageError, match="of a job of 8 ranks .* of one of 2 .*not one job"):
         load_ranks([a, c])
+
+
+def test_world_size_one_on_a_job_is_refused():
+    """world-size:n=1 on a job noted 'no rank waits' while the coupled replay kept every wait
+    (19.761 -> 19.753 ms): at world size 1 the ranks are separate runs, so it is refused."""
+    from daydream.job.whatif import parse_job_specs
+
+    with pytest.raises(UsageError, match="world size 1 no rank has peers"):
+        parse_job_specs(["world-size:n=1"], 8)
+    assert parse_job_specs(["world-size:n=2"], 8)

@@ -66,6 +66,9 @@ def parse_job_specs(specs: list[str], world: int) -> list[tuple[Any, dict[str, A
     real = [o for o in out if o[0] != STRAGGLER]
     if real:
         check_composition(real)
+    if any(o[0].name == "world-size" and int(o[1]["n"]) == 1 for o in real):
+        raise UsageError("--opt world-size:n=1 on a job: at world size 1 no rank has peers, so the ranks would be separate "
+                         "runs, not one job; give it one rank's trace")
     return out
 
 
