@@ -398,7 +398,8 @@ def test_fp32_convolutions_run_as_tf32_on_an_ampere_target():
     floor = KM.kernel_floor_ns(v100, g)
     assert floor == 2240  # the trace's smallest kernel (10 us) capped at the table's largest floor
     g2, _, note = run(g, "gpu-upgrade:target=A100 40GB SXM")
-    assert g2.dur_ns[k].tolist() == [round(floor + 7760 * 15.7 / 19.5), round(floor + 7760 * 15.7 / 156.0)]
+    # the convolution moves from CUDA cores to TF32 Tensor Cores at KM.TC_EFFICIENCY of the TF32 peak, as amp's fp32 -> 16-bit
+    assert g2.dur_ns[k].tolist() == [round(floor + 7760 * 15.7 / 19.5), round(floor + 7760 * 15.7 / (156.0 * KM.TC_EFFICIENCY))]
     assert "1 fp32 convolution kernels on the target's TF32 Tensor Cores" in note
     g3, _, note3 = run(g, "gpu-upgrade:target=A100 40GB SXM,conv_tf32=off")
     assert g3.dur_ns[k].tolist() == [round(floor + 7760 * 15.7 / 19.5)] * 2 and "TF32 Tensor Cores" not in note3
@@ -448,3 +449,16 @@ def test_source_gpu_does_not_guess_between_models():
     gpu, traced = source_gpu(g("AMD Instinct MI300X VF"), "")
     assert gpu is not None and gpu.name == "MI300X" and traced == "AMD Instinct MI300X VF"
     assert source_gpu(g("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"), "") == (None, "")
+
+
+def test_gpu_upgrade_and_amp_agree_on_a_convolution_in_either_order():
+    """V100 fp32 convolution -> A100 bf16: gpu-upgrade then amp (CUDA-core fp32 -> TF32 at the
+    Tensor-Core efficiency, then TF32 -> 16-bit) equals amp then gpu-upgrade (fp32 -> 16-bit at the
+    efficiency, then V100 -> A100 16-bit); the efficiency applied on one path only made them differ
+    by 2x (try-out finding)."""
+    g, k = sgemm_and_conv_on_v100()
+    a, _, _ = run(run(g, "gpu-upgrade:target=A100 40GB SXM")[0], "amp:casts=off")
+    b, _, _ = run(run(g, "amp:casts=off")[0], "gpu-upgrade:target=A100 40GB SXM")
+    assert abs(int(a.dur_ns[k[1]]) - int(b.dur_ns[k[1]])) <= 2
+    floor = KM.kernel_floor_ns(find_gpu("V100 SXM2"), g)
+    assert abs(int(b.dur_ns[k[1]]) - round(floor + 7760 * 15.7 / (312.0 * KM.TC_EFFICIENCY))) <= 2  # the work part at bf16

@@ -137,6 +137,15 @@ def path_of(info: K.KernelInfo, n: int, default_compute: str = "half") -> np.nda
     return out
 
 
+#: Tensor-Core efficiency relative to a CUDA-core SGEMM: a kernel moved from CUDA-core fp32 to a
+#: Tensor-Core path (``amp``: to 16-bit; ``gpu-upgrade``: an fp32 convolution to the target's TF32)
+#: reaches this share of the peak ratio. An assumption, to be replaced by measured pairs: small
+#: tiles, epilogues and launch keep Tensor-Core GEMMs further from their peak than SGEMM from its
+#: own. The one measured pair at hand, issue 19's A100 SAM ViT-H fp32 -> bf16, ran 8.9x faster
+#: where the peak ratio is 312 / 19.5 = 16x, i.e. 0.56. One value for both what-ifs, so that
+#: ``gpu-upgrade`` then ``amp`` and ``amp`` then ``gpu-upgrade`` agree.
+TC_EFFICIENCY = 0.5
+
 #: Kernels of a convolution, by name (cuDNN, implicit GEMM, Winograd/FFT, wgrad/dgrad/fprop).
 CONV_KERNELS = r"(?i)cudnn|conv|wgrad|dgrad|fprop|winograd|fft2d|implicit_?gemm"
 
@@ -149,7 +158,8 @@ def tf32_convolutions(graph, data: LaunchData, row: np.ndarray, comp: np.ndarray
     = True`` since 1.7; matmuls default to ``allow_tf32 = False`` since 1.12: PyTorch docs, "TensorFloat-32
     (TF32) on Ampere (and later) devices"). A trace from a GPU without TF32 (V100) ran its convolutions
     on CUDA cores in fp32; on a target with TF32 (A100 and later) the same program runs them on TF32
-    Tensor Cores. A trace from a GPU with TF32 whose convolution kernels are fp32 was run with
+    Tensor Cores, at :data:`TC_EFFICIENCY` of the TF32 peak relative to the CUDA-core one (as
+    ``amp`` moves CUDA-core fp32 to 16-bit Tensor Cores). A trace from a GPU with TF32 whose convolution kernels are fp32 was run with
     ``allow_tf32`` turned off, and keeps fp32. On ROCm TF32 is opt-in (convolutions stay fp32 by
     default: PyTorch's ROCm TF32 flags), so ``auto`` leaves AMD targets alone. ``mode``: ``auto`` (the rule above), ``on``, ``off``.
     A convolution: a compute-bound fp32 kernel named as one (:data:`CONV_KERNELS`) or launched by
@@ -271,6 +281,7 @@ def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt:
     conv = tf32_convolutions(graph, data, row, comp, path, src, tgt, conv_tf32)
     path_t = np.where(conv, "tf32", path)
     p_s, p_t = _peaks(src, path), _peaks(tgt, path_t)
+    p_t = np.where(conv, p_t * TC_EFFICIENCY, p_t)  # CUDA-core fp32 -> TF32 Tensor Cores (TC_EFFICIENCY)
     fc = (p_s * u_s) / (p_t * u_t)
     fm = (src.mem_gbps * u_s) / (tgt.mem_gbps * u_t)
     factor = np.ones(n)

@@ -142,11 +142,9 @@ AUTOCAST_FP32_KERNELS = (
     r"|binary_cross_entropy|kl_div|sum_functor|prod_functor|cumsum|cumprod|logsumexp|Norm(?:Two|One|Zero|Inf)?Ops"
     r"|(?<![a-z])(?:exp|log|log10|log2|log1p|pow|reciprocal|rsqrt|sinh|cosh|tan|acos|asin|erfinv)_(?:kernel|tensor|scalar)"
 )
-#: Tensor-Core efficiency relative to a CUDA-core SGEMM (an assumption, to be replaced by measured
-#: pairs: small tiles, epilogues and launch keep Tensor-Core GEMMs further from their peak than
-#: SGEMM from its own; the one measured pair at hand, issue 19's A100 SAM ViT-H fp32 -> bf16, ran
-#: 8.9x faster where the peak ratio is 312 / 19.5 = 16x, i.e. 0.56)
-TC_EFFICIENCY = 0.5
+#: Tensor-Core efficiency relative to a CUDA-core SGEMM (:data:`._kernel_model.TC_EFFICIENCY`,
+#: shared with gpu-upgrade's fp32 -> TF32 convolutions)
+TC_EFFICIENCY = KM.TC_EFFICIENCY
 
 
 def _path_factor(gpu, path: str, eff: float) -> float:
