@@ -124,6 +124,8 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
                "split-K reduction or BLAS level 1/2 (memory-bound)"),
     KernelRule(r"(?i)epilogue::|scal_kernel|axpy|computeOffsets|compute\w*Offsets|scalePackedTensor", "elementwise", _M,
                "GEMM epilogue or conv setup"),
+    KernelRule(r"winograd_nonfused::winograd\w*(?:Data|Filter|Output|Delta)|generateWinogradTiles|fft2d_(?:r2c|c2r|c2c)", "elementwise",
+               _M, "the data, filter and output transforms of non-fused Winograd and FFT convolutions (the GEMM between is its own kernel)"),
     # --- GEMM and convolution
     KernelRule(r"(?i)(?<!fb)gemm|nvjet|(?<![a-z])bmm|matmul|(?<![a-z])mm_|xmma|cutlass|cublas(?:Lt)?::|Cijk_|tensile"
                r"|conv|scudnn|hcudnn|wgrad|dgrad|fprop|winograd|fft2d|fft_|gridwise_|ck::kernel", "gemm", _C),

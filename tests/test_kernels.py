@@ -62,6 +62,12 @@ def test_other_share_on_real_traces(tables):
         ("_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22ImplicitGemmMultistageE", "gemm", "compute"),
         ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", "gemm", "compute"),
         ("volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", "gemm", "compute"),
+        # non-fused Winograd / FFT convolution: the transforms are memory-bound passes (try-out finding: amp gave them the GEMM factor)
+        ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::WinogradDataParams<float, float>)", "elementwise", "memory"),
+        ("void cudnn::winograd_nonfused::winogradWgradDelta4x4<float, float>(cudnn::winograd_nonfused::WinogradDeltaParams<float, float>)", "elementwise", "memory"),
+        ("void cudnn::winograd::generateWinogradTilesKernel<0, float, float>(cudnn::winograd::GenerateWinogradTilesParams<float, float>)", "elementwise", "memory"),
+        ("void fft2d_r2c_32x32<float, false, 0u, false>(float2*, float const*, int, int, int, int, int, int, int, int, int)", "elementwise", "memory"),
+        ("void fft2d_c2r_32x32<float, false, false, 0u, false, false>(float*, float2 const*, int, int, int, int, int, int)", "elementwise", "memory"),
         ("void cudnn::cnn::wgrad_alg0_engine<float, 128, 6, 7, 3, 3, 5, false, 512>(int, int, int, float const*, int, float*)", "gemm", "compute"),
         ("Cijk_Ailk_Bjlk_SB_Bias_AS_SAV_UserArgs_MT64x16x16_MI16x16x1_SN_LDSB0_AFC1_AFEM1_ISA90a", "gemm", "compute"),
         ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0_ISA942", "gemm", "compute"),

@@ -8,7 +8,9 @@ Chains. Two kernels are linked when all of these hold:
   memcpy/memset tasks, not GEMMs), outside the mapped optimizer phase: the optimizer step's
   per-parameter updates read and write each parameter once (nothing of one stays on chip for the
   next, so the chain's bytes model does not hold), ``torch.compile`` of the model leaves
-  ``optimizer.step()`` alone, and ``fused-adam`` models fusing them;
+  ``optimizer.step()`` alone, and ``fused-adam`` models fusing them; and not launched by a
+  convolution, matmul or attention op (:data:`EXTERN_OPS`: the compiler calls the library for
+  those, and their memory-bound kernels, cuDNN's layout and Winograd transforms, are its own);
 * the second is the next task on the first one's stream, and no blocking call or other stream
   waits for the first (nothing observes the intermediate result);
 * both were launched from one CPU thread and, with a mapped graph, in the same layer (same
@@ -38,6 +40,8 @@ launch that loads its module) stays, without its kernel.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..arrays import sorted_unique
@@ -51,6 +55,28 @@ from . import Optimization, Param, register
 from ._common import has_dependents, lane_order, mapped_phase
 
 FUSABLE_CLASSES = ("elementwise", "reduction", "normalization", "softmax_attention", "copy", "set")
+#: Framework ops a fusing compiler hands to a library as one extern call (Inductor's extern kernels:
+#: convolutions to cuDNN, matmuls to cuBLAS, attention to its fused kernels): the memory-bound
+#: kernels they launch (cuDNN's layout transforms, Winograd/FFT transforms, offset setup, split-K
+#: reductions) are the library's own and are not fused with anything.
+EXTERN_OPS = (r"(?i)conv|(?<![a-z])(?:mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|_int_mm)(?![a-z])"
+              r"|scaled_dot_product|flash_attention|efficient_attention|cudnn_attention")
+
+
+def _extern_kernels(graph) -> np.ndarray:
+    """Nodes (bool, (n,)) launched by an op of :data:`EXTERN_OPS` (the mapped op; none without a mapping)."""
+    mp = graph.mapping
+    out = np.zeros(graph.n, bool)
+    if mp is None or not mp.labels:
+        return out
+    rx = re.compile(EXTERN_OPS)
+    ids = np.unique(mp.op_id[mp.op_id >= 0])
+    hit = np.array([rx.search(mp.labels[int(i)]) is not None for i in ids], bool)
+    bad = np.zeros(len(mp.labels), bool)
+    bad[ids[hit]] = True
+    has = mp.op_id >= 0
+    out[has] = bad[mp.op_id[has]]
+    return out
 
 
 def fused_fraction(n: np.ndarray, reads: float, writes: float) -> np.ndarray:
@@ -64,7 +90,7 @@ def chains(graph, max_chain: int) -> np.ndarray:
     n = graph.n
     info = K.kernel_info(graph)
     kern = (graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)
-    memb = kern & info.is_bound("memory") & info.is_class(*FUSABLE_CLASSES)
+    memb = kern & info.is_bound("memory") & info.is_class(*FUSABLE_CLASSES) & ~_extern_kernels(graph)
     opt = mapped_phase(graph, "optimizer")
     if opt is not None:  # the optimizer step's per-parameter updates: fused-adam's, not a chain (module doc)
         memb &= ~opt
