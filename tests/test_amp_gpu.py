@@ -291,3 +291,12 @@ def test_optimizer_step_left_alone(spec):
         assert "fp16 loss scaling (6 step(s)): +" in note and (g2.dur_ns[opt] >= g.dur_ns[opt]).all()
     else:
         assert np.array_equal(g2.dur_ns[opt], g.dur_ns[opt])
+
+
+def test_note_on_amd_names_matrix_cores_and_no_efficiency():
+    """On an MI300X the fp32 GEMM path is the matrix cores and no Tensor-Core efficiency applies; the
+    note said 'CUDA-core ... efficiency 0.5' (try-out finding)."""
+    _, note = run(trace(device="AMD Instinct MI300X", names=(SGEMM, ADD)), "amp")
+    assert "1 fp32 matrix-core compute kernels" in note and "efficiency" not in note and "CUDA-core" not in note
+    _, note = run(trace(), "amp")
+    assert "fp32 CUDA-core compute kernels" in note and "efficiency 0.5" in note

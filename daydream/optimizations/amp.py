@@ -203,9 +203,11 @@ def _apply_gpu(graph, p, gpu):
     after["fp32 (memory-bound, halved bytes)"] = float(g.dur_ns[mem].sum()) / 1e6
     fmt = lambda d: ", ".join(f"{k} {v:.3f}" for k, v in d.items())  # noqa: E731
     why = f", {p['dtype_why']}" if p.get("dtype_why") else ""
-    note = (f"{gpu.name} model ({p['dtype']}{why}): {int(c32.sum()):,} fp32 CUDA-core compute kernels x{f32:.4g}, {int(ctf.sum()):,} "
-            f"TF32 x{ftf:.4g} (peaks {gpu.peak_tflops('fp32'):g}/{gpu.peak_tflops('tf32'):g} -> {gpu.tc_tflops:g} TFLOPS, "
-            f"efficiency {p['tc_efficiency']:g}), {int(mem.sum()):,} memory-bound x{p['memory_factor']:g}, above a kernel floor of "
+    nv = gpu.vendor == "nvidia"  # the efficiency applies off NVIDIA's CUDA cores only (_path_factor)
+    eff = f", efficiency {p['tc_efficiency']:g}" if nv else ""
+    note = (f"{gpu.name} model ({p['dtype']}{why}): {int(c32.sum()):,} fp32 {'CUDA-core' if nv else 'matrix-core'} compute kernels "
+            f"x{f32:.4g}, {int(ctf.sum()):,} TF32 x{ftf:.4g} (peaks {gpu.peak_tflops('fp32'):g}/{gpu.peak_tflops('tf32'):g} -> "
+            f"{gpu.tc_tflops:g} TFLOPS{eff}), {int(mem.sum()):,} memory-bound x{p['memory_factor']:g}, above a kernel floor of "
             f"{floor / 1e3:,.3f} us ({int((graph.dur_ns[sel] <= floor).sum()):,} kernels at or below the floor left as they are); GPU ms per path "
             f"before: {fmt(before)}; after: {fmt(after)}")
     if already:
