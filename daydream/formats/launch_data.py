@@ -80,7 +80,8 @@ class LaunchData:
     smem: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flops: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
-    #: bytes of the op's last tensor input as recorded (a GEMM's weight operand; -1 unknown)
+    #: bytes of the op's last tensor input as recorded (a GEMM's weight operand; -1 unknown), on every
+    #: kernel of the op (also where it launched several)
     last_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     #: element size (bytes) of that input: 4 for fp32 (-1 unknown)
     last_elem: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -293,8 +294,9 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
         if o is None:
             continue
         opn[i] = o[0]
-        if per_ext[x] > 1:
+        if per_ext[x] > 1:  # the op's work cannot be split among its kernels; its weight operand is the op's own
             shared += 1
+            lb[i], le[i] = last_operand(o[1], o[2])
             continue
         try:
             key = msgspec.json.encode((o[0], o[1], o[2]))
@@ -429,7 +431,7 @@ class LaunchFacts:
     (the ``Input Dims`` / ``Input type`` JSON text, kept undecoded and interned: an iteration's ops
     repeat the last one's). :meth:`data` makes from them the :class:`LaunchData` that
     :func:`read_launch_data` reads from the file (the same: compared on every real trace by the
-    tests), on first call, decoding shapes only for the ops a kernel names alone.
+    tests), on first call, decoding shapes only for the ops kernels name.
 
     ``reason``: why there is nothing (a :class:`LaunchData` with that reason)."""
 
@@ -439,8 +441,7 @@ class LaunchFacts:
         self._ops: list[tuple] = []  # (ext, name ids, shape ids)
         self._shape_ids = _Ids()  # (Input Dims text, Input type text) -> id
         self._names: list = []  # name ids -> name values
-        #: the ops kernels name (:meth:`finish`): (external ids, name ids, shape ids where one
-        #: kernel alone names the op else -1), or None
+        #: the ops kernels name (:meth:`finish`): (external ids, name ids, shape ids), or None
         self._picked: Optional[tuple] = None
         self._data: Optional[LaunchData] = None
 
@@ -477,8 +478,7 @@ class LaunchFacts:
         idx = np.flatnonzero(np.isin(ext, u))
         x, rev = np.unique(ext[idx][::-1], return_index=True)
         last = idx[len(idx) - 1 - rev]  # the last op event of each id
-        shape = np.concatenate([p[2] for p in ops])[last]
-        shape[cnt[np.searchsorted(u, x)] > 1] = -1  # named by several kernels: no shapes
+        shape = np.concatenate([p[2] for p in ops])[last]  # (an op of several kernels: its weight operand only, _columns)
         self._picked = (x, np.concatenate([p[1] for p in ops])[last], shape)
 
     def data(self) -> LaunchData:
@@ -496,8 +496,7 @@ class LaunchFacts:
         return _columns(kern, self._named_ops())
 
     def _named_ops(self) -> dict:
-        """External id -> (op name, Input Dims, Input type) of the ops :meth:`finish` kept (dims and
-        types None where several kernels name the op)."""
+        """External id -> (op name, Input Dims, Input type) of the ops :meth:`finish` kept."""
         if self._picked is None:
             return {}
         texts = list(self._shape_ids)
