@@ -161,7 +161,7 @@ def trust_line(t: Trust | None) -> list[str]:
 def _source(meta) -> str:
     """The file read: a saved table names itself and the trace it was saved from."""
     saved = meta.extra.get("saved_table", "")
-    return f"{saved} (saved table of {meta.source or 'a trace'})" if saved else meta.source
+    return f"{saved} (saved table of {meta.extra.get('saved_from') or 'a trace'})" if saved else meta.source
 
 
 def _unreliable(t: Trust | None) -> str:

@@ -77,3 +77,45 @@ def test_saved_table_rank_out_of_range_is_ignored_and_counted(tmp_path):
     assert (again.meta.rank, again.meta.world_size) == (-1, -1) and again.meta.extra["saved_table"] == str(p)
     assert again.accounting.notes["saved header world_size not a count of ranks from 1 to 2^20 (ignored)"] == 1
     assert again.accounting.notes["saved header rank not a rank from 0 to world_size - 1 (ignored)"] == 1
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo", "other"])
+def test_saved_table_header_source_is_not_used_as_a_path_unless_verified(tmp_path, target):
+    """A tampered header naming /dev/zero (9.7 GB read), a FIFO (hung) or another trace (its sizes
+    taken) as the saved-from trace: meta.source is kept only for a regular file of the recorded size
+    and modification time; else nothing is read back and it is counted."""
+    import io
+    import json
+    import os
+    import zipfile
+
+    import numpy as np
+
+    from daydream.analysis import analyze
+    from daydream.formats import load_trace
+
+    base = tmp_path / "base.npz"
+    load_trace(str(ROOT / "fixtures" / "train_step.json.gz")).save(str(base))
+    with zipfile.ZipFile(base) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    hdr = json.loads(bytes(np.load(io.BytesIO(members["__header__.npy"]))).decode())
+    if target == "fifo":
+        target = str(tmp_path / "fifo")
+        os.mkfifo(target)
+    elif target == "other":
+        target = str(ROOT / "fixtures" / "train_step.json.gz")
+        hdr["meta"]["extra"]["source_identity"] = "1:2"  # not that file's
+    hdr["meta"]["source"] = target
+    b = io.BytesIO()
+    np.save(b, np.frombuffer(json.dumps(hdr).encode(), dtype=np.uint8))
+    members["__header__.npy"] = b.getvalue()
+    p = tmp_path / "t.npz"
+    with zipfile.ZipFile(p, "w") as w:
+        for k, v in members.items():
+            w.writestr(k, v)
+    t = load_trace(str(p))
+    assert t.meta.source == "" and t.meta.extra["saved_from"] == target
+    assert t.accounting.notes["the trace the table was saved from is not at hand unchanged: its launch data and collective "
+                              "arguments are not read back"] == 1
+    r = analyze(t, [], rank_all=True)  # nothing opens the named path (a FIFO would hang, /dev/zero would not end)
+    assert r.report.ranking

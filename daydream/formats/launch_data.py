@@ -538,6 +538,8 @@ def launch_data_of(table) -> LaunchData:
         return facts.data()
     meta = getattr(table, "meta", None)
     source = getattr(meta, "source", "")
+    if not source:  # a saved table whose trace is not at hand unchanged (formats/saved.py), or a table made in memory
+        return LaunchData(reason="the table names no trace file to read launch data from")
     ident = getattr(meta, "extra", {}).get("source_identity", "") if meta is not None else ""
     if ident and source_identity(source) != ident:  # a saved table whose trace file moved or changed since
         return LaunchData(reason="the trace file the table was saved from is not at hand unchanged (moved, or changed "

@@ -18,7 +18,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceFormatError
-from ..events import COLUMNS, EventTable, Kind, SavedTableHeader
+from ..events import COLUMNS, EventTable, Kind, SavedTableHeader, source_identity
 from . import MAX_WORLD_SIZE, inflate_limit, inflate_refused
 
 NAME = "saved-table"
@@ -148,12 +148,25 @@ def load(path: str, *, strict: bool = False) -> EventTable:
 
 
 def _named_by_its_file(path: str, table: EventTable) -> EventTable:
-    """``table`` with the file it was read from in ``extra['saved_table']`` (reports name it; the
-    header's ``source``, unverified text, stays: launch data is read back from it when the file is
-    still at hand and unchanged, :func:`daydream.formats.launch_data.launch_data_of`), its rank and
-    world size checked as the trace readers check theirs: out of range, ignored and counted."""
+    """``table`` with the file it was read from in ``extra['saved_table']`` (reports name it) and the
+    header's ``source`` (text from the file: untrusted) in ``extra['saved_from']``. ``meta.source``,
+    the path later stages read launch data and collective arguments back from, keeps it only when it
+    names a regular file with the size and modification time the header recorded
+    (``extra['source_identity']``, :func:`daydream.events.source_identity`, a stat that opens
+    nothing); else it is "" and nothing is read back (counted). A tampered header pointing at
+    /dev/zero grew to 9.7 GB, at a FIFO it hung, at another trace it took that trace's sizes. The
+    rank and world size are checked as the trace readers check theirs: out of range, ignored and
+    counted."""
     m = table.meta
     extra = {**m.extra, "saved_table": path}
+    src = m.source
+    if src:
+        extra["saved_from"] = src
+        ident = extra.get("source_identity", "")
+        if not (ident and source_identity(src) == ident):
+            table.accounting.add("notes", "the trace the table was saved from is not at hand unchanged: its launch data and "
+                                 "collective arguments are not read back", 1)
+            src = ""
     w, r = m.world_size, m.rank
     if w != -1 and not 1 <= w <= MAX_WORLD_SIZE:
         table.accounting.add("notes", "saved header world_size not a count of ranks from 1 to 2^20 (ignored)", 1)
@@ -161,5 +174,5 @@ def _named_by_its_file(path: str, table: EventTable) -> EventTable:
     if r != -1 and not 0 <= r < (w if w != -1 else MAX_WORLD_SIZE):
         table.accounting.add("notes", "saved header rank not a rank from 0 to world_size - 1 (ignored)", 1)
         r = -1
-    table.meta = msgspec.structs.replace(m, extra=extra, rank=r, world_size=w)
+    table.meta = msgspec.structs.replace(m, source=src, extra=extra, rank=r, world_size=w)
     return table
