@@ -415,7 +415,28 @@ def _check_job_plot(args) -> None:
     _check_distinct(((args.json, "--json"), (args.plot, "--plot")))
 
 
+class _Terminated(BaseException):
+    """SIGTERM (a kill, a batch scheduler's time limit) as an exception, so that ``finally`` blocks
+    run: an nsys export's private copy in the temporary folder (4.3 GB) was left behind."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise _Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    prev = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
+    try:
+        return _main(argv)
+    finally:
+        if prev is not None:
+            signal.signal(signal.SIGTERM, prev)
+
+
+def _main(argv: list[str] | None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         try:
@@ -432,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("daydream-analyze: interrupted", file=sys.stderr)
         code = 130
+    except _Terminated:
+        print("daydream-analyze: terminated", file=sys.stderr)
+        code = 143
     except BrokenPipeError:
         code = 0
         try:

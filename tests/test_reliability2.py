@@ -538,3 +538,49 @@ def test_every_hostile_input_in_bounded_memory_and_time(hostile):
         if x["rss"] > bound or x["s"] > TIME_BOUND_S or x["code"] != HOSTILE[name][1]:
             bad.append((name, x["rss"] // MB, round(x["s"], 2), x["code"]))
     assert not bad, bad
+
+
+def test_an_all_zero_wal_beside_the_export_is_ignored(tmp_path, monkeypatch):
+    """A -wal without the WAL magic (SQLite ignores it) was copied in full to a temporary folder: 50 GB
+    of a sparse all-zero file filled the disk. It is ignored now, and nothing is copied."""
+    from daydream.formats import load_trace
+    from daydream.formats import nsys as N
+
+    con = sqlite3.connect(tmp_path / "t.sqlite")
+    con.executescript(SCHEMA)
+    _add_kernels(con, 1, 9)
+    con.commit()
+    con.close()
+    with open(tmp_path / "t.sqlite-wal", "wb") as f:
+        f.truncate(1 << 20)
+    copies = []
+    monkeypatch.setattr(N.shutil, "copyfile", lambda *a, **k: copies.append(a))
+    assert N._side_files(str(tmp_path / "t.sqlite")) == []
+    t = load_trace(str(tmp_path / "t.sqlite"))
+    assert t.accounting.read["CUPTI_ACTIVITY_KIND_KERNEL"] == 9 and not copies
+
+
+def test_sigterm_runs_the_cleanups_and_exits_143(monkeypatch, capsys):
+    """SIGTERM (a kill, a scheduler's time limit) left an nsys export's 4.3 GB private copy in the
+    temporary folder: it now unwinds like Ctrl-C, running every finally block."""
+    import os
+    import signal
+    import time
+
+    from daydream import cli
+
+    cleaned = []
+
+    def run(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        finally:
+            cleaned.append(True)
+        return 0
+
+    monkeypatch.setattr(cli, "run", run)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["x"]) == 143 and cleaned == [True]
+    assert "terminated" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back

@@ -1162,13 +1162,26 @@ def _release_freed_memory() -> None:
         trim(0)
 
 
+#: the first bytes of a WAL file (big-endian magic 0x377f0682 or 0x377f0683) and of a hot rollback
+#: journal (0xd9d505f920a163d7): SQLite file format, "The WAL File Format" and "The Rollback Journal"
+_SIDE_MAGIC = {"-wal": (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83"), "-journal": (b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7",)}
+
+
 def _side_files(path: str) -> list[str]:
-    """The non-empty ``-wal`` / ``-journal`` files SQLite keeps beside ``path``."""
+    """The ``-wal`` / ``-journal`` files SQLite keeps beside ``path`` that SQLite would apply: regular
+    files that begin with their format's magic number. Others SQLite ignores (a WAL with a bad header
+    is empty to it), and so does this reader: a 50 GB all-zero ``-wal`` beside a 372 KB export was
+    copied to the temporary folder in full."""
     out = []
-    for suffix in ("-wal", "-journal"):
+    for suffix, magic in _SIDE_MAGIC.items():
+        p = path + suffix
         try:
-            if os.path.getsize(path + suffix) > 0:
-                out.append(suffix)
+            if not os.path.isfile(p) or os.path.getsize(p) == 0:
+                continue
+            with open(p, "rb") as f:
+                head = f.read(8)
         except OSError:
-            pass
+            continue
+        if any(head.startswith(m) for m in magic):
+            out.append(suffix)
     return out
