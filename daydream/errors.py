@@ -35,6 +35,11 @@ class TraceFormatError(DaydreamError):
         loc = f"{self.path}: {where}: " if where else f"{self.path}: "
         super().__init__(loc + reason)
 
+    def __reduce__(self):
+        # rebuilt from its three parts when it crosses a process boundary (``--workers``: a rank
+        # read in a pool worker); pickled by its message alone it could not be, and the pool broke
+        return (type(self), (self.path, self.where, self.reason))
+
 
 class UsageError(DaydreamError):
     """A bad command line: unknown optimization, bad parameter value, unwritable output."""

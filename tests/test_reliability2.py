@@ -584,3 +584,17 @@ def test_sigterm_runs_the_cleanups_and_exits_143(monkeypatch, capsys):
     assert cli.main(["x"]) == 143 and cleaned == [True]
     assert "terminated" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
+
+
+def test_every_error_survives_a_process_boundary():
+    """--workers N read ranks in a process pool; a rank's TraceFormatError could not be unpickled in
+    the parent (its __init__ takes three parts), so any unreadable rank became 'internal error
+    (BrokenProcessPool)', exit 1, instead of the one-line error and exit 2."""
+    import pickle
+
+    from daydream.errors import DaydreamError, NotApplicable, TraceFormatError, UnreliableReplay, UsageError
+
+    for e in (TraceFormatError("a.json", "traceEvents[3]", "bad"), TraceFormatError("b", "", "empty"), UsageError("u"),
+              NotApplicable("n"), UnreliableReplay("r"), DaydreamError("d")):
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and str(back) == str(e)
