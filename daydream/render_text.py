@@ -295,9 +295,18 @@ def ranking_section(r: Report) -> list[str]:
     return out
 
 
+#: reasons shown per kind in the text input section (all of them are in the JSON report)
+MAX_COUNTED_LINES = 20
+
+
 def _counted(label: str, counts: dict[str, int]) -> list[str]:
-    """One line per reason, most frequent first."""
-    return [f"    {label:<8}{v:>9,}  {k}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    """One line per reason, most frequent first; past :data:`MAX_COUNTED_LINES`, one line for the rest."""
+    rows = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    out = [f"    {label:<8}{v:>9,}  {terminal_text(k, 200)}" for k, v in rows[:MAX_COUNTED_LINES]]
+    if len(rows) > MAX_COUNTED_LINES:
+        rest = rows[MAX_COUNTED_LINES:]
+        out.append(f"    {label:<8}{sum(v for _, v in rest):>9,}  under {len(rest):,} other reasons (all in the --json report)")
+    return out
 
 
 def input_section(r: Report) -> list[str]:

@@ -598,3 +598,29 @@ def test_every_error_survives_a_process_boundary():
               NotApplicable("n"), UnreliableReplay("r"), DaydreamError("d")):
         back = pickle.loads(pickle.dumps(e))
         assert type(back) is type(e) and str(back) == str(e)
+
+
+def test_skip_reasons_are_bounded(tmp_path, capsys):
+    """50,000 events of made-up categories gave a 50,100-line report (one line per category): a
+    bucket keeps MAX_REASONS keys and counts the rest together (the balance holds), and the text
+    shows the MAX_COUNTED_LINES most frequent reasons and one line for the others."""
+    import gzip
+    import json
+
+    from daydream.cli import main
+    from daydream.events import MAX_REASONS, OTHER_REASONS, Accounting
+    from daydream.render_text import MAX_COUNTED_LINES
+
+    a = Accounting()
+    for i in range(MAX_REASONS + 50):
+        a.add("read", f"cat{i}")
+        a.add("skipped", f"unknown category cat{i}")
+    assert len(a.skipped) == MAX_REASONS + 1 and a.skipped[OTHER_REASONS] == 50 and a.balanced
+    d = json.loads(gzip.open(Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz").read())
+    d["traceEvents"] += [{"ph": "X", "cat": f"made_up_{i}", "name": "x", "pid": 1, "tid": 1, "ts": 1, "dur": 1} for i in range(1000)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(d))
+    assert main([str(p)]) == 0
+    out = capsys.readouterr().out
+    skipped = [ln for ln in out.splitlines() if ln.startswith("    skipped")]
+    assert len(skipped) == MAX_COUNTED_LINES + 1 and "other reasons (all in the --json report)" in skipped[-1]
