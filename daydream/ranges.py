@@ -58,6 +58,17 @@ def cpu_range_rows(table: EventTable) -> np.ndarray:
     return rows[np.argsort(table.start_ns[rows], kind="stable")]
 
 
+def _past_empty_calls(graph: TaskGraph, nodes: np.ndarray, rs: np.ndarray) -> np.ndarray:
+    """Per position ``i`` of ``nodes`` (sorted by recorded start ``rs``): the first position ``j >= i``
+    that is not a call of no length starting where call ``i`` starts (``len(nodes)`` past the end)."""
+    n = len(nodes)
+    idx = np.arange(n)
+    zero = graph.rec_end_ns[nodes] <= rs
+    nxt = np.minimum.accumulate(np.where(zero, n, idx)[::-1])[::-1]  # first call of some length from i on
+    run_end = np.searchsorted(rs, rs, side="right")  # first call starting later
+    return np.minimum(nxt, run_end)
+
+
 def carry(graph: TaskGraph, tl: Timeline | None, rows: np.ndarray) -> Ranges:
     """Times of the CPU ranges ``rows`` (table rows of ``graph.table``) in the timeline ``tl``
     (a replay of ``graph``); ``tl`` None: the recorded times. Loops over CPU threads, vectorized
@@ -82,17 +93,28 @@ def carry(graph: TaskGraph, tl: Timeline | None, rows: np.ndarray) -> Ranges:
             continue
         nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
         s[m] = boundaries(graph, tl, nodes, s[m])
-        e[m] = np.maximum(boundaries(graph, tl, nodes, e[m]), s[m])
+        e[m] = np.maximum(boundaries(graph, tl, nodes, e[m], ends=True), s[m])
         carried += int(m.sum())
     return Ranges(rows, s, e, carried)
 
 
-def boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
+def boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray, starts: np.ndarray | None = None,
+               ends: np.ndarray | bool = False) -> np.ndarray:
     """Replayed places of recorded times ``b`` (shape (k,)) on the thread whose calls are
     ``nodes`` (sorted by recorded start; ``starts``: their recorded starts, when the caller keeps
-    them). Also when ``b`` lies after the thread's last call (see the module doc)."""
+    them). Also when ``b`` lies after the thread's last call (see the module doc).
+
+    ``ends`` (bool, or one per ``b``): ``b`` ends a range, which holds the calls of no length that
+    start at ``b`` (recorded within it): the boundary follows them. A range start holds every call
+    starting at it. A range ending with a cudaDeviceSynchronize that had found the GPU idle (0 ns
+    recorded) stayed put when a prediction made that call wait (emulator property)."""
     rs = graph.rec_start_ns[nodes] if starts is None else starts
     k = np.searchsorted(rs, b, side="left")
+    ends = np.broadcast_to(np.asarray(ends, bool), np.shape(b))
+    if ends.any() and len(nodes):
+        kk = np.minimum(k, len(nodes) - 1)
+        at_b = ends & (k < len(nodes)) & (rs[kk] == b)  # calls start at the range's end: those of no length are in it
+        k = np.where(at_b, _past_empty_calls(graph, nodes, rs)[kk], k)
     inside = k < len(nodes)
     x = nodes[np.minimum(k, len(nodes) - 1)]
     lead = graph.rec_start_ns[x] - b

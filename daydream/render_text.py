@@ -14,7 +14,7 @@ from .critical_path import CAUSES, CriticalPath
 from .display import terminal_text
 from .mapping import nvtx_base_name
 from .report import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS, Breakdown, Prediction, Report, Trust
-from .summary import ANSWER_NAME_MAX, EMPTY_PATH
+from .summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_steps
 
 
 def _pct(x: float) -> str:
@@ -438,7 +438,8 @@ def asked_lines(r: Report) -> list[str]:
     and predicted, and the speed-up (the prediction's section below has the details), or why it
     does not apply."""
     out = []
-    steps = [i for i, w in enumerate(r.steps) if not w.note] or list(range(len(r.steps)))
+    kept = {id(w) for w in answer_steps(r.steps)}  # the steps the answer's median is taken over
+    steps = [i for i, w in enumerate(r.steps) if id(w) in kept]
     for p in r.predictions:
         w = p.window
         bad = r.trust is not None and r.trust.verdict == "unreliable"

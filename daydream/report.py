@@ -28,7 +28,7 @@ from .mapping import PHASES
 from .memo import cached, memo
 from .ranges import boundaries
 from .simulate import Timeline
-from .summary import Summary, build_summary
+from .summary import Summary, answer_steps, build_summary
 
 REPORT_VERSION = 1
 
@@ -485,7 +485,7 @@ def _replayed_boundaries(graph: TaskGraph, tl: Timeline, s: int, e: int, pid: in
     if k == len(nodes) or later_end[k] > e:  # none of them ends by e
         return None
 
-    got = boundaries(graph, tl, nodes, np.array([s, e], np.int64), rs_sorted)
+    got = boundaries(graph, tl, nodes, np.array([s, e], np.int64), rs_sorted, ends=np.array([False, True]))
     return int(got[0]), int(got[1])
 
 
@@ -651,7 +651,7 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     gpu = (graph.node_kind != NODE_CPU) & (graph.rec_end_ns >= graph.rec_start_ns)
     d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
     p50, p99 = (float(np.percentile(d_us, 50)), float(np.percentile(d_us, 99))) if len(d_us) else (0.0, 0.0)
-    worked = [w for w in steps if not w.note] or steps  # as the answer's step (summary.build_summary): not an empty trailing step
+    worked = answer_steps(steps)  # as the answer's step (summary.build_summary)
     lens = [w.measured_ns for w in worked if w.measured_ns > 0]  # a step measured at 0 ns is no scale
     ref_ns = float(np.median(lens)) if lens else float(window.measured_ns)
     p99_pct = round(p99 * 1e5 / ref_ns, 3) if ref_ns > 0 else 0.0

@@ -130,12 +130,19 @@ def _top_name(d: dict[str, int]) -> str:
     return name if len(name) <= ANSWER_NAME_MAX else name[: ANSWER_NAME_MAX - len(CUT)] + CUT
 
 
+def answer_steps(steps: list) -> list:
+    """The steps that say how long a step is: not a step with a note (no API call inside it, a
+    profiler's trailing empty step; measured at 0 ns while replaying longer) and not one of no length
+    at all (a duplicated step, a range that never ended: "step 0.000 ms (median of 6 ProfilerSteps)"
+    when half the steps were such copies); all of them when none is left."""
+    return [w for w in steps if not w.note and (w.measured_ns > 0 or w.replayed_ns > 0)] or steps
+
+
 def build_summary(graph: TaskGraph, tl: Timeline, rec: Timeline, cp: CriticalPath, detail: dict, steps: list, window) -> Summary:
     """The :class:`Summary` of a baseline replay ``tl`` (recorded ``rec``), its critical path
     ``cp`` and that path's full breakdowns ``detail`` (:func:`~daydream.critical_path.critical_path`),
     the report's step and window rows."""
-    # steps with no API call inside (a profiler's trailing, empty step) do not say how long a step is
-    worked = [w for w in steps if not w.note] or steps
+    worked = answer_steps(steps)
     replayed = sorted(w.replayed_ns for w in worked)
     step_ns = replayed[(len(replayed) - 1) // 2] if replayed else window.replayed_ns
     devices = device_utilization(graph, rec, graph.t0_ns, graph.t0_ns + window.measured_ns)

@@ -277,3 +277,22 @@ def test_compare_is_exact_where_the_prediction_is(tmp_path_factory, prog, factor
     assume([(k.thread, k.op_index) for k in run.calls] == [(k.thread, k.op_index) for k in changed.calls])
     assert [r for r in c.rows if r.error_ns] == []
     assert c.window_error_pct == 0 and c.max_step_error_pct == 0
+
+
+def test_a_range_ending_with_a_call_of_no_length_follows_it(tmp_path):
+    """A range whose last call, a cudaDeviceSynchronize, found the GPU idle (0 ns recorded, starting
+    where the range ends): kernels x2 made it wait 46.7 us, and the predicted range kept its recorded
+    end (the boundary was placed before the call). Found by the property above (hypothesis)."""
+    from daydream.testing.emulator import DeviceSync, Memcpy, MemcpyAsync, Program, RangeBegin, RangeEnd, Thread
+
+    ops = (RangeBegin(name="range_0", cat="user_annotation"),
+           Launch(device=0, stream=7, kernel_name="ampere_sgemm_128x64_tn", kernel_dur_ns=47069, call_dur_ns=1000),
+           MemcpyAsync(device=0, stream=20, kind="HtoD", bytes=1, copy_dur_ns=45428, call_dur_ns=1000, host_memory="pinned"),
+           Memcpy(device=0, stream=20, kind="HtoD", bytes=1, copy_dur_ns=1000, call_own_ns=0, host_memory="pinned"),
+           DeviceSync(device=0, call_own_ns=0), RangeEnd())
+    prog = Program(threads=(Thread(ops=ops, pid=4242, tid=4242, name="pt_main_thread"),), launch_latency_ns=2000, gpu_gap_ns=0)
+    run, _, c = _compare_emulated(tmp_path, prog, 2)
+    assert measure_latencies(run) == (prog.L, prog.G)
+    assert [r for r in c.rows if r.error_ns] == []
+    rng = next(r for r in c.rows if (r.group, r.name) == ("CPU range", "range_0"))
+    assert rng.predicted_ns == rng.after_ns > rng.before_ns
