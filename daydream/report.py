@@ -780,7 +780,12 @@ def _warnings(graph: TaskGraph) -> list[str]:
         )
     gpu = int(np.count_nonzero(graph.node_kind != NODE_CPU))
     if gpu == 0:
-        out.append("the trace has no GPU kernels, copies or sets: only its CPU side is replayed, and no GPU optimization applies.")
+        acc = graph.table.accounting if graph.table is not None else None
+        skipped = {k: v for k, v in acc.skipped.items() if not k.startswith(("flow event", "metadata event"))} if acc is not None else {}
+        top = max(skipped.items(), key=lambda kv: kv[1]) if skipped else None
+        why = (f" The reader skipped {sum(skipped.values()):,} records ({top[1]:,}: {top[0]}); if the GPU events are among "
+               "them, the answer is not the trace's (see 'input').") if top else ""
+        out.append("the trace has no GPU kernels, copies or sets: only its CPU side is replayed, and no GPU optimization applies." + why)
     orphans = sum(v for k, v in c.items() if k.startswith("GPU task without a launching call"))
     if gpu and orphans > 0.1 * gpu:
         out.append(f"{orphans:,} of {gpu:,} GPU tasks have no launching call in the trace (a cut or sampled trace?): they are placed by stream order only.")

@@ -1006,3 +1006,19 @@ def test_steps_of_no_length_do_not_make_the_answer_step(tmp_path):
     r = analyze(load_trace(str(p)), [])
     assert any(w.measured_ns == 0 and w.replayed_ns == 0 for w in r.report.steps)
     assert r.report.summary.answer.step_ns > 0
+
+
+def test_no_gpu_work_because_every_gpu_event_was_skipped_says_so(tmp_path):
+    """The fixture's GPU events with pid "GPU 0" (a string) are all skipped; the warning that the trace
+    has no GPU work now names the skipped records next to the answer (they were only at the bottom)."""
+    import gzip
+
+    d = json.loads(gzip.open(ROOT / "fixtures" / "train_step.json.gz").read())
+    for e in d["traceEvents"]:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync"):
+            e["pid"] = "GPU 0"
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(d))
+    r = analyze(load_trace(str(p)), [])
+    w = next(x for x in r.report.warnings if x.startswith("the trace has no GPU kernels"))
+    assert "The reader skipped" in w and "non-numeric pid" in w
