@@ -49,7 +49,7 @@ from .graph import NODE_CPU, TaskGraph
 from .kernels import CLASSES, kernel_info
 from .mapping import PHASES, nvtx_base_name
 from .ranges import carry, cpu_range_rows
-from .report import CompareRow, Comparison, Report
+from .report import CompareRow, Comparison, Report, truncation_note
 from .simulate import Timeline, recorded
 
 #: CPU range names compared (those with the most time in either trace)
@@ -191,6 +191,12 @@ def compare(before, after) -> Comparison:
         notes.append("no prediction (" + "; ".join(f"{k}: not applicable" for k in rb.not_applicable) + "): this trace's measurement against the other's")
     if g.mapping is None or ga.mapping is None:
         notes.append("phases compared only where both traces are mapped")
+    cut = truncation_note(ga.table) if ga.table is not None else ""
+    if cut:  # the measurement the prediction is judged against lost its end
+        notes.append(f"the other trace is a salvaged truncated file ({cut.removeprefix('truncated file: ')}): its window and steps "
+                     "miss the work recorded after the cut, and the errors above hold that loss")
+    elif ra.trust is not None and ra.trust.verdict == "unreliable":
+        notes.append(f"the other trace's own replay is unreliable ({ra.trust.reason})")
     spec = " + ".join(_spec(o.name, o.params) for o in rb.predictions[0].optimizations) if predicted else ""
     steps = [abs(r.error_pct) for r in rows if r.group == "window" and r.name != "traced window"]
     return Comparison(ra.trace.source, ra.trace.format, spec, rows, abs(rows[0].error_pct) + 0.0, max(steps, default=0.0) + 0.0, notes)

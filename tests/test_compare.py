@@ -296,3 +296,16 @@ def test_a_range_ending_with_a_call_of_no_length_follows_it(tmp_path):
     assert [r for r in c.rows if r.error_ns] == []
     rng = next(r for r in c.rows if (r.group, r.name) == ("CPU range", "range_0"))
     assert rng.predicted_ns == rng.after_ns > rng.before_ns
+
+
+def test_comparison_with_a_truncated_trace_says_so(tmp_path):
+    """--compare-to a truncated AFTER trace showed 'window error 0.00 %' with no note (try-out finding)."""
+    import gzip
+
+    raw = gzip.open(FIXTURE).read()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.warns(UserWarning, match="truncated"):
+        after = daydream.analyze(daydream.load_trace(str(cut)))
+    c = compare(daydream.analyze(daydream.load_trace(str(FIXTURE))), after)
+    assert any(n.startswith("the other trace is a salvaged truncated file") for n in c.notes)
