@@ -624,3 +624,19 @@ def test_skip_reasons_are_bounded(tmp_path, capsys):
     out = capsys.readouterr().out
     skipped = [ln for ln in out.splitlines() if ln.startswith("    skipped")]
     assert len(skipped) == MAX_COUNTED_LINES + 1 and "other reasons (all in the --json report)" in skipped[-1]
+
+
+def test_nsys_names_that_are_not_utf8_are_counted(tmp_path):
+    """A kernel name with bytes that are not UTF-8 is read as sqlite3 reads it (U+FFFD) and counted
+    (it was replaced silently; try-out finding)."""
+    from daydream.formats import load_trace
+
+    con = sqlite3.connect(tmp_path / "t.sqlite")
+    con.executescript(SCHEMA)
+    con.execute("UPDATE StringIds SET value = CAST(X'6b65ff726e' AS TEXT) WHERE id = 1")
+    _add_kernels(con, 1, 3)
+    con.commit()
+    con.close()
+    t = load_trace(str(tmp_path / "t.sqlite"))
+    assert t.accounting.notes["names with bytes that are not UTF-8 (replaced by U+FFFD)"] == 1
+    assert "ke\ufffdrn" in t.names

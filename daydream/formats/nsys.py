@@ -614,6 +614,8 @@ class _Reader:
 
         cols = self._sorted_columns(nvtx_open is not None)
         meta = TraceMeta(source=self.path, format=NAME, devices=self._devices(seen[seen >= 0]), extra=self._extra())
+        # text is decoded as sqlite3 decodes it, invalid UTF-8 replaced: say how many names that changed
+        self.acc.add("notes", "names with bytes that are not UTF-8 (replaced by U+FFFD)", sum("\ufffd" in n for n in self.names.names))
         return EventTable.from_columns(cols, self.names.names, meta, self.acc, sort=False)
 
     def _sorted_columns(self, nvtx_open: bool) -> dict[str, np.ndarray]:
