@@ -845,3 +845,11 @@ def test_header_rank_and_world_size_out_of_range_are_ignored_and_counted(tmp_pat
     assert t.meta.rank == -1 and t.meta.world_size == -1
     assert t.accounting.notes.get("header worldSize not a count of ranks from 1 to 2^20 (ignored)") == 1
     assert t.accounting.notes.get("header rank not a rank from 0 to worldSize - 1 (ignored)") == 1
+
+
+def test_header_version_that_is_not_an_integer_says_so(tmp_path):
+    """A header with "version": "1" read 'cupti-jsonl version '1'; this daydream reads version 1'."""
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"kind":"HEADER","format":"cupti-jsonl","version":"1"}\n')
+    with pytest.raises(TraceFormatError, match="header version '1' is not an integer"):
+        cj.load(str(p))

@@ -1131,8 +1131,11 @@ def _read_header(path: str, data: bytes) -> tuple[Header, int, int]:
         raise TraceFormatError(path, where, 'missing cupti-jsonl header: the first line must be {"kind":"HEADER","format":"cupti-jsonl","version":1,...}')
     if obj.get("format") != "cupti-jsonl":
         raise TraceFormatError(path, where, f"header names format {obj.get('format')!r}, not 'cupti-jsonl'")
-    if obj.get("version") != FORMAT_VERSION:
-        raise TraceFormatError(path, where, f"cupti-jsonl version {obj.get('version')!r}; this daydream reads version {FORMAT_VERSION}")
+    v = obj.get("version")
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TraceFormatError(path, where, f"header version {v!r} is not an integer (this daydream reads \"version\": {FORMAT_VERSION})")
+    if v != FORMAT_VERSION:
+        raise TraceFormatError(path, where, f"cupti-jsonl version {v!r}; this daydream reads version {FORMAT_VERSION}")
     try:
         header = msgspec.json.decode(line, type=Header)
     except msgspec.ValidationError as e:
