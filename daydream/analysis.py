@@ -18,7 +18,8 @@ from .mapping import map_events
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
 from .report import AppliedOpt, Ranked, Report, WaitBound, build_prediction, build_report, window_end_ns
 from .summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
-from .simulate import Timeline, recorded, simulate
+from .simulate import Timeline, recorded
+from .simulate.launch_order import settle
 from .transform import with_latent_waits
 from .timeline import write_timeline
 
@@ -108,7 +109,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
     its reason (and there is no prediction).
     """
     graph = build_graph(table, map_events(table))
-    tl = simulate(graph)
+    graph, tl = _replay(graph)
     report = build_report(graph, tl, recorded(graph))
     result = Result(report, graph, tl)
     if opts:
@@ -119,7 +120,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             names = " + ".join(o.name for o, _ in opts)
             report.not_applicable[names] = str(e)
             return result
-        tl2 = simulate(g2)
+        g2, tl2 = _replay(g2)
         report.predictions.append(build_prediction(report, g2, tl2, applied))
         report.predictions[-1].wait_bound = wait_bound(graph, g2)
         result.predicted_graph, result.predicted = g2, tl2
@@ -137,7 +138,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             except DaydreamError as e:  # one optimization's failure (on damaged input) does not end the ranking
                 rows.append(Ranked(name, -1, 0.0, f"failed: {e}"))
                 continue
-            tl2 = simulate(g2)
+            g2, tl2 = _replay(g2)
             pred = build_prediction(report, g2, tl2, applied)
             b = wait_bound(graph, g2)
             rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0))
@@ -149,6 +150,13 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
         else:
             cheap_whatifs(graph, report)
     return result
+
+
+def _replay(graph: TaskGraph) -> tuple[TaskGraph, Timeline]:
+    """``graph`` replayed, with every stream that several threads launch on in the launch order of
+    that replay (:func:`daydream.simulate.launch_order.settle`), and the replay."""
+    g, tl, _ = settle(graph)
+    return g, tl
 
 
 def wait_bound(graph: TaskGraph, g2: TaskGraph) -> WaitBound | None:
@@ -164,7 +172,8 @@ def wait_bound(graph: TaskGraph, g2: TaskGraph) -> WaitBound | None:
         return None
     if not k:
         return None
-    pred = window_end_ns(g3, simulate(g3)) - g3.t0_ns
+    g3, tl3 = _replay(g3)
+    pred = window_end_ns(g3, tl3) - g3.t0_ns
     return WaitBound(k, base, pred, round(base / pred, 4) if pred > 0 else 0.0)
 
 
@@ -173,7 +182,8 @@ def _latent_baseline_ns(graph: TaskGraph) -> int:
     got = graph.__dict__.get("_latent_window")
     if got is None:
         g1, _ = with_latent_waits(graph)
-        got = graph.__dict__["_latent_window"] = window_end_ns(g1, simulate(g1)) - g1.t0_ns
+        g1, tl1 = _replay(g1)
+        got = graph.__dict__["_latent_window"] = window_end_ns(g1, tl1) - g1.t0_ns
     return got
 
 
@@ -193,6 +203,7 @@ def cheap_whatifs(graph: TaskGraph, report: Report) -> None:
         g2, applied = apply_all(graph, [(opt, {k: p.default for k, p in opt.params.items()})])
     except NotApplicable:
         return
-    pred = build_prediction(report, g2, simulate(g2), applied)
+    g2, tl2 = _replay(g2)
+    pred = build_prediction(report, g2, tl2, applied)
     if pred.window.speedup >= WHATIF_MIN_SPEEDUP:
         report.summary.answer.whatifs = {name: pred.window.speedup}

@@ -324,14 +324,13 @@ def _launch_order_kept(g, tl) -> bool:
     return bool((tl.start_ns[g.launch[a[ok]]] < tl.start_ns[g.launch[b[ok]]]).all())
 
 
-@pytest.mark.xfail(strict=True, reason="open: the replay keeps a stream's recorded order when a prediction "
-                   "reorders its launches across threads; the read-back orders the stream by launch (see the report of branch view2)")
 def test_prediction_that_reorders_launches_across_threads_reads_back():
     """Two threads launch on one stream; halving the kernels lets the worker's launch (after its
-    device synchronize) come 1 ns before the main thread's second launch, but the replay runs
-    the kernels in the recorded order: the written timeline is not FIFO by launch, so its
-    read-back (FIFO by launch, as CUDA runs a stream) orders and replays it differently (the
-    cause of the DLRM worker 5 and seeded emulator read-back differences)."""
+    device synchronize) come 1 ns before the main thread's second launch. The replay ran the
+    kernels in the recorded order, so the written timeline was not FIFO by launch and its
+    read-back (FIFO by launch, as CUDA runs a stream) replayed differently (the DLRM worker 5 and
+    seeded emulator read-back differences). A stream shared by threads now runs in the launch
+    order of the prediction (daydream.simulate.launch_order.settle), as the emulator runs it."""
     import daydream
     from daydream.testing import emulator as em
 
@@ -345,8 +344,16 @@ def test_prediction_that_reorders_launches_across_threads_reads_back():
 
     with tempfile.TemporaryDirectory() as d:
         em.to_kineto(em.emulate(prog), os.path.join(d, "a.json"), emit_sync_events=True)
+        import dataclasses
+
         r = daydream.analyze(daydream.load_trace(os.path.join(d, "a.json")), ["scale-kernels:factor=0.5"])
-        assert not _launch_order_kept(r.predicted_graph, r.predicted)
+        assert _launch_order_kept(r.predicted_graph, r.predicted)
+        changed = em.emulate(prog.map_ops(lambda op: dataclasses.replace(op, kernel_dur_ns=op.kernel_dur_ns // 2)
+                                          if isinstance(op, em.Launch) else op))
+        g2, tl2 = r.predicted_graph, r.predicted
+        gpu = ~g2.is_cpu
+        assert sorted(zip(tl2.start_ns[gpu].tolist(), tl2.end_ns[gpu].tolist())) == \
+            sorted((t.start_ns, t.end_ns) for t in changed.tasks)  # the emulator's run of the changed program
         write_timeline(os.path.join(d, "t.json"), (r.predicted_graph, r.predicted))
         g = build_graph(load_trace(os.path.join(d, "t.json")))
     tl = simulate(g)

@@ -1,0 +1,128 @@
+"""Streams in launch order when several threads launch on one stream.
+
+A stream runs its tasks in the order they were launched (``docs/model.md``, rule 4; the emulator:
+the order of the launching calls' starts, ties by thread then op). The graph keeps each stream's
+*recorded* order, which is that order as long as the threads keep their recorded interleaving. A
+prediction that moves one thread's launches past another's changes it: the CUDA stream then runs
+them in the new order, while a replay of the recorded order would run a task before one launched
+earlier (a worker's launch 1 ns before the main thread's second launch, halved kernels). The read-back
+of such a timeline, ordered by launch as CUDA runs it, replayed differently.
+
+:func:`settle` replays, orders each such stream's launched tasks by the replayed start of their
+launching call (ties: correlation id, then the recorded order; the tasks of one graph launch keep
+their order), replaces the stream's order edges and replays again, until the order holds (a few
+rounds: each round can only move launches later). Tasks with no launching call in the trace keep
+their places. Streams launched from one thread are never touched (their order is the thread's).
+A reordering that would close a dependency cycle is not made (the graph is replayed as it was).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import DaydreamError
+from ..graph import NODE_CPU, EdgeKind, Origin, TaskGraph, topological_order
+from ..graph.queue import requeue
+from ..memo import cached
+from . import simulate
+from .result import Timeline
+
+#: rounds :func:`settle` replays at most (each settles every stream whose launches moved; more
+#: than two or three were never needed on the emulator's programs)
+MAX_ROUNDS = 8
+
+
+def shared_streams(graph: TaskGraph) -> np.ndarray:
+    """GPU lanes (ids) with launched tasks from more than one CPU lane (thread), sorted; kept in the
+    graph's structure memo (a prediction that changes durations only shares it)."""
+    return cached(graph, "launch_order.shared_streams", lambda: _shared_streams(graph))
+
+
+def _shared_streams(graph: TaskGraph) -> np.ndarray:
+    gpu = np.nonzero((graph.node_kind != NODE_CPU) & (graph.launch >= 0))[0]
+    if not len(gpu):
+        return np.zeros(0, np.int64)
+    lane, by = graph.lane[gpu], graph.lane[graph.launch[gpu]]
+    n = int(graph.lane.max()) + 1
+    lo, hi = np.full(n, n, np.int64), np.full(n, -1, np.int64)
+    np.minimum.at(lo, lane, by)
+    np.maximum.at(hi, lane, by)
+    out = np.nonzero((hi >= 0) & (lo < hi))[0].astype(np.int64)
+    return out[~np.isin(out, np.asarray(graph.priority_lanes, np.int64))]
+
+
+def launch_ordered(graph: TaskGraph, tl: Timeline) -> dict[int, np.ndarray]:
+    """Per shared stream whose order differs from its launch order in ``tl``: its tasks in launch order."""
+    out = {}
+    shared = shared_streams(graph)
+    if not len(shared):
+        return out
+    rank = np.empty(graph.n, np.int64)
+    rank[graph.order] = np.arange(graph.n)  # a valid visiting order runs each lane in its order
+    on = np.nonzero(np.isin(graph.lane, shared))[0]
+    on = on[np.lexsort((rank[on], graph.lane[on]))]
+    cut = np.searchsorted(graph.lane[on], shared)
+    for lane, nodes in zip(shared.tolist(), np.split(on, cut[1:])):
+        la = graph.launch[nodes]
+        has = la >= 0
+        if has.sum() < 2:
+            continue
+        cur = np.arange(len(nodes))
+        key_t = np.where(has, tl.start_ns[np.maximum(la, 0)], 0)
+        key_c = np.where(has, graph.correlation[np.maximum(la, 0)], 0)
+        sub = np.nonzero(has)[0]  # unlaunched tasks keep their places; the launched fill the others
+        o = sub[np.lexsort((cur[sub], key_c[sub], key_t[sub]))]
+        if np.array_equal(o, sub):
+            continue
+        new = nodes.copy()
+        new[sub] = nodes[o]
+        out[lane] = new
+    return out
+
+
+def with_stream_order(graph: TaskGraph, lanes: dict[int, np.ndarray]) -> TaskGraph:
+    """``graph`` with the order edges of each lane in ``lanes`` (lane id -> its tasks in the new
+    order) made again, its launch-queue edges too, and a valid visiting order.
+
+    Raises:
+        DaydreamError: the new order closes a dependency cycle.
+    """
+    moved = np.zeros(graph.n, bool)
+    for nodes in lanes.values():
+        moved[nodes] = True
+    k, dst = graph.edge_kind, graph.edge_dst
+    keep = ~((k == EdgeKind.STREAM) & moved[dst])
+    src_new = np.concatenate([nodes[:-1] for nodes in lanes.values()])
+    dst_new = np.concatenate([nodes[1:] for nodes in lanes.values()])
+    g = graph.with_edges(np.concatenate([graph.edge_src[keep], src_new]), np.concatenate([dst[keep], dst_new]),
+                         np.concatenate([k[keep], np.full(len(src_new), EdgeKind.STREAM, np.uint8)]),
+                         np.concatenate([graph.edge_origin[keep], np.full(len(src_new), Origin.RECORDED, np.uint8)]))
+    g = requeue(g)
+    return dataclasses.replace(g, order=topological_order(g)).known_valid()
+
+
+def settle(graph: TaskGraph, tl: Timeline | None = None) -> tuple[TaskGraph, Timeline, int]:
+    """(graph, its replay, streams reordered): ``graph`` with every stream shared by threads in the
+    launch order of its own replay (module doc); the graph itself (and ``tl``, or its replay) when
+    every such stream already is, or when a reordering would close a cycle.
+
+    Raises:
+        DaydreamError: as :func:`daydream.simulate.simulate`.
+    """
+    tl = simulate(graph) if tl is None else tl
+    if not len(shared_streams(graph)):
+        return graph, tl, 0
+    g, moved = graph, 0
+    for _ in range(MAX_ROUNDS):
+        lanes = launch_ordered(g, tl)
+        if not lanes:
+            break
+        try:
+            g2 = with_stream_order(g, lanes)
+        except DaydreamError:
+            break
+        g, tl = g2, simulate(g2)
+        moved += len(lanes)
+    return g, tl, moved
