@@ -223,15 +223,13 @@ def test_emulated_timelines_tracks_and_flows(tmp_path_factory, prog):
     """Random emulated programs: the file with prediction and baseline reads back into a graph
     of both copies' tasks, its critical-path tracks add up to the report's by cause, and every
     flow runs forward in time. The read-back graph does not always replay to its recorded times
-    (checked on the fixture and real traces above): where a replay launched two consecutive tasks
-    of a stream in the other order, it keeps the stream's recorded order while the read-back orders
-    a stream by launch (:func:`_launch_order_kept`; hypothesis seed
-    19060112367518233242490114368794578728: a DtoD copy launched 23.6 us after the next kernel of
-    its stream ran before it in the prediction; pinned by
-    test_prediction_that_reorders_launches_across_threads_reads_back), and, of the same kind, where
-    the prediction moved one thread's launch before another thread's cudaDeviceSynchronize
-    (1 ns before it, launched after it in the trace): the replay keeps the set of tasks the call
-    waits for, the read-back makes it wait for that launch too (its end moves 2.5 us)."""
+    (checked on the fixture and real traces above): where the prediction moved one thread's launch
+    before another thread's cudaDeviceSynchronize (1 ns before it, launched after it in the trace),
+    the replay keeps the set of tasks the call waits for, the read-back makes it wait for that
+    launch too (its end moves 2.5 us; docs/model.md, "A stream shared by threads"). A stream whose
+    launches moved across threads is replayed in launch order (simulate/launch_order.py; it kept its
+    recorded order before: hypothesis seed 19060112367518233242490114368794578728, pinned by
+    test_prediction_that_reorders_launches_across_threads_reads_back)."""
     import daydream
 
     d = tmp_path_factory.mktemp("t")
