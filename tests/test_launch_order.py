@@ -115,3 +115,23 @@ def _stream_order(run, stream: int) -> list:
     """The tasks of ``stream`` in the order the emulator ran them, by their launch's (thread, op index)."""
     return [_key_of_task(run, t) for t in sorted((i for i, t in enumerate(run.tasks) if t.stream == stream),
                                                   key=lambda i: run.tasks[i].start_ns)]
+
+
+def test_launches_at_one_nanosecond_go_by_thread(tmp_path):
+    """The worker's launch, made 8 us later by a slower side kernel, comes at the very nanosecond of
+    the main thread's second launch: the emulator (and CUDA's order here is a race) takes the lower
+    thread first; by correlation id the trace's order (worker first) was kept (found by the property
+    above)."""
+    def k(stream, name, d):
+        return Launch(device=0, stream=stream, kernel_name=name, kernel_dur_ns=d, call_dur_ns=1_000)
+
+    main = (HostWork(0), k(7, "sgemm_main", 1_000), HostWork(20_000), k(7, "sgemm_main", 1_000))
+    worker = (k(20, "sgemm_side", 1_000), StreamSync(20, 0), k(7, "sgemm_worker", 1_000),
+              k(20, "sgemm_side", 7_000), StreamSync(20, 0), k(7, "sgemm_worker", 1_000))
+    prog = Program((Thread(main, tid=4242, name="main"), Thread(worker, tid=5001, name="worker")), launch_latency_ns=2_000, gpu_gap_ns=0)
+    run = emulate(prog)
+    changed = emulate(prog.map_ops(lambda op: dataclasses.replace(op, kernel_dur_ns=op.kernel_dur_ns * 2) if isinstance(op, Launch) else op))
+    g = _graph_of(tmp_path, run)
+    g3, tl, moved = settle(scale(g, select(g, kind="kernel"), 2.0))
+    assert moved == 1
+    _check_prediction(g3, tl, run, changed)

@@ -9,8 +9,9 @@ earlier (a worker's launch 1 ns before the main thread's second launch, halved k
 of such a timeline, ordered by launch as CUDA runs it, replayed differently.
 
 :func:`settle` replays, orders each such stream's launched tasks by the replayed start of their
-launching call (ties: correlation id, then the recorded order; the tasks of one graph launch keep
-their order), replaces the stream's order edges and replays again, until the order holds (a few
+launching call (ties, launches of two threads at one nanosecond, as the emulator breaks them: by
+thread, here (pid, tid), then correlation id and the recorded order; the tasks of one graph launch
+keep their order), replaces the stream's order edges and replays again, until the order holds (a few
 rounds: each round can only move launches later). Tasks with no launching call in the trace keep
 their places. Streams launched from one thread are never touched (their order is the thread's).
 A reordering that would close a dependency cycle is not made (the graph is replayed as it was).
@@ -71,9 +72,10 @@ def launch_ordered(graph: TaskGraph, tl: Timeline) -> dict[int, np.ndarray]:
             continue
         cur = np.arange(len(nodes))
         key_t = np.where(has, tl.start_ns[np.maximum(la, 0)], 0)
+        key_l = np.where(has, graph.lane[np.maximum(la, 0)], 0)  # CPU lanes are numbered by (pid, tid)
         key_c = np.where(has, graph.correlation[np.maximum(la, 0)], 0)
         sub = np.nonzero(has)[0]  # unlaunched tasks keep their places; the launched fill the others
-        o = sub[np.lexsort((cur[sub], key_c[sub], key_t[sub]))]
+        o = sub[np.lexsort((cur[sub], key_c[sub], key_l[sub], key_t[sub]))]
         if np.array_equal(o, sub):
             continue
         new = nodes.copy()
