@@ -754,7 +754,7 @@ def test_a_broken_internal_invariant_is_a_bug_not_bad_input(tmp_path, capsys, mo
     def broken(*a, **k):
         raise DaydreamError("internal: node order is not topological (lane predecessor not yet simulated)")
 
-    monkeypatch.setattr(daydream.analysis, "simulate", broken)
+    monkeypatch.setattr(daydream.analysis, "settle", broken)  # every replay of analyze goes through it
     code, _, err = cli(capsys, trace)
     assert code == 1 and "internal error" in err and "node order is not topological" in err
 
