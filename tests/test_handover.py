@@ -224,6 +224,15 @@ def test_predictions_follow_the_other_threads_work(tmp_path_factory, prog, what,
     assume(measure_latencies(run) == (prog.L, prog.G) and _unambiguous(run))
     g = _graph_of(tmp_path_factory.mktemp("t"), run)
 
+    changed, m = _changed(prog, g, what, factor)
+    assume(_same_order(run, changed))
+    assert _by_key(g, simulate(scale(g, m, factor)), run) == _emulated(changed)
+
+
+def _changed(prog, g, what: str, factor: float):
+    """(the emulator's run of ``prog`` with ``what`` x ``factor``: kernels whose name holds ``what``
+    ("all": every kernel) or, "ag_calls", the autograd thread's calls; the mask of ``g``'s tasks the
+    prediction scales for it)."""
     def change(op):
         if isinstance(op, Launch) and what != "ag_calls" and (what == "all" or what in op.kernel_name):
             return dataclasses.replace(op, kernel_dur_ns=int(np.rint(op.kernel_dur_ns * factor)))
@@ -236,15 +245,11 @@ def test_predictions_follow_the_other_threads_work(tmp_path_factory, prog, what,
                                                  if hasattr(op, "call_dur_ns") else op for op in th.ops))
 
     changed_prog = prog.map_ops(change)
-    changed_prog = dataclasses.replace(changed_prog, threads=tuple(change_ag(t) for t in changed_prog.threads))
-    changed = emulate(changed_prog)
-    assume(_same_order(run, changed))
+    changed = emulate(dataclasses.replace(changed_prog, threads=tuple(change_ag(t) for t in changed_prog.threads)))
     names = g.node_names()
     if what == "ag_calls":
-        m = g.is_cpu & (g.tid == 5001)
-    else:
-        m = (g.node_kind == Kind.KERNEL) & np.array([what == "all" or what in s for s in names], bool)
-    assert _by_key(g, simulate(scale(g, m, factor)), run) == _emulated(changed)
+        return changed, g.is_cpu & (g.tid == 5001)
+    return changed, (g.node_kind == Kind.KERNEL) & np.array([what == "all" or what in s for s in names], bool)
 
 
 @SETTINGS
@@ -305,23 +310,6 @@ def test_the_waiting_thread_may_run_engine_work_of_its_own(tmp_path_factory, pro
     assert (g.edge_kind == EdgeKind.HANDOVER).sum() == 2 * steps
     assert _by_key(g, simulate(g), run) == _emulated(run)
 
-    def change(op):
-        if isinstance(op, Launch) and what in op.kernel_name:
-            return dataclasses.replace(op, kernel_dur_ns=int(np.rint(op.kernel_dur_ns * factor)))
-        return op
-
-    def change_ag(th):
-        if what != "ag_calls" or th.tid != 5001:
-            return th
-        return dataclasses.replace(th, ops=tuple(dataclasses.replace(op, call_dur_ns=int(np.rint(op.call_dur_ns * factor)))
-                                                 if hasattr(op, "call_dur_ns") else op for op in th.ops))
-
-    changed_prog = prog.map_ops(change)
-    changed = emulate(dataclasses.replace(changed_prog, threads=tuple(change_ag(t) for t in changed_prog.threads)))
+    changed, m = _changed(prog, g, what, factor)
     assume(_same_order(run, changed) and _main_engine_ends_first(changed))
-    names = g.node_names()
-    if what == "ag_calls":
-        m = g.is_cpu & (g.tid == 5001)
-    else:
-        m = (g.node_kind == Kind.KERNEL) & np.array([what in s for s in names], bool)
     assert _by_key(g, simulate(scale(g, m, factor)), run) == _emulated(changed)

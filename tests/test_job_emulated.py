@@ -87,21 +87,25 @@ def test_coupled_replay_reproduces_every_rank(progs):
 def test_change_on_one_rank_equals_emulator(progs, data):
     """Compute kernels of one rank x2 or x0.5: every rank's predicted window equals the
     emulator's run of the changed job."""
+    _one_rank_scaled_equals_emulator(progs, data, lambda name: name.startswith("gemm_"), "^gemm_")
+
+
+def _one_rank_scaled_equals_emulator(progs, data, which, pattern: str) -> None:
+    """One rank (drawn) with the kernels ``which(name)`` x2 or x0.5: every rank's window predicted
+    by ``scale-kernels:pattern=PATTERN`` on that rank equals the emulator's run of the changed job."""
     rank = data.draw(st.integers(0, len(progs) - 1))
     factor = data.draw(st.sampled_from((2, 0.5)))
 
     def change(op):
-        if isinstance(op, Launch) and op.kernel_name.startswith("gemm_"):
+        if isinstance(op, Launch) and which(op.kernel_name):
             return Launch(op.stream, op.kernel_name, int(op.kernel_dur_ns * factor), op.call_dur_ns)
         return op
 
-    changed = [p.map_ops(change) if r == rank else p for r, p in enumerate(progs)]
-    job2 = emulate_job(changed)
+    job2 = emulate_job([p.map_ops(change) if r == rank else p for r, p in enumerate(progs)])
     _, res = _analyze(progs)
     p = predict(res.ranks, res.matching, res.coupled,
-                parse_job_specs([f"scale-kernels:pattern=^gemm_,factor={factor}"], len(progs)), only=[rank])
-    want = [max(t.end_ns for t in run.tasks) - run.trace_t0_ns for run in job2.runs]
-    assert p.rank_predicted_ns == want
+                parse_job_specs([f"scale-kernels:pattern={pattern},factor={factor}"], len(progs)), only=[rank])
+    assert p.rank_predicted_ns == [max(t.end_ns for t in run.tasks) - run.trace_t0_ns for run in job2.runs]
 
 
 @given(jobs(), st.data())
@@ -111,21 +115,7 @@ def test_a_slower_or_faster_transfer_on_one_rank_changes_the_collective_for_all(
     every participant together, so x2 delays every rank and x0.5 alone changes nothing; each rank's
     predicted window equals the emulator's run (was: only that rank's transfer changed, and its
     peers finished the same all-reduce before it)."""
-    rank = data.draw(st.integers(0, len(progs) - 1))
-    factor = data.draw(st.sampled_from((2, 0.5)))
-
-    def change(op):
-        if isinstance(op, Launch) and op.kernel_name in (ALL_REDUCE, ALL_TO_ALL):
-            return Launch(op.stream, op.kernel_name, int(op.kernel_dur_ns * factor), op.call_dur_ns)
-        return op
-
-    changed = [p.map_ops(change) if r == rank else p for r, p in enumerate(progs)]
-    job2 = emulate_job(changed)
-    _, res = _analyze(progs)
-    p = predict(res.ranks, res.matching, res.coupled,
-                parse_job_specs([f"scale-kernels:pattern=^nccl,factor={factor}"], len(progs)), only=[rank])
-    want = [max(t.end_ns for t in run.tasks) - run.trace_t0_ns for run in job2.runs]
-    assert p.rank_predicted_ns == want
+    _one_rank_scaled_equals_emulator(progs, data, lambda name: name in (ALL_REDUCE, ALL_TO_ALL), "^nccl")
 
 
 def test_mixed_formats_one_job(tmp_path):

@@ -50,6 +50,15 @@ def _bindings(run) -> dict:
 def test_a_shared_stream_runs_in_the_launch_order_of_the_prediction(tmp_path_factory, prog, pattern, factor):
     """Random programs of up to three threads with a shared stream: the settled prediction equals the
     emulator's run (few of these change the interleaving; the programs below are built to)."""
+    run, changed, g, (g3, tl, moved) = _scaled_and_settled(tmp_path_factory.mktemp("t"), prog, pattern, factor)
+    assume(len(shared_streams(g)))
+    event(f"streams reordered: {min(moved, 2)}")
+    _check_prediction(g3, tl, run, changed)
+
+
+def _scaled_and_settled(tmp, prog, pattern: str, factor: float):
+    """(baseline run, the run with the kernels matching ``pattern`` x ``factor``, the baseline's graph,
+    :func:`settle` of its prediction); examples whose syncs bind otherwise are left out (module doc)."""
     run = emulate(prog)
     assume(measure_latencies(run) == (prog.L, prog.G))
 
@@ -60,13 +69,10 @@ def test_a_shared_stream_runs_in_the_launch_order_of_the_prediction(tmp_path_fac
 
     changed = emulate(prog.map_ops(change))
     assume(_bindings(run) == _bindings(changed))
-    g = _graph_of(tmp_path_factory.mktemp("t"), run)
-    assume(len(shared_streams(g)))
-    g2 = scale(g, select(g, kind="kernel", name=None if pattern == "." else pattern), factor)
-    g3, tl, moved = settle(g2)
+    g = _graph_of(tmp, run)
+    out = settle(scale(g, select(g, kind="kernel", name=None if pattern == "." else pattern), factor))
     event("launches reordered across threads" if not _same_interleaving(run, changed) else "same interleaving")
-    event(f"streams reordered: {min(moved, 2)}")
-    _check_prediction(g3, tl, run, changed)
+    return run, changed, g, out
 
 
 @st.composite
@@ -92,20 +98,7 @@ def test_a_worker_thread_moved_among_the_main_threads_launches(tmp_path_factory,
     """The programs that reorder a shared stream: the prediction equals the emulator's run, and (the
     check that this is what the examples exercise) where the launches moved across threads, the
     recorded stream order would have been wrong."""
-    run = emulate(prog)
-    assume(measure_latencies(run) == (prog.L, prog.G))
-
-    def change(op):
-        if isinstance(op, Launch) and (pattern == "." or pattern in op.kernel_name):
-            return dataclasses.replace(op, kernel_dur_ns=int(np.rint(op.kernel_dur_ns * factor)))
-        return op
-
-    changed = emulate(prog.map_ops(change))
-    assume(_bindings(run) == _bindings(changed))
-    g = _graph_of(tmp_path_factory.mktemp("t"), run)
-    g2 = scale(g, select(g, kind="kernel", name=None if pattern == "." else pattern), factor)
-    g3, tl, moved = settle(g2)
-    event("launches reordered across threads" if not _same_interleaving(run, changed) else "same interleaving")
+    run, changed, _, (g3, tl, moved) = _scaled_and_settled(tmp_path_factory.mktemp("t"), prog, pattern, factor)
     _check_prediction(g3, tl, run, changed)
     # where the changed program ran stream 7 in another order than the trace, the stream was reordered
     assert (moved > 0) == (_stream_order(run, 7) != _stream_order(changed, 7))

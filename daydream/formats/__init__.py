@@ -36,6 +36,22 @@ TIME_LIMIT_NS = 2**62
 #: the largest world size read from a trace (Kineto ``distributedInfo``, the cupti-jsonl header;
 #: ``world-size:n`` takes the same range)
 MAX_WORLD_SIZE = 1 << 20
+
+
+def checked_rank(rank: int | None, world_size: int | None, acc, where: str, rank_key: str = "rank",
+                 world_key: str = "world_size") -> tuple[int, int]:
+    """(rank, world size) as a trace gives them (None: absent), -1 where absent or out of range: a
+    world size not from 1 to :data:`MAX_WORLD_SIZE`, a rank not from 0 to world size - 1. Each value
+    ignored is counted in ``acc`` (an :class:`~daydream.events.Accounting`) as
+    ``{where}{world_key} ...`` / ``{where}{rank_key} ...``."""
+    w, r = world_size, rank
+    if w is not None and not 1 <= w <= MAX_WORLD_SIZE:
+        acc.add("notes", f"{where}{world_key} not a count of ranks from 1 to 2^20 (ignored)", 1)
+        w = None
+    if r is not None and not 0 <= r < (w if w is not None else MAX_WORLD_SIZE):
+        acc.add("notes", f"{where}{rank_key} not a rank from 0 to {world_key} - 1 (ignored)", 1)
+        r = None
+    return (-1 if r is None else r), (-1 if w is None else w)
 #: a compressed stream (a .gz trace, a compressed member of a saved table) may inflate to at most
 #: max(INFLATE_FLOOR, INFLATE_RATIO x the compressed file's size) bytes; more is refused as a
 #: decompression bomb. Real traces inflate 8-30 times; a run of whitespace over 1000 times.

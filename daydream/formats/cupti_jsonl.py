@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..events import COLUMNS, Accounting, CopyKind, DeviceInfo, EventTable, Kind, MemKind, SyncKind, TraceMeta
-from . import MAX_WORLD_SIZE, read_maybe_gzip
+from . import checked_rank, read_maybe_gzip
 
 NAME = "cupti-jsonl"
 DESCRIPTION = (
@@ -1237,15 +1237,9 @@ def kernel_launches(path: str) -> tuple[np.ndarray, np.ndarray, list[_Line]]:
 def _rank_of(header: Header, acc: Accounting) -> dict[str, int]:
     """``rank`` and ``world_size`` of the header (-1 unknown); values out of range are ignored and
     counted, as the Kineto reader does with ``distributedInfo``."""
-    w = None if header.worldSize is None else int(header.worldSize)
-    r = None if header.rank is None else int(header.rank)
-    if w is not None and not 1 <= w <= MAX_WORLD_SIZE:
-        acc.add("notes", "header worldSize not a count of ranks from 1 to 2^20 (ignored)", 1)
-        w = None
-    if r is not None and not 0 <= r < (w if w is not None else MAX_WORLD_SIZE):
-        acc.add("notes", "header rank not a rank from 0 to worldSize - 1 (ignored)", 1)
-        r = None
-    return {"rank": -1 if r is None else r, "world_size": -1 if w is None else w}
+    r, w = checked_rank(None if header.rank is None else int(header.rank), None if header.worldSize is None else int(header.worldSize),
+                        acc, "header ", "rank", "worldSize")
+    return {"rank": r, "world_size": w}
 
 
 def load(path: str, *, strict: bool = False) -> EventTable:

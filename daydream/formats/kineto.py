@@ -129,7 +129,7 @@ from ..events import (
     SyncKind,
     TraceMeta,
 )
-from . import GZIP_MAGIC, MAX_WORLD_SIZE, TIME_LIMIT_NS, inflate_limit, inflate_refused, read_maybe_gzip
+from . import GZIP_MAGIC, TIME_LIMIT_NS, checked_rank, inflate_limit, inflate_refused, read_maybe_gzip
 from .launch_data import LAUNCH_CATEGORIES as _LAUNCH_CATS
 from .launch_data import LaunchFacts, clean_ext, clean_ints, clean_triples
 
@@ -1149,16 +1149,7 @@ def _meta(path: str, doc: Optional[_Doc], acct: Accounting, strict: bool = False
             )
     dist = _raw_value(doc.distributedInfo)
     if isinstance(dist, dict):
-        r = _as_int(dist.get("rank"))
-        w = _as_int(dist.get("world_size"))
-        if w is not None and not 1 <= w <= MAX_WORLD_SIZE:
-            acct.add("notes", "distributedInfo.world_size not a count of ranks from 1 to 2^20 (ignored)", 1)
-            w = None
-        if r is not None and not 0 <= r < (w if w is not None else MAX_WORLD_SIZE):
-            acct.add("notes", "distributedInfo.rank not a rank from 0 to world_size - 1 (ignored)", 1)
-            r = None
-        meta.rank = r if r is not None else -1
-        meta.world_size = w if w is not None else -1
+        meta.rank, meta.world_size = checked_rank(_as_int(dist.get("rank")), _as_int(dist.get("world_size")), acct, "distributedInfo.")
         if isinstance(dist.get("backend"), str):
             meta.extra["distributed_backend"] = dist["backend"]
     for key in _EXTRA_KEYS:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..events import COLUMNS, EventTable, Kind, SavedTableHeader, source_identity
-from . import MAX_WORLD_SIZE, inflate_limit, inflate_refused
+from . import checked_rank, inflate_limit, inflate_refused
 
 NAME = "saved-table"
 DESCRIPTION = "daydream saved event table (.npz, written by --save-table)"
@@ -167,12 +167,6 @@ def _named_by_its_file(path: str, table: EventTable) -> EventTable:
             table.accounting.add("notes", "the trace the table was saved from is not at hand unchanged: its launch data and "
                                  "collective arguments are not read back", 1)
             src = ""
-    w, r = m.world_size, m.rank
-    if w != -1 and not 1 <= w <= MAX_WORLD_SIZE:
-        table.accounting.add("notes", "saved header world_size not a count of ranks from 1 to 2^20 (ignored)", 1)
-        w = -1
-    if r != -1 and not 0 <= r < (w if w != -1 else MAX_WORLD_SIZE):
-        table.accounting.add("notes", "saved header rank not a rank from 0 to world_size - 1 (ignored)", 1)
-        r = -1
+    r, w = checked_rank(None if m.rank == -1 else m.rank, None if m.world_size == -1 else m.world_size, table.accounting, "saved header ")
     table.meta = msgspec.structs.replace(m, source=src, extra=extra, rank=r, world_size=w)
     return table
