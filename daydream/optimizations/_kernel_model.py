@@ -159,7 +159,8 @@ def tf32_convolutions(graph, data: LaunchData, row: np.ndarray, comp: np.ndarray
     (TF32) on Ampere (and later) devices"). A trace from a GPU without TF32 (V100) ran its convolutions
     on CUDA cores in fp32; on a target with TF32 (A100 and later) the same program runs them on TF32
     Tensor Cores, at :data:`TC_EFFICIENCY` of the TF32 peak relative to the CUDA-core one (as
-    ``amp`` moves CUDA-core fp32 to 16-bit Tensor Cores). A trace from a GPU with TF32 whose convolution kernels are fp32 was run with
+    ``amp`` moves CUDA-core fp32 to 16-bit Tensor Cores). A trace from a GPU with TF32 whose
+    convolution kernels are fp32 was run with
     ``allow_tf32`` turned off, and keeps fp32. On ROCm TF32 is opt-in (convolutions stay fp32 by
     default: PyTorch's ROCm TF32 flags), so ``auto`` leaves AMD targets alone. ``mode``: ``auto`` (the rule above), ``on``, ``off``.
     A convolution: a compute-bound fp32 kernel named as one (:data:`CONV_KERNELS`) or launched by

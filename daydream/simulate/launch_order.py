@@ -11,8 +11,8 @@ of such a timeline, ordered by launch as CUDA runs it, replayed differently.
 :func:`settle` replays, orders each such stream's launched tasks by the replayed start of their
 launching call (ties, launches of two threads at one nanosecond, as the emulator breaks them: by
 thread, here (pid, tid), then correlation id and the recorded order; the tasks of one graph launch
-keep their order), replaces the stream's order edges and replays again, until the order holds (a few
-rounds: each round can only move launches later). Tasks with no launching call in the trace keep
+keep their order), replaces the stream's order edges and replays again, until the order holds (at
+most :data:`MAX_ROUNDS` rounds; one sufficed on every emulated program checked). Tasks with no launching call in the trace keep
 their places. Streams launched from one thread are never touched (their order is the thread's).
 A reordering that would close a dependency cycle is not made (the graph is replayed as it was).
 """
@@ -30,8 +30,7 @@ from ..memo import cached
 from . import simulate
 from .result import Timeline
 
-#: rounds :func:`settle` replays at most (each settles every stream whose launches moved; more
-#: than two or three were never needed on the emulator's programs)
+#: rounds :func:`settle` replays at most (each reorders every stream whose launches moved)
 MAX_ROUNDS = 8
 
 
