@@ -300,3 +300,25 @@ def test_calibration_lowers_base_and_per_step_latency_in_proportion():
     got = cm.collective_ns(op, size, n, net)
     assert got[0] == pytest.approx(dur[0], rel=1e-9) and got[1] <= dur[1]
     assert cm.collective_ns(op[:1], size[:1], np.array([64]), net)[0] > got[0] * 2  # 63 steps, not 7
+
+
+def test_calibration_with_an_unknown_link_keeps_a_latency():
+    """The link not known: the bandwidth was the best bus bandwidth, which leaves the collective that
+    set it no time for latency, and the proportional scaling took every latency to 0 (buckets of 1,
+    25 and 1000 MiB all predicted the same on sampled_rank-0). Latency is fitted first, then the
+    bandwidth: no recorded collective is shorter than the model, and both stay above 0."""
+    from types import SimpleNamespace
+
+    from daydream import comm_model as cm
+    from daydream.collectives import Op
+    from daydream.optimizations._comm import NETWORK_PARAMS, network_of
+    from daydream.optimizations.recost import calibrated
+
+    like = network_of({**{k: p.default for k, p in NETWORK_PARAMS.items()}, "bandwidth": "nvlink2"})
+    op = np.array([int(Op.ALL_REDUCE)] * 3, np.uint8)
+    size, n = np.array([3072, 16 << 20, 400 << 20], np.int64), np.array([8, 8, 8], np.int64)
+    dur = np.array([80_000, 2_000_000, 40_000_000], np.int64)
+    net = calibrated(SimpleNamespace(op=op, size_bytes=size, group_size=n, dur_ns=dur), like, fit_bandwidth=True)
+    assert net.intra.latency_ns > 0 and net.base_latency_ns > 0 and net.intra.bandwidth > 0
+    model = cm.collective_ns(op, size, n, net)
+    assert (model <= dur).all() and (model >= dur * 0.99).any()  # tight where the fit was made
