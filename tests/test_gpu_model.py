@@ -462,3 +462,19 @@ def test_gpu_upgrade_and_amp_agree_on_a_convolution_in_either_order():
     assert abs(int(a.dur_ns[k[1]]) - int(b.dur_ns[k[1]])) <= 2
     floor = KM.kernel_floor_ns(find_gpu("V100 SXM2"), g)
     assert abs(int(b.dur_ns[k[1]]) - round(floor + 7760 * 15.7 / (312.0 * KM.TC_EFFICIENCY))) <= 2  # the work part at bf16
+
+
+def test_convolution_work_from_its_backward_shapes():
+    """A convolution op counted one FLOP per element (the elementwise rule), so the roofline made
+    ResNet-50's cuDNN convolutions memory-bound (6.4 MFLOP for a 355 us weight gradient) and
+    gpu-upgrade scaled them by bandwidth; amp then gave the same kernel another factor with TF32 on
+    than off (try-out finding). Backward-input: 2 N K P Q (C/g) R S; PyTorch 2's convolution_backward:
+    both gradients; the forward and backward-weight (output or kernel size not recorded): unknown."""
+    go, w, x = [32, 2048, 7, 7], [2048, 512, 1, 1], [32, 512, 7, 7]
+    f, b = op_work("aten::cudnn_convolution_backward_input", [[], go, w, [], []], ["GenericList", "float", "float", "GenericList", "Int"])
+    assert f == 2.0 * 32 * 2048 * 7 * 7 * 512 * 1 * 1 and b > 0
+    f2, _ = op_work("aten::convolution_backward", [go, x, w, [], []], ["float", "float", "float", "GenericList", "Int"])
+    assert f2 == 2 * f
+    assert op_work("aten::cudnn_convolution", [x, [64, 512, 3, 3], [], []], ["float", "float", "GenericList", "GenericList"]) == (-1.0, -1.0)
+    assert op_work("aten::cudnn_convolution_backward_weight", [[], go, x], ["GenericList", "float", "float"]) == (-1.0, -1.0)
+    assert op_work("aten::convert_element_type", [x], ["float"])[0] == 32 * 512 * 7 * 7  # not a convolution

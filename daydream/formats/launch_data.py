@@ -35,6 +35,8 @@ content.
 
 from __future__ import annotations
 
+import re
+
 import gzip
 import itertools
 import operator
@@ -118,12 +120,39 @@ def last_operand(dims: Any, types: Any) -> tuple[float, int]:
     return -1.0, -1
 
 
+#: convolution ops (forward and backward; cuDNN, MIOpen, mkldnn and the generic ones)
+_CONV = re.compile(r"convolution|(?<![a-z])conv(?:\d?d|_transpose\d?d|_tbc)(?![a-z])")
+
+
+def _conv_work(name: str, t: list, nbytes: list) -> tuple[float, float]:
+    """(FLOPs, bytes) of a convolution op from its tensor inputs ``t`` (shapes), or (-1, -1) where
+    they do not give them. The work is ``2 N K P Q (C/g) R S`` (output [N, K, P, Q], weight
+    [K, C/g, R, S]); the recorded inputs hold the output's size only in a backward pass (the forward
+    output depends on strides and padding, recorded as lists without values), so:
+
+    * ``..._backward_input`` (grad_output, weight): exact;
+    * ``convolution_backward`` (grad_output, input, weight; PyTorch 2): both gradients, twice that;
+    * the forward and ``..._backward_weight`` (the weight's R, S not recorded): unknown.
+
+    Before, a convolution counted one FLOP per element (the elementwise rule): ResNet-50's cuDNN
+    convolutions were memory-bound by the roofline, and gpu-upgrade scaled them by bandwidth."""
+    four = [d for d in t if len(d) == 4]
+    if "backward_input" in name and len(four) >= 2:
+        (n, k, p, q), w = four[0], four[1]
+        return 2.0 * n * k * p * q * w[1] * w[2] * w[3], sum(nbytes) + max(nbytes)
+    if name.endswith("convolution_backward") and len(four) >= 3:
+        (n, k, p, q), w = four[0], four[2]
+        return 4.0 * n * k * p * q * w[1] * w[2] * w[3], sum(nbytes) * 2.0
+    return -1.0, -1.0
+
+
 def op_work(name: str, dims: Any, types: Any) -> tuple[float, float]:
     """(FLOPs, bytes) of one op from its recorded input shapes and types; (-1, -1) when unknown.
 
     GEMM (``mm``/``addmm``: A [M, K], B [K, N]; ``bmm``/``baddbmm``: [b, M, K] x [b, K, N]): 2·M·N·K
     FLOPs (b times), bytes A + B + C. Attention (Q [B, H, S, D], K [B, H, Sk, D], V): 4·B·H·S·Sk·D
-    FLOPs (QK^T and PV), bytes Q + K + V + O. Others: one FLOP per element of the largest input,
+    FLOPs (QK^T and PV), bytes Q + K + V + O. Convolutions: :func:`_conv_work` (the backward passes;
+    the forward's output size is not recorded). Others: one FLOP per element of the largest input,
     bytes = every tensor input + one output as large as the largest input.
     """
     if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
@@ -148,6 +177,8 @@ def op_work(name: str, dims: Any, types: Any) -> tuple[float, float]:
         return 4.0 * bsz * h * s * kk[2] * d, sum(nbytes[:3]) + nbytes[0]
     if any(w in name for w in _GATHER_WORDS):
         return -1.0, -1.0
+    if _CONV.search(name):
+        return _conv_work(name, [d for d, _ in tensors], nbytes)
     big = max(nbytes)
     return float(max(_numel(d) for d, _ in tensors)), sum(nbytes) + big
 
