@@ -322,3 +322,24 @@ def test_calibration_with_an_unknown_link_keeps_a_latency():
     assert net.intra.latency_ns > 0 and net.base_latency_ns > 0 and net.intra.bandwidth > 0
     model = cm.collective_ns(op, size, n, net)
     assert (model <= dur).all() and (model >= dur * 0.99).any()  # tight where the fit was made
+
+
+@needs
+def test_network_latency_given_sets_the_per_step_latency_only():
+    """latency= replaced the per-step latency but left the preset's base latency in place of the
+    trace's calibrated one: a lower latency= predicted slower collectives (DLRM job 100 ns: 0.222 ms,
+    3.4 us: 0.476 ms), and the trace's own latency was not the identity (nccl_data 46.939 ms)."""
+    from daydream.collectives import find_collectives
+    from daydream.optimizations.recost import calibrated, traced_link
+
+    g = _graph("hta/nccl_data.json.gz")
+    c = find_collectives(g)
+    p = {k: v.default for k, v in parse_spec("network")[0].params.items()}
+    own = calibrated(c, traced_link(g, c, {**p, "bandwidth": "nvlink3"})[0], fit_bandwidth=False)
+    got = []
+    for lat in (own.intra.latency_ns, 100.0, 10_000.0):
+        opt, q = parse_spec(f"network:bandwidth=nvlink3,latency={lat!r}ns")
+        g2, _ = opt.apply(g, q)
+        got.append(int(g2.dur_ns[c.node].sum()))
+    assert abs(got[0] - int(g.dur_ns[c.node].sum())) <= len(c)  # the trace's own latency: the recorded times (rounding)
+    assert got[1] < got[0] < got[2]

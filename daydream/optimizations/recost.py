@@ -165,6 +165,9 @@ def _network(graph, p):
         extra = new_net.intra.latency_ns - old_net.intra.latency_ns
         what += (f"; per-step latency calibrated from it {old_net.intra.latency_ns / 1e3:.3g} us" +
                  (f", {extra / 1e3:+.3g} us NCCL hwLat of this link over it" if extra else "") + "; latency= sets it")
+    else:  # latency= is the per-step latency; the base latency stays the trace's calibrated one (the
+        # preset's, uncalibrated, made a lower latency= predict slower collectives: DLRM 100 ns 0.222 ms, 3.4 us 0.476 ms)
+        new_net = dataclasses.replace(new_net, base_latency_ns=old_net.base_latency_ns)
     g, old, new = recost(graph, c, m, c.size_bytes, c.group_size, new_net, old_net)
     return g, _note(c, m, old, new, what + ")")
 
