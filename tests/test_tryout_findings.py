@@ -1037,3 +1037,17 @@ def test_amp_after_gpu_upgrade_does_not_depend_on_the_tf32_setting():
         g = analyze(t, specs).predicted_graph
         gpu.append(int(g.dur_ns[~g.is_cpu].sum()))
     assert max(gpu) - min(gpu) <= 1e-4 * min(gpu), gpu
+
+
+@needs_traces
+def test_what_if_line_says_when_the_median_step_is_not_the_others_story():
+    """dataloader (one worker) then x4 fetches: the answer's median step, fed by a prefetched batch,
+    gets 1.486x faster while most steps get slower (median 0.669x, window 0.863x); the line led with
+    1.486x alone (try-out finding)."""
+    from daydream.render_text import asked_lines
+
+    rep = analyze(load_trace(str(RESNET)), ["dataloader:num_workers=1", "scale-cpu:factor=4"]).report
+    line = asked_lines(rep)[0]
+    assert "(1.486x), but the per-step speed-ups' median is 0.669x (0.612x to 1.571x)" in line
+    rep = analyze(load_trace(str(RESNET)), ["gpu-upgrade"]).report
+    assert "but the per-step" not in asked_lines(rep)[0]
