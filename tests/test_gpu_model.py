@@ -478,3 +478,18 @@ def test_convolution_work_from_its_backward_shapes():
     assert op_work("aten::cudnn_convolution", [x, [64, 512, 3, 3], [], []], ["float", "float", "GenericList", "GenericList"]) == (-1.0, -1.0)
     assert op_work("aten::cudnn_convolution_backward_weight", [[], go, x], ["GenericList", "float", "float"]) == (-1.0, -1.0)
     assert op_work("aten::convert_element_type", [x], ["float"])[0] == 32 * 512 * 7 * 7  # not a convolution
+
+
+def test_tf32_kernel_moved_to_cuda_cores_gets_the_efficiency_back():
+    """A100 -> V100 (no TF32): a TF32 GEMM moves from Tensor Cores to CUDA cores, the inverse of the
+    V100 -> A100 convolution: the peak ratio times KM.TC_EFFICIENCY (x4.97), not the bare ratio (x9.9)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_amp_gpu import TF32, trace
+
+    g = trace(names=(TF32,))
+    pl = KM.plan(g, find_gpu("A100 40GB SXM"), find_gpu("V100 SXM2"), LaunchData(), 0, 0)
+    k = np.nonzero(g.node_kind != 0)[0]
+    assert pl.factor[k][0] == pytest.approx(156.0 * KM.TC_EFFICIENCY / 15.7)

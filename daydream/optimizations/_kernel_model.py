@@ -283,6 +283,8 @@ def plan(graph, src: GPU, tgt: GPU, data: LaunchData, floor_src: int, floor_tgt:
     path_t = np.where(conv, "tf32", path)
     p_s, p_t = _peaks(src, path), _peaks(tgt, path_t)
     p_t = np.where(conv, p_t * TC_EFFICIENCY, p_t)  # CUDA-core fp32 -> TF32 Tensor Cores (TC_EFFICIENCY)
+    if tgt.vendor == "nvidia" and tgt.tf32_tflops == 0 and src.tf32_tflops > 0:  # TF32 Tensor Cores -> CUDA cores (Volta)
+        p_s = np.where(path == "tf32", p_s * TC_EFFICIENCY, p_s)
     fc = (p_s * u_s) / (p_t * u_t)
     fm = (src.mem_gbps * u_s) / (tgt.mem_gbps * u_t)
     factor = np.ones(n)
