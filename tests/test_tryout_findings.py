@@ -1051,3 +1051,18 @@ def test_what_if_line_says_when_the_median_step_is_not_the_others_story():
     assert "(1.486x), but the per-step speed-ups' median is 0.669x (0.612x to 1.571x)" in line
     rep = analyze(load_trace(str(RESNET)), ["gpu-upgrade"]).report
     assert "but the per-step" not in asked_lines(rep)[0]
+
+
+@pytest.mark.parametrize("op, extern", [
+    ("aten::cudnn_convolution", True), ("aten::convolution_backward", True), ("aten::conv2d", True), ("aten::mkldnn_convolution", True),
+    ("aten::addmm", True), ("aten::linear", True), ("aten::_scaled_dot_product_flash_attention", True), ("aten::_scaled_mm", True),
+    ("fb::convex_sum", False), ("aten::upsample_linear1d", False), ("prims::convert_element_type", False), ("aten::mul", False),
+])
+def test_extern_ops_are_the_library_calls(op, extern):
+    """fusion leaves out the kernels of ops a compiler hands to a library; 'conv' or 'linear' inside
+    another op's name (convex_sum, convert_element_type, upsample_linear1d) matched (try-out finding)."""
+    import re
+
+    from daydream.optimizations.fusion import EXTERN_OPS
+
+    assert bool(re.search(EXTERN_OPS, op)) == extern

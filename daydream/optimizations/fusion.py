@@ -59,7 +59,8 @@ FUSABLE_CLASSES = ("elementwise", "reduction", "normalization", "softmax_attenti
 #: convolutions to cuDNN, matmuls to cuBLAS, attention to its fused kernels): the memory-bound
 #: kernels they launch (cuDNN's layout transforms, Winograd/FFT transforms, offset setup, split-K
 #: reductions) are the library's own and are not fused with anything.
-EXTERN_OPS = (r"(?i)conv|(?<![a-z])(?:mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|_int_mm)(?![a-z])"
+EXTERN_OPS = (r"(?i)convolution|(?<![a-z])conv(?:\d?d|_transpose\d?d|_tbc)(?![a-z])"
+              r"|(?<![a-z_])(?:mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|_int_mm)(?![a-z0-9_])"
               r"|scaled_dot_product|flash_attention|efficient_attention|cudnn_attention")
 
 
