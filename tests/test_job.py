@@ -437,3 +437,12 @@ def test_world_size_one_on_a_job_is_refused():
     with pytest.raises(UsageError, match="world size 1 no rank has peers"):
         parse_job_specs(["world-size:n=1"], 8)
     assert parse_job_specs(["world-size:n=2"], 8)
+
+
+@needs_traces
+def test_world_size_on_some_ranks_only_is_refused(dlrm):
+    """world-size on --ranks 0 was accepted without a word; it changes every collective's group."""
+    from daydream.job.whatif import parse_job_specs, predict
+
+    with pytest.raises(UsageError, match="applies to every rank"):
+        predict(dlrm.ranks, dlrm.matching, dlrm.coupled, parse_job_specs(["world-size:n=16"], 8), [0])

@@ -179,7 +179,10 @@ def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple
     Raises:
         NotApplicable: no selected rank takes the optimizations, a straggler rank is not behind
             the median rank, or an optimization removes a collective.
+        UsageError: ``world-size`` on some ranks only (it changes every collective's group).
     """
+    if only is not None and any(o[0] != STRAGGLER and o[0].name == "world-size" for o in opts):
+        raise UsageError("--opt world-size changes the group size of every collective, so it applies to every rank: drop --ranks")
     graphs = [_transfers(r.graph, m.node[i][m.member[i]], m.transfer_ns[i][m.member[i]]) for i, r in enumerate(ranks)]
     rows = job_windows(base.graphs, base.timelines)
     notes: dict[str, list[str]] = {}
