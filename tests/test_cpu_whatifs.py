@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from daydream.errors import NotApplicable
 from daydream.formats import load_trace
 from daydream.graph import build_graph
 from daydream.mapping import PHASES, map_events
