@@ -109,8 +109,10 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
     its reason (and there is no prediction).
     """
     graph = build_graph(table, map_events(table))
-    graph, tl = _replay(graph)
+    unsettled: list[str] = []
+    graph, tl = _replay(graph, unsettled, "the baseline replay")
     report = build_report(graph, tl, recorded(graph))
+    report.warnings += unsettled
     result = Result(report, graph, tl)
     if opts:
         check_composition(list(opts))
@@ -120,7 +122,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             names = " + ".join(o.name for o, _ in opts)
             report.not_applicable[names] = str(e)
             return result
-        g2, tl2 = _replay(g2)
+        g2, tl2 = _replay(g2, report.warnings, "the prediction " + " + ".join(o.name for o, _ in opts))
         report.predictions.append(build_prediction(report, g2, tl2, applied))
         report.predictions[-1].wait_bound = wait_bound(graph, g2)
         result.predicted_graph, result.predicted = g2, tl2
@@ -138,7 +140,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             except DaydreamError as e:  # one optimization's failure (on damaged input) does not end the ranking
                 rows.append(Ranked(name, -1, 0.0, f"failed: {e}"))
                 continue
-            g2, tl2 = _replay(g2)
+            g2, tl2 = _replay(g2, report.warnings, f"--opt all's {name}")
             pred = build_prediction(report, g2, tl2, applied)
             b = wait_bound(graph, g2)
             rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0))
@@ -152,11 +154,15 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
     return result
 
 
-def _replay(graph: TaskGraph) -> tuple[TaskGraph, Timeline]:
+def _replay(graph: TaskGraph, warnings: list[str] | None = None, what: str = "") -> tuple[TaskGraph, Timeline]:
     """``graph`` replayed, with every stream that several threads launch on in the launch order of
-    that replay (:func:`daydream.simulate.launch_order.settle`), and the replay."""
-    g, tl, _ = settle(graph)
-    return g, tl
+    that replay (:func:`daydream.simulate.launch_order.settle`), and the replay; where that order
+    did not settle, a line in ``warnings`` naming ``what`` was replayed."""
+    s = settle(graph)
+    if s.unsettled and warnings is not None:
+        warnings.append(f"{what}: {s.unsettled}; the replay keeps the last order (a synchronize keeps the tasks it was "
+                        "recorded waiting for, docs/model.md, 'A stream shared by threads')")
+    return s.graph, s.timeline
 
 
 def wait_bound(graph: TaskGraph, g2: TaskGraph) -> WaitBound | None:

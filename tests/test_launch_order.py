@@ -50,9 +50,10 @@ def _bindings(run) -> dict:
 def test_a_shared_stream_runs_in_the_launch_order_of_the_prediction(tmp_path_factory, prog, pattern, factor):
     """Random programs of up to three threads with a shared stream: the settled prediction equals the
     emulator's run (few of these change the interleaving; the programs below are built to)."""
-    run, changed, g, (g3, tl, moved) = _scaled_and_settled(tmp_path_factory.mktemp("t"), prog, pattern, factor)
+    run, changed, g, (g3, tl, moved, unsettled) = _scaled_and_settled(tmp_path_factory.mktemp("t"), prog, pattern, factor)
     assume(len(shared_streams(g)))
     event(f"streams reordered: {min(moved, 2)}")
+    assert not unsettled
     _check_prediction(g3, tl, run, changed)
 
 
@@ -69,6 +70,7 @@ def _scaled_and_settled(tmp, prog, pattern: str, factor: float):
 
     changed = emulate(prog.map_ops(change))
     assume(_bindings(run) == _bindings(changed))
+    assume(not _launch_ties(changed))  # two threads launching at one nanosecond: a race (the recorded order is kept)
     g = _graph_of(tmp, run)
     out = settle(scale(g, select(g, kind="kernel", name=None if pattern == "." else pattern), factor))
     event("launches reordered across threads" if not _same_interleaving(run, changed) else "same interleaving")
@@ -98,7 +100,8 @@ def test_a_worker_thread_moved_among_the_main_threads_launches(tmp_path_factory,
     """The programs that reorder a shared stream: the prediction equals the emulator's run, and (the
     check that this is what the examples exercise) where the launches moved across threads, the
     recorded stream order would have been wrong."""
-    run, changed, _, (g3, tl, moved) = _scaled_and_settled(tmp_path_factory.mktemp("t"), prog, pattern, factor)
+    run, changed, _, (g3, tl, moved, unsettled) = _scaled_and_settled(tmp_path_factory.mktemp("t"), prog, pattern, factor)
+    assert not unsettled
     _check_prediction(g3, tl, run, changed)
     # where the changed program ran stream 7 in another order than the trace, the stream was reordered
     assert (moved > 0) == (_stream_order(run, 7) != _stream_order(changed, 7))
@@ -110,21 +113,47 @@ def _stream_order(run, stream: int) -> list:
                                                   key=lambda i: run.tasks[i].start_ns)]
 
 
-def test_launches_at_one_nanosecond_go_by_thread(tmp_path):
-    """The worker's launch, made 8 us later by a slower side kernel, comes at the very nanosecond of
-    the main thread's second launch: the emulator (and CUDA's order here is a race) takes the lower
-    thread first; by correlation id the trace's order (worker first) was kept (found by the property
-    above)."""
+def test_launches_at_one_nanosecond_keep_the_recorded_order(tmp_path):
+    """Two threads launching at the same nanosecond is a race: the stream keeps the order the trace
+    recorded. Breaking the tie by thread reordered a baseline against its own trace (the lower
+    thread id launched second: an exact replay became 'unreliable'; try-out finding)."""
     def k(stream, name, d):
         return Launch(device=0, stream=stream, kernel_name=name, kernel_dur_ns=d, call_dur_ns=1_000)
 
-    main = (HostWork(0), k(7, "sgemm_main", 1_000), HostWork(20_000), k(7, "sgemm_main", 1_000))
-    worker = (k(20, "sgemm_side", 1_000), StreamSync(20, 0), k(7, "sgemm_worker", 1_000),
-              k(20, "sgemm_side", 7_000), StreamSync(20, 0), k(7, "sgemm_worker", 1_000))
-    prog = Program((Thread(main, tid=4242, name="main"), Thread(worker, tid=5001, name="worker")), launch_latency_ns=2_000, gpu_gap_ns=0)
+    prog = Program((Thread((k(7, "k_a", 5_000),), tid=200, name="a"), Thread((k(7, "k_b", 5_000),), tid=100, name="b")),
+                   launch_latency_ns=2_000, gpu_gap_ns=0)
     run = emulate(prog)
-    changed = emulate(prog.map_ops(lambda op: dataclasses.replace(op, kernel_dur_ns=op.kernel_dur_ns * 2) if isinstance(op, Launch) else op))
     g = _graph_of(tmp_path, run)
-    g3, tl, moved = settle(scale(g, select(g, kind="kernel"), 2.0))
-    assert moved == 1
-    _check_prediction(g3, tl, run, changed)
+    g2, tl, moved, unsettled = settle(g)
+    assert moved == 0 and not unsettled
+    _check_prediction(g2, tl, run, run)
+
+
+def _launch_ties(run) -> bool:
+    """Launches of different threads onto one stream that start at the same nanosecond."""
+    seen: dict = {}
+    for t in run.tasks:
+        c = run.calls[t.call]
+        key = (t.device, t.stream, c.start_ns)
+        if seen.setdefault(key, c.thread) != c.thread:
+            return True
+    return False
+
+
+def test_an_order_that_does_not_settle_is_reported(tmp_path, monkeypatch):
+    """Where the launch order keeps moving (a sync bound to other tasks than the graph's can swing it
+    back: 7 of 40 emulated three-thread programs took 3-9 rounds), the prediction was returned
+    unsettled without a word (try-out finding): settle says why, and the report warns."""
+    import daydream
+    from daydream.simulate import launch_order as LO
+    from daydream.testing.emulator import DeviceSync, to_kineto
+
+    k = Launch(device=0, stream=7, kernel_name="ampere_sgemm_128x64_tn", kernel_dur_ns=1000, call_dur_ns=1000)
+    prog = Program((Thread((k, HostWork(1501), k, HostWork(0)), tid=4242, name="main"),
+                    Thread((DeviceSync(device=0, call_own_ns=0), k), tid=5001, name="worker")), launch_latency_ns=2000, gpu_gap_ns=0)
+    p = tmp_path / "a.json"
+    to_kineto(emulate(prog), str(p), emit_sync_events=True)
+    monkeypatch.setattr(LO, "MAX_ROUNDS", 0)
+    r = daydream.analyze(daydream.load_trace(str(p)), ["scale-kernels:factor=0.5"])
+    assert any(w.startswith("the prediction scale-kernels: the launch order of streams several threads launch on did not settle")
+               for w in r.report.warnings)

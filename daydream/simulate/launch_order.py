@@ -9,10 +9,12 @@ earlier (a worker's launch 1 ns before the main thread's second launch, halved k
 of such a timeline, ordered by launch as CUDA runs it, replayed differently.
 
 :func:`settle` replays, orders each such stream's launched tasks by the replayed start of their
-launching call (ties, launches of two threads at one nanosecond, as the emulator breaks them: by
-thread, here (pid, tid), then correlation id and the recorded order; the tasks of one graph launch
-keep their order), replaces the stream's order edges and replays again, until the order holds (at
-most :data:`MAX_ROUNDS` rounds; one sufficed on every emulated program checked). Tasks with no launching call in the trace keep
+launching call (ties, launches of two threads at one nanosecond, keep the recorded order: which
+goes first is a race, and the recorded order is the one the trace saw; the tasks of one graph
+launch keep their order), replaces the stream's order edges and replays again, until the order holds (at
+most :data:`MAX_ROUNDS` rounds: one on the programs whose synchronizations keep binding to the same
+tasks; where they would bind otherwise, which the graph does not follow, the order can swing back,
+and :func:`settle` says so). Tasks with no launching call in the trace keep
 their places. Streams launched from one thread are never touched (their order is the thread's).
 A reordering that would close a dependency cycle is not made (the graph is replayed as it was).
 """
@@ -20,6 +22,7 @@ A reordering that would close a dependency cycle is not made (the graph is repla
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
@@ -71,10 +74,8 @@ def launch_ordered(graph: TaskGraph, tl: Timeline) -> dict[int, np.ndarray]:
             continue
         cur = np.arange(len(nodes))
         key_t = np.where(has, tl.start_ns[np.maximum(la, 0)], 0)
-        key_l = np.where(has, graph.lane[np.maximum(la, 0)], 0)  # CPU lanes are numbered by (pid, tid)
-        key_c = np.where(has, graph.correlation[np.maximum(la, 0)], 0)
         sub = np.nonzero(has)[0]  # unlaunched tasks keep their places; the launched fill the others
-        o = sub[np.lexsort((cur[sub], key_c[sub], key_l[sub], key_t[sub]))]
+        o = sub[np.lexsort((cur[sub], key_t[sub]))]  # ties (one nanosecond): the recorded order
         if np.array_equal(o, sub):
             continue
         new = nodes.copy()
@@ -104,26 +105,40 @@ def with_stream_order(graph: TaskGraph, lanes: dict[int, np.ndarray]) -> TaskGra
     return dataclasses.replace(g, order=topological_order(g)).known_valid()
 
 
-def settle(graph: TaskGraph, tl: Timeline | None = None) -> tuple[TaskGraph, Timeline, int]:
-    """(graph, its replay, streams reordered): ``graph`` with every stream shared by threads in the
-    launch order of its own replay (module doc); the graph itself (and ``tl``, or its replay) when
-    every such stream already is, or when a reordering would close a cycle.
+class Settled(NamedTuple):
+    """What :func:`settle` gives: the graph and its replay, how many stream reorderings were made,
+    and ``unsettled``: "" when every shared stream runs in its replay's launch order, else why not
+    (the rounds ran out, or a reordering would close a cycle)."""
+
+    graph: TaskGraph
+    timeline: Timeline
+    moved: int
+    unsettled: str = ""
+
+
+def settle(graph: TaskGraph, tl: Timeline | None = None) -> Settled:
+    """``graph`` with every stream shared by threads in the launch order of its own replay (module
+    doc). Where the order does not settle (a synchronize keeps the tasks it was recorded waiting
+    for, so a reordering can move the launches back: seen on emulated programs whose syncs then
+    bind to other tasks), the last graph, with the reason in ``unsettled``.
 
     Raises:
         DaydreamError: as :func:`daydream.simulate.simulate`.
     """
     tl = simulate(graph) if tl is None else tl
     if not len(shared_streams(graph)):
-        return graph, tl, 0
+        return Settled(graph, tl, 0)
     g, moved = graph, 0
     for _ in range(MAX_ROUNDS):
         lanes = launch_ordered(g, tl)
         if not lanes:
-            break
+            return Settled(g, tl, moved)
         try:
             g2 = with_stream_order(g, lanes)
         except DaydreamError:
-            break
+            return Settled(g, tl, moved, "reordering a stream by launch would close a dependency cycle")
         g, tl = g2, simulate(g2)
         moved += len(lanes)
-    return g, tl, moved
+    if launch_ordered(g, tl):
+        return Settled(g, tl, moved, f"the launch order of streams several threads launch on did not settle in {MAX_ROUNDS} replays")
+    return Settled(g, tl, moved)
