@@ -468,13 +468,16 @@ def test_convolution_work_from_its_backward_shapes():
     """A convolution op counted one FLOP per element (the elementwise rule), so the roofline made
     ResNet-50's cuDNN convolutions memory-bound (6.4 MFLOP for a 355 us weight gradient) and
     gpu-upgrade scaled them by bandwidth; amp then gave the same kernel another factor with TF32 on
-    than off (try-out finding). Backward-input: 2 N K P Q (C/g) R S; PyTorch 2's convolution_backward:
-    both gradients; the forward and backward-weight (output or kernel size not recorded): unknown."""
+    than off (try-out finding). A backward op: one gradient, 2 N K P Q (C/g) R S, with the operand order
+    of each name; the forward, backward-weight and transposed ones: unknown."""
     go, w, x = [32, 2048, 7, 7], [2048, 512, 1, 1], [32, 512, 7, 7]
     f, b = op_work("aten::cudnn_convolution_backward_input", [[], go, w, [], []], ["GenericList", "float", "float", "GenericList", "Int"])
     assert f == 2.0 * 32 * 2048 * 7 * 7 * 512 * 1 * 1 and b > 0
     f2, _ = op_work("aten::convolution_backward", [go, x, w, [], []], ["float", "float", "float", "GenericList", "Int"])
-    assert f2 == 2 * f
+    assert f2 == f  # one gradient per kernel (work goes to ops that launched one kernel)
+    f3, _ = op_work("aten::cudnn_convolution_backward", [x, go, w, [], []], ["float", "float", "float", "GenericList", "Int"])
+    assert f3 == f  # PyTorch 1.x: (input, grad_output, weight)
+    assert op_work("aten::cudnn_convolution_transpose_backward_input", [[], go, w], ["GenericList", "float", "float"]) == (-1.0, -1.0)
     assert op_work("aten::cudnn_convolution", [x, [64, 512, 3, 3], [], []], ["float", "float", "GenericList", "GenericList"]) == (-1.0, -1.0)
     assert op_work("aten::cudnn_convolution_backward_weight", [[], go, x], ["GenericList", "float", "float"]) == (-1.0, -1.0)
     assert op_work("aten::convert_element_type", [x], ["float"])[0] == 32 * 512 * 7 * 7  # not a convolution
@@ -493,3 +496,15 @@ def test_tf32_kernel_moved_to_cuda_cores_gets_the_efficiency_back():
     pl = KM.plan(g, find_gpu("A100 40GB SXM"), find_gpu("V100 SXM2"), LaunchData(), 0, 0)
     k = np.nonzero(g.node_kind != 0)[0]
     assert pl.factor[k][0] == pytest.approx(156.0 * KM.TC_EFFICIENCY / 15.7)
+
+
+def test_conv_tf32_on_for_a_target_without_tf32_is_refused():
+    """conv_tf32=on with a V100 target was accepted, said 'TF32 Tensor Cores' and ran those
+    convolutions at half the CUDA-core rate (the fp32 peak times the Tensor-Core efficiency)."""
+    from daydream.errors import UsageError
+
+    g, _ = sgemm_and_conv_on_v100()
+    g.table.meta = TraceMeta(devices=[DeviceInfo(id=0, name="NVIDIA A100-SXM4-40GB")])
+    g.devices = g.table.meta.devices
+    with pytest.raises(UsageError, match="has no TF32 Tensor Cores"):
+        run(g, "gpu-upgrade:target=V100 SXM2,conv_tf32=on")

@@ -126,24 +126,34 @@ _CONV = re.compile(r"convolution|(?<![a-z])conv(?:\d?d|_transpose\d?d|_tbc)(?![a
 
 def _conv_work(name: str, t: list, nbytes: list) -> tuple[float, float]:
     """(FLOPs, bytes) of a convolution op from its tensor inputs ``t`` (shapes), or (-1, -1) where
-    they do not give them. The work is ``2 N K P Q (C/g) R S`` (output [N, K, P, Q], weight
-    [K, C/g, R, S]); the recorded inputs hold the output's size only in a backward pass (the forward
-    output depends on strides and padding, recorded as lists without values), so:
+    they do not give them. Op work goes to a kernel only where the op launched that one kernel
+    (:func:`_columns`), and cuDNN computes each gradient in a kernel of its own, so a backward op
+    is taken to compute one gradient: ``2 N K P Q (C/g) R S`` (output gradient [N, K, P, Q], weight
+    [K, C/g, R, S]). The recorded inputs give the output's size only in a backward pass (the forward
+    output depends on strides and padding, recorded as lists without values):
 
-    * ``..._backward_input`` (grad_output, weight): exact;
-    * ``convolution_backward`` (grad_output, input, weight; PyTorch 2): both gradients, twice that;
-    * the forward and ``..._backward_weight`` (the weight's R, S not recorded): unknown.
+    * ``..._convolution_backward_input`` (grad_output, weight);
+    * ``aten::convolution_backward`` (PyTorch 2: grad_output, input, weight);
+    * ``aten::cudnn_convolution_backward`` (PyTorch 1.x: input, grad_output, weight);
+    * the forward, ``..._backward_weight`` (the weight's R, S not recorded) and transposed
+      convolutions (their weight is [C_in, C_out/g, R, S]): unknown.
 
     Before, a convolution counted one FLOP per element (the elementwise rule): ResNet-50's cuDNN
     convolutions were memory-bound by the roofline, and gpu-upgrade scaled them by bandwidth."""
     four = [d for d in t if len(d) == 4]
-    if "backward_input" in name and len(four) >= 2:
-        (n, k, p, q), w = four[0], four[1]
-        return 2.0 * n * k * p * q * w[1] * w[2] * w[3], sum(nbytes) + max(nbytes)
-    if name.endswith("convolution_backward") and len(four) >= 3:
-        (n, k, p, q), w = four[0], four[2]
-        return 4.0 * n * k * p * q * w[1] * w[2] * w[3], sum(nbytes) * 2.0
-    return -1.0, -1.0
+    if "transpose" in name:
+        return -1.0, -1.0
+    go = w = None
+    if name.endswith("_convolution_backward_input") and len(four) >= 2:
+        go, w = four[0], four[1]
+    elif name == "aten::convolution_backward" and len(four) >= 3:
+        go, w = four[0], four[2]
+    elif name.endswith("cudnn_convolution_backward") and len(four) >= 3:
+        go, w = four[1], four[2]
+    if go is None:
+        return -1.0, -1.0
+    n, k, p, q = go
+    return 2.0 * n * k * p * q * w[1] * w[2] * w[3], sum(nbytes) + max(nbytes)
 
 
 def op_work(name: str, dims: Any, types: Any) -> tuple[float, float]:

@@ -116,6 +116,9 @@ def _peak_model(graph, src: GPU, target: GPU):
 
 def _launch_model(graph, src: GPU, target: GPU, p):
     """Per-kernel rules of :mod:`._kernel_model`: a new graph and the note."""
+    if p["conv_tf32"] == "on" and target.tf32_tflops == 0:
+        raise UsageError(f"gpu-upgrade: conv_tf32=on, but the {target.name} has no TF32 Tensor Cores (its fp32 convolutions run on "
+                         "CUDA cores as fp32): give conv_tf32=auto or off")
     data = launch_data_of(graph.table)
     floor_s = KM.kernel_floor_ns(src, graph)
     floor_t = int(p["target_floor_ns"]) if p["target_floor_ns"] >= 0 else (
