@@ -343,3 +343,21 @@ def test_network_latency_given_sets_the_per_step_latency_only():
         got.append(int(g2.dur_ns[c.node].sum()))
     assert abs(got[0] - int(g.dur_ns[c.node].sum())) <= len(c)  # the trace's own latency: the recorded times (rounding)
     assert got[1] < got[0] < got[2]
+
+
+@needs
+def test_network_bandwidth_as_a_number_keeps_the_traced_link_kind():
+    """A bandwidth written as a number took NVLink 2's latency, so on a PCIe-traced link the traced
+    bandwidth as a number was not the identity (5.798 -> 5.621 ms) and a slower one predicted faster
+    collectives (12 GB/s: 5.708 ms; try-out finding)."""
+    g = _graph("param_dlrm/dlrm_8rank_worker0.pt.trace.json.gz")
+    from daydream.collectives import find_collectives
+
+    c = find_collectives(g)
+    got = {}
+    for bw in ("pcie3", "15.754GB/s", "12GB/s", "8GB/s"):
+        opt, q = parse_spec(f"network:traced=pcie3,bandwidth={bw}")
+        got[bw] = int(opt.apply(g, q)[0].dur_ns[c.node].sum())
+    base = int(g.dur_ns[c.node].sum())
+    assert got["pcie3"] == base and abs(got["15.754GB/s"] - base) <= len(c)
+    assert base < got["12GB/s"] < got["8GB/s"]

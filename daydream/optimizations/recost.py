@@ -161,8 +161,10 @@ def _network(graph, p):
     what = new_net.intra.name + (f" + {new_net.inter.name}" if new_net.inter else "")
     what += f" (the trace ran on {old_net.intra.name}, {old_net.intra.bandwidth / 1e9:.4g} GB/s, {how}"
     if not p.get("latency"):
+        if p["bandwidth"].strip().lower() not in cm.PRESETS:  # a bandwidth as a number: the traced link's kind and hwLat
+            new_net = dataclasses.replace(new_net, intra=dataclasses.replace(new_net.intra, latency_ns=traced.intra.latency_ns))
         new_net = keep_latency(new_net, old_net, traced.intra)
-        extra = new_net.intra.latency_ns - old_net.intra.latency_ns
+        extra = round(new_net.intra.latency_ns - old_net.intra.latency_ns, 3)  # (no float noise in the note)
         what += (f"; per-step latency calibrated from it {old_net.intra.latency_ns / 1e3:.3g} us" +
                  (f", {extra / 1e3:+.3g} us NCCL hwLat of this link over it" if extra else "") + "; latency= sets it")
     else:  # latency= is the per-step latency; the base latency stays the trace's calibrated one (the
