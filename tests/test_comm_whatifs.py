@@ -361,3 +361,21 @@ def test_network_bandwidth_as_a_number_keeps_the_traced_link_kind():
     base = int(g.dur_ns[c.node].sum())
     assert got["pcie3"] == base and abs(got["15.754GB/s"] - base) <= len(c)
     assert base < got["12GB/s"] < got["8GB/s"]
+
+
+@needs
+def test_algorithm_sets_the_new_network_only():
+    """algorithm=tree was applied to the trace's own network too, so on DLRM's RING all-reduces it
+    changed nothing at the traced size (5.798 -> 5.798 ms; try-out finding)."""
+    from daydream.collectives import find_collectives
+    from daydream.optimizations.recost import traced_algorithm
+
+    g = _graph("param_dlrm/dlrm_8rank_worker0.pt.trace.json.gz")
+    c = find_collectives(g)
+    assert traced_algorithm(c) == "ring"
+    base = int(g.dur_ns[c.node].sum())
+    for spec in ("network:bandwidth=nvlink2,algorithm=tree", "world-size:n=8,algorithm=tree"):
+        opt, q = parse_spec(spec)
+        assert int(opt.apply(g, q)[0].dur_ns[c.node].sum()) < base, spec
+    opt, q = parse_spec("world-size:n=8,algorithm=ring")
+    assert abs(int(opt.apply(g, q)[0].dur_ns[c.node].sum()) - base) <= len(c)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..arrays import sorted_unique
 from .. import comm_model as cm
-from ..collectives import Op
+from ..collectives import Algo, Op
 from ..errors import NotApplicable
 from ..gpus import BOARD_LINKS
 from ..transform import set_duration
@@ -89,6 +89,16 @@ def _latency_then_bandwidth(c, m, net: cm.Network) -> cm.Network:
     return dataclasses.replace(net, intra=dataclasses.replace(link, bandwidth=max(bw, link.bandwidth)))
 
 
+def traced_algorithm(c) -> str:
+    """The all-reduce algorithm the trace's collectives ran ("ring" or "tree", from the NCCL kernel
+    names; "ring", NCCL's usual choice, where they do not say). The trace's own network takes it;
+    ``algorithm=`` sets the new one only (it was applied to both, so ``algorithm=tree`` on a RING trace
+    changed nothing at the traced size)."""
+    ar = c.op == Op.ALL_REDUCE
+    tree = int(np.count_nonzero(ar & (c.algo == Algo.TREE)))
+    return "tree" if tree > int(np.count_nonzero(ar & (c.algo == Algo.RING))) else "ring"
+
+
 def _own_link(p: dict) -> dict:
     """``p`` with the link of :func:`calibrated`'s starting point (NVLink 2's latency caps the fitted
     one): ``world-size`` and ``buckets`` take no ``bandwidth``/``latency`` (they re-cost on the
@@ -114,7 +124,7 @@ def own_network(graph, c, p: dict) -> tuple[cm.Network, cm.Network, str]:
     except NotApplicable as e:
         if p.get("inter"):
             raise NotApplicable(f"inter= needs the link the trace ran on: {e}") from None
-        own = calibrated(c, network_of(_own_link(p)))
+        own = calibrated(c, network_of({**_own_link(p), "algorithm": traced_algorithm(c)}))
         return own, with_changes(own, p), " (on the bandwidth the trace's collectives reached: the link it ran on is not known)"
     own = calibrated(c, traced, fit_bandwidth=False)
     return own, with_changes(own, p), f" (the trace ran on {own.intra.name}, {how})"
@@ -208,7 +218,7 @@ def traced_link(graph, c, p) -> tuple[cm.Network, str]:
                                 "(a link preset or a bandwidth, e.g. nvlink3, 25GB/s)")
         text = BOARD_LINKS[gpu.name][0]
         how = f"inferred from the GPU, {gpu.name}; traced= sets it"
-    net = network_of({**p, "bandwidth": text, "latency": "", "inter": ""})
+    net = network_of({**p, "bandwidth": text, "latency": "", "inter": "", "algorithm": traced_algorithm(c)})
     link = net.intra
     fit = cm.calibrate(c.op, c.size_bytes, c.group_size, c.dur_ns, link)
     if fit is not None and fit.bandwidth > link.bandwidth * (1 + 1e-9):
