@@ -433,11 +433,14 @@ def answer_lines(r: Report) -> list[str]:
     return [line, *asked_lines(r)] + ([f"  {wait_text(a.wait)}"] if a.wait is not None else [])
 
 
-def _disagree(step: float, median: float) -> bool:
+def _disagree(step: float, median: float, steps: int) -> bool:
     """The answer's median step's speed-up and the median of the per-step speed-ups tell different
-    stories: one faster and the other slower, or 10 % apart (dataloader with one worker and x4
-    fetches on ResNet-50: the median step, fed by a prefetched batch, 1.486x; the steps' median 0.669x)."""
-    return (step - 1.0) * (median - 1.0) < 0 or abs(step / median - 1.0) > 0.1 if median > 0 else False
+    stories: one more than 1 % faster and the other more than 1 % slower, or 10 % apart (dataloader
+    with one worker and x4 fetches on ResNet-50: the median step, fed by a prefetched batch, 1.486x;
+    the steps' median 0.669x). Not with fewer than 3 steps: the lower of two is no median."""
+    if steps < 3 or median <= 0:
+        return False
+    return (step - 1.0) * (median - 1.0) < 0 and min(abs(step - 1.0), abs(median - 1.0)) > 0.01 or abs(step / median - 1.0) > 0.1
 
 
 def asked_lines(r: Report) -> list[str]:
@@ -460,7 +463,7 @@ def asked_lines(r: Report) -> list[str]:
             if med is not None:
                 m = p.steps[med]
                 step = f"median step ({m.name}) {_ms(m.replayed_ns)} -> {_ms(m.predicted_ns)} ms ({m.speedup:.3f}x), "
-                if len(sp) > 1 and _disagree(m.speedup, mid):  # that step is not the others' story (prefetched batches)
+                if _disagree(m.speedup, mid, len(sp)):  # that step is not the others' story (prefetched batches)
                     step += f"but the per-step speed-ups' median is {mid:.3f}x ({sp[0]:.3f}x to {sp[-1]:.3f}x), "
                     sp = []
             if len(sp) > 1:

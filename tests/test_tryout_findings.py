@@ -1066,3 +1066,13 @@ def test_extern_ops_are_the_library_calls(op, extern):
     from daydream.optimizations.fusion import EXTERN_OPS
 
     assert bool(re.search(EXTERN_OPS, op)) == extern
+
+
+def test_disagreement_needs_three_steps_and_a_margin():
+    """With two steps the lower one was called the median and the 'but' clause fired whenever they
+    differed; 1.001x against 0.999x counted as a disagreement (try-out finding)."""
+    from daydream.render_text import _disagree
+
+    assert not _disagree(1.952, 1.0, 2)
+    assert not _disagree(1.001, 0.999, 6)
+    assert _disagree(1.486, 0.669, 6) and _disagree(1.05, 0.95, 6)
