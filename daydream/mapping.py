@@ -616,6 +616,29 @@ _reach_c = _reach  # rebound to the compiled helpers by _fused_kernel()
 _push_c = _push
 
 
+def _first_pair(ap, at, n, p, t):
+    """The first index ``i < n`` with ``(ap[i], at[i]) >= (p, t)`` (``n`` if none); ``ap``/``at``
+    ascending by (pid, tid) over ``[0, n)``: the binary search of :func:`_group_contexts` and
+    :func:`_call_threads_kernel` (compiled with them, :func:`_with_first_pair`)."""
+    lo = 0
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ap[mid] < p or (ap[mid] == p and at[mid] < t):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+_first_pair_c = _first_pair  # rebound to the compiled helper by _with_first_pair()
+
+
+def _with_first_pair(kernel):
+    """``kernel`` compiled with :func:`_first_pair` compiled for it (None without numba)."""
+    return jit.compiled_calling(globals(), "_first_pair_c", _first_pair, kernel)
+
+
 def _group_contexts(c_pid, c_tid, c_start, c_end, th_pid, th_tid):
     """The contexts of each thread (pid, tid) of ``th_pid``/``th_tid`` (int64, (T,), sorted by
     (pid, tid), distinct), from the contexts' int64 columns (n,), n below 2**31: returns ``idx``
@@ -642,14 +665,7 @@ def _group_contexts(c_pid, c_tid, c_start, c_end, th_pid, th_tid):
             p = c_pid[i]
             t = c_tid[i]
             if not have or p != lp or t != lt:
-                lo = 0
-                hi = nt
-                while lo < hi:  # first thread >= (p, t)
-                    mid = (lo + hi) // 2
-                    if th_pid[mid] < p or (th_pid[mid] == p and th_tid[mid] < t):
-                        lo = mid + 1
-                    else:
-                        hi = mid
+                lo = _first_pair_c(th_pid, th_tid, nt, p, t)
                 lk = lo if lo < nt and th_pid[lo] == p and th_tid[lo] == t else -1
                 have = True
                 lp = p
@@ -1189,7 +1205,7 @@ def _group_kernel(method: str, size: int):
         return _group_contexts if size < 1 << 31 else None
     if method == "numpy" or not jit.wanted(size, SWEEP_MIN, forced=method in ("fused", "fused-np")) or size >= 1 << 31:
         return None
-    return jit.compiled(_group_contexts)
+    return _with_first_pair(_group_contexts)
 
 
 def _grouped_threads(fn, table: EventTable, rt_rows: np.ndarray, threads: "CallThreads", columns: tuple):
@@ -1587,6 +1603,8 @@ def call_threads(table: EventTable, rt_rows: np.ndarray, method: str = "auto") -
     :data:`CALL_THREADS_MAX_THREADS` threads ("auto"; "compiled" whatever the size, "python"
     the kernel uncompiled, "numpy" never), else numpy's sorts and scans; the same answers."""
     fn = jit.kernel_for(_call_threads_kernel, len(rt_rows), CALL_THREADS_MIN, method)
+    if fn is not None and fn is not _call_threads_kernel:
+        fn = _with_first_pair(_call_threads_kernel)
     if fn is not None:
         rows, new_thread, prev_end, ok = jit.call(fn, np.ascontiguousarray(rt_rows, np.int64), table.pid, table.tid, table.end_ns,
                                                   CALL_THREADS_MAX_THREADS)
@@ -1633,14 +1651,7 @@ def _call_threads_kernel(rt_rows, pid, tid, end, cap):
         if lk < 0 or p != lp or t != lt:  # runs of one thread cost a comparison
             lp = p
             lt = t
-            lo = 0
-            hi = nk
-            while lo < hi:  # first key >= (p, t)
-                mid = (lo + hi) // 2
-                if kp[mid] < p or (kp[mid] == p and kt[mid] < t):
-                    lo = mid + 1
-                else:
-                    hi = mid
+            lo = _first_pair_c(kp, kt, nk, p, t)
             if lo < nk and kp[lo] == p and kt[lo] == t:
                 lk = kid[lo]
             else:
