@@ -10,18 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .critical_path import critical_path
+from .simulate.critical_path import critical_path
 from .errors import DaydreamError, NotApplicable, UsageError
-from .events import EventTable
+from .events.table import EventTable
 from .graph import TaskGraph, build_graph
 from .mapping import map_events
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
-from .report import AppliedOpt, Ranked, Report, WaitBound, build_prediction, build_report, window_end_ns
-from .summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
+from .report.build import AppliedOpt, Ranked, Report, WaitBound, build_prediction, build_report, window_end_ns
+from .report.summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
 from .simulate import Timeline, recorded
 from .simulate.launch_order import settle
 from .transform import with_latent_waits
-from .timeline import write_timeline
+from .render.chrome_trace import write_timeline
 
 
 @dataclass
@@ -166,7 +166,7 @@ def _replay(graph: TaskGraph, warnings: list[str] | None = None, what: str = "")
 
 
 def wait_bound(graph: TaskGraph, g2: TaskGraph) -> WaitBound | None:
-    """The :class:`~daydream.report.WaitBound` of the prediction ``g2`` made from ``graph``: both
+    """The :class:`~daydream.report.build.WaitBound` of the prediction ``g2`` made from ``graph``: both
     replayed with the latent cross-stream waits (:func:`daydream.transform.with_latent_waits`);
     None when the trace has none or the prediction's graph holds none of them."""
     if not graph.latent_waits:
@@ -193,7 +193,7 @@ def _latent_baseline_ns(graph: TaskGraph) -> int:
     return got
 
 
-#: the optimization that addresses each bound of daydream.summary.BOUNDS, predicted for the
+#: the optimization that addresses each bound of daydream.report.summary.BOUNDS, predicted for the
 #: opening lines when --opt all did not rank them all (one more replay)
 ADDRESSES = {"data loading": "dataloader"}
 

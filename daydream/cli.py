@@ -13,7 +13,7 @@ import sys
 import traceback
 
 from . import __version__
-from .display import terminal_text
+from .util.display import terminal_text
 from .errors import DaydreamError, TraceFormatError, UnreliableReplay, UsageError
 
 
@@ -196,7 +196,7 @@ def _load(path: str, strict: bool):
     for w in caught:
         kind = "" if issubclass(w.category, UserWarning) else f"{w.category.__name__}: "
         print(_one_line(f"daydream-analyze: warning: {kind}{w.message}"), file=sys.stderr)
-    from .events import Kind
+    from .events.table import Kind
 
     if not (table.kind != Kind.MARKER).any():  # nothing to replay: a report of zeros would read as an answer
         read, skipped = sum(table.accounting.read.values()), sum(table.accounting.skipped.values())
@@ -241,7 +241,7 @@ class _Progress:
 def _compare(result, args) -> None:
     """``--compare-to``: analyze the other trace and put the comparison in the report."""
     from .analysis import analyze
-    from .compare import compare
+    from .report.compare import compare
 
     after = analyze(_load(args.compare_to, args.strict))
     result.report.comparison = compare(result, after)
@@ -329,16 +329,16 @@ def run(argv: list[str] | None = None) -> int:
                             + ("(--opt all ranks each optimization alone; give --opt NAME for a prediction's timeline)"
                                if specs is None else "(the --opt asked did not apply)")), file=sys.stderr)
     if args.json:
-        from .report import report_json
+        from .report.build import report_json
 
         _write(args.json, report_json(result.report))
     if args.plot:
-        from .render_svg import render_html, render_svg
+        from .render.svg import render_html, render_svg
 
         draw = render_html if args.plot.lower().endswith(".html") else render_svg
         _write(args.plot, draw(result.report).encode())
     if "-" not in (args.json, args.timeline):
-        from .render_text import render_text
+        from .render.text import render_text
 
         try:
             sys.stdout.write(render_text(result.report))
@@ -397,7 +397,7 @@ def _run_job(args) -> int:
     if args.json:
         _write(args.json, job_report_json(job.report))
     if args.plot:
-        from .render_job_svg import render_job_html, render_job_svg
+        from .render.job_svg import render_job_html, render_job_svg
 
         _write(args.plot, (render_job_html if args.plot.lower().endswith(".html") else render_job_svg)(job.report).encode())
     if args.json != "-":

@@ -192,7 +192,7 @@ def child_pipeline(path: str) -> dict:
     from daydream.graph import build_graph
     from daydream.mapping import map_events
     from daydream.optimizations import load_all, parse_spec
-    from daydream.report import build_prediction, build_report
+    from daydream.report.build import build_prediction, build_report
     from daydream.simulate import recorded, simulate
 
     import gc
@@ -235,7 +235,7 @@ def child_pipeline(path: str) -> dict:
 def _warm_jit() -> None:
     """Import numba and load the compiled kernels (from numba's cache) when this daydream has them."""
     try:
-        from daydream import jit
+        from daydream.util import jit
         from daydream.mapping import _sweep_innermost, prev_max_end
         from daydream.simulate import compiled
     except ImportError:  # an older daydream (--compare-src): nothing compiled
@@ -275,7 +275,7 @@ def _warm_jit() -> None:
             jit.call(grp, e, e, e, e, e, e)
             jit.call(sweep, e, e, np.zeros(0, np.int32), np.zeros(0, np.int32), e, e, e, 4, 4, e, e, e, 0)
         try:
-            from daydream.graph.waits import _wait_index_kernel
+            from daydream.graph.build.waits import _wait_index_kernel
         except ImportError:  # a daydream before the compiled wait index
             pass
         else:
@@ -344,7 +344,7 @@ def _warm_jit() -> None:
                     jit.call(_finish_kernel("fused", _thread_queries), e, e, e, e)
     try:
         from daydream.graph._arrays import ffill_by
-        from daydream.links import _hash_join
+        from daydream.events.links import _hash_join
     except ImportError:  # a daydream before the compiled thread fill and launch join
         pass
     else:
@@ -362,7 +362,7 @@ def _warm_jit() -> None:
         else:
             _keeps_constraints(0, e, e, e, np.zeros(0, np.uint8), 0, method="compiled")
         try:
-            from daydream.graph.assemble import order_edges
+            from daydream.graph.build.assemble import order_edges
         except ImportError:  # a daydream before the compiled order-edge pass
             pass
         else:
@@ -370,12 +370,12 @@ def _warm_jit() -> None:
                         method="compiled")
             from types import SimpleNamespace
 
-            from daydream.events import DTYPES
-            from daydream.graph.assemble import node_columns
+            from daydream.events.table import DTYPES
+            from daydream.graph.build.assemble import node_columns
             node_columns(SimpleNamespace(**{c: np.zeros(0, d) for c, d in DTYPES.items()}), SimpleNamespace(cpu_rows=e), e, e, -1,
                          {}, method="compiled")
         try:
-            from daydream.graph.tasks import later_min
+            from daydream.graph.build.tasks import later_min
         except ImportError:  # a daydream before the compiled suffix minimum
             pass
         else:
@@ -390,8 +390,13 @@ def _warm_jit() -> None:
             jit.call(jit.compiled(_hash_join), e, np.zeros(0, bool), e, e, np.zeros(0, bool))
         try:
             from daydream.graph._arrays import _few_rows_kernel
-            from daydream.graph.latency import _classify_kernel, _gaps_kernel
-            from daydream.graph.tasks import _cpu_tasks_kernel, _durations_kernel, _link_kernel, _unlaunched_kernel
+            from daydream.graph.build.latency import _classify_kernel, _gaps_kernel
+            from daydream.graph.build.tasks import (
+                _cpu_tasks_kernel,
+                _durations_kernel,
+                _link_kernel,
+                _unlaunched_kernel,
+            )
         except ImportError:  # a daydream before the compiled lane numbering and latency passes
             pass
         else:
@@ -413,7 +418,7 @@ def _warm_jit() -> None:
         critical_walk.walk(critical_walk.kernel(), 0, z, z, z, b, b, np.full(1, -1, i64), np.full(1, -1, i64), np.full(1, -1, i64),
                            e, np.zeros(0, bool), np.zeros(0, np.int8), e, 0, -2)
     try:  # a daydream before the compiled binding records and range split
-        from daydream.graph.ranges import _split_fn
+        from daydream.graph.range_timeline import _split_fn
         from daydream.simulate.binding import _bind_kernel
     except ImportError:
         return

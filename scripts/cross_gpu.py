@@ -32,15 +32,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daydream.events import Kind  # noqa: E402
+from daydream.events.table import Kind  # noqa: E402
 from daydream.formats import load_trace  # noqa: E402
-from daydream.gpus import gpu_of_device  # noqa: E402
+from daydream.costmodel.gpus import gpu_of_device  # noqa: E402
 from daydream.graph import build_graph  # noqa: E402
 from daydream.mapping import map_events  # noqa: E402
 from daydream.optimizations import parse_spec  # noqa: E402
-from daydream.optimizations._common import median_launch_ns  # noqa: E402
-from daydream.optimizations._kernel_model import kernel_floor_ns  # noqa: E402
-from daydream.report import step_windows  # noqa: E402
+from daydream.optimizations.common import median_launch_ns  # noqa: E402
+from daydream.costmodel.kernel_model import kernel_floor_ns  # noqa: E402
+from daydream.report.build import step_windows  # noqa: E402
 from daydream.simulate import simulate  # noqa: E402
 
 PAIR = ("tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
@@ -86,8 +86,8 @@ def direction(a, b) -> list[list[str]]:
 
 
 def class_rows(a, b) -> list[list[str]]:
-    """Kernel time per class (daydream.kernels): source, predicted (launch model), measured on the target."""
-    from daydream.kernels import CLASSES, kernel_info
+    """Kernel time per class (daydream.graph.kernels): source, predicted (launch model), measured on the target."""
+    from daydream.graph.kernels import CLASSES, kernel_info
 
     (ga, _), (gb, _) = a, b
     tgt = gpu_of_device(gb.devices[0])
@@ -109,9 +109,9 @@ def class_rows(a, b) -> list[list[str]]:
 
 def kernel_rows(a, b, n: int) -> list[str]:
     """The n largest kernel groups of direction a -> b: name, class, reason, source and predicted time."""
-    from daydream.display import markup_text
+    from daydream.util.display import markup_text
     from daydream.formats.launch_data import launch_data_of
-    from daydream.optimizations import _kernel_model as KM
+    from daydream.costmodel import kernel_model as KM
 
     (ga, _), (gb, _) = a, b
     src, tgt = gpu_of_device(ga.devices[0]), gpu_of_device(gb.devices[0])

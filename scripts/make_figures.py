@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from daydream.analysis import analyze  # noqa: E402
 from daydream.formats import load_trace  # noqa: E402
-from daydream.render_svg import render_figure  # noqa: E402
+from daydream.render.svg import render_figure  # noqa: E402
 
 TRACE = "fixtures/train_step.json.gz"
 OPT = "scale-kernels:pattern=gemm,factor=0.5"

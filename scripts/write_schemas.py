@@ -2,7 +2,7 @@
 
     python scripts/write_schemas.py
 
-The writing is ``daydream.schemas.write_schemas``; tests/test_schemas.py fails when a committed
+The writing is ``daydream.report.schemas.write_schemas``; tests/test_schemas.py fails when a committed
 schema differs from what it writes.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daydream.schemas import write_schemas  # noqa: E402
+from daydream.report.schemas import write_schemas  # noqa: E402
 
 
 def main() -> None:

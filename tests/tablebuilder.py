@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daydream.events import COLUMNS, MISSING, EventTable, Kind, NameTable
+from daydream.events.table import COLUMNS, MISSING, EventTable, Kind, NameTable
 
 
 class TB:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daydream.events import DeviceInfo, TraceMeta
-from daydream.gpus import find_gpu
+from daydream.events.table import DeviceInfo, TraceMeta
+from daydream.costmodel.gpus import find_gpu
 from daydream.graph import build_graph
 from daydream.optimizations import amp as A
 from daydream.optimizations import parse_spec
@@ -133,7 +133,7 @@ def test_casts_not_placed_without_launch_data():
 def test_shared_datapath_gpus():
     """GA10x/Ada SGEMM reaches 23.25/38.7 of the FP32 peak (gpus.SHARED_DATAPATH_SGEMM); the A10G's
     Tensor Cores run at half the A10's rate, so bf16 gains less there."""
-    from daydream.gpus import SHARED_DATAPATH_SGEMM
+    from daydream.costmodel.gpus import SHARED_DATAPATH_SGEMM
 
     assert SHARED_DATAPATH_SGEMM == 23.25 / 38.7
     a10g, a10 = find_gpu("NVIDIA A10G"), find_gpu("NVIDIA A10")
@@ -183,7 +183,7 @@ def test_gpu_upgrade_names_a_device_for_an_unnamed_trace():
 def test_kernel_floor_does_not_scale():
     """floor + (t - floor) x factor: the A100 has no measured floor, so the trace's smallest kernel
     (8 us) capped at the table's largest floor (MI250 GCD, 2,240 ns) is the floor; the H100's is measured."""
-    from daydream.optimizations._kernel_model import KERNEL_FLOOR_NS
+    from daydream.costmodel.kernel_model import KERNEL_FLOOR_NS
 
     assert max(KERNEL_FLOOR_NS.values()) == 2240 and KERNEL_FLOOR_NS["H100 SXM"] == 1120
     g = trace()

@@ -1,4 +1,4 @@
-"""daydream.arrays.sorted_unique equals np.unique on every dtype it takes."""
+"""daydream.util.arrays.sorted_unique equals np.unique on every dtype it takes."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from daydream.arrays import sorted_unique, unique_inverse
+from daydream.util.arrays import sorted_unique, unique_inverse
 
 
 @given(hnp.arrays(st.sampled_from([np.int64, np.int32, np.int8, np.uint16, np.bool_]), hnp.array_shapes(max_dims=2, max_side=40)))
@@ -38,7 +38,7 @@ def test_other_dtypes_and_edges():
 def test_stable_group_order_equals_argsort(vals, limit, dtype):
     """stable_group_order is np.argsort(kind="stable") whatever the number of distinct keys
     against the limit; few_distinct is np.unique up to its limit."""
-    from daydream.arrays import few_distinct, stable_group_order
+    from daydream.util.arrays import few_distinct, stable_group_order
 
     a = np.array(vals, np.int64)
     if dtype != np.int64:
@@ -49,7 +49,7 @@ def test_stable_group_order_equals_argsort(vals, limit, dtype):
 
 
 def test_small_pages_restores_numpy_setting(monkeypatch):
-    from daydream import arrays
+    from daydream.util import arrays
 
     if arrays._set_madvise_hugepage is None:
         pytest.skip("numpy without the huge-page switch")

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daydream import jit
+from daydream.util import jit
 from daydream.simulate import simulate
 from daydream.simulate import binding
 from daydream.testing.emulator import emulate, programs

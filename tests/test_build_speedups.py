@@ -99,8 +99,8 @@ def test_dense_launch_link_equals_the_sorted_one(n_rt, n_gpu, corr_span, one_pid
     """links.launch_rows by its direct id table (when it takes it) and by its hash join (compiled
     and not) gives the sorted path's links and duplicate flags: shared ids, negative ids and pids,
     GPU rows of other processes, ids past 40 bits, calls in any order, ties in start."""
-    from daydream.events import EventTable, Kind
-    from daydream.links import launch_rows
+    from daydream.events.table import EventTable, Kind
+    from daydream.events.links import launch_rows
 
     rng = np.random.default_rng(seed)
     n = n_rt + n_gpu
@@ -138,7 +138,7 @@ def test_graph_reuses_the_mappings_launch_link():
     """build_graph with the table's mapping (which hands on its launch link when no ids are
     shared, its calls by thread and its context columns) builds the graph it builds alone, on
     real traces, on calls sharing ids, on an op recorded on a device."""
-    from daydream.events import Kind
+    from daydream.events.table import Kind
     from daydream.graph import build_graph
     from daydream.mapping import map_events
     from tablebuilder import TB
@@ -164,7 +164,7 @@ def test_graph_reuses_the_mappings_launch_link():
 def test_visit_order_equals_the_lexsort(n, span, seed):
     """graph.tasks.visit_order is the builder's five-key lexsort: ties in position, in launch,
     in recorded start; positions too wide to pack."""
-    from daydream.graph.tasks import visit_order
+    from daydream.graph.build.tasks import visit_order
 
     rng = np.random.default_rng(seed)
     position = rng.integers(-span, span, n, dtype=np.int64)
@@ -182,7 +182,7 @@ def test_visit_order_equals_the_lexsort(n, span, seed):
 def test_by_thread_groups_as_the_naive_split(n_threads, n_q, n_c, seed):
     """mapping._by_thread (equality passes for a few threads, a sort for many) yields each thread
     with queries and contexts once, in key order, rows and contexts ascending."""
-    from daydream.events import EventTable
+    from daydream.events.table import EventTable
     from daydream.mapping import _by_thread
 
     rng = np.random.default_rng(seed)
@@ -270,7 +270,7 @@ def test_lane_ids_equal_unique_columns(n_cpu, n_gpu, spread, by_thread, seed):
     """graph.tasks.lane_ids (CPU runs read off, GPU keys sorted) is unique_columns of the lane
     keys, CPU nodes first by thread or in any order, GPU nodes anywhere."""
     from daydream.graph._arrays import unique_columns
-    from daydream.graph.tasks import lane_ids
+    from daydream.graph.build.tasks import lane_ids
 
     rng = np.random.default_rng(seed)
     pid = rng.integers(0, spread, n_cpu + n_gpu).astype(np.int64) * 1000
@@ -350,7 +350,7 @@ def test_lane_and_launch_edges_point_forward_on_emulated_traces(tmp_path_factory
 
 def _latency_checked(monkeypatch):
     import daydream.graph.build as B
-    from daydream.graph.latency import _launch_latency_and_gap_reference, launch_latency_and_gap
+    from daydream.graph.build.latency import _launch_latency_and_gap_reference, launch_latency_and_gap
 
     calls = []
 
@@ -413,7 +413,7 @@ def test_lane_chains_compiled_equals_numpy(lanes, seed):
 def test_later_min_compiled_equals_numpy(items, small):
     """graph.tasks.later_min (the smallest later value in each run): the compiled pass, the kernel
     in Python and the numpy scan agree, and equal the brute force."""
-    from daydream.graph.tasks import later_min
+    from daydream.graph.build.tasks import later_min
 
     seg = np.array([s for s, _ in items], np.int64)
     val = np.array([v for _, v in items], np.int64) % (1000 if small else 2**63 - 1)
@@ -475,7 +475,7 @@ def test_latency_compiled_equals_numpy(n, seed, with_x, with_staged, spread):
     """graph.latency.launch_latency_and_gap: the two compiled passes, the kernels in Python and the
     array passes give the same L, G, S and counts, on any launches, stream predecessors, times,
     cross-stream producers and staged copies (tied times included: ``spread`` narrows them)."""
-    from daydream.graph.latency import launch_latency_and_gap
+    from daydream.graph.build.latency import launch_latency_and_gap
 
     rng = np.random.default_rng(seed)
     hi = 10 ** spread + 1
@@ -500,7 +500,7 @@ def test_latency_compiled_equals_numpy(n, seed, with_x, with_staged, spread):
 def test_durations_and_gaps_compiled_equal_numpy(n, seed, spread):
     """graph.tasks.durations_and_gaps: the compiled pass, the kernel in Python and the array passes
     give the same durations, gaps and count (negative durations, gaps and times included)."""
-    from daydream.graph.tasks import durations_and_gaps
+    from daydream.graph.build.tasks import durations_and_gaps
 
     rng = np.random.default_rng(seed)
     hi = 10 ** spread + 1
@@ -522,7 +522,7 @@ def test_durations_and_gaps_compiled_equal_numpy(n, seed, spread):
 def test_unlaunched_positions_compiled_equal_numpy(n, seed, spread):
     """graph.tasks.unlaunched_positions: the compiled backward pass, the kernel in Python and the
     array passes give the same positions (ties in start and position included)."""
-    from daydream.graph.tasks import unlaunched_positions
+    from daydream.graph.build.tasks import unlaunched_positions
 
     rng = np.random.default_rng(seed)
     hi = 10 ** spread + 1
@@ -555,7 +555,7 @@ def test_cpu_tasks_and_launch_links_compiled_equal_numpy(n, seed, spread):
     passes give the same arrays and counts, in the same order of reasons."""
     from types import SimpleNamespace
 
-    from daydream.graph.tasks import cpu_tasks, link_launches
+    from daydream.graph.build.tasks import cpu_tasks, link_launches
     from daydream.mapping import CallThreads
 
     rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""Collective detection (daydream/collectives.py): kernel names, nccl-tests' bus-bandwidth
+"""Collective detection (daydream/graph/collectives.py): kernel names, nccl-tests' bus-bandwidth
 factors, and the collectives found on the real traces that have them."""
 
 from __future__ import annotations
@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 import daydream
-from daydream.collectives import Algo, Op, SizeSource, bus_factor, find_collectives, op_of_name, parse_kernel_name
+from daydream.graph.collectives import (
+    Algo,
+    Op,
+    SizeSource,
+    bus_factor,
+    find_collectives,
+    op_of_name,
+    parse_kernel_name,
+)
 from daydream.graph import build_graph
 from daydream.mapping import map_events
 

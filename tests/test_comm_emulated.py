@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from daydream.errors import DaydreamError
-from daydream import comm_model as cm
+from daydream.costmodel import comm as cm
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
-from daydream.optimizations._comm import buckets, insert_allreduces
+from daydream.optimizations.comm_common import buckets, insert_allreduces
 from daydream.simulate import simulate
-from daydream.testing.collectives import with_allreduces
+from daydream.testing.ddp_programs import with_allreduces
 from daydream.testing.emulator import Launch, emulate, measure_latencies, programs, to_kineto
 
 from test_transform import _baseline_keys, _by_corr, _emulated_by_key
@@ -124,7 +124,7 @@ def test_batched_allreduce_insertion_is_the_one_by_one_graph(tmp_path_factory, p
     node arrays, names, edges in order (a valid visiting order, not always the same), and the
     same replay to the ns; several buckets ready
     at one kernel, and a second insertion after a first (calls inserted there before)."""
-    from daydream.optimizations._comm import insert_allreduces_one_by_one
+    from daydream.optimizations.comm_common import insert_allreduces_one_by_one
 
     run = emulate(prog)
     p = tmp_path_factory.mktemp("b") / "t.json"

@@ -1,4 +1,4 @@
-"""The alpha-beta communication model (daydream/comm_model.py), pinned with exact values."""
+"""The alpha-beta communication model (daydream/costmodel/comm.py), pinned with exact values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from pathlib import Path
 from hypothesis import given, settings, strategies as st
 
-from daydream import comm_model as cm
+from daydream.costmodel import comm as cm
 
 L = cm.Link("test", 1e9, 1000.0, "test link: 1 GB/s, 1 us per step")  # 1 byte per ns
 
@@ -125,7 +125,7 @@ def test_monotone(op, size, n, g, tree, c):
 def test_bandwidth_units_are_read_as_written():
     """'25gb/s' was read as gigabits (8x slower than 25GB/s) without a word, and Arabic-Indic digits
     passed as a number (new-user try-out, finding 8): units must be written as listed."""
-    from daydream.comm_model import parse_bandwidth, parse_latency
+    from daydream.costmodel.comm import parse_bandwidth, parse_latency
     assert parse_bandwidth("25GB/s") == 25e9 and parse_bandwidth("200Gb/s") == 25e9 and parse_bandwidth("100gbps") == 12.5e9
     assert parse_bandwidth("25GBps") == 25e9 and parse_bandwidth("25Gbps") == 25e9 / 8  # GBps: bytes (third try-out, F1)
     for bad in ("25gb/s", "25GB/S", "25GBPS", "\u0662\u0665GB/s", "1e-12GB/s", "1e30GB/s"):

@@ -55,7 +55,7 @@ def test_doubling_bandwidth_never_slows(rel):
 @needs
 @pytest.mark.parametrize("rel", WITH_COLLECTIVES)
 def test_more_workers_never_cheaper_per_byte(rel):
-    from daydream.collectives import find_collectives
+    from daydream.graph.collectives import find_collectives
     g = _graph(rel)
     c = find_collectives(g)
     m = c.size_bytes > 0
@@ -70,8 +70,8 @@ def test_more_workers_never_cheaper_per_byte(rel):
 
 @needs
 def test_recost_on_the_calibrated_network_is_the_identity():
-    from daydream.collectives import find_collectives
-    from daydream.optimizations._comm import network_of, NETWORK_PARAMS
+    from daydream.graph.collectives import find_collectives
+    from daydream.optimizations.comm_common import network_of, NETWORK_PARAMS
     from daydream.optimizations.recost import calibrated, recost, _sized
     g = _graph("hta/nccl_data.json.gz")
     c = find_collectives(g)
@@ -119,7 +119,7 @@ def test_param_file_errors_say_what_is_wrong_and_where(tmp_path):
     its end was found) and a negative count as "bad dtype 'float32' or numel -5" (fourth try-out):
     each message now names the file, the place and the one thing wrong."""
     from daydream.errors import UsageError
-    from daydream.optimizations._comm import read_param_sizes
+    from daydream.optimizations.comm_common import read_param_sizes
 
     f = tmp_path / "p.json"
     full = '{"params": [{"numel": 10, "dtype": "float32"}]}'
@@ -144,7 +144,7 @@ def test_faster_link_never_slows_the_recorded_collectives(rel):
     """network:bandwidth=X keeps the trace's calibrated latencies: a link at least as fast as the one
     calibrated from the trace never makes the collectives slower than recorded (was: the preset's
     higher latency made DLRM rank 7's 1.746 ms of collectives 1.911 ms on NVLink 2, 1.891 on NVLink 4)."""
-    from daydream.collectives import find_collectives
+    from daydream.graph.collectives import find_collectives
     g = _graph(rel)
     c = find_collectives(g)
     before = int(g.dur_ns[c.node].sum())
@@ -158,7 +158,7 @@ def test_faster_link_never_slows_the_recorded_collectives(rel):
 def test_world_size_one_leaves_no_communication():
     """world-size:n=1 has no peers: every collective costs 0, its recorded waits included (second
     try-out: 'recorded + model_new - model_old' kept 23 of nccl_data's 47 ms of collectives)."""
-    from daydream.collectives import find_collectives
+    from daydream.graph.collectives import find_collectives
     g = _graph("hta/nccl_data.json.gz")
     c = find_collectives(g)
     m = c.group_size > 1
@@ -189,10 +189,10 @@ def test_network_on_the_traced_link_is_the_recording_and_slower_links_are_slower
     trace ran on (its GPU's board link). It compared it with the bandwidth the collectives achieved,
     so the very link a trace ran on predicted faster collectives (nccl_data, A100 SXM: 46.876 ->
     24.249 ms on NVLink 3, 42.815 ms on PCIe 3)."""
-    from daydream.collectives import find_collectives
-    from daydream.gpus import BOARD_LINKS
+    from daydream.graph.collectives import find_collectives
+    from daydream.costmodel.gpus import BOARD_LINKS
     from daydream.optimizations.gpu_upgrade import source_gpu
-    from daydream import comm_model as cm
+    from daydream.costmodel import comm as cm
     g = _graph(rel)
     c = find_collectives(g)
     before = int(g.dur_ns[c.node].sum())
@@ -209,7 +209,7 @@ def test_network_on_the_traced_link_is_the_recording_and_slower_links_are_slower
 def test_network_says_which_link_the_trace_ran_on_and_refuses_an_unknown_one():
     import dataclasses
     from daydream.errors import NotApplicable
-    from daydream.events import DeviceInfo
+    from daydream.events.table import DeviceInfo
     g = _graph("hta/nccl_data.json.gz")
     opt, p = parse_spec("network:bandwidth=nvlink3")
     _, note = opt.apply(g, p)
@@ -227,7 +227,7 @@ def test_network_says_which_link_the_trace_ran_on_and_refuses_an_unknown_one():
 @needs
 def test_world_size_costs_the_inter_node_link_it_is_given():
     """world-size:n=64,inter=ib200 was costed as 64 ranks in one node: the calibration dropped inter=."""
-    from daydream.collectives import find_collectives
+    from daydream.graph.collectives import find_collectives
     g = _graph("hta/nccl_data.json.gz")
     c = find_collectives(g)
 
@@ -240,8 +240,8 @@ def test_world_size_costs_the_inter_node_link_it_is_given():
 
 
 def test_board_links_name_table_gpus_and_link_presets():
-    from daydream import comm_model as cm
-    from daydream.gpus import BOARD_LINKS, GPUS
+    from daydream.costmodel import comm as cm
+    from daydream.costmodel.gpus import BOARD_LINKS, GPUS
     names = {g.name for g in GPUS}
     assert set(BOARD_LINKS) <= names and all(k in cm.PRESETS and src for k, src in BOARD_LINKS.values())
     assert {g.name for g in GPUS if g.vendor == "nvidia"} <= set(BOARD_LINKS)
@@ -254,7 +254,7 @@ def test_world_size_and_network_agree_on_the_same_machine():
     collectives (46.876 -> 36.022 ms); both what-ifs now cost nominal links (third try-out, F3).
     world-size takes no bandwidth=/latency= (they were ignored), and a gpu-upgrade before network
     leaves the traced link the recorded GPU's (F4, F5)."""
-    from daydream.collectives import find_collectives
+    from daydream.graph.collectives import find_collectives
     from daydream.errors import UsageError
     g = _graph("hta/nccl_data.json.gz")
     c = find_collectives(g)
@@ -283,9 +283,9 @@ def test_calibration_lowers_base_and_per_step_latency_in_proportion():
     nccl_data and the DLRM job: 64 ranks cost the latency of 8)."""
     from types import SimpleNamespace
 
-    from daydream import comm_model as cm
-    from daydream.collectives import Op
-    from daydream.optimizations._comm import NETWORK_PARAMS, network_of
+    from daydream.costmodel import comm as cm
+    from daydream.graph.collectives import Op
+    from daydream.optimizations.comm_common import NETWORK_PARAMS, network_of
     from daydream.optimizations.recost import calibrated
 
     like = network_of({**{k: p.default for k, p in NETWORK_PARAMS.items()}, "bandwidth": "nvlink2"})
@@ -309,9 +309,9 @@ def test_calibration_with_an_unknown_link_keeps_a_latency():
     bandwidth: no recorded collective is shorter than the model, and both stay above 0."""
     from types import SimpleNamespace
 
-    from daydream import comm_model as cm
-    from daydream.collectives import Op
-    from daydream.optimizations._comm import NETWORK_PARAMS, network_of
+    from daydream.costmodel import comm as cm
+    from daydream.graph.collectives import Op
+    from daydream.optimizations.comm_common import NETWORK_PARAMS, network_of
     from daydream.optimizations.recost import calibrated
 
     like = network_of({**{k: p.default for k, p in NETWORK_PARAMS.items()}, "bandwidth": "nvlink2"})
@@ -329,7 +329,7 @@ def test_network_latency_given_sets_the_per_step_latency_only():
     """latency= replaced the per-step latency but left the preset's base latency in place of the
     trace's calibrated one: a lower latency= predicted slower collectives (DLRM job 100 ns: 0.222 ms,
     3.4 us: 0.476 ms), and the trace's own latency was not the identity (nccl_data 46.939 ms)."""
-    from daydream.collectives import find_collectives
+    from daydream.graph.collectives import find_collectives
     from daydream.optimizations.recost import calibrated, traced_link
 
     g = _graph("hta/nccl_data.json.gz")
@@ -351,7 +351,7 @@ def test_network_bandwidth_as_a_number_keeps_the_traced_link_kind():
     bandwidth as a number was not the identity (5.798 -> 5.621 ms) and a slower one predicted faster
     collectives (12 GB/s: 5.708 ms; try-out finding)."""
     g = _graph("param_dlrm/dlrm_8rank_worker0.pt.trace.json.gz")
-    from daydream.collectives import find_collectives
+    from daydream.graph.collectives import find_collectives
 
     c = find_collectives(g)
     got = {}
@@ -367,7 +367,7 @@ def test_network_bandwidth_as_a_number_keeps_the_traced_link_kind():
 def test_algorithm_sets_the_new_network_only():
     """algorithm=tree was applied to the trace's own network too, so on DLRM's RING all-reduces it
     changed nothing at the traced size (5.798 -> 5.798 ms; try-out finding)."""
-    from daydream.collectives import find_collectives
+    from daydream.graph.collectives import find_collectives
     from daydream.optimizations.recost import traced_algorithm
 
     g = _graph("param_dlrm/dlrm_8rank_worker0.pt.trace.json.gz")

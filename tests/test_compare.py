@@ -1,5 +1,5 @@
 """``--compare-to AFTER``: predicted (or this trace) against another trace's measurement
-(daydream/compare.py), and CPU ranges carried into a replay (daydream/ranges.py)."""
+(daydream/report/compare.py), and CPU ranges carried into a replay (daydream/simulate/carry.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 
 import daydream
 from daydream.cli import main
-from daydream.compare import GROUPS, RELATED_MIN_JACCARD, _names, compare, measures, name_overlap
+from daydream.report.compare import GROUPS, RELATED_MIN_JACCARD, _names, compare, measures, name_overlap
 from daydream.errors import UsageError
 from daydream.simulate import recorded
 from daydream.graph import profiler_steps
-from daydream.ranges import carry, cpu_range_rows
-from daydream.report import step_windows
+from daydream.simulate.carry import carry, cpu_range_rows
+from daydream.report.build import step_windows
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "train_step.json.gz"
@@ -228,7 +228,15 @@ import dataclasses  # noqa: E402
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from daydream.testing.emulator import GraphLaunch, Launch, emulate, measure_latencies, programs, to_kineto, training_step_program  # noqa: E402
+from daydream.testing.emulator import (
+    GraphLaunch,
+    Launch,
+    emulate,
+    measure_latencies,
+    programs,
+    to_kineto,
+    training_step_program,
+)  # noqa: E402
 
 
 def _scaled(prog, factor: int):
@@ -283,7 +291,15 @@ def test_a_range_ending_with_a_call_of_no_length_follows_it(tmp_path):
     """A range whose last call, a cudaDeviceSynchronize, found the GPU idle (0 ns recorded, starting
     where the range ends): kernels x2 made it wait 46.7 us, and the predicted range kept its recorded
     end (the boundary was placed before the call). Found by the property above (hypothesis)."""
-    from daydream.testing.emulator import DeviceSync, Memcpy, MemcpyAsync, Program, RangeBegin, RangeEnd, Thread
+    from daydream.testing.emulator import (
+        DeviceSync,
+        Memcpy,
+        MemcpyAsync,
+        Program,
+        RangeBegin,
+        RangeEnd,
+        Thread,
+    )
 
     ops = (RangeBegin(name="range_0", cat="user_annotation"),
            Launch(device=0, stream=7, kernel_name="ampere_sgemm_128x64_tn", kernel_dur_ns=47069, call_dur_ns=1000),

@@ -15,10 +15,23 @@ from daydream.formats import load_trace
 from daydream.graph import build_graph
 from daydream.mapping import PHASES, map_events
 from daydream.optimizations import parse_spec
-from daydream.critical_path import critical_path
+from daydream.simulate.critical_path import critical_path
 from daydream.simulate import simulate
-from daydream.testing.emulator import (Handover, HostWork, Launch, OtherCall, Program, RangeBegin, RangeEnd, StreamSync,
-                                       Thread, WaitHandover, emulate, measure_latencies, to_kineto)
+from daydream.testing.emulator import (
+    Handover,
+    HostWork,
+    Launch,
+    OtherCall,
+    Program,
+    RangeBegin,
+    RangeEnd,
+    StreamSync,
+    Thread,
+    WaitHandover,
+    emulate,
+    measure_latencies,
+    to_kineto,
+)
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -323,7 +336,7 @@ def test_data_loading_bounds_the_step_and_is_charged_to_the_dataloader(tmp_path)
     a = r.summary.answer
     assert a.bound_by == "data loading" and DL in a.bound_detail
     assert list(a.whatifs)[0] == "dataloader" and a.whatifs["dataloader"] > 1.5
-    from daydream.render_text import render_text
+    from daydream.render.text import render_text
 
     first = render_text(r).splitlines()[0]
     assert first.startswith("answer: ") and "bound by data loading" in first and "dataloader" in first
@@ -392,7 +405,7 @@ def test_scale_cpu_keeps_each_step_its_own_data_loading(tmp_path_factory, spec, 
     """scale-cpu of the DataLoader range that opens each ProfilerStep: every predicted step
     boundary is where the emulator's run of the changed program has it (was: the boundary kept its
     recorded distance to the step's first call, so each step carried the next one's fetch)."""
-    from daydream.report import step_windows
+    from daydream.report.build import step_windows
 
     steps, fetch, post, kern = spec
     tail = [data.draw(st.integers(0, 30_000)) for _ in range(steps)]

@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daydream import critical_path as cp
+from daydream.simulate import critical_path as cp
 from daydream.simulate import critical_walk, simulate, with_bindings
 from daydream.testing.emulator import emulate, programs
 

@@ -24,11 +24,22 @@ from hypothesis import strategies as st
 
 from daydream import formats
 from daydream.errors import TraceFormatError
-from daydream.events import COLUMNS, DTYPES, MISSING, CopyKind, DeviceInfo, EventTable, Kind, MemKind, SyncKind, TraceMeta
+from daydream.events.table import (
+    COLUMNS,
+    DTYPES,
+    MISSING,
+    CopyKind,
+    DeviceInfo,
+    EventTable,
+    Kind,
+    MemKind,
+    SyncKind,
+    TraceMeta,
+)
 from daydream.formats import cupti_jsonl as cj
 from daydream.formats import launch_data as LD
 from daydream.formats.cupti_export import cupti_records, write_cupti_jsonl
-from daydream.schemas import schema_text
+from daydream.report.schemas import schema_text
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"

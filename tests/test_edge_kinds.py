@@ -9,10 +9,19 @@ import numpy as np
 import orjson
 import pytest
 
-from daydream.critical_path import critical_path
-from daydream.graph import NODE_CPU, EdgeKind, Offset, Phase, Rule, build_graph, register_kind, unregister_kind
+from daydream.simulate.critical_path import critical_path
+from daydream.graph import (
+    NODE_CPU,
+    EdgeKind,
+    Offset,
+    Phase,
+    Rule,
+    build_graph,
+    register_kind,
+    unregister_kind,
+)
 from daydream.simulate import simulate, simulate_events, with_bindings
-from daydream.timeline import write_timeline
+from daydream.render.chrome_trace import write_timeline
 from daydream.transform import add_edges, remove
 
 from tablebuilder import TB

@@ -13,11 +13,28 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from daydream.testing.emulator import (
-    DeviceSync, EventRecord, EventSync, HostWork, Launch, Memcpy, MemcpyAsync, MemsetAsync, OtherCall, Program,
-    RangeBegin, RangeEnd, StreamSync, StreamWaitEvent, Thread, emulate, measure_latencies, programs, to_kineto,
+    DeviceSync,
+    EventRecord,
+    EventSync,
+    HostWork,
+    Launch,
+    Memcpy,
+    MemcpyAsync,
+    MemsetAsync,
+    OtherCall,
+    Program,
+    RangeBegin,
+    RangeEnd,
+    StreamSync,
+    StreamWaitEvent,
+    Thread,
+    emulate,
+    measure_latencies,
+    programs,
+    to_kineto,
     training_step_program,
 )
-from daydream.cuda_api import PAGEABLE_STAGING_BYTES
+from daydream.events.cuda_api import PAGEABLE_STAGING_BYTES
 
 T0 = 1_000_000_000_000  # a round t0 makes hand-computed times readable
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

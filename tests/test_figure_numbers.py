@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from daydream.cli import main
-from daydream.render_svg import KINDS, SERIES
+from daydream.render.svg import KINDS, SERIES
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "train_step.json.gz"

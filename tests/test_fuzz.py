@@ -44,7 +44,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from daydream.cli import main
-from daydream.events import COLUMNS, EventTable
+from daydream.events.table import COLUMNS, EventTable
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"

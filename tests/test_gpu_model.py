@@ -1,4 +1,4 @@
-"""gpu-upgrade's per-kernel rules (daydream/optimizations/_kernel_model.py) on hand-built kernels
+"""gpu-upgrade's per-kernel rules (daydream/costmodel/kernel_model.py) on hand-built kernels
 with exact expected times, the host-path parameters, and the launch-data reader on real traces."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daydream.events import DeviceInfo, TraceMeta
+from daydream.events.table import DeviceInfo, TraceMeta
 from daydream.formats.launch_data import LaunchData, make_key, op_work, read_launch_data
-from daydream.gpus import GPUS, find_gpu
+from daydream.costmodel.gpus import GPUS, find_gpu
 from daydream.graph import NODE_CPU, build_graph
-from daydream.optimizations import _kernel_model as KM
+from daydream.costmodel import kernel_model as KM
 from daydream.optimizations import parse_spec
 from daydream.simulate import simulate
 
@@ -247,8 +247,8 @@ def real_graphs():
 
 def test_identity_with_host_parameters_on_every_real_trace(real_graphs):
     """Target = source and host parameters at the trace's own values: the baseline exactly."""
-    from daydream.gpus import gpu_of_device
-    from daydream.optimizations._common import median_launch_ns
+    from daydream.costmodel.gpus import gpu_of_device
+    from daydream.optimizations.common import median_launch_ns
 
     done = 0
     for name, g in real_graphs.items():
@@ -439,7 +439,7 @@ def test_source_gpu_does_not_guess_between_models():
     models named is not known (was: the first entry, silently)."""
     from types import SimpleNamespace
 
-    from daydream.events import DeviceInfo
+    from daydream.events.table import DeviceInfo
     from daydream.optimizations.gpu_upgrade import source_gpu
 
     def g(*names):

@@ -20,8 +20,21 @@ from daydream.graph import NODE_CPU, build_graph
 from daydream.simulate import check_topological, simulate
 from daydream.errors import NotApplicable
 from daydream.optimizations import parse_spec
-from daydream.testing.emulator import (GraphLaunch, HostWork, Launch, OtherCall, Program, RangeBegin, RangeEnd,
-                                       StreamSync, Thread, emulate, measure_latencies, programs, to_kineto)
+from daydream.testing.emulator import (
+    GraphLaunch,
+    HostWork,
+    Launch,
+    OtherCall,
+    Program,
+    RangeBegin,
+    RangeEnd,
+    StreamSync,
+    Thread,
+    emulate,
+    measure_latencies,
+    programs,
+    to_kineto,
+)
 from daydream.transform import remove, scale, select
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

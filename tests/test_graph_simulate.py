@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from daydream.events import CopyKind, Kind, MemKind, SyncKind
+from daydream.events.table import CopyKind, Kind, MemKind, SyncKind
 from daydream.graph import NODE_CPU, EdgeKind, build_graph
 from daydream.simulate import check_topological, simulate
 

@@ -1,6 +1,6 @@
 """CPU hand-over between threads (``docs/model.md``, "CPU hand-over between threads").
 
-Hand-built tables check the recovery rule (:mod:`daydream.graph.handover`); emulated programs with
+Hand-built tables check the recovery rule (:mod:`daydream.graph.build.handover`); emulated programs with
 an autograd thread check that the replay reproduces them and, the test that tells a dependency
 from a fit, that predictions for changed programs equal the emulator's run of the changed program.
 """
@@ -13,14 +13,27 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from daydream.events import Kind
+from daydream.events.table import Kind
 from daydream.formats import load_trace
 from daydream.graph import EdgeKind, Origin, build_graph
-from daydream.graph.handover import RESUME_TOLERANCE_NS
+from daydream.graph.build.handover import RESUME_TOLERANCE_NS
 from daydream.simulate import simulate
-from daydream.testing.emulator import (Handover, HostWork, Launch, MemsetAsync, OtherCall, Program, RangeBegin,
-                                       RangeEnd, StreamSync, Thread, WaitHandover, emulate, measure_latencies,
-                                       to_kineto)
+from daydream.testing.emulator import (
+    Handover,
+    HostWork,
+    Launch,
+    MemsetAsync,
+    OtherCall,
+    Program,
+    RangeBegin,
+    RangeEnd,
+    StreamSync,
+    Thread,
+    WaitHandover,
+    emulate,
+    measure_latencies,
+    to_kineto,
+)
 from daydream.transform import remove, scale
 
 from tablebuilder import TB

@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 from daydream.graph.host_clock import HostClock
 from daydream.graph.model import CpuRanges
-from daydream.graph.ranges import thread_key
+from daydream.graph.range_timeline import thread_key
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 RESNET = TRACES / "kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
@@ -88,7 +88,7 @@ def test_chained_scale_cpu_composes_like_one():
     from daydream.graph import build_graph
     from daydream.mapping import map_events
     from daydream.optimizations import parse_spec
-    from daydream.report import step_windows
+    from daydream.report.build import step_windows
     from daydream.simulate import simulate
 
     t = daydream.load_trace(str(RESNET))

@@ -1,5 +1,5 @@
 """Cross-stream waits whose event the trace does not name: edges inferred from timing
-(daydream/graph/inferred.py; docs/model.md, "Inferred cross-stream waits").
+(daydream/graph/build/inferred.py; docs/model.md, "Inferred cross-stream waits").
 
 Hand-built tables check each part of the rule; properties over the emulator's random programs,
 written without the waits' event links, check that no inferred edge is false and that the
@@ -15,13 +15,24 @@ import numpy as np
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from daydream.events import Kind, SyncKind
+from daydream.events.table import Kind, SyncKind
 from daydream.formats import load_trace
 from daydream.graph import EdgeKind, Origin, build_graph
-from daydream.graph.inferred import AMBIGUOUS, INFERRED, LATE, UNLINKED, tolerance_ns
+from daydream.graph.build.inferred import AMBIGUOUS, INFERRED, LATE, UNLINKED, tolerance_ns
 from daydream.simulate import simulate
-from daydream.testing.emulator import (EventRecord, HostWork, Launch, Program, StreamWaitEvent, Thread, emulate,
-                                       measure_latencies, programs, to_kineto, training_step_program)
+from daydream.testing.emulator import (
+    EventRecord,
+    HostWork,
+    Launch,
+    Program,
+    StreamWaitEvent,
+    Thread,
+    emulate,
+    measure_latencies,
+    programs,
+    to_kineto,
+    training_step_program,
+)
 from daydream.transform import add_kernel_after, remove, scale, select
 from tablebuilder import TB
 from test_transform import _drop_launch, _gap_ops, _same_interleaving

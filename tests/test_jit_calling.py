@@ -1,4 +1,4 @@
-"""daydream.jit.compiled_calling: one binding of a compiled kernel and the helper it calls by a
+"""daydream.util.jit.compiled_calling: one binding of a compiled kernel and the helper it calls by a
 module-level name, used by the replay kernel (simulate/compiled.py) and the critical-path walk
 (simulate/critical_walk.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from daydream import jit
+from daydream.util import jit
 from daydream.simulate import compiled, critical_walk
 
 

@@ -235,7 +235,7 @@ def _fake_rank(rank, colls):
 def test_match_by_process_group():
     """Collectives of two sub-communicators are matched within each group, by order; a rank
     outside a group is not a participant, and each group's last arrival is its own."""
-    from daydream.collectives import Op
+    from daydream.graph.collectives import Op
 
     ar, a2a = int(Op.ALL_REDUCE), int(Op.ALL_TO_ALL)
     ranks = [_fake_rank(0, [("a", ar, 100, 500), ("a", ar, 900, 1000)]),
@@ -378,7 +378,7 @@ def test_job_replay_trust_is_reported_and_strict_replay_refuses(dlrm, capsys):
     """The job report judges its coupled replay per rank by the single-trace rule (was: no verdict,
     and job what-ifs never marked); rank 1's GPU start error (p99 1,039 us, 5.22 % of its step)
     makes the job unreliable, its what-ifs are marked, and --strict-replay refuses them."""
-    from daydream.report import trust_verdict
+    from daydream.report.build import trust_verdict
 
     r = dlrm.report
     assert [x.trust for x in r.rank_rows] == ["fair", "unreliable", "fair", "fair", "good", "good", "fair", "fair"]

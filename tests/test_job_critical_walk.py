@@ -1,5 +1,5 @@
 """The job's critical path (daydream/job/critical.py) walks each rank with the compiled walk
-where the single-rank critical path does (daydream.critical_path._compiled_walk), with results
+where the single-rank critical path does (daydream.simulate.critical_path._compiled_walk), with results
 identical to the Python walk."""
 
 from __future__ import annotations

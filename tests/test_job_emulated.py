@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 
 from daydream.job import analyze_job
 from daydream.job.whatif import parse_job_specs, predict
-from daydream.testing.emulator import measure_latencies, EventRecord, HostWork, Launch, Program, StreamSync, StreamWaitEvent, Thread
+from daydream.testing.emulator import (
+    measure_latencies,
+    EventRecord,
+    HostWork,
+    Launch,
+    Program,
+    StreamSync,
+    StreamWaitEvent,
+    Thread,
+)
 from daydream.testing.job_emulator import ALL_REDUCE, ALL_TO_ALL, emulate_job, write_job
 
 COMPUTE, COMM = 7, 20

@@ -1,4 +1,4 @@
-"""``--plot`` on a job (daydream.render_job_svg): every number drawn is the JSON report's, the
+"""``--plot`` on a job (daydream.render.job_svg): every number drawn is the JSON report's, the
 straggler is marked, strings are escaped, and the job CLI refuses a bad --plot name."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from daydream.cli import main
-from daydream.job_report import JOB_REPORT_VERSION, JobReport, RankRow, Straggler
-from daydream.render_job_svg import render_job_html, render_job_svg
+from daydream.report.job_model import JOB_REPORT_VERSION, JobReport, RankRow, Straggler
+from daydream.render.job_svg import render_job_html, render_job_svg
 
 DLRM = Path(__file__).resolve().parents[2] / "shared" / "traces" / "param_dlrm"
 NS = "{http://www.w3.org/2000/svg}"

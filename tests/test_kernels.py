@@ -1,4 +1,4 @@
-"""Kernel classification (daydream/kernels.py): spot checks on real kernel names, the share of
+"""Kernel classification (daydream/graph/kernels.py): spot checks on real kernel names, the share of
 GPU time left unclassified on every real trace, precision and boundness."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daydream import kernels as K
-from daydream.events import Kind
+from daydream.graph import kernels as K
+from daydream.events.table import Kind
 from daydream.formats import load_trace
 from daydream.graph import build_graph
 

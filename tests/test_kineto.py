@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daydream.errors import TraceFormatError
-from daydream.events import CopyKind, Kind, MemKind, SyncKind
+from daydream.events.table import CopyKind, Kind, MemKind, SyncKind
 from daydream.formats import detect, kineto, read_head
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import daydream
-from daydream.events import Kind
+from daydream.events.table import Kind
 from daydream.formats import kineto
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

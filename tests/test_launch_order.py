@@ -13,7 +13,16 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from daydream.simulate.launch_order import settle, shared_streams
-from daydream.testing.emulator import HostWork, Launch, Program, StreamSync, Thread, emulate, measure_latencies, programs
+from daydream.testing.emulator import (
+    HostWork,
+    Launch,
+    Program,
+    StreamSync,
+    Thread,
+    emulate,
+    measure_latencies,
+    programs,
+)
 from daydream.transform import scale, select
 from emulated_checks import _check_prediction, _graph_of, _same_interleaving
 

@@ -15,12 +15,23 @@ import numpy as np
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from daydream.critical_path import critical_path
-from daydream.cuda_api import LAUNCH_QUEUE_DEPTH
+from daydream.simulate.critical_path import critical_path
+from daydream.events.cuda_api import LAUNCH_QUEUE_DEPTH
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, EdgeKind, build_graph
 from daydream.simulate import simulate, simulate_events
-from daydream.testing.emulator import GraphLaunch, HostWork, Launch, Program, StreamSync, Thread, emulate, measure_latencies, programs, to_kineto
+from daydream.testing.emulator import (
+    GraphLaunch,
+    HostWork,
+    Launch,
+    Program,
+    StreamSync,
+    Thread,
+    emulate,
+    measure_latencies,
+    programs,
+    to_kineto,
+)
 from daydream.transform import add_kernel_after, remove, scale, select
 
 from tablebuilder import TB

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daydream.events import COLUMNS, MISSING, EventTable, Kind, NameTable
+from daydream.events.table import COLUMNS, MISSING, EventTable, Kind, NameTable
 from daydream.mapping import (
     AUTOGRAD_THREAD_RULE,
     AUTOGRAD_THREAD_SHARE,
@@ -907,7 +907,7 @@ def test_context_keys_columns_compiled_equals_numpy(rows, py_id):
 def test_group_contexts_equals_numpy(ctxs, threads):
     """mapping._group_contexts (compiled and in Python): each thread's contexts, ascending, and
     whether they are in (start asc, end desc) order, as numpy masks and lexsort give them."""
-    from daydream import jit
+    from daydream.util import jit
     from daydream.mapping import _group_contexts
 
     th = sorted(set(threads))

@@ -1,4 +1,4 @@
-"""The structure memo (daydream/memo.py): a graph that shares its baseline's memo (a change of
+"""The structure memo (daydream/graph/memo.py): a graph that shares its baseline's memo (a change of
 durations only) predicts exactly what the same graph built fresh predicts, and the memoized
 binding records equal the ones computed from scratch."""
 
@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
 from daydream.mapping import map_events
-from daydream.memo import memo
-from daydream.report import build_prediction, build_report
-from daydream.report import AppliedOpt
+from daydream.graph.memo import memo
+from daydream.report.build import build_prediction, build_report
+from daydream.report.build import AppliedOpt
 from daydream.simulate import recorded, simulate, with_bindings
 from daydream.simulate.binding import bindings, bindings_reference
 from daydream.simulate.replay import prepare
@@ -96,7 +96,7 @@ def _union_by_max_at(starts, ends, lo, hi):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 80)), max_size=30), st.integers(0, 100), st.integers(0, 250))
 def test_union_length_by_running_end(iv, lo, hi):
-    from daydream.report import _union_length
+    from daydream.report.build import _union_length
 
     s = np.array([a for a, _ in iv], np.int64)
     e = np.array([a + d for a, d in iv], np.int64)
@@ -105,5 +105,5 @@ def test_union_length_by_running_end(iv, lo, hi):
 
 @given(st.lists(st.integers(0, 60), max_size=40))
 def test_rows_distinct(rows):
-    from daydream.summary import _distinct
+    from daydream.report.summary import _distinct
     assert _distinct(np.asarray(rows, np.int64)) == (len(set(rows)) == len(rows))

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daydream import formats
-from daydream.cuda_api import ApiRole, api_role
+from daydream.events.cuda_api import ApiRole, api_role
 from daydream.errors import TraceFormatError
-from daydream.events import GPU_TASK_KINDS, CopyKind, EventTable, Kind, MemKind, SyncKind
+from daydream.events.table import GPU_TASK_KINDS, CopyKind, EventTable, Kind, MemKind, SyncKind
 from daydream.formats import nsys
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

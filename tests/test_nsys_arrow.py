@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daydream.errors import TraceFormatError
-from daydream.events import NameTable
+from daydream.events.table import NameTable
 from daydream.formats import nsys, sqlite_arrow
 from test_nsys import EXPORTS, GTID, NVTX_COLS, RUNTIME_COLS, basic_tables, make_db
 

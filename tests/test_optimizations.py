@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from daydream.errors import NotApplicable, UsageError
-from daydream.events import DeviceInfo, Kind, TraceMeta
+from daydream.events.table import DeviceInfo, Kind, TraceMeta
 from daydream.formats import load_trace
-from daydream.gpus import find_gpu, gpu_of_device
-from daydream.gpus import names as gpu_names
+from daydream.costmodel.gpus import find_gpu, gpu_of_device
+from daydream.costmodel.gpus import names as gpu_names
 from daydream.graph import NODE_CPU, build_graph
 from daydream.mapping import NodeMapping
 from daydream.mapping import PHASES, map_events

@@ -2,7 +2,7 @@
 
 CUDA "API synchronization behavior": a synchronous ``cudaMemcpy`` from pageable memory to the
 device first synchronizes its stream, stages the data and returns; above the staging size
-(:data:`daydream.cuda_api.PAGEABLE_STAGING_BYTES`) a copy from pageable memory returns only after
+(:data:`daydream.events.cuda_api.PAGEABLE_STAGING_BYTES`) a copy from pageable memory returns only after
 its DMA started; a device-to-host copy returns when it is done; a device-to-device ``cudaMemcpy``
 does not synchronize the host. Hand-built tables check the edges; emulated programs check that
 the replay is exact and that predictions after scaling or removing kernels equal the emulator's
@@ -17,12 +17,21 @@ import numpy as np
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from daydream.cuda_api import PAGEABLE_STAGING_BYTES
-from daydream.events import CopyKind, Kind, MemKind
+from daydream.events.cuda_api import PAGEABLE_STAGING_BYTES
+from daydream.events.table import CopyKind, Kind, MemKind
 from daydream.graph import NODE_CPU, EdgeKind, build_graph
 from daydream.simulate import simulate
-from daydream.testing.emulator import (HostWork, Launch, Memcpy, MemcpyAsync, Program, StreamSync, Thread, emulate,
-                                       measure_latencies)
+from daydream.testing.emulator import (
+    HostWork,
+    Launch,
+    Memcpy,
+    MemcpyAsync,
+    Program,
+    StreamSync,
+    Thread,
+    emulate,
+    measure_latencies,
+)
 from daydream.transform import scale, select
 
 from tablebuilder import TB

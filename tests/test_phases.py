@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from tablebuilder import TB
 
-from daydream.critical_path import critical_path
-from daydream.events import EventTable, Kind
+from daydream.simulate.critical_path import critical_path
+from daydream.events.table import EventTable, Kind
 from daydream.graph import NODE_CPU, build_graph
 from daydream.mapping import PHASES, map_events
-from daydream.report import Report, _groups, build_report
+from daydream.report.build import Report, _groups, build_report
 from daydream.simulate import recorded, simulate
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daydream.graph.assemble import order_edges
+from daydream.graph.build.assemble import order_edges
 
 METHODS = ("compiled", "python")
 
@@ -50,8 +50,8 @@ def test_node_columns_compiled_equals_numpy(rows, data, only):
     nodes and the gathered columns (dtypes too), and the same count of early GPU tasks."""
     from types import SimpleNamespace
 
-    from daydream.events import DTYPES
-    from daydream.graph.assemble import node_columns
+    from daydream.events.table import DTYPES
+    from daydream.graph.build.assemble import node_columns
 
     n = len(rows)
     cols = dict(pid=[r[0] for r in rows], tid=[r[1] for r in rows], kind=[r[2] for r in rows], device=[r[3] for r in rows],
@@ -234,7 +234,7 @@ def test_wait_index_compiled_equals_numpy(n_cpu, n_gpu, data):
     columns (GPU lanes, positions, launch ids; thread starts; launched lanes and their fill)."""
     from types import SimpleNamespace
 
-    from daydream.graph.waits import WaitIndex
+    from daydream.graph.build.waits import WaitIndex
 
     n = n_cpu + n_gpu
     lane = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int64)

@@ -1,4 +1,4 @@
-"""``--plot FILE.svg`` / ``--plot FILE.html``: the figures of the report (daydream/render_svg.py)."""
+"""``--plot FILE.svg`` / ``--plot FILE.html``: the figures of the report (daydream/render/svg.py)."""
 
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ def _graph_cache():
 
 
 def _nodes_in_ranges_reference(graph, ranges, same_thread):
-    """daydream.optimizations._common.cpu_nodes_in_ranges as it was: one pass over the calls per range."""
+    """daydream.optimizations.common.cpu_nodes_in_ranges as it was: one pass over the calls per range."""
     pid, tid, s, e = ranges
     out = np.full(graph.n, -1, dtype=np.int64)
     cpu = (graph.node_kind == 0) & (graph.row >= 0)
@@ -188,7 +188,7 @@ def test_cpu_nodes_in_ranges_equals_one_pass_per_range(seed, k, same_thread, odd
     import dataclasses
 
     from daydream.graph import NODE_CPU
-    from daydream.optimizations._common import cpu_nodes_in_ranges
+    from daydream.optimizations.common import cpu_nodes_in_ranges
 
     g = _graph_cache()
     assert NODE_CPU == 0
@@ -211,7 +211,7 @@ def test_cpu_nodes_in_ranges_equals_one_pass_per_range(seed, k, same_thread, odd
 
 def test_step_members_by_pass_and_by_sort_agree(monkeypatch):
     """Few steps (a pass per step) or many (one sort, a slice per step): the same members, kinds and devices."""
-    import daydream.report as rp
+    import daydream.report.build as rp
     from daydream.formats import load_trace
     from daydream.graph import build_graph, profiler_steps
     from daydream.mapping import map_events

@@ -1,4 +1,4 @@
-"""The compiled split of host time by CPU range (daydream/graph/ranges.py: _split_kernel, with
+"""The compiled split of host time by CPU range (daydream/graph/range_timeline.py: _split_kernel, with
 its galloping search _gallop) gives the rows of the numpy reference, split_by_range_numpy, bit
 for bit and in the same order, run plain and compiled."""
 
@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-R = importlib.import_module("daydream.graph.ranges")
+R = importlib.import_module("daydream.graph.range_timeline")
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""The compiled range timeline (daydream/graph/ranges.py: _timeline_kernel, one sweep per
+"""The compiled range timeline (daydream/graph/range_timeline.py: _timeline_kernel, one sweep per
 thread) gives the segments of the numpy reference, range_timeline_numpy, to the nanosecond and
 in the same order, run plain and compiled: nested, overlapping, equal and touching ranges, ties
 of start and end, several threads and priority levels, levels whose ranges disagree on the
@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-R = importlib.import_module("daydream.graph.ranges")
+R = importlib.import_module("daydream.graph.range_timeline")
 
 
 @st.composite

@@ -38,7 +38,7 @@ import daydream.analysis
 import daydream.formats.nsys as nsys_mod
 from daydream.cli import main
 from daydream.errors import DaydreamError
-from daydream.events import COLUMNS, EventTable
+from daydream.events.table import COLUMNS, EventTable
 from daydream.formats import TIME_LIMIT_NS, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -391,7 +391,7 @@ def test_cyclic_waits_are_dropped_not_fatal():
     on the thread), and the replay stopped with an internal error. The wait is dropped, counted."""
     from tablebuilder import TB
 
-    from daydream.events import SyncKind
+    from daydream.events.table import SyncKind
     from daydream.graph import build_graph
     from daydream.simulate import check_topological, simulate
 

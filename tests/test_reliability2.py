@@ -436,7 +436,7 @@ def test_two_outputs_with_the_same_path_are_refused(tmp_path, capsys):
 # 7. cost bounded by input size: a huge kernel name
 # ---------------------------------------------------------------------------------------------
 def test_huge_names_are_classified_in_bounded_time():
-    from daydream.kernels import classify_names
+    from daydream.graph.kernels import classify_names
     from daydream.mapping import NAME_PREFIX
 
     huge = "void at::native::" + "ab_" * (2 * MB)
@@ -608,8 +608,8 @@ def test_skip_reasons_are_bounded(tmp_path, capsys):
     import json
 
     from daydream.cli import main
-    from daydream.events import MAX_REASONS, OTHER_REASONS, Accounting
-    from daydream.render_text import MAX_COUNTED_LINES
+    from daydream.events.table import MAX_REASONS, OTHER_REASONS, Accounting
+    from daydream.render.text import MAX_COUNTED_LINES
 
     a = Accounting()
     for i in range(MAX_REASONS + 50):

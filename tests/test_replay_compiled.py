@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daydream import jit
+from daydream.util import jit
 from daydream.errors import TraceFormatError
-from daydream.events import CopyKind, Kind, MemKind
+from daydream.events.table import CopyKind, Kind, MemKind
 from daydream.graph import build_graph
 from daydream.simulate import Timeline, compiled, simulate, with_bindings
 from daydream.simulate.replay import prepare, replay

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 
 from daydream.testing.emulator import emulate, measure_latencies, programs, to_kineto, training_step_program
-from daydream.events import Kind
+from daydream.events.table import Kind
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
 from daydream.simulate import check_topological, simulate

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from daydream.schemas import SCHEMA_DIR, SCHEMAS, schema_text, write_schemas
+from daydream.report.schemas import SCHEMA_DIR, SCHEMAS, schema_text, write_schemas
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_saved_table_of_another_version_is_refused(tmp_path):
     import numpy as np
 
     from daydream.errors import TraceFormatError
-    from daydream.events import EventTable
+    from daydream.events.table import EventTable
     from daydream.formats import load_trace
 
     t = load_trace(str(ROOT / "fixtures" / "train_step.json.gz"))

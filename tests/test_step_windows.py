@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from daydream.analysis import analyze
-from daydream.events import Kind
+from daydream.events.table import Kind
 from daydream.graph import NODE_CPU
-from daydream.report import Report, step_windows
+from daydream.report.build import Report, step_windows
 from daydream.simulate import recorded
 from tablebuilder import TB
 

@@ -1,4 +1,4 @@
-"""The Chrome-trace timeline for people (daydream/timeline.py): baseline above prediction, pids
+"""The Chrome-trace timeline for people (daydream/render/chrome_trace.py): baseline above prediction, pids
 that cannot collide, CPU ranges on both copies, the critical path as a track of slices by cause
 whose numbers are the report's, flows only across lanes and never backwards, inferred edges
 told apart, step windows; and the file still reads back and replays to itself."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from daydream.cli import main
-from daydream.events import SyncKind
+from daydream.events.table import SyncKind
 from daydream.formats import detect, load_trace
 
 
@@ -22,9 +22,9 @@ def _both(path) -> "daydream.EventTable":
     two-copy daydream timeline only, daydream.formats.own_timeline)."""
     return detect(str(path)).load(str(path))
 from daydream.graph import Origin, build_graph
-from daydream.ranges import cpu_range_rows
+from daydream.simulate.carry import cpu_range_rows
 from daydream.simulate import simulate
-from daydream.timeline import critical_segments, write_timeline
+from daydream.render.chrome_trace import critical_segments, write_timeline
 from tablebuilder import TB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +195,7 @@ def test_gpu_pids_avoid_any_host_pid():
     the lowest free block instead, still apart from every host pid."""
     from types import SimpleNamespace
 
-    from daydream.timeline import GPU_PID_BELOW, GPU_PID_SPAN, _gpu_pid_base
+    from daydream.render.chrome_trace import GPU_PID_BELOW, GPU_PID_SPAN, _gpu_pid_base
 
     def side(pids):
         pids = np.asarray(pids, np.int64)
@@ -393,7 +393,7 @@ def test_syncs_on_tracks_of_their_own_every_track_named_flow_ids_unique(tmp_path
     and finish by (cat, id)); the file still reads back and replays to itself. Found on
     nsys_ai/mfu_2gpu_before (72 sync slices partly over kernels, 16 unnamed tracks) and a DLRM
     rank with --opt cuda-graphs (20-40 ac2g flows per launch sharing one id)."""
-    from daydream.timeline import SYNC_TID_OFFSET
+    from daydream.render.chrome_trace import SYNC_TID_OFFSET
 
     b = TB()
     k1 = b.call("cudaLaunchKernel", 0, 1000)

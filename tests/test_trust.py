@@ -12,8 +12,15 @@ import pytest
 from daydream.analysis import analyze
 from daydream.cli import main
 from daydream.formats import load_trace
-from daydream.render_text import render_text
-from daydream.report import START_ERROR_REASON, TRUST_FAIR_PCT, TRUST_UNRELIABLE_PCT, report_json, report_schema, trust_verdict
+from daydream.render.text import render_text
+from daydream.report.build import (
+    START_ERROR_REASON,
+    TRUST_FAIR_PCT,
+    TRUST_UNRELIABLE_PCT,
+    report_json,
+    report_schema,
+    trust_verdict,
+)
 from tablebuilder import TB
 
 ROOT = Path(__file__).resolve().parents[1]

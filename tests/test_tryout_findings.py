@@ -14,8 +14,8 @@ from daydream.cli import main
 from daydream.errors import UsageError
 from daydream.formats import load_trace
 from daydream.mapping import nvtx_base_name
-from daydream.optimizations._comm import MAX_PIECES, MIB, check_pieces
-from daydream.summary import EMPTY_PATH
+from daydream.optimizations.comm_common import MAX_PIECES, MIB, check_pieces
+from daydream.report.summary import EMPTY_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -103,7 +103,7 @@ def test_nvtx_base_name():
 def test_compare_pairs_emit_nvtx_ranges_by_op():
     # was: "CPU range: aten::to, op_id = 998949   0.000  15.319  -100 %": every emit_nvtx range
     # name is unique per call, so no range of one trace matched the other's
-    from daydream.compare import compare
+    from daydream.report.compare import compare
 
     before = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite")))
     after = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_after.sqlite")))
@@ -117,7 +117,7 @@ def test_top_cpu_ranges_sum_emit_nvtx_calls_per_op():
     # "other: aten:: (4456 names)" on the nsys_ai trace
     import numpy as np
 
-    from daydream.summary import _by_op
+    from daydream.report.summary import _by_op
 
     names = ["(no range)", "aten::mm, seq = 1, op_id = 7", "aten::mm, seq = 2, op_id = 9", "Annotation"]
     out, tot, path = _by_op(names, np.array([5.0, 2.0, 3.0, 1.0]), {"aten::mm, seq = 2, op_id = 9": 3, "Annotation": 1})
@@ -146,7 +146,7 @@ def test_one_file_option_given_twice_is_refused(flag, a, b, tmp_path, capsys):
 @needs_traces
 def test_answer_does_not_suggest_a_what_if_that_gains_nothing(capsys):
     # was: "try cuda-graphs 1.00x" (con_kernel: 539.987 -> 539.811 ms), advice that gains nothing
-    from daydream.summary import WHATIF_MIN_SPEEDUP
+    from daydream.report.summary import WHATIF_MIN_SPEEDUP
 
     r = analyze(load_trace(str(TRACES / "extrap" / "con_kernel.sqlite")), rank_all=True).report
     assert r.ranking and all(v >= WHATIF_MIN_SPEEDUP for v in r.summary.answer.whatifs.values())
@@ -163,9 +163,9 @@ def test_a_trace_without_small_kernels_does_not_set_the_floor():
     largest measured floor; the predicted GPU time stays within the datasheets' ratios (< 5x)."""
     import numpy as np
 
-    from daydream.events import Kind
-    from daydream.gpus import find_gpu
-    from daydream.optimizations import _kernel_model as KM
+    from daydream.events.table import Kind
+    from daydream.costmodel.gpus import find_gpu
+    from daydream.costmodel import kernel_model as KM
 
     res = analyze(load_trace(str(TRACES / "hta" / "cuda_event_sync_multi_stream.json.gz")), ["gpu-upgrade:target=H100"])
     g, pg = res.graph, res.predicted_graph
@@ -215,9 +215,9 @@ def test_source_kernel_floor_is_measured_not_taken_from_a_prior_prediction():
     # from the durations amp had just halved, not from the recorded kernels
     import numpy as np
 
-    from daydream.gpus import find_gpu
+    from daydream.costmodel.gpus import find_gpu
     from daydream.graph import NODE_CPU
-    from daydream.optimizations._kernel_model import kernel_floor_ns
+    from daydream.costmodel.kernel_model import kernel_floor_ns
     from daydream.transform import scale
 
     g = analyze(load_trace(str(TRACES / "param_dlrm" / "dlrm_8rank_worker0.pt.trace.json.gz"))).graph
@@ -314,7 +314,7 @@ def test_fused_adam_note_names_the_optimizer(capsys):
 
 
 def test_overlapping_profiler_steps_are_warned():
-    from daydream.report import overlapping_steps
+    from daydream.report.build import overlapping_steps
 
     # was: accepted silently (a step's 34 kernels also counted in the step before)
     steps = [("ProfilerStep#1", 0, 100, 1, 1), ("ProfilerStep#2", 90, 200, 1, 1), ("ProfilerStep#3", 200, 300, 1, 1),
@@ -462,7 +462,7 @@ def test_what_if_line_compares_one_step_with_itself(tmp_path):
     """The what-if line's step is the answer's median step before and after (second try-out: the
     median of the predicted steps came from another step, and 'gpu-upgrade: step 175.152 -> 176.074
     ms (median)' read as a slowdown while 5 of 6 steps got faster)."""
-    from daydream.render_text import asked_lines
+    from daydream.render.text import asked_lines
 
     rep = analyze(load_trace(str(RESNET)), ["gpu-upgrade"]).report
     p = rep.predictions[0]
@@ -478,7 +478,7 @@ def test_time_by_task_kind_rows_add_up_with_what_no_step_holds():
     """ResNet-50's final cudaDeviceSynchronize (16.2 ms) belongs to no ProfilerStep: the window's
     sync wait was 16.677 ms and the steps summed to 0.470 (second try-out). An 'outside the steps'
     row holds the rest, so every column adds up."""
-    from daydream.render_text import BREAKDOWN_FIELDS, breakdown_section
+    from daydream.render.text import BREAKDOWN_FIELDS, breakdown_section
 
     rep = analyze(load_trace(str(RESNET))).report
     lines = breakdown_section(rep)
@@ -549,7 +549,7 @@ def test_two_ranks_in_one_nsys_file_are_predicted_per_process_and_warned():
 def test_every_section_line_is_one_line():
     """Each element of a section is one line of output (render_text escapes a newline inside one, so
     a multi-line element would show as '\\n'): predictions with a 'changed:' line included."""
-    from daydream.render_text import sections
+    from daydream.render.text import sections
 
     t = load_trace(str(ROOT / "fixtures" / "train_step.json.gz"))
     for opts, rank_all in ((["scale-kernels:pattern=gemm,factor=0.5"], False), (["amp", "remove-syncs"], False), ([], True)):
@@ -565,7 +565,7 @@ def test_a_window_holding_cuda_start_up_is_warned():
     """AlexNet's window is 69 % one call: cudaDeviceGetStreamPriorityRange, 29.9 s (CUDA context
     creation); the answer said 'bound by host work in forward' with no word of start-up (second
     try-out). Steady-state traces (ResNet-50: one 2 ms call, 0.2 % of the window) are not warned."""
-    from daydream.render_text import answer_lines
+    from daydream.render.text import answer_lines
 
     rep = analyze(load_trace(str(TRACES / "hta" / "alexnet_benchmark_result_2869224_1695835535_trace.json.gz"))).report
     w = [x for x in rep.warnings if "one-time start-up" in x]
@@ -633,7 +633,7 @@ def test_opt_all_timeline_says_it_holds_the_baseline_only(tmp_path, capsys):
 def test_answer_flags_what_ifs_on_traces_with_unlinked_cross_stream_waits():
     """nccl_data's 18 cudaStreamWaitEvent name no event: cuda-graphs ran its all-reduces before backward
     and the answer said 'try cuda-graphs 5.39x' without a caveat (third try-out)."""
-    from daydream.render_text import answer_lines
+    from daydream.render.text import answer_lines
 
     rep = analyze(load_trace(str(TRACES / "hta" / "nccl_data.json.gz")), rank_all=True).report
     # now a range: the low end replays every dependency those waits can have (accuracy try-out, finding 2)
@@ -649,8 +649,8 @@ def test_unlinked_waits_on_a_single_stream_trace_are_no_caveat():
     stream ("0 cross-stream" edges): no edge between streams can be missing, yet the answer called
     its what-ifs "optimistic where streams wait on each other" (fourth try-out). The graph lines
     still count the waits."""
-    from daydream.report import UNLINKED_WORDS
-    from daydream.render_text import answer_lines
+    from daydream.report.build import UNLINKED_WORDS
+    from daydream.render.text import answer_lines
 
     r = analyze(load_trace(str(TRACES / "tracelens" / "b200_eager_trace.json.gz")), rank_all=True)
     assert r.graph.counts["cudaStreamWaitEvent without a sync record naming its event (no cross-stream edge)"] == 2
@@ -734,7 +734,7 @@ def test_communication_section_counts_the_collective_kernels_the_warning_counts(
     """B200 eager: the warning spoke of 74 collective kernels, the communication section of 1 (the
     73 symmetric-memory multimem all-reduces are communication but no NCCL collective; accuracy
     try-out, finding 8). The section now counts them, and says they are not re-costed."""
-    from daydream.render_text import communication_section
+    from daydream.render.text import communication_section
     r = analyze(load_trace(str(TRACES / "tracelens" / "b200_eager_trace.json.gz"))).report
     assert (r.communication.collectives, r.communication.other_tasks) == (1, 73)
     assert any("its 74 collective kernels" in w for w in r.warnings)
@@ -785,7 +785,7 @@ def test_step_members_are_node_ids_not_a_mask_per_step():
     of one kernel each, a 20 MB trace: 3.79 GB; new-user try-out, finding 1). Members are now the
     steps' node ids, so together they hold each node at most once per process's steps."""
     from daydream.graph import build_graph
-    from daydream.report import step_windows
+    from daydream.report.build import step_windows
     from daydream.simulate import simulate
     t = load_trace(str(ROOT / "fixtures" / "train_step.json.gz"))
     g = build_graph(t)
@@ -847,7 +847,7 @@ def test_gzip_damage_is_named(tmp_path):
 def test_answer_line_shortens_a_long_kernel_name():
     """The first line quoted mfu_2gpu_before's ~400-character flash_fwd_kernel name whole (new-user
     try-out, finding 10); the tables shorten theirs."""
-    from daydream.summary import ANSWER_NAME_MAX
+    from daydream.report.summary import ANSWER_NAME_MAX
     r = analyze(load_trace(str(TRACES / "nsys_ai" / "mfu_2gpu_before.sqlite"))).report
     top = r.summary.answer.bound_detail.split("top: ", 1)[1]
     assert top.startswith("void flash::flash_fwd_kernel") and len(top) == ANSWER_NAME_MAX and top.endswith("...")
@@ -886,7 +886,7 @@ def test_steps_measured_at_zero_are_not_shown_exact(tmp_path):
     replayed with 0.00 % error, the median step 0 ns (the GPU start error p99 of 10^15 us was then
     no share of it) and the verdict "good"; now those steps' errors are relative to the median step
     measured longer than 0, and the verdict is unreliable."""
-    from daydream.report import ZERO_STEP_NOTE
+    from daydream.report.build import ZERO_STEP_NOTE
 
     r = analyze(load_trace(_fixture_with_first(tmp_path, "kernel", dur=1e15)), [])
     zero = [w for w in r.report.steps if w.measured_ns == 0]
@@ -1044,7 +1044,7 @@ def test_what_if_line_says_when_the_median_step_is_not_the_others_story():
     """dataloader (one worker) then x4 fetches: the answer's median step, fed by a prefetched batch,
     gets 1.486x faster while most steps get slower (median 0.669x, window 0.863x); the line led with
     1.486x alone (try-out finding)."""
-    from daydream.render_text import asked_lines
+    from daydream.render.text import asked_lines
 
     rep = analyze(load_trace(str(RESNET)), ["dataloader:num_workers=1", "scale-cpu:factor=4"]).report
     line = asked_lines(rep)[0]
@@ -1071,7 +1071,7 @@ def test_extern_ops_are_the_library_calls(op, extern):
 def test_disagreement_needs_three_steps_and_a_margin():
     """With two steps the lower one was called the median and the 'but' clause fired whenever they
     differed; 1.001x against 0.999x counted as a disagreement (try-out finding)."""
-    from daydream.render_text import _disagree
+    from daydream.render.text import _disagree
 
     assert not _disagree(1.952, 1.0, 2)
     assert not _disagree(1.001, 0.999, 6)

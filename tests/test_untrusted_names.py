@@ -1,4 +1,4 @@
-"""Names from a trace are untrusted: every output shows them safely (``daydream/display.py``)."""
+"""Names from a trace are untrusted: every output shows them safely (``daydream/util/display.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from daydream.cli import main, run
-from daydream.display import markup_text, terminal_lines, terminal_text
+from daydream.util.display import markup_text, terminal_lines, terminal_text
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz"
 
@@ -76,7 +76,7 @@ def test_warnings_and_errors_are_one_safe_line(tmp_path, capsys):
 
 def test_wide_values_never_run_together():
     """A value wider than its column keeps a blank between it and its neighbours (issue 17, item 10)."""
-    from daydream.render_text import Col, _table
+    from daydream.render.text import Col, _table
 
     cols = [Col("name", 6, lambda r: r[0], left=True), Col("a", 8, lambda r: r[1]), Col("b", 8, lambda r: r[2])]
     lines = _table(cols, [("a-very-long-name", "1,127.7067", "201,349.864"), ("x", "1.0", "2.0")])

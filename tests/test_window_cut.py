@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from daydream.graph import build_graph
-from daydream.graph.tasks import unlaunched_positions
+from daydream.graph.build.tasks import unlaunched_positions
 from daydream.simulate import simulate
 
 from tablebuilder import TB

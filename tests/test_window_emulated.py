@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
-from daydream.graph.latency import L_UNPROVEN
+from daydream.graph.build.latency import L_UNPROVEN
 from daydream.simulate import check_topological, simulate
 from daydream.testing.emulator import emulate, measure_latencies, programs, to_kineto
 

@@ -19,7 +19,7 @@ import stat
 import zlib
 
 from ..errors import TraceFormatError
-from ..events import EventTable
+from ..events.table import EventTable
 from .own_timeline import prediction_only
 
 #: adapter modules, in sniffing order
@@ -42,7 +42,7 @@ def checked_rank(rank: int | None, world_size: int | None, acc, where: str, rank
                  world_key: str = "world_size") -> tuple[int, int]:
     """(rank, world size) as a trace gives them (None: absent), -1 where absent or out of range: a
     world size not from 1 to :data:`MAX_WORLD_SIZE`, a rank not from 0 to world size - 1. Each value
-    ignored is counted in ``acc`` (an :class:`~daydream.events.Accounting`) as
+    ignored is counted in ``acc`` (an :class:`~daydream.events.table.Accounting`) as
     ``{where}{world_key} ...`` / ``{where}{rank_key} ...``."""
     w, r = world_size, rank
     if w is not None and not 1 <= w <= MAX_WORLD_SIZE:

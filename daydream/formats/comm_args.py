@@ -12,7 +12,7 @@ PyTorch's profiler writes the message of a collective in the ``args`` of three k
 
 This reader decodes the trace a second time with a narrow msgspec struct and returns those args as
 columns, one row per event that has any of them, keyed by the identifiers the table also holds
-(``correlation`` for GPU events, ``External id`` for CPU events), so :mod:`daydream.collectives`
+(``correlation`` for GPU events, ``External id`` for CPU events), so :mod:`daydream.graph.collectives`
 joins them to table rows. It never raises on a trace the main adapter accepted: what it cannot
 read is returned as a reason.
 """

@@ -1,4 +1,4 @@
-"""Write any :class:`~daydream.events.EventTable` as a ``cupti-jsonl`` v1 dump.
+"""Write any :class:`~daydream.events.table.EventTable` as a ``cupti-jsonl`` v1 dump.
 
 The inverse of :mod:`daydream.formats.cupti_jsonl`: ``load(write(t))`` gives a table equal to
 ``t`` (:meth:`EventTable.equals`: every column, names resolved) for every table in canonical
@@ -40,12 +40,32 @@ import os
 import msgspec
 import numpy as np
 
-from ..events import COLUMNS, Accounting, EventTable, Kind
+from ..events.table import COLUMNS, Accounting, EventTable, Kind
 from .cupti_jsonl import (
-    ABSENT, CPU_OP_KIND, DRIVER_CBID_NAMES, EXTERNAL_KIND_CUSTOM0, FORMAT_VERSION, INVALID32,
-    KERNEL_KINDS, MARKER_END, MARKER_INSTANTANEOUS, MARKER_START, MEMCPY_KINDS, NAME, OBJECT_DEVICE,
-    OBJECT_PROCESS, OBJECT_STREAM, OBJECT_THREAD, OVERRIDE_COLUMNS, RUNTIME_CBID_NAMES, Header, _Line,
-    _NO_OVER, _ObjectId, _Over, build_rows,
+    ABSENT,
+    CPU_OP_KIND,
+    DRIVER_CBID_NAMES,
+    EXTERNAL_KIND_CUSTOM0,
+    FORMAT_VERSION,
+    INVALID32,
+    KERNEL_KINDS,
+    MARKER_END,
+    MARKER_INSTANTANEOUS,
+    MARKER_START,
+    MEMCPY_KINDS,
+    NAME,
+    OBJECT_DEVICE,
+    OBJECT_PROCESS,
+    OBJECT_STREAM,
+    OBJECT_THREAD,
+    OVERRIDE_COLUMNS,
+    RUNTIME_CBID_NAMES,
+    Header,
+    _Line,
+    _NO_OVER,
+    _ObjectId,
+    _Over,
+    build_rows,
 )
 from .launch_data import launch_data_of, make_key
 
@@ -79,7 +99,7 @@ def cupti_records(table: EventTable) -> tuple[Header, list[_Line]]:
     """The header and record lines that represent ``table`` losslessly (see the module doc).
 
     Raises:
-        ValueError: a row whose kind is not a :class:`~daydream.events.Kind`, or an int64 column
+        ValueError: a row whose kind is not a :class:`~daydream.events.table.Kind`, or an int64 column
             holding -2**63 (the reader's "absent" value).
         RuntimeError: the records would not read back as ``table`` (a bug in daydream).
     """

@@ -29,7 +29,17 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceFormatError
-from ..events import COLUMNS, Accounting, CopyKind, DeviceInfo, EventTable, Kind, MemKind, SyncKind, TraceMeta
+from ..events.table import (
+    COLUMNS,
+    Accounting,
+    CopyKind,
+    DeviceInfo,
+    EventTable,
+    Kind,
+    MemKind,
+    SyncKind,
+    TraceMeta,
+)
 from . import checked_rank, read_maybe_gzip
 
 NAME = "cupti-jsonl"
@@ -459,7 +469,7 @@ def cupti_jsonl_schema() -> dict:
     """JSON Schema of one line of a ``cupti-jsonl`` v1 dump (header or record).
 
     Generated from :class:`Header` and :data:`RECORD_TYPES`; ``schemas/cupti-jsonl.schema.json``
-    is this function's output (``python scripts/write_schemas.py``, :mod:`daydream.schemas`).
+    is this function's output (``python scripts/write_schemas.py``, :mod:`daydream.report.schemas`).
     Records of kinds not listed are allowed (readers skip them); unknown fields are allowed.
     """
     schemas, defs = msgspec.json.schema_components([Header, *RECORD_TYPES], ref_template="#/$defs/{name}")

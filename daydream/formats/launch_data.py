@@ -1,6 +1,6 @@
 """Per-kernel launch configuration and recorded op shapes, read beside the event table.
 
-The event table (:mod:`daydream.events`) keeps what the graph and the replay need; per-kernel
+The event table (:mod:`daydream.events.table`) keeps what the graph and the replay need; per-kernel
 performance models (``gpu-upgrade``, ``amp``) also want what the profilers record about each
 kernel launch and the op that launched it, keyed by (device, correlation id), the identity the
 graph keeps for every GPU task. :func:`launch_data_of` gives them for an event table: the Kineto
@@ -15,7 +15,7 @@ is also the reference the loader's pass is tested against):
   (recorded with ``record_shapes=True``). ROCm traces carry ``grid``/``block`` only (registers
   and shared memory absent: -1). Kineto's ``blocks per SM``, ``warps per SM`` and ``est. achieved
   occupancy %`` are derived from these and the device's SM count (Kineto's
-  ``CuptiActivityProfiler``), so they are not read: :mod:`daydream.optimizations._kernel_model`
+  ``CuptiActivityProfiler``), so they are not read: :mod:`daydream.costmodel.kernel_model`
   recomputes them for any GPU.
 * Nsight Systems SQLite ``CUPTI_ACTIVITY_KIND_KERNEL``: ``gridX/Y/Z``, ``blockX/Y/Z``,
   ``registersPerThread``, ``staticSharedMemory + dynamicSharedMemory``; no shapes.
@@ -50,7 +50,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceFormatError
-from ..events import source_identity
+from ..events.table import source_identity
 from . import GZIP_MAGIC, cupti_jsonl, inflate_limit, sqlite_arrow
 
 #: bytes per element of the ``Input type`` strings Kineto records (c10 scalar type names)

@@ -1,6 +1,6 @@
 """Nsight Systems SQLite export adapter (``nsys export --type sqlite``).
 
-Reads the CUDA and NVTX tables of an export into an :class:`~daydream.events.EventTable`:
+Reads the CUDA and NVTX tables of an export into an :class:`~daydream.events.table.EventTable`:
 
 ===========================================  ==============================================
 table                                        rows
@@ -57,10 +57,10 @@ from typing import Iterable
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from ..cuda_api import ApiRole, roles_of_names
+from ..util.arrays import sorted_unique
+from ..events.cuda_api import ApiRole, roles_of_names
 from ..errors import TraceFormatError
-from ..events import (
+from ..events.table import (
     COLUMNS,
     DTYPES,
     MISSING,

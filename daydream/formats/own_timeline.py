@@ -1,4 +1,4 @@
-"""Reading back a timeline daydream wrote (``--timeline``, :mod:`daydream.timeline`).
+"""Reading back a timeline daydream wrote (``--timeline``, :mod:`daydream.render.chrome_trace`).
 
 A timeline written with ``--opt`` holds two copies of the program: the prediction (real process,
 device and correlation ids) and the baseline replay beside it (process ids +
@@ -15,9 +15,9 @@ import warnings
 
 import numpy as np
 
-from ..events import Accounting, EventTable
+from ..events.table import Accounting, EventTable
 
-#: how ``traceName`` of a daydream timeline begins (:func:`daydream.timeline.write_timeline`)
+#: how ``traceName`` of a daydream timeline begins (:func:`daydream.render.chrome_trace.write_timeline`)
 TRACE_NAME_PREFIX = "daydream timeline of "
 #: the baseline copy's process ids, device ids and correlation ids are the prediction's plus these
 BASELINE_PID_OFFSET = 10_000_000

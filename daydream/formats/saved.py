@@ -18,7 +18,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceFormatError
-from ..events import COLUMNS, EventTable, Kind, SavedTableHeader, source_identity
+from ..events.table import COLUMNS, EventTable, Kind, SavedTableHeader, source_identity
 from . import checked_rank, inflate_limit, inflate_refused
 
 NAME = "saved-table"
@@ -152,7 +152,7 @@ def _named_by_its_file(path: str, table: EventTable) -> EventTable:
     header's ``source`` (text from the file: untrusted) in ``extra['saved_from']``. ``meta.source``,
     the path later stages read launch data and collective arguments back from, keeps it only when it
     names a regular file with the size and modification time the header recorded
-    (``extra['source_identity']``, :func:`daydream.events.source_identity`, a stat that opens
+    (``extra['source_identity']``, :func:`daydream.events.table.source_identity`, a stat that opens
     nothing); else it is "" and nothing is read back (counted). A tampered header pointing at
     /dev/zero grew to 9.7 GB, at a FIFO it hung, at another trace it took that trace's sizes. The
     rank and world size are checked as the trace readers check theirs: out of range, ignored and

@@ -9,7 +9,18 @@ tasks and launch links (:mod:`.tasks`), waits (:mod:`.waits`), ``L`` and ``G``
 
 from ._arrays import lower_median
 from .build import build_graph
-from .edges import RULES, EdgeKind, Offset, Origin, Phase, Rule, kind_name, register_kind, rule_arrays, unregister_kind
+from .edges import (
+    RULES,
+    EdgeKind,
+    Offset,
+    Origin,
+    Phase,
+    Rule,
+    kind_name,
+    register_kind,
+    rule_arrays,
+    unregister_kind,
+)
 from .model import NODE_CPU, NodeMapping, TaskGraph, dedupe_edges
 from .order import check_topological, is_valid_order, kahn_order, topological_order, visit_constraints
 from .steps import profiler_steps

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import jit
-from ..arrays import stable_group_order
-from ..links import HASH_MIN, _hash_join
+from ..util import jit
+from ..util.arrays import stable_group_order
+from ..events.links import HASH_MIN, _hash_join
 
 
 class Counts(dict):
@@ -149,7 +149,7 @@ def unique_columns(cols: list[np.ndarray], few: bool = False) -> tuple[np.ndarra
     of the int64 columns ``cols``: when the columns, shifted to start at 0, fit side by side in
     one int64, a stable sort of the packed keys; else each column is ranked on its own and the
     ranks are packed. ``few``: the rows take few distinct values (lanes), so the packed keys
-    are sorted by :func:`daydream.arrays.stable_group_order` (the same order)."""
+    are sorted by :func:`daydream.util.arrays.stable_group_order` (the same order)."""
     k = len(cols)
     n = len(cols[0]) if k else 0
     if n == 0:
@@ -302,9 +302,9 @@ def _lane_chains_kernel(order, lane, n_lanes, by_lane, lane_prev):
 def lookup_first(keys: np.ndarray, values: np.ndarray, q: np.ndarray, valid: np.ndarray, method: str = "auto") -> np.ndarray:
     """For each query key ``q`` (int64; where ``valid``): ``values[i]`` of the first ``i`` with
     ``keys[i] == q`` (int64 keys), else -1 (int64, length ``len(q)``). From
-    :data:`daydream.links.HASH_MIN` keys and queries when numba is there ("auto"; "compiled"
+    :data:`daydream.events.links.HASH_MIN` keys and queries when numba is there ("auto"; "compiled"
     whatever the size, "python" uncompiled, "numpy" never) one pass through a hash table
-    (:func:`daydream.links._hash_join`, O(keys + queries)), else a stable sort of the keys and
+    (:func:`daydream.events.links._hash_join`, O(keys + queries)), else a stable sort of the keys and
     :func:`lookup_sorted`; the same answers."""
     fn = jit.kernel_for(_hash_join, len(keys) + len(q), HASH_MIN, method) if len(keys) and len(q) else None
     if fn is None:

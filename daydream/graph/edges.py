@@ -58,7 +58,7 @@ class Rule:
         offset: added to the anchor (:class:`Offset`).
         cause: critical-path cause charged for the edge's offset or, for END edges, for the
             destination's own cost after the wait (``cpu``, ``gpu_compute``, ``launch``, ``sync``,
-            ...; see :mod:`daydream.critical_path`).
+            ...; see :mod:`daydream.simulate.critical_path`).
         lane: a lane-order edge (thread or stream order): at most one into each task; ``remove``
             splices around removed tasks; a lane scheduled by priority ignores it.
         inherit: when the destination is removed, the edge passes to the destination's next kept

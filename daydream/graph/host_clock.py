@@ -11,7 +11,7 @@ per class, which is the rounding of a single ``scale-cpu`` (``gap - in + rint(in
 Composed what-ifs read host time through this clock: ``scale-cpu`` after ``scale-cpu`` (the
 second one measured the host time inside its ranges on the recorded clock, so x2 then x0.5 ended
 at 1.195x the recorded time on ResNet-50's DataLoader), and the range and ProfilerStep boundaries
-of :func:`daydream.ranges.boundaries` (which scaled the recorded overlap of each entry in turn,
+of :func:`daydream.simulate.carry.boundaries` (which scaled the recorded overlap of each entry in turn,
 not the overlap as the entries before had scaled it).
 
 A thread listed in ``TaskGraph.host_alias`` (``dataloader``'s modelled workers) reads the
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import sorted_unique
+from ..util.arrays import sorted_unique
 from .model import TaskGraph
-from .ranges import thread_key
+from .range_timeline import thread_key
 
 
 class HostClock:
@@ -34,7 +34,7 @@ class HostClock:
     extra mask ``within`` over ``graph.cpu_ranges`` (the ranges a new what-if selects) whose cover
     is a class bit of its own (weight 1): :meth:`lengths` then also tells host time inside them.
 
-    Times are int64 ns; thread keys are :func:`daydream.graph.ranges.thread_key` values.
+    Times are int64 ns; thread keys are :func:`daydream.graph.range_timeline.thread_key` values.
     """
 
     def __init__(self, graph: TaskGraph, within: np.ndarray | None = None):
@@ -168,7 +168,7 @@ class HostClock:
 
 def clock_of(graph: TaskGraph) -> HostClock:
     """The :class:`HostClock` of ``graph`` (no ``within`` ranges), made once per graph object and
-    kept beside it; not in the structure memo (``daydream/memo.py``), which graphs of other
+    kept beside it; not in the structure memo (``daydream/graph/memo.py``), which graphs of other
     ``host_scales`` share."""
     got = graph.__dict__.get("_host_clock")
     if got is None:

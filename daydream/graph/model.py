@@ -109,18 +109,18 @@ class TaskGraph:
     path_rows: tuple = ()
     #: host time a what-if scaled, in the order applied: (mask over ``cpu_ranges`` of the ranges
     #: whose host time was scaled, or None for all host time; factor). Recorded instants inside a
-    #: changed CPU gap (range and ProfilerStep boundaries, :func:`daydream.ranges.boundaries`) move
+    #: changed CPU gap (range and ProfilerStep boundaries, :func:`daydream.simulate.carry.boundaries`) move
     #: by it. Kept by every transformation (the CPU ranges are the table's).
     host_scales: tuple = ()
     #: threads whose host time is another thread's recorded host time: ((thread key, key of the
-    #: thread whose recorded instants it reads), ...), :func:`daydream.graph.ranges.thread_key`
+    #: thread whose recorded instants it reads), ...), :func:`daydream.graph.range_timeline.thread_key`
     #: values. ``dataloader``'s modelled workers fetch the batches the training thread fetched in
     #: the trace: a worker task's CPU gap is the recorded stretch of its batch on the training
     #: thread, so the what-ifs' scales of that stretch apply to it (``graph/host_clock.py``).
     host_alias: tuple = ()
     #: cross-stream waits the trace does not tie to their event and no rule inferred: (producer table
     #: rows, consumer table rows), int64, a superset of what they can wait for
-    #: (:func:`daydream.graph.inferred.latent_waits`); not replayed, a prediction's bound adds them.
+    #: (:func:`daydream.graph.build.inferred.latent_waits`); not replayed, a prediction's bound adds them.
     #: Rows are stable identities: kept by every transformation.
     latent_waits: tuple = ()
     #: the devices as the trace recorded them, where a what-if renamed ``devices`` (``gpu-upgrade``:

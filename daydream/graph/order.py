@@ -13,8 +13,8 @@ import heapq
 
 import numpy as np
 
-from .. import jit
-from ..arrays import sorted_unique
+from ..util import jit
+from ..util.arrays import sorted_unique
 from ..errors import DaydreamError
 from ._arrays import count
 from .edges import Phase, rule_arrays
@@ -119,7 +119,7 @@ def topological_order(graph, method: str = "auto") -> np.ndarray:
     Found fast: when the nodes sorted by (position, id) keep every visit
     constraint, that sort is Kahn's answer (each next node in it is ready when its turn comes, and
     it is the smallest of those left), checked in one pass over the edges; otherwise Kahn's
-    algorithm runs, in one compiled kernel (``method`` as :func:`daydream.jit.kernel_for`: "auto"
+    algorithm runs, in one compiled kernel (``method`` as :func:`daydream.util.jit.kernel_for`: "auto"
     compiled from :data:`KAHN_MIN` nodes, "compiled", "python" the kernel uncompiled; "numpy":
     :func:`kahn_order` alone, without the sorted shortcut: the reference).
 

@@ -1,7 +1,7 @@
 """Builder stage: launch-queue back-pressure (``docs/model.md``, "Launch-queue back-pressure").
 
 A CUDA stream holds at most ``D`` launched, unfinished entries
-(:data:`daydream.cuda_api.LAUNCH_QUEUE_DEPTH`); a launching call that finds its stream full
+(:data:`daydream.events.cuda_api.LAUNCH_QUEUE_DEPTH`); a launching call that finds its stream full
 blocks until a slot frees. An entry is one launched task, or the tasks one call launched in a row
 on the stream (a ``cudaGraphLaunch``'s nodes: the graph is one submission, whose launch cost does
 not grow with its nodes; NVIDIA technical blog, "Constant Time Launch for Straight-Line CUDA
@@ -25,8 +25,8 @@ import dataclasses
 
 import numpy as np
 
-from .. import jit
-from ..arrays import sorted_unique
+from ..util import jit
+from ..util.arrays import sorted_unique
 from ._arrays import count
 from .edges import EdgeKind, Origin
 

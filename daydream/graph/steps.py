@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from ..events import EventTable, Kind
+from ..events.table import EventTable, Kind
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 

@@ -1,6 +1,6 @@
 """The job's critical path: across ranks, through the collectives.
 
-Within a rank it is the single-rank critical path (:mod:`daydream.critical_path`, the walk back
+Within a rank it is the single-rank critical path (:mod:`daydream.simulate.critical_path`, the walk back
 over the replay's binding records; compiled on big graphs as there). Where a collective's end was bound by its peer-arrival pin
 (the rank waited for a peer), the walk leaves the rank: the pin's time is not CPU time of this
 rank, and the walk goes on from the collective's start on the rank that arrived last, whose own
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..critical_path import CAUSES, _Charges, _compiled_walk, _Walk, gpu_relevant  # the single-rank walk, reused as is
-from ..job_report import JobCriticalPath, Segment
+from ..simulate.critical_path import CAUSES, _Charges, _compiled_walk, _Walk, gpu_relevant  # the single-rank walk, reused as is
+from ..report.job_model import JobCriticalPath, Segment
 from ..simulate import with_bindings
 from .couple import Coupled
 from .match import Matching
@@ -23,7 +23,7 @@ from .match import Matching
 
 def _walk(g, tl, v: int, acc: _Charges):
     """The single-rank walk of ``tl`` from node ``v``, by the compiled kernel where
-    :func:`daydream.critical_path.critical_path` uses it (big graphs with numba), else in Python;
+    :func:`daydream.simulate.critical_path.critical_path` uses it (big graphs with numba), else in Python;
     its ns per cause added to ``acc.by_cause``. The path (node ids, last to first)."""
     one = _Charges(None, None, None)  # a walk's own charges (the compiled walk replaces .parts)
     path = _compiled_walk(g, tl, v, one)

@@ -19,9 +19,9 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..collectives import Collectives, find_collectives
+from ..graph.collectives import Collectives, find_collectives
 from ..errors import UsageError
-from ..events import Kind
+from ..events.table import Kind
 from ..formats import load_trace
 from ..formats.comm_args import read_comm_args
 from ..graph import TaskGraph, build_graph

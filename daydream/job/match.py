@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from ..collectives import Op
-from ..display import terminal_text
+from ..util.arrays import sorted_unique
+from ..graph.collectives import Op
+from ..util.display import terminal_text
 from ..errors import UsageError
 from .load import RankTrace, check_world_sizes
 
@@ -43,7 +43,7 @@ class Matching:
     """The job's collectives, one column each, and the ranks, one row each.
 
     ranks: int64 (R,) rank numbers; node: int64 (R, K) node id of the collective in each rank's
-    graph (-1: the rank is not in its group); op: uint8 (K,) :class:`~daydream.collectives.Op`;
+    graph (-1: the rank is not in its group); op: uint8 (K,) :class:`~daydream.graph.collectives.Op`;
     group: object (K,) process group ("" unknown); size_bytes: int64 (K,) the largest size a
     participant recorded (-1 unknown); offset_ns: int64 (R,) each rank's clock minus the lowest
     rank's (0 on a shared clock); clock: "shared" or "estimated"; start_ns / end_ns: int64 (R, K)

@@ -25,15 +25,15 @@ from typing import Any
 import numpy as np
 
 from ..analysis import apply_all
-from ..critical_path import communication_mask
+from ..simulate.critical_path import communication_mask
 from ..errors import NotApplicable, UsageError
-from ..job_report import JobPrediction
+from ..report.job_model import JobPrediction
 from ..optimizations import check_composition, parse_spec
 from ..transform import scale, scale_gaps
 from .couple import Coupled, couple
 from .load import RankTrace
 from .match import Matching
-from .report import job_windows
+from .reporting import job_windows
 
 STRAGGLER = "straggler"  #: listed by --list-opts from daydream.optimizations.JOB_ONLY
 

@@ -3,13 +3,13 @@
 Model (the Daydream paper's AMP model: Zhu, Phanishayee, Pekhimenko, USENIX ATC 2020, arXiv
 2006.03318, the "Automatic Mixed Precision" case study of the section that models optimizations
 with the primitives; docs/optimizations.md): AMP changes kernel durations only. Kernels that can use Tensor Cores (GEMMs,
-convolutions, fused attention: compute-bound, :mod:`daydream.kernels`) become ``compute_factor``
+convolutions, fused attention: compute-bound, :mod:`daydream.graph.kernels`) become ``compute_factor``
 (1/3) as long; every other kernel is memory-bound and moves half the bytes, so it becomes
 ``memory_factor`` (1/2) as long. CPU tasks are unchanged (the framework launches the same ops).
 
 What is not scaled, and why:
 
-* kernels already in half precision or fp8 (by name, :data:`daydream.kernels.PRECISION_RULES`):
+* kernels already in half precision or fp8 (by name, :data:`daydream.graph.kernels.PRECISION_RULES`):
   AMP does not change them. When most of the GEMM/convolution/attention time (of known
   precision) is already half/fp8 (:data:`HALF_SHARE`), the trace already runs in mixed
   precision, the fp32 kernels left are those autocast keeps in fp32, and the optimization does
@@ -37,18 +37,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from .. import kernels as K
+from ..util.arrays import sorted_unique
+from ..graph import kernels as K
 from ..errors import NotApplicable, UsageError
-from ..events import Kind
+from ..events.table import Kind
 from ..formats.launch_data import launch_data_of
-from ..gpus import find_gpu
+from ..costmodel.gpus import find_gpu
 from ..graph import profiler_steps
 from ..transform import name_mask, scale, set_duration
 from . import Optimization, Param, register
-from . import _kernel_model as KM
-from ._common import mapped_phase
-from ._common import mapped_phase, median_launch_ns
+from ..costmodel import kernel_model as KM
+from .common import mapped_phase
+from .common import mapped_phase, median_launch_ns
 from .gpu_upgrade import source_gpu
 
 
@@ -384,8 +384,8 @@ register(
             "tf32": Param("auto", "what the baseline's fp32 GEMMs ran as: auto = from kernel names (unnamed: fp32, PyTorch's "
                           "default allow_tf32=False for matmul), on = unnamed-precision GEMMs were TF32, off", str,
                           lambda v: v in ("auto", "on", "off"), "auto, on or off"),
-            "gpu": Param("", "GPU of the trace; empty = from its device name (daydream/gpus.py)", str,
-                         lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/gpus.py, or empty"),
+            "gpu": Param("", "GPU of the trace; empty = from its device name (daydream/costmodel/gpus.py)", str,
+                         lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/costmodel/gpus.py, or empty"),
             "casts": Param("on", "add autocast's weight-cast kernels (forward GEMMs with recorded fp32 weights) and, for "
                            "fp16, GradScaler's loss-scaling work: on or off", str, lambda v: v in ("on", "off"), "on or off"),
             "floor_ns": Param(-1.0, "kernel floor (ns) that does not scale with precision: -1 = the GPU's measured floor "

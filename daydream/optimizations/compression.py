@@ -2,10 +2,10 @@
 
 Each sized collective (the trace's own, or the all-reduces ``ddp`` inserted) moves ``S / R``
 bytes: its duration changes by ``model(S/R) - model(S)``
-(:func:`daydream.comm_model.collective_ns` on the trace's calibrated network, see
+(:func:`daydream.costmodel.comm.collective_ns` on the trace's calibrated network, see
 :mod:`daydream.optimizations.recost`). Compression and decompression are memory-bound passes: a
 compression kernel reads ``S`` and writes ``S/R`` bytes, decompression reads ``S/R`` and writes
-``S``, each at the GPU's DRAM bandwidth (``daydream/gpus.py`` spec sheets; ``mem_gbps`` parameter
+``S``, each at the GPU's DRAM bandwidth (``daydream/costmodel/gpus.py`` spec sheets; ``mem_gbps`` parameter
 when the GPU is unknown) times ``efficiency`` (default 0.8: what a streaming kernel reaches,
 e.g. STREAM-like copies on V100 reach ~790 of 900 GB/s). Compression runs on the
 communication stream right before the transfer and is added to the collective's task;
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import comm_model as cm
-from ..gpus import gpu_of_device
+from ..costmodel import comm as cm
+from ..costmodel.gpus import gpu_of_device
 from ..transform import insert, set_duration
 from . import Optimization, Param, register
-from ._comm import NETWORK_PARAMS, comm_collectives, network_of
+from .comm_common import NETWORK_PARAMS, comm_collectives, network_of
 from .recost import _sized, calibrated
 
 

@@ -34,14 +34,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import sorted_unique
+from ..util.arrays import sorted_unique
 from ..errors import NotApplicable
 from ..graph import NODE_CPU
 from ..graph.startup import startup_calls
-from ..events import Kind
+from ..events.table import Kind
 from ..transform import remove, set_duration
 from . import Optimization, Param, integer_ns, register
-from ._common import SYNC_ROLES, cpu_nodes_in_ranges, cpu_ranges, cpu_roles, lane_order, median_launch_ns, name_mask
+from .common import (
+    SYNC_ROLES,
+    cpu_nodes_in_ranges,
+    cpu_ranges,
+    cpu_roles,
+    lane_order,
+    median_launch_ns,
+    name_mask,
+)
 
 
 #: API calls a CUDA graph cannot capture (besides synchronizing ones): they split runs and stay.

@@ -34,11 +34,11 @@ import numpy as np
 from ..errors import NotApplicable
 from ..graph import EdgeKind, Offset, Phase, Rule, lower_median, register_kind
 from ..graph.host_clock import clock_of
-from ..graph.ranges import thread_key
+from ..graph.range_timeline import thread_key
 from ..mapping import DATA_LOADING_PATTERN
 from ..transform import add_edges, add_threads, insert_cpu_tasks, set_gap
 from . import Optimization, Param, register
-from ._common import cpu_nodes_in_ranges, cpu_ranges
+from .common import cpu_nodes_in_ranges, cpu_ranges
 
 #: edge kind "batch ready" (id 48: registered ids stay clear of the built-in kinds and the tests' toy kind 40): the hand-off task ends its own cost after the worker task that
 #: produced its batch ends (END, like a blocking wait; charged to the CPU on the critical path)

@@ -6,7 +6,7 @@ produces are grouped into buckets in production order (DDP: the first bucket 1 M
 on a new communication stream, launched from the thread that produced the bucket's last gradient
 right after that kernel's launch (DDP's autograd hook) and waiting for it; the optimizer step's
 first GPU task waits for the last all-reduce. Each all-reduce costs
-:func:`daydream.comm_model.collective_ns` (ring by default) on the given network. Compute is
+:func:`daydream.costmodel.comm.collective_ns` (ring by default) on the given network. Compute is
 unchanged (same per-GPU batch).
 
 Gradient sizes: the ``AccumulateGrad`` ops' recorded input shapes (``record_shapes=True``), each
@@ -20,13 +20,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from .. import comm_model as cm
-from ..collectives import kernel_is_collective
+from ..util.arrays import sorted_unique
+from ..costmodel import comm as cm
+from ..graph.collectives import kernel_is_collective
 from ..errors import NotApplicable
 from . import Optimization, Param, register
-from ._comm import (DDP_BUCKET_MB, DDP_FIRST_BUCKET_MB, MIB, NETWORK_PARAMS, allreduce_name, buckets, first_after,
-                    gradients_from_trace, insert_allreduces, network_of, read_param_sizes, spread_over_backward, step_of_nodes)
+from .comm_common import (
+    DDP_BUCKET_MB,
+    DDP_FIRST_BUCKET_MB,
+    MIB,
+    NETWORK_PARAMS,
+    allreduce_name,
+    buckets,
+    first_after,
+    gradients_from_trace,
+    insert_allreduces,
+    network_of,
+    read_param_sizes,
+    spread_over_backward,
+    step_of_nodes,
+)
 
 
 def gradients(graph, p) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:

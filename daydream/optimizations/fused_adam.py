@@ -9,7 +9,7 @@ optimizer is the per-parameter launch overhead while the arithmetic stays the sa
    ranges (PyTorch's profiler records one per ``optimizer.step()``), on the range's thread.
    One *group* is one step on one thread (mapped: a maximal run of consecutive optimizer calls).
 2. In each group, the kernels launched by its calls that are elementwise, copy, set or
-   optimizer kernels (:mod:`daydream.kernels`) on the stream of the group's first such kernel are
+   optimizer kernels (:mod:`daydream.graph.kernels`) on the stream of the group's first such kernel are
    fused; other GPU work launched in the step (GEMMs of e.g. Shampoo, memcpys) stays.
 3. The first of those kernels becomes the fused kernel: it lasts ``kernel_factor`` x the summed
    duration of the kernels it replaces, and its launch call (which keeps the CPU gap before it:
@@ -28,15 +28,24 @@ import re
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from .. import kernels as K
+from ..util.arrays import sorted_unique
+from ..graph import kernels as K
 from ..errors import NotApplicable
-from ..events import Kind
+from ..events.table import Kind
 from ..graph import NODE_CPU
 from ..graph.startup import startup_calls
 from ..transform import remove, set_duration
 from . import Optimization, Param, integer_ns, register
-from ._common import cpu_nodes_in_ranges, cpu_ranges, lane_order, lower_median, mapped_labels_match, mapped_phase, name_mask, runs
+from .common import (
+    cpu_nodes_in_ranges,
+    cpu_ranges,
+    lane_order,
+    lower_median,
+    mapped_labels_match,
+    mapped_phase,
+    name_mask,
+    runs,
+)
 
 #: Kernel classes a fused optimizer kernel absorbs.
 FUSABLE_CLASSES = ("optimizer", "elementwise", "copy", "set")

@@ -3,7 +3,7 @@ such as ``torch.compile``/Inductor or XLA does with elementwise, reduction and n
 
 Chains. Two kernels are linked when all of these hold:
 
-* both are memory-bound kernels (:mod:`daydream.kernels`: elementwise, reduction,
+* both are memory-bound kernels (:mod:`daydream.graph.kernels`: elementwise, reduction,
   normalization, softmax, copy or set kernels; not optimizer or communication kernels, not
   memcpy/memset tasks, not GEMMs), outside the mapped optimizer phase: the optimizer step's
   per-parameter updates read and write each parameter once (nothing of one stays on chip for the
@@ -44,15 +44,15 @@ import re
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from .. import kernels as K
+from ..util.arrays import sorted_unique
+from ..graph import kernels as K
 from ..errors import NotApplicable
-from ..events import Kind
+from ..events.table import Kind
 from ..graph import NODE_CPU
 from ..graph.startup import startup_calls
 from ..transform import remove, set_duration
 from . import Optimization, Param, register
-from ._common import has_dependents, lane_order, mapped_phase
+from .common import has_dependents, lane_order, mapped_phase
 
 FUSABLE_CLASSES = ("elementwise", "reduction", "normalization", "softmax_attention", "copy", "set")
 #: Framework ops a fusing compiler hands to a library as one extern call (Inductor's extern kernels:

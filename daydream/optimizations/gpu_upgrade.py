@@ -1,11 +1,11 @@
 """``gpu-upgrade``: what if the trace had run on another GPU?
 
 Model (roofline ratios, no per-kernel shapes needed): a compute-bound kernel (GEMM, convolution,
-fused attention; :mod:`daydream.kernels`) runs at the GPU's peak Tensor-Core rate, so it takes
+fused attention; :mod:`daydream.graph.kernels`) runs at the GPU's peak Tensor-Core rate, so it takes
 ``source.tc_tflops / target.tc_tflops`` of its time; a memory-bound kernel (elementwise,
 reduction, normalization, softmax, optimizer, copy and fill kernels), device-to-device copies and
 memsets run at DRAM bandwidth, so they take ``source.mem_gbps / target.mem_gbps``. The numbers
-are the vendors' datasheet figures in :mod:`daydream.gpus`.
+are the vendors' datasheet figures in :mod:`daydream.costmodel.gpus`.
 
 Not scaled: CPU tasks (same host), host<->device and peer copies (PCIe/NVLink, not DRAM),
 communication kernels (interconnect-bound) and kernels of class ``other``.
@@ -22,18 +22,18 @@ import dataclasses
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from .. import kernels as K
+from ..util.arrays import sorted_unique
+from ..graph import kernels as K
 from ..errors import NotApplicable, UsageError
-from ..events import CopyKind, DeviceInfo, Kind
-from ..gpus import GPU, find_gpu, gpu_of_device, names
-from ..cuda_api import ApiRole
+from ..events.table import CopyKind, DeviceInfo, Kind
+from ..costmodel.gpus import GPU, find_gpu, gpu_of_device, names
+from ..events.cuda_api import ApiRole
 from ..formats.launch_data import launch_data_of
 from ..graph import NODE_CPU
 from ..transform import scale, scale_gaps, set_duration, set_launch_latency
 from . import Optimization, Param, register
-from . import _kernel_model as KM
-from ._common import cpu_roles, median_launch_ns
+from ..costmodel import kernel_model as KM
+from .common import cpu_roles, median_launch_ns
 
 
 def source_gpu(graph, given: str) -> tuple[GPU | None, str]:
@@ -182,13 +182,13 @@ register(
         summary="run on another GPU: per-kernel floor + roofline/waves/peak rules from launch data and shapes; host path as parameters",
         apply=_apply,
         params={
-            "target": Param("B200", "GPU to predict for (daydream/gpus.py table, names matched loosely: " + ", ".join(names())
+            "target": Param("B200", "GPU to predict for (daydream/costmodel/gpus.py table, names matched loosely: " + ", ".join(names())
                             + "); default B200, the fastest in the table, so --opt all shows the upper bound", str,
-                            lambda v: find_gpu(v) is not None, "a GPU of daydream/gpus.py"),
+                            lambda v: find_gpu(v) is not None, "a GPU of daydream/costmodel/gpus.py"),
             "source": Param("", "GPU the trace ran on; empty = from the trace's device name", str,
-                            lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/gpus.py, or empty"),
+                            lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/costmodel/gpus.py, or empty"),
             "kernel_model": Param("launch", "per-kernel model: 'launch' (floor + work part scaled by roofline / waves / "
-                                  "peak rules, daydream/optimizations/_kernel_model.py) or 'peak' (the first model: "
+                                  "peak rules, daydream/costmodel/kernel_model.py) or 'peak' (the first model: "
                                   "peak Tensor-Core and bandwidth ratios)", str, lambda v: v in ("launch", "peak"),
                                   "launch or peak"),
             "target_floor_ns": Param(-1.0, "smallest kernel time on the target, ns; -1 = the measured table "

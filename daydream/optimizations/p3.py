@@ -17,13 +17,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from .. import comm_model as cm
-from ..collectives import kernel_is_collective
+from ..util.arrays import sorted_unique
+from ..costmodel import comm as cm
+from ..graph.collectives import kernel_is_collective
 from ..errors import NotApplicable, UsageError
 from ..transform import set_priority
 from . import Optimization, Param, register
-from ._comm import MIB, NETWORK_PARAMS, allreduce_name, check_pieces, first_after, insert_allreduces, network_of, step_of_nodes
+from .comm_common import (
+    MIB,
+    NETWORK_PARAMS,
+    allreduce_name,
+    check_pieces,
+    first_after,
+    insert_allreduces,
+    network_of,
+    step_of_nodes,
+)
 from .ddp import gradients
 
 

@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from .. import kernels as K
+from ..util.arrays import sorted_unique
+from ..graph import kernels as K
 from ..errors import NotApplicable
-from ..events import Kind
+from ..events.table import Kind
 from ..transform import remove, scale
 from . import Optimization, Param, register
-from ._comm import step_of_nodes
-from ._common import name_mask
+from .comm_common import step_of_nodes
+from .common import name_mask
 
 BN_BW = r"(?i)bn_bw|batch_?norm_?backward|batchnorm_?bwd|BatchNormBwd|batch_norm_backward"
 BN_FW = r"(?i)bn_fw_tr|bn_fw(?!_inf)|batch_norm_collect_statistics|batch_norm_transform_input|batch_norm_elemt|batch_norm_stats|batchnorm_?fwd_?train|BatchNormFwdTrain|batch_norm_update_stats"

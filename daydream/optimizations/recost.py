@@ -1,9 +1,9 @@
 """``network``, ``world-size``, ``buckets``: re-cost the collectives a trace already has.
 
-Each sized collective (:mod:`daydream.collectives`) gets ``new = max(recorded + model_new -
+Each sized collective (:mod:`daydream.graph.collectives`) gets ``new = max(recorded + model_new -
 model_old, 0)``: the model's change is added to what was recorded, so the part of a recorded
 collective that is waiting for peers (or anything the model does not see) is kept, and the same
-network gives the recorded time back. ``model_old`` is :func:`daydream.comm_model.collective_ns`
+network gives the recorded time back. ``model_old`` is :func:`daydream.costmodel.comm.collective_ns`
 on the trace's own network, calibrated from it (bandwidth: the highest bus bandwidth any of its
 collectives achieved; latency: the ``link`` preset's, lowered where a collective was faster), at
 the recorded group size. Compute is unchanged; collectives without a size in the trace are left as
@@ -11,7 +11,7 @@ recorded (counted in the note).
 
 * ``network:bandwidth=...,latency=...,inter=...``: the given network instead of the one the trace
   ran on. Both are costed at their links' nominal bandwidths: the traced link is ``traced=`` or the
-  board link of the trace's GPU (:data:`daydream.gpus.BOARD_LINKS`), so the link the trace ran on
+  board link of the trace's GPU (:data:`daydream.costmodel.gpus.BOARD_LINKS`), so the link the trace ran on
   gives the recorded time back and a slower one never a faster time. The calibrated per-step
   latency is kept, plus NCCL's hwLat difference between the two kinds of link.
 * ``world-size:n=N``: N ranks instead of the recorded group size, on the calibrated network with
@@ -30,21 +30,30 @@ import dataclasses
 
 import numpy as np
 
-from ..arrays import sorted_unique
-from .. import comm_model as cm
-from ..collectives import Algo, Op
+from ..util.arrays import sorted_unique
+from ..costmodel import comm as cm
+from ..graph.collectives import Algo, Op
 from ..errors import NotApplicable
-from ..gpus import BOARD_LINKS
+from ..costmodel.gpus import BOARD_LINKS
 from ..transform import set_duration
 from . import Optimization, Param, register
 from .gpu_upgrade import source_gpu
-from ._comm import DDP_BUCKET_MB, MIB, NETWORK_PARAMS, check_pieces, comm_collectives, link_text, network_of, step_of_nodes
+from .comm_common import (
+    DDP_BUCKET_MB,
+    MIB,
+    NETWORK_PARAMS,
+    check_pieces,
+    comm_collectives,
+    link_text,
+    network_of,
+    step_of_nodes,
+)
 
 
 def calibrated(c, like: cm.Network, fit_bandwidth: bool = True) -> cm.Network:
     """``like`` as the trace's own network: one node (no inter-node link), contention 1 (the recorded
     times hold the contention there was), its intra-node link's bandwidth fitted to the collectives
-    ``c`` (:func:`daydream.comm_model.calibrate`; ``fit_bandwidth=False`` keeps ``like``'s, the
+    ``c`` (:func:`daydream.costmodel.comm.calibrate`; ``fit_bandwidth=False`` keeps ``like``'s, the
     nominal bandwidth of the link the trace ran on), and its base and per-step latencies lowered
     in proportion where a recorded collective was faster than they allow (so no recorded collective
     is shorter than the calibrated model says). In proportion, so that the latency still grows with
@@ -195,7 +204,7 @@ def traced_link(graph, c, p) -> tuple[cm.Network, str]:
     """(the network the trace's collectives ran on, one node of its link at nominal bandwidth and
     the link preset's latency; how the link is known).
 
-    ``traced=`` when given, else the board link of the trace's GPU (:data:`daydream.gpus.BOARD_LINKS`,
+    ``traced=`` when given, else the board link of the trace's GPU (:data:`daydream.costmodel.gpus.BOARD_LINKS`,
     inferred). Re-costing compares the nominal bandwidths of the two links: comparing the bandwidth
     the trace's collectives achieved (below nominal: protocol overhead, small messages, waits) with
     another link's nominal one predicted faster collectives on the very link they ran on (hta
@@ -213,7 +222,7 @@ def traced_link(graph, c, p) -> tuple[cm.Network, str]:
         rec = graph if graph.recorded_devices is None else dataclasses.replace(graph, devices=graph.recorded_devices)
         gpu, dev = source_gpu(rec, "")
         if gpu is None or gpu.name not in BOARD_LINKS:
-            who = f"GPU {dev!r}, whose board daydream/gpus.py BOARD_LINKS does not list" if dev else "the trace names no GPU"
+            who = f"GPU {dev!r}, whose board daydream/costmodel/gpus.py BOARD_LINKS does not list" if dev else "the trace names no GPU"
             raise NotApplicable(f"the link this trace's collectives ran on is not known ({who}): give it as traced=LINK "
                                 "(a link preset or a bandwidth, e.g. nvlink3, 25GB/s)")
         text = BOARD_LINKS[gpu.name][0]
@@ -232,7 +241,7 @@ def keep_latency(net: cm.Network, traced: cm.Network, traced_link: cm.Link) -> c
     """``net`` with the latencies of ``traced`` (the trace's own network, calibrated), plus the
     difference between ``net``'s link preset and ``traced_link``'s, the nominal link the trace ran
     on (NCCL's hwLat per link type: NVLink 3.4 us, PCI 5.7 us, NET 14 us per step,
-    :data:`daydream.comm_model.PRESETS`; a bandwidth given as a number has NVLink's).
+    :data:`daydream.costmodel.comm.PRESETS`; a bandwidth given as a number has NVLink's).
 
     A recorded collective faster than a preset's latency allows shows that the traced system's
     latency is lower than the preset's (:func:`calibrated`); another bandwidth on the same kind of
@@ -308,7 +317,7 @@ def _buckets(graph, p):
 
 
 _TRACED = Param("", "the link the trace ran on: a preset or a bandwidth with its unit; default: the board link of the trace's GPU "
-                "(daydream/gpus.py BOARD_LINKS), inferred; read by network, and by world-size/buckets with inter=", _traced)
+                "(daydream/costmodel/gpus.py BOARD_LINKS), inferred; read by network, and by world-size/buckets with inter=", _traced)
 
 for _name, _summary, _fn, _own in (
     ("network", "re-cost the trace's collectives on another network (bandwidth, latency, inter-node link)", _network,

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import sorted_unique
+from ..util.arrays import sorted_unique
 from ..errors import NotApplicable
-from ..events import CopyKind, Kind
+from ..events.table import CopyKind, Kind
 from ..graph import EdgeKind, Phase, rule_arrays
 from ..transform import remove_edges
 from . import Optimization, Param, register
-from ._common import mapped_labels_match
+from .common import mapped_labels_match
 
 #: the ops through which PyTorch reads a tensor's value on the host
 VALUE_READ_OPS = r"^aten::(item|_local_scalar_dense|cpu|tolist|to|_to_copy|copy_)$"

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import NotApplicable
 from ..graph.host_clock import HostClock
-from ..graph.ranges import thread_key
+from ..graph.range_timeline import thread_key
 from ..transform import MAX_PATTERN_CHARS, compile_pattern, set_duration, set_gap
 from . import Optimization, Param, register
 

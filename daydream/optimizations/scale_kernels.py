@@ -10,9 +10,9 @@ import re
 
 import numpy as np
 
-from ..arrays import unique_inverse
+from ..util.arrays import unique_inverse
 from ..errors import NotApplicable
-from ..memo import cached
+from ..graph.memo import cached
 from ..transform import compile_pattern, scale, select
 from . import Optimization, Param, register
 

@@ -11,9 +11,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import jit
+from ..util import jit
 from ..graph import Phase, TaskGraph, rule_arrays
-from ..memo import cached, rules_key
+from ..graph.memo import cached, rules_key
 from .result import BOUND_BY_LANE
 
 #: graphs with fewer tasks bind by numpy passes unless forced (numba is imported by then in a

@@ -20,14 +20,14 @@ sum of durations, gaps and edge offsets along one chain of tasks, so it is at mo
 bound reaches :data:`LIMIT` (2**62, leaving room for the sentinel and for ``blocked = w - s``),
 the Python loop runs instead (and raises its usual error when a time leaves int64).
 
-Compilation, its cache and the ``DAYDREAM_JIT`` switch: :mod:`daydream.jit`.
+Compilation, its cache and the ``DAYDREAM_JIT`` switch: :mod:`daydream.util.jit`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import jit
+from ..util import jit
 
 #: graphs with fewer tasks replay in Python unless forced: importing numba and loading the
 #: cached kernel costs about 0.3 s (measured: ``import numba`` 0.24-0.34 s on the 2-core bench
@@ -51,13 +51,13 @@ def fits_int64(p, dur: np.ndarray, gap: np.ndarray) -> bool:
 
 
 def kernel():
-    """The compiled kernel, or None without numba (:func:`daydream.jit.compiled_calling`: the
+    """The compiled kernel, or None without numba (:func:`daydream.util.jit.compiled_calling`: the
     kernel calls the compiled _finish through the name ``_finish_c``)."""
     return jit.compiled_calling(globals(), "_finish_c", _finish, _kernel)
 
 
 def use_kernel(graph, p, forced: bool = False) -> bool:
-    """Whether :func:`run` should replay this graph: :func:`daydream.jit.wanted` (size
+    """Whether :func:`run` should replay this graph: :func:`daydream.util.jit.wanted` (size
     :data:`MIN_TASKS`), every time within int64 (:func:`fits_int64`), numba importable."""
     if not jit.wanted(graph.n, MIN_TASKS, forced):
         return False

@@ -1,11 +1,11 @@
-"""The critical-path walk (:class:`daydream.critical_path._Walk`) compiled with numba: the same
+"""The critical-path walk (:class:`daydream.simulate.critical_path._Walk`) compiled with numba: the same
 steps, the same charges, to the nanosecond.
 
 :func:`walk` runs :func:`_kernel`, the Python walk statement for statement over int64 arrays:
 from the task that ends last, each step follows the binding record of the replay (end waited,
 start edge, lane, base edge or the trace start) and records the segment it charges as
 (node, ns, OWN / GAP / EDGE, cause code, gap-phase flag), only when ns > 0 as the Python walk does.
-:func:`daydream.critical_path.critical_path` sums those into the per-cause and per-phase
+:func:`daydream.simulate.critical_path.critical_path` sums those into the per-cause and per-phase
 breakdowns. tests/test_critical_walk.py compares both walks (path, every charge, the summary)
 on random emulator programs and transformed graphs, and runs the kernel uncompiled too.
 
@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import jit
+from ..util import jit
 
 #: graphs with fewer tasks walk in Python unless forced: the same import cost as the replay
 #: kernel (:data:`daydream.simulate.compiled.MIN_TASKS`), paid once per process.
 MIN_TASKS = 100_000
 #: bound on |every time and gap| for the kernel to run (differences of two stay in int64)
 LIMIT = 1 << 61
-OWN, GAP, EDGE = 0, 1, 2  # as daydream.critical_path
-C_CPU, C_GPU, C_COMM, C_LAUNCH = 0, 1, 2, 3  # indices into daydream.critical_path.CAUSES
+OWN, GAP, EDGE = 0, 1, 2  # as daydream.simulate.critical_path
+C_CPU, C_GPU, C_COMM, C_LAUNCH = 0, 1, 2, 3  # indices into daydream.simulate.critical_path.CAUSES
 
 
 def fits(t0: int, *arrays: np.ndarray) -> bool:
@@ -112,7 +112,7 @@ def _put(ch, ccause, cgap, i, v, ns, part, cause, gap):
 
 
 def kernel():
-    """The compiled kernel, or None without numba (:func:`daydream.jit.compiled_calling`: the
+    """The compiled kernel, or None without numba (:func:`daydream.util.jit.compiled_calling`: the
     kernel calls the compiled _put through the name ``_put_c``)."""
     return jit.compiled_calling(globals(), "_put_c", _put, _kernel)
 

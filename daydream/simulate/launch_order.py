@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import DaydreamError
 from ..graph import NODE_CPU, EdgeKind, Origin, TaskGraph, topological_order
 from ..graph.queue import requeue
-from ..memo import cached
+from ..graph.memo import cached
 from . import simulate
 from .result import Timeline
 

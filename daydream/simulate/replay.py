@@ -25,9 +25,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import jit
+from ..util import jit
 from ..graph import EdgeKind, Phase, TaskGraph, rule_arrays
-from ..memo import memo, rules_key
+from ..graph.memo import memo, rules_key
 from . import compiled as compiled_kernel
 
 _NEG = -(1 << 200)  # below any time
@@ -107,7 +107,7 @@ def _csr(n: int, idx: np.ndarray, dst, src, ae, off, ph) -> tuple[np.ndarray, ..
 
 def prepare(graph: TaskGraph, order: np.ndarray) -> Prepared:
     """The flat inputs of a replay of ``graph`` visiting ``order`` (must be valid). Everything but
-    the CPU gaps is kept in the graph's structure memo (:mod:`daydream.memo`) for ``order``, the
+    the CPU gaps is kept in the graph's structure memo (:mod:`daydream.graph.memo`) for ``order``, the
     rules and the graph's constants: a graph that differs only in durations reuses it."""
     ra = rule_arrays()
     key = ("replay.prepare", rules_key(ra, graph), int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns),
@@ -343,7 +343,7 @@ def replay(graph: TaskGraph, order: np.ndarray, compiled: bool | None = None) ->
 
     ``compiled``: None picks the kernel when :func:`.compiled.use_kernel` says so (numba
     importable, graph big enough or the kernel already loaded in this process
-    (:func:`daydream.jit.loaded`: a prediction's smaller graph after a big baseline), every time
+    (:func:`daydream.util.jit.loaded`: a prediction's smaller graph after a big baseline), every time
     provably within int64); True/False force the choice (True still falls back when numba is
     missing or a time could leave int64).
     Both give the same times to the nanosecond (tests/test_replay_compiled.py).

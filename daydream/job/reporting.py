@@ -1,0 +1,202 @@
+"""The job report: per rank its step (measured, replayed coupled), the time it waited for its
+peers and for whom, its transfer time and how much of it overlapped compute; the job's step (the
+slowest rank's) and the straggler with its cause. Text (through ``terminal_text``) and JSON
+(deterministic bytes: the local and the Dask paths give the same file).
+"""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+import numpy as np
+
+from ..graph.collectives import OP_LABELS, Op
+from ..simulate.critical_path import communication_mask
+from ..util.display import terminal_text
+from ..graph import NODE_CPU
+from ..report.build import _union_length, step_windows, trust_verdict
+from ..simulate import Timeline, recorded, simulate
+from ..report.job_model import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankRow, Straggler
+from .couple import Coupled
+from .critical import job_critical_path, rank_critical_path
+from .load import RankTrace
+from .match import Matching
+
+def job_windows(graphs, timelines) -> list[tuple[int, int, int, int]]:
+    """Per rank: (measured start, measured end, replayed start, replayed end) of its window."""
+    return [_window(g, tl, recorded(g)) for g, tl in zip(graphs, timelines)]
+
+
+def _pct(a: int, b: int) -> float:
+    return round((a - b) / b * 100, 4) if b else 0.0
+
+
+def _window(graph, tl: Timeline, rec: Timeline) -> tuple[int, int, int, int]:
+    """(measured start, measured end, replayed start, replayed end) of the rank's window: from
+    the first ProfilerStep (else the trace start) to the last GPU task's end."""
+    gpu = ~graph.is_cpu
+    sw = step_windows(graph, tl)
+    lo_m = sw[0].start_ns if sw else int(graph.t0_ns)
+    lo_r = sw[0].replayed_start_ns if sw else int(graph.t0_ns)
+    return lo_m, int(rec.end_ns[gpu].max()), lo_r, int(tl.end_ns[gpu].max())
+
+
+def _overlap_pct(graph, tl: Timeline) -> float:
+    comm = communication_mask(graph)
+    comp = ~graph.is_cpu & ~comm
+    if not comm.any():
+        return 0.0
+    lo, hi = int(tl.start_ns.min()), int(tl.end_ns.max())
+    c = _union_length(tl.start_ns[comm], tl.end_ns[comm], lo, hi)
+    k = _union_length(tl.start_ns[comp], tl.end_ns[comp], lo, hi)
+    both = _union_length(np.concatenate([tl.start_ns[comm], tl.start_ns[comp]]), np.concatenate([tl.end_ns[comm], tl.end_ns[comp]]), lo, hi)
+    return round((c + k - both) / c * 100, 2) if c else 0.0
+
+
+def _rank_row(i: int, r: RankTrace, m: Matching, c: Coupled) -> tuple[RankRow, dict]:
+    g, tl = c.graphs[i], c.timelines[i]
+    rec = recorded(g)
+    lo_m, hi_m, lo_r, hi_r = _window(g, tl, rec)
+    alone = simulate(r.graph)
+    a_lo_m, a_hi_m, a_lo_r, a_hi_r = _window(r.graph, alone, recorded(r.graph))
+    mem = m.member[i]
+    waited: dict[str, int] = {}
+    for k in np.nonzero(mem & (m.wait_ns[i] > 0))[0].tolist():
+        key = str(int(m.ranks[m.last[k]]))
+        waited[key] = waited.get(key, 0) + int(m.wait_ns[i, k])
+    err = _pct(hi_r - lo_r, hi_m - lo_m)
+    verdict, p99, p99_pct = _rank_trust(g, tl, rec, err, hi_m - lo_m)
+    row = RankRow(int(r.rank), os.path.basename(r.path), r.rank_source, int(m.offset_ns[i]), hi_m - lo_m, hi_r - lo_r,
+                  err, _pct(a_hi_r - a_lo_r, a_hi_m - a_lo_m), int(m.wait_ns[i, mem].sum()),
+                  int(c.wait_ns[i, mem].sum()), dict(sorted(waited.items(), key=lambda kv: int(kv[0]))),
+                  int(m.transfer_ns[i, mem].sum()), _overlap_pct(g, tl), int(np.count_nonzero(m.last == i)),
+                  rank_critical_path(c, i), verdict, p99, p99_pct)
+    return row, {"start": lo_m - int(m.offset_ns[i])}
+
+
+def _rank_trust(g, tl, rec, err_pct: float, window_ns: int) -> tuple[str, float, float]:
+    """(verdict, p99 GPU start error us, as % of the median measured step) of a rank's coupled
+    replay: the single-trace rule (:func:`~daydream.report.build.trust_verdict`) on its window error and
+    the start error of its recorded GPU tasks (the pins the coupling adds are not tasks)."""
+    gpu = (g.node_kind != NODE_CPU) & (g.row >= 0) & (g.rec_end_ns >= g.rec_start_ns)
+    d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
+    p99 = round(float(np.percentile(d_us, 99)), 3) if len(d_us) else 0.0
+    sw = step_windows(g, rec)
+    ref = float(np.median([w.end_ns - w.start_ns for w in sw])) if sw else float(window_ns)
+    p99_pct = round(p99 * 1e5 / ref, 3) if ref > 0 else 0.0
+    return trust_verdict(abs(err_pct), abs(err_pct), len(sw), p99_pct, p99)[0], p99, p99_pct
+
+
+_TRUST_ORDER = {"good": 0, "fair": 1, "unreliable": 2}
+
+
+def _job_trust(step_error_pct: float, rows: list[RankRow]) -> tuple[str, str]:
+    """The job's verdict: the worst of its step error's (the single-trace thresholds) and its ranks'."""
+    verdict, reason = trust_verdict(abs(step_error_pct), abs(step_error_pct))
+    reason = "job step " + reason.replace("max step error", "error")
+    worst = max((_TRUST_ORDER.get(x.trust, 0) for x in rows), default=0)
+    if worst > _TRUST_ORDER[verdict]:
+        bad = [x for x in rows if _TRUST_ORDER.get(x.trust, 0) == worst]
+        verdict = bad[0].trust
+        reason = (f"{len(bad)} of {len(rows)} ranks' coupled replays are {verdict} (" + ", ".join(
+            f"rank {x.rank}: window error {abs(x.error_pct):.2f} %, GPU start error p99 {x.gpu_start_error_p99_us:,.0f} us = "
+            f"{x.gpu_start_error_p99_pct:.2f} % of its step" for x in bad[:3]) + (", ..." if len(bad) > 3 else "") + "); " + reason)
+    return verdict, reason
+
+
+def _straggler(m: Matching, rows: list[RankRow], starts: np.ndarray) -> Straggler | None:
+    """The rank whose late arrivals made its peers wait longest (recorded), with its cause."""
+    if not len(m) or not m.wait_ns.any():
+        return None
+    caused = np.zeros(len(rows), np.int64)
+    np.add.at(caused, m.last, m.wait_ns.sum(axis=0))
+    s = int(np.argmax(caused))
+    late = int(max(starts[s] - int(np.median(starts)), 0))
+    ks = np.nonzero(m.last == s)[0]
+    lateness = int((m.arrive_ns[ks] - np.median(np.where(m.member[:, ks], m.start_ns[:, ks], m.arrive_ns[ks]), axis=0)).max())
+    cp = rows[s].critical_path
+    inside = max(((v, k) for k, v in cp.items() if k not in ("communication", "peers")), default=(0, "cpu"))[1]
+    if late and late * 2 >= lateness:
+        cause = (f"started its step {late / 1e6:,.3f} ms after the median rank (before the traced window: data loading "
+                 f"or the previous step); it reached collectives up to {lateness / 1e6:,.3f} ms after the median")
+    else:
+        cause = f"reached collectives up to {lateness / 1e6:,.3f} ms after the median rank; its critical path is mostly {inside}"
+    return Straggler(int(m.ranks[s]), int(caused[s]), late, cause, cp)
+
+
+def build_job_report(ranks: list[RankTrace], m: Matching, c: Coupled, world: int, counts: dict[str, int]) -> JobReport:
+    """Assemble the :class:`JobReport` of a coupled replay ``c`` of ``ranks`` matched by ``m``."""
+    rows, starts = [], []
+    for i, r in enumerate(ranks):
+        row, extra = _rank_row(i, r, m, c)
+        rows.append(row)
+        starts.append(extra["start"])
+    starts = np.asarray(starts, np.int64)
+    colls = [CollectiveRow(k, OP_LABELS[Op(int(m.op[k]))], str(m.group[k]), int(m.size_bytes[k]), int(m.ranks[m.last[k]]),
+                           int(m.ranks[c.last[k]]), int(m.wait_ns[:, k].max()), int(m.transfer_ns[m.last[k], k]))
+             for k in range(len(m))]
+    slow_m = max(rows, key=lambda x: x.measured_ns) if rows else None
+    slow_r = max(rows, key=lambda x: x.replayed_ns) if rows else None
+    sm, sr = (slow_m.measured_ns if slow_m else 0), (slow_r.replayed_ns if slow_r else 0)
+    cp = job_critical_path(m, c, rows.index(slow_r)) if rows else None
+    verdict, reason = _job_trust(_pct(sr, sm), rows)
+    return JobReport(JOB_REPORT_VERSION, len(ranks), world, m.clock, len(m), c.rounds, sm, sr, _pct(sr, sm), rows, colls,
+                     _straggler(m, rows, starts), dict(sorted({**counts, **m.counts}.items())), critical_path=cp,
+                     trust=verdict, trust_reason=reason)
+
+
+def job_report_json(r: JobReport) -> bytes:
+    """The ``--json`` document of a job: deterministic bytes for the same input."""
+    return msgspec.json.format(msgspec.json.encode(r), indent=2) + b"\n"
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+def render_job_text(r: JobReport) -> str:
+    """The job report for a terminal (trace-derived strings through ``terminal_text``)."""
+    out = [f"job: {r.ranks} ranks (world size {r.world_size}), {r.collectives} collectives matched per rank, "
+           f"clock {r.clock}; coupled replay settled in {r.rounds} rounds",
+           f"job step (slowest rank): measured {_ms(r.step_measured_ns)} ms, replayed {_ms(r.step_replayed_ns)} ms "
+           f"({r.step_error_pct:+.2f} %)",
+           f"baseline replay (coupled): {r.trust} ({r.trust_reason})", "",
+           f"{'rank':>4} {'measured ms':>12} {'replayed ms':>12} {'err %':>7} {'alone %':>8} {'wait ms':>8} "
+           f"{'transfer ms':>11} {'overlap %':>9} {'bound by':>13} {'replay':>10}  waited for (ms)"]
+    for x in r.rank_rows:
+        wf = ", ".join(f"r{k} {_ms(v)}" for k, v in sorted(x.waited_for.items(), key=lambda kv: -kv[1])[:3])
+        out.append(f"{x.rank:>4} {_ms(x.measured_ns):>12} {_ms(x.replayed_ns):>12} {x.error_pct:>7.2f} {x.alone_error_pct:>8.2f} "
+                   f"{_ms(x.wait_measured_ns):>8} {_ms(x.transfer_ns):>11} {x.comm_overlap_pct:>9.1f} "
+                   f"{max(x.critical_path, key=x.critical_path.get) if x.critical_path else '-':>13} {x.trust or '-':>10}  {wf}")
+    if r.straggler is not None:
+        s = r.straggler
+        out += ["", f"straggler: rank {s.rank} (its peers waited {_ms(s.caused_wait_ns)} ms for it): {s.cause}"]
+    if r.critical_path is not None:
+        cp = r.critical_path
+        causes = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(cp.by_cause_ns.items(), key=lambda kv: -kv[1]) if v)
+        hops = " <- ".join(f"rank {sg.rank}" + (f" (collective {sg.via_collective})" if sg.via_collective >= 0 else " from its trace start")
+                           for sg in cp.segments)
+        out += ["", f"job critical path {_ms(cp.total_ns)} ms: {hops}; by cause: {causes}"]
+        gap = r.step_replayed_ns - cp.total_ns
+        if gap > 0 and cp.segments:  # the walk stops at a trace start later than the job step's
+            out.append(f"  it ends at rank {cp.segments[-1].rank}'s trace start, {_ms(gap)} ms after the job step begins: "
+                       f"what rank {cp.segments[-1].rank} ran before its trace starts is not in its trace (docs/jobs.md)")
+    if r.collective_rows:
+        out += ["", "collectives (first 10): #, op, bytes, last to arrive (recorded / replayed), longest wait ms, transfer ms"]
+        for x in r.collective_rows[:10]:
+            grp = f" [{x.group}]" if x.group else ""
+            size = f"{x.size_bytes:,} B" if x.size_bytes >= 0 else "size unknown"
+            out.append(f"  {x.index:>3} {x.op}{grp} {size}  rank {x.last_rank} / {x.last_rank_replayed}  "
+                       f"{_ms(x.wait_max_ns)}  {_ms(x.transfer_ns)}")
+    for p in r.predictions:
+        who = f" on ranks {','.join(map(str, p.ranks))}" if p.ranks else ""
+        mark = "  UNRELIABLE: see the baseline replay above" if r.trust == "unreliable" else ""
+        out += ["", f"what-if {p.name}{who}: job step {_ms(p.replayed_ns)} -> {_ms(p.predicted_ns)} ms ({p.speedup:.3f}x){mark}",
+                "  per rank ms: " + ", ".join(f"r{i} {_ms(x)}" for i, x in enumerate(p.rank_predicted_ns))]
+        out += [f"  rank {k}: {v}" for k, v in p.notes.items()]
+    for k, v in r.not_applicable.items():
+        out.append(f"what-if {k}: not applicable: {v}")
+    for k, v in r.counts.items():
+        out.append(f"note: {k}: {v:,}")
+    return "\n".join(map(terminal_text, out)) + "\n"  # one line each: a newline in a name shows as \\n

@@ -1,0 +1,1 @@
+"""Renderers: a report in, text or bytes out (text, SVG/HTML, Chrome trace for Perfetto)."""

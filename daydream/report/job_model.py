@@ -1,0 +1,110 @@
+"""The job report's definitions (``daydream-analyze`` on several traces; ``docs/jobs.md``), as
+msgspec structs whose JSON Schema is ``schemas/job_report.schema.json``. Built by
+:mod:`daydream.job.reporting`. All times ns.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+JOB_REPORT_VERSION = 2  #: 2: replay trust per rank and for the job
+
+
+class Segment(msgspec.Struct, forbid_unknown_fields=True):
+    rank: int
+    start_ns: int  #: on the lowest rank's clock
+    end_ns: int
+    via_collective: int  #: the collective the path left this rank by (-1: it starts here)
+
+
+class JobCriticalPath(msgspec.Struct, forbid_unknown_fields=True):
+    total_ns: int  #: last end minus the trace start of the rank the path starts on
+    by_cause_ns: dict[str, int]
+    segments: list[Segment]  #: latest first
+
+
+class RankRow(msgspec.Struct, forbid_unknown_fields=True):
+    """One rank (times ns)."""
+
+    rank: int
+    trace: str  #: file name (not the folder)
+    rank_from: str  #: "trace" (distributedInfo), "file name" or "order"
+    clock_offset_ns: int  #: its clock minus the lowest rank's (0 on a shared clock)
+    measured_ns: int  #: its traced window (first ProfilerStep start .. last GPU task end), as recorded
+    replayed_ns: int  #: the same window in the coupled replay
+    error_pct: float
+    alone_error_pct: float  #: the rank replayed alone (collectives keep their recorded durations)
+    wait_measured_ns: int  #: time inside collectives before the last participant arrived, recorded
+    wait_replayed_ns: int  #: the same in the coupled replay
+    waited_for: dict[str, int]  #: recorded wait by the rank that arrived last ("7": ns)
+    transfer_ns: int  #: time inside collectives after the last arrival, recorded
+    comm_overlap_pct: float  #: share of its communication time (replayed) overlapped by its compute kernels
+    last_arrivals: int  #: collectives it reached last
+    critical_path: dict[str, int]  #: its coupled replay's critical path by cause; ``peers``: before the last peer arrived
+    #: how far its coupled replay is trusted ("good", "fair", "unreliable"; the single-trace rule of
+    #: ``report.trust_verdict`` on its window error and GPU start error)
+    trust: str = ""
+    gpu_start_error_p99_us: float = 0.0  #: p99 |replayed - recorded start| of its GPU tasks, coupled replay
+    gpu_start_error_p99_pct: float = 0.0  #: the same as % of its median measured ProfilerStep (its window without steps)
+
+
+class CollectiveRow(msgspec.Struct, forbid_unknown_fields=True):
+    index: int
+    op: str
+    group: str
+    size_bytes: int
+    last_rank: int  #: recorded
+    last_rank_replayed: int
+    wait_max_ns: int  #: longest recorded wait of a participant
+    transfer_ns: int  #: the last arrival's recorded duration
+
+
+class Straggler(msgspec.Struct, forbid_unknown_fields=True):
+    rank: int
+    caused_wait_ns: int  #: peers' recorded wait at the collectives it reached last
+    late_start_ns: int  #: its first step started this much after the median rank's (before the traced window)
+    cause: str  #: in words
+    critical_path: dict[str, int]  #: its own by cause (cpu, gpu_compute, communication, launch, sync)
+
+
+class JobPrediction(msgspec.Struct, forbid_unknown_fields=True):
+    """A job-level what-if, replayed coupled (times ns)."""
+
+    name: str  #: the optimizations, composed in order
+    ranks: list[int]  #: ranks the single-trace optimizations were applied to ([] for straggler alone)
+    replayed_ns: int  #: the job's step (slowest rank's window), baseline coupled replay
+    predicted_ns: int
+    speedup: float  #: replayed / predicted
+    rank_predicted_ns: list[int]  #: each rank's window, predicted
+    notes: dict[str, str]  #: per rank: what was changed, or why the optimization did not apply
+
+
+class JobReport(msgspec.Struct, forbid_unknown_fields=True):
+    report_version: int
+    ranks: int
+    world_size: int
+    clock: str  #: "shared" or "estimated" (offsets inferred from collective ends)
+    collectives: int
+    rounds: int  #: coupled replay rounds until settled
+    step_measured_ns: int  #: the slowest rank's window
+    step_replayed_ns: int
+    step_error_pct: float
+    rank_rows: list[RankRow]
+    collective_rows: list[CollectiveRow]
+    straggler: Straggler | None
+    counts: dict[str, int]
+    predictions: list[JobPrediction] = []
+    not_applicable: dict[str, str] = {}
+    critical_path: JobCriticalPath | None = None  #: of the coupled replay, across ranks
+    #: how far the coupled baseline replay is trusted: the worst of the job step's error and every
+    #: rank's verdict ("good", "fair", "unreliable"), and why
+    trust: str = ""
+    trust_reason: str = ""
+
+
+def job_report_schema() -> dict:
+    """JSON Schema of a job's ``--json`` report (written to ``schemas/job_report.schema.json``)."""
+    s = msgspec.json.schema(JobReport)
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "Daydream job report"
+    return s
