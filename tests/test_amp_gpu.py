@@ -106,6 +106,7 @@ def test_fp32_classes_kept():
     assert g2.dur_ns[k].tolist() == [1000, 8000]
 
 
+@pytest.mark.slow
 def test_casts_and_loss_scaling_on_resnet50():
     from pathlib import Path
 

@@ -295,6 +295,7 @@ def _scan():
     return modules, imports, unresolved
 
 
+@pytest.mark.slow
 def test_the_scan_sees_the_package():
     modules, imports, _ = _scan()
     assert {"daydream", "daydream.analysis", "daydream.cli", "daydream.events.table", "daydream.testing.emulator"} <= set(modules)

@@ -6,6 +6,7 @@ example and compiled where numba is installed."""
 
 from __future__ import annotations
 
+import pytest
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,6 +34,7 @@ def _assert_bindings_equal(g):
             assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(programs(), programs(graph_launches=True), programs(max_devices=2, sync_events=False),
                  copy_programs(), copy_programs(staging=True), handover_programs()), _STEPS)

@@ -3,6 +3,7 @@ each must give exactly the same answer."""
 
 from __future__ import annotations
 
+import pytest
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from daydream.graph.order import _keeps_constraints, visit_constraints
 KINDS = sorted(RULES)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11), st.sampled_from(KINDS)), max_size=30),
        st.integers(0, 2**32))
@@ -79,6 +81,7 @@ def test_seeded_lane_prev_and_launch_equal_the_edges():
         assert np.array_equal(g.launch, g._single(rule_arrays().launch))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(programs())
 def test_seeded_views_equal_the_edges_on_emulated_traces(tmp_path_factory, program):
@@ -93,6 +96,7 @@ def test_seeded_views_equal_the_edges_on_emulated_traces(tmp_path_factory, progr
     assert np.array_equal(g.launch, g._single(rule_arrays().launch))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 30), st.integers(0, 30), st.sampled_from([2, 50, 10**6, 2**41]), st.booleans(), st.booleans(), st.integers(0, 2**32))
 def test_dense_launch_link_equals_the_sorted_one(n_rt, n_gpu, corr_span, one_pid, shared_ids, seed):
@@ -213,6 +217,7 @@ def _same_prepared(graph) -> None:
             assert (np.array_equal(x, y) and np.asarray(x).dtype == np.asarray(y).dtype) if isinstance(x, np.ndarray) else x == y, (method, f)
 
 
+@pytest.mark.slow
 def test_prepared_replay_inputs_equal_the_reference_on_real_traces():
     """The replay's prepared inputs (END-edge work on the END edges alone) equal the whole-edge
     reference, on real traces and after optimizations that add waits and queue edges."""
@@ -222,6 +227,7 @@ def test_prepared_replay_inputs_equal_the_reference_on_real_traces():
         _same_prepared(build_graph(t))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(programs())
 def test_prepared_replay_inputs_equal_the_reference_on_emulated_traces(tmp_path_factory, program):
@@ -305,6 +311,7 @@ def test_ffill_by_compiled_equals_numpy(items, seed):
         assert np.array_equal(ffill_by(values, idx, start, method=m), want), m
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.sampled_from(["nccl", "NCCL", "rccl", "Kernel", "\u212a", "void ", "Dev", "x", "_", " ", "\u0130", "\u017f", "ncc",
                                  "l", "AllReduce", "ǅ"]), max_size=8), st.text(max_size=5))
@@ -377,6 +384,7 @@ def test_latency_on_gpu_tasks_equals_the_reference(monkeypatch):
     assert len(calls) == len(_bench_and_real_tables()) and any(c[0] > 0 for c in calls)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(programs())
 def test_latency_on_gpu_tasks_equals_the_reference_on_emulated_traces(tmp_path_factory, program):
@@ -391,6 +399,7 @@ def test_latency_on_gpu_tasks_equals_the_reference_on_emulated_traces(tmp_path_f
         build_graph(load_trace(str(path)))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, 5), max_size=60), st.integers(0, 2**32))
 def test_lane_chains_compiled_equals_numpy(lanes, seed):
@@ -408,6 +417,7 @@ def test_lane_chains_compiled_equals_numpy(lanes, seed):
         assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want)), m
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2**62, 2**62)), max_size=40), st.booleans())
 def test_later_min_compiled_equals_numpy(items, small):
@@ -423,6 +433,7 @@ def test_later_min_compiled_equals_numpy(items, small):
         assert later_min(val, seg, big, method=m).tolist() == want, m
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 2), st.integers(-1, 4)), max_size=60), st.integers(1, 3))
 def test_few_unique_columns_compiled_equals_unique_columns(rows, k):
@@ -469,6 +480,7 @@ def test_lookup_first_compiled_equals_sorted(keys, queries, corr_keys, seed):
         assert np.array_equal(got, want) and got.dtype == np.int64, m
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 40), st.integers(0, 2**32), st.booleans(), st.booleans(), st.integers(0, 6))
 def test_latency_compiled_equals_numpy(n, seed, with_x, with_staged, spread):
@@ -547,6 +559,7 @@ class _Cols:
         return len(self.start_ns)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 40), st.integers(0, 2**32), st.integers(0, 6))
 def test_cpu_tasks_and_launch_links_compiled_equal_numpy(n, seed, spread):

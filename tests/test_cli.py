@@ -29,6 +29,7 @@ def run_cli(*args, capsys=None):
     return code, out
 
 
+@pytest.mark.slow
 def test_fixture_report(capsys):
     code, out = run_cli(FIXTURE, capsys=capsys)
     assert code == 0
@@ -148,6 +149,7 @@ def _kineto_with_kernels():
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", _kineto_with_kernels(), ids=lambda p: p.name[:40])
 def test_every_real_kineto_trace_reports(path, capsys):
     code, out = run_cli(path, capsys=capsys)

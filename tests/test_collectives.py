@@ -88,6 +88,7 @@ def test_dlrm_sizes_from_annotation_shapes():
     assert 394241 * 4 in c.size_bytes.tolist()
 
 
+@pytest.mark.slow
 @needs
 def test_df_index_resolver_sizes_unknown_and_counted():
     c = _colls("hta/df_index_resolver.json.gz")

@@ -23,6 +23,7 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 NET = cm.Network(cm.PRESETS["pcie3"])
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(max_threads=1), st.integers(0, 2**32), st.lists(st.integers(1, 64 << 20), min_size=1, max_size=4),
        st.sampled_from([2, 8, 64]), st.booleans())
@@ -117,6 +118,7 @@ def _same_graph(a, b):
             assert np.array_equal(getattr(a.mapping, f), getattr(b.mapping, f)), f
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**32), st.integers(1, 12), st.booleans(), st.booleans())
 def test_batched_allreduce_insertion_is_the_one_by_one_graph(tmp_path_factory, prog, seed, k, wait, twice):

@@ -31,6 +31,7 @@ def _end(g, spec):
     return int(simulate(g2).end_ns.max()), g2
 
 
+@pytest.mark.slow
 @needs
 def test_ddp_world_1_is_the_baseline_and_bandwidth_helps():
     g = _graph(RESNET)
@@ -44,6 +45,7 @@ def test_ddp_world_1_is_the_baseline_and_bandwidth_helps():
     assert (g8.row < 0).sum() == 60  # 30 all-reduces and the 30 calls that launch them
 
 
+@pytest.mark.slow
 @needs
 @pytest.mark.parametrize("rel", WITH_COLLECTIVES)
 def test_doubling_bandwidth_never_slows(rel):
@@ -52,6 +54,7 @@ def test_doubling_bandwidth_never_slows(rel):
         assert _end(g, f"network:bandwidth={b}")[0] <= _end(g, f"network:bandwidth={a}")[0]
 
 
+@pytest.mark.slow
 @needs
 @pytest.mark.parametrize("rel", WITH_COLLECTIVES)
 def test_more_workers_never_cheaper_per_byte(rel):
@@ -182,6 +185,7 @@ def test_world_size_one_needs_no_message_sizes():
     assert note.startswith("66 collectives cost 0 for 1 rank") and g2.dur_ns.sum() < g.dur_ns.sum()
 
 
+@pytest.mark.slow
 @needs
 @pytest.mark.parametrize("rel", WITH_COLLECTIVES)
 def test_network_on_the_traced_link_is_the_recording_and_slower_links_are_slower(rel):

@@ -272,6 +272,7 @@ def test_exact_prediction_compares_with_zero_error(tmp_path):
     assert gemm.after_ns == 2 * gemm.before_ns > 0
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(programs(graph_launches=True), st.sampled_from([2, 3]))
 def test_compare_is_exact_where_the_prediction_is(tmp_path_factory, prog, factor):

@@ -4,6 +4,7 @@ equals the emulator's run of the changed program (``daydream/testing/emulator.py
 
 from __future__ import annotations
 
+import pytest
 import dataclasses
 
 import numpy as np
@@ -200,6 +201,7 @@ def _main_pred(g, tl):
     return sorted(zip(tl.start_ns[m].tolist(), tl.end_ns[m].tolist()))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(handover_programs(), st.sampled_from([0.0, 0.5, 2.0]))
 def test_scale_cpu_on_the_autograd_thread_moves_the_main_thread(tmp_path_factory, prog, f):

@@ -9,6 +9,7 @@ so the port is checked where numba is missing, and compiled where it is installe
 
 from __future__ import annotations
 
+import pytest
 import contextlib
 import os
 
@@ -88,6 +89,7 @@ def _assert_walks_equal(g, seed):
         assert np.array_equal(got[3][1], ref[3][1]), "end waited"
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(programs(), programs(graph_launches=True), programs(max_devices=2, sync_events=False)), _STEPS, st.integers(0, 2**32))
 def test_compiled_walk_equals_python_on_emulator_programs(tmp_path_factory, prog, steps, seed):
@@ -96,6 +98,7 @@ def test_compiled_walk_equals_python_on_emulator_programs(tmp_path_factory, prog
     _assert_walks_equal(_transformed(g, steps), seed)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(copy_programs(), copy_programs(staging=True), handover_programs()), _STEPS, st.integers(0, 2**32))
 def test_compiled_walk_equals_python_on_copies_and_handovers(tmp_path_factory, prog, steps, seed):

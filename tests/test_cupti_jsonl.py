@@ -563,6 +563,7 @@ def event_tables(draw):
     return EventTable.from_columns(cols, NAMES + CATS)
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(t=event_tables())
 def test_random_tables_survive_write_read(tmp_path, t):
@@ -572,6 +573,7 @@ def test_random_tables_survive_write_read(tmp_path, t):
     assert t.equals(r)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(t=event_tables(), seed=st.integers(0, 2**32))
 def test_record_order_does_not_matter(tmp_path, t, seed):
@@ -592,6 +594,7 @@ def test_record_order_does_not_matter(tmp_path, t, seed):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NSYS_EXPORTS or [pytest.param(None, marks=pytest.mark.skip(reason="../shared/traces not available"))],
                          ids=lambda p: p.name if p else "none")
 def test_nsys_exports_round_trip(tmp_path, path):
@@ -605,6 +608,7 @@ def test_nsys_exports_round_trip(tmp_path, path):
     assert_same_launch(t, r)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SMALL_KINETO or [pytest.param(None, marks=pytest.mark.skip(reason="../shared/traces not available"))],
                          ids=lambda p: p.name if p else "none")
 def test_kineto_traces_round_trip(tmp_path, path):

@@ -305,6 +305,7 @@ def check_invariants(run) -> None:
             assert c.waits_for == (c.task,)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs())
 def test_random_programs_follow_the_model(program):
@@ -401,6 +402,7 @@ def check_trace(run, path, emit_sync_events=True) -> dict:
     return exact
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(programs(max_devices=2))
 def test_kineto_times_round_trip_exactly(tmp_path, program):

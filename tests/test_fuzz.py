@@ -229,6 +229,7 @@ def _mutate_events(doc: dict, ops, top) -> dict:
     return doc
 
 
+@pytest.mark.slow
 @needs_traces
 @_fuzz_settings(150)
 @given(
@@ -248,6 +249,7 @@ def test_fuzz_kineto_events(src, ops, top, gz, strict, opt):
         check_run(p, Path(d), strict=strict, opt=opt, what=f"{src.name}: {ops!r} top={top!r}")
 
 
+@pytest.mark.slow
 @needs_traces
 @_fuzz_settings(60)
 @given(
@@ -346,6 +348,7 @@ def _mutate_sqlite(path: Path, schema, ops) -> list[str]:
     return done
 
 
+@pytest.mark.slow
 @needs_traces
 @_fuzz_settings(120)
 @given(
@@ -491,6 +494,7 @@ column_ops = st.lists(
 _SEL = {"all": slice(None), "even": slice(None, None, 2), "first": slice(0, 1), "every5": slice(None, None, 5)}
 
 
+@pytest.mark.slow
 @needs_traces
 @_fuzz_settings(60)
 @given(src=st.sampled_from(_DERIVED_FROM), ops=column_ops, opt=st.integers(0, 2))

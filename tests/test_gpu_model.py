@@ -185,6 +185,7 @@ from daydream.transform import set_launch_latency  # noqa: E402
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(max_threads=1), st.integers(0, 20_000))
 def test_target_launch_latency_equals_the_emulator(tmp_path_factory, prog, new_l):
@@ -245,6 +246,7 @@ def real_graphs():
     return out
 
 
+@pytest.mark.slow
 def test_identity_with_host_parameters_on_every_real_trace(real_graphs):
     """Target = source and host parameters at the trace's own values: the baseline exactly."""
     from daydream.costmodel.gpus import gpu_of_device
@@ -298,6 +300,7 @@ def _exact(graph, tl, want):
     return got == exp
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(max_threads=1), st.sampled_from([2, 4]))
 def test_slower_host_equals_the_emulator(tmp_path_factory, prog, k):

@@ -9,6 +9,7 @@ removed) exactly as the emulator runs them.
 
 from __future__ import annotations
 
+import pytest
 import dataclasses
 
 import numpy as np
@@ -103,6 +104,7 @@ def test_graph_kernels_share_the_call_and_replay_exactly(tmp_path):
     assert [t.start_ns - t0 for t in run.tasks if t.graph_node is not None] == [16_000, 22_000, 30_000]
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(graph_launches=True))
 def test_replay_of_graph_launch_programs_is_exact(tmp_path_factory, prog):
@@ -120,6 +122,7 @@ def _same_interleaving(a, b, key=lambda k: k):
     return ka == kb
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(graph_launches=True), st.sampled_from(["sgemm", "elementwise", "reduce", "nccl"]),
        st.sampled_from([0.0, 0.25, 0.5, 1.5, 3.0]))
@@ -145,6 +148,7 @@ def test_scaling_graph_kernels_predicts_the_changed_program(tmp_path_factory, pr
     assert _replayed(run, g, pred) == _emulated(changed)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(graph_launches=True), st.integers(0, 2**32))
 def test_removing_a_graph_node_predicts_the_changed_program(tmp_path_factory, prog, seed):
@@ -248,6 +252,7 @@ def _step_programs(draw):
     return Program([Thread(ops)], launch_latency_ns=L, gpu_gap_ns=G)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(_step_programs(), st.integers(500, 10_000))
 def test_cuda_graphs_optimization_predicts_graph_launch_programs(tmp_path_factory, prog, glaunch):

@@ -7,6 +7,7 @@ from a fit, that predictions for changed programs equal the emulator's run of th
 
 from __future__ import annotations
 
+import pytest
 import dataclasses
 
 import numpy as np
@@ -219,6 +220,7 @@ def _same_order(a, b) -> bool:
     return [(c.thread, c.op_index) for c in a.calls] == [(c.thread, c.op_index) for c in b.calls]
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(handover_programs())
 def test_replay_reproduces_programs_with_a_handover(tmp_path_factory, prog):
@@ -230,6 +232,7 @@ def test_replay_reproduces_programs_with_a_handover(tmp_path_factory, prog):
     assert _by_key(g, simulate(g), run) == _emulated(run)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(handover_programs(), st.sampled_from(["bwd", "fwd", "all", "ag_calls"]), st.sampled_from([0.0, 0.25, 0.5, 2.0, 3.0]))
 def test_predictions_follow_the_other_threads_work(tmp_path_factory, prog, what, factor):
@@ -265,6 +268,7 @@ def _changed(prog, g, what: str, factor: float):
     return changed, (g.node_kind == Kind.KERNEL) & np.array([what == "all" or what in s for s in names], bool)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(handover_programs(), st.integers(0, 2**32))
 def test_removing_an_autograd_launch_predicts_the_changed_program(tmp_path_factory, prog, seed):
@@ -310,6 +314,7 @@ def _main_engine_ends_first(run) -> bool:
     return len(ends) == len(last) and all(b is not None and e < b for e, b in zip(ends, last))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(handover_programs(main_engine=True), st.sampled_from(["bwd", "ag_calls"]), st.sampled_from([0.25, 0.5, 2.0]))
 def test_the_waiting_thread_may_run_engine_work_of_its_own(tmp_path_factory, prog, what, factor):

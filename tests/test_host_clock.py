@@ -53,6 +53,7 @@ def _weights(ranges, scales, within, horizon):
 _range = st.tuples(st.integers(0, 60), st.integers(0, 60)).map(lambda t: (min(t), max(t)))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(ranges=st.lists(_range, min_size=1, max_size=6), data=st.data())
 def test_lengths_and_scaled_time_match_a_brute_force_clock(ranges, data):
@@ -116,6 +117,7 @@ def test_chained_scale_cpu_composes_like_one():
     assert "77.781 ms of host time inside them" in note  # as alone: the DataLoader's doubled time is not conv2d's
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not RESNET.exists(), reason="../shared/traces not present")
 def test_dataloader_reads_host_time_as_scale_cpu_left_it():
     """scale-cpu:range=DataLoader,factor=2 then dataloader gave the workers the recorded fetches

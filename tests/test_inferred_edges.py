@@ -9,6 +9,7 @@ is inferred).
 
 from __future__ import annotations
 
+import pytest
 import dataclasses
 
 import numpy as np
@@ -150,6 +151,7 @@ def _corr_edges(g, edges) -> set[tuple[int, int]]:
     return {(int(g.correlation[s]), int(g.correlation[d])) for s, d in edges}
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs())
 def test_no_inferred_edge_is_false(tmp_path_factory, prog):
@@ -160,6 +162,7 @@ def test_no_inferred_edge_is_false(tmp_path_factory, prog):
         assert _corr_edges(g, _inferred(g)) <= _truth(run)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs())
 def test_inference_only_brings_the_replay_closer(tmp_path_factory, prog):
@@ -260,6 +263,7 @@ def _wait_programs(draw):
 _WAITING = st.one_of(programs(wait_latency=True), _wait_programs())
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(_WAITING)
 def test_no_inferred_edge_is_false_when_waits_take_longer_than_G(tmp_path_factory, prog):
@@ -270,6 +274,7 @@ def test_no_inferred_edge_is_false_when_waits_take_longer_than_G(tmp_path_factor
         assert _corr_edges(g, _inferred(g)) <= _truth(run)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(_WAITING, st.sampled_from([0.0, 0.5, 2.0, 5.0]))
 def test_predictions_with_inferred_waits_follow_the_emulator(tmp_path_factory, prog, factor):
@@ -341,6 +346,7 @@ def test_removing_a_kernel_with_inferred_waits_follows_the_emulator(tmp_path_fac
     _check_changed(got, changed, prog.wait_latency_ns * n_waits, exact)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(_wait_programs(), st.integers(0, 2**32), st.integers(1_000, 100_000))
 def test_adding_a_kernel_with_inferred_waits_follows_the_emulator(tmp_path_factory, prog, seed, kdur):
@@ -391,6 +397,7 @@ def _slack_wait_programs(draw):
     return Program([Thread(ops)], launch_latency_ns=L, gpu_gap_ns=G)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(_WAITING, _slack_wait_programs()), st.sampled_from([0.0, 0.5, 2.0, 5.0, 40.0]))
 def test_the_latent_wait_bound_is_never_earlier_than_the_emulator(tmp_path_factory, prog, factor):

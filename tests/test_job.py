@@ -67,6 +67,7 @@ def test_align_recovers_offsets(shifts, spread):
         assert np.abs(off - sh).max() <= 3
 
 
+@pytest.mark.slow
 @needs_traces
 def test_dlrm_job_matched_and_split(dlrm):
     m = dlrm.matching
@@ -146,6 +147,7 @@ def test_job_refusals(tmp_path):
         expand_inputs([str(tmp_path / "nope")])
 
 
+@pytest.mark.slow
 @needs_traces
 def test_cli_job_json_deterministic(tmp_path, capsys):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
@@ -199,6 +201,7 @@ def test_whatif_straggler(dlrm):
             parse_job_specs([bad], 8)
 
 
+@pytest.mark.slow
 @needs_traces
 def test_cli_job_opt(capsys):
     assert main([str(DLRM), "--opt", "fused-adam", "--ranks", "0,3"]) == 0
@@ -333,6 +336,7 @@ def test_job_ranks_needs_an_optimization_for_it(capsys):
     assert "does not apply to straggler" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @needs_traces
 def test_job_optimization_that_applies_nowhere_exits_3(capsys):
     assert main([str(DLRM), "--opt", "reconbn"]) == 3
@@ -373,6 +377,7 @@ def test_one_rank_of_a_job_warns_that_its_collectives_hold_peer_waits(capsys):
     assert "warning: this trace is rank 1 of a job of 8 ranks (its distributedInfo): its 8 collective kernels keep" in out
 
 
+@pytest.mark.slow
 @needs_traces
 def test_job_replay_trust_is_reported_and_strict_replay_refuses(dlrm, capsys):
     """The job report judges its coupled replay per rank by the single-trace rule (was: no verdict,

@@ -4,6 +4,7 @@ identical to the Python walk."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from daydream.job.critical import job_critical_path, rank_critical_path
@@ -18,6 +19,7 @@ def _both(res):
     return [job_critical_path(m, c, i) for i in rows], [rank_critical_path(c, i) for i in rows]
 
 
+@pytest.mark.slow
 @given(jobs())
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 def test_job_walk_compiled_equals_python(monkeypatch, progs):

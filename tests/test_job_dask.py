@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DLRM = ROOT.parent / "shared" / "traces" / "param_dlrm"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not DLRM.exists(), reason="needs ../shared/traces/param_dlrm")
 def test_dask_local_cluster_byte_identical(tmp_path, capsys):
     local, remote = tmp_path / "local.json", tmp_path / "dask.json"
@@ -26,6 +27,7 @@ def test_dask_local_cluster_byte_identical(tmp_path, capsys):
     assert b'"straggler"' in (tmp_path / "w.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_dask_unreachable_scheduler(tmp_path, capsys):
     import shutil
 

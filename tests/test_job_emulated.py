@@ -3,6 +3,7 @@ rank's timeline, and a change on one rank predicted equals the emulator's run of
 
 from __future__ import annotations
 
+import pytest
 import tempfile
 
 import numpy as np
@@ -69,6 +70,7 @@ def _analyze(progs):
         return job, analyze_job([d])
 
 
+@pytest.mark.slow
 @given(jobs())
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_coupled_replay_reproduces_every_rank(progs):
@@ -91,6 +93,7 @@ def test_coupled_replay_reproduces_every_rank(progs):
     assert segs[-1].start_ns == first.t0_ns and segs[0].end_ns - segs[-1].start_ns == cp.total_ns
 
 
+@pytest.mark.slow
 @given(jobs(), st.data())
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_change_on_one_rank_equals_emulator(progs, data):
@@ -117,6 +120,7 @@ def _one_rank_scaled_equals_emulator(progs, data, which, pattern: str) -> None:
     assert p.rank_predicted_ns == [max(t.end_ns for t in run.tasks) - run.trace_t0_ns for run in job2.runs]
 
 
+@pytest.mark.slow
 @given(jobs(), st.data())
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_a_slower_or_faster_transfer_on_one_rank_changes_the_collective_for_all(progs, data):

@@ -35,6 +35,7 @@ def tables():
     return {str(p.relative_to(TRACES)): load_trace(str(p)) for p in REAL}
 
 
+@pytest.mark.slow
 def test_other_share_on_real_traces(tables):
     shares = {}
     for name, t in tables.items():

@@ -102,6 +102,7 @@ def rows(tb, kind):
 # ---------------------------------------------------------------------------------------------
 # every real trace
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @needs_traces
 @pytest.mark.parametrize("path", KINETO_FILES, ids=lambda p: p.name[:40])
 def test_real_trace_counts_match_independent_reading(path):
@@ -666,6 +667,7 @@ _num_text = st.one_of(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["kernel-py", "kernel"])
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_num_text, min_size=1, max_size=60))

@@ -52,6 +52,7 @@ def _assert_same(a, b) -> None:
     assert msgspec.json.encode(a.meta) == msgspec.json.encode(b.meta)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not KINETO, reason="no Kineto traces (../shared/traces absent)")
 @pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
 def test_fast_path_equals_reference_on_real_traces(path, monkeypatch):
@@ -71,6 +72,7 @@ _plain = st.from_regex(r"\A-?(0|[1-9][0-9]{0,19})(\.[0-9]{1,8})?\Z", fullmatch=T
 _json_time = st.one_of(_plain, _plain, _plain, st.sampled_from(['"12.5"', "null", "1e3", "1.5E-2", '" 7 "', "-0.0", "{}"]))
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(_json_time, _json_time), min_size=1, max_size=40), st.booleans())
 def test_fast_path_equals_reference_on_generated_times(tmp_path_factory, times, gz):
@@ -113,6 +115,7 @@ _num_text = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(_plain, _plain, st.just(""), _num_text), min_size=1, max_size=50))
 def test_join_parse_equals_numpy_parse(texts):
@@ -166,6 +169,7 @@ _int_like = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_int_like, min_size=1, max_size=30), st.booleans())
 def test_int_column_typed_equals_reference(values, may_be_str):

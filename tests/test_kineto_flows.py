@@ -138,6 +138,7 @@ def test_legacy_async_flows_and_graph_launch(tmp_path):
     assert rows(tb, Kind.KERNEL) == {"k_a": 3, "k_b": 3}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REAL, reason="../shared/traces not present")
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_real_traces_unchanged_when_flows_are_read(path, monkeypatch):

@@ -6,6 +6,7 @@ interleaving too: not modelled, those examples are left out)."""
 
 from __future__ import annotations
 
+import pytest
 import dataclasses
 
 import numpy as np
@@ -54,6 +55,7 @@ def _bindings(run) -> dict:
     return out
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(max_threads=3), st.sampled_from(["sgemm", "elementwise", "nccl", "."]), st.sampled_from([0.0, 0.25, 0.5, 2.0, 3.0]))
 def test_a_shared_stream_runs_in_the_launch_order_of_the_prediction(tmp_path_factory, prog, pattern, factor):
@@ -103,6 +105,7 @@ def shared_stream_programs(draw):
                    launch_latency_ns=2_000, gpu_gap_ns=0)
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(shared_stream_programs(), st.sampled_from(["sgemm", "sgemm_side", "elementwise", "."]), st.sampled_from([0.0, 0.25, 0.5, 2.0, 4.0]))
 def test_a_worker_thread_moved_among_the_main_threads_launches(tmp_path_factory, prog, pattern, factor):

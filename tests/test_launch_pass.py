@@ -46,6 +46,7 @@ def _kineto_file(p: Path) -> bool:
     return kineto.sniff(data[:4096], str(p))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not KINETO, reason="no real traces (../shared/traces absent)")
 @pytest.mark.parametrize("path", [p for p in KINETO if _kineto_file(p)], ids=lambda p: p.name)
 @pytest.mark.parametrize("fast", [True, False])
@@ -79,6 +80,7 @@ _SQL_VALUE = st.one_of(st.integers(-3, 70_000), st.sampled_from([2**31 - 1, 2**3
                        st.none(), st.floats(-1e20, 1e20, allow_nan=False), st.sampled_from(["7", "x", b"\x01"]))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(st.tuples(*[st.one_of(st.integers(0, 2000), _SQL_VALUE)] * 11), min_size=1, max_size=12),
        arrow=st.sampled_from(["on", "off"]))
@@ -155,6 +157,7 @@ def _document(draw):
     return draw(st.permutations(evs))
 
 
+@pytest.mark.slow
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(events=_document(), fast=st.booleans())
 def test_kineto_pass_equals_reread_on_generated_documents(tmp_path_factory, monkeypatch, events, fast):

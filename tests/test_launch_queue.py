@@ -9,6 +9,7 @@ the changed program (without the edges the CPU would run ahead of a slowed GPU).
 
 from __future__ import annotations
 
+import pytest
 import dataclasses
 
 import numpy as np
@@ -172,6 +173,7 @@ def _note_full(run, what):
     event(f"{what}: a launch waited for the queue" if any(c.queued_for is not None for c in run.calls) else f"{what}: queue never full")
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(graph_launches=True), st.integers(1, 4))
 def test_replay_with_a_small_launch_queue_is_exact(tmp_path_factory, prog, depth):
@@ -182,6 +184,7 @@ def test_replay_with_a_small_launch_queue_is_exact(tmp_path_factory, prog, depth
     _assert_exact(run, g, simulate(g))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(graph_launches=True), st.integers(2, 4), st.sampled_from([3.0, 5.0, 10.0]))
 def test_slowing_the_gpu_predicts_the_changed_program(tmp_path_factory, prog, depth, factor):
@@ -202,6 +205,7 @@ def test_slowing_the_gpu_predicts_the_changed_program(tmp_path_factory, prog, de
     _check_prediction(g, pred, run, changed)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(), st.integers(1, 4), st.integers(0, 2**32))
 def test_removing_a_kernel_predicts_the_changed_program(tmp_path_factory, prog, depth, seed):
@@ -213,6 +217,7 @@ def test_removing_a_kernel_predicts_the_changed_program(tmp_path_factory, prog, 
     _check_removal(r.graph, r.pred, run, r.changed, r.new_key)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(max_threads=1), st.integers(1, 4), st.integers(0, 2**32), st.integers(1_000, 100_000))
 def test_adding_a_kernel_predicts_the_changed_program(tmp_path_factory, prog, depth, seed, kdur):

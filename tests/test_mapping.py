@@ -404,6 +404,7 @@ def test_phase_breakdown_and_top_layers():
         phase_breakdown(m, tb, g, gd[:2])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["table", "sweep-py", "sweep"])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), max_size=40),
@@ -689,6 +690,7 @@ def test_vectorized_mapping_matches_brute_force(rel):
     assert list(m.op_of_rows(rt)) == ops
 
 
+@pytest.mark.slow
 @needs_traces
 @pytest.mark.parametrize("rel", [MI250, PROFILE1, "hta/sampled_rank-0.json.gz", NCCL])
 def test_vectorized_gap_phases_match_brute_force(rel):
@@ -768,6 +770,7 @@ def _assert_same_mapping(a: Mapping, b: Mapping) -> None:
     assert a.labels == b.labels and a.autograd_threads == b.autograd_threads and a.counts == b.counts
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, len(_CTX_NAMES) - 1), st.sampled_from(["rng", "op", "py"]), st.integers(0, 60),
                           st.integers(0, 30), st.integers(1, 2)), max_size=40),
@@ -838,6 +841,7 @@ def test_pair_keys_keep_the_pair_order(p1, p2):
             assert (k[i] < k[j]) == (pairs[i] < pairs[j]) and (k[i] == k[j]) == (pairs[i] == pairs[j])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 7), st.integers(-2, 1), st.integers(0, 5), st.integers(-1, 7)), max_size=40),
        st.lists(st.integers(0, 5), max_size=2), st.integers(0, 2))

@@ -4,6 +4,7 @@ binding records equal the ones computed from scratch."""
 
 from __future__ import annotations
 
+import pytest
 import dataclasses
 
 import numpy as np
@@ -37,6 +38,7 @@ def _fresh(g):
     return dataclasses.replace(g)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(), st.floats(0.0, 3.0), st.integers(0, 2**32))
 def test_shared_memo_predicts_what_a_fresh_graph_predicts(tmp_path_factory, prog, f, seed):

@@ -147,6 +147,7 @@ def test_times_ids_and_gpu_columns(path):
     assert tb.start_ns.min() == lo
 
 
+@pytest.mark.slow
 @exports
 def test_kernels_join_their_launch_on_pid_and_correlation(path):
     tb = _load(path)

@@ -77,6 +77,7 @@ def _assert_same(a, b):
     assert a.accounting == b.accounting
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXPORTS, ids=lambda p: p.name)
 def test_real_exports_identical_and_read_by_arrow(path, monkeypatch):
     spy, fast, slow = _both(path, monkeypatch)
@@ -136,6 +137,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_synthetic_exports_identical(case, tmp_path, monkeypatch):
     tables, sql, declines = CASES[case]

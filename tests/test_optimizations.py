@@ -410,6 +410,7 @@ def real_graphs():
     return out
 
 
+@pytest.mark.slow
 def test_every_optimization_on_every_real_trace(real_graphs):
     """Each applies (no predicted slowdown) or says plainly why not. amp is held to it without its
     cast kernels: the casts autocast adds (a kernel and a launch per forward GEMM's weight) can

@@ -11,6 +11,7 @@ run of the changed program.
 
 from __future__ import annotations
 
+import pytest
 import dataclasses
 
 import numpy as np
@@ -149,6 +150,7 @@ def _staged_after_kernel(kernel_ns: int, second_stream: int, G: int, S: int) -> 
     return Program([Thread(ops)], launch_latency_ns=2_000, gpu_gap_ns=G, staging_latency_ns=S)
 
 
+@pytest.mark.slow
 @settings(SETTINGS, suppress_health_check=[*SETTINGS.suppress_health_check, HealthCheck.filter_too_much])
 @given(copy_programs(staging=True), st.sampled_from([0.0, 0.5, 3.0]))
 @example(_staged_after_kernel(1_058, 20, 2, 59), 0.0)
@@ -173,6 +175,7 @@ def test_staging_latency_is_measured_and_predictions_follow_the_emulator(tmp_pat
     _check_prediction(g, pred, run, changed)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(copy_programs())
 def test_replay_of_copy_programs_is_exact(tmp_path_factory, prog):
@@ -182,6 +185,7 @@ def test_replay_of_copy_programs_is_exact(tmp_path_factory, prog):
     _assert_exact(run, graph, tl)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(copy_programs(), st.sampled_from(["sgemm", "elementwise"]), st.sampled_from([0.0, 0.5, 3.0, 10.0]))
 def test_scaling_kernels_around_copies_predicts_the_changed_program(tmp_path_factory, prog, pattern, factor):
@@ -201,6 +205,7 @@ def test_scaling_kernels_around_copies_predicts_the_changed_program(tmp_path_fac
     _check_prediction(g, pred, run, changed)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(copy_programs(), st.integers(0, 2**32))
 def test_removing_a_kernel_before_copies_predicts_the_changed_program(tmp_path_factory, prog, seed):

@@ -122,6 +122,7 @@ def _range_union_ns(table: EventTable, names: tuple[str, ...]) -> int:
 OPTIMIZER_RANGES = ("Optimizer.step#", "## optimizer ##")
 
 
+@pytest.mark.slow
 @needs_traces
 @pytest.mark.parametrize("rel", ["hta/df_index_resolver.json.gz", "hta/nccl_data.json.gz"])
 def test_optimizer_cpu_time_matches_the_trace_ranges(rel):

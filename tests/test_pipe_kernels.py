@@ -3,6 +3,7 @@ plain-numpy references: each must give exactly the same arrays (values and dtype
 
 from __future__ import annotations
 
+import pytest
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,7 @@ def _same(got, want):
             assert g == w
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(-1, 30), st.integers(-1, 30), st.booleans(), st.booleans()), max_size=30),
        st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=10),
@@ -41,6 +43,7 @@ def test_order_edges_compiled_equals_numpy(nodes, queue, tail):
         _same(order_edges(lane_prev, launch, is_gpu, staged, qs, qd, t, method=m), want)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 9), st.sampled_from([1, 2, 3, 4]), st.integers(-1, 2),
                           st.integers(0, 50), st.integers(0, 9), st.integers(-1, 5)), min_size=1, max_size=25),
@@ -79,6 +82,7 @@ def test_node_columns_compiled_equals_numpy(rows, data, only):
                             np.where(kind != 0, want_nodes.stream, 0).astype(np.int64), lc))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(-2, 3), st.integers(-1, 4), st.integers(-50, 50), st.booleans()), max_size=40),
        st.sampled_from([1024, 2, 1]))
@@ -104,6 +108,7 @@ def test_call_threads_compiled_equals_numpy(rows, cap):
         M.CALL_THREADS_MAX_THREADS = was
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 30), st.data())
 def test_inherit_and_for_nodes_compiled_equal_numpy(n, data):
@@ -144,6 +149,7 @@ def test_inherit_and_for_nodes_compiled_equal_numpy(n, data):
         assert got.labels == ref.labels
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 12), st.data())
 def test_prepare_compiled_equals_reference_on_random_graphs(n, data):
@@ -172,6 +178,7 @@ def test_prepare_compiled_equals_reference_on_random_graphs(n, data):
             assert (isinstance(x, np.ndarray) and x.dtype == y.dtype and np.array_equal(x, y)) if isinstance(y, np.ndarray) else x == y, (m, f)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(-20, 40), st.integers(0, 15), st.booleans()),
                 min_size=1, max_size=40), st.booleans())
@@ -194,6 +201,7 @@ def test_gap_midpoints_compiled_equals_numpy(rows, by_start):
         _same([M._gap_midpoints(table, rt_rows, th, in_thread_order=True, method=m)], [want])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(-1, 4)), max_size=40), st.integers(-1, 4), st.data())
 def test_queue_pairs_compiled_equals_numpy(nodes, depth, data):
@@ -227,6 +235,7 @@ def test_task_rows_compiled_equals_numpy(kinds, rt, gpu):
             assert (g is None) == (w is None) and (w is None or (g.dtype == w.dtype and np.array_equal(g, w)))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 8), st.integers(0, 8), st.data())
 def test_wait_index_compiled_equals_numpy(n_cpu, n_gpu, data):

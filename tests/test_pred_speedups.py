@@ -3,6 +3,7 @@ straightforward computation they replace: each must give exactly the same answer
 
 from __future__ import annotations
 
+import pytest
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -47,6 +48,7 @@ def _graph_like(n, edges, pos):
                                  lane_prev=np.full(n, -1, np.int64), is_cpu=np.ones(n, bool))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11), st.sampled_from(KINDS)), max_size=30),
        st.lists(st.integers(0, 4), min_size=12, max_size=12), st.booleans(), st.integers(0, 2**32))
@@ -209,6 +211,7 @@ def test_cpu_nodes_in_ranges_equals_one_pass_per_range(seed, k, same_thread, odd
     assert np.array_equal(cpu_nodes_in_ranges(g, ranges, same_thread=same_thread), _nodes_in_ranges_reference(g, ranges, same_thread))
 
 
+@pytest.mark.slow
 def test_step_members_by_pass_and_by_sort_agree(monkeypatch):
     """Few steps (a pass per step) or many (one sort, a slice per step): the same members, kinds and devices."""
     import daydream.report.build as rp

@@ -4,6 +4,7 @@ for bit and in the same order, run plain and compiled."""
 
 from __future__ import annotations
 
+import pytest
 import importlib
 
 import numpy as np
@@ -37,6 +38,7 @@ def timelines_and_queries(draw):
     return rt, key[o], a[o], b[o].astype(np.int64), w
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(timelines_and_queries())
 def test_compiled_split_equals_numpy(case):

@@ -769,6 +769,7 @@ def test_bad_input_with_debug_shows_the_traceback_too(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 # accounting on every real trace
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("path", REAL or [pytest.param(None, marks=pytest.mark.skip(reason="../shared/traces not available"))],
                          ids=lambda p: p.name[:40] if p else "none")
 def test_every_record_of_every_real_trace_is_accounted_for(path, tmp_path, capsys):
@@ -899,6 +900,7 @@ def test_names_that_look_like_code_stay_names(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 # determinism across processes
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", ["hta/cuda_event_sync_multi_stream.json.gz", "hta/sampled_rank-0.json.gz", "extrap/con_kernel.sqlite"])
 def test_json_report_is_byte_identical_across_processes(rel, tmp_path):
     src = real(rel)

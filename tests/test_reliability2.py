@@ -274,6 +274,7 @@ def hostile(tmp_path_factory) -> dict[str, Path]:
     return {name: build(d) for name, (build, _) in HOSTILE.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bomb.json.gz", "bomb_bom.json.gz", "bomb.jsonl.gz"])
 def test_gzip_bomb_is_refused(hostile, capsys, name):
     p = hostile[name]
@@ -449,6 +450,7 @@ def test_huge_names_are_classified_in_bounded_time():
 # ---------------------------------------------------------------------------------------------
 # 8. special files
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_fifo_is_refused_without_blocking(tmp_path):
     p = fifo(tmp_path)
     r = subprocess.run([sys.executable, "-m", "daydream.cli", str(p)], capture_output=True, text=True, timeout=30, cwd=ROOT)
@@ -522,6 +524,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_every_hostile_input_in_bounded_memory_and_time(hostile):
     paths = hostile
     r = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([[str(p), TIME_BOUND_S] for p in paths.values()])],

@@ -63,6 +63,7 @@ def _transformed(g, steps):
 _STEPS = st.lists(st.tuples(st.sampled_from(["scale", "remove", "insert"]), st.integers(0, 2**32)), max_size=4)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(programs(), programs(graph_launches=True), programs(max_devices=2, sync_events=False)), _STEPS)
 def test_compiled_equals_python_on_emulator_programs(tmp_path_factory, prog, steps):
@@ -71,6 +72,7 @@ def test_compiled_equals_python_on_emulator_programs(tmp_path_factory, prog, ste
     _assert_paths_equal(_transformed(g, steps))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(copy_programs(), copy_programs(staging=True), handover_programs()), _STEPS)
 def test_compiled_equals_python_on_copies_and_handovers(tmp_path_factory, prog, steps):

@@ -8,6 +8,7 @@ emulator says; the graph must be acyclic; every input event is in the table or c
 
 from __future__ import annotations
 
+import pytest
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 
@@ -44,6 +45,7 @@ def _assert_exact(run, graph, tl):
     assert got_task == exp_task
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs())
 def test_replay_reproduces_emulator_exactly(tmp_path_factory, prog):
@@ -54,6 +56,7 @@ def test_replay_reproduces_emulator_exactly(tmp_path_factory, prog):
     _assert_exact(run, graph, tl)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(sync_events=False))
 def test_replay_without_cuda_sync_events(tmp_path_factory, prog):

@@ -18,6 +18,7 @@ SQLITE = sorted(TRACES.rglob("*.sqlite")) if TRACES.exists() else []
 GRAPH_ARRAYS = ("row", "node_kind", "lane", "lane_prev", "dur_ns", "gap_ns", "blocking", "launch", "edge_src", "edge_dst", "edge_kind", "edge_origin", "order")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SQLITE, ids=lambda p: p.name)
 def test_nsys_to_cupti_dump_keeps_table_graph_and_replay(path, tmp_path):
     t1 = load_trace(str(path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
@@ -14,6 +15,7 @@ from daydream.transform import set_priority
 from tablebuilder import TB
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(programs())
 def test_event_replay_equals_fifo_replay_without_policy(tmp_path_factory, prog):

@@ -174,6 +174,7 @@ TRACES = ROOT.parent / "shared" / "traces"
 REAL = sorted(p for p in TRACES.glob("*/*") if p.suffix in (".gz", ".sqlite") and p.stat().st_size < 120_000) if TRACES.exists() else []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
 def test_segments_are_the_critical_path_on_real_traces(path):
     """The track's segments add up, cause by cause, to critical_path's summary (a blocking call
@@ -217,6 +218,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from daydream.testing.emulator import emulate, programs, to_kineto  # noqa: E402
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(programs(graph_launches=True))
 def test_emulated_timelines_tracks_and_flows(tmp_path_factory, prog):
@@ -287,6 +289,7 @@ def test_processes_with_colliding_correlation_ids_read_back(tmp_path):
 MFU = ROOT.parent / "shared" / "traces" / "nsys_ai" / "mfu_2gpu_before.sqlite"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MFU.exists(), reason="../shared/traces/nsys_ai not present")
 def test_two_process_nsys_trace_reads_back_and_replays_to_itself(tmp_path):
     """The timeline of a 2-process, 2-GPU Nsight trace (baseline and prediction) reads back
@@ -418,6 +421,7 @@ def test_syncs_on_tracks_of_their_own_every_track_named_flow_ids_unique(tmp_path
     assert _track_problems(drawn[0]) == []
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MFU.exists(), reason="../shared/traces/nsys_ai not present")
 def test_nsys_timeline_tracks_well_formed(tmp_path):
     """The try-out's case: mfu_2gpu_before with a prediction, no sync slice partly over a kernel,

@@ -29,6 +29,7 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 
 # ------------------------------------------------------------------- identity properties ----
+@pytest.mark.slow
 @SETTINGS
 @given(programs())
 def test_identity_transforms_leave_replay_unchanged(tmp_path_factory, prog):
@@ -39,6 +40,7 @@ def test_identity_transforms_leave_replay_unchanged(tmp_path_factory, prog):
         assert np.array_equal(tl.start_ns, base.start_ns) and np.array_equal(tl.end_ns, base.end_ns)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(), st.floats(0.0, 1.0), st.integers(0, 2**32))
 def test_shrinking_durations_never_delays_any_task(tmp_path_factory, prog, f, seed):
@@ -51,6 +53,7 @@ def test_shrinking_durations_never_delays_any_task(tmp_path_factory, prog, f, se
     assert np.all(tl.start_ns <= base.start_ns)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(), st.lists(st.tuples(st.sampled_from(["scale", "remove", "insert"]), st.integers(0, 2**32)), max_size=6))
 def test_any_sequence_of_primitives_keeps_graph_acyclic(tmp_path_factory, prog, steps):
@@ -94,6 +97,7 @@ def test_insert_rejects_bad_input():
 
 
 # ------------------------------------------------------- predictions equal the emulator ----
+@pytest.mark.slow
 @SETTINGS
 @given(programs(), st.sampled_from(["sgemm", "elementwise", "reduce", "nccl"]), st.sampled_from([0.0, 0.25, 0.5, 1.5, 3.0]))
 def test_scaling_kernels_predicts_the_changed_program(tmp_path_factory, prog, pattern, factor):
@@ -112,6 +116,7 @@ def test_scaling_kernels_predicts_the_changed_program(tmp_path_factory, prog, pa
     _check_prediction(g, pred, run, changed)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(), st.integers(0, 2**32))
 def test_removing_a_kernel_and_its_launch_predicts_the_changed_program(tmp_path_factory, prog, seed):
@@ -124,6 +129,7 @@ def test_removing_a_kernel_and_its_launch_predicts_the_changed_program(tmp_path_
     _check_removal(r.graph, r.pred, run, r.changed, r.new_key)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(max_threads=1), st.integers(0, 2**32), st.integers(1_000, 100_000), st.integers(1_000, 20_000))
 def test_adding_a_kernel_predicts_the_changed_program(tmp_path_factory, prog, seed, kdur, cdur):

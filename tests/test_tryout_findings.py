@@ -38,6 +38,7 @@ def test_tiny_bucket_size_is_a_usage_error_not_a_memory_error(capsys):
     assert "pieces" in err and "internal error" not in err
 
 
+@pytest.mark.slow
 @needs_traces
 def test_tiny_p3_slice_is_refused_quickly(capsys):
     # was: ran for many minutes (5.8 M slices inserted one by one)
@@ -275,6 +276,7 @@ def test_args_null_is_read_as_no_args(tmp_path, monkeypatch, fast):
     assert table.cols["external_id"][names.index("aten::mm")] == -1
 
 
+@pytest.mark.slow
 @needs_traces
 def test_answer_lines_answer_the_opt_asked(capsys):
     # was: the asked --opt's speed-up only on line ~99 of the report, the answer line about other what-ifs
@@ -498,6 +500,7 @@ def test_no_gpu_task_no_measured_launch_latency(capsys):
     assert "launch latency L, GPU gap G: not measured (no GPU task in the trace)" in out and "(measured)" not in out
 
 
+@pytest.mark.slow
 @needs_traces
 def test_a_wait_on_inferred_hand_overs_says_so(capsys):
     """ResNet-50's answer names a wait for the autograd engine thread that rests only on inferred
@@ -629,6 +632,7 @@ def test_opt_all_timeline_says_it_holds_the_baseline_only(tmp_path, capsys):
     assert out.exists() and "holds the baseline replay only (--opt all ranks each optimization alone" in err
 
 
+@pytest.mark.slow
 @needs_traces
 def test_answer_flags_what_ifs_on_traces_with_unlinked_cross_stream_waits():
     """nccl_data's 18 cudaStreamWaitEvent name no event: cuda-graphs ran its all-reduces before backward
@@ -690,6 +694,7 @@ def test_singular_counts_tasks_title_and_op_names_in_waits(capsys, tmp_path):
     assert any(", op_id = " in w["during"] for w in rep["critical_path"]["waits"])  # raw names in JSON
 
 
+@pytest.mark.slow
 @needs_traces
 def test_ddp_after_cuda_graphs_keeps_its_overlap():
     """ddp's gradients are ready at the kernel launched last before each AccumulateGrad, by the
@@ -704,6 +709,7 @@ def test_ddp_after_cuda_graphs_keeps_its_overlap():
     assert a.report.predictions[0].window.predicted_ns == b.report.predictions[0].window.predicted_ns
 
 
+@pytest.mark.slow
 @needs_traces
 def test_reconbn_fuses_the_relus_of_bn_layers_only():
     """reconbn fuses a ReLU backward only where its BN forward had its ReLU fused (fifth try-out:
@@ -1024,6 +1030,7 @@ def test_no_gpu_work_because_every_gpu_event_was_skipped_says_so(tmp_path):
     assert "The reader skipped" in w and "non-numeric pid" in w
 
 
+@pytest.mark.slow
 @needs_traces
 def test_amp_after_gpu_upgrade_does_not_depend_on_the_tf32_setting():
     """Under autocast the convolutions run in 16 bits whether cuDNN would have used TF32 or not:
@@ -1039,6 +1046,7 @@ def test_amp_after_gpu_upgrade_does_not_depend_on_the_tf32_setting():
     assert max(gpu) - min(gpu) <= 1e-4 * min(gpu), gpu
 
 
+@pytest.mark.slow
 @needs_traces
 def test_what_if_line_says_when_the_median_step_is_not_the_others_story():
     """dataloader (one worker) then x4 fetches: the answer's median step, fed by a prefetched batch,

@@ -76,6 +76,7 @@ def test_2021_profiler_steps_are_cpu_ops_and_still_found():
     assert [s[0] for s in profiler_steps(t)] == [f"ProfilerStep#{i}" for i in range(5, 11)]
 
 
+@pytest.mark.slow
 @needs_traces
 def test_timeline_flow_ids_pair_up_across_processes_and_copies(tmp_path):
     for trace, extra in ((str(TRACES / "nsys_ai/mfu_2gpu_before.sqlite"), []), (FIXTURE, ["--opt", "scale-kernels:pattern=gemm"])):

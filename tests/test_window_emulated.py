@@ -17,6 +17,7 @@ what ran across ``lo`` is missing. Properties over random programs:
 
 from __future__ import annotations
 
+import pytest
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -61,6 +62,7 @@ def _idle_moments(run):
     return out
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(graph_launches=True), st.floats(0.0, 1.0), st.one_of(st.none(), st.floats(0.0, 1.0)))
 def test_streams_keep_the_recorded_fifo_order(tmp_path_factory, prog, f_lo, f_hi):
@@ -82,6 +84,7 @@ def test_streams_keep_the_recorded_fifo_order(tmp_path_factory, prog, f_lo, f_hi
         assert got == prev
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(graph_launches=True), st.integers(0, 2**32))
 def test_window_starting_at_an_idle_moment_replays_exactly(tmp_path_factory, prog, seed):
@@ -136,6 +139,7 @@ def _provably_exact(run, kept_calls, kept_tasks, G):
     return exact
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(graph_launches=True), st.floats(0.0, 1.0), st.one_of(st.none(), st.floats(0.0, 1.0)))
 def test_cut_replay_stays_between_t0_and_the_record(tmp_path_factory, prog, f_lo, f_hi):
@@ -188,6 +192,7 @@ def _latency_samples(run, kept_calls, kept_tasks, first: bool | None = None):
     return clean, contaminated
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(programs(graph_launches=True), st.floats(0.0, 1.0))
 def test_backlog_never_lowers_the_measured_launch_latency(tmp_path_factory, prog, f_lo):
