@@ -439,12 +439,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        try:
-            code = run(argv)
-        except DaydreamError as e:
-            if str(e).startswith("internal"):  # a broken invariant of daydream's own: a bug
-                raise RuntimeError(str(e)) from e
-            raise
+        code = run(argv)
     except DaydreamError as e:
         if debug:
             traceback.print_exc()

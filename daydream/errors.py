@@ -1,7 +1,8 @@
 """One error family for everything daydream refuses to do.
 
 Adapters, the graph builder and the CLI raise these; the CLI turns any of them into one line on
-stderr and exit status 2. Anything else escaping is a bug in daydream (exit status 1).
+stderr and exit status 2. Anything else escaping, :class:`InternalError` included, is a bug in
+daydream (exit status 1).
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ class TraceFormatError(DaydreamError):
         # rebuilt from its three parts when it crosses a process boundary (``--workers``: a rank
         # read in a pool worker); pickled by its message alone it could not be, and the pool broke
         return (type(self), (self.path, self.where, self.reason))
+
+
+class InternalError(Exception):
+    """A broken invariant of daydream's own (a bug, not bad input): the CLI reports it as an
+    internal error with exit status 1. Not a :class:`DaydreamError`, so nothing that handles bad
+    input catches it."""
 
 
 class UsageError(DaydreamError):

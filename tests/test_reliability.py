@@ -37,7 +37,7 @@ import pytest
 import daydream.analysis
 import daydream.formats.nsys as nsys_mod
 from daydream.cli import main
-from daydream.errors import DaydreamError
+from daydream.errors import DaydreamError, InternalError
 from daydream.events.table import COLUMNS, EventTable
 from daydream.formats import TIME_LIMIT_NS, load_trace
 
@@ -752,7 +752,7 @@ def test_a_broken_internal_invariant_is_a_bug_not_bad_input(tmp_path, capsys, mo
     trace = kineto(tmp_path, [rt(), kern()])
 
     def broken(*a, **k):
-        raise DaydreamError("internal: node order is not topological (lane predecessor not yet simulated)")
+        raise InternalError("node order is not topological (lane predecessor not yet simulated)")
 
     monkeypatch.setattr(daydream.analysis, "settle", broken)  # every replay of analyze goes through it
     code, _, err = cli(capsys, trace)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..util import jit
 from ..util.arrays import sorted_unique
-from ..errors import DaydreamError
+from ..errors import DaydreamError, InternalError
 from ._arrays import count
 from .edges import Phase, rule_arrays
 
@@ -53,10 +53,10 @@ def order_violations(n: int, order: np.ndarray, src, dst, kind) -> np.ndarray:
 
 
 def check_topological(graph, order: np.ndarray) -> None:
-    """Raise DaydreamError when ``order`` cannot drive a replay of ``graph``."""
+    """Raise InternalError (a bug) when ``order`` cannot drive a replay of ``graph``."""
     bad = order_violations(graph.n, np.asarray(order), graph.edge_src, graph.edge_dst, graph.edge_kind)
     if len(bad):
-        raise DaydreamError(f"internal: node order violates {len(bad)} graph edges (the graph has a cycle)")
+        raise InternalError(f"node order violates {len(bad)} graph edges (the graph has a cycle)")
 
 
 def is_valid_order(graph, order: np.ndarray, method: str = "auto") -> bool:

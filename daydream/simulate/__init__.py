@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DaydreamError, TraceFormatError
+from ..errors import DaydreamError, InternalError, TraceFormatError
 from ..graph import TaskGraph, check_topological, is_valid_order
 from .binding import bindings
 from .priority import simulate_priority
@@ -30,8 +30,9 @@ def simulate(graph: TaskGraph, order: np.ndarray | None = None) -> Timeline:
         which edge bound each task (the critical path asks for it).
 
     Raises:
-        DaydreamError: ``order`` visits a node before something it depends on (or the graph has
-            a cycle under its scheduling policy).
+        InternalError: ``order`` visits a node before something it depends on (a bug: every
+            order daydream makes is topological).
+        DaydreamError: the graph has a cycle under its scheduling policy.
         TraceFormatError: a replayed time does not fit in int64 ns (damaged timestamps).
     """
     order = graph.order if order is None else np.asarray(order, dtype=np.int64)
@@ -55,7 +56,7 @@ def _run(graph: TaskGraph, order: np.ndarray, event_driven: bool) -> Timeline:
         else:
             if not (graph.order_valid if order is graph.order else is_valid_order(graph, order)):
                 check_topological(graph, order)  # says which dependency the order breaks
-                raise DaydreamError("internal: the visiting order is not a permutation of the tasks")
+                raise InternalError("the visiting order is not a permutation of the tasks")
             s, e, b = replay(graph, order)
         start = s if isinstance(s, np.ndarray) else np.fromiter(s, dtype=np.int64, count=graph.n)
         end = e if isinstance(e, np.ndarray) else np.fromiter(e, dtype=np.int64, count=graph.n)
