@@ -27,10 +27,11 @@ Calls are executed in that global order with a heap keyed by ``(start, thread, o
 a call depends on (earlier launches, earlier records) was launched earlier, hence is already
 computed when the call is reached, so one pass suffices.
 
-The package, one concern a module: :mod:`.program` (the ops, :class:`Thread`, :class:`Program`),
-:mod:`.run` (the emulator: :func:`emulate` into a :class:`Run`; :func:`measure_latencies`),
-:mod:`.kineto_writer` (:func:`to_kineto`) and :mod:`.generators` (:func:`programs`,
-:func:`training_step_program`). Import from the package: it re-exports the public names.
+The package, one concern a module: :mod:`.ops` (what a thread issues: :class:`HostWork`, the
+runtime calls, ranges, handovers), :mod:`.program` (:class:`Thread`, :class:`Program`), :mod:`.run`
+(the emulator: :func:`emulate` into a :class:`Run`; :func:`measure_latencies`), :mod:`.kineto_writer`
+(:func:`to_kineto`) and :mod:`.generators` (:func:`programs`, :func:`training_step_program`).
+Import from the package: it re-exports the public names.
 
 Typical use::
 
@@ -43,8 +44,7 @@ from __future__ import annotations
 
 from .generators import programs, training_step_program
 from .kineto_writer import to_kineto
-from .program import (
-    DEFAULT_T0_NS,
+from .ops import (
     DeviceSync,
     EventRecord,
     EventSync,
@@ -57,14 +57,13 @@ from .program import (
     MemsetAsync,
     Op,
     OtherCall,
-    Program,
     RangeBegin,
     RangeEnd,
     StreamSync,
     StreamWaitEvent,
-    Thread,
     WaitHandover,
 )
+from .program import DEFAULT_T0_NS, Program, Thread
 from .run import CallRecord, RangeRecord, Run, TaskRecord, emulate, measure_latencies
 
 __all__ = [

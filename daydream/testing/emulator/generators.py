@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from .program import (
+from .ops import (
     _COPY_KINDS,
     _HOST_MEMORY,
     _RANGE_CATS,
@@ -21,13 +21,12 @@ from .program import (
     MemsetAsync,
     Op,
     OtherCall,
-    Program,
     RangeBegin,
     RangeEnd,
     StreamSync,
     StreamWaitEvent,
-    Thread,
 )
+from .program import Program, Thread
 
 _STREAMS = (7, 20, 24)
 _KERNELS = ("ampere_sgemm_128x64_tn", "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float> >",

@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any
 
-from .program import DeviceSync, EventRecord, EventSync, StreamSync, StreamWaitEvent
+from .ops import DeviceSync, EventRecord, EventSync, StreamSync, StreamWaitEvent
 from .run import CallRecord, Run
 
 

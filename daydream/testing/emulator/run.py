@@ -12,14 +12,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from .program import (
+from .ops import (
     DeviceSync,
     EventRecord,
     EventSync,
     GraphLaunch,
     Handover,
     HostWork,
-    Program,
     RangeBegin,
     StreamSync,
     StreamWaitEvent,
@@ -27,6 +26,7 @@ from .program import (
     _Call,
     _GpuWork,
 )
+from .program import Program
 
 
 @dataclass(frozen=True)
