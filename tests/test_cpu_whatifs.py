@@ -1,6 +1,6 @@
 """The CPU what-ifs (``dataloader``, ``scale-cpu``, ``remove-syncs``) and the critical path across
 threads, on emulated programs with known answers: the prediction made from the baseline trace
-equals the emulator's run of the changed program (``daydream/testing/emulator.py``)."""
+equals the emulator's run of the changed program (``daydream/testing/emulator/``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of the reference emulator itself (daydream/testing/emulator.py): hand-computed schedules, model
+"""Tests of the reference emulator itself (daydream/testing/emulator/): hand-computed schedules, model
 invariants over random programs, and the exactness of its Kineto output."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Daydream's replay of the reference emulator's traces reproduces every task to the nanosecond.
 
-The emulator (daydream/testing/emulator.py) runs random programs under the rules of docs/model.md and
+The emulator (daydream/testing/emulator/) runs random programs under the rules of docs/model.md and
 writes Kineto traces; daydream reads each trace back, rebuilds the graph (without knowing the
 program) and simulates it. Every CPU call and every GPU task must start and end exactly when the
 emulator says; the graph must be acyclic; every input event is in the table or counted.
