@@ -15,7 +15,7 @@ from daydream.graph import NODE_CPU, build_graph
 from daydream.mapping import map_events
 from daydream.graph.memo import memo
 from daydream.report.make import build_prediction, build_report
-from daydream.report.make import AppliedOpt
+from daydream.report.report_model import AppliedOpt
 from daydream.simulate import recorded, simulate, with_bindings
 from daydream.simulate.binding import bindings, bindings_reference
 from daydream.simulate.replay import prepare

@@ -1,4 +1,4 @@
-"""The terminal rendering of a :class:`~daydream.report.make.Report`: plain text, fixed-width tables.
+"""The terminal rendering of a :class:`~daydream.report.report_model.Report`: plain text, fixed-width tables.
 
 The report is built elsewhere (:mod:`daydream.report.make`); this module only lays it out. The text is
 a list of sections separated by one blank line, each rendered by one small function from the
@@ -13,16 +13,8 @@ from typing import Any, Callable, Iterable
 from ..simulate.critical_path import CAUSES, CriticalPath
 from ..util.display import terminal_text
 from ..mapping import nvtx_base_name
-from ..report.make import (
-    START_ERROR_REASON,
-    STARTUP_WORDS,
-    TRUNCATED_REASON,
-    UNLINKED_WORDS,
-    Breakdown,
-    Prediction,
-    Report,
-    Trust,
-)
+from ..report.make import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS
+from ..report.report_model import Breakdown, Prediction, Report, Trust
 from ..report.summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_steps
 
 
@@ -79,7 +71,7 @@ WINDOW_COLS = [
     Col("kernels", 9, lambda w: f"{w.kernels:,}"),
 ]
 
-#: (heading, field of :class:`~daydream.report.make.Breakdown`)
+#: (heading, field of :class:`~daydream.report.report_model.Breakdown`)
 BREAKDOWN_FIELDS = [
     ("CPU runtime", "cpu_runtime_ns"),
     ("CPU gaps", "cpu_gap_ns"),
