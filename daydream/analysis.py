@@ -17,7 +17,8 @@ from .graph import TaskGraph, build_graph
 from .mapping import map_events
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
 from .report.report_model import AppliedOpt, Ranked, Report, WaitBound
-from .report.make import build_prediction, build_report, window_end_ns
+from .report.make import build_prediction, build_report
+from .report.windows import window_end_ns
 from .report.summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
 from .simulate import Timeline, recorded
 from .simulate.launch_order import settle

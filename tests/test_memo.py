@@ -96,7 +96,7 @@ def _union_by_max_at(starts, ends, lo, hi):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 80)), max_size=30), st.integers(0, 100), st.integers(0, 250))
 def test_union_length_by_running_end(iv, lo, hi):
-    from daydream.report.make import _union_length
+    from daydream.report.windows import _union_length
 
     s = np.array([a for a, _ in iv], np.int64)
     e = np.array([a + d for a, d in iv], np.int64)

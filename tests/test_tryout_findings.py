@@ -785,7 +785,7 @@ def test_step_members_are_node_ids_not_a_mask_per_step():
     of one kernel each, a 20 MB trace: 3.79 GB; new-user try-out, finding 1). Members are now the
     steps' node ids, so together they hold each node at most once per process's steps."""
     from daydream.graph import build_graph
-    from daydream.report.make import step_windows
+    from daydream.report.windows import step_windows
     from daydream.simulate import simulate
     t = load_trace(str(ROOT / "fixtures" / "train_step.json.gz"))
     g = build_graph(t)
@@ -886,7 +886,7 @@ def test_steps_measured_at_zero_are_not_shown_exact(tmp_path):
     replayed with 0.00 % error, the median step 0 ns (the GPU start error p99 of 10^15 us was then
     no share of it) and the verdict "good"; now those steps' errors are relative to the median step
     measured longer than 0, and the verdict is unreliable."""
-    from daydream.report.make import ZERO_STEP_NOTE
+    from daydream.report.windows import ZERO_STEP_NOTE
 
     r = analyze(load_trace(_fixture_with_first(tmp_path, "kernel", dur=1e15)), [])
     zero = [w for w in r.report.steps if w.measured_ns == 0]

@@ -15,7 +15,8 @@ from ..graph.collectives import OP_LABELS, Op
 from ..simulate.critical_path import communication_mask
 from ..util.display import terminal_text
 from ..graph import NODE_CPU
-from ..report.make import _union_length, step_windows, trust_verdict
+from ..report.windows import _union_length, step_windows
+from ..report.make import trust_verdict
 from ..simulate import Timeline, recorded, simulate
 from ..report.job_model import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankRow, Straggler
 from .couple import Coupled
