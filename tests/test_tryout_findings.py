@@ -314,7 +314,7 @@ def test_fused_adam_note_names_the_optimizer(capsys):
 
 
 def test_overlapping_profiler_steps_are_warned():
-    from daydream.report.make import overlapping_steps
+    from daydream.report.trust import overlapping_steps
 
     # was: accepted silently (a step's 34 kernels also counted in the step before)
     steps = [("ProfilerStep#1", 0, 100, 1, 1), ("ProfilerStep#2", 90, 200, 1, 1), ("ProfilerStep#3", 200, 300, 1, 1),
@@ -649,7 +649,7 @@ def test_unlinked_waits_on_a_single_stream_trace_are_no_caveat():
     stream ("0 cross-stream" edges): no edge between streams can be missing, yet the answer called
     its what-ifs "optimistic where streams wait on each other" (fourth try-out). The graph lines
     still count the waits."""
-    from daydream.report.make import UNLINKED_WORDS
+    from daydream.report.trust import UNLINKED_WORDS
     from daydream.render.text import answer_lines
 
     r = analyze(load_trace(str(TRACES / "tracelens" / "b200_eager_trace.json.gz")), rank_all=True)

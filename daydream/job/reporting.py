@@ -16,7 +16,7 @@ from ..simulate.critical_path import communication_mask
 from ..util.display import terminal_text
 from ..graph import NODE_CPU
 from ..report.windows import _union_length, step_windows
-from ..report.make import trust_verdict
+from ..report.trust import trust_verdict
 from ..simulate import Timeline, recorded, simulate
 from ..report.job_model import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankRow, Straggler
 from .couple import Coupled
@@ -78,7 +78,7 @@ def _rank_row(i: int, r: RankTrace, m: Matching, c: Coupled) -> tuple[RankRow, d
 
 def _rank_trust(g, tl, rec, err_pct: float, window_ns: int) -> tuple[str, float, float]:
     """(verdict, p99 GPU start error us, as % of the median measured step) of a rank's coupled
-    replay: the single-trace rule (:func:`~daydream.report.make.trust_verdict`) on its window error and
+    replay: the single-trace rule (:func:`~daydream.report.trust.trust_verdict`) on its window error and
     the start error of its recorded GPU tasks (the pins the coupling adds are not tasks)."""
     gpu = (g.node_kind != NODE_CPU) & (g.row >= 0) & (g.rec_end_ns >= g.rec_start_ns)
     d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3

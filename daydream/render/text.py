@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 from ..simulate.critical_path import CAUSES, CriticalPath
 from ..util.display import terminal_text
 from ..mapping import nvtx_base_name
-from ..report.make import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS
+from ..report.trust import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS
 from ..report.report_model import Breakdown, Prediction, Report, Trust
 from ..report.summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_steps
 

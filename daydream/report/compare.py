@@ -50,7 +50,7 @@ from ..graph.kernels import CLASSES, kernel_info
 from ..mapping import PHASES, nvtx_base_name
 from ..simulate.carry import carry, cpu_range_rows
 from .report_model import CompareRow, Comparison, Report
-from .make import truncation_note
+from .trust import truncation_note
 from ..simulate import Timeline, recorded
 
 #: CPU range names compared (those with the most time in either trace)
