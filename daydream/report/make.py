@@ -23,8 +23,28 @@ from ..mapping import PHASES
 from ..graph.memo import cached
 from ..simulate import Timeline
 from .summary import build_summary
-from .report_model import AppliedOpt, CollectiveStats, CommSummary, GraphSummary, GroupStats, PredictedWindow, Prediction, REPORT_VERSION, Report, WindowStats
-from .windows import _breakdown, _gpu_busy, _process_ids, _step_groups, _window, _window_end, _zero_length_steps, step_windows
+from .report_model import (
+    AppliedOpt,
+    CollectiveStats,
+    CommSummary,
+    GraphSummary,
+    GroupStats,
+    PredictedWindow,
+    Prediction,
+    REPORT_VERSION,
+    Report,
+    WindowStats,
+)
+from .windows import (
+    _breakdown,
+    _gpu_busy,
+    _process_ids,
+    _step_groups,
+    _window,
+    _window_end,
+    _zero_length_steps,
+    step_windows,
+)
 from .trust import _warnings, build_trust
 
 
