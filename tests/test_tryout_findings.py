@@ -649,7 +649,7 @@ def test_unlinked_waits_on_a_single_stream_trace_are_no_caveat():
     stream ("0 cross-stream" edges): no edge between streams can be missing, yet the answer called
     its what-ifs "optimistic where streams wait on each other" (fourth try-out). The graph lines
     still count the waits."""
-    from daydream.report.trust import UNLINKED_WORDS
+    from daydream.report.report_model import UNLINKED_WORDS
     from daydream.render.text import answer_lines
 
     r = analyze(load_trace(str(TRACES / "tracelens" / "b200_eager_trace.json.gz")), rank_all=True)

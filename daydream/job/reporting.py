@@ -1,7 +1,7 @@
 """The job report: per rank its step (measured, replayed coupled), the time it waited for its
 peers and for whom, its transfer time and how much of it overlapped compute; the job's step (the
-slowest rank's) and the straggler with its cause. Text (through ``terminal_text``) and JSON
-(deterministic bytes: the local and the Dask paths give the same file).
+slowest rank's) and the straggler with its cause; its JSON (deterministic bytes: the local and
+the Dask paths give the same file). Its text is :mod:`daydream.render.job_text`.
 """
 
 from __future__ import annotations

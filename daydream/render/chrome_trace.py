@@ -33,8 +33,8 @@ and each ProfilerStep's window with the GPU work it launched. Tasks on the path 
 (unknown categories, counted).
 
 Beside the terminal text (:mod:`daydream.render.text`) and the JSON document
-(:func:`daydream.report.report_model.report_json`), this is the third rendering of an analysis: it draws the
-graphs and timelines the report was computed from, with the report's step windows
+(:func:`daydream.report.report_model.report_json`), this is the third rendering of an analysis: it
+draws the graphs and timelines the report was computed from, with the report's step windows
 (:func:`daydream.report.windows.step_windows`). Each kind of event has its own function below.
 """
 

@@ -1,4 +1,8 @@
-"""The job report for a terminal: plain text, one line per rank, the straggler, the job critical path, the collectives and the what-ifs."""
+"""The job report (:class:`~daydream.report.job_model.JobReport`, built by
+:mod:`daydream.job.reporting`) for a terminal: plain text, one row per rank, the straggler, the
+job critical path, the first collectives and the what-ifs; trace-derived strings through
+``terminal_text``.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The terminal rendering of a :class:`~daydream.report.report_model.Report`: plain text, fixed-width tables.
 
-The report is built elsewhere (:mod:`daydream.report.make`); this module only lays it out. The text is
-a list of sections separated by one blank line, each rendered by one small function from the
-report alone. A table is a list of :class:`Col`: a new column is one more ``Col`` line.
+The report is built elsewhere (:mod:`daydream.report.make`; its structs are
+:mod:`daydream.report.report_model`); this module only lays it out. The text is a list of sections
+separated by one blank line, each rendered by one small function from the report alone. A table is
+a list of :class:`Col`: a new column is one more ``Col`` line.
 """
 
 from __future__ import annotations
@@ -13,8 +14,16 @@ from typing import Any, Callable, Iterable
 from ..simulate.critical_path import CAUSES, CriticalPath
 from ..util.display import terminal_text
 from ..mapping import nvtx_base_name
-from ..report.trust import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS
-from ..report.report_model import Breakdown, Prediction, Report, Trust
+from ..report.report_model import (
+    START_ERROR_REASON,
+    STARTUP_WORDS,
+    TRUNCATED_REASON,
+    UNLINKED_WORDS,
+    Breakdown,
+    Prediction,
+    Report,
+    Trust,
+)
 from ..report.summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_steps
 
 

@@ -1,17 +1,17 @@
-"""The report model and its computation: measured vs replayed time for the traced window, each
-ProfilerStep and each process, GPU busy/idle time, a breakdown by task kind, the critical path,
-time by phase and top layers (mapped traces), warnings, what the adapter and graph builder skipped
-or flagged, and the predictions (and ``--opt all`` ranking) of optimizations.
+"""The report's computation: :func:`build_report` assembles the :class:`~daydream.report.report_model.Report`
+of a replay against the recorded timeline (graph summary, the traced window, each ProfilerStep and
+each process, the critical path, time by phase and top layers of mapped traces, warnings, the trust
+verdict, the summary and the collectives), and :func:`build_prediction` the
+:class:`~daydream.report.report_model.Prediction` of a transformed graph's replay.
 
-The report is a msgspec struct (:class:`Report`) built from a graph and its timelines by
-:func:`build_report` and :func:`build_prediction`. Renderers only lay it out: the
-terminal text (:mod:`daydream.render.text`), the ``--json`` document (:func:`report_json`; its
-schema ``schemas/report.schema.json`` is generated from the structs) and, from the same graphs
-and timelines, the Chrome trace (:mod:`daydream.render.chrome_trace`).
+The structs, the ``--json`` document and its schema are in :mod:`daydream.report.report_model`; the
+windows in :mod:`daydream.report.windows`; the trust verdict and warnings in
+:mod:`daydream.report.trust`. Renderers only lay the report out: the terminal text
+(:mod:`daydream.render.text`), the ``--json`` document and, from the same graphs and timelines, the
+Chrome trace (:mod:`daydream.render.chrome_trace`).
 """
 
 from __future__ import annotations
-
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from ..graph.memo import cached
 from ..simulate import Timeline
 from .summary import build_summary
 from .report_model import (
+    REPORT_VERSION,
     AppliedOpt,
     CollectiveStats,
     CommSummary,
@@ -31,20 +32,10 @@ from .report_model import (
     GroupStats,
     PredictedWindow,
     Prediction,
-    REPORT_VERSION,
     Report,
     WindowStats,
 )
-from .windows import (
-    _breakdown,
-    _gpu_busy,
-    _process_ids,
-    _step_groups,
-    _window,
-    _window_end,
-    _zero_length_steps,
-    step_windows,
-)
+from .windows import _breakdown, _gpu_busy, _process_ids, _step_groups, _window, _window_end, _zero_length_steps, step_windows
 from .trust import _warnings, build_trust
 
 

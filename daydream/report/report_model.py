@@ -1,14 +1,33 @@
-"""The report's data model: the msgspec structs of one trace's analysis (Report and its parts), its --json form and its JSON Schema."""
+"""The report's data model: the msgspec structs of one trace's analysis (:class:`Report` and its
+parts), its ``--json`` form (:func:`report_json`) and its JSON Schema (:func:`report_schema`,
+written to ``schemas/report.schema.json``), with the words that mark some of its reasons and
+warnings.
+
+The report is computed elsewhere (:mod:`daydream.report.make`, from a graph and its timelines);
+renderers (:mod:`daydream.render.text`, :mod:`daydream.render.svg`) read these structs only.
+"""
 
 from __future__ import annotations
 
 import msgspec
+
 from ..simulate.critical_path import CriticalPath
 from ..events.table import Accounting, TraceMeta
 from .summary import Summary
 
-
 REPORT_VERSION = 1
+
+#: How the reason of a verdict decided by the GPU start error begins (render_text shows it).
+START_ERROR_REASON = "GPU start error p99"
+
+#: How the reason of a verdict decided by a salvaged truncated file begins (render_text shows it).
+TRUNCATED_REASON = "the trace file is truncated"
+
+#: the words that mark the start-up warning (the answer line refers to it)
+STARTUP_WORDS = "one-time start-up"
+
+#: the words that mark the warning about cross-stream waits without their event (the answer line refers to it)
+UNLINKED_WORDS = "cross-stream waits (cudaStreamWaitEvent) do not say which event they wait for"
 
 
 class Breakdown(msgspec.Struct, forbid_unknown_fields=True):

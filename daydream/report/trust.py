@@ -1,8 +1,13 @@
-"""How far to trust the report: the verdict on the baseline replay's error, the wait it reproduces least, and the warnings about what the trace lacks."""
+"""How far to trust a report: the verdict on the baseline replay (its step, window and GPU start
+errors against the project's accuracy targets), the recorded wait the replay reproduces least and
+what held it (:func:`replay_cause`), and the warnings about what the trace lacks or how it was
+recorded (:func:`_warnings`).
+"""
 
 from __future__ import annotations
 
 import numpy as np
+
 from ..util.arrays import sorted_unique
 from ..simulate.critical_path import communication_mask
 from ..events.table import EventTable
@@ -11,9 +16,8 @@ from ..graph.startup import startup_calls
 from ..graph.kernels import classify_name
 from ..simulate import Timeline
 from .summary import answer_steps
-from .report_model import Trust, WindowStats
+from .report_model import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS, Trust, WindowStats
 from .windows import _process_ids
-
 
 #: Replay error (|%|, per ProfilerStep or of the traced window) above which the baseline replay
 #: is only "fair": the project's accuracy target of 1 % per step (docs/accuracy.md, where a trace
@@ -21,8 +25,6 @@ from .windows import _process_ids
 #: from it are marked (and ``--strict`` refuses them). Both are the project's stated accuracy
 #: targets, chosen by hand, not constants fitted to data.
 TRUST_FAIR_PCT = 1.0
-
-
 TRUST_UNRELIABLE_PCT = 5.0
 
 
@@ -42,10 +44,6 @@ def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int
     return "good", f"{what} {err:.2f} % <= {TRUST_FAIR_PCT:g} %"
 
 
-#: How the reason of a verdict decided by the GPU start error begins (render_text shows it).
-START_ERROR_REASON = "GPU start error p99"
-
-
 def start_error_verdict(start_error_pct: float, start_error_us: float, steps: int = 1) -> tuple[str, str] | None:
     """(verdict, reason) from the p99 GPU start error as % of the median step (the window without
     steps), or None when it is within TRUST_FAIR_PCT. A GPU task replayed e away from its recorded
@@ -59,10 +57,6 @@ def start_error_verdict(start_error_pct: float, start_error_us: float, steps: in
     if start_error_pct > TRUST_FAIR_PCT:
         return "fair", f"{what} > {TRUST_FAIR_PCT:g} %: predictions that move GPU work can be off by as much"
     return None
-
-
-#: How the reason of a verdict decided by a salvaged truncated file begins (render_text shows it).
-TRUNCATED_REASON = "the trace file is truncated"
 
 
 def truncation_note(table: EventTable) -> str:
@@ -172,14 +166,6 @@ def overlapping_steps(steps: list[tuple[str, int, int, int, int]]) -> int:
     for _name, s, e, pid, _tid in steps:  # ProfilerSteps: a few per process
         by_pid.setdefault(pid, []).append((s, e))
     return sum(sum(1 for (_, e), (s2, _) in zip(v, v[1:]) if s2 < e) for v in (sorted(x) for x in by_pid.values()))
-
-
-#: the words that mark the start-up warning (the answer line refers to it)
-STARTUP_WORDS = "one-time start-up"
-
-
-#: the words that mark the warning about cross-stream waits without their event (the answer line refers to it)
-UNLINKED_WORDS = "cross-stream waits (cudaStreamWaitEvent) do not say which event they wait for"
 
 
 def _world_size(graph: TaskGraph) -> int:

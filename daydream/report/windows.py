@@ -1,10 +1,18 @@
-"""The report's windows: the traced window, each ProfilerStep and each process, measured and replayed, with GPU busy time and a breakdown by task kind."""
+"""The report's windows, measured and replayed: the traced window, each ProfilerStep
+(:func:`step_windows`: its members, and where its boundaries lie in a replay) and each process,
+with the GPU busy and idle time of each (the union of its GPU tasks' intervals per device) and its
+time by task kind (:class:`~daydream.report.report_model.Breakdown`). The structure (members by
+kind and device, a thread's calls) is kept in the graph's memo: a step's windows are asked again
+for every prediction.
+"""
 
 from __future__ import annotations
 
 from typing import NamedTuple
-import numpy as np
+
 import msgspec
+import numpy as np
+
 from ..util.arrays import sorted_unique
 from ..simulate.critical_path import gpu_relevant
 from ..events.table import Kind
@@ -15,7 +23,6 @@ from ..simulate import Timeline
 from .report_model import Breakdown, WindowStats
 
 
-# ---------------------------------------------------------------- computation -----------------
 def _union_length(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
     """Length (ns) of the union of intervals clipped to [lo, hi]."""
     s = np.clip(starts, lo, hi)
