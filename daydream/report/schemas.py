@@ -26,7 +26,7 @@ SCHEMAS: dict[str, Callable[[], dict]] = {
 }
 
 #: where the committed schema files live (``schemas/`` at the repository root)
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def schema_text(name: str) -> str:
