@@ -16,7 +16,9 @@ from .events.table import EventTable
 from .graph import TaskGraph, build_graph
 from .mapping import map_events
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
-from .report.build import AppliedOpt, Ranked, Report, WaitBound, build_prediction, build_report, window_end_ns
+from .report.report_model import AppliedOpt, Ranked, Report, WaitBound
+from .report.make import build_prediction, build_report
+from .report.windows import window_end_ns
 from .report.summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
 from .simulate import Timeline, recorded
 from .simulate.launch_order import settle
@@ -166,7 +168,7 @@ def _replay(graph: TaskGraph, warnings: list[str] | None = None, what: str = "")
 
 
 def wait_bound(graph: TaskGraph, g2: TaskGraph) -> WaitBound | None:
-    """The :class:`~daydream.report.build.WaitBound` of the prediction ``g2`` made from ``graph``: both
+    """The :class:`~daydream.report.report_model.WaitBound` of the prediction ``g2`` made from ``graph``: both
     replayed with the latent cross-stream waits (:func:`daydream.transform.with_latent_waits`);
     None when the trace has none or the prediction's graph holds none of them."""
     if not graph.latent_waits:

@@ -329,7 +329,7 @@ def run(argv: list[str] | None = None) -> int:
                             + ("(--opt all ranks each optimization alone; give --opt NAME for a prediction's timeline)"
                                if specs is None else "(the --opt asked did not apply)")), file=sys.stderr)
     if args.json:
-        from .report.build import report_json
+        from .report.report_model import report_json
 
         _write(args.json, report_json(result.report))
     if args.plot:

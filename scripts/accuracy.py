@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from daydream.errors import DaydreamError  # noqa: E402
 from daydream.formats import load_trace  # noqa: E402
 from daydream.graph import build_graph  # noqa: E402
-from daydream.report.build import build_report  # noqa: E402
+from daydream.report.make import build_report  # noqa: E402
 from daydream.simulate import recorded, simulate  # noqa: E402
 
 #: traces whose events are a sampled subset of the real trace: most launches, syncs and stream
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         f"no steps), and per process where a trace holds several, on every trace of at least {MIN_KERNELS}",
         "kernels, except sampled subsets; the error column gives the largest of these. A step runs",
         "from its ProfilerStep's start (or the previous step's end, when that step's GPU work ran later)",
-        "until the GPU work it launched and the waits it made have ended (`daydream.report.build.step_windows`).",
+        "until the GPU work it launched and the waits it made have ended (`daydream.report.windows.step_windows`).",
         "",
         "Beyond the iteration time, two GPU-side columns show how well the GPU timeline itself is",
         "reproduced: the error of the replayed GPU busy time (union of GPU task intervals over the",

@@ -192,7 +192,7 @@ def child_pipeline(path: str) -> dict:
     from daydream.graph import build_graph
     from daydream.mapping import map_events
     from daydream.optimizations import load_all, parse_spec
-    from daydream.report.build import build_prediction, build_report
+    from daydream.report.make import build_prediction, build_report
     from daydream.simulate import recorded, simulate
 
     import gc

@@ -40,7 +40,7 @@ from daydream.mapping import map_events  # noqa: E402
 from daydream.optimizations import parse_spec  # noqa: E402
 from daydream.optimizations.common import median_launch_ns  # noqa: E402
 from daydream.costmodel.kernel_model import kernel_floor_ns  # noqa: E402
-from daydream.report.build import step_windows  # noqa: E402
+from daydream.report.windows import step_windows  # noqa: E402
 from daydream.simulate import simulate  # noqa: E402
 
 PAIR = ("tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",

@@ -300,7 +300,7 @@ def test_the_scan_sees_the_package():
     modules, imports, _ = _scan()
     assert {"daydream", "daydream.analysis", "daydream.cli", "daydream.events.table", "daydream.testing.emulator"} <= set(modules)
     edges = {(i.importer, i.target, i.deferred) for i in imports}
-    assert ("daydream.analysis", "daydream.report.build", False) in edges
+    assert ("daydream.analysis", "daydream.report.make", False) in edges
     assert ("daydream.cli", "daydream.analysis", True) in edges  # the allowed deferred imports
 
 

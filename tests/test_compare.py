@@ -16,7 +16,7 @@ from daydream.errors import UsageError
 from daydream.simulate import recorded
 from daydream.graph import profiler_steps
 from daydream.simulate.carry import carry, cpu_range_rows
-from daydream.report.build import step_windows
+from daydream.report.windows import step_windows
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "train_step.json.gz"

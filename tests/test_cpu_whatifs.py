@@ -407,7 +407,7 @@ def test_scale_cpu_keeps_each_step_its_own_data_loading(tmp_path_factory, spec, 
     """scale-cpu of the DataLoader range that opens each ProfilerStep: every predicted step
     boundary is where the emulator's run of the changed program has it (was: the boundary kept its
     recorded distance to the step's first call, so each step carried the next one's fetch)."""
-    from daydream.report.build import step_windows
+    from daydream.report.windows import step_windows
 
     steps, fetch, post, kern = spec
     tail = [data.draw(st.integers(0, 30_000)) for _ in range(steps)]

@@ -89,7 +89,7 @@ def test_chained_scale_cpu_composes_like_one():
     from daydream.graph import build_graph
     from daydream.mapping import map_events
     from daydream.optimizations import parse_spec
-    from daydream.report.build import step_windows
+    from daydream.report.windows import step_windows
     from daydream.simulate import simulate
 
     t = daydream.load_trace(str(RESNET))

@@ -383,7 +383,7 @@ def test_job_replay_trust_is_reported_and_strict_replay_refuses(dlrm, capsys):
     """The job report judges its coupled replay per rank by the single-trace rule (was: no verdict,
     and job what-ifs never marked); rank 1's GPU start error (p99 1,039 us, 5.22 % of its step)
     makes the job unreliable, its what-ifs are marked, and --strict-replay refuses them."""
-    from daydream.report.build import trust_verdict
+    from daydream.report.trust import trust_verdict
 
     r = dlrm.report
     assert [x.trust for x in r.rank_rows] == ["fair", "unreliable", "fair", "fair", "good", "good", "fair", "fair"]

@@ -15,8 +15,8 @@ from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
 from daydream.mapping import map_events
 from daydream.graph.memo import memo
-from daydream.report.build import build_prediction, build_report
-from daydream.report.build import AppliedOpt
+from daydream.report.make import build_prediction, build_report
+from daydream.report.report_model import AppliedOpt
 from daydream.simulate import recorded, simulate, with_bindings
 from daydream.simulate.binding import bindings, bindings_reference
 from daydream.simulate.replay import prepare
@@ -98,7 +98,7 @@ def _union_by_max_at(starts, ends, lo, hi):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 80)), max_size=30), st.integers(0, 100), st.integers(0, 250))
 def test_union_length_by_running_end(iv, lo, hi):
-    from daydream.report.build import _union_length
+    from daydream.report.windows import _union_length
 
     s = np.array([a for a, _ in iv], np.int64)
     e = np.array([a + d for a, d in iv], np.int64)

@@ -21,7 +21,8 @@ from daydream.simulate.critical_path import critical_path
 from daydream.events.table import EventTable, Kind
 from daydream.graph import NODE_CPU, build_graph
 from daydream.mapping import PHASES, map_events
-from daydream.report.build import Report, _groups, build_report
+from daydream.report.report_model import Report
+from daydream.report.make import _groups, build_report
 from daydream.simulate import recorded, simulate
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

@@ -214,7 +214,7 @@ def test_cpu_nodes_in_ranges_equals_one_pass_per_range(seed, k, same_thread, odd
 @pytest.mark.slow
 def test_step_members_by_pass_and_by_sort_agree(monkeypatch):
     """Few steps (a pass per step) or many (one sort, a slice per step): the same members, kinds and devices."""
-    import daydream.report.build as rp
+    import daydream.report.windows as rp
     from daydream.formats import load_trace
     from daydream.graph import build_graph, profiler_steps
     from daydream.mapping import map_events

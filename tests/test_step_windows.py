@@ -11,7 +11,8 @@ import pytest
 from daydream.analysis import analyze
 from daydream.events.table import Kind
 from daydream.graph import NODE_CPU
-from daydream.report.build import Report, step_windows
+from daydream.report.report_model import Report
+from daydream.report.windows import step_windows
 from daydream.simulate import recorded
 from tablebuilder import TB
 

@@ -13,14 +13,9 @@ from daydream.analysis import analyze
 from daydream.cli import main
 from daydream.formats import load_trace
 from daydream.render.text import render_text
-from daydream.report.build import (
-    START_ERROR_REASON,
-    TRUST_FAIR_PCT,
-    TRUST_UNRELIABLE_PCT,
-    report_json,
-    report_schema,
-    trust_verdict,
-)
+from daydream.report.report_model import START_ERROR_REASON
+from daydream.report.trust import TRUST_FAIR_PCT, TRUST_UNRELIABLE_PCT, trust_verdict
+from daydream.report.report_model import report_json, report_schema
 from tablebuilder import TB
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -316,7 +316,7 @@ def test_fused_adam_note_names_the_optimizer(capsys):
 
 
 def test_overlapping_profiler_steps_are_warned():
-    from daydream.report.build import overlapping_steps
+    from daydream.report.trust import overlapping_steps
 
     # was: accepted silently (a step's 34 kernels also counted in the step before)
     steps = [("ProfilerStep#1", 0, 100, 1, 1), ("ProfilerStep#2", 90, 200, 1, 1), ("ProfilerStep#3", 200, 300, 1, 1),
@@ -653,7 +653,7 @@ def test_unlinked_waits_on_a_single_stream_trace_are_no_caveat():
     stream ("0 cross-stream" edges): no edge between streams can be missing, yet the answer called
     its what-ifs "optimistic where streams wait on each other" (fourth try-out). The graph lines
     still count the waits."""
-    from daydream.report.build import UNLINKED_WORDS
+    from daydream.report.report_model import UNLINKED_WORDS
     from daydream.render.text import answer_lines
 
     r = analyze(load_trace(str(TRACES / "tracelens" / "b200_eager_trace.json.gz")), rank_all=True)
@@ -791,7 +791,7 @@ def test_step_members_are_node_ids_not_a_mask_per_step():
     of one kernel each, a 20 MB trace: 3.79 GB; new-user try-out, finding 1). Members are now the
     steps' node ids, so together they hold each node at most once per process's steps."""
     from daydream.graph import build_graph
-    from daydream.report.build import step_windows
+    from daydream.report.windows import step_windows
     from daydream.simulate import simulate
     t = load_trace(str(ROOT / "fixtures" / "train_step.json.gz"))
     g = build_graph(t)
@@ -892,7 +892,7 @@ def test_steps_measured_at_zero_are_not_shown_exact(tmp_path):
     replayed with 0.00 % error, the median step 0 ns (the GPU start error p99 of 10^15 us was then
     no share of it) and the verdict "good"; now those steps' errors are relative to the median step
     measured longer than 0, and the verdict is unreliable."""
-    from daydream.report.build import ZERO_STEP_NOTE
+    from daydream.report.windows import ZERO_STEP_NOTE
 
     r = analyze(load_trace(_fixture_with_first(tmp_path, "kernel", dur=1e15)), [])
     zero = [w for w in r.report.steps if w.measured_ns == 0]

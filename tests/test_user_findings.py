@@ -16,7 +16,7 @@ from daydream.errors import DaydreamError
 from daydream.formats import load_trace
 from daydream.graph import profiler_steps
 from daydream.optimizations import parse_spec
-from daydream.report.build import step_windows
+from daydream.report.windows import step_windows
 from daydream.transform import scale
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,8 @@ from ..errors import NotApplicable, UsageError
 from .couple import Coupled, couple
 from .load import RankTrace, expand_inputs, load_ranks
 from .match import Matching, check_world, match
-from .reporting import JobReport, build_job_report, job_report_json, render_job_text
+from .reporting import JobReport, build_job_report, job_report_json
+from ..render.job_text import render_job_text
 from .whatif import STRAGGLER, parse_job_specs, predict
 
 __all__ = ["Coupled", "Job", "JobReport", "Matching", "RankTrace", "analyze_job", "couple", "expand_inputs",

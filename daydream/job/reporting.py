@@ -1,7 +1,7 @@
 """The job report: per rank its step (measured, replayed coupled), the time it waited for its
 peers and for whom, its transfer time and how much of it overlapped compute; the job's step (the
-slowest rank's) and the straggler with its cause. Text (through ``terminal_text``) and JSON
-(deterministic bytes: the local and the Dask paths give the same file).
+slowest rank's) and the straggler with its cause; its JSON (deterministic bytes: the local and
+the Dask paths give the same file). Its text is :mod:`daydream.render.job_text`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 
 from ..graph.collectives import OP_LABELS, Op
 from ..simulate.critical_path import communication_mask
-from ..util.display import terminal_text
 from ..graph import NODE_CPU
-from ..report.build import _union_length, step_windows, trust_verdict
+from ..report.windows import _union_length, step_windows
+from ..report.trust import trust_verdict
 from ..simulate import Timeline, recorded, simulate
 from ..report.job_model import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankRow, Straggler
 from .couple import Coupled
@@ -77,7 +77,7 @@ def _rank_row(i: int, r: RankTrace, m: Matching, c: Coupled) -> tuple[RankRow, d
 
 def _rank_trust(g, tl, rec, err_pct: float, window_ns: int) -> tuple[str, float, float]:
     """(verdict, p99 GPU start error us, as % of the median measured step) of a rank's coupled
-    replay: the single-trace rule (:func:`~daydream.report.build.trust_verdict`) on its window error and
+    replay: the single-trace rule (:func:`~daydream.report.trust.trust_verdict`) on its window error and
     the start error of its recorded GPU tasks (the pins the coupling adds are not tasks)."""
     gpu = (g.node_kind != NODE_CPU) & (g.row >= 0) & (g.rec_end_ns >= g.rec_start_ns)
     d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
@@ -151,52 +151,3 @@ def job_report_json(r: JobReport) -> bytes:
     return msgspec.json.format(msgspec.json.encode(r), indent=2) + b"\n"
 
 
-def _ms(ns: int) -> str:
-    return f"{ns / 1e6:,.3f}"
-
-
-def render_job_text(r: JobReport) -> str:
-    """The job report for a terminal (trace-derived strings through ``terminal_text``)."""
-    out = [f"job: {r.ranks} ranks (world size {r.world_size}), {r.collectives} collectives matched per rank, "
-           f"clock {r.clock}; coupled replay settled in {r.rounds} rounds",
-           f"job step (slowest rank): measured {_ms(r.step_measured_ns)} ms, replayed {_ms(r.step_replayed_ns)} ms "
-           f"({r.step_error_pct:+.2f} %)",
-           f"baseline replay (coupled): {r.trust} ({r.trust_reason})", "",
-           f"{'rank':>4} {'measured ms':>12} {'replayed ms':>12} {'err %':>7} {'alone %':>8} {'wait ms':>8} "
-           f"{'transfer ms':>11} {'overlap %':>9} {'bound by':>13} {'replay':>10}  waited for (ms)"]
-    for x in r.rank_rows:
-        wf = ", ".join(f"r{k} {_ms(v)}" for k, v in sorted(x.waited_for.items(), key=lambda kv: -kv[1])[:3])
-        out.append(f"{x.rank:>4} {_ms(x.measured_ns):>12} {_ms(x.replayed_ns):>12} {x.error_pct:>7.2f} {x.alone_error_pct:>8.2f} "
-                   f"{_ms(x.wait_measured_ns):>8} {_ms(x.transfer_ns):>11} {x.comm_overlap_pct:>9.1f} "
-                   f"{max(x.critical_path, key=x.critical_path.get) if x.critical_path else '-':>13} {x.trust or '-':>10}  {wf}")
-    if r.straggler is not None:
-        s = r.straggler
-        out += ["", f"straggler: rank {s.rank} (its peers waited {_ms(s.caused_wait_ns)} ms for it): {s.cause}"]
-    if r.critical_path is not None:
-        cp = r.critical_path
-        causes = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(cp.by_cause_ns.items(), key=lambda kv: -kv[1]) if v)
-        hops = " <- ".join(f"rank {sg.rank}" + (f" (collective {sg.via_collective})" if sg.via_collective >= 0 else " from its trace start")
-                           for sg in cp.segments)
-        out += ["", f"job critical path {_ms(cp.total_ns)} ms: {hops}; by cause: {causes}"]
-        gap = r.step_replayed_ns - cp.total_ns
-        if gap > 0 and cp.segments:  # the walk stops at a trace start later than the job step's
-            out.append(f"  it ends at rank {cp.segments[-1].rank}'s trace start, {_ms(gap)} ms after the job step begins: "
-                       f"what rank {cp.segments[-1].rank} ran before its trace starts is not in its trace (docs/jobs.md)")
-    if r.collective_rows:
-        out += ["", "collectives (first 10): #, op, bytes, last to arrive (recorded / replayed), longest wait ms, transfer ms"]
-        for x in r.collective_rows[:10]:
-            grp = f" [{x.group}]" if x.group else ""
-            size = f"{x.size_bytes:,} B" if x.size_bytes >= 0 else "size unknown"
-            out.append(f"  {x.index:>3} {x.op}{grp} {size}  rank {x.last_rank} / {x.last_rank_replayed}  "
-                       f"{_ms(x.wait_max_ns)}  {_ms(x.transfer_ns)}")
-    for p in r.predictions:
-        who = f" on ranks {','.join(map(str, p.ranks))}" if p.ranks else ""
-        mark = "  UNRELIABLE: see the baseline replay above" if r.trust == "unreliable" else ""
-        out += ["", f"what-if {p.name}{who}: job step {_ms(p.replayed_ns)} -> {_ms(p.predicted_ns)} ms ({p.speedup:.3f}x){mark}",
-                "  per rank ms: " + ", ".join(f"r{i} {_ms(x)}" for i, x in enumerate(p.rank_predicted_ns))]
-        out += [f"  rank {k}: {v}" for k, v in p.notes.items()]
-    for k, v in r.not_applicable.items():
-        out.append(f"what-if {k}: not applicable: {v}")
-    for k, v in r.counts.items():
-        out.append(f"note: {k}: {v:,}")
-    return "\n".join(map(terminal_text, out)) + "\n"  # one line each: a newline in a name shows as \\n

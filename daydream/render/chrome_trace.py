@@ -33,9 +33,9 @@ and each ProfilerStep's window with the GPU work it launched. Tasks on the path 
 (unknown categories, counted).
 
 Beside the terminal text (:mod:`daydream.render.text`) and the JSON document
-(:func:`daydream.report.build.report_json`), this is the third rendering of an analysis: it draws the
-graphs and timelines the report was computed from, with the report's step windows
-(:func:`daydream.report.build.step_windows`). Each kind of event has its own function below.
+(:func:`daydream.report.report_model.report_json`), this is the third rendering of an analysis: it
+draws the graphs and timelines the report was computed from, with the report's step windows
+(:func:`daydream.report.windows.step_windows`). Each kind of event has its own function below.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from ..formats.own_timeline import (
 from ..simulate.critical_path import CAUSES, communication_mask, critical_path
 from ..graph import NODE_CPU, RULES, Origin, Phase, TaskGraph, kind_name, profiler_steps, rule_arrays
 from ..simulate.carry import carry, cpu_range_rows
-from ..report.build import step_windows
+from ..report.windows import step_windows
 from ..simulate import Timeline, with_bindings
 
 _GPU_CAT = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "gpu_memcpy", int(Kind.MEMSET): "gpu_memset"}

@@ -1,4 +1,4 @@
-"""Pictures of a :class:`~daydream.report.build.Report`: hand-written SVG (``--plot FILE.svg``) and one
+"""Pictures of a :class:`~daydream.report.report_model.Report`: hand-written SVG (``--plot FILE.svg``) and one
 self-contained HTML page holding the same figures inline (``--plot FILE.html``).
 
 Like :mod:`daydream.render.text` this module lays out the report model only. The figures:
@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from ..simulate.critical_path import CAUSES
 from ..util.display import markup_text, terminal_text
-from ..report.build import Prediction, Report, WindowStats
+from ..report.report_model import Prediction, Report, WindowStats
 
 WIDTH = 820  #: every figure's viewBox width
 CHAR_W = 6.7  #: width of one 11 px monospace character

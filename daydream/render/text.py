@@ -1,8 +1,9 @@
-"""The terminal rendering of a :class:`~daydream.report.build.Report`: plain text, fixed-width tables.
+"""The terminal rendering of a :class:`~daydream.report.report_model.Report`: plain text, fixed-width tables.
 
-The report is built elsewhere (:mod:`daydream.report.build`); this module only lays it out. The text is
-a list of sections separated by one blank line, each rendered by one small function from the
-report alone. A table is a list of :class:`Col`: a new column is one more ``Col`` line.
+The report is built elsewhere (:mod:`daydream.report.make`; its structs are
+:mod:`daydream.report.report_model`); this module only lays it out. The text is a list of sections
+separated by one blank line, each rendered by one small function from the report alone. A table is
+a list of :class:`Col`: a new column is one more ``Col`` line.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Callable, Iterable
 from ..simulate.critical_path import CAUSES, CriticalPath
 from ..util.display import terminal_text
 from ..mapping import nvtx_base_name
-from ..report.build import (
+from ..report.report_model import (
     START_ERROR_REASON,
     STARTUP_WORDS,
     TRUNCATED_REASON,
@@ -79,7 +80,7 @@ WINDOW_COLS = [
     Col("kernels", 9, lambda w: f"{w.kernels:,}"),
 ]
 
-#: (heading, field of :class:`~daydream.report.build.Breakdown`)
+#: (heading, field of :class:`~daydream.report.report_model.Breakdown`)
 BREAKDOWN_FIELDS = [
     ("CPU runtime", "cpu_runtime_ns"),
     ("CPU gaps", "cpu_gap_ns"),

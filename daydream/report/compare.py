@@ -1,7 +1,7 @@
 """``--compare-to AFTER``: a prediction against the measurement of the trace recorded with the
 change made for real, quantity by quantity; or, without a prediction, one trace against another.
 
-The rows (:class:`~daydream.report.build.CompareRow`), each with this trace's measurement
+The rows (:class:`~daydream.report.report_model.CompareRow`), each with this trace's measurement
 (``before``), the prediction (``predicted``; without ``--opt`` the measurement of this trace
 again, so the error is the difference between the two traces) and AFTER's measurement, and the
 error ``predicted - after`` in ns and % of ``after``:
@@ -49,7 +49,8 @@ from ..graph import NODE_CPU, TaskGraph
 from ..graph.kernels import CLASSES, kernel_info
 from ..mapping import PHASES, nvtx_base_name
 from ..simulate.carry import carry, cpu_range_rows
-from .build import CompareRow, Comparison, Report, truncation_note
+from .report_model import CompareRow, Comparison, Report
+from .trust import truncation_note
 from ..simulate import Timeline, recorded
 
 #: CPU range names compared (those with the most time in either trace)
@@ -177,7 +178,7 @@ def _spec(name: str, params: dict[str, str]) -> str:
 def compare(before, after) -> Comparison:
     """``before`` (an analysis: ``report``, ``graph``, and ``predicted_graph``/``predicted`` when
     it made a prediction, as :class:`daydream.analysis.Result`) against ``after`` (the analysis of
-    the trace recorded with the change), as a :class:`~daydream.report.build.Comparison`."""
+    the trace recorded with the change), as a :class:`~daydream.report.report_model.Comparison`."""
     notes: list[str] = []
     rb, ra = before.report, after.report
     g, ga = before.graph, after.graph

@@ -15,7 +15,7 @@ from ..events.table import event_table_schema
 from ..formats.cupti_jsonl import cupti_jsonl_schema
 from ..optimizations.comm_common import param_sizes_schema
 from .job_model import job_report_schema
-from .build import report_schema
+from .report_model import report_schema
 
 SCHEMAS: dict[str, Callable[[], dict]] = {
     "event_table.schema.json": event_table_schema,

@@ -9,7 +9,7 @@ straggler's work everywhere), and never more than the gap ``x`` now has: so host
 removed after a step's start (its DataLoader fetch) stays in the step, a range shrinks with the
 calls and gaps a transformation removed, and nested ranges stay nested. After the thread's last
 call a boundary keeps its recorded distance to that call's end. This is the rule the report places
-ProfilerStep boundaries by (``daydream.report.build._replayed_boundaries``), vectorized over every range
+ProfilerStep boundaries by (``daydream.report.windows._replayed_boundaries``), vectorized over every range
 of a thread. A range on a thread without API calls in the graph
 keeps its recorded times.
 

@@ -1,0 +1,61 @@
+"""The job report (:class:`~daydream.report.job_model.JobReport`, built by
+:mod:`daydream.job.reporting`) for a terminal: plain text, one row per rank, the straggler, the
+job critical path, the first collectives and the what-ifs; trace-derived strings through
+``terminal_text``.
+"""
+
+from __future__ import annotations
+
+from ..util.display import terminal_text
+from ..report.job_model import JobReport
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+def render_job_text(r: JobReport) -> str:
+    """The job report for a terminal (trace-derived strings through ``terminal_text``)."""
+    out = [f"job: {r.ranks} ranks (world size {r.world_size}), {r.collectives} collectives matched per rank, "
+           f"clock {r.clock}; coupled replay settled in {r.rounds} rounds",
+           f"job step (slowest rank): measured {_ms(r.step_measured_ns)} ms, replayed {_ms(r.step_replayed_ns)} ms "
+           f"({r.step_error_pct:+.2f} %)",
+           f"baseline replay (coupled): {r.trust} ({r.trust_reason})", "",
+           f"{'rank':>4} {'measured ms':>12} {'replayed ms':>12} {'err %':>7} {'alone %':>8} {'wait ms':>8} "
+           f"{'transfer ms':>11} {'overlap %':>9} {'bound by':>13} {'replay':>10}  waited for (ms)"]
+    for x in r.rank_rows:
+        wf = ", ".join(f"r{k} {_ms(v)}" for k, v in sorted(x.waited_for.items(), key=lambda kv: -kv[1])[:3])
+        out.append(f"{x.rank:>4} {_ms(x.measured_ns):>12} {_ms(x.replayed_ns):>12} {x.error_pct:>7.2f} {x.alone_error_pct:>8.2f} "
+                   f"{_ms(x.wait_measured_ns):>8} {_ms(x.transfer_ns):>11} {x.comm_overlap_pct:>9.1f} "
+                   f"{max(x.critical_path, key=x.critical_path.get) if x.critical_path else '-':>13} {x.trust or '-':>10}  {wf}")
+    if r.straggler is not None:
+        s = r.straggler
+        out += ["", f"straggler: rank {s.rank} (its peers waited {_ms(s.caused_wait_ns)} ms for it): {s.cause}"]
+    if r.critical_path is not None:
+        cp = r.critical_path
+        causes = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(cp.by_cause_ns.items(), key=lambda kv: -kv[1]) if v)
+        hops = " <- ".join(f"rank {sg.rank}" + (f" (collective {sg.via_collective})" if sg.via_collective >= 0 else " from its trace start")
+                           for sg in cp.segments)
+        out += ["", f"job critical path {_ms(cp.total_ns)} ms: {hops}; by cause: {causes}"]
+        gap = r.step_replayed_ns - cp.total_ns
+        if gap > 0 and cp.segments:  # the walk stops at a trace start later than the job step's
+            out.append(f"  it ends at rank {cp.segments[-1].rank}'s trace start, {_ms(gap)} ms after the job step begins: "
+                       f"what rank {cp.segments[-1].rank} ran before its trace starts is not in its trace (docs/jobs.md)")
+    if r.collective_rows:
+        out += ["", "collectives (first 10): #, op, bytes, last to arrive (recorded / replayed), longest wait ms, transfer ms"]
+        for x in r.collective_rows[:10]:
+            grp = f" [{x.group}]" if x.group else ""
+            size = f"{x.size_bytes:,} B" if x.size_bytes >= 0 else "size unknown"
+            out.append(f"  {x.index:>3} {x.op}{grp} {size}  rank {x.last_rank} / {x.last_rank_replayed}  "
+                       f"{_ms(x.wait_max_ns)}  {_ms(x.transfer_ns)}")
+    for p in r.predictions:
+        who = f" on ranks {','.join(map(str, p.ranks))}" if p.ranks else ""
+        mark = "  UNRELIABLE: see the baseline replay above" if r.trust == "unreliable" else ""
+        out += ["", f"what-if {p.name}{who}: job step {_ms(p.replayed_ns)} -> {_ms(p.predicted_ns)} ms ({p.speedup:.3f}x){mark}",
+                "  per rank ms: " + ", ".join(f"r{i} {_ms(x)}" for i, x in enumerate(p.rank_predicted_ns))]
+        out += [f"  rank {k}: {v}" for k, v in p.notes.items()]
+    for k, v in r.not_applicable.items():
+        out.append(f"what-if {k}: not applicable: {v}")
+    for k, v in r.counts.items():
+        out.append(f"note: {k}: {v:,}")
+    return "\n".join(map(terminal_text, out)) + "\n"  # one line each: a newline in a name shows as \\n

@@ -1,0 +1,241 @@
+"""The report's data model: the msgspec structs of one trace's analysis (:class:`Report` and its
+parts), its ``--json`` form (:func:`report_json`) and its JSON Schema (:func:`report_schema`,
+written to ``schemas/report.schema.json``), with the words that mark some of its reasons and
+warnings.
+
+The report is computed elsewhere (:mod:`daydream.report.make`, from a graph and its timelines);
+renderers (:mod:`daydream.render.text`, :mod:`daydream.render.svg`) read these structs only.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..simulate.critical_path import CriticalPath
+from ..events.table import Accounting, TraceMeta
+from .summary import Summary
+
+REPORT_VERSION = 1
+
+#: How the reason of a verdict decided by the GPU start error begins (render_text shows it).
+START_ERROR_REASON = "GPU start error p99"
+
+#: How the reason of a verdict decided by a salvaged truncated file begins (render_text shows it).
+TRUNCATED_REASON = "the trace file is truncated"
+
+#: the words that mark the start-up warning (the answer line refers to it)
+STARTUP_WORDS = "one-time start-up"
+
+#: the words that mark the warning about cross-stream waits without their event (the answer line refers to it)
+UNLINKED_WORDS = "cross-stream waits (cudaStreamWaitEvent) do not say which event they wait for"
+
+
+class Breakdown(msgspec.Struct, forbid_unknown_fields=True):
+    """Time by task kind in a window (ns, summed over lanes, so it can exceed the window)."""
+
+    cpu_runtime_ns: int = 0  #: API calls on CPU threads, excluding time blocked on the GPU
+    cpu_gap_ns: int = 0  #: CPU time between API calls (framework and Python code)
+    sync_wait_ns: int = 0  #: time CPU threads spent blocked in synchronizing calls
+    kernel_ns: int = 0
+    memcpy_ns: int = 0
+    memset_ns: int = 0
+
+
+class WindowStats(msgspec.Struct, forbid_unknown_fields=True):
+    """One window (the whole trace or one ProfilerStep): measured and replayed."""
+
+    name: str
+    measured_ns: int
+    replayed_ns: int
+    error_pct: float  #: (replayed - measured) / measured * 100
+    gpu_busy_measured_ns: int  #: union of the intervals of its GPU tasks (a step: those it launched), summed over devices
+    gpu_idle_measured_ns: int  #: devices x window - busy
+    gpu_busy_replayed_ns: int
+    gpu_idle_replayed_ns: int
+    kernels: int
+    breakdown: Breakdown  #: from the replayed timeline
+    note: str = ""
+
+
+class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
+    cpu_tasks: int
+    gpu_tasks: int
+    cpu_lanes: int
+    gpu_lanes: int
+    launch_edges: int
+    sync_edges: int  #: GPU task -> blocking CPU call
+    cross_stream_edges: int
+    launch_latency_ns: int  #: L, measured (docs/model.md rule 5)
+    gpu_gap_ns: int  #: G, measured
+    counts: dict[str, int]  #: artefacts kept and links that could not be made, by reason
+    gpus: list[int] = []  #: devices with GPU tasks in the trace
+    staging_latency_ns: int = 0  #: S, measured: DMA delay of staged pageable copies (0: none seen)
+
+
+class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
+    """One optimization as applied: its parameters and what it changed."""
+
+    name: str
+    params: dict[str, str]
+    note: str
+    changed: str = ""  #: GPU and host time before and after, tasks changed / removed / added / left alone (daydream.report.summary.change_summary)
+
+
+class PredictedWindow(msgspec.Struct, forbid_unknown_fields=True):
+    """A window of the predicted timeline next to the baseline."""
+
+    name: str
+    measured_ns: int  #: baseline as recorded
+    replayed_ns: int  #: baseline as replayed (the reference for the speed-up)
+    predicted_ns: int
+    speedup: float  #: replayed / predicted
+    gpu_busy_predicted_ns: int
+    breakdown: Breakdown  #: from the predicted timeline
+
+
+class WaitBound(msgspec.Struct, forbid_unknown_fields=True):
+    """The pessimistic side of a prediction on a trace whose cross-stream waits name no event:
+    baseline and prediction replayed with every dependency those waits can have
+    (``TaskGraph.latent_waits``, a superset: never earlier than the program would run)."""
+
+    waits: int  #: the latent (producer, consumer) pairs the prediction's graph still holds, added as edges
+    baseline_ns: int  #: the traced window replayed with them
+    predicted_ns: int  #: the prediction's traced window replayed with them
+    speedup: float  #: baseline_ns / predicted_ns
+
+
+class Prediction(msgspec.Struct, forbid_unknown_fields=True):
+    """The predicted effect of one optimization or a composition of several."""
+
+    optimizations: list[AppliedOpt]
+    window: PredictedWindow
+    steps: list[PredictedWindow]
+    critical_path: CriticalPath
+    processes: list[PredictedWindow] = []  #: each process (rank) of a multi-process trace, as in Report.processes
+    wait_bound: WaitBound | None = None  #: set where the trace has cross-stream waits without their event (daydream.analysis)
+
+
+class Ranked(msgspec.Struct, forbid_unknown_fields=True):
+    """One row of ``--opt all``: an optimization alone, or why it does not apply."""
+
+    name: str
+    predicted_ns: int  #: -1 when not applicable
+    speedup: float  #: 0 when not applicable
+    note: str
+    speedup_bound: float = 0.0  #: the :class:`WaitBound` speed-up; 0 when there is none
+
+
+class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
+    """Time of one phase or layer in the replayed baseline (ns, summed over lanes)."""
+
+    name: str
+    gpu_ns: int  #: kernels, copies and sets launched from it
+    cpu_ns: int  #: its API calls, and the CPU gaps spent in it (gap phase / layer when mapped)
+    launches: int  #: GPU tasks launched from it
+
+
+class Trust(msgspec.Struct, forbid_unknown_fields=True):
+    """How faithful the replay of the unmodified trace is, and so how far to trust predictions."""
+
+    verdict: str  #: "good" (every error within TRUST_FAIR_PCT), "fair", or "unreliable" (over TRUST_UNRELIABLE_PCT)
+    reason: str  #: the error that decided the verdict, in words
+    max_step_error_pct: float  #: max |replayed - measured| / measured * 100 over ProfilerSteps (0 without steps)
+    steps: int  #: ProfilerSteps compared
+    window_error_pct: float  #: |error| of the traced window, %
+    gpu_start_error_p50_us: float  #: median |replayed - recorded start| of GPU tasks with a recorded interval
+    gpu_start_error_p99_us: float
+    gpu_tasks_compared: int
+    inferred_edges: dict[str, int] = {}  #: edges derived by a rule, not read from the trace: by kind
+    incomplete: dict[str, int] = {}  #: graph counts of links the trace lacks (GPU tasks without a launch, ...)
+    cause: str = ""  #: when not "good": the recorded wait the replay reproduces least, and what in the trace held it (see replay_cause)
+    gpu_start_error_p99_pct: float = 0.0  #: gpu_start_error_p99_us as % of the median measured ProfilerStep (the window without steps); judged like the step error (see start_error_verdict)
+
+
+class Report(msgspec.Struct, forbid_unknown_fields=True):
+    """The whole analysis of one trace."""
+
+    report_version: int
+    trace: TraceMeta
+    accounting: Accounting
+    graph: GraphSummary
+    window: WindowStats
+    steps: list[WindowStats]
+    critical_path: CriticalPath  #: of the replayed baseline
+    predictions: list[Prediction] = []
+    ranking: list[Ranked] = []
+    not_applicable: dict[str, str] = {}  #: requested optimizations that do not apply: name -> reason
+    processes: list[WindowStats] = []  #: each process (rank) of a multi-process trace, its own window
+    warnings: list[str] = []  #: what limits the trust in the replay or the predictions
+    phases: list[GroupStats] = []  #: forward / backward / optimizer / communication / other / unmapped
+    layers: list[GroupStats] = []  #: top layers by GPU time
+    trust: Trust | None = None  #: how faithful the baseline replay is (set by build_report)
+    summary: Summary | None = None  #: the opening answer and the top tables (daydream.report.summary)
+    communication: "CommSummary | None" = None  #: the trace's collectives (None: it has none)
+    comparison: "Comparison | None" = None  #: ``--compare-to``: predicted (or this trace) against another trace's measurement
+
+
+class CollectiveStats(msgspec.Struct, forbid_unknown_fields=True):
+    """The collectives of one operation (daydream/graph/collectives.py): how many, how many with a
+    message size in the trace, their bytes (nccl-tests' S) and recorded time, and the bus
+    bandwidth they achieved (GB/s, nccl-tests' busbw; None when no size is known)."""
+
+    op: str
+    count: int
+    sized: int
+    bytes: int
+    time_ns: int
+    busbw_median_gbps: float | None
+    busbw_max_gbps: float | None
+
+
+class CommSummary(msgspec.Struct, forbid_unknown_fields=True):
+    """The trace's collectives: total, those without a message size in the trace, per operation,
+    and what detection counted (reasons)."""
+
+    collectives: int
+    without_size: int
+    by_op: list[CollectiveStats]
+    counts: dict[str, int]
+    #: communication GPU tasks that are not NCCL/RCCL collectives (symmetric-memory ``multimem``
+    #: all-reduce kernels, peer-to-peer copies): no size or group is read for them, no what-if re-costs them
+    other_tasks: int = 0
+
+
+class CompareRow(msgspec.Struct, forbid_unknown_fields=True):
+    """One quantity of ``--compare-to``: this trace, the prediction and the other trace (ns)."""
+
+    group: str  #: "window", "GPU busy", "critical path", "phase GPU", "phase CPU", "kernel class", "CPU range"
+    name: str
+    before_ns: int  #: measured in this trace (critical path: of its replay)
+    predicted_ns: int  #: the prediction; equal to before_ns for a plain trace-against-trace comparison
+    after_ns: int  #: measured in the other trace (critical path: of its replay)
+    error_ns: int  #: predicted - after
+    error_pct: float  #: error_ns / after_ns * 100 (0 when after_ns is 0)
+
+
+class Comparison(msgspec.Struct, forbid_unknown_fields=True):
+    """``--compare-to AFTER``: the prediction (or, without ``--opt``, this trace's measurement)
+    against the measurement of AFTER, the trace recorded with the change made (built by
+    :func:`daydream.report.compare.compare`)."""
+
+    after: str  #: the other trace's source
+    after_format: str
+    predicted_by: str  #: the optimizations as given ("a:p=v + b"); "" for a plain comparison of the two traces
+    rows: list[CompareRow]
+    window_error_pct: float  #: |error| of the traced window
+    max_step_error_pct: float  #: max |error| over the steps paired by order (0 without steps)
+    notes: list[str] = []  #: how the two were paired, and what could not be
+
+
+# ---------------------------------------------------------------- JSON ------------------------
+def report_json(r: Report) -> bytes:
+    """The ``--json`` document: deterministic bytes for the same input."""
+    return msgspec.json.format(msgspec.json.encode(r), indent=2) + b"\n"
+
+
+def report_schema() -> dict:
+    """JSON Schema of the ``--json`` report (written to ``schemas/report.schema.json``)."""
+    s = msgspec.json.schema(Report)
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "Daydream report"
+    return s

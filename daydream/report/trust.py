@@ -1,0 +1,237 @@
+"""How far to trust a report: the verdict on the baseline replay (its step, window and GPU start
+errors against the project's accuracy targets), the recorded wait the replay reproduces least and
+what held it (:func:`replay_cause`), and the warnings about what the trace lacks or how it was
+recorded (:func:`_warnings`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..util.arrays import sorted_unique
+from ..simulate.critical_path import communication_mask
+from ..events.table import EventTable
+from ..graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
+from ..graph.startup import startup_calls
+from ..graph.kernels import classify_name
+from ..simulate import Timeline
+from .summary import answer_steps
+from .report_model import START_ERROR_REASON, STARTUP_WORDS, TRUNCATED_REASON, UNLINKED_WORDS, Trust, WindowStats
+from .windows import _process_ids
+
+#: Replay error (|%|, per ProfilerStep or of the traced window) above which the baseline replay
+#: is only "fair": the project's accuracy target of 1 % per step (docs/accuracy.md, where a trace
+#: within it is "ok"). Above :data:`TRUST_UNRELIABLE_PCT` it is "unreliable": predictions made
+#: from it are marked (and ``--strict`` refuses them). Both are the project's stated accuracy
+#: targets, chosen by hand, not constants fitted to data.
+TRUST_FAIR_PCT = 1.0
+TRUST_UNRELIABLE_PCT = 5.0
+
+
+def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int = 1, start_error_pct: float = 0.0,
+                  start_error_us: float = 0.0) -> tuple[str, str]:
+    """(verdict, reason) from the absolute replay errors (%): the worse of the two decides, and the
+    GPU start error (p99 ``start_error_us``, ``start_error_pct`` of the median step or the window)
+    when it is worse still (:func:`start_error_verdict`)."""
+    what, err = ("max step error", max_step_error_pct) if steps and max_step_error_pct >= window_error_pct else ("window error", window_error_pct)
+    by_start = start_error_verdict(start_error_pct, start_error_us, steps)
+    if by_start is not None and start_error_pct > err:
+        return by_start
+    if err > TRUST_UNRELIABLE_PCT:
+        return "unreliable", f"{what} {err:.2f} % > {TRUST_UNRELIABLE_PCT:g} %: the baseline replay does not reproduce the trace"
+    if err > TRUST_FAIR_PCT:
+        return "fair", f"{what} {err:.2f} % > {TRUST_FAIR_PCT:g} % (the accuracy target)"
+    return "good", f"{what} {err:.2f} % <= {TRUST_FAIR_PCT:g} %"
+
+
+def start_error_verdict(start_error_pct: float, start_error_us: float, steps: int = 1) -> tuple[str, str] | None:
+    """(verdict, reason) from the p99 GPU start error as % of the median step (the window without
+    steps), or None when it is within TRUST_FAIR_PCT. A GPU task replayed e away from its recorded
+    start has its slack misplaced by e: a prediction that changes the work around it can move by
+    up to e, so e as a share of the step bounds a prediction error on the same scale as the step
+    error, and is held to the same targets (docs/model.md, "How far the baseline replay is trusted")."""
+    ref = "the median step" if steps else "the window"
+    what = f"{START_ERROR_REASON} {start_error_us:,.0f} us is {start_error_pct:.2f} % of {ref}"
+    if start_error_pct > TRUST_UNRELIABLE_PCT:
+        return "unreliable", f"{what} > {TRUST_UNRELIABLE_PCT:g} %: the replay does not reproduce when GPU work runs"
+    if start_error_pct > TRUST_FAIR_PCT:
+        return "fair", f"{what} > {TRUST_FAIR_PCT:g} %: predictions that move GPU work can be off by as much"
+    return None
+
+
+def truncation_note(table: EventTable) -> str:
+    """The adapter's note of a salvaged truncated file (``Accounting.notes``), or "" when it was whole."""
+    return next((k for k in table.accounting.notes if k.startswith("truncated file")), "")
+
+
+def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowStats, steps: list[WindowStats]) -> Trust:
+    """The :class:`Trust` of a baseline replay ``tl`` against the recorded timeline ``rec``."""
+    step_err = max((abs(w.error_pct) for w in steps), default=0.0)
+    win_err = abs(window.error_pct)
+    gpu = (graph.node_kind != NODE_CPU) & (graph.rec_end_ns >= graph.rec_start_ns)
+    d_us = np.abs(tl.start_ns[gpu] - rec.start_ns[gpu]) / 1e3
+    p50, p99 = (float(np.percentile(d_us, 50)), float(np.percentile(d_us, 99))) if len(d_us) else (0.0, 0.0)
+    worked = answer_steps(steps)  # as the answer's step (summary.build_summary)
+    lens = [w.measured_ns for w in worked if w.measured_ns > 0]  # a step measured at 0 ns is no scale
+    ref_ns = float(np.median(lens)) if lens else float(window.measured_ns)
+    p99_pct = round(p99 * 1e5 / ref_ns, 3) if ref_ns > 0 else 0.0
+    verdict, reason = trust_verdict(step_err, win_err, len(steps), p99_pct, p99)
+    cut = truncation_note(graph.table)
+    if cut:  # the replay can only match what survived: the steps' work after the cut is not in the trace
+        verdict, reason = "unreliable", (f"{TRUNCATED_REASON} ({cut.removeprefix('truncated file: ')}): the steps and the window "
+                                         "miss the work recorded after the cut")
+    inferred = {k: v["inferred"] for k, v in sorted(graph.edge_counts().items()) if v.get("inferred")}
+    missing = getattr(graph.counts, "missing", ())
+    incomplete = {k: v for k, v in sorted(graph.counts.items()) if v and k in missing}
+    cause = replay_cause(graph, tl, rec, window.measured_ns) if verdict != "good" else ""
+    return Trust(verdict, f"{reason}; {cause}" if cause else reason, step_err + 0.0, len(steps), win_err + 0.0, round(p50, 3), round(p99, 3),
+                 int(np.count_nonzero(gpu)), inferred, incomplete, cause, p99_pct)
+
+
+def replay_cause(graph: TaskGraph, tl: Timeline, rec: Timeline, window_ns: int) -> str:
+    """In words, the blocking call whose recorded wait the replay reproduces least, when that
+    alone is worth more than the accuracy target (TRUST_FAIR_PCT of the window), and what held
+    the GPU work it waited for in the trace: the task of that stream that started latest after
+    what the graph lets it wait for (launch + L, stream predecessor + G), and the task of another
+    stream of the device that ended last before it. A collective (NCCL/RCCL) kernel there is named
+    as such: its recorded duration includes waiting for peer ranks, which a one-rank trace cannot
+    show. '' when no wait is missed by that much.
+    """
+    b = np.nonzero(graph.blocking)[0]
+    miss = rec.blocked_ns[b] - tl.blocked_ns[b]
+    if not len(b) or int(miss.max()) * 100 <= TRUST_FAIR_PCT * window_ns:
+        return ""
+    i = int(b[np.argmax(miss)])
+    out = (f"largest missed wait: {graph.name(i)} blocked {rec.blocked_ns[i] / 1e6:,.3f} ms in the trace, "
+           f"{tl.blocked_ns[i] / 1e6:,.3f} ms replayed")
+    waited = graph.preds(i, EdgeKind.WAIT)
+    if not len(waited):
+        return out
+    w = int(waited[np.argmax(rec.end_ns[waited])])
+    x, late = _held_task(graph, rec, w, int(rec.start_ns[i]))
+    out += (f"; the {_short(graph.name(x))} it waited for" if x == w else f"; the GPU work it waited for queued behind {_short(graph.name(x))}, which")
+    out += f" started {late / 1e3:,.0f} us later than its launch and stream allow"
+    p = _ended_before(graph, rec, x)
+    if p < 0:
+        return out
+    out += f", {(rec.start_ns[x] - rec.end_ns[p]) / 1e3:,.0f} us after {_short(graph.name(p))} (stream {graph.lane_keys[graph.lane[p], 3]}) ended"
+    unlinked = sum(v for k, v in graph.counts.items() if k.startswith("cudaStreamWaitEvent without"))
+    if unlinked:
+        out += f" (a cross-stream wait the trace does not link? {unlinked:,} cudaStreamWaitEvent without an event id)"
+    if classify_name(graph.name(p))[0] == "communication":
+        out += (f"; collective kernels' durations include waiting for peer ranks ({(rec.end_ns[p] - rec.start_ns[p]) / 1e6:,.3f} ms here), "
+                "which a one-rank trace cannot show")
+    return out
+
+
+def _short(name: str, n: int = 48) -> str:
+    return name if len(name) <= n else name[: n - 3] + "..."
+
+
+def _held_task(graph: TaskGraph, rec: Timeline, w: int, since: int) -> tuple[int, int]:
+    """(task, ns): of ``w`` and the tasks before it on its stream still unfinished at ``since``,
+    the one whose recorded start is latest after its launch (+ L) and stream predecessor (+ G)."""
+    best, late = w, -1
+    x = w
+    while x >= 0 and rec.end_ns[x] > since:
+        prev, lc = int(graph.lane_prev[x]), int(graph.launch[x])
+        ready = max(int(rec.start_ns[lc]) + graph.launch_latency_ns if lc >= 0 else graph.t0_ns,
+                    int(rec.end_ns[prev]) + graph.gpu_gap_ns if prev >= 0 else graph.t0_ns)
+        if int(rec.start_ns[x]) - ready > late:
+            best, late = x, int(rec.start_ns[x]) - ready
+        x = prev
+    return best, max(late, 0)
+
+
+def _ended_before(graph: TaskGraph, rec: Timeline, x: int) -> int:
+    """The GPU task of another stream of ``x``'s device, placed before ``x``, that ended last at or
+    before ``x``'s recorded start; -1 when there is none."""
+    dev = graph.lane_keys[graph.lane, 2]
+    m = ((graph.node_kind != NODE_CPU) & (graph.lane != graph.lane[x]) & (dev == dev[x]) & (graph.position_ns <= graph.position_ns[x])
+         & (rec.end_ns <= rec.start_ns[x]))
+    c = np.nonzero(m)[0]
+    return int(c[np.argmax(rec.end_ns[c])]) if len(c) else -1
+
+
+#: a measured launch latency above this looks like a one-off (lazy module loading, a cold start)
+#: rather than the launch path (typically 3-30 us on the traces in ../shared/traces)
+SUSPICIOUS_LAUNCH_LATENCY_NS = 1_000_000
+
+
+def overlapping_steps(steps: list[tuple[str, int, int, int, int]]) -> int:
+    """How many ProfilerStep ranges (:func:`daydream.graph.profiler_steps`: name, start, end, pid,
+    tid) end after the next step of their process starts (steps of different processes may overlap:
+    ranks of one job)."""
+    by_pid: dict[int, list[tuple[int, int]]] = {}
+    for _name, s, e, pid, _tid in steps:  # ProfilerSteps: a few per process
+        by_pid.setdefault(pid, []).append((s, e))
+    return sum(sum(1 for (_, e), (s2, _) in zip(v, v[1:]) if s2 < e) for v in (sorted(x) for x in by_pid.values()))
+
+
+def _world_size(graph: TaskGraph) -> int:
+    """The world size the trace names (``meta.world_size``), or -1."""
+    meta = getattr(graph.table, "meta", None)
+    return int(getattr(meta, "world_size", -1) or -1)
+
+
+def _streams_side_by_side(graph: TaskGraph) -> bool:
+    """Whether some process has GPU tasks on two or more streams of one device: only then can a
+    cross-stream wait the trace did not link let streams overlap in a prediction."""
+    gk = graph.lane_keys[graph.lane_is_gpu][:, 1:3]
+    return len(gk) > len(np.unique(gk, axis=0))
+
+
+def _warnings(graph: TaskGraph) -> list[str]:
+    out = []
+    c = graph.counts
+    waits = sum(v for k, v in c.items() if k.startswith("cudaStreamWaitEvent without"))
+    if waits and _streams_side_by_side(graph):  # with one stream per GPU a missing cross-stream edge orders nothing
+        out.append(
+            f"{waits:,} {UNLINKED_WORDS}, so those edges are missing: "
+            "predictions may let streams (e.g. NCCL) overlap more than the program allows; each prediction's 'bound' line "
+            "(and --opt all's '>=') replays it with every dependency those waits can have. Record with "
+            "torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True) or Nsight Systems for exact edges."
+        )
+    gpu = int(np.count_nonzero(graph.node_kind != NODE_CPU))
+    if gpu == 0:
+        acc = graph.table.accounting if graph.table is not None else None
+        skipped = {k: v for k, v in acc.skipped.items() if not k.startswith(("flow event", "metadata event"))} if acc is not None else {}
+        top = max(skipped.items(), key=lambda kv: kv[1]) if skipped else None
+        why = (f" The reader skipped {sum(skipped.values()):,} records ({top[1]:,}: {top[0]}); if the GPU events are among "
+               "them, the answer is not the trace's (see 'input').") if top else ""
+        out.append("the trace has no GPU kernels, copies or sets: only its CPU side is replayed, and no GPU optimization applies." + why)
+    orphans = sum(v for k, v in c.items() if k.startswith("GPU task without a launching call"))
+    if gpu and orphans > 0.1 * gpu:
+        out.append(f"{orphans:,} of {gpu:,} GPU tasks have no launching call in the trace (a cut or sampled trace?): they are placed by stream order only.")
+    over = overlapping_steps(profiler_steps(graph.table))
+    if over:
+        out.append(f"{over:,} ProfilerStep ranges overlap the next step of their process (a malformed or merged trace?): the tasks "
+                   "in both are counted in both steps, so the step rows do not add up to the window.")
+    pids, procs = _process_ids(graph)
+    comm = communication_mask(graph) & (pids >= 0)
+    if gpu and comm.any() and len(sorted_unique(pids[comm])) > 1:
+        out.append(f"this trace holds {len(procs):,} processes whose {int(comm.sum()):,} collective kernels talk to each "
+                   "other; they are replayed as independent processes: each collective keeps its recorded time, its wait for "
+                   "peers included, so a what-if that speeds up one process does not shorten its peers' waits. For coupled ranks "
+                   "give one trace per rank (docs/jobs.md).")
+    elif gpu and comm.any() and _world_size(graph) > 1:
+        meta = graph.table.meta
+        out.append(f"this trace is {'rank ' + str(meta.rank) if meta.rank >= 0 else 'one rank'} of a job of {_world_size(graph):,} ranks "
+                   f"(its distributedInfo): its {int(comm.sum()):,} collective kernels keep their recorded time, their wait for "
+                   "peers included, which one rank's trace cannot tell from the transfer; a what-if that changes the collectives "
+                   "or the work before them is judged without the peers. For the job, give every rank's trace (docs/jobs.md).")
+    slow = np.nonzero(startup_calls(graph))[0]
+    span = int(graph.rec_end_ns.max()) - int(graph.t0_ns) if graph.n else 0
+    if len(slow) and graph.dur_ns[slow].sum() * 100 >= TRUST_FAIR_PCT * max(span, 1):  # material: as much as the accuracy target
+        top = slow[np.argsort(-graph.dur_ns[slow], kind="stable")[:3]]
+        names = ", ".join(f"{graph.name(int(v))} {graph.dur_ns[v] / 1e6:,.1f} ms" for v in top)
+        out.append(f"{len(slow):,} API call{'s' * (len(slow) != 1)} that do{'es' * (len(slow) == 1)} not wait for the GPU take {graph.dur_ns[slow].sum() / 1e6:,.1f} ms ({names}): "
+                   f"{STARTUP_WORDS} (context creation on the first GPU runtime call, module loading on a kernel's first "
+                   "launch, library handles). The window is not a steady-state step: record after warm-up (torch.profiler "
+                   "schedule(wait=, warmup=, active=)) before judging a what-if on it.")
+    if graph.launch_latency_ns > SUSPICIOUS_LAUNCH_LATENCY_NS:
+        out.append(
+            f"the measured launch latency L = {graph.launch_latency_ns / 1e3:,.0f} us is unusually large (few launches on an idle stream, "
+            "or a cold start such as lazy module loading); replayed GPU start times are uncertain."
+        )
+    return out
