@@ -90,11 +90,66 @@ def compiled_calling(namespace: dict, name: str, helper, kernel):
 
 
 def compile_with(numba, fn):
-    """``numba.njit(cache=True)(fn)``, or in-memory compilation when no cache location is writable."""
+    """``numba.njit(cache=True)(fn)``, or in-memory compilation when no cache location is writable.
+
+    A damaged on-disk cache (a truncated or garbage index or data file: numba raises while it
+    loads it, e.g. ``UnpicklingError``) is not an error of the run: see :func:`_guard`."""
     try:
-        return numba.njit(cache=True, nogil=True)(fn)
+        d = numba.njit(cache=True, nogil=True)(fn)
     except Exception:  # numba: "cannot cache function ...: no locator available"
         return numba.njit(nogil=True)(fn)
+    _guard(d)
+    return d
+
+
+def _from_cache(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside numba's on-disk cache (numba/core/caching.py)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("numba/core/caching.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _drop_caches() -> None:
+    """Every kernel of this process compiles in memory from now on, and each cache index is
+    emptied so that the next run rebuilds the cache (numba's ``Cache.flush`` writes an empty
+    index; the damaged data files are then never read)."""
+    from numba.core.caching import NullCache
+
+    for d in _compiled.values():
+        c = getattr(d, "_cache", None)
+        if c is None or isinstance(c, NullCache):
+            continue
+        try:
+            c.flush()
+        except Exception:  # an unwritable cache: compiling in memory is enough
+            pass
+        d._cache = NullCache()
+
+
+def _guard(d) -> None:
+    """Make dispatcher ``d`` survive a damaged cache: numba loads the cache when a call needs a
+    compiled version (the first call with new argument types, here or in a kernel calling it),
+    so the dispatcher's compile step retries once in memory after :func:`_drop_caches` (a
+    kernel calling a helper whose cache is damaged fails in the helper's load: every cache of
+    the process goes)."""
+    compile_one = d.compile
+
+    def compile_guarded(sig):
+        try:
+            return compile_one(sig)
+        except Exception as e:
+            if not _from_cache(e):
+                raise
+            _drop_caches()
+            from numba.core.caching import NullCache
+
+            d._cache = NullCache()  # also when d is not (yet) among the process's kernels
+            return compile_one(sig)
+
+    d.compile = compile_guarded
 
 
 def call(fn, *args):
