@@ -19,18 +19,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daydream.events.table import COLUMNS, MISSING, EventTable, Kind, NameTable
-from daydream.mapping import (
+from daydream.mapping.rules import (
     AUTOGRAD_THREAD_RULE,
     AUTOGRAD_THREAD_SHARE,
     BACKWARD,
     OTHER,
     PHASE_RULES,
     PHASES,
-    Mapping,
-    _classify_contexts,
-    _Enclosers,
-    map_events,
 )
+from daydream.mapping.maps import Mapping
+from daydream.mapping.contexts import _classify_contexts
+from daydream.mapping import map_events
+from daydream.mapping.enclose import _Enclosers
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")
@@ -178,7 +178,7 @@ def test_phase_priorities():
 
 
 def test_equal_priority_takes_the_innermost():
-    from daydream.mapping import PhaseRule
+    from daydream.mapping.rules import PhaseRule
 
     rules = (PhaseRule("^outer", "forward", 5), PhaseRule("^inner", "backward", 5), PhaseRule("^low", "optimizer", 1))
     t = T()
@@ -780,7 +780,7 @@ def test_fused_sweep_equals_numpy_path_on_real_traces(rel):
 @given(st.lists(st.tuples(st.booleans(), st.integers(-2**62, 2**62)), min_size=1, max_size=30), st.booleans())
 def test_prev_max_end_equals_brute_force(items, small):
     """The largest earlier end of each segment, on value offsets (when they fit) or on ranks."""
-    from daydream.mapping import prev_max_end
+    from daydream.events.threads import prev_max_end
 
     new = np.array([True] + [b for b, _ in items[1:]])
     eo = np.array([v for _, v in items], dtype=np.int64)
@@ -801,7 +801,7 @@ def test_prev_max_end_equals_brute_force(items, small):
 @given(st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30),
        st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30))
 def test_pair_keys_keep_the_pair_order(p1, p2):
-    from daydream.mapping import pair_keys
+    from daydream.events.threads import pair_keys
 
     a, b = np.array([x for x, _ in p1], np.int64), np.array([y for _, y in p1], np.int64)
     c, d = np.array([x for x, _ in p2], np.int64), np.array([y for _, y in p2], np.int64)
@@ -822,7 +822,7 @@ def test_context_keys_compiled_equals_numpy(rows, py_id, extra_names):
     """mapping._context_keys: the compiled passes, the kernel in Python and the numpy passes give
     the same context rows, keys, key counts and CPU-side flag (category ids in and out of the
     name range, python_function present or not); a name id out of range raises either way."""
-    from daydream.mapping import _context_keys
+    from daydream.mapping.contexts import _context_keys
 
     kind = np.array([r[0] for r in rows], np.uint8)
     device = np.array([r[1] for r in rows], np.int32)
@@ -851,7 +851,7 @@ def test_context_keys_columns_compiled_equals_numpy(rows, py_id):
     """mapping._context_keys with ``columns``: the compiled passes and the kernel in Python give
     the numpy passes' rows, keys, counts, CPU-side flag and the fifth item (key ranks, name ids,
     and the rows' pid, tid, start, end) exactly."""
-    from daydream.mapping import _context_keys
+    from daydream.mapping.contexts import _context_keys
 
     kind = np.array([r[0] for r in rows], np.uint8)
     device = np.array([r[1] for r in rows], np.int32)
@@ -885,7 +885,7 @@ def test_group_contexts_equals_numpy(ctxs, threads):
     """mapping._group_contexts (compiled and in Python): each thread's contexts, ascending, and
     whether they are in (start asc, end desc) order, as numpy masks and lexsort give them."""
     from daydream.util import jit
-    from daydream.mapping import _group_contexts
+    from daydream.mapping.grouping import _group_contexts
 
     th = sorted(set(threads))
     th_pid = np.array([p for p, _ in th], np.int64)

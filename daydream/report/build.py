@@ -24,7 +24,7 @@ from ..events.table import Accounting, EventTable, Kind, TraceMeta
 from ..graph import NODE_CPU, EdgeKind, TaskGraph, profiler_steps
 from ..graph.startup import startup_calls
 from ..graph.kernels import classify_name
-from ..mapping import PHASES
+from ..mapping.rules import PHASES
 from ..graph.memo import cached, memo
 from ..simulate.carry import boundaries
 from ..simulate import Timeline
