@@ -35,11 +35,18 @@ table of the running maximum of ends answers "the latest-starting context with s
 end >= e" for all queries at once by binary lifting (``O((n + q) log n)`` numpy work). Python
 loops run only over threads, priority levels, nesting depths and distinct names.
 
-Big inputs (numba there, :data:`SWEEP_MIN` items) take compiled passes instead, each O(n) over
-the contexts with no per-thread copies: :func:`_context_keys` selects the contexts and writes
-their columns, :func:`_group_contexts` lists each thread's, and :func:`_sweep_fused` answers
-every search of a thread in one stack sweep. The numpy path is their reference (the tests
-compare them); the answers are the same.
+Big inputs (numba there, :data:`~.enclose.SWEEP_MIN` items) take compiled passes instead, each
+O(n) over the contexts with no per-thread copies: :func:`~.contexts._context_keys` selects the
+contexts and writes their columns, :func:`~.grouping._group_contexts` lists each thread's, and
+:func:`~.enclose._sweep_fused` answers every search of a thread in one stack sweep. The numpy
+path is their reference (the tests compare them); the answers are the same.
+
+Parts: :mod:`.rules` (the phase and range rules, as data), :mod:`.maps` (:class:`~.maps.Mapping`,
+:class:`~.maps.NodeMapping`), :mod:`.contexts` (the context rows and what each says),
+:mod:`.grouping` (each thread's calls, contexts and gap midpoints), :mod:`.enclose` (the
+enclosure search), :mod:`.thread_search` (one thread's answers); this module drives them
+(:func:`map_events`) and gives GPU tasks their launching call's answers. The runtime calls by
+thread come from :mod:`daydream.events.threads`.
 """
 
 from __future__ import annotations

@@ -32,8 +32,9 @@ class Mapping:
         launch_unique: True when ``launch_row`` was found with no two runtime calls sharing a
             (process, correlation id): the link is then the same whatever order the calls are
             taken in, and the graph builder reuses it instead of linking again.
-        call_threads: the table's RUNTIME rows by thread (:func:`call_threads`), which the
-            graph builder's first stage reuses; None: it computes them.
+        call_threads: the table's RUNTIME rows by thread
+            (:func:`~daydream.events.threads.call_threads`), which the graph builder's first
+            stage reuses; None: it computes them.
         cpu_range_columns: int64 (pid, tid, start_ns, end_ns, name_id) of the CPU-side RANGE
             and CPU_OP rows in row order, which the mapping reads for its contexts and the graph
             builder keeps as ``TaskGraph.cpu_ranges``; None: the builder gathers them.
