@@ -236,7 +236,8 @@ def _warm_jit() -> None:
     """Import numba and load the compiled kernels (from numba's cache) when this daydream has them."""
     try:
         from daydream.util import jit
-        from daydream.mapping import _sweep_innermost, prev_max_end
+        from daydream.mapping.enclose import _sweep_innermost
+        from daydream.events.threads import prev_max_end
         from daydream.simulate import compiled
     except ImportError:  # an older daydream (--compare-src): nothing compiled
         return
@@ -255,7 +256,7 @@ def _warm_jit() -> None:
     except TypeError:  # a daydream before the compiled scan
         pass
     try:
-        from daydream.mapping import _context_keys
+        from daydream.mapping.contexts import _context_keys
     except ImportError:  # a daydream before the compiled context keys
         pass
     else:
@@ -266,7 +267,8 @@ def _warm_jit() -> None:
         except TypeError:  # a daydream before the context columns
             pass
     try:
-        from daydream.mapping import _fused_kernel, _group_kernel
+        from daydream.mapping.enclose import _fused_kernel
+        from daydream.mapping.grouping import _group_kernel
     except ImportError:  # a daydream before the grouped fused sweep
         pass
     else:
@@ -299,7 +301,8 @@ def _warm_jit() -> None:
                          np.uint8(2))
                 jit.call(jit.compiled(_prepare_lists_kernel), 0, u8, e, e, u8, b, e, np.zeros(0, np.int8), np.uint8(2))
         try:
-            from daydream.mapping import _inherit_kernel, _pick_kernel
+            from daydream.mapping import _inherit_kernel
+            from daydream.mapping.maps import _pick_kernel
         except ImportError:  # a daydream before the compiled inheriting and node picking
             pass
         else:
@@ -308,27 +311,27 @@ def _warm_jit() -> None:
                 jit.call(jit.compiled(_inherit_kernel), e, e, e, u8, i32, i32)
                 jit.call(jit.compiled(_pick_kernel), e, u8, i32, i32, u8, i32, u8, i32, i32, u8, i32)
         try:
-            from daydream.mapping import _call_threads_kernel
+            from daydream.events.threads import _call_threads_kernel
         except ImportError:  # a daydream before the compiled call threads
             pass
         else:
             if jit.compiled(_call_threads_kernel) is not None:
                 jit.call(jit.compiled(_call_threads_kernel), e, e, e, e, 1)
         try:
-            from daydream.mapping import task_rows
+            from daydream.events.threads import task_rows
         except ImportError:  # a daydream before the compiled task rows
             pass
         else:
             task_rows(np.zeros(0, np.uint8), method="compiled")
         try:
-            from daydream.mapping import _midpoints_kernel
+            from daydream.mapping.grouping import _midpoints_kernel
         except ImportError:  # a daydream before the compiled gap midpoints
             pass
         else:
             if jit.compiled(_midpoints_kernel) is not None:
                 jit.call(jit.compiled(_midpoints_kernel), e, e, np.zeros(0, bool), e, e, np.int64(0))
         try:
-            from daydream.mapping import _finish_kernel
+            from daydream.mapping.thread_search import _finish_kernel
         except ImportError:  # a daydream before the compiled finishing pass
             pass
         else:
@@ -337,7 +340,7 @@ def _warm_jit() -> None:
                 i32, u8 = np.zeros(0, np.int32), np.zeros(0, np.uint8)
                 jit.call(fin, e, 0, e, e, e, e, e, False, e, e, np.zeros(0, bool), False, -2, 0, 0, 0, i32, i32, i32, u8, u8)
                 try:
-                    from daydream.mapping import _thread_queries
+                    from daydream.mapping.thread_search import _thread_queries
                 except ImportError:
                     pass
                 else:

@@ -281,7 +281,8 @@ def test_optimizer_step_left_alone(spec):
     """Loop-style SGD's per-parameter kernels and zero_grad's fills (the mapped optimizer phase)
     keep their time under amp (fourth try-out: they were halved like any elementwise kernel)."""
     from daydream.formats import load_trace
-    from daydream.mapping import PHASES, map_events
+    from daydream.mapping.rules import PHASES
+    from daydream.mapping import map_events
 
     t = load_trace(str(R50[0]))
     g = build_graph(t, map_events(t))

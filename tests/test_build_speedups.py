@@ -187,7 +187,7 @@ def test_by_thread_groups_as_the_naive_split(n_threads, n_q, n_c, seed):
     """mapping._by_thread (equality passes for a few threads, a sort for many) yields each thread
     with queries and contexts once, in key order, rows and contexts ascending."""
     from daydream.events.table import EventTable
-    from daydream.mapping import _by_thread
+    from daydream.mapping.grouping import _by_thread
 
     rng = np.random.default_rng(seed)
     n = n_q + n_c
@@ -244,7 +244,7 @@ def test_prepared_replay_inputs_equal_the_reference_on_emulated_traces(tmp_path_
                                  " = ", ",", " ", "\n", "x", "12", "[[1]]", "#"]), max_size=10))
 def test_nvtx_base_equals_the_suffix_regex(parts):
     """mapping._nvtx_base (str.find) captures what _NVTX_SUFFIX_RE does, None where it does not match."""
-    from daydream.mapping import _NVTX_SUFFIX_RE, _nvtx_base
+    from daydream.mapping.rules import _NVTX_SUFFIX_RE, _nvtx_base
 
     s = "".join(parts)
     m = _NVTX_SUFFIX_RE.match(s)
@@ -320,7 +320,7 @@ def test_comm_kernel_prefilter_equals_the_regex(parts, noise):
     COMM_KERNEL_PATTERN does, odd Unicode case folds included."""
     import re
 
-    from daydream.mapping import COMM_KERNEL_PATTERN, NAME_PREFIX, is_comm_kernel_name
+    from daydream.mapping.rules import COMM_KERNEL_PATTERN, NAME_PREFIX, is_comm_kernel_name
 
     name = "".join(parts) + noise
     assert is_comm_kernel_name(name) == bool(re.compile(COMM_KERNEL_PATTERN).search(name, 0, NAME_PREFIX))
@@ -569,7 +569,7 @@ def test_cpu_tasks_and_launch_links_compiled_equal_numpy(n, seed, spread):
     from types import SimpleNamespace
 
     from daydream.graph.build.tasks import cpu_tasks, link_launches
-    from daydream.mapping import CallThreads
+    from daydream.events.threads import CallThreads
 
     rng = np.random.default_rng(seed)
     hi = 10 ** spread + 1

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from daydream.errors import NotApplicable
 from daydream.formats import load_trace
 from daydream.graph import build_graph
-from daydream.mapping import PHASES, map_events
+from daydream.mapping.rules import PHASES
+from daydream.mapping import map_events
 from daydream.optimizations import parse_spec
 from daydream.simulate.critical_path import critical_path
 from daydream.simulate import simulate

@@ -48,3 +48,17 @@ def test_both_kernels_bind_their_helper(mod, name, helper):
         assert k is None and getattr(mod, name) is getattr(mod, helper)
     else:
         assert k is jit.compiled(mod._kernel) and getattr(mod, name) is jit.compiled(getattr(mod, helper))
+
+
+def test_first_pair_is_bound_in_each_kernels_module():
+    """events.threads._with_first_pair binds the compiled binary search in the module of the kernel
+    it compiles: events.threads (call_threads' passes) and mapping.grouping (_group_contexts)."""
+    from daydream.events import threads
+    from daydream.mapping import grouping
+
+    for mod, kernel in ((threads, threads._call_threads_kernel), (grouping, grouping._group_contexts)):
+        k = threads._with_first_pair(kernel)
+        if jit.compiled(threads._first_pair) is None:
+            assert k is None and mod._first_pair_c is threads._first_pair
+        else:
+            assert k is jit.compiled(kernel) and mod._first_pair_c is jit.compiled(threads._first_pair)

@@ -19,25 +19,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daydream.events.table import COLUMNS, MISSING, EventTable, Kind, NameTable
-from daydream.mapping import (
+from daydream.mapping.rules import (
     AUTOGRAD_THREAD_RULE,
     AUTOGRAD_THREAD_SHARE,
     BACKWARD,
-    NO_LAYER,
     OTHER,
     PHASE_RULES,
     PHASES,
-    Mapping,
-    _classify_contexts,
-    _Enclosers,
-    map_events,
-    phase_breakdown,
-    top_layers,
 )
+from daydream.mapping.maps import Mapping
+from daydream.mapping.contexts import _classify_contexts
+from daydream.mapping import map_events
+from daydream.mapping.enclose import _Enclosers
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")
 GPU = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+
+
+def gpu_ns_by_phase(m: Mapping, rows: np.ndarray, dur_ns: np.ndarray) -> dict[str, int]:
+    """ns of ``dur_ns`` per phase of the rows ``rows`` (every phase of PHASES listed)."""
+    tot = np.zeros(len(PHASES), dtype=np.int64)
+    np.add.at(tot, m.phase[rows].astype(np.int64), np.asarray(dur_ns, dtype=np.int64))
+    return {p: int(tot[i]) for i, p in enumerate(PHASES)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -174,7 +178,7 @@ def test_phase_priorities():
 
 
 def test_equal_priority_takes_the_innermost():
-    from daydream.mapping import PhaseRule
+    from daydream.mapping.rules import PhaseRule
 
     rules = (PhaseRule("^outer", "forward", 5), PhaseRule("^inner", "backward", 5), PhaseRule("^low", "optimizer", 1))
     t = T()
@@ -367,41 +371,14 @@ def test_annotation_free_table_is_all_unmapped():
     assert set(m.phase_of_rows(np.arange(len(tb)))) == {"unmapped"}
     assert m.labels == [] and np.all(m.layer_id == -1) and np.all(m.op_id == -1)
     g = np.flatnonzero(tb.mask(*GPU))
-    pb = phase_breakdown(m, tb, g, tb.end_ns[g] - tb.start_ns[g])
+    pb = gpu_ns_by_phase(m, g, tb.end_ns[g] - tb.start_ns[g])
     assert pb == {p: (50 if p == "unmapped" else 0) for p in PHASES}
-    assert top_layers(m, tb, g, np.full(len(g), 10), np.array([], int), np.array([], int)) == [(NO_LAYER, 50, 0, 5)]
 
 
 def test_empty_table():
     tb = EventTable.from_columns({}, [])
     m = map_events(tb)
     assert len(m.phase) == 0 and m.labels == []
-    assert phase_breakdown(m, tb, np.array([], int), np.array([], int)) == {p: 0 for p in PHASES}
-    assert top_layers(m, tb, [], [], [], []) == []
-
-
-def test_phase_breakdown_and_top_layers():
-    t = T()
-    t.rng("nn.Module: Net_0", 0, 1000)
-    t.rng("nn.Module: A_0", 0, 100)
-    t.rng("nn.Module: Lin_0", 0, 50)
-    c1 = t.call(1, 2)
-    c2 = t.call(60, 61)
-    t.rng("nn.Module: B_0", 200, 300)
-    c3 = t.call(201, 202)
-    c4 = t.call(5000, 5001)
-    tb = t.table()
-    m = map_events(tb)
-    g = np.array([rows_of(tb, Kind.KERNEL, c) for c in (c1, c2, c3, c4)])
-    r = np.array([rows_of(tb, Kind.RUNTIME, c) for c in (c1, c2, c3, c4)])
-    gd, rd = np.array([10, 20, 40, 7]), np.array([1, 2, 3, 4])
-    assert phase_breakdown(m, tb, g, gd) == {"unmapped": 7, "forward": 70, "backward": 0, "optimizer": 0, "communication": 0, "other": 0, "data_loading": 0}
-    assert top_layers(m, tb, g, gd, r, rd) == [
-        ("Net_0/B_0", 40, 3, 1), ("Net_0/A_0", 20, 2, 1), ("Net_0/A_0/Lin_0", 10, 1, 1), (NO_LAYER, 7, 4, 1)]
-    assert top_layers(m, tb, g, gd, r, rd, n=2, depth=2) == [("Net_0/B_0", 40, 3, 1), ("Net_0/A_0", 30, 3, 2)]
-    assert top_layers(m, tb, g, gd, r, rd, depth=1) == [("Net_0", 70, 6, 3), (NO_LAYER, 7, 4, 1)]
-    with pytest.raises(ValueError):
-        phase_breakdown(m, tb, g, gd[:2])
 
 
 @pytest.mark.slow
@@ -531,7 +508,7 @@ def test_resnet50_2021_trace_phases():
     opt = gpu_launched_inside(tb, m, "Optimizer.step#SGD.step")
     assert len(opt) > 100 and set(m.phase_of_rows(opt)) == {"optimizer"}
     assert set(m.layer_of_rows(opt)) == {"Optimizer.step#SGD.step"}
-    pb = phase_breakdown(m, tb, g, tb.end_ns[g] - tb.start_ns[g])
+    pb = gpu_ns_by_phase(m, g, tb.end_ns[g] - tb.start_ns[g])
     tot = sum(pb.values())
     assert 0.25 < pb["forward"] / tot < 0.45 and 0.55 < pb["backward"] / tot < 0.75 and 0.005 < pb["optimizer"] / tot < 0.03
 
@@ -588,7 +565,7 @@ UNMAPPED_GPU_SHARE = {  # trace: (measured %, asserted bound %)
 def test_unmapped_gpu_share(rel):
     tb, m = load(rel)
     g = np.flatnonzero(tb.mask(*GPU))
-    pb = phase_breakdown(m, tb, g, tb.end_ns[g] - tb.start_ns[g])
+    pb = gpu_ns_by_phase(m, g, tb.end_ns[g] - tb.start_ns[g])
     share = 100 * pb["unmapped"] / sum(pb.values())
     measured, bound = UNMAPPED_GPU_SHARE[rel]
     assert share <= bound
@@ -806,7 +783,7 @@ def test_fused_sweep_equals_numpy_path_on_real_traces(rel):
 @given(st.lists(st.tuples(st.booleans(), st.integers(-2**62, 2**62)), min_size=1, max_size=30), st.booleans())
 def test_prev_max_end_equals_brute_force(items, small):
     """The largest earlier end of each segment, on value offsets (when they fit) or on ranks."""
-    from daydream.mapping import prev_max_end
+    from daydream.events.threads import prev_max_end
 
     new = np.array([True] + [b for b, _ in items[1:]])
     eo = np.array([v for _, v in items], dtype=np.int64)
@@ -827,7 +804,7 @@ def test_prev_max_end_equals_brute_force(items, small):
 @given(st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30),
        st.lists(st.tuples(st.integers(-5, 2**40), st.integers(-5, 2**40)), max_size=30))
 def test_pair_keys_keep_the_pair_order(p1, p2):
-    from daydream.mapping import pair_keys
+    from daydream.events.threads import pair_keys
 
     a, b = np.array([x for x, _ in p1], np.int64), np.array([y for _, y in p1], np.int64)
     c, d = np.array([x for x, _ in p2], np.int64), np.array([y for _, y in p2], np.int64)
@@ -849,7 +826,7 @@ def test_context_keys_compiled_equals_numpy(rows, py_id, extra_names):
     """mapping._context_keys: the compiled passes, the kernel in Python and the numpy passes give
     the same context rows, keys, key counts and CPU-side flag (category ids in and out of the
     name range, python_function present or not); a name id out of range raises either way."""
-    from daydream.mapping import _context_keys
+    from daydream.mapping.contexts import _context_keys
 
     kind = np.array([r[0] for r in rows], np.uint8)
     device = np.array([r[1] for r in rows], np.int32)
@@ -878,7 +855,7 @@ def test_context_keys_columns_compiled_equals_numpy(rows, py_id):
     """mapping._context_keys with ``columns``: the compiled passes and the kernel in Python give
     the numpy passes' rows, keys, counts, CPU-side flag and the fifth item (key ranks, name ids,
     and the rows' pid, tid, start, end) exactly."""
-    from daydream.mapping import _context_keys
+    from daydream.mapping.contexts import _context_keys
 
     kind = np.array([r[0] for r in rows], np.uint8)
     device = np.array([r[1] for r in rows], np.int32)
@@ -912,7 +889,7 @@ def test_group_contexts_equals_numpy(ctxs, threads):
     """mapping._group_contexts (compiled and in Python): each thread's contexts, ascending, and
     whether they are in (start asc, end desc) order, as numpy masks and lexsort give them."""
     from daydream.util import jit
-    from daydream.mapping import _group_contexts
+    from daydream.mapping.grouping import _group_contexts
 
     th = sorted(set(threads))
     th_pid = np.array([p for p, _ in th], np.int64)

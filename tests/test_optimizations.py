@@ -20,8 +20,9 @@ from daydream.formats import load_trace
 from daydream.costmodel.gpus import find_gpu, gpu_of_device
 from daydream.costmodel.gpus import names as gpu_names
 from daydream.graph import NODE_CPU, build_graph
-from daydream.mapping import NodeMapping
-from daydream.mapping import PHASES, map_events
+from daydream.mapping.maps import NodeMapping
+from daydream.mapping.rules import PHASES
+from daydream.mapping import map_events
 from daydream.optimizations import load_all, parse_spec
 from daydream.simulate import simulate
 

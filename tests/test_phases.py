@@ -20,7 +20,8 @@ from tablebuilder import TB
 from daydream.simulate.critical_path import critical_path
 from daydream.events.table import EventTable, Kind
 from daydream.graph import NODE_CPU, build_graph
-from daydream.mapping import PHASES, map_events
+from daydream.mapping.rules import PHASES
+from daydream.mapping import map_events
 from daydream.report.report_model import Report
 from daydream.report.make import _groups, build_report
 from daydream.simulate import recorded, simulate

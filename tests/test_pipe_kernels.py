@@ -87,12 +87,12 @@ def test_node_columns_compiled_equals_numpy(rows, data, only):
 @given(st.lists(st.tuples(st.integers(-2, 3), st.integers(-1, 4), st.integers(-50, 50), st.booleans()), max_size=40),
        st.sampled_from([1024, 2, 1]))
 def test_call_threads_compiled_equals_numpy(rows, cap):
-    """mapping.call_threads: the compiled passes and the kernel in Python give the numpy sorts'
+    """events.threads.call_threads: the compiled passes and the kernel in Python give the numpy sorts'
     calls by thread, thread starts and running max of earlier ends (dtypes too), also when the
     threads outnumber the kernel's table (numpy takes over)."""
     from types import SimpleNamespace
 
-    import daydream.mapping as M
+    import daydream.events.threads as M
 
     table = SimpleNamespace(pid=np.array([r[0] for r in rows], np.int64), tid=np.array([r[1] for r in rows], np.int64),
                             end_ns=np.array([r[2] for r in rows], np.int64))
@@ -115,6 +115,7 @@ def test_inherit_and_for_nodes_compiled_equal_numpy(n, data):
     """mapping._inherit (GPU rows take their launching row's phase, layer, op) and
     Mapping.for_nodes (the row maps at graph nodes): compiled and in Python as numpy does."""
     import daydream.mapping as M
+    from daydream.mapping.maps import Mapping
 
     ints = st.integers(-1, 9)
     base = M._RowMaps(np.array(data.draw(st.lists(st.integers(0, 6), min_size=n, max_size=n)), np.uint8),
@@ -138,7 +139,7 @@ def test_inherit_and_for_nodes_compiled_equal_numpy(n, data):
         got = copy()
         assert M._inherit(gpu_rows, lr, got, method=m) == w_missing
         _same([getattr(got, f) for f in fields], [getattr(want, f) for f in fields])
-    mp = M.Mapping(want.phase, want.layer_id, want.op_id, want.launch_row, ["a", "b"], gap_phase=want.gap_phase,
+    mp = Mapping(want.phase, want.layer_id, want.op_id, want.launch_row, ["a", "b"], gap_phase=want.gap_phase,
                    gap_layer_id=want.gap_layer_id)
     nodes = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=40)), np.int64)
     nf = ("phase", "layer_id", "op_id", "gap_phase", "gap_layer_id")
@@ -183,11 +184,12 @@ def test_prepare_compiled_equals_reference_on_random_graphs(n, data):
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(-20, 40), st.integers(0, 15), st.booleans()),
                 min_size=1, max_size=40), st.booleans())
 def test_gap_midpoints_compiled_equals_numpy(rows, by_start):
-    """mapping._gap_midpoints in thread order: the compiled pass and the kernel in Python give the
+    """mapping.grouping._gap_midpoints in thread order: the compiled pass and the kernel in Python give the
     numpy midpoints, calls in start order or not."""
     from types import SimpleNamespace
 
-    import daydream.mapping as M
+    from daydream.events.threads import call_threads
+    from daydream.mapping.grouping import _gap_midpoints
 
     if by_start:
         rows = sorted(rows, key=lambda r: r[2])
@@ -195,10 +197,10 @@ def test_gap_midpoints_compiled_equals_numpy(rows, by_start):
                             start_ns=np.array([r[2] for r in rows], np.int64),
                             end_ns=np.array([r[2] + r[3] for r in rows], np.int64))
     rt_rows = np.array([i for i, r in enumerate(rows) if r[4]], np.int64)
-    th = M.call_threads(table, rt_rows, method="numpy")
-    want = M._gap_midpoints(table, rt_rows, th, in_thread_order=True, method="numpy")
+    th = call_threads(table, rt_rows, method="numpy")
+    want = _gap_midpoints(table, rt_rows, th, in_thread_order=True, method="numpy")
     for m in METHODS:
-        _same([M._gap_midpoints(table, rt_rows, th, in_thread_order=True, method=m)], [want])
+        _same([_gap_midpoints(table, rt_rows, th, in_thread_order=True, method=m)], [want])
 
 
 @pytest.mark.slow
@@ -225,7 +227,7 @@ def test_queue_pairs_compiled_equals_numpy(nodes, depth, data):
 def test_task_rows_compiled_equals_numpy(kinds, rt, gpu):
     """mapping.task_rows: the compiled passes and the kernel in Python give numpy's RUNTIME and
     GPU task rows (None where not asked for)."""
-    from daydream.mapping import task_rows
+    from daydream.events.threads import task_rows
 
     kind = np.array(kinds, np.uint8)
     want = task_rows(kind, rt, gpu, method="numpy")

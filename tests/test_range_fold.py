@@ -1,6 +1,6 @@
 """emit_nvtx ranges (one name per call: ``aten::add, seq = 12, op_id = 7``) are summed per op
 in ``CriticalPath.by_range_ns`` as in the summary's top CPU ranges: one fold
-(:func:`daydream.mapping.fold_by_op`) for both."""
+(:func:`daydream.mapping.rules.fold_by_op`) for both."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from daydream.analysis import analyze
 from daydream.formats import load_trace
-from daydream.mapping import fold_by_op
+from daydream.mapping.rules import fold_by_op
 from tablebuilder import TB
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"

@@ -438,7 +438,7 @@ def test_two_outputs_with_the_same_path_are_refused(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 def test_huge_names_are_classified_in_bounded_time():
     from daydream.graph.kernels import classify_names
-    from daydream.mapping import NAME_PREFIX
+    from daydream.mapping.rules import NAME_PREFIX
 
     huge = "void at::native::" + "ab_" * (2 * MB)
     t = time.perf_counter()

@@ -13,7 +13,7 @@ from daydream.analysis import analyze
 from daydream.cli import main
 from daydream.errors import UsageError
 from daydream.formats import load_trace
-from daydream.mapping import nvtx_base_name
+from daydream.mapping.rules import nvtx_base_name
 from daydream.optimizations.comm_common import MAX_PIECES, MIB, check_pieces
 from daydream.report.summary import EMPTY_PATH
 

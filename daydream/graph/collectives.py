@@ -41,7 +41,7 @@ from ..events.table import Kind
 from ..formats.comm_args import CommArgs, read_comm_args
 from ..formats.comm_args import empty as comm_args_empty
 from . import NODE_CPU, TaskGraph
-from ..mapping import COMM_KERNEL_PATTERN
+from ..mapping.rules import COMM_KERNEL_PATTERN
 
 
 class Op(enum.IntEnum):

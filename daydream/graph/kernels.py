@@ -51,7 +51,7 @@ import numpy as np
 
 from ..events.table import EventTable, Kind
 from . import NODE_CPU
-from ..mapping import NAME_PREFIX  # names are classified on this bounded prefix
+from ..mapping.rules import NAME_PREFIX  # names are classified on this bounded prefix
 from .memo import cached
 
 #: Kernel classes; ``*_code`` arrays hold indices into this tuple.

@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..mapping import NodeMapping
+from ..mapping.maps import NodeMapping
 from .order import is_valid_order
 from .edges import MAX_KINDS, RULES, EdgeKind, Origin, Phase, kind_name, rule_arrays
 

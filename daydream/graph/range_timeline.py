@@ -3,7 +3,7 @@
 The critical path (:mod:`daydream.simulate.critical_path`), the report's CPU-range table and the
 ``scale-cpu`` what-if charge host time -- an API call's own time, the CPU gap before it -- to the
 CPU ranges of the trace (``TaskGraph.cpu_ranges``: annotations and framework ops), named by the
-rules of :data:`daydream.mapping.RANGE_RULES`: at each instant of a thread, the enclosing ranges
+rules of :data:`daydream.mapping.rules.RANGE_RULES`: at each instant of a thread, the enclosing ranges
 of the highest rule priority decide, the outermost or the innermost of them as the rule says.
 
 A thread's time is cut at every range boundary into elementary segments, each labelled once
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..util import jit
 from ..util.arrays import few_distinct, sorted_unique, stable_group_order, unique_inverse
-from ..mapping import NAME_PREFIX, RANGE_RULES, RangeRule
+from ..mapping.rules import NAME_PREFIX, RANGE_RULES, RangeRule
 from .model import TaskGraph
 
 NO_RANGE = "(no range)"

@@ -14,7 +14,7 @@ from ..events.table import Kind
 from ..graph import NODE_CPU, TaskGraph, lower_median
 from ..graph.startup import startup_calls
 from ..graph.edges import EdgeKind
-from ..mapping import PHASES
+from ..mapping.rules import PHASES
 from ..graph.memo import cached
 from ..transform import compile_pattern, name_mask  # noqa: F401 - name_mask re-exported for the optimizations
 

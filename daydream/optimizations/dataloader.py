@@ -35,7 +35,7 @@ from ..errors import NotApplicable
 from ..graph import EdgeKind, Offset, Phase, Rule, lower_median, register_kind
 from ..graph.host_clock import clock_of
 from ..graph.range_timeline import thread_key
-from ..mapping import DATA_LOADING_PATTERN
+from ..mapping.rules import DATA_LOADING_PATTERN
 from ..transform import add_edges, add_threads, insert_cpu_tasks, set_gap
 from . import Optimization, Param, register
 from .common import cpu_nodes_in_ranges, cpu_ranges

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 from ..simulate.critical_path import CAUSES, CriticalPath
 from ..util.display import terminal_text
-from ..mapping import nvtx_base_name
+from ..mapping.rules import nvtx_base_name
 from ..report.report_model import (
     START_ERROR_REASON,
     STARTUP_WORDS,

@@ -47,7 +47,7 @@ from ..errors import UsageError
 from ..events.table import Kind
 from ..graph import NODE_CPU, TaskGraph
 from ..graph.kernels import CLASSES, kernel_info
-from ..mapping import PHASES, nvtx_base_name
+from ..mapping.rules import PHASES, nvtx_base_name
 from ..simulate.carry import carry, cpu_range_rows
 from .report_model import CompareRow, Comparison, Report
 from .trust import truncation_note

@@ -19,7 +19,7 @@ from ..util.arrays import sorted_unique
 from ..graph.collectives import find_collectives
 from ..simulate.critical_path import communication_mask, critical_path, gpu_relevant
 from ..graph import NODE_CPU, EdgeKind, TaskGraph
-from ..mapping import PHASES
+from ..mapping.rules import PHASES
 from ..graph.memo import cached
 from ..simulate import Timeline
 from .summary import build_summary

@@ -24,7 +24,7 @@ from ..graph import NODE_CPU, TaskGraph
 from ..graph.range_timeline import NO_RANGE, split_by_range
 from ..util.display import CUT
 from ..graph.kernels import CLASSES, kernel_info
-from ..mapping import fold_by_op, nvtx_base_name
+from ..mapping.rules import fold_by_op, nvtx_base_name
 from ..graph.memo import cached
 from ..simulate import Timeline
 
@@ -216,7 +216,7 @@ def top_kernels(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: dict[
 
 def _by_op(names: list[str], tot: np.ndarray, path_ns: dict[str, int]) -> tuple[list[str], np.ndarray, dict[str, int]]:
     """Range names, their totals and path times with emit_nvtx per-call names summed per op
-    (``aten::mm, seq = 12, op_id = 7`` -> ``aten::mm``, :func:`daydream.mapping.nvtx_base_name`)."""
+    (``aten::mm, seq = 12, op_id = 7`` -> ``aten::mm``, :func:`daydream.mapping.rules.nvtx_base_name`)."""
     uniq, out = fold_by_op(names, tot)
     if uniq is names:
         return names, tot, path_ns

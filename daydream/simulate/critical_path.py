@@ -23,7 +23,7 @@ from ..util.arrays import sorted_unique, unique_inverse
 from ..util import jit
 from ..events.table import CopyKind, Kind
 from ..graph.kernels import kernel_info
-from ..mapping import PHASES, fold_by_op, nvtx_base_name
+from ..mapping.rules import PHASES, fold_by_op, nvtx_base_name
 from ..graph.memo import cached, rules_key
 from ..graph import NODE_CPU, RULES, TaskGraph, rule_arrays
 from ..graph.edges import Origin
@@ -58,7 +58,7 @@ class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
     tasks: int  #: tasks on the path
     by_cause_ns: dict[str, int]
     by_phase_ns: dict[str, dict[str, int]] = {}
-    #: host time on the path by the CPU range it ran in (daydream.mapping.RANGE_RULES; "(no range)": none; emit_nvtx calls summed per op), top TOP_ROWS then "other"
+    #: host time on the path by the CPU range it ran in (daydream.mapping.rules.RANGE_RULES; "(no range)": none; emit_nvtx calls summed per op), top TOP_ROWS then "other"
     by_range_ns: dict[str, int] = {}
     #: GPU time on the path by kernel (copy, set) name, top TOP_ROWS then "other"
     by_kernel_ns: dict[str, int] = {}
@@ -334,7 +334,7 @@ _FOLD_CACHE: dict[int, tuple[RangeTimeline, tuple]] = {}
 
 
 def _range_names(rt: RangeTimeline) -> tuple[list[str], list[str], np.ndarray | None]:
-    """(the label names of ``rt`` with NO_RANGE first; their :func:`~daydream.mapping.fold_by_op`
+    """(the label names of ``rt`` with NO_RANGE first; their :func:`~daydream.mapping.rules.fold_by_op`
     names; each name's index into those, None when none folds), once per range timeline."""
     hit = _FOLD_CACHE.get(id(rt))
     if hit is not None and hit[0] is rt:
@@ -405,7 +405,7 @@ def attribute(graph: TaskGraph, path: np.ndarray, parts: list[tuple[int, int, in
     qi, lab, share = split_by_range(rt, node_thread_key(graph)[hv], a, b, ns[host])
     names, folded, fold_at = _range_names(rt)
     range_ns = np.bincount(lab + 1, weights=share, minlength=len(names))
-    # emit_nvtx calls summed per op, as in the summary's table (daydream.mapping.fold_by_op)
+    # emit_nvtx calls summed per op, as in the summary's table (daydream.mapping.rules.fold_by_op)
     by_range = _top(names, range_ns) if fold_at is None else _top(folded, np.bincount(fold_at, weights=range_ns, minlength=len(folded)))
     uniq, inv = unique_inverse(graph.name_id[v[gpu]])
     k_names = [graph.names[int(i)] for i in uniq]

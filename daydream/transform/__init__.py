@@ -33,7 +33,7 @@ import numpy as np
 from ..util.arrays import sorted_unique, unique_inverse
 from ..errors import DaydreamError
 from ..events.table import Kind
-from ..mapping import PHASES
+from ..mapping.rules import PHASES
 from ..graph.memo import same_structure
 from ..graph import NODE_CPU, EdgeKind, Origin, TaskGraph, dedupe_edges, rule_arrays, topological_order
 from ..graph.queue import requeue

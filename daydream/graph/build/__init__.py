@@ -105,7 +105,7 @@ def _trace_start(table, t0, row, kind, launch, rec_start, position, counts) -> i
 def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNCH_QUEUE_DEPTH) -> TaskGraph:
     """Build the task graph of ``table`` following ``docs/model.md``.
 
-    ``mapping`` (a :class:`daydream.mapping.Mapping` of the same table) attaches each node's
+    ``mapping`` (a :class:`daydream.mapping.maps.Mapping` of the same table) attaches each node's
     phase, layer and op (``TaskGraph.mapping``). ``launch_queue_depth``: launches a stream holds
     before a launching call blocks (QUEUE edges, ``graph/queue.py``; 0: unlimited, no edges).
 

@@ -14,7 +14,7 @@ from ...util import jit
 from ...util.arrays import stable_group_order
 from ...events.table import EventTable, Kind
 from ...events.links import launch_rows
-from ...mapping import CallThreads, call_threads, pair_keys, prev_max_end, task_rows
+from ...events.threads import CallThreads, call_threads, pair_keys, prev_max_end, task_rows
 from .._arrays import count, few_unique_columns, lane_chains, segmented_cummax, small_ints, unique_columns
 from ..model import NODE_CPU
 
@@ -39,7 +39,7 @@ class CpuTasks:
 def cpu_tasks(table: EventTable, counts: dict[str, int], threads: CallThreads | None = None, method: str = "auto") -> CpuTasks:
     """Stage 1: runtime calls of each thread; a call inside another call of its thread is folded
     into the outer one (counted); a call overlapping the previous one is kept (counted).
-    ``threads``: :func:`daydream.mapping.call_threads` of the table's RUNTIME rows when the
+    ``threads``: :func:`daydream.events.threads.call_threads` of the table's RUNTIME rows when the
     mapping has them (``Mapping.call_threads``); computed here otherwise. ``method``: "auto"
     classifies the calls in one compiled pass (:func:`_cpu_tasks_kernel`) from
     :data:`DURATIONS_MIN` calls when numba is there ("compiled" whatever the size, "python" the
@@ -98,7 +98,7 @@ def link_launches(table: EventTable, cpu: CpuTasks, gpu_rows: np.ndarray, only: 
     """Stage 3: the CPU node that launched each GPU task (-1 none), by (pid, correlation id)
     (:func:`daydream.events.links.launch_rows`; ``only``: the only API-calling process, or -1); a
     nested launch call links to its enclosing call. ``mapping``: the table's
-    :class:`~daydream.mapping.Mapping`, whose ``launch_row`` is this link when it says
+    :class:`~daydream.mapping.maps.Mapping`, whose ``launch_row`` is this link when it says
     ``launch_unique`` (no shared ids: the same link whatever the calls' order); linked here
     otherwise. ``method``: "auto" maps the launching rows to nodes and counts in one compiled
     kernel (:func:`_link_kernel`) from :data:`DURATIONS_MIN` GPU tasks when numba is there
