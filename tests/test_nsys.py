@@ -1,4 +1,4 @@
-"""Tests of the Nsight Systems SQLite adapter (daydream/formats/nsys.py).
+"""Tests of the Nsight Systems SQLite adapter (daydream/formats/nsys/).
 
 Real exports are read from ``../shared/traces`` (never copied into the repo); every expected value
 is computed by SQL over the export inside the test. Malformed inputs are built in ``tmp_path``.

@@ -28,8 +28,8 @@ from typing import Annotated, Any, Literal, Optional
 import msgspec
 import numpy as np
 
-from ..errors import TraceFormatError
-from ..events.table import (
+from ...errors import TraceFormatError
+from ...events.table import (
     COLUMNS,
     Accounting,
     CopyKind,
@@ -40,7 +40,7 @@ from ..events.table import (
     SyncKind,
     TraceMeta,
 )
-from . import checked_rank, read_maybe_gzip
+from .. import checked_rank, read_maybe_gzip
 
 NAME = "cupti-jsonl"
 DESCRIPTION = (

@@ -57,10 +57,10 @@ from typing import Iterable
 
 import numpy as np
 
-from ..util.arrays import sorted_unique
-from ..events.cuda_api import ApiRole, roles_of_names
-from ..errors import TraceFormatError
-from ..events.table import (
+from ...util.arrays import sorted_unique
+from ...events.cuda_api import ApiRole, roles_of_names
+from ...errors import TraceFormatError
+from ...events.table import (
     COLUMNS,
     DTYPES,
     MISSING,
@@ -74,7 +74,7 @@ from ..events.table import (
     SyncKind,
     TraceMeta,
 )
-from . import SQLITE_MAGIC, TIME_LIMIT_NS, sqlite_arrow
+from .. import SQLITE_MAGIC, TIME_LIMIT_NS, sqlite_arrow
 
 NAME = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite)"
