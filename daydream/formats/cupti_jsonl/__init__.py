@@ -29,12 +29,7 @@ import msgspec
 import numpy as np
 
 from ...errors import TraceFormatError
-from ...events.table import (
-    Accounting,
-    EventTable,
-    Kind,
-    TraceMeta,
-)
+from ...events.table import Accounting, EventTable, Kind, TraceMeta
 from .. import checked_rank, read_maybe_gzip
 from .line_decoding import _Line, _read_header, decode_records
 from .line_schema import RECORD_TYPES, Header
