@@ -37,6 +37,7 @@ from daydream.events.table import (
     TraceMeta,
 )
 from daydream.formats import cupti_jsonl as cj
+from daydream.formats.cupti_jsonl import cupti_codes, line_decoding, line_schema
 from daydream.formats import launch_data as LD
 from daydream.formats.cupti_export import cupti_records, write_cupti_jsonl
 from daydream.report.schemas import schema_text
@@ -347,12 +348,12 @@ def test_devices_header_and_cpu_op_extension(tmp_path):
         tmp_path,
         {"kind": "DEVICE", "id": 0, "name": "NVIDIA H100", "computeCapabilityMajor": 9, "computeCapabilityMinor": 0,
          "numMultiprocessors": 132, "globalMemorySize": 85899345920},
-        {"kind": cj.CPU_OP_KIND, "name": "aten::mm", "start": 5, "end": 50, "processId": 100, "threadId": 7, "externalId": 17},
+        {"kind": cupti_codes.CPU_OP_KIND, "name": "aten::mm", "start": 5, "end": 50, "processId": 100, "threadId": 7, "externalId": 17},
         header={**HEADER, "rank": 1, "worldSize": 8, "cuptiVersion": 26, "extra": {"job": "bert"}},
     )
     t = read(p)
     (op,) = rows(t)
-    assert (op["kind"], op["name"], op["cat"], op["external_id"], op["tid"]) == (Kind.CPU_OP, "aten::mm", cj.CPU_OP_KIND, 17, 7)
+    assert (op["kind"], op["name"], op["cat"], op["external_id"], op["tid"]) == (Kind.CPU_OP, "aten::mm", cupti_codes.CPU_OP_KIND, 17, 7)
     assert t.meta.devices == [DeviceInfo(id=0, name="NVIDIA H100", compute_major=9, compute_minor=0, num_sms=132, total_memory_bytes=85899345920)]
     assert (t.meta.rank, t.meta.world_size, t.meta.format) == (1, 8, "cupti-jsonl")
     assert t.meta.extra["job"] == "bert" and t.meta.extra["hostname"] == "gpu-box" and t.meta.extra["cuptiVersion"] == "26"
@@ -372,7 +373,7 @@ def test_documented_example_reads_as_documented(tmp_path):
         (Kind.KERNEL, "_Z6vecAddPKfS0_Pfi", 4242, -1, 7, 17),
     ]
     jsonschema = pytest.importorskip("jsonschema")
-    validator = jsonschema.Draft202012Validator(cj.cupti_jsonl_schema())
+    validator = jsonschema.Draft202012Validator(line_schema.cupti_jsonl_schema())
     for line in example.splitlines():
         assert not list(validator.iter_errors(json.loads(line))), line
 
@@ -386,16 +387,16 @@ def test_schema_file_is_current():
     path = ROOT / "schemas" / "cupti-jsonl.schema.json"
     assert path.exists(), "run python scripts/write_schemas.py"
     assert path.read_text() == schema_text("cupti-jsonl.schema.json"), "schemas/cupti-jsonl.schema.json is stale: run python scripts/write_schemas.py"
-    assert json.loads(path.read_text()) == cj.cupti_jsonl_schema()
+    assert json.loads(path.read_text()) == line_schema.cupti_jsonl_schema()
 
 
 def test_every_field_the_reader_uses_is_in_the_schema():
-    documented = {f.name for t in (*cj.RECORD_TYPES, cj.ObjectId) for f in msgspec.structs.fields(t)}
-    used = {f.name for f in msgspec.structs.fields(cj._Line)} - {"kind"}
+    documented = {f.name for t in (*line_schema.RECORD_TYPES, line_schema.ObjectId) for f in msgspec.structs.fields(t)}
+    used = {f.name for f in msgspec.structs.fields(line_decoding._Line)} - {"kind"}
     assert used <= documented, used - documented
-    assert {f.name for f in msgspec.structs.fields(cj._ObjectId)} <= {f.name for f in msgspec.structs.fields(cj.ObjectId)}
-    assert set(cj.OVERRIDE_COLUMNS) == {f.name for f in msgspec.structs.fields(cj.Overrides)}
-    assert set(cj.OVERRIDE_COLUMNS) <= set(COLUMNS)
+    assert {f.name for f in msgspec.structs.fields(line_decoding._ObjectId)} <= {f.name for f in msgspec.structs.fields(line_schema.ObjectId)}
+    assert set(line_decoding.OVERRIDE_COLUMNS) == {f.name for f in msgspec.structs.fields(line_schema.Overrides)}
+    assert set(line_decoding.OVERRIDE_COLUMNS) <= set(COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -495,8 +496,8 @@ def test_export_writes_natural_cupti_records(tmp_path):
     ctx = next(x for x in by_kind["SYNCHRONIZATION"] if x["type"] == SyncKind.CONTEXT_SYNC)
     assert ctx["streamId"] == 0xFFFFFFFF
     flags = [x["flags"] for x in by_kind["MARKER"]]
-    assert flags.count(cj.MARKER_START) == flags.count(cj.MARKER_END) == 4 and flags.count(cj.MARKER_INSTANTANEOUS) == 2
-    assert len(by_kind[cj.CPU_OP_KIND]) == 2 and len(by_kind["DEVICE"]) == 2
+    assert flags.count(cupti_codes.MARKER_START) == flags.count(cupti_codes.MARKER_END) == 4 and flags.count(cupti_codes.MARKER_INSTANTANEOUS) == 2
+    assert len(by_kind[cupti_codes.CPU_OP_KIND]) == 2 and len(by_kind["DEVICE"]) == 2
 
 
 def test_exported_lines_match_the_schema(tmp_path):
@@ -521,7 +522,7 @@ def test_export_rejects_bad_kinds_and_reserved_values(tmp_path):
     with pytest.raises(ValueError, match="kind 42"):
         write_cupti_jsonl(t, tmp_path / "x.jsonl")
     t = b.table()
-    t.cols["bytes"][0] = cj.ABSENT
+    t.cols["bytes"][0] = cupti_codes.ABSENT
     with pytest.raises(ValueError, match="-2\\*\\*63"):
         write_cupti_jsonl(t, tmp_path / "x.jsonl")
 
@@ -534,7 +535,7 @@ I64_MIN = -(1 << 63) + 16
 NAMES = ["", "k", "cudaLaunchKernel_v7000", "Stream Sync", "Memset (Device)", "Memcpy HtoD (Pageable -> Device)",
          "MARKER", "<unnamed kernel>", "é∂ƒ\n\"quote\"", "cbid", "RUNTIME"]
 CATS = ["", "cuda_runtime", "cuda_driver", "kernel", "KERNEL", "MEMCPY2", "MARKER", "SYNCHRONIZATION", "RUNTIME", "DRIVER",
-        "nvtx", cj.CPU_OP_KIND, "CONCURRENT_KERNEL"]
+        "nvtx", cupti_codes.CPU_OP_KIND, "CONCURRENT_KERNEL"]
 
 
 def value(dtype: str, small: list[int]):

@@ -1,4 +1,4 @@
-"""Tests of the Nsight Systems SQLite adapter (daydream/formats/nsys.py).
+"""Tests of the Nsight Systems SQLite adapter (daydream/formats/nsys/).
 
 Real exports are read from ``../shared/traces`` (never copied into the repo); every expected value
 is computed by SQL over the export inside the test. Malformed inputs are built in ``tmp_path``.
@@ -21,16 +21,17 @@ from daydream.events.cuda_api import ApiRole, api_role
 from daydream.errors import TraceFormatError
 from daydream.events.table import GPU_TASK_KINDS, CopyKind, EventTable, Kind, MemKind, SyncKind
 from daydream.formats import nsys
+from daydream.formats.nsys import export_schema
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 EXPORTS = sorted(TRACES.glob("nsys_ai/*.sqlite")) + sorted(TRACES.glob("extrap/*.sqlite"))
 
 KIND_OF_TABLE = {
-    nsys.KERNEL: Kind.KERNEL,
-    nsys.MEMCPY: Kind.MEMCPY,
-    nsys.MEMSET: Kind.MEMSET,
-    nsys.RUNTIME: Kind.RUNTIME,
-    nsys.SYNC: Kind.SYNC,
+    export_schema.KERNEL: Kind.KERNEL,
+    export_schema.MEMCPY: Kind.MEMCPY,
+    export_schema.MEMSET: Kind.MEMSET,
+    export_schema.RUNTIME: Kind.RUNTIME,
+    export_schema.SYNC: Kind.SYNC,
 }
 
 
@@ -112,7 +113,7 @@ def test_accounting_balanced_and_read_is_count(path):
 @exports
 def test_kernel_time_per_name_matches_cuda_gpu_kern_sum(path):
     tb = _load(path)
-    if nsys.KERNEL not in _tables(path):
+    if export_schema.KERNEL not in _tables(path):
         assert tb.count(Kind.KERNEL) == 0
         return
     expected = dict(_sql(path, "SELECT s.value, SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
@@ -136,7 +137,7 @@ def test_times_ids_and_gpu_columns(path):
         assert set(zip(tb.pid[cpu].tolist(), tb.tid[cpu].tolist())) == exp
         assert np.all(tb.device[cpu] == -1)
     if gpu.any():
-        exp = {r[0] for t in (nsys.KERNEL, nsys.MEMCPY, nsys.MEMSET) if t in _tables(path)
+        exp = {r[0] for t in (export_schema.KERNEL, export_schema.MEMCPY, export_schema.MEMSET) if t in _tables(path)
                for r in _sql(path, f"SELECT DISTINCT (globalPid >> 24) & 0xFFFFFF FROM {t}")}
         assert set(tb.pid[gpu].tolist()) == exp
     # the data span is the SQL span
@@ -151,7 +152,7 @@ def test_times_ids_and_gpu_columns(path):
 @exports
 def test_kernels_join_their_launch_on_pid_and_correlation(path):
     tb = _load(path)
-    if not tb.count(Kind.KERNEL) or nsys.RUNTIME not in _tables(path):
+    if not tb.count(Kind.KERNEL) or export_schema.RUNTIME not in _tables(path):
         pytest.skip("no kernels or no runtime table")
     expected = _sql(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE EXISTS (SELECT 1 FROM "
                           "CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId AND "
@@ -166,7 +167,7 @@ def test_kernels_join_their_launch_on_pid_and_correlation(path):
 @exports
 def test_memcpy_kinds_and_bytes(path):
     tb = _load(path)
-    if nsys.MEMCPY not in _tables(path):
+    if export_schema.MEMCPY not in _tables(path):
         assert tb.count(Kind.MEMCPY) == 0
         return
     m = np.flatnonzero(tb.mask(Kind.MEMCPY))
@@ -199,7 +200,7 @@ def test_runtime_names_raw_and_categories(path):
 @exports
 def test_unused_tables_are_listed(path):
     tb = _load(path)
-    used = set(tb.accounting.read) | set(nsys.LOOKUP_TABLES) | set(nsys.EVENT_TABLES)
+    used = set(tb.accounting.read) | set(export_schema.LOOKUP_TABLES) | set(export_schema.EVENT_TABLES)
     for t in _tables(path):
         if t in used or t.startswith("ENUM_"):
             continue

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from daydream.errors import TraceFormatError
 from daydream.events.table import NameTable
 from daydream.formats import nsys, sqlite_arrow
+from daydream.formats.nsys.name_interning import intern_codes, intern_texts
 from test_nsys import EXPORTS, GTID, NVTX_COLS, RUNTIME_COLS, basic_tables, make_db
 
 pa = pytest.importorskip("pyarrow")
@@ -174,12 +175,12 @@ def test_intern_codes_equals_row_by_row_interning(rows, data, default, known):
     # the distinct values in any order (Arrow gives first-appearance order; the code must not rely on it)
     values = data.draw(st.permutations(list(dict.fromkeys(r for r in rows if r is not None))))
     codes = np.array([-1 if r is None else values.index(r) for r in rows], np.int32)
-    fast, slow = nsys._Reader("x", False), nsys._Reader("x", False)
+    fast, slow = NameTable(), NameTable()
     for k in known:  # names interned by earlier tables
-        fast.names.intern(k), slow.names.intern(k)
-    ids, null = fast._intern_codes(codes, list(values), default)
-    exp_ids, exp_null = slow._intern_texts(list(rows), default)
-    assert fast.names.names == slow.names.names
+        fast.intern(k), slow.intern(k)
+    ids, null = intern_codes(fast, codes, list(values), default)
+    exp_ids, exp_null = intern_texts(slow, list(rows), default)
+    assert fast.names == slow.names
     assert np.array_equal(ids, exp_ids) and np.array_equal(null, exp_null)
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 import daydream.analysis
-import daydream.formats.nsys as nsys_mod
+import daydream.formats.nsys.sqlite_file as nsys_file
 from daydream.cli import main
 from daydream.errors import DaydreamError, InternalError
 from daydream.events.table import COLUMNS, EventTable
@@ -816,7 +816,7 @@ def test_nsys_adapter_opens_read_only_and_immutable(tmp_path, monkeypatch, capsy
         return real_connect(database, *a, factory=Recording, **k)
 
     p = _tiny_export(tmp_path / "t.sqlite")
-    monkeypatch.setattr(nsys_mod.sqlite3, "connect", connect)
+    monkeypatch.setattr(nsys_file.sqlite3, "connect", connect)
     report(capsys, p, tmp_path=tmp_path)
     (_, uri, is_uri), trusted = seen
     assert is_uri and uri.startswith("file:") and uri.endswith("?mode=ro&immutable=1")

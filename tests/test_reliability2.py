@@ -547,7 +547,7 @@ def test_an_all_zero_wal_beside_the_export_is_ignored(tmp_path, monkeypatch):
     """A -wal without the WAL magic (SQLite ignores it) was copied in full to a temporary folder: 50 GB
     of a sparse all-zero file filled the disk. It is ignored now, and nothing is copied."""
     from daydream.formats import load_trace
-    from daydream.formats import nsys as N
+    from daydream.formats.nsys import sqlite_file as N
 
     con = sqlite3.connect(tmp_path / "t.sqlite")
     con.executescript(SCHEMA)

@@ -41,7 +41,7 @@ import msgspec
 import numpy as np
 
 from ..events.table import COLUMNS, Accounting, EventTable, Kind
-from .cupti_jsonl import (
+from .cupti_jsonl.cupti_codes import (
     ABSENT,
     CPU_OP_KIND,
     DRIVER_CBID_NAMES,
@@ -53,20 +53,16 @@ from .cupti_jsonl import (
     MARKER_INSTANTANEOUS,
     MARKER_START,
     MEMCPY_KINDS,
-    NAME,
     OBJECT_DEVICE,
     OBJECT_PROCESS,
     OBJECT_STREAM,
     OBJECT_THREAD,
-    OVERRIDE_COLUMNS,
     RUNTIME_CBID_NAMES,
-    Header,
-    _Line,
-    _NO_OVER,
-    _ObjectId,
-    _Over,
-    build_rows,
 )
+from .cupti_jsonl import NAME
+from .cupti_jsonl.row_blocks import build_rows
+from .cupti_jsonl.line_decoding import OVERRIDE_COLUMNS, _Line, _NO_OVER, _ObjectId, _Over
+from .cupti_jsonl.line_schema import Header
 from .launch_data import launch_data_of, make_key
 
 _U32_MAX = 0xFFFFFFFF
