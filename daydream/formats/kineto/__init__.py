@@ -641,7 +641,7 @@ def _stream(path: str, blocks, strict: bool = False) -> Optional[EventTable]:
     acct = Accounting()
     meta = _meta(path, tail_doc, acct, strict)
     base_ns = _base_time_ns(path, tail_doc)
-    return cols.build(base_ns, meta, acct)
+    return _build_table(cols, base_ns, meta, acct)
 
 
 def _stream_head(blocks, dec_doc: msgspec.json.Decoder) -> Optional[tuple[_Doc, bytearray]]:
@@ -1620,7 +1620,7 @@ class _Columns:
     """The per-event columns of a document, accumulated one slice of events at a time.
 
     :meth:`add` turns decoded events into numpy columns (so the events can be freed) and
-    :meth:`build` makes the table from all of them, exactly as one call with all the events would.
+    :func:`_build_table` makes the table from all of them, exactly as one call with all the events would.
     Dense columns (one entry per event): ``pair`` (id of the distinct (ph, cat)), ``name`` (id of
     the distinct name value), ``pid``, ``tid``, ``ts``/``ts_ok``. Sparse ones (event index in
     ``<col>@``, value), taken only from the events they are used for: ``dur`` of X events;
@@ -1832,22 +1832,24 @@ class _Columns:
         self._put("flow", _int_column(ids, m))
         self._put("flow_bp_e", np.fromiter(map(operator.eq, map(g("bp"), ends), itertools.repeat("e")), bool, count=m))
 
-    def build(self, base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
-        self.launch.finish(list(self.name_ix))  # only the ops some kernel names are kept
-        cols, names = _table_columns(self, base_ns, acct)  # its intermediates are freed on return
-        self.parts.clear()
-        # rows sorted as EventTable.from_columns sorts them (same keys, stable), one column at a
-        # time so that the unsorted column is freed as its sorted copy is made
-        for c, a in cols.items():
-            cols[c] = np.asarray(a).astype(DTYPES[c], copy=False)
-        if len(cols["kind"]):
-            order = _row_order(cols["start_ns"], cols["kind"], cols["end_ns"])
-            if not np.all(order[:-1] < order[1:]):
-                for c in list(cols):
-                    cols[c] = cols[c][order]
-        table = EventTable.from_columns(cols, names, meta, acct, sort=False)
-        table.launch = self.launch
-        return table
+
+def _build_table(cc: _Columns, base_ns: int, meta: TraceMeta, acct: Accounting) -> EventTable:
+    """The table of the events added to ``cc`` (exactly as one :meth:`_Columns.add` of all of them)."""
+    cc.launch.finish(list(cc.name_ix))  # only the ops some kernel names are kept
+    cols, names = _table_columns(cc, base_ns, acct)  # its intermediates are freed on return
+    cc.parts.clear()
+    # rows sorted as EventTable.from_columns sorts them (same keys, stable), one column at a
+    # time so that the unsorted column is freed as its sorted copy is made
+    for c, a in cols.items():
+        cols[c] = np.asarray(a).astype(DTYPES[c], copy=False)
+    if len(cols["kind"]):
+        order = _row_order(cols["start_ns"], cols["kind"], cols["end_ns"])
+        if not np.all(order[:-1] < order[1:]):
+            for c in list(cols):
+                cols[c] = cols[c][order]
+    table = EventTable.from_columns(cols, names, meta, acct, sort=False)
+    table.launch = cc.launch
+    return table
 
 
 def _row_order(start: np.ndarray, kind: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -1872,7 +1874,7 @@ def _build(events: list[_Event], base_ns: int, meta: TraceMeta, acct: Accounting
     """The table of a whole decoded document."""
     cols = _Columns()
     cols.add(events)
-    return cols.build(base_ns, meta, acct)
+    return _build_table(cols, base_ns, meta, acct)
 
 
 def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[str, np.ndarray], list[str]]:
