@@ -108,7 +108,7 @@ import os
 import re
 import warnings
 import zlib
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional
 
 import msgspec
 import numpy as np
@@ -118,159 +118,27 @@ from ...errors import TraceFormatError
 from ...events.table import (
     DTYPES,
     Accounting,
-    CopyKind,
     DeviceInfo,
     EventTable,
     Kind,
-    MemKind,
     NameTable,
-    SyncKind,
     TraceMeta,
 )
 from .. import GZIP_MAGIC, TIME_LIMIT_NS, checked_rank, inflate_limit, inflate_refused, read_maybe_gzip
-from ..launch_data import LAUNCH_CATEGORIES as _LAUNCH_CATS
 from ..launch_data import LaunchFacts, clean_ext, clean_ints, clean_triples
 from ...util.intern import _Ids
 from .times import _FAST, _INT64_MAX, _INT64_MIN, _us_join_parse, _us_text_to_ns
+from .projection import _ABSENT, _Doc, _Event, _INT_DOC, _NONNUM, _NO_EVENT_ARGS, _SliceDecoder, _generic_args, _int_attr, _int_column, _int_column_typed, _missing_to
+from .categories import _C_B, _C_E, _C_INSTANT, _C_ROW, _C_SKIP, _FLOW_ID_TYPES, _Reasons, _SYNC_BY_NAME, _classify, _is_launch_flow_end, _launch_class, _parse_memcpy_name, _sync_kind_value
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz)"
 
-#: int sentinel of a field that is absent (or JSON null)
-_ABSENT = -(2**63)
-#: int sentinel of a field that is present but not a number ("Spans", "PyTorch Profiler")
-_NONNUM = -(2**63) + 1
 #: newest Kineto puts "Stream Sync" cuda_sync events on the virtual tid stream + 1,000,000
 _VIRTUAL_SYNC_TID_OFFSET = 1_000_000
 #: stream ids written as unsigned 32-bit -1 (Context Sync in 2023 traces)
 _UINT32_MAX = 2**32 - 1
 
-_NO_RAW = msgspec.Raw(b"")
-
-
-# ---------------------------------------------------------------------------------------------
-# typed projections: only the fields this adapter uses; everything else is skipped by msgspec
-# ---------------------------------------------------------------------------------------------
-_Num = Union[int, float, str, None]
-
-
-#: the args fields read: (attribute, JSON key when it differs)
-_ARG_FIELDS = (
-    ("device", None), ("stream", None), ("correlation", None), ("external_id", "External id"),
-    ("external_id_legacy", "external id"), ("bytes", None), ("cuda_sync_kind", None), ("wait_on_stream", None),
-    ("wait_on_cuda_event_record_corr_id", None),
-    ("daydream_pid", None),  # written by daydream's timeline on GPU tasks and sync records
-)
-
-
-def _args_struct(name: str, num, typed: bool) -> type:
-    """The ``args`` projection with ``num`` as the type of its numeric fields (``cuda_sync_kind``
-    may be a string in every projection); absent fields hold ``_ABSENT``. With them, the launch
-    facts (:class:`~daydream.formats.launch_data.LaunchFacts`): ``grid``, ``block``, ``registers per
-    thread``, ``shared memory`` (``typed``: ints, 3 for grid and block; else any JSON value, cleaned
-    as :mod:`.launch_data` cleans them), and the op's ``Input Dims`` / ``Input type`` as raw text."""
-    launch = [("grid", tuple[int, int, int] if typed else Any, (-1, -1, -1) if typed else None, None),
-              ("block", tuple[int, int, int] if typed else Any, (-1, -1, -1) if typed else None, None),
-              ("regs", _Int if typed else Any, _ABSENT if typed else None, "registers per thread"),
-              ("smem", _Int if typed else Any, _ABSENT if typed else None, "shared memory"),
-              ("dims", msgspec.Raw, _NO_RAW, "Input Dims"), ("types", msgspec.Raw, _NO_RAW, "Input type")]
-    return msgspec.defstruct(name, [(f, _Num if f == "cuda_sync_kind" else num,
-                                     msgspec.field(default=_ABSENT, name=key) if key else _ABSENT) for f, key in _ARG_FIELDS]
-                             + [(f, t, msgspec.field(default=d, name=key) if key else d) for f, t, d, key in launch],
-                             frozen=True, gc=False, module=__name__)
-
-
-def _event_struct(name: str, args: type, cat, num, null_args: bool = False) -> type:
-    """An event projection: ``cat`` and ``num`` (pid, tid) types, ``ts``/``dur`` as raw number text,
-    ``id`` the flow id (flow events only), ``bp`` the flow binding point ("e": the enclosing slice).
-    ``null_args``: ``"args": null`` is accepted (decoded as None, read as no args)."""
-    return msgspec.defstruct(name, [
-        ("ph", Optional[str], None), ("cat", cat, None), ("name", Optional[str], None), ("pid", num, _ABSENT),
-        ("tid", num, _ABSENT), ("ts", msgspec.Raw, _NO_RAW), ("dur", msgspec.Raw, _NO_RAW), ("args", Optional[args] if null_args else args, args()),
-        ("id", Any, None), ("bp", Optional[str], None)], gc=False, module=__name__)
-
-
-_Args = _args_struct("_Args", _Num, False)
-
-# the fast path's projection (``_FAST``): the same fields, with types that let the columns be read
-# without a type check per value: no floats in the integer fields (``np.fromiter`` would truncate
-# them), the known categories as literals (msgspec returns one cached string per category, so
-# interning them hashes nothing). A slice it does not fit is decoded with ``_Event`` instead.
-_Int = Union[int, None]
-_IntStr = Union[int, str, None]
-#: categories seen in real traces (../shared/traces), spelled as written
-_KNOWN_CATS = (
-    "cpu_op", "ac2g", "python_function", "cuda_runtime", "cpu_instant_event", "kernel", "Operator", "async",
-    "Runtime", "Kernel", "gpu_memcpy", "user_annotation", "gpu_memset", "fwdbwd", "cuda_driver", "Memset",
-    "cuda_sync", "cuda_profiler_range", "gpu_user_annotation", "Trace", "Memcpy", "overhead", "cuda_event",
-)
-
-
-_IntArgs = _args_struct("_IntArgs", _Int, True)
-_IntEvent = _event_struct("_IntEvent", _IntArgs, Optional[Literal[_KNOWN_CATS]], _IntStr)
-
-
-class _SliceDecoder:
-    """Decodes a slice of events as ``_IntEvent`` (fast path) where it fits, else as ``_Event``.
-
-    After ``_MAX_MISSES`` slices that did not fit, only ``_Event`` is tried (bounds the cost of
-    decoding a slice twice on traces that use other categories or float ids).
-    """
-
-    _MAX_MISSES = 2
-
-    def __init__(self) -> None:
-        self.generic = msgspec.json.Decoder(list[_Event])
-        self.typed = msgspec.json.Decoder(list[_IntEvent]) if _FAST else None
-        self.misses = 0
-
-    def decode(self, text) -> tuple[list, bool]:
-        """(events, typed?); raises msgspec.DecodeError where ``_Event`` cannot decode ``text``."""
-        if self.typed is not None and self.misses < self._MAX_MISSES:
-            try:
-                return self.typed.decode(text), True
-            except msgspec.ValidationError:
-                self.misses += 1
-        return self.generic.decode(text), False
-
-
-# ``"args": null`` does not fit ``_IntEvent`` (its slice is decoded as ``_Event``, which takes it)
-_Event = _event_struct("_Event", _Args, Optional[str], _Num, null_args=True)
-#: the ``args`` an event without them holds (typed projection? -> that projection's default)
-_NO_EVENT_ARGS = {t: next(f.default for f in msgspec.structs.fields(e) if f.name == "args") for t, e in ((True, _IntEvent), (False, _Event))}
-
-
-def _generic_args(events) -> list:
-    """The ``args`` of ``_Event``s, ``"args": null`` read as none (the projection's default)."""
-    args = list(map(operator.attrgetter("args"), events))
-    return args if None not in args else [_NO_EVENT_ARGS[False] if a is None else a for a in args]
-
-
-class _Doc(msgspec.Struct, gc=False):
-    traceEvents: Optional[list[_Event]] = None
-    deviceProperties: msgspec.Raw = _NO_RAW
-    distributedInfo: msgspec.Raw = _NO_RAW
-    baseTimeNanoseconds: msgspec.Raw = _NO_RAW
-    schemaVersion: msgspec.Raw = _NO_RAW
-    cupti_version: msgspec.Raw = _NO_RAW
-    cuda_runtime_version: msgspec.Raw = _NO_RAW
-    cuda_driver_version: msgspec.Raw = _NO_RAW
-    trace_id: msgspec.Raw = _NO_RAW
-    displayTimeUnit: msgspec.Raw = _NO_RAW
-    record_shapes: msgspec.Raw = _NO_RAW
-    with_stack: msgspec.Raw = _NO_RAW
-    with_modules: msgspec.Raw = _NO_RAW
-    profile_memory: msgspec.Raw = _NO_RAW
-    traceName: msgspec.Raw = _NO_RAW
-
-
-class _IntDoc(_Doc, gc=False):
-    """``_Doc`` with the fast path's events (see ``_IntEvent``)."""
-
-    traceEvents: Optional[list[_IntEvent]] = None
-
-
-_INT_DOC = msgspec.json.Decoder(_IntDoc)
 
 #: top-level keys kept as raw JSON text (their UTF-8 is checked by _utf8_checked)
 _RAW_KEYS = tuple(f for f in _Doc.__struct_fields__ if f != "traceEvents")
@@ -298,61 +166,6 @@ class _DeviceProp(msgspec.Struct, gc=False):
     computeMinor: Optional[int] = None
     numSms: Optional[int] = None
     totalGlobalMem: Optional[int] = None
-
-
-# ---------------------------------------------------------------------------------------------
-# categories
-# ---------------------------------------------------------------------------------------------
-#: lower-cased category -> row kind
-_CAT_KIND: dict[str, Kind] = {
-    "cpu_op": Kind.CPU_OP,
-    "operator": Kind.CPU_OP,
-    "cuda_runtime": Kind.RUNTIME,
-    "runtime": Kind.RUNTIME,
-    "cuda_driver": Kind.RUNTIME,
-    "kernel": Kind.KERNEL,
-    "gpu_memcpy": Kind.MEMCPY,
-    "memcpy": Kind.MEMCPY,
-    "gpu_memset": Kind.MEMSET,
-    "memset": Kind.MEMSET,
-    "cuda_sync": Kind.SYNC,
-    "user_annotation": Kind.RANGE,
-    "gpu_user_annotation": Kind.RANGE,
-    "python_function": Kind.RANGE,
-    "cpu_instant_event": Kind.MARKER,
-}
-#: lower-cased categories whose rows live on a GPU stream
-_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "cuda_sync", "gpu_user_annotation"})
-#: lower-cased categories skipped on purpose, with their reason
-_CAT_SKIP: dict[str, str] = {
-    "trace": "trace span (cat 'Trace')",
-    "overhead": "profiler overhead event (cat 'overhead')",
-    "cuda_event": "cuda_event record (event links come from cuda_sync args)",
-}
-_LAUNCH_FLOW_CATS = frozenset({"ac2g", "async", "async_gpu", "async_cpu_to_gpu"})
-_FLOW_ID_TYPES = frozenset({int, float, str, bool, type(None)})
-_FWDBWD_FLOW_CATS = frozenset({"fwdbwd", "fwd_bwd", "forward_backward"})
-
-_SYNC_BY_NAME: dict[str, int] = {
-    "stream sync": SyncKind.STREAM_SYNC,
-    "event sync": SyncKind.EVENT_SYNC,
-    "context sync": SyncKind.CONTEXT_SYNC,
-    "stream wait event": SyncKind.STREAM_WAIT_EVENT,
-}
-_COPY_BY_NAME: dict[str, int] = {k.name.lower(): int(k) for k in CopyKind if k != CopyKind.UNKNOWN}  # "htod": 1, ...
-_MEM_BY_NAME: dict[str, int] = {
-    "pageable": MemKind.PAGEABLE,
-    "pinned": MemKind.PINNED,
-    "device": MemKind.DEVICE,
-    "array": MemKind.ARRAY,
-    "managed": MemKind.MANAGED,
-    "device static": MemKind.DEVICE_STATIC,
-    "managed static": MemKind.MANAGED_STATIC,
-}
-_MEMCPY_NAME = re.compile(r"memcpy\s+([a-z]+)(?:\s*\(\s*([a-z ]+?)\s*->\s*([a-z ]+?)\s*\))?", re.I)
-
-# classes of events
-_C_ROW, _C_INSTANT, _C_B, _C_E, _C_SKIP = 0, 1, 2, 3, 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1148,157 +961,6 @@ def _meta(path: str, doc: Optional[_Doc], acct: Accounting, strict: bool = False
             continue
         meta.extra[key] = v if isinstance(v, str) else msgspec.json.encode(v).decode()
     return meta
-
-
-# ---------------------------------------------------------------------------------------------
-# vectorized column helpers
-# ---------------------------------------------------------------------------------------------
-_STREAM_TID = re.compile(r"stream\s+(-?\d+)(?:\s*\(.*\))?\s*$", re.I)
-
-
-def _scalar_to_int(v: Any) -> int:
-    """One JSON scalar as int64: _ABSENT for absent/null, _NONNUM for non-numbers."""
-    if v is None:
-        return _ABSENT
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v if (_NONNUM < v <= _INT64_MAX or v == _ABSENT) else _NONNUM
-    if isinstance(v, float):
-        if v.is_integer() and -(2.0**63) < v < 2.0**63:
-            return int(v)
-        return _NONNUM
-    if isinstance(v, str):
-        s = v.strip()
-        for base in (0, 10):
-            try:
-                x = int(s, base)
-                return x if _NONNUM < x <= _INT64_MAX else _NONNUM
-            except ValueError:
-                pass
-        m = _STREAM_TID.match(s)
-        if m:
-            return int(m.group(1))
-    return _NONNUM
-
-
-def _int_column(values: list, n: int, may_be_str: bool = False) -> np.ndarray:
-    """int64 column from a list of JSON scalars (absent -> _ABSENT, non-number -> _NONNUM).
-
-    Plain ints take the C fast path; anything else is converted once per distinct value.
-    (``may_be_str``: unused, the signature of :func:`_int_column_typed`.)
-    """
-    if n == 0:
-        return np.zeros(0, np.int64)
-    types = set(map(type, values))
-    if types <= {int, bool}:
-        try:
-            return np.fromiter(values, dtype=np.int64, count=n)
-        except OverflowError:
-            pass
-    conv = {v: _scalar_to_int(v) for v in set(values)}
-    return np.fromiter(map(conv.__getitem__, values), dtype=np.int64, count=n)
-
-
-def _int_column_typed(values: list, n: int, may_be_str: bool = False) -> np.ndarray:
-    """:func:`_int_column` of values that are ints, None or (``may_be_str``) strings, never
-    floats or bools (an ``_IntEvent`` field): ``np.fromiter`` alone where it takes them all.
-
-    numpy converts a string as ``int(s)`` does, which is :func:`_scalar_to_int`'s value wherever
-    it succeeds, except for the sentinels' range: a column of strings with a value at or below
-    ``_NONNUM`` is converted the reference way. None (and any string numpy refuses) raises, and
-    the column is converted the reference way.
-    """
-    try:
-        a = np.fromiter(values, np.int64, count=n)
-    except (TypeError, ValueError, OverflowError):
-        return _int_column(values, n)
-    if may_be_str and n and int(a.min()) <= _NONNUM:
-        return _int_column(values, n)
-    return a
-
-
-def _int_attr(objs, attr: str, n: int, typed: bool, may_be_str: bool = False) -> np.ndarray:
-    """:func:`_int_column_typed` (``typed``) or :func:`_int_column` of attribute ``attr`` of the
-    ``n`` objects ``objs`` (the same values): typed, ``np.fromiter`` reads the attribute straight
-    from the objects (no list of the values; measured ~8 ns an event less), and only where it
-    refuses them, or (``may_be_str``) a value is at or below ``_NONNUM``, the values are listed and
-    converted the reference way."""
-    get = operator.attrgetter(attr)
-    if typed and n:
-        try:
-            a = np.fromiter(map(get, objs), np.int64, count=n)
-        except (TypeError, ValueError, OverflowError):
-            pass
-        else:
-            if not (may_be_str and int(a.min()) <= _NONNUM):
-                return a
-    return _int_column(list(map(get, objs)), n)
-
-
-def _missing_to(a: np.ndarray, fill: int = -1) -> np.ndarray:
-    return np.where(a <= _NONNUM, fill, a)
-
-
-# ---------------------------------------------------------------------------------------------
-# building the table
-# ---------------------------------------------------------------------------------------------
-class _Reasons:
-    """Interned skip reasons -> small int codes."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self._ids: dict[str, int] = {}
-
-    def __call__(self, s: str) -> int:
-        i = self._ids.get(s)
-        if i is None:
-            i = self._ids[s] = len(self.names)
-            self.names.append(s)
-        return i
-
-
-def _classify(ph: Optional[str], cat: Optional[str], why: _Reasons) -> tuple[int, int, bool, int]:
-    """(class, kind or -1, on a GPU stream, skip reason or -1) of a distinct (ph, cat) pair."""
-    lc = cat.lower() if isinstance(cat, str) else None
-    if ph in ("X", "B"):
-        if lc is None:  # a B without cat still takes part in the pairing, then is skipped
-            return (_C_SKIP if ph == "X" else _C_B), -1, False, why(f"ph {ph} event without cat")
-        if lc in _CAT_KIND:
-            return (_C_ROW if ph == "X" else _C_B), int(_CAT_KIND[lc]), lc in _GPU_CATS, -1
-        if lc in _CAT_SKIP:
-            r = why(_CAT_SKIP[lc])
-        else:
-            r = why(f"unknown category '{cat}'")
-        return (_C_SKIP if ph == "X" else _C_B), -1, False, r
-    if ph == "E":
-        return _C_E, -1, False, -1
-    if ph in ("i", "I"):
-        return _C_INSTANT, int(Kind.MARKER), False, -1
-    if ph in ("s", "t", "f"):
-        if lc in _LAUNCH_FLOW_CATS:
-            return _C_SKIP, -1, False, why(f"flow event ({cat}): not a row; read as a launch link where args.correlation is missing")
-        if lc in _FWDBWD_FLOW_CATS:
-            return _C_SKIP, -1, False, why(f"{cat} flow (not used by this version)")
-        return _C_SKIP, -1, False, why(f"flow event (cat '{cat}') not used")
-    if ph == "M":
-        return _C_SKIP, -1, False, why("metadata event (ph M: process/thread names)")
-    if ph == "C":
-        return _C_SKIP, -1, False, why("counter event (ph C) not used")
-    if ph is None:
-        return _C_SKIP, -1, False, why("event without ph")
-    return _C_SKIP, -1, False, why(f"event phase '{ph}' not used")
-
-
-def _launch_class(cat: Optional[str]) -> int:
-    """1 for a kernel event, 0 for an op event, -1 otherwise, by category as
-    :mod:`.launch_data` tells them (``kernel``, ``cpu_op``, ``operator``, any case)."""
-    return _LAUNCH_CATS.get(cat.lower(), -1) if isinstance(cat, str) else -1
-
-
-def _is_launch_flow_end(ph: Optional[str], cat: Optional[str]) -> bool:
-    """True for the start (``s``) or finish (``f``) of a launch flow (``ac2g``, legacy ``async``)."""
-    return ph in ("s", "f") and isinstance(cat, str) and cat.lower() in _LAUNCH_FLOW_CATS
 
 
 def _pair_be(
@@ -2142,20 +1804,3 @@ def _count_events(acct: Accounting, pairs: _PairInfo, pair_of: np.ndarray, reaso
         acct.add("skipped", k, c)
 
 
-def _sync_kind_value(v: Any) -> int:
-    if isinstance(v, str):
-        return _SYNC_BY_NAME.get(v.strip().lower(), 0)
-    if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= int(SyncKind.CONTEXT_SYNC):
-        return v
-    return 0
-
-
-def _parse_memcpy_name(name: str) -> tuple[int, int, int]:
-    """(CopyKind, src MemKind, dst MemKind) from a name like 'Memcpy DtoH (Device -> Pageable)'."""
-    m = _MEMCPY_NAME.search(name)
-    if not m:
-        return 0, 0, 0
-    ck = _COPY_BY_NAME.get(m.group(1).lower(), 0)
-    sk = _MEM_BY_NAME.get((m.group(2) or "").strip().lower(), 0)
-    dk = _MEM_BY_NAME.get((m.group(3) or "").strip().lower(), 0)
-    return ck, sk, dk
