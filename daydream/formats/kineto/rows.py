@@ -8,7 +8,17 @@ from ...events.table import DTYPES, Accounting, EventTable, Kind, NameTable, Tra
 from .. import TIME_LIMIT_NS
 from .times import _FAST, _INT64_MAX, _INT64_MIN
 from .projection import _ABSENT, _Event, _NONNUM, _missing_to
-from .categories import _C_B, _C_E, _C_INSTANT, _C_ROW, _C_SKIP, _Reasons, _SYNC_BY_NAME, _classify, _parse_memcpy_name
+from .categories import (
+    _C_B,
+    _C_E,
+    _C_INSTANT,
+    _C_ROW,
+    _C_SKIP,
+    _Reasons,
+    _SYNC_BY_NAME,
+    _classify,
+    _parse_memcpy_name,
+)
 from .columns import _Columns, _EventCols, _PairInfo, _Rows
 from .flows import _flow_end_places, _flow_links
 
