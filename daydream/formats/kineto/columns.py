@@ -10,7 +10,8 @@ import numpy as np
 from ...events.table import Kind
 from ..launch_data import LaunchFacts, clean_ext, clean_ints, clean_triples
 from ...util.intern import _Ids
-from .times import _FAST, _us_join_parse, _us_text_to_ns
+from . import times
+from .times import _us_join_parse, _us_text_to_ns
 from .projection import (
     _ABSENT,
     _NONNUM,
@@ -92,7 +93,7 @@ class _Columns:
         """Values of sparse column ``col`` at event indices ``rows`` (``fill`` where it has none)."""
         idx = self.column(col + "@", np.int64)
         val = self.column(col, dtype)
-        if _FAST and len(idx) and len(rows) * 8 >= self.n:  # many rows: scatter into a dense column, gather
+        if times._FAST and len(idx) and len(rows) * 8 >= self.n:  # many rows: scatter into a dense column, gather
             dense = np.full(self.n, fill, dtype)
             dense[idx] = val
             return dense[rows]
@@ -112,7 +113,7 @@ class _Columns:
         g = operator.attrgetter
         ints = _int_column_typed if typed else _int_column
         base = self.n
-        pair_of = self._pair_ids(events) if _FAST else None
+        pair_of = self._pair_ids(events) if times._FAST else None
         if pair_of is None:
             pair_of = np.fromiter(map(self.pair_ix.__getitem__, zip(map(g("ph"), events), map(g("cat"), events))), np.int32, count=n)
         if len(self.pair_ix) > len(self._cls_p):  # classify the new (ph, cat) pairs
@@ -134,7 +135,7 @@ class _Columns:
         self._put("ts_ok", ok)
         # dur: only X events use it (the fast path parses every event's, absent ones cost little)
         xi = np.flatnonzero(cls == _C_ROW)
-        got = _us_join_parse(list(map(g("dur"), events))) if _FAST else None
+        got = _us_join_parse(list(map(g("dur"), events))) if times._FAST else None
         if got is None:
             d, ok = _us_text_to_ns(list(map(g("dur"), _take(events, xi))), base)
         else:

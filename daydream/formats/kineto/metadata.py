@@ -9,7 +9,9 @@ from ...events.table import Accounting, DeviceInfo, TraceMeta
 from .. import TIME_LIMIT_NS, checked_rank
 from .projection import _Doc
 from .repair import _first_bad_utf8
-from . import NAME
+
+NAME = "kineto"
+
 
 
 #: top-level keys kept as raw JSON text (their UTF-8 is checked by _utf8_checked)

@@ -7,7 +7,8 @@ import re
 from typing import Any, Literal, Optional, Union
 import msgspec
 import numpy as np
-from .times import _FAST, _INT64_MAX
+from . import times
+from .times import _INT64_MAX
 
 
 #: int sentinel of a field that is absent (or JSON null)
@@ -101,7 +102,7 @@ class _SliceDecoder:
 
     def __init__(self) -> None:
         self.generic = msgspec.json.Decoder(list[_Event])
-        self.typed = msgspec.json.Decoder(list[_IntEvent]) if _FAST else None
+        self.typed = msgspec.json.Decoder(list[_IntEvent]) if times._FAST else None
         self.misses = 0
 
     def decode(self, text) -> tuple[list, bool]:

@@ -6,7 +6,8 @@ import numpy as np
 from ...util.arrays import sorted_unique
 from ...events.table import DTYPES, Accounting, EventTable, Kind, NameTable, TraceMeta
 from .. import TIME_LIMIT_NS
-from .times import _FAST, _INT64_MAX, _INT64_MIN
+from . import times
+from .times import _INT64_MAX, _INT64_MIN
 from .projection import _ABSENT, _Event, _NONNUM, _missing_to
 from .categories import (
     _C_B,
@@ -82,7 +83,7 @@ def _build_table(cc: _Columns, base_ns: int, meta: TraceMeta, acct: Accounting) 
 def _row_order(start: np.ndarray, kind: np.ndarray, end: np.ndarray) -> np.ndarray:
     """``np.lexsort((end, kind, start))``: a stable sort by start, then only the rows sharing a
     start with another re-sorted by (start, kind, end) in their places (few in real traces)."""
-    if not _FAST:
+    if not times._FAST:
         return np.lexsort((end, kind, start))
     order = np.argsort(start, kind="stable")
     s = start[order]
@@ -373,7 +374,7 @@ def _row_names(cc: _Columns, src: np.ndarray, pair_of: np.ndarray, cat_names: li
     name_id = np.zeros(m, np.int32)
     if m:
         values = list(cc.name_ix)
-        if _FAST:  # first row of each name id: one O(rows) pass instead of a sort
+        if times._FAST:  # first row of each name id: one O(rows) pass instead of a sort
             first = np.full(len(values), m, np.int64)
             np.minimum.at(first, row_name, np.arange(m))
             u = np.flatnonzero(first < m)
