@@ -1,7 +1,6 @@
-"""Interning: distinct values to ids 0, 1, ... in order of first appearance."""
+"""Interning: distinct values to dense ids 0, 1, ... in order of first appearance."""
 
 from __future__ import annotations
-
 
 
 class _Ids(dict):

@@ -53,11 +53,11 @@ The decode uses msgspec structs that project only these fields; all per-event wo
 C-level iteration (``map``/``np.fromiter``) and numpy, with Python loops only over distinct
 values (names, categories, pids).
 
-Fast paths (``_FAST``; each keeps its reference beside it and ``tests/test_kineto_fast.py`` loads
+Fast paths (``times._FAST``; each keeps its reference beside it and ``tests/test_kineto_fast.py`` loads
 every Kineto trace both ways and compares the tables): slices are decoded as ``_IntEvent`` where they
 fit (known categories as literals, no floats in the integer fields, so columns need no type pass),
 else as ``_Event``; ts/dur texts are parsed from one joined buffer by numpy's C integer parser
-(:func:`_us_join_parse`); (ph, cat) pairs are interned through one id per ph and per cat; sparse
+(:func:`.times._us_join_parse`); (ph, cat) pairs are interned through one id per ph and per cat; sparse
 columns are joined by a dense scatter; gzip is inflated by ISA-L where the optional ``isal``
 package is installed (``pip install daydream[fast]``), else by zlib.
 
@@ -83,8 +83,8 @@ Times
 -----
 ``ts``/``dur`` are microseconds, as JSON integers (old traces) or decimals carrying ns
 (``1234.567``). They are read as the number *text* (``msgspec.Raw``) and converted to int64 ns with
-a vectorized decimal parser (:func:`_us_join_parse`, else :func:`_us_text_to_ns`'s byte matrix
-or compiled kernel), so they are exact whatever their magnitude (no float rounding; more
+a vectorized decimal parser (:func:`.times._us_join_parse`, else :func:`.times._us_text_to_ns`'s byte
+matrix or compiled kernel), so they are exact whatever their magnitude (no float rounding; more
 than 3 decimals round half away from zero). ``baseTimeNanoseconds`` (newer traces) is added.
 
 Document repairs
@@ -95,6 +95,16 @@ a truncated file (no closing ``]}``) keeps the complete events before the cut an
 are not UTF-8 (a name copied from a file system in another encoding) become U+FFFD. Each repair
 is counted in ``Accounting.notes``. With ``strict=True`` each of them raises
 :class:`TraceFormatError` instead.
+
+Parts
+-----
+This package keeps the reader's face (:func:`sniff`, :func:`load`); its parts, each below the next:
+:mod:`.times` (ts/dur texts to ns, and the ``_FAST`` switch), :mod:`.projection` (the msgspec
+structs and their fields as int64), :mod:`.categories` (what each (ph, cat) pair is),
+:mod:`.columns` (per-event columns, a slice of events at a time), :mod:`.flows` (launch flows),
+:mod:`.rows` (the rows and the table), :mod:`.repair` (the whole-document decode and its repairs),
+:mod:`.metadata` (the keys other than ``traceEvents``) and :mod:`.stream` (the streaming reader,
+tried first).
 """
 
 from __future__ import annotations
@@ -102,24 +112,17 @@ from __future__ import annotations
 import re
 import warnings
 
-
 from ...errors import TraceFormatError
-from ...events.table import (
-    Accounting,
-    EventTable,
-)
+from ...events.table import Accounting, EventTable
 from .. import read_maybe_gzip
-from .rows import _OUT_OF_RANGE, _build
-from .repair import _decode
 from .metadata import NAME, _base_time_ns, _meta  # noqa: F401 (NAME: the adapter's, and TraceMeta.format)
+from .repair import _decode
+from .rows import _OUT_OF_RANGE, _build
 from .stream import _gc_paused, _load_streaming, _small_pages
 
 DESCRIPTION = "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz)"
 
 
-# ---------------------------------------------------------------------------------------------
-# public interface
-# ---------------------------------------------------------------------------------------------
 def sniff(head: bytes, path: str) -> bool:
     """True when ``head`` (the first bytes of the file, gunzipped) looks like a Kineto/Chrome trace.
 
@@ -204,7 +207,3 @@ def _check_plausible(path: str, table: EventTable) -> None:
             path, "traceEvents", f"{out:,} event(s) have a ts more than 2^62 ns from the clock's zero when read as "
             f"microseconds (only {len(table):,} usable): the times look like nanoseconds; Chrome-trace ts and dur are "
             "microseconds, write them so (divide by 1000)")
-
-
-
-

@@ -1,16 +1,20 @@
-"""Kineto event categories: what each (ph, cat) pair is (row kind, class, skip reason), and the sync/memcpy names."""
+"""Kineto event categories: what each distinct (ph, cat) pair of a trace is.
+
+The vocabulary of the package docstring's "How events become rows": the row kind of each category,
+the categories that live on a GPU stream or are skipped (with the reason counted in the accounting),
+the launch and fwdbwd flow categories, the event classes (row, instant, B, E, skipped), and the
+sync kinds and memcpy kinds read from event names and ``args``. Python work per distinct pair or
+name, never per event.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Optional
+
 from ...events.table import CopyKind, Kind, MemKind, SyncKind
 from ..launch_data import LAUNCH_CATEGORIES as _LAUNCH_CATS
 
-
-# ---------------------------------------------------------------------------------------------
-# categories
-# ---------------------------------------------------------------------------------------------
 #: lower-cased category -> row kind
 _CAT_KIND: dict[str, Kind] = {
     "cpu_op": Kind.CPU_OP,
@@ -29,40 +33,24 @@ _CAT_KIND: dict[str, Kind] = {
     "python_function": Kind.RANGE,
     "cpu_instant_event": Kind.MARKER,
 }
-
-
 #: lower-cased categories whose rows live on a GPU stream
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "cuda_sync", "gpu_user_annotation"})
-
-
 #: lower-cased categories skipped on purpose, with their reason
 _CAT_SKIP: dict[str, str] = {
     "trace": "trace span (cat 'Trace')",
     "overhead": "profiler overhead event (cat 'overhead')",
     "cuda_event": "cuda_event record (event links come from cuda_sync args)",
 }
-
-
 _LAUNCH_FLOW_CATS = frozenset({"ac2g", "async", "async_gpu", "async_cpu_to_gpu"})
-
-
 _FLOW_ID_TYPES = frozenset({int, float, str, bool, type(None)})
-
-
 _FWDBWD_FLOW_CATS = frozenset({"fwdbwd", "fwd_bwd", "forward_backward"})
-
-
 _SYNC_BY_NAME: dict[str, int] = {
     "stream sync": SyncKind.STREAM_SYNC,
     "event sync": SyncKind.EVENT_SYNC,
     "context sync": SyncKind.CONTEXT_SYNC,
     "stream wait event": SyncKind.STREAM_WAIT_EVENT,
 }
-
-
 _COPY_BY_NAME: dict[str, int] = {k.name.lower(): int(k) for k in CopyKind if k != CopyKind.UNKNOWN}  # "htod": 1, ...
-
-
 _MEM_BY_NAME: dict[str, int] = {
     "pageable": MemKind.PAGEABLE,
     "pinned": MemKind.PINNED,
@@ -72,17 +60,13 @@ _MEM_BY_NAME: dict[str, int] = {
     "device static": MemKind.DEVICE_STATIC,
     "managed static": MemKind.MANAGED_STATIC,
 }
-
-
 _MEMCPY_NAME = re.compile(r"memcpy\s+([a-z]+)(?:\s*\(\s*([a-z ]+?)\s*->\s*([a-z ]+?)\s*\))?", re.I)
-
-
 # classes of events
 _C_ROW, _C_INSTANT, _C_B, _C_E, _C_SKIP = 0, 1, 2, 3, 4
 
 
 # ---------------------------------------------------------------------------------------------
-# building the table
+# classification of a (ph, cat) pair, and of sync and memcpy names
 # ---------------------------------------------------------------------------------------------
 class _Reasons:
     """Interned skip reasons -> small int codes."""

@@ -1,4 +1,10 @@
-"""Kineto per-event columns: decoded events to numpy columns, a slice at a time, and the shapes of the row selection."""
+"""Kineto per-event columns: decoded events turned into numpy columns, one slice at a time.
+
+:class:`_Columns` accumulates the columns (so each slice of decoded events can be freed) with
+C-level iteration and numpy, Python work only per distinct value; :mod:`.rows` makes the table of
+them. Also the shapes passed between the row stages (:class:`_PairInfo`, :class:`_EventCols`,
+:class:`_Rows`).
+"""
 
 from __future__ import annotations
 
@@ -6,32 +12,34 @@ import dataclasses
 import itertools
 import operator
 from typing import Optional
+
 import numpy as np
+
 from ...events.table import Kind
-from ..launch_data import LaunchFacts, clean_ext, clean_ints, clean_triples
 from ...util.intern import _Ids
+from ..launch_data import LaunchFacts, clean_ext, clean_ints, clean_triples
 from . import times
-from .times import _us_join_parse, _us_text_to_ns
-from .projection import (
-    _ABSENT,
-    _NONNUM,
-    _NO_EVENT_ARGS,
-    _generic_args,
-    _int_attr,
-    _int_column,
-    _int_column_typed,
-)
 from .categories import (
     _C_B,
     _C_INSTANT,
     _C_ROW,
     _FLOW_ID_TYPES,
-    _Reasons,
     _classify,
     _is_launch_flow_end,
     _launch_class,
+    _Reasons,
     _sync_kind_value,
 )
+from .projection import (
+    _ABSENT,
+    _NO_EVENT_ARGS,
+    _NONNUM,
+    _generic_args,
+    _int_attr,
+    _int_column,
+    _int_column_typed,
+)
+from .times import _us_join_parse, _us_text_to_ns
 
 
 def _take(seq, idx: np.ndarray):

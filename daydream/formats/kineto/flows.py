@@ -1,15 +1,20 @@
-"""Kineto launch flows: the ac2g/async flow ends bound to their slices, giving launch links where args.correlation lacks them."""
+"""Kineto launch flows: ``ac2g``/``async`` flow ends bound to their slices (package docstring,
+"Launch flows"), giving the launch link where a runtime call or GPU task lacks ``args.correlation``.
+
+Vectorized: sorted keys and ``searchsorted``, no Python work per event.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-from ...util.arrays import sorted_unique
+
 from ...events.table import Accounting, Kind
-from .. import TIME_LIMIT_NS
+from ...util.arrays import sorted_unique
 from ...util.intern import _Ids
-from .times import _INT64_MAX, _INT64_MIN
-from .projection import _NONNUM, _missing_to
+from .. import TIME_LIMIT_NS
 from .columns import _Columns, _EventCols, _Rows
+from .projection import _NONNUM, _missing_to
+from .times import _INT64_MAX, _INT64_MIN
 
 
 def _flow_end_places(cc: _Columns, ev: _EventCols, base_ns: int) -> None:
@@ -35,8 +40,6 @@ def _flow_end_places(cc: _Columns, ev: _EventCols, base_ns: int) -> None:
 
 #: when True, launch flows are read even where every launch carries args.correlation (tests)
 _FLOW_LINKS_ALWAYS = False
-
-
 _FLOW_COLS = ("flow@", "flow", "flow_cat", "flow_f", "flow_bp_e", "flow_pid", "flow_tid", "flow_ts", "flow_ok")
 
 

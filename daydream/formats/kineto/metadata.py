@@ -1,23 +1,27 @@
-"""Kineto top-level keys: TraceMeta (devices, rank, extra keys) and the base time."""
+"""Kineto document keys other than ``traceEvents``: the :class:`TraceMeta` and the base time.
+
+``deviceProperties`` -> devices, ``distributedInfo`` -> rank and world size, the other known keys
+copied into ``TraceMeta.extra`` as text (invalid UTF-8 in them repaired or, strict, refused), and
+``baseTimeNanoseconds`` (int ns, within ``formats.TIME_LIMIT_NS``), added to every time.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Optional
+
 import msgspec
+
 from ...errors import TraceFormatError
 from ...events.table import Accounting, DeviceInfo, TraceMeta
 from .. import TIME_LIMIT_NS, checked_rank
 from .projection import _Doc
 from .repair import _first_bad_utf8
 
+#: the adapter's name (``TraceMeta.format``); the package re-exports it
 NAME = "kineto"
-
-
 
 #: top-level keys kept as raw JSON text (their UTF-8 is checked by _utf8_checked)
 _RAW_KEYS = tuple(f for f in _Doc.__struct_fields__ if f != "traceEvents")
-
-
 #: top-level keys copied into TraceMeta.extra as strings
 _EXTRA_KEYS = (
     "schemaVersion",
@@ -44,9 +48,6 @@ class _DeviceProp(msgspec.Struct, gc=False):
     totalGlobalMem: Optional[int] = None
 
 
-# ---------------------------------------------------------------------------------------------
-# metadata
-# ---------------------------------------------------------------------------------------------
 def _raw_value(raw: msgspec.Raw) -> Any:
     b = bytes(raw)
     if not b:

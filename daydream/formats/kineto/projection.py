@@ -1,33 +1,31 @@
-"""Kineto events as decoded: the msgspec projections of the fields read, and those fields as int64 columns."""
+"""Kineto events as decoded: the msgspec projections of the fields read, and those fields as int64.
+
+The structs project only the fields the reader uses (everything else is skipped by msgspec):
+``_Event``/``_Doc`` take any JSON value, ``_IntEvent``/``_IntDoc`` (the fast path) only ints and the
+known categories, so that their columns need no type check per value. A field that is absent or
+null reads as ``_ABSENT``, one that is not a number as ``_NONNUM`` (:func:`_int_column`).
+"""
 
 from __future__ import annotations
 
 import operator
 import re
 from typing import Any, Literal, Optional, Union
+
 import msgspec
 import numpy as np
+
 from . import times
 from .times import _INT64_MAX
 
-
 #: int sentinel of a field that is absent (or JSON null)
 _ABSENT = -(2**63)
-
-
 #: int sentinel of a field that is present but not a number ("Spans", "PyTorch Profiler")
 _NONNUM = -(2**63) + 1
-
-
 _NO_RAW = msgspec.Raw(b"")
 
 
-# ---------------------------------------------------------------------------------------------
-# typed projections: only the fields this adapter uses; everything else is skipped by msgspec
-# ---------------------------------------------------------------------------------------------
 _Num = Union[int, float, str, None]
-
-
 #: the args fields read: (attribute, JSON key when it differs)
 _ARG_FIELDS = (
     ("device", None), ("stream", None), ("correlation", None), ("external_id", "External id"),
@@ -65,29 +63,19 @@ def _event_struct(name: str, args: type, cat, num, null_args: bool = False) -> t
 
 
 _Args = _args_struct("_Args", _Num, False)
-
-
 # the fast path's projection (``_FAST``): the same fields, with types that let the columns be read
 # without a type check per value: no floats in the integer fields (``np.fromiter`` would truncate
 # them), the known categories as literals (msgspec returns one cached string per category, so
 # interning them hashes nothing). A slice it does not fit is decoded with ``_Event`` instead.
 _Int = Union[int, None]
-
-
 _IntStr = Union[int, str, None]
-
-
 #: categories seen in real traces (../shared/traces), spelled as written
 _KNOWN_CATS = (
     "cpu_op", "ac2g", "python_function", "cuda_runtime", "cpu_instant_event", "kernel", "Operator", "async",
     "Runtime", "Kernel", "gpu_memcpy", "user_annotation", "gpu_memset", "fwdbwd", "cuda_driver", "Memset",
     "cuda_sync", "cuda_profiler_range", "gpu_user_annotation", "Trace", "Memcpy", "overhead", "cuda_event",
 )
-
-
 _IntArgs = _args_struct("_IntArgs", _Int, True)
-
-
 _IntEvent = _event_struct("_IntEvent", _IntArgs, Optional[Literal[_KNOWN_CATS]], _IntStr)
 
 
@@ -117,8 +105,6 @@ class _SliceDecoder:
 
 # ``"args": null`` does not fit ``_IntEvent`` (its slice is decoded as ``_Event``, which takes it)
 _Event = _event_struct("_Event", _Args, Optional[str], _Num, null_args=True)
-
-
 #: the ``args`` an event without them holds (typed projection? -> that projection's default)
 _NO_EVENT_ARGS = {t: next(f.default for f in msgspec.structs.fields(e) if f.name == "args") for t, e in ((True, _IntEvent), (False, _Event))}
 

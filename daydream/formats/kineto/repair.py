@@ -1,4 +1,11 @@
-"""Kineto whole-document decode: the JSON repaired (truncation salvage, NaN/Infinity, trailing commas, bad UTF-8) or refused."""
+"""Kineto whole-document decode, with the document repairs (package docstring, "Document repairs").
+
+The document is decoded into the msgspec projection at once; each error msgspec reports is
+repaired where it can be (a truncated file salvaged after its last complete event, ``NaN``/
+``Infinity`` read as null, trailing commas dropped, bytes that are not UTF-8 replaced by U+FFFD),
+each repair counted in ``Accounting.notes``; with ``strict=True`` each raises
+:class:`TraceFormatError` instead, as does anything that cannot be repaired.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +13,24 @@ import dataclasses
 import re
 import warnings
 from typing import Any, Optional
+
 import msgspec
+
 from ...errors import TraceFormatError
 from ...events.table import Accounting
 from .projection import _Doc, _Event
 
-
-# ---------------------------------------------------------------------------------------------
-# decoding and repairs
-# ---------------------------------------------------------------------------------------------
 _BYTE_OFFSET = re.compile(r"\(byte (\d+)\)")
-
-
 _VALIDATION_AT = re.compile(r"^(.*?) - at `\$(.*)`$", re.S)
-
-
 _NONFINITE = re.compile(rb"-?(?:NaN|Infinity|nan|inf)(?![A-Za-z0-9_])")
-
-
 _BULK_FIX = re.compile(
     rb'"(?:[^"\\]|\\.)*"|(-?(?:NaN|Infinity|nan|inf)(?![A-Za-z0-9_]))|(,)(?=\s*[\]}])', re.S
 )
-
-
 # truncation salvage: where one event ends and the next begins (or the data ends)
 _EVENT_END = re.compile(rb"\}(?=\s*,\s*\{)|\}(?=\s*,?\s*\Z)")
-
-
 # the end of the traceEvents array followed by more top-level keys
 _ARRAY_END = re.compile(rb"\}\s*\](?=\s*,)")
-
-
 _MAX_TARGETED_FIXES = 8
-
-
 _MAX_SALVAGE_TRIES = 12
 
 

@@ -1,37 +1,39 @@
-"""Kineto rows: which events become rows of the EventTable, and the rows' columns."""
+"""Kineto rows: which events become rows of the :class:`EventTable`, and the rows' columns.
+
+From the per-event columns (:mod:`.columns`): X events, instants and B/E pairs that become rows
+(the others skipped by reason, every event counted in the accounting), their pid/tid or
+device/stream, correlation (with :mod:`.flows`), external id, names, copy and sync columns, and
+the rows sorted as ``EventTable.from_columns`` sorts them (package docstring, "Columns").
+"""
 
 from __future__ import annotations
 
 import numpy as np
-from ...util.arrays import sorted_unique
+
 from ...events.table import DTYPES, Accounting, EventTable, Kind, NameTable, TraceMeta
+from ...util.arrays import sorted_unique
 from .. import TIME_LIMIT_NS
 from . import times
-from .times import _INT64_MAX, _INT64_MIN
-from .projection import _ABSENT, _Event, _NONNUM, _missing_to
 from .categories import (
     _C_B,
     _C_E,
     _C_INSTANT,
     _C_ROW,
     _C_SKIP,
-    _Reasons,
     _SYNC_BY_NAME,
     _classify,
     _parse_memcpy_name,
+    _Reasons,
 )
 from .columns import _Columns, _EventCols, _PairInfo, _Rows
 from .flows import _flow_end_places, _flow_links
-
+from .projection import _ABSENT, _NONNUM, _Event, _missing_to
+from .times import _INT64_MAX, _INT64_MIN
 
 #: newest Kineto puts "Stream Sync" cuda_sync events on the virtual tid stream + 1,000,000
 _VIRTUAL_SYNC_TID_OFFSET = 1_000_000
-
-
 #: stream ids written as unsigned 32-bit -1 (Context Sync in 2023 traces)
 _UINT32_MAX = 2**32 - 1
-
-
 _OUT_OF_RANGE = "ts out of range (more than 2^62 ns, about 146 years, from the clock's zero)"
 
 

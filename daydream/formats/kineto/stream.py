@@ -1,4 +1,10 @@
-"""Kineto streaming reader: a well-formed document (plain or gzip) decoded a slice of events at a time, in bounded memory."""
+"""Kineto streaming reader: a well-formed document (plain or gzip) decoded a slice of events at a
+time, so memory stays at the table's columns plus one slice whatever the file's size.
+
+It gives up (None) on anything it does not take, and the whole-document path (:mod:`.repair`)
+then reads, repairs or refuses the file. Also the load's environment: the cyclic GC paused and
+numpy's huge-page hint off while loading.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +14,17 @@ import os
 import re
 import zlib
 from typing import Optional
+
 import msgspec
 import numpy as np
+
 from ...events.table import Accounting, EventTable
 from .. import GZIP_MAGIC, inflate_limit, inflate_refused
 from . import times
-from .projection import _Doc, _INT_DOC, _SliceDecoder
 from .columns import _Columns
-from .rows import _build_table
 from .metadata import _base_time_ns, _meta
+from .projection import _INT_DOC, _Doc, _SliceDecoder
+from .rows import _build_table
 
 
 @contextlib.contextmanager
@@ -70,30 +78,18 @@ def _small_pages():
 #: decoded events stay in cache while :meth:`_Columns.add` makes its dozen passes over them
 #: (kineto_1m.json.gz: 2.28 s CPU with 2 MiB, 2.40 s with 16 MiB; kineto_4m: 8.8 vs 9.4 s)
 _STREAM_CHUNK = 2 << 20
-
-
 #: bytes read at a time from a plain file (a copy that stays in L2 cache on its way to the
 #: window: 0.11 vs 0.13 s CPU for 1 MiB reads of kineto_1m.json); a gzip stream is read
 #: ``_READ_BLOCK // 2`` compressed bytes at a time and inflated ``4 * _READ_BLOCK`` at most at a
 #: time (small compressed reads keep ``unconsumed_tail``, a copy of the rest, short)
 _READ_BLOCK = 256 << 10
-
-
 #: the traceEvents key must appear within this many bytes of the start
 _HEAD_LIMIT = 64 << 20
-
-
 #: the head is searched for the key each time this many more bytes are read
 _HEAD_STEP = 4 << 20
-
-
 _TE_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-
-
 #: a candidate boundary between two events of the array (checked by decoding what precedes it)
 _EV_SPLIT = re.compile(rb"\}\s*(,)\s*\{")
-
-
 _SPLIT_TRIES = 4
 
 

@@ -1,30 +1,31 @@
-"""Kineto ts/dur: JSON number texts in microseconds to exact int64 nanoseconds."""
+"""Kineto ``ts``/``dur``: JSON number texts in microseconds to exact int64 nanoseconds.
+
+Three parses give the same values (the tests compare them): :func:`_us_join_parse`, the fast one
+(numpy's C integer parser over the texts joined in one buffer; plain decimals only), the numpy
+byte-matrix parse of :func:`_us_text_to_ns` (the reference) and its compiled twin
+:func:`_parse_us_kernel` (through :mod:`daydream.util.jit`, for traces of millions of events);
+what none takes goes through ``Decimal`` (:func:`_us_fallback`). Also home of :data:`_FAST`, the
+switch of every fast path of the Kineto reader (read as ``times._FAST`` by the other parts).
+"""
 
 from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Optional
+
 import numpy as np
+
 from ...util import jit
 
-
 _INT64_MIN = -(2**63)
-
-
 _INT64_MAX = 2**63 - 1
-
-
 _MAX_US_INT = (_INT64_MAX - 999) // 1000
-
-
 #: longest JSON number text parsed column-wise (longer ones take the slow path)
 _MAX_NUMBER_TEXT = 40
-
 
 #: False: the reference path everywhere a faster one exists (zlib, the numpy ts/dur parse, the
 #: searchsorted join of sparse columns, the (ph, cat) dict); tests compare both
 _FAST = True
-
 
 #: events already read from a file before its ts/dur texts are parsed by the compiled kernel
 #: (:func:`_parse_us_kernel`; both give the same values) where the joined-buffer parse
@@ -108,8 +109,6 @@ def _us_text_to_ns(raws: list, events_seen: int = 0, method: str = "auto") -> tu
 
 
 _POW10 = 10 ** np.arange(19, dtype=np.int64)
-
-
 #: |k| below which k with d <= 3 decimals is a ts/dur of at most _MAX_US_INT whole us
 _US_LIMIT = (_MAX_US_INT + 1) * _POW10[:4]
 
@@ -275,21 +274,11 @@ def _parse_us_kernel(buf, offs, max_us_int, max_text):
 
 #: bytes of a plain decimal text in the matrix of _us_text_to_ns: digits, '.', padding (0)
 _PLAIN_BYTE = np.zeros(256, bool)
-
-
 _PLAIN_BYTE[48:58] = True
-
-
 _PLAIN_BYTE[46] = True
-
-
 _PLAIN_BYTE[0] = True
-
-
 #: value of a digit byte, -1 for any other byte
 _DIGIT_VALUE = np.full(256, -1, np.int8)
-
-
 _DIGIT_VALUE[48:58] = np.arange(10)
 
 
