@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from daydream.errors import TraceFormatError
 from daydream.events.table import CopyKind, Kind, MemKind, SyncKind
 from daydream.formats import detect, kineto, read_head
+from daydream.formats.kineto import times as kineto_times
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 KINETO_FILES = sorted(
@@ -677,7 +678,7 @@ def test_us_text_parse_kernel_equals_numpy(method, texts):
     import msgspec
 
     raws = [msgspec.Raw(t.encode()) for t in texts]
-    want_ns, want_ok = kineto._us_text_to_ns(raws, method="numpy")
-    got_ns, got_ok = kineto._us_text_to_ns(raws, method=method)
+    want_ns, want_ok = kineto_times._us_text_to_ns(raws, method="numpy")
+    got_ns, got_ok = kineto_times._us_text_to_ns(raws, method=method)
     assert np.array_equal(got_ok, want_ok)
     assert np.array_equal(got_ns, want_ns)

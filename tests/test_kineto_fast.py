@@ -1,6 +1,6 @@
 """The Kineto reader's fast paths give the reference paths' table, exactly.
 
-``kineto._FAST = False`` selects the reference path wherever a faster one exists (zlib inflate,
+``kineto.times._FAST = False`` selects the reference path wherever a faster one exists (zlib inflate,
 the numpy byte-matrix ts/dur parse, the searchsorted join of sparse columns, the (ph, cat) pair
 dict); every Kineto trace of ``../shared/traces`` and ``fixtures/`` is loaded both ways and the
 tables compared column by column (values and dtypes), with names, accounting and metadata.
@@ -19,6 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daydream.formats import kineto
+from daydream.formats.kineto import projection as kineto_projection
+from daydream.formats.kineto import rows as kineto_rows
+from daydream.formats.kineto import stream as kineto_stream
+from daydream.formats.kineto import times as kineto_times
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -38,7 +42,7 @@ KINETO = [p for p in FILES if p.is_file() and _is_kineto(p)]
 
 
 def _load(path: str, fast: bool, monkeypatch) -> kineto.EventTable:
-    monkeypatch.setattr(kineto, "_FAST", fast)
+    monkeypatch.setattr(kineto_times, "_FAST", fast)
     return kineto.load(path)
 
 
@@ -121,8 +125,8 @@ _num_text = st.one_of(
 def test_join_parse_equals_numpy_parse(texts):
     """The joined-buffer parse gives the reference parse's values and flags, or declines (None)."""
     raws = [msgspec.Raw(t.encode()) for t in texts]
-    want_ns, want_ok = kineto._us_text_to_ns(raws, method="numpy")
-    got = kineto._us_join_parse(raws)
+    want_ns, want_ok = kineto_times._us_text_to_ns(raws, method="numpy")
+    got = kineto_times._us_join_parse(raws)
     if got is None:
         assert not all(_is_plain(t) or t == "" for t in texts)
         return
@@ -141,7 +145,7 @@ def _is_plain(t: str) -> bool:
 def test_join_parse_examples():
     texts = ["1419117003011.565", "-0.0005", "0", "12", "1.23456", "1752829956515358.123", "9223372036854775.807",
              "1" * 25, "0.0004999", "-1.0005", "12345678901234567.89"]
-    ns, ok = kineto._us_join_parse([msgspec.Raw(t.encode()) for t in texts])
+    ns, ok = kineto_times._us_join_parse([msgspec.Raw(t.encode()) for t in texts])
     assert ok.all()
     assert ns.tolist() == [_exact_ns(t) for t in texts]
     assert ns[0] == 1419117003011565 and ns[5] == 1752829956515358123
@@ -151,12 +155,12 @@ def test_join_parse_examples():
 @pytest.mark.parametrize("path", KINETO[:6], ids=lambda p: p.name)
 def test_fast_path_equals_reference_in_small_slices(path, monkeypatch):
     """Slices of ~8 KiB (new (ph, cat) pairs, names and sparse columns in later slices): same table."""
-    monkeypatch.setattr(kineto, "_STREAM_CHUNK", 8 << 10)
-    monkeypatch.setattr(kineto, "_READ_BLOCK", 4 << 10)
+    monkeypatch.setattr(kineto_stream, "_STREAM_CHUNK", 8 << 10)
+    monkeypatch.setattr(kineto_stream, "_READ_BLOCK", 4 << 10)
     ref = _load(str(path), False, monkeypatch)
     fast = _load(str(path), True, monkeypatch)
     _assert_same(ref, fast)
-    monkeypatch.setattr(kineto, "_STREAM_CHUNK", 16 << 20)
+    monkeypatch.setattr(kineto_stream, "_STREAM_CHUNK", 16 << 20)
     _assert_same(ref, _load(str(path), True, monkeypatch))
 
 
@@ -177,8 +181,8 @@ def test_int_column_typed_equals_reference(values, may_be_str):
     int64 values, for ints, None and (the pid/tid case) strings."""
     if not may_be_str:
         values = [v for v in values if not isinstance(v, str)] or [1]
-    want = kineto._int_column(list(values), len(values))
-    got = kineto._int_column_typed(list(values), len(values), may_be_str)
+    want = kineto_projection._int_column(list(values), len(values))
+    got = kineto_projection._int_column_typed(list(values), len(values), may_be_str)
     assert got.dtype == want.dtype
     assert got.tolist() == want.tolist()
 
@@ -191,7 +195,7 @@ def test_row_order_equals_lexsort(rows):
     start, kind, end = a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy()
     if len(a) == 0:
         return
-    assert np.array_equal(kineto._row_order(start, kind, end), np.lexsort((end, kind, start)))
+    assert np.array_equal(kineto_rows._row_order(start, kind, end), np.lexsort((end, kind, start)))
 
 
 @pytest.mark.skipif(not KINETO, reason="no Kineto traces (../shared/traces absent)")
@@ -205,13 +209,13 @@ def test_plain_file_read_into_small_windows(path, tmp_path, monkeypatch):
         data = gzip.decompress(data)
     p = tmp_path / "t.json"
     p.write_bytes(data)
-    monkeypatch.setattr(kineto, "_STREAM_CHUNK", 8 << 10)
-    monkeypatch.setattr(kineto, "_READ_BLOCK", 4 << 10)
-    monkeypatch.setattr(kineto, "_HEAD_STEP", 4 << 10)
-    got = kineto._load_streaming(str(p))
+    monkeypatch.setattr(kineto_stream, "_STREAM_CHUNK", 8 << 10)
+    monkeypatch.setattr(kineto_stream, "_READ_BLOCK", 4 << 10)
+    monkeypatch.setattr(kineto_stream, "_HEAD_STEP", 4 << 10)
+    got = kineto_stream._load_streaming(str(p))
     if got is None:  # a document the streaming reader does not take: the default load did not stream it either
         monkeypatch.undo()
-        assert kineto._load_streaming(str(p)) is None
+        assert kineto_stream._load_streaming(str(p)) is None
         return
     got.meta = msgspec.structs.replace(got.meta, source=want.meta.source)  # the copy's path
     _assert_same(want, got)
@@ -227,9 +231,9 @@ def test_events_larger_than_the_window(tmp_path, monkeypatch, gz):
     p = tmp_path / ("t.json.gz" if gz else "t.json")
     p.write_bytes(gzip.compress(text) if gz else text)
     want = kineto.load(str(p))
-    monkeypatch.setattr(kineto, "_STREAM_CHUNK", 8 << 10)
-    monkeypatch.setattr(kineto, "_READ_BLOCK", 1 << 10)
-    got = kineto._load_streaming(str(p))
+    monkeypatch.setattr(kineto_stream, "_STREAM_CHUNK", 8 << 10)
+    monkeypatch.setattr(kineto_stream, "_READ_BLOCK", 1 << 10)
+    got = kineto_stream._load_streaming(str(p))
     assert got is not None
     _assert_same(want, got)
     assert len(got) == len(events)

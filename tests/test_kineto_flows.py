@@ -16,6 +16,7 @@ import pytest
 import daydream
 from daydream.events.table import Kind
 from daydream.formats import kineto
+from daydream.formats.kineto import flows as kineto_flows
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 REAL = sorted(TRACES.glob("*/*.json.gz"))
@@ -144,7 +145,7 @@ def test_legacy_async_flows_and_graph_launch(tmp_path):
 def test_real_traces_unchanged_when_flows_are_read(path, monkeypatch):
     """Every real Kineto trace carries args.correlation: reading its flows changes no column."""
     base = kineto.load(str(path))
-    monkeypatch.setattr(kineto, "_FLOW_LINKS_ALWAYS", True)
+    monkeypatch.setattr(kineto_flows, "_FLOW_LINKS_ALWAYS", True)
     forced = kineto.load(str(path))
     assert set(base.cols) == set(forced.cols)
     for c in base.cols:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from daydream.errors import TraceFormatError
 from daydream.formats import kineto, launch_data as LD, load_trace, sqlite_arrow
+from daydream.formats.kineto import times as kineto_times
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -51,7 +52,7 @@ def _kineto_file(p: Path) -> bool:
 @pytest.mark.parametrize("path", [p for p in KINETO if _kineto_file(p)], ids=lambda p: p.name)
 @pytest.mark.parametrize("fast", [True, False])
 def test_kineto_pass_equals_reread_on_real_traces(path, fast, monkeypatch):
-    monkeypatch.setattr(kineto, "_FAST", fast)
+    monkeypatch.setattr(kineto_times, "_FAST", fast)
     table = load_trace(str(path))
     assert table.launch is not None
     assert_same(LD.launch_data_of(table), LD._kineto(str(path)))
@@ -164,7 +165,7 @@ def test_kineto_pass_equals_reread_on_generated_documents(tmp_path_factory, monk
     """Absent, null, legacy-keyed and out-of-range ids; floats, strings, bools, lists and objects
     where numbers or triples are expected; ops that several kernels name; kernel and op events
     of any ph; events without args: both readers give the same launch data."""
-    monkeypatch.setattr(kineto, "_FAST", fast)
+    monkeypatch.setattr(kineto_times, "_FAST", fast)
     p = tmp_path_factory.mktemp("kineto") / "t.json"
     p.write_text(json.dumps({"traceEvents": events}))
     try:

@@ -263,9 +263,9 @@ def _args_null_trace(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("fast", [True, False])
 def test_args_null_is_read_as_no_args(tmp_path, monkeypatch, fast):
     # was: exit 2, "traceEvents[0].args: wrong JSON type: Expected `object`, got `null`"
-    from daydream.formats import kineto
+    from daydream.formats.kineto import times as kineto_times
 
-    monkeypatch.setattr(kineto, "_FAST", fast)
+    monkeypatch.setattr(kineto_times, "_FAST", fast)
     table = load_trace(str(_args_null_trace(tmp_path)))
     names = [table.names[i] for i in table.cols["name_id"]]
     assert names == ["aten::mm", "cudaLaunchKernel", "k", "k2"]
@@ -361,10 +361,10 @@ def test_args_null_launch_data_from_the_load_equals_the_re_read(tmp_path, monkey
     sys.path.insert(0, str(Path(__file__).parent))
     from test_launch_pass import assert_same
 
-    from daydream.formats import kineto
+    from daydream.formats.kineto import times as kineto_times
     from daydream.formats import launch_data as LD
 
-    monkeypatch.setattr(kineto, "_FAST", fast)
+    monkeypatch.setattr(kineto_times, "_FAST", fast)
     path = _args_null_trace(tmp_path)
     a, b = LD.launch_data_of(load_trace(str(path))), LD.read_launch_data(str(path), "kineto")
     assert_same(a, b)

@@ -49,7 +49,7 @@ import orjson
 from ..util.arrays import sorted_unique
 from ..events.table import Kind, SyncKind
 # the baseline copy's id offsets and the file's traceName: defined with the reader that reads them back
-from ..formats.kineto import _VIRTUAL_SYNC_TID_OFFSET
+from ..formats.kineto.rows import _VIRTUAL_SYNC_TID_OFFSET
 from ..formats.own_timeline import (
     BASELINE_CORRELATION_OFFSET,
     BASELINE_DEVICE_OFFSET,
