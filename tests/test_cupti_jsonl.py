@@ -599,7 +599,7 @@ def test_record_order_does_not_matter(tmp_path, t, seed):
 @pytest.mark.parametrize("path", NSYS_EXPORTS or [pytest.param(None, marks=pytest.mark.skip(reason="../shared/traces not available"))],
                          ids=lambda p: p.name if p else "none")
 def test_nsys_exports_round_trip(tmp_path, path):
-    nsys = pytest.importorskip("daydream.formats.nsys")
+    from daydream.formats import nsys
     t = nsys.load(str(path))
     out = tmp_path / "x.cupti.jsonl.gz"
     write_cupti_jsonl(t, out)
@@ -613,7 +613,7 @@ def test_nsys_exports_round_trip(tmp_path, path):
 @pytest.mark.parametrize("path", SMALL_KINETO or [pytest.param(None, marks=pytest.mark.skip(reason="../shared/traces not available"))],
                          ids=lambda p: p.name if p else "none")
 def test_kineto_traces_round_trip(tmp_path, path):
-    kineto = pytest.importorskip("daydream.formats.kineto")
+    from daydream.formats import kineto
     t = kineto.load(str(path))
     out = tmp_path / "x.cupti.jsonl"
     write_cupti_jsonl(t, out)

@@ -408,15 +408,6 @@ def _cupti_dump(rel: str) -> list[bytes]:
     return gzip.decompress(raw).split(b"\n") if raw[:2] == b"\x1f\x8b" else raw.split(b"\n")
 
 
-def _have_cupti() -> bool:
-    try:
-        import daydream.formats.cupti_export  # noqa: F401
-        import daydream.formats.cupti_jsonl  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 line_ops = st.lists(
     st.tuples(
         st.floats(min_value=0, max_value=1, exclude_max=True),
@@ -463,7 +454,6 @@ def _mutate_lines(lines: list[bytes], ops) -> list[bytes]:
 
 
 @needs_traces
-@pytest.mark.skipif(not _have_cupti(), reason="cupti_jsonl adapter not present")
 @_fuzz_settings(80)
 @given(src=st.sampled_from(_DERIVED_FROM), ops=line_ops, strict=st.booleans(), opt=st.integers(0, 2))
 def test_fuzz_cupti_lines(src, ops, strict, opt):

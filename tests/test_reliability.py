@@ -561,7 +561,9 @@ def _kernel(corr, start, end):
 
 @pytest.fixture()
 def cupti_adapter():
-    return pytest.importorskip("daydream.formats.cupti_jsonl")
+    from daydream.formats import cupti_jsonl
+
+    return cupti_jsonl
 
 
 def test_cupti_bad_line_unknown_kind_and_strict(tmp_path, capsys, cupti_adapter):
@@ -793,10 +795,8 @@ def _inputs(tmp_path: Path) -> list[Path]:
     t = load_trace(str(out[0]))
     t.save(str(d / "t.npz"))
     out.append(d / "t.npz")
-    try:
-        from daydream.formats.cupti_export import write_cupti_jsonl
-    except ImportError:
-        return out
+    from daydream.formats.cupti_export import write_cupti_jsonl
+
     write_cupti_jsonl(t, d / "t.cupti.jsonl")
     out.append(d / "t.cupti.jsonl")
     return out
