@@ -14,7 +14,7 @@ import numpy as np
 
 from ..util.arrays import sorted_unique
 from ..costmodel import comm as cm
-from ..graph.collectives import Collectives, comm_args_of, find_collectives, kernel_is_collective
+from ..graph.collectives import Collectives, find_collectives, kernel_is_collective
 from ..errors import NotApplicable, UsageError
 from ..events.table import Kind
 from ..formats.comm_args import elem_bytes
@@ -194,28 +194,27 @@ def gradients_from_trace(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, str]
     and a note. A gradient is an ``AccumulateGrad`` op with ``Input Dims`` (``record_shapes``);
     it is ready when the last GPU task its thread launched before the op ended has run.
     Empty arrays and the reason when the trace has none."""
-    src = getattr(graph.table.meta, "source", "") if graph.table is not None else ""
-    a = comm_args_of(src) if src else None
+    a = graph.facts.comm_args if graph.facts is not None else None
     if a is None or not len(a):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), "the trace records no input shapes (record_shapes=False)"
     acc = np.array(["AccumulateGrad" in s for s in a.name], bool) & (a.dims_nelems >= 0) & (a.ext >= 0)
     if not acc.any():
         return np.zeros(0, np.int64), np.zeros(0, np.int64), "no AccumulateGrad op with recorded input shapes"
-    c = graph.table.cols
-    rows = np.nonzero((c["kind"] == Kind.CPU_OP) & np.isin(c["external_id"], a.ext[acc]))[0]
-    tn = np.asarray(graph.table.names, object)[c["name_id"][rows]]
+    c = graph.facts.ops  # (rows below: indices into these CPU ops and ranges, in table order)
+    rows = np.nonzero((c.kind == Kind.CPU_OP) & np.isin(c.external_id, a.ext[acc]))[0]
+    tn = np.asarray(graph.facts.names, object)[c.name_id[rows]]
     rows = rows[np.array(["AccumulateGrad" in s for s in tn], bool)]
     # join (External id) -> bytes; names of duplicates (the evaluate_function wrapper) drop out
     ext_a, nb = a.ext[acc], a.dims_nelems[acc] * np.where(a.elem_bytes[acc] > 0, a.elem_bytes[acc], 4)
     o = np.argsort(ext_a)
-    j = np.clip(np.searchsorted(ext_a[o], c["external_id"][rows]), 0, len(o) - 1)
-    ok = ext_a[o][j] == c["external_id"][rows]
+    j = np.clip(np.searchsorted(ext_a[o], c.external_id[rows]), 0, len(o) - 1)
+    ok = ext_a[o][j] == c.external_id[rows]
     rows, nbytes = rows[ok], nb[o][j][ok]
     rows, keep = np.unique(rows, return_index=True)
     nbytes = nbytes[keep]
-    ready = _last_launched_before(graph, c["pid"][rows], c["tid"][rows], c["end_ns"][rows])
+    ready = _last_launched_before(graph, c.pid[rows], c.tid[rows], c.end_ns[rows])
     good = ready >= 0
-    o = np.argsort(c["end_ns"][rows][good], kind="stable")
+    o = np.argsort(c.end_ns[rows][good], kind="stable")
     note = f"{int(good.sum())} gradients from AccumulateGrad input shapes"
     if (~good).any():
         note += f" ({int((~good).sum())} with no kernel launched before them, left out)"
