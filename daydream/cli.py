@@ -82,6 +82,13 @@ def _write(path: str, data: bytes) -> None:
     _atomic(path, write)
 
 
+def _save_table(path: str, table) -> None:
+    """Write ``table`` with its launch data and collective args (``--save-table``)."""
+    from .formats.trace_side import save_table
+
+    _atomic(path, lambda p: save_table(table, p))
+
+
 def _atomic(path: str, write) -> None:
     """``write(name)`` to a temporary file in ``path``'s folder, then rename it to ``path``.
 
@@ -309,7 +316,7 @@ def run(argv: list[str] | None = None) -> int:
     table = _load(args.trace, args.strict)
     progress.stage(f"read {len(table):,} events; building the graph and replaying")
     if args.save_table:
-        _atomic(args.save_table, table.save)
+        _save_table(args.save_table, table)
     try:
         result = analyze(table, opts, rank_all=specs is None)
     except TraceFormatError as e:  # found by the replay (e.g. damaged times): name the file the user gave

@@ -110,12 +110,11 @@ def class_rows(a, b) -> list[list[str]]:
 def kernel_rows(a, b, n: int) -> list[str]:
     """The n largest kernel groups of direction a -> b: name, class, reason, source and predicted time."""
     from daydream.util.display import markup_text
-    from daydream.formats.launch_data import launch_data_of
     from daydream.costmodel import kernel_model as KM
 
     (ga, _), (gb, _) = a, b
     src, tgt = gpu_of_device(ga.devices[0]), gpu_of_device(gb.devices[0])
-    data = launch_data_of(ga.table)
+    data = ga.facts.launch
     floor_s = KM.kernel_floor_ns(src, ga)
     pl = KM.plan(ga, src, tgt, data, floor_s, KM.KERNEL_FLOOR_NS.get(tgt.name, floor_s))
     out = ["", f"Largest kernels, {src.name} -> {tgt.name}:", "", "| kernel | class | reason | tasks | source (us) | predicted (us) |",

@@ -373,3 +373,40 @@ def test_checker_on_a_made_up_package(monkeypatch):
         ("deferred", "pkg.b", "pkg.a"), ("testing", "pkg.sub", "pkg.testing"),
     }
     assert function_lengths(modules) == {"pkg.b.f": 3}
+
+
+# ------------------------------------------------------- no trace read after the build ----
+#: packages that work on a built graph only: the trace's facts they need are in ``TaskGraph.facts``
+#: (daydream/graph/facts.py), never the event table (``graph.table``) or a file
+GRAPH_ONLY = ("daydream.optimizations", "daydream.costmodel")
+#: calls that read a file or a trace (by the name called, bare or as an attribute)
+FILE_READS = frozenset({"open", "load", "loadtxt", "fromfile", "read_text", "read_bytes", "load_trace", "read_launch_data",
+                        "launch_data_of", "read_comm_args", "comm_args_of", "comm_args_of_table", "open_maybe_gzip",
+                        "read_maybe_gzip", "connect"})
+
+
+def trace_reads(mod: Module) -> list[str]:
+    """Where ``mod`` reads the event table (an attribute ``.table``; the ``events.table`` module
+    imported is not a read) or opens a file (:data:`FILE_READS`)."""
+    out = []
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Attribute) and node.attr == "table":
+            out.append((node.lineno, f"{mod.path}:{node.lineno}: reads .table"))
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in FILE_READS:
+                out.append((node.lineno, f"{mod.path}:{node.lineno}: calls {name}()"))
+    return [m for _, m in sorted(out)]
+
+
+def test_what_ifs_read_no_table_and_no_file():
+    found = [m for name, mod in package_modules().items() if any(_matches(p, name) for p in GRAPH_ONLY) for m in trace_reads(mod)]
+    assert not found, "what the what-ifs need from the trace is in TaskGraph.facts (daydream/graph/facts.py):\n" + "\n".join(found)
+
+
+def test_trace_read_checker():
+    mod = parse_modules({"pkg.x": (False, "from ..events.table import Kind\nimport numpy as np\n"
+                                           "def f(g, p):\n    a = g.table.meta\n    b = np.load(p)\n    with open(p) as h:\n        pass\n"
+                                           "    return g.facts.launch\n")})["pkg.x"]
+    assert trace_reads(mod) == ["pkg.x:4: reads .table", "pkg.x:5: calls load()", "pkg.x:6: calls open()"]

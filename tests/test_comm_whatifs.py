@@ -122,7 +122,7 @@ def test_param_file_errors_say_what_is_wrong_and_where(tmp_path):
     its end was found) and a negative count as "bad dtype 'float32' or numel -5" (fourth try-out):
     each message now names the file, the place and the one thing wrong."""
     from daydream.errors import UsageError
-    from daydream.optimizations.comm_common import read_param_sizes
+    from daydream.formats.param_sizes import read_param_sizes
 
     f = tmp_path / "p.json"
     full = '{"params": [{"numel": 10, "dtype": "float32"}]}'

@@ -227,6 +227,9 @@ class EventTable:
     #: per-kernel launch facts the loader collected in its own pass (a
     #: ``daydream.formats.launch_data.LaunchFacts``), or None (read from ``meta.source`` on demand)
     launch: Any = None
+    #: the trace's collective arguments (a ``daydream.formats.trace_side.CommSource``, decoded on first
+    #: use), or None (a table made in memory: read from ``meta.source`` on demand)
+    comm: Any = None
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -291,7 +294,7 @@ class EventTable:
 
     def take(self, rows: np.ndarray) -> "EventTable":
         """A new table with the given rows (indices or bool mask); names and meta are shared."""
-        return EventTable({c: a[rows] for c, a in self.cols.items()}, self.names, self.meta, self.accounting, self.launch)
+        return EventTable({c: a[rows] for c, a in self.cols.items()}, self.names, self.meta, self.accounting, self.launch, self.comm)
 
     # ---- conversion -------------------------------------------------------------------------
     def to_struct(self) -> EventColumns:
@@ -312,14 +315,17 @@ class EventTable:
         return True
 
     # ---- persistence ------------------------------------------------------------------------
-    def save(self, path: str) -> None:
-        """Write the table to ``path`` as an uncompressed ``.npz`` with a JSON header (no pickle).
+    def save(self, path: str, members: dict[str, np.ndarray] | None = None) -> None:
+        """Write the table to ``path`` as an uncompressed ``.npz`` with a JSON header (no pickle);
+        ``members``: more arrays to store beside the columns (the launch data and collective args,
+        :func:`daydream.formats.trace_side.save_table`).
 
         The header names the trace file by its absolute path and records its identity (size and
         modification time, ``meta.extra["source_identity"]``), so that what is read from it later
-        (per-kernel launch data) is read only from the same, unchanged file."""
+        (a table saved without ``members``: per-kernel launch data) is read only from the same,
+        unchanged file."""
         header = SavedTableHeader(SCHEMA_VERSION, len(self), self.names, with_source_identity(self.meta), self.accounting)
-        arrays = {c: self.cols[c] for c in COLUMNS}
+        arrays = {**(members or {}), **{c: self.cols[c] for c in COLUMNS}}
         arrays["__header__"] = np.frombuffer(msgspec.json.encode(header), dtype=np.uint8)
         with open(path, "wb") as f:
             np.savez(f, **arrays)

@@ -82,6 +82,12 @@ def _adapters():
     return out
 
 
+def _trace_side():
+    """:mod:`.trace_side` (launch data and collective args taken at load), imported on first use
+    as the adapters are: it imports this package."""
+    return importlib.import_module(f"{__name__}.trace_side")
+
+
 def read_head(path: str) -> bytes:
     """The first ``HEAD_BYTES`` of the file's content, gunzipped when it is gzip.
 
@@ -252,8 +258,11 @@ def load_trace(path: str, *, strict: bool = False) -> EventTable:
         TraceFormatError: the file cannot be read (see each adapter), or its table has a time
             outside +-:data:`TIME_LIMIT_NS`.
     """
-    table = detect(path).load(str(path), strict=strict)
+    adapter = detect(path)
+    table = adapter.load(str(path), strict=strict)
     check_time_range(str(path), table)
+    if adapter.NAME != "saved-table":  # (a saved table carries its own, formats/saved.py)
+        _trace_side().capture(str(path), table)
     if table.meta.format == "kineto":
         table = prediction_only(str(path), table)
     return table

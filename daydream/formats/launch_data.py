@@ -486,6 +486,13 @@ class LaunchFacts:
         self._picked: Optional[tuple] = None
         self._data: Optional[LaunchData] = None
 
+    @classmethod
+    def holding(cls, data: LaunchData) -> "LaunchFacts":
+        """Facts whose :meth:`data` is ``data`` (read from the file at load, or from a saved table)."""
+        out = cls(data.reason)
+        out._data = data
+        return out
+
     def add_kernels(self, dev, corr, ext, grid, block, regs, smem) -> None:
         """Append kernel columns (int64; grid and block (n, 3)), in file order."""
         if len(dev):

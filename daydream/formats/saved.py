@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import TraceFormatError
 from ..events.table import COLUMNS, EventTable, Kind, SavedTableHeader, source_identity
 from . import checked_rank, inflate_limit, inflate_refused
+from .trace_side import CommSource, load_side
 
 NAME = "saved-table"
 DESCRIPTION = "daydream saved event table (.npz, written by --save-table)"
@@ -45,15 +46,18 @@ def _check_members(path: str) -> None:
             members = {i.filename: i for i in z.infolist()}
             size = os.path.getsize(path)
             limit = inflate_limit(path, size)
-            total = sum(members[k + ".npy"].file_size for k in ("__header__", *COLUMNS) if k + ".npy" in members)
+            side = tuple(k[:-4] for k in members if k.startswith("side.") and k.endswith(".npy"))  # trace_side.load_side reads them
+            total = sum(members[k + ".npy"].file_size for k in ("__header__", *COLUMNS, *side) if k + ".npy" in members)
             if total > limit:
                 raise inflate_refused(path, "", limit, size)
             n_rows = None
-            for key in ("__header__", *COLUMNS):
+            for key in ("__header__", *COLUMNS, *side):
                 name = key + ".npy"
                 if name not in members:
                     continue  # EventTable.load names what is missing
                 rows = _check_member(path, z, members[name], key)
+                if key.startswith("side."):
+                    continue
                 if key == "__header__":
                     n_rows = _header_rows(path, z, name)
                 elif n_rows is not None and rows != n_rows:
@@ -144,16 +148,26 @@ def load(path: str, *, strict: bool = False) -> EventTable:
     except _READ_ERRORS as e:  # what EventTable.load does not expect (e.g. a damaged compressed member)
         raise TraceFormatError(path, "", f"not a saved daydream event table ({e or type(e).__name__})") from None
     _check_values(path, table)
-    return _named_by_its_file(path, table)
+    try:
+        side = load_side(path, table)
+    except TraceFormatError:
+        raise
+    except _READ_ERRORS as e:  # a damaged side member
+        raise TraceFormatError(path, "", f"not a saved daydream event table ({e or type(e).__name__})") from None
+    table = _named_by_its_file(path, table, read_back=not side)
+    if not side and table.meta.source:  # saved before the side members: from the trace, at hand unchanged
+        table.comm = CommSource(table.meta.source)
+    return table
 
 
-def _named_by_its_file(path: str, table: EventTable) -> EventTable:
+def _named_by_its_file(path: str, table: EventTable, read_back: bool = True) -> EventTable:
     """``table`` with the file it was read from in ``extra['saved_table']`` (reports name it) and the
     header's ``source`` (text from the file: untrusted) in ``extra['saved_from']``. ``meta.source``,
     the path later stages read launch data and collective arguments back from, keeps it only when it
     names a regular file with the size and modification time the header recorded
     (``extra['source_identity']``, :func:`daydream.events.table.source_identity`, a stat that opens
-    nothing); else it is "" and nothing is read back (counted). A tampered header pointing at
+    nothing); else it is "" and nothing is read back (counted where the table, saved before it kept
+    them, needs its trace for them: ``read_back``). A tampered header pointing at
     /dev/zero grew to 9.7 GB, at a FIFO it hung, at another trace it took that trace's sizes. The
     rank and world size are checked as the trace readers check theirs: out of range, ignored and
     counted."""
@@ -164,8 +178,9 @@ def _named_by_its_file(path: str, table: EventTable) -> EventTable:
         extra["saved_from"] = src
         ident = extra.get("source_identity", "")
         if not (ident and source_identity(src) == ident):
-            table.accounting.add("notes", "the trace the table was saved from is not at hand unchanged: its launch data and "
-                                 "collective arguments are not read back", 1)
+            if read_back:
+                table.accounting.add("notes", "the trace the table was saved from is not at hand unchanged: its launch data and "
+                                     "collective arguments are not read back", 1)
             src = ""
     r, w = checked_rank(None if m.rank == -1 else m.rank, None if m.world_size == -1 else m.world_size, table.accounting, "saved header ")
     table.meta = msgspec.structs.replace(m, source=src, extra=extra, rank=r, world_size=w)

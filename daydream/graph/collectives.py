@@ -38,9 +38,9 @@ import numpy as np
 
 from ..util.arrays import sorted_unique, unique_inverse
 from ..events.table import Kind
-from ..formats.comm_args import CommArgs, read_comm_args
-from ..formats.comm_args import empty as comm_args_empty
-from . import NODE_CPU, TaskGraph
+from ..formats.comm_args import CommArgs
+from .facts import CpuOps
+from .model import NODE_CPU, TaskGraph
 from ..mapping.rules import COMM_KERNEL_PATTERN
 
 
@@ -176,8 +176,8 @@ def find_collectives(graph: TaskGraph, args: CommArgs | None = None) -> Collecti
     """Detect the collectives of ``graph`` (module docstring).
 
     Args:
-        graph: a built graph; its ``table`` (``meta.source``, ``meta.world_size``) supplies the
-            trace file whose args are read, unless ``args`` is given.
+        graph: a built graph; its ``facts`` (:class:`~daydream.graph.facts.TraceFacts`) supply the
+            collective args, unless ``args`` is given, and the world size.
         args: the trace's collective args (:func:`~daydream.formats.comm_args.read_comm_args`).
 
     Returns:
@@ -205,16 +205,15 @@ def find_collectives(graph: TaskGraph, args: CommArgs | None = None) -> Collecti
     src = np.zeros(k, np.uint8)
     if k:
         counts["collectives (NCCL/RCCL kernels)"] = k
-        table = graph.table
-        if args is None:
-            source = getattr(getattr(table, "meta", None), "source", "") or ""
-            args = comm_args_of(source) if source else None
+        facts = graph.facts
+        if args is None and facts is not None:
+            args = facts.comm_args
         if args is not None and args.reason:
             counts["collective args not readable (sizes unknown)"] = 1
         if args is not None and len(args):
             _sizes_from_args(graph, node, args, op, size, group, src)
         _sizes_of_inserted(graph, node, size, group, src)
-        ws = int(getattr(getattr(table, "meta", None), "world_size", -1) or -1)
+        ws = facts.world_size if facts is not None else -1
         fill = (group < 0) & (ws > 0)
         group[fill] = ws
         if fill.any():
@@ -228,24 +227,6 @@ def find_collectives(graph: TaskGraph, args: CommArgs | None = None) -> Collecti
         algbw = np.where((size >= 0) & (dur > 0), size / np.maximum(dur, 1) * 1e9, np.nan)
     busbw = algbw * bus_factor(op, np.where(group > 0, group, 0))
     return Collectives(node, op, algo, proto, size, group, src, dur, algbw, busbw, counts)
-
-
-#: the first bytes of an SQLite database (an nsys export): never a Kineto JSON document
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def comm_args_of(source: str) -> CommArgs:
-    """:func:`~daydream.formats.comm_args.read_comm_args` of the trace file ``source``, without
-    reading the whole file when it is an SQLite database (an nsys export, which holds no Kineto
-    args): then empty, with the reason set, as the reader returns it after failing to parse."""
-    try:
-        with open(source, "rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
-    except OSError:
-        head = b""
-    if head == _SQLITE_MAGIC:
-        return comm_args_empty(f"collective args not read from {source}: an SQLite database, not a Kineto JSON document")
-    return read_comm_args(source)
 
 
 def _sizes_from_args(graph: TaskGraph, node: np.ndarray, a: CommArgs, op: np.ndarray, size: np.ndarray,
@@ -268,10 +249,11 @@ def _sizes_from_args(graph: TaskGraph, node: np.ndarray, a: CommArgs, op: np.nda
     # 2. the innermost sized CPU op / annotation around the launching call (joined by External id)
     cpu = sized & (a.ext >= 0) & (a.corr < 0)
     todo = (size < 0) & (graph.launch[node] >= 0)
-    if cpu.any() and todo.any() and graph.table is not None:
-        rows, arow = _rows_of_args(graph.table, a, np.nonzero(cpu)[0])
+    if cpu.any() and todo.any() and graph.facts is not None:
+        ops = graph.facts.ops
+        rows, arow = _rows_of_args(ops, graph.facts.names, a, np.nonzero(cpu)[0])
         if len(rows):
-            enc = _enclosing(graph, node[todo], rows)
+            enc = _enclosing(graph, ops, node[todo], rows)
             ok = enc >= 0
             idx = np.nonzero(todo)[0][ok]
             ar = arow[enc[ok]]
@@ -304,15 +286,14 @@ def _take(hit, arow, nbytes, a_op, a_group, source, op, size, group, src) -> Non
     src[hit] = source
 
 
-def _rows_of_args(table, a: CommArgs, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Table rows (CPU ops and ranges) whose External id and name match args rows ``sel``:
-    (table rows, args row of each)."""
-    c = table.cols
-    cand = np.nonzero(np.isin(c["kind"], (Kind.CPU_OP, Kind.RANGE)) & np.isin(c["external_id"], a.ext[sel]))[0]
+def _rows_of_args(ops: CpuOps, names: list, a: CommArgs, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CPU ops and ranges (indices into ``ops``) whose External id and name (``names``) match args
+    rows ``sel``: (op indices, args row of each)."""
+    cand = np.nonzero(np.isin(ops.external_id, a.ext[sel]))[0]
     if not len(cand):
         return cand, cand
-    tnames = np.asarray(table.names, dtype=object)[c["name_id"][cand]]
-    key_t = np.array([f"{e}\x00{n}" for e, n in zip(c["external_id"][cand].tolist(), tnames)], dtype=object)
+    tnames = np.asarray(names, dtype=object)[ops.name_id[cand]]
+    key_t = np.array([f"{e}\x00{n}" for e, n in zip(ops.external_id[cand].tolist(), tnames)], dtype=object)
     key_a = np.array([f"{e}\x00{n}" for e, n in zip(a.ext[sel].tolist(), a.name[sel])], dtype=object)
     o = np.argsort(key_a)
     j = np.clip(np.searchsorted(key_a[o], key_t), 0, len(o) - 1)
@@ -320,15 +301,14 @@ def _rows_of_args(table, a: CommArgs, sel: np.ndarray) -> tuple[np.ndarray, np.n
     return cand[ok], sel[o][j][ok]
 
 
-def _enclosing(graph: TaskGraph, kernels: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Per kernel: the index into ``rows`` of the innermost (latest-starting) row enclosing its
-    launching call on the call's thread, -1 none."""
-    c = graph.table.cols
+def _enclosing(graph: TaskGraph, ops: CpuOps, kernels: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per kernel: the index into ``rows`` (indices into ``ops``) of the innermost (latest-starting)
+    op or range enclosing its launching call on the call's thread, -1 none."""
     call = graph.launch[kernels]
     out = np.full(len(kernels), -1, np.int64)
     qp, qt = graph.pid[call], graph.tid[call]
     qs, qe = graph.rec_start_ns[call], graph.rec_end_ns[call]
-    rp, rt, rs, re_ = c["pid"][rows], c["tid"][rows], c["start_ns"][rows], c["end_ns"][rows]
+    rp, rt, rs, re_ = ops.pid[rows], ops.tid[rows], ops.start_ns[rows], ops.end_ns[rows]
     for p, t in set(zip(qp.tolist(), qt.tolist())):  # threads launching collectives: a handful
         rm = np.nonzero((rp == p) & (rt == t))[0]
         qm = np.nonzero((qp == p) & (qt == t))[0]

@@ -17,6 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from ..mapping.maps import NodeMapping
+from .facts import TraceFacts
 from .order import is_valid_order
 from .edges import MAX_KINDS, RULES, EdgeKind, Origin, Phase, kind_name, rule_arrays
 
@@ -63,7 +64,7 @@ class TaskGraph:
         launch_queue_depth (``D`` of the launch-queue edges; ``remove``/``insert`` remake them).
     """
 
-    table: object  #: the EventTable the graph was built from (provenance and report only)
+    table: object  #: the EventTable the graph was built from (provenance and reports only; the what-ifs read ``facts``)
     row: np.ndarray
     node_kind: np.ndarray
     lane: np.ndarray
@@ -127,6 +128,10 @@ class TaskGraph:
     #: the GPU after the upgrade); None: ``devices`` are the recorded ones. What the recorded times
     #: came from (the link the collectives ran on) is read from these.
     recorded_devices: list | None = None
+    #: what the what-ifs need from the trace beyond the tasks (launch data, collective args, CPU ops,
+    #: profiler steps, the trace's file and world size: :class:`~daydream.graph.facts.TraceFacts`),
+    #: taken at build; None for a graph made otherwise. Kept by every transformation.
+    facts: TraceFacts | None = None
 
     # ------------------------------------------------------------------ node views ----------
     @property

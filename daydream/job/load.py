@@ -23,7 +23,6 @@ from ..graph.collectives import Collectives, find_collectives
 from ..errors import UsageError
 from ..events.table import Kind
 from ..formats import load_trace
-from ..formats.comm_args import read_comm_args
 from ..graph import TaskGraph, build_graph
 from ..mapping import map_events
 
@@ -89,10 +88,9 @@ def _group_names(graph: TaskGraph, coll: Collectives) -> np.ndarray:
     """Per collective: the process group named in the kernel's own args (joined by correlation),
     "" where the trace does not say."""
     out = np.full(len(coll), "", dtype=object)
-    source = getattr(getattr(graph.table, "meta", None), "source", "") or ""
-    if not len(coll) or not source:
+    a = graph.facts.comm_args if len(coll) and graph.facts is not None else None  # (read once: find_collectives read them)
+    if a is None:
         return out
-    a = read_comm_args(source)
     m = (a.corr >= 0) & (a.pg != "") if len(a) else np.zeros(0, bool)
     if not m.any():
         return out

@@ -41,9 +41,7 @@ from ..util.arrays import sorted_unique
 from ..graph import kernels as K
 from ..errors import NotApplicable, UsageError
 from ..events.table import Kind
-from ..formats.launch_data import launch_data_of
 from ..costmodel.gpus import find_gpu
-from ..graph import profiler_steps
 from ..transform import name_mask, scale, set_duration
 from . import Optimization, Param, register
 from ..costmodel import kernel_model as KM
@@ -236,7 +234,7 @@ def floored_durations(dur: np.ndarray, factor: np.ndarray, cap: np.ndarray, floo
 def _roofline_cap(graph, gpu, factor, comp):
     """Where the launching op's FLOPs and bytes are recorded, a compute kernel cannot become faster than
     its 16-bit roofline allows: factor >= max(F / P_half, B / 2 / W) / recorded time."""
-    data = launch_data_of(graph.table) if comp.any() else None
+    data = graph.facts.launch if comp.any() else None
     if data is None or not len(data):
         return factor
     row = KM.match_launches(graph, data)
@@ -262,7 +260,7 @@ def _forward_casts(graph, gpu, sel, floor_ns: int) -> tuple[np.ndarray, np.ndarr
     fwd = mapped_phase(graph, "forward")
     if fwd is None:
         return cast, wbytes, "no forward/backward mapping"
-    data = launch_data_of(graph.table)
+    data = graph.facts.launch
     if not len(data):
         return cast, wbytes, data.reason or "no launch records"
     row = KM.match_launches(graph, data)
@@ -271,7 +269,7 @@ def _forward_casts(graph, gpu, sel, floor_ns: int) -> tuple[np.ndarray, np.ndarr
     low = np.fromiter((data.op[i].removeprefix("aten::") in AUTOCAST_LOW_OPS for i in r.tolist()), bool, len(r))
     ok = low & (data.last_elem[r] == 4) & (data.last_bytes[r] > 0)
     idx = np.nonzero(m)[0][ok]
-    ext = graph.table.external_id[graph.row[idx]]  # one cast per op, before its first GEMM kernel (an op may launch several)
+    ext = graph.facts.external_id[graph.row[idx]]  # one cast per op, before its first GEMM kernel (an op may launch several)
     first = np.ones(len(idx), bool)
     has = ext >= 0
     if has.any():
@@ -310,7 +308,7 @@ def _add_casts(graph, g, gpu, sel, p):
         if ph is not None:
             opt |= (graph.node_kind == Kind.KERNEL) & ph
         if opt.any() and wbytes.sum() > 0:
-            steps = max(len(profiler_steps(graph.table)), 1)
+            steps = max(len(graph.facts.steps), 1)
             extra = steps * 2 * floor + 2 * wbytes.sum() / (gpu.mem_gbps * 1e9) * 1e9
             share = graph.dur_ns[opt] / max(graph.dur_ns[opt].sum(), 1)
             g = set_duration(g, opt, np.rint(g.dur_ns[opt] + extra * share).astype(np.int64))

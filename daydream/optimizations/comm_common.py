@@ -6,18 +6,15 @@ and the insertion of all-reduces on a communication stream. Changes go through
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from ..util.arrays import sorted_unique
 from ..costmodel import comm as cm
-from ..graph.collectives import Collectives, comm_args_of, find_collectives, kernel_is_collective
+from ..graph.collectives import Collectives, find_collectives, kernel_is_collective
 from ..errors import NotApplicable, UsageError
 from ..events.table import Kind
-from ..formats.comm_args import elem_bytes
 from ..graph import NODE_CPU, EdgeKind, TaskGraph
 from ..transform import add_edges, add_stream, insert, insert_launches, insert_on_stream
 from . import Param
@@ -128,94 +125,32 @@ def step_of_nodes(graph: TaskGraph) -> np.ndarray:
     return out
 
 
-# -------------------------------------------------------------------------- gradient sizes ----
-class ParamSize(msgspec.Struct, forbid_unknown_fields=True):
-    """One parameter: ``numel`` elements of ``dtype`` (a PyTorch dtype name, default float32)."""
-
-    numel: int
-    name: str = ""
-    dtype: str = "float32"
-
-
-class ParamSizes(msgspec.Struct, forbid_unknown_fields=True):
-    """The ``ddp:params=FILE`` JSON: the model's parameters in ``model.parameters()`` order (DDP
-    fills buckets in reverse of it, the order backward produces gradients)."""
-
-    parameters: list[ParamSize]
-
-
-def param_sizes_schema() -> dict:
-    """JSON Schema of :class:`ParamSizes` (``schemas/ddp-params.schema.json``)."""
-    return msgspec.json.schema(ParamSizes)
-
-
-#: largest element count of one parameter accepted from a ``ddp:params`` file (2^44: 16 Ti elements)
-MAX_PARAM_NUMEL = 2**44
-
-
-def read_param_sizes(path: str) -> np.ndarray:
-    """Gradient sizes in bytes, in backward order (reverse of the file's), from a ``ParamSizes`` file.
-
-    Raises:
-        UsageError: unreadable or invalid file (the message names the file and the place).
-    """
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read ({e.strerror or e})") from None
-    schema = 'schema: schemas/ddp-params.schema.json ({"parameters": [{"numel": N, "dtype": "float32"}, ...]})'
-    try:
-        msgspec.json.decode(data)  # the JSON first: a truncated file is said to be one, whatever its fields
-    except msgspec.DecodeError as e:
-        why = f"the JSON ends early at byte {len(data):,} (a truncated file?)" if "truncated" in str(e) else f"not JSON ({e})"
-        raise UsageError(f"{path}: {why}; {schema}") from None
-    try:
-        doc = msgspec.json.decode(data, type=ParamSizes)
-    except (msgspec.DecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path}: not a parameter-size file ({e}); {schema}") from None
-    out = []
-    for i, q in enumerate(doc.parameters):
-        b = elem_bytes(q.dtype)
-        if b < 0:
-            raise UsageError(f"{path}: parameters[{i}].dtype: unknown PyTorch dtype {q.dtype!r} (e.g. float32, bfloat16, float16, int64)")
-        if q.numel < 0:
-            raise UsageError(f"{path}: parameters[{i}].numel: {q.numel} is negative (a count of elements)")
-        if q.numel > MAX_PARAM_NUMEL:
-            raise UsageError(f"{path}: parameters[{i}].numel: {q.numel} is over 2^44 elements (no real parameter is that large)")
-        out.append(q.numel * b)
-    if not out:
-        raise UsageError(f"{path}: no parameters")
-    return np.asarray(out[::-1], np.int64)
-
-
 def gradients_from_trace(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, str]:
     """Gradients recorded in the trace: (ready GPU node, bytes) per gradient in production order,
     and a note. A gradient is an ``AccumulateGrad`` op with ``Input Dims`` (``record_shapes``);
     it is ready when the last GPU task its thread launched before the op ended has run.
     Empty arrays and the reason when the trace has none."""
-    src = getattr(graph.table.meta, "source", "") if graph.table is not None else ""
-    a = comm_args_of(src) if src else None
+    a = graph.facts.comm_args if graph.facts is not None else None
     if a is None or not len(a):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), "the trace records no input shapes (record_shapes=False)"
     acc = np.array(["AccumulateGrad" in s for s in a.name], bool) & (a.dims_nelems >= 0) & (a.ext >= 0)
     if not acc.any():
         return np.zeros(0, np.int64), np.zeros(0, np.int64), "no AccumulateGrad op with recorded input shapes"
-    c = graph.table.cols
-    rows = np.nonzero((c["kind"] == Kind.CPU_OP) & np.isin(c["external_id"], a.ext[acc]))[0]
-    tn = np.asarray(graph.table.names, object)[c["name_id"][rows]]
+    c = graph.facts.ops  # (rows below: indices into these CPU ops and ranges, in table order)
+    rows = np.nonzero((c.kind == Kind.CPU_OP) & np.isin(c.external_id, a.ext[acc]))[0]
+    tn = np.asarray(graph.facts.names, object)[c.name_id[rows]]
     rows = rows[np.array(["AccumulateGrad" in s for s in tn], bool)]
     # join (External id) -> bytes; names of duplicates (the evaluate_function wrapper) drop out
     ext_a, nb = a.ext[acc], a.dims_nelems[acc] * np.where(a.elem_bytes[acc] > 0, a.elem_bytes[acc], 4)
     o = np.argsort(ext_a)
-    j = np.clip(np.searchsorted(ext_a[o], c["external_id"][rows]), 0, len(o) - 1)
-    ok = ext_a[o][j] == c["external_id"][rows]
+    j = np.clip(np.searchsorted(ext_a[o], c.external_id[rows]), 0, len(o) - 1)
+    ok = ext_a[o][j] == c.external_id[rows]
     rows, nbytes = rows[ok], nb[o][j][ok]
     rows, keep = np.unique(rows, return_index=True)
     nbytes = nbytes[keep]
-    ready = _last_launched_before(graph, c["pid"][rows], c["tid"][rows], c["end_ns"][rows])
+    ready = _last_launched_before(graph, c.pid[rows], c.tid[rows], c.end_ns[rows])
     good = ready >= 0
-    o = np.argsort(c["end_ns"][rows][good], kind="stable")
+    o = np.argsort(c.end_ns[rows][good], kind="stable")
     note = f"{int(good.sum())} gradients from AccumulateGrad input shapes"
     if (~good).any():
         note += f" ({int((~good).sum())} with no kernel launched before them, left out)"

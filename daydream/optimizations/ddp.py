@@ -36,10 +36,10 @@ from .comm_common import (
     gradients_from_trace,
     insert_allreduces,
     network_of,
-    read_param_sizes,
     spread_over_backward,
     step_of_nodes,
 )
+from ..formats.param_sizes import read_param_sizes
 
 
 def gradients(graph, p) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:

@@ -28,7 +28,6 @@ from ..errors import NotApplicable, UsageError
 from ..events.table import CopyKind, DeviceInfo, Kind
 from ..costmodel.gpus import GPU, find_gpu, gpu_of_device, names
 from ..events.cuda_api import ApiRole
-from ..formats.launch_data import launch_data_of
 from ..graph import NODE_CPU
 from ..transform import scale, scale_gaps, set_duration, set_launch_latency
 from . import Optimization, Param, register
@@ -119,7 +118,7 @@ def _launch_model(graph, src: GPU, target: GPU, p):
     if p["conv_tf32"] == "on" and target.tf32_tflops == 0:
         raise UsageError(f"gpu-upgrade: conv_tf32=on, but the {target.name} has no TF32 Tensor Cores (its fp32 convolutions run on "
                          "CUDA cores as fp32): give conv_tf32=auto or off")
-    data = launch_data_of(graph.table)
+    data = graph.facts.launch
     floor_s = KM.kernel_floor_ns(src, graph)
     floor_t = int(p["target_floor_ns"]) if p["target_floor_ns"] >= 0 else (
         KM.KERNEL_FLOOR_NS.get(target.name, floor_s) if target is not src else floor_s)

@@ -13,7 +13,7 @@ from typing import Callable
 
 from ..events.table import event_table_schema
 from ..formats.cupti_jsonl.line_schema import cupti_jsonl_schema
-from ..optimizations.comm_common import param_sizes_schema
+from ..formats.param_sizes import param_sizes_schema
 from .job_model import job_report_schema
 from .report_model import report_schema
 

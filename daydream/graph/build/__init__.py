@@ -15,6 +15,7 @@ from ...events.table import EventTable, Kind
 from ...events.links import only_process
 from .._arrays import Counts, count
 from ..edges import EdgeKind, Origin
+from ..facts import trace_facts
 from .inferred import infer_unlinked_waits
 from .assemble import node_columns, order_edges
 from .handover import handover_edges, own_gaps
@@ -164,7 +165,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
         order=order.astype(np.int64, copy=False), edge_src=src, edge_dst=dst, edge_kind=ek, edge_origin=eo,
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
-        staging_latency_ns=S, latent_waits=(row[ls], row[ld]) if len(ls) else (),
+        staging_latency_ns=S, latent_waits=(row[ls], row[ld]) if len(ls) else (), facts=trace_facts(table),
     )
     if all_kept:  # every lane and launch edge as built: seed the graph's views of them (same arrays)
         graph.__dict__["lane_prev"], graph.__dict__["launch"] = lanes.lane_prev, launch
