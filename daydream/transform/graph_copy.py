@@ -1,4 +1,5 @@
-"""Copies of a task graph's node arrays with tasks taken or appended, lane splices, and the visiting-order repair every structural primitive ends with."""
+"""Shared by the structural primitives: a graph's node arrays taken at given ids, lane edges relinked
+to inserted tasks, and the visiting-order repair each of them ends with."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from ..graph import NODE_CPU, TaskGraph, rule_arrays, topological_order
+from ..graph import TaskGraph, rule_arrays, topological_order
 
 
 def _take_nodes(graph: TaskGraph, idx: np.ndarray) -> TaskGraph:
@@ -17,20 +18,6 @@ def _take_nodes(graph: TaskGraph, idx: np.ndarray) -> TaskGraph:
     kw["mapping"] = graph.mapping.take(idx) if graph.mapping is not None else None
     kw["priority"] = graph.priority[idx] if graph.priority is not None else None
     return dataclasses.replace(graph, **kw)
-
-
-# ------------------------------------------------------------------------------- insert ------
-def _append_node(graph: TaskGraph, *, like: int, code: int, lane: int, dur_ns: int, gap_ns: int, name: str) -> TaskGraph:
-    """``graph`` with one more node (id ``graph.n``) on ``lane``: a copy of ``like`` (identity,
-    mapping, priority, position) with its own kind, name, duration and gap, no table row and no
-    correlation id, recorded as an instant at ``like``'s end."""
-    g = _take_nodes(graph, np.append(np.arange(graph.n), like))
-    v = graph.n
-    g.row[v], g.node_kind[v], g.lane[v], g.correlation[v] = -1, code, lane, -1
-    g.name_id[v] = len(graph.names)
-    g.dur_ns[v], g.gap_ns[v] = int(dur_ns), int(gap_ns) if code == NODE_CPU else 0
-    g.rec_start_ns[v] = graph.rec_end_ns[like]
-    return dataclasses.replace(g, names=[*graph.names, name])
 
 
 def _relink_lane_successors(graph: TaskGraph, at: np.ndarray) -> np.ndarray:

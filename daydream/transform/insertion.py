@@ -1,18 +1,24 @@
-"""Insert: new tasks placed on lanes after anchors, with their launches and waits."""
+"""Insert: new tasks placed on lanes, after an anchor or at a lane's end, with their launches and waits.
+
+One batched primitive, :func:`insert_tasks`, does every insertion; :func:`insert` (one task),
+:func:`insert_cpu_tasks` (CPU tasks after distinct anchors), :func:`insert_on_stream` (a kernel at
+a stream's end), :func:`insert_launches` (launch calls with their kernels) and
+:func:`add_kernel_after` (a kernel and its call after another) are its cases, each keeping its own
+checks and messages.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
 from ..util.arrays import sorted_unique
 from ..errors import DaydreamError
-from ..events.table import Kind
 from ..graph import NODE_CPU, EdgeKind, Origin, TaskGraph
 from ..graph.queue import requeue
-from .graph_copy import _append_node, _relink_lane_successors, _take_nodes, _with_valid_order
+from .graph_copy import _relink_lane_successors, _take_nodes, _with_valid_order
 from .selection import KIND_NAMES
 
 
@@ -64,31 +70,13 @@ def insert(
     for x in [*preds, *succs, *([launch] if launch is not None else [])]:
         if not 0 <= x < n:
             raise DaydreamError(f"insert: {x} is not a node")
-    v = n
-    g = _append_node(graph, like=after, code=code, lane=ln, dur_ns=dur_ns, gap_ns=gap_ns, name=name)
-    lane_kind = EdgeKind.THREAD if code == NODE_CPU else EdgeKind.STREAM
-    at = np.full(n, -1, np.int64)
-    at[after] = v
-    src, dst = _relink_lane_successors(graph, at), graph.edge_dst
     nxt = int(graph.lane_next[after])
-    new = [([after], [v], lane_kind)]
-    if launch is not None and code != NODE_CPU:
-        new.append(([int(launch)], [v], EdgeKind.LAUNCH))
-    new.append((preds, [v] * len(preds), EdgeKind.WAIT if code == NODE_CPU else EdgeKind.XSTREAM))
-    for s in succs:
-        new.append(([v], [s], EdgeKind.WAIT if graph.node_kind[s] == NODE_CPU else EdgeKind.XSTREAM))
-    add_s = np.concatenate([np.asarray(x[0], np.int64) for x in new])
-    add_d = np.concatenate([np.asarray(x[1], np.int64) for x in new])
-    add_k = np.concatenate([np.full(len(x[0]), x[2], np.uint8) for x in new])
-    order = np.insert(graph.order, int(np.flatnonzero(graph.order == after)[0]) + 1, v)
-    g = dataclasses.replace(
-        g, edge_src=np.concatenate([src, add_s]), edge_dst=np.concatenate([dst, add_d]),
-        edge_kind=np.concatenate([graph.edge_kind, add_k]),
-        edge_origin=np.concatenate([graph.edge_origin, np.full(len(add_s), Origin.INSERTED, np.uint8)]),
-        order=order.astype(np.int64, copy=False))
     if nxt >= 0 and nxt in preds:
         raise DaydreamError("insert: the new task would wait for the task that follows it on its lane (a cycle)")
-    return _with_valid_order(requeue(g)), v
+    g, new = insert_tasks(graph, after=[after], dur_ns=dur_ns, names=[name], kind=kind, lane=ln,
+                          launch=-1 if launch is None else launch, gap_ns=gap_ns, preds=[(0, p) for p in preds],
+                          succs=[(0, s) for s in succs])
+    return g, int(new[0])
 
 
 def insert_cpu_tasks(graph: TaskGraph, *, after, dur_ns, gap_ns, name: str, at_ns=None) -> tuple[TaskGraph, np.ndarray]:
@@ -118,28 +106,7 @@ def insert_cpu_tasks(graph: TaskGraph, *, after, dur_ns, gap_ns, name: str, at_n
         return graph, np.zeros(0, np.int64)
     if after.min() < 0 or after.max() >= n or (graph.node_kind[after] != NODE_CPU).any() or len(sorted_unique(after)) != k_n:
         raise DaydreamError("insert_cpu_tasks: the anchors must be distinct CPU tasks of the graph")
-    new = n + np.arange(k_n, dtype=np.int64)
-    g = _take_nodes(graph, np.concatenate([np.arange(n), after]))
-    g.row[n:], g.correlation[n:], g.node_kind[n:] = -1, -1, NODE_CPU
-    g.name_id[n:] = len(graph.names) + np.arange(k_n)
-    g.dur_ns[n:], g.gap_ns[n:] = np.broadcast_to(np.asarray(dur_ns, np.int64), k_n), np.broadcast_to(np.asarray(gap_ns, np.int64), k_n)
-    g.rec_start_ns[n:] = graph.rec_end_ns[after]
-    if at_ns is not None:
-        g.rec_start_ns[n:] = g.rec_end_ns[n:] = g.position_ns[n:] = np.broadcast_to(np.asarray(at_ns, np.int64), k_n)
-    at = np.full(n, -1, np.int64)
-    at[after] = new
-    src = _relink_lane_successors(graph, at)  # each anchor's lane successor now follows its new task
-    rank = np.empty(n, np.int64)
-    rank[graph.order] = np.arange(n)
-    ids = np.concatenate([np.arange(n), new])
-    order = ids[np.lexsort((np.r_[np.zeros(n, np.int64), np.ones(k_n, np.int64)], np.concatenate([rank, rank[after]])))]
-    g = dataclasses.replace(
-        g, names=[*graph.names, *([name] * k_n)], edge_src=np.concatenate([src, after]),
-        edge_dst=np.concatenate([graph.edge_dst, new]),
-        edge_kind=np.concatenate([graph.edge_kind, np.full(k_n, EdgeKind.THREAD, np.uint8)]),
-        edge_origin=np.concatenate([graph.edge_origin, np.full(k_n, Origin.INSERTED, np.uint8)]),
-        order=order.astype(np.int64, copy=False))
-    return _with_valid_order(requeue(g)), new
+    return insert_tasks(graph, after=after, dur_ns=dur_ns, names=[name] * k_n, kind="cpu", gap_ns=gap_ns, at_ns=at_ns)
 
 
 def add_kernel_after(graph: TaskGraph, kernel: int, *, dur_ns: int, name: str, call_dur_ns: int) -> tuple[TaskGraph, int]:
@@ -182,33 +149,14 @@ def insert_on_stream(graph: TaskGraph, *, lane: int, like: int, dur_ns: int, nam
     if not 0 <= lane < len(graph.lanes) or not graph.lane_is_gpu[lane]:
         raise DaydreamError(f"insert_on_stream: lane {lane} is not a GPU stream")
     preds = [int(p) for p in preds]
-    on = np.nonzero(graph.lane == lane)[0]
-    last = int(on[graph.lane_next[on] < 0][0]) if len(on) else -1
     if not 0 <= like < graph.n or graph.node_kind[like] == NODE_CPU:
         raise DaydreamError("insert_on_stream: `like` must be a GPU task")
     for x in [*preds, *([launch] if launch is not None else [])]:
         if not 0 <= x < graph.n:
             raise DaydreamError(f"insert_on_stream: {x} is not a node")
-    g = _append_node(graph, like=like, code=int(Kind.KERNEL), lane=lane, dur_ns=dur_ns, gap_ns=0, name=name)
-    v = graph.n
-    g.stream[v] = int(graph.lane_keys[lane][3])
-    g.copy_kind[v] = 0
-    if launch is not None:  # a GPU task's place is its launching call's start (docs/model.md)
-        g.position_ns[v] = graph.position_ns[launch]
-    src = [*preds, *([int(launch)] if launch is not None else []), *([last] if last >= 0 else [])]
-    kinds = ([EdgeKind.XSTREAM] * len(preds) + ([EdgeKind.LAUNCH] if launch is not None else [])
-             + ([EdgeKind.STREAM] if last >= 0 else []))
-    rank = np.empty(graph.n, np.int64)
-    rank[graph.order] = np.arange(graph.n)
-    pos = int(rank[src].max()) if src else -1  # visited after everything it depends on: the order stays valid
-    order = np.insert(graph.order, pos + 1, v)
-    g = dataclasses.replace(
-        g, edge_src=np.concatenate([graph.edge_src, np.asarray(src, np.int64)]),
-        edge_dst=np.concatenate([graph.edge_dst, np.full(len(src), v, np.int64)]),
-        edge_kind=np.concatenate([graph.edge_kind, np.asarray(kinds, np.uint8)]),
-        edge_origin=np.concatenate([graph.edge_origin, np.full(len(src), Origin.INSERTED, np.uint8)]),
-        order=order.astype(np.int64))
-    return _with_valid_order(requeue(g)), v
+    g, new = insert_tasks(graph, after=[-1], lane=[lane], like=[like], dur_ns=dur_ns, names=[name],
+                          launch=-1 if launch is None else int(launch), preds=[(0, p) for p in preds])
+    return g, int(new[0])
 
 
 def insert_launches(graph: TaskGraph, *, lane: int, anchor: np.ndarray, like: np.ndarray, dur_ns: np.ndarray,
@@ -237,60 +185,223 @@ def insert_launches(graph: TaskGraph, *, lane: int, anchor: np.ndarray, like: np
     if min(anchor.min(), like.min()) < 0 or max(anchor.max(), like.max()) >= n or (graph.node_kind[anchor] != NODE_CPU).any() \
             or (graph.node_kind[like] == NODE_CPU).any() or len(like) != k_n or len(dur_ns) != k_n or len(names) != k_n:
         raise DaydreamError("insert_launches: anchors must be CPU tasks and like GPU tasks of the graph, one per kernel")
-    calls, kern = n + 2 * np.arange(k_n), n + 2 * np.arange(k_n) + 1
-    g = _take_nodes(graph, np.concatenate([np.arange(n), np.stack([anchor, like], 1).ravel()]))
-    g.row[n:], g.correlation[n:], g.gap_ns[n:] = -1, -1, 0
-    g.node_kind[calls], g.node_kind[kern] = NODE_CPU, int(Kind.KERNEL)
-    g.lane[kern] = lane
-    g.name_id[n:] = len(graph.names) + np.arange(2 * k_n)
-    g.dur_ns[calls], g.dur_ns[kern] = 0, np.asarray(dur_ns, np.int64)
-    g.rec_start_ns[n:] = g.rec_end_ns[n:]
-    g.stream[kern], g.copy_kind[kern] = int(graph.lane_keys[lane][3]), 0
-    g.position_ns[kern] = graph.position_ns[anchor]
-    names_all = list(graph.names)
-    for x in names:
-        names_all += [call_name, x]
-    src, dst, kind, origin, order = _launch_edges(graph, lane, anchor, like, calls, kern)
-    g = dataclasses.replace(g, names=names_all, edge_src=src, edge_dst=dst, edge_kind=kind, edge_origin=origin, order=order)
-    return _with_valid_order(requeue(g)), kern
+    after = np.empty(2 * k_n, np.int64)
+    last_call: dict = {}
+    for k, a in enumerate(anchor.tolist()):  # each call after the calls inserted at its anchor before it
+        after[2 * k], after[2 * k + 1] = last_call.get(a, a), -1
+        last_call[a] = n + 2 * k
+    calls = n + 2 * np.arange(k_n)
+    g, new = insert_tasks(graph, after=after, lane=np.repeat(graph.lane[anchor], 2) * np.tile([1, 0], k_n) + np.tile([0, lane], k_n),
+                          like=np.stack([np.full(k_n, -1), like], 1).ravel(),
+                          launch=np.stack([np.full(k_n, -1), calls], 1).ravel(),
+                          dur_ns=np.stack([np.zeros(k_n, np.int64), np.asarray(dur_ns, np.int64)], 1).ravel(),
+                          names=[x for nm in names for x in (call_name, nm)], kind=["cpu", "kernel"] * k_n, gap_ns=0,
+                          preds=[(2 * k + 1, x) for k, x in enumerate(like.tolist())])
+    return g, new[1::2]
 
 
-def _launch_edges(graph: TaskGraph, lane: int, anchor, like, calls, kern):
-    """Edges and a visiting order for :func:`insert_launches`: each anchor's calls chained between
-    it and its old thread successor (whose lane edge now leaves the last of them), each kernel
-    after its call (LAUNCH), ``like`` (XSTREAM) and the previous kernel on ``lane`` (STREAM)."""
-    n, k_n = graph.n, len(anchor)
-    o = np.argsort(anchor, kind="stable")
-    a_s = anchor[o]
-    first = np.r_[True, a_s[1:] != a_s[:-1]]
-    prev_call = np.where(first, a_s, np.r_[-1, calls[o][:-1]])  # thread predecessor of each call (by anchor, then k)
-    pred = np.empty(k_n, np.int64)
-    pred[o] = prev_call
-    last_at = np.full(n, -1, np.int64)
-    last_at[a_s] = calls[o]  # the last call at each anchor (the highest k)
-    src = _relink_lane_successors(graph, last_at)
-    on = np.nonzero(graph.lane == lane)[0]
-    last = int(on[graph.lane_next[on] < 0][0]) if len(on) else -1
-    prev_k = np.r_[last, kern[:-1]]
-    has = prev_k >= 0
-    # per k: anchor/previous call -> call (THREAD); like -> kernel (XSTREAM); call -> kernel (LAUNCH); previous kernel (STREAM)
-    add_s = np.stack([pred, like, calls, prev_k], 1).ravel()
-    add_d = np.stack([calls, kern, kern, kern], 1).ravel()
-    add_k = np.tile(np.array([EdgeKind.THREAD, EdgeKind.XSTREAM, EdgeKind.LAUNCH, EdgeKind.STREAM], np.uint8), k_n)
-    keep = np.stack([np.ones(k_n, bool), np.ones(k_n, bool), np.ones(k_n, bool), has], 1).ravel()
-    src = np.concatenate([src, add_s[keep]])
-    dst = np.concatenate([graph.edge_dst, add_d[keep]])
-    kind = np.concatenate([graph.edge_kind, add_k[keep]])
-    origin = np.concatenate([graph.edge_origin, np.full(int(keep.sum()), Origin.INSERTED, np.uint8)])
-    rank = np.empty(n, np.int64)
+# -------------------------------------------------------------------- the batched insert ------
+def insert_tasks(graph: TaskGraph, *, after, dur_ns, names, kind="kernel", lane=None, like=None, launch=None, gap_ns=0,
+                 at_ns=None, preds=(), succs=()) -> tuple[TaskGraph, np.ndarray]:
+    """New graph with ``K`` tasks inserted at once: the graph that inserting them one after the
+    other (``k = 0 .. K-1``) makes, at one copy of the graph. Every other insertion is a case of it.
+
+    Task ``k`` (node id ``n + k``) is placed right after ``after[k]`` on its lane (the anchor's
+    lane successor now follows it), or, where ``after[k]`` is -1, at the end of ``lane[k]`` (which
+    may be empty, e.g. made by :func:`~daydream.transform.lanes.add_stream`). An anchor, a launch or
+    a predecessor may be a task inserted before it in the same call (``n + j``, ``j < k``).
+
+    Args:
+        after: (K,) anchor node ids, or -1 (end of the lane). Each node anchors one task at most.
+        dur_ns: (K,) or scalar, ns. names: (K,) task names, or one name for all.
+        kind: "cpu", "kernel", "memcpy" or "memset", for all or one per task.
+        lane: (K,) lane ids, needed for tasks at a lane's end; default: the anchor's lane.
+        like: (K,) nodes lending identity (pid, tid, device, stream, mapping, priority, position);
+            default: the anchor (for an inserted anchor, the node that lent it its identity).
+        launch: (K,) for GPU tasks the CPU task launching it (its start + L makes it ready), -1 none.
+        gap_ns: (K,) or scalar: for CPU tasks, the CPU gap before it, ns.
+        at_ns: (K,) or scalar, ns: the recorded instant each task stands for (recorded start, end
+            and position); default: recorded at its model task's end, at its model's position.
+        preds: (task index k, node) pairs: GPU tasks task ``k`` waits for (cross-stream producers
+            of a GPU task, or GPU tasks a CPU task blocks on), in edge order.
+        succs: (task index k, node) pairs: tasks that wait for task ``k`` (cross-stream consumers
+            or blocking calls), in edge order.
+
+    A GPU task at a lane's end takes the lane's stream, copy kind 0, and its launching call's
+    position (``docs/model.md``). Each task's edges are added in the order the single insertions
+    made them: after an anchor the lane edge, launch, waits, consumers; at a lane's end the waits,
+    launch, lane edge. The visiting order puts a task right after its anchor, or at a lane's end
+    right after the latest of its sources; it is repaired when that is not valid.
+
+    Returns:
+        (new graph, the inserted tasks' ids).
+
+    Raises:
+        DaydreamError: bad node ids, a kind/lane mismatch, an anchor given twice, a lane's end
+            without a lane or without a model task.
+    """
+    t = _task_table(graph, after, dur_ns, names, kind, lane, like, launch, gap_ns, at_ns, preds, succs)
+    if t is None:
+        return graph, np.zeros(0, np.int64)
+    g = _new_nodes(graph, t)
+    lane_src, at, first_src = _splice(graph, t)
+    src, dst, kind_e, origin = _new_edges(graph, t, lane_src, at)
+    g = dataclasses.replace(g, edge_src=src, edge_dst=dst, edge_kind=kind_e, edge_origin=origin, order=_visit_order(graph, t, first_src))
+    return _with_valid_order(requeue(g)), t.new
+
+
+class _Tasks(NamedTuple):
+    """The tasks of one :func:`insert_tasks` call, checked and one value per task."""
+
+    new: np.ndarray  #: node ids n .. n + K - 1
+    after: np.ndarray
+    code: np.ndarray  #: node kind codes
+    lane: np.ndarray
+    like: np.ndarray  #: the original node lending identity
+    launch: np.ndarray
+    dur: np.ndarray
+    gap: np.ndarray
+    at_ns: np.ndarray | None
+    names: list
+    preds: dict  #: task index -> list of nodes
+    succs: dict
+
+
+def _task_table(graph, after, dur_ns, names, kind, lane, like, launch, gap_ns, at_ns, preds, succs) -> _Tasks | None:
+    """The arguments of :func:`insert_tasks` checked, one value per task (None: no task)."""
+    n = graph.n
+    after = np.atleast_1d(np.asarray(after, np.int64))
+    k_n = len(after)
+    if k_n == 0:
+        return None
+    new = n + np.arange(k_n, dtype=np.int64)
+    kinds = [kind] * k_n if isinstance(kind, str) else list(kind)
+    if len(kinds) != k_n or any(x not in KIND_NAMES for x in kinds):
+        raise DaydreamError(f"insert_tasks: one kind per task, of {sorted(KIND_NAMES)}")
+    code = np.array([KIND_NAMES[x] for x in kinds], np.int64)
+    names = [names] * k_n if isinstance(names, str) else list(names)
+    per = lambda v, fill: np.broadcast_to(np.asarray(fill if v is None else v, np.int64), (k_n,)).copy()  # noqa: E731
+    launch, like_in = per(launch, -1), per(like, -1)
+    ln = per(lane, -1)
+    bad = (after < -1) | (after >= new) | (launch < -1) | (launch >= new) | (like_in < -1) | (like_in >= n)
+    if bad.any() or len(names) != k_n or len(sorted_unique(after[after >= 0])) != int((after >= 0).sum()):
+        raise DaydreamError("insert_tasks: anchors, launches and model tasks must be nodes (or earlier inserted tasks), "
+                            "one per task, each anchor once")
+    like_out = np.empty(k_n, np.int64)
+    for k, (a, lk) in enumerate(zip(after.tolist(), like_in.tolist())):
+        if lk < 0 and a < 0:
+            raise DaydreamError("insert_tasks: a task at a lane's end needs a model task (like)")
+        like_out[k] = lk if lk >= 0 else (like_out[a - n] if a >= n else a)
+        if a >= 0:
+            a_lane = int(graph.lane[a]) if a < n else int(ln[a - n])
+            ln[k] = a_lane if ln[k] < 0 else ln[k]
+            if ln[k] != a_lane:
+                raise DaydreamError("insert: the anchor must be on the lane the task is inserted on")
+    if (ln < 0).any() or (ln >= len(graph.lanes)).any() or (graph.lane_is_gpu[ln] != (code != NODE_CPU)).any():
+        raise DaydreamError("insert: the lane does not fit the task kind (CPU tasks go on threads, GPU tasks on streams)")
+    pairs = {}
+    for name, given in (("preds", preds), ("succs", succs)):
+        d: dict = {}
+        for k, x in given:
+            if not 0 <= int(k) < k_n or not 0 <= int(x) < n + k_n:
+                raise DaydreamError(f"insert_tasks: {name} must pair a task index with a node")
+            d.setdefault(int(k), []).append(int(x))
+        pairs[name] = d
+    return _Tasks(new, after, code, ln, like_out, launch, per(dur_ns, 0), np.where(code == NODE_CPU, per(gap_ns, 0), 0),
+                  None if at_ns is None else per(at_ns, 0), names, pairs["preds"], pairs["succs"])
+
+
+def _new_nodes(graph: TaskGraph, t: _Tasks) -> TaskGraph:
+    """``graph`` with the node arrays of the new tasks appended (edges and order left as they are)."""
+    n, new = graph.n, t.new
+    g = _take_nodes(graph, np.concatenate([np.arange(n), t.like]))
+    g.row[new], g.node_kind[new], g.lane[new], g.correlation[new] = -1, t.code, t.lane, -1
+    g.name_id[new] = len(graph.names) + np.arange(len(new))
+    g.dur_ns[new], g.gap_ns[new] = t.dur, t.gap
+    g.rec_start_ns[new] = graph.rec_end_ns[t.like]
+    if t.at_ns is not None:
+        g.rec_start_ns[new] = g.rec_end_ns[new] = g.position_ns[new] = t.at_ns
+    end = new[(t.after < 0) & (t.code != NODE_CPU)]
+    if len(end):  # a GPU task at a lane's end: the lane's stream; placed at its launching call's start
+        g.stream[end], g.copy_kind[end] = graph.lane_keys[g.lane[end], 3], 0
+        la = end[t.launch[end - n] >= 0]
+        g.position_ns[la] = g.position_ns[t.launch[la - n]]
+    return dataclasses.replace(g, names=[*graph.names, *t.names])
+
+
+def _splice(graph: TaskGraph, t: _Tasks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lane links of the new tasks, as the one-by-one insertion makes them: (per task the
+    source of its lane edge, -1 none; per old node the task its old lane-successor edge now leaves
+    from, -1 unchanged; per task its lane predecessor when it was inserted)."""
+    n = graph.n
+    lane_src = np.full(len(t.new), -1, np.int64)
+    first_src = lane_src.copy()
+    at = np.full(n, -1, np.int64)
+    holder: dict = {}  # node -> who holds the lane edge leaving it: ("old", node) or ("new", task index)
+    lane_end: dict = {}
+    if (t.after < 0).any():
+        tails = np.flatnonzero(graph.lane_next < 0)
+        last = np.full(len(graph.lanes), -1, np.int64)
+        last[graph.lane[tails]] = tails
+        lane_end = dict(enumerate(last.tolist()))
+    for k, (a, ln) in enumerate(zip(t.after.tolist(), t.lane.tolist())):
+        v = n + k
+        if a < 0:  # at the lane's end
+            prev = lane_end[ln]
+            lane_src[k] = first_src[k] = prev
+            if prev >= 0:
+                holder[prev] = ("new", k)
+            lane_end[ln] = v
+            continue
+        h = holder.get(a, ("old", a))
+        if h[0] == "old":
+            at[h[1]] = v
+        else:
+            lane_src[h[1]] = v
+        holder[v], holder[a] = h, ("new", k)
+        lane_src[k] = a
+        if lane_end.get(ln) == a:
+            lane_end[ln] = v
+    return lane_src, at, first_src
+
+
+def _new_edges(graph: TaskGraph, t: _Tasks, lane_src: np.ndarray, at: np.ndarray):
+    """The edge arrays: the old edges (lane-successor edges relinked to the new tasks), then each
+    new task's edges in the order of its single insertion."""
+    n = graph.n
+    src = _relink_lane_successors(graph, at)
+    node_cpu = np.append(graph.node_kind == NODE_CPU, t.code == NODE_CPU)
+    add: list[tuple[int, int, int]] = []  # (source, destination, kind)
+    for k, (a, ls, la) in enumerate(zip(t.after.tolist(), lane_src.tolist(), t.launch.tolist())):
+        v, cpu = n + k, bool(node_cpu[n + k])
+        lane_e = [(ls, EdgeKind.THREAD if cpu else EdgeKind.STREAM)] if ls >= 0 else []
+        launch_e = [(la, EdgeKind.LAUNCH)] if la >= 0 and not cpu else []
+        wait_e = [(p, EdgeKind.WAIT if cpu else EdgeKind.XSTREAM) for p in t.preds.get(k, ())]
+        for s, kd in (lane_e + launch_e + wait_e) if a >= 0 else (wait_e + launch_e + lane_e):
+            add.append((s, v, int(kd)))
+        add += [(v, s, int(EdgeKind.WAIT if node_cpu[s] else EdgeKind.XSTREAM)) for s in t.succs.get(k, ())]
+    a = np.asarray(add, np.int64).reshape(-1, 3)
+    return (np.concatenate([src, a[:, 0]]), np.concatenate([graph.edge_dst, a[:, 1]]),
+            np.concatenate([graph.edge_kind, a[:, 2].astype(np.uint8)]),
+            np.concatenate([graph.edge_origin, np.full(len(a), Origin.INSERTED, np.uint8)]))
+
+
+def _visit_order(graph: TaskGraph, t: _Tasks, first_src: np.ndarray) -> np.ndarray:
+    """A visiting order: the old one, each new task right after its anchor (by task index among
+    those), a task at a lane's end right after the latest of its lane predecessor, launch and
+    waits (after the anchored ones at that place). Valid unless a task waits for something
+    visited after its anchor (the caller repairs that)."""
+    n, k_n = graph.n, len(t.new)
+    rank = np.empty(n + k_n, np.int64)
     rank[graph.order] = np.arange(n)
-    # visiting keys (primary rank, group, k): calls right after their anchor, kernels after their latest source
-    prim = np.maximum.accumulate(np.maximum(rank[like], rank[anchor]))
-    if last >= 0:
-        prim = np.maximum(prim, rank[last])
-    p_all = np.concatenate([rank, rank[anchor], prim])
-    grp = np.concatenate([np.zeros(n, np.int64), np.ones(k_n, np.int64), np.full(k_n, 2, np.int64)])
-    sub = np.concatenate([np.zeros(n, np.int64), np.arange(k_n), np.arange(k_n)])
-    ids = np.concatenate([np.arange(n), calls, kern])
-    order = ids[np.lexsort((sub, grp, p_all))]
-    return src, dst, kind, origin, order.astype(np.int64)
+    grp = np.zeros(n + k_n, np.int64)
+    for k, a in enumerate(t.after.tolist()):
+        v = n + k
+        if a >= 0:
+            rank[v], grp[v] = rank[a], 1
+        else:
+            srcs = [x for x in (int(first_src[k]), int(t.launch[k]), *t.preds.get(k, ())) if x >= 0]
+            rank[v], grp[v] = (max(rank[srcs].tolist()) if srcs else -1), 2
+    sub = np.concatenate([np.zeros(n, np.int64), np.arange(k_n)])
+    ids = np.concatenate([graph.order, t.new])
+    return ids[np.lexsort((sub[ids], grp[ids], rank[ids]))].astype(np.int64)
