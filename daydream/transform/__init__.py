@@ -6,6 +6,13 @@ these: :func:`select` tasks by a predicate, :func:`scale` their durations, :func
 :func:`set_priority` to schedule a stream by priority (the paper's reschedule). Every
 primitive returns a new graph; the graph it was given is never changed.
 
+One module per primitive: :mod:`.selection` (masks), :mod:`.durations` (durations, gaps, launch
+latency), :mod:`.removal`, :mod:`.dependencies` (edges added or removed), :mod:`.insertion` (one
+batched :func:`insert_tasks`; :func:`insert` and the other insertions are its cases),
+:mod:`.merging` (:func:`merge`: groups of tasks become one), :mod:`.lanes` (:func:`add_lanes`: new
+threads and streams), :mod:`.reschedule` (:func:`set_priority`); :mod:`.graph_copy` holds what
+they share. This package re-exports every primitive: import them from ``daydream.transform``.
+
 Semantics (they keep ``docs/model.md`` meaningful for the changed program):
 
 * Scaling a CPU task scales its duration (for a blocking call: its own cost), not its gap.
@@ -27,14 +34,16 @@ from __future__ import annotations
 from ..graph import topological_order  # noqa: F401 - importable from here since before the split
 from .dependencies import add_edges, remove_edges, with_latent_waits
 from .durations import MAX_DURATION_NS, scale, scale_gaps, set_duration, set_gap, set_launch_latency
-from .insertion import add_kernel_after, insert, insert_cpu_tasks, insert_launches, insert_on_stream
-from .lanes import add_stream, add_thread, add_threads
+from .insertion import add_kernel_after, insert, insert_cpu_tasks, insert_launches, insert_on_stream, insert_tasks
+from .lanes import add_lanes, add_stream, add_thread, add_threads
+from .merging import merge
 from .removal import remove
 from .reschedule import set_priority
 from .selection import KIND_NAMES, MAX_PATTERN_CHARS, compile_pattern, name_mask, select
 
 __all__ = [
-    "KIND_NAMES", "MAX_DURATION_NS", "MAX_PATTERN_CHARS", "add_edges", "add_kernel_after", "add_stream", "add_thread", "add_threads",
-    "compile_pattern", "insert", "insert_cpu_tasks", "insert_launches", "insert_on_stream", "name_mask", "remove", "remove_edges",
+    "KIND_NAMES", "MAX_DURATION_NS", "MAX_PATTERN_CHARS", "add_edges", "add_kernel_after", "add_lanes", "add_stream", "add_thread",
+    "add_threads", "compile_pattern", "insert", "insert_cpu_tasks", "insert_launches", "insert_on_stream", "insert_tasks", "merge",
+    "name_mask", "remove", "remove_edges",
     "scale", "scale_gaps", "select", "set_duration", "set_gap", "set_launch_latency", "set_priority", "with_latent_waits",
 ]
