@@ -7,7 +7,7 @@ these: :func:`select` tasks by a predicate, :func:`scale` their durations, :func
 primitive returns a new graph; the graph it was given is never changed.
 
 One module per primitive: :mod:`.selection` (masks), :mod:`.durations` (durations, gaps, launch
-latency), :mod:`.removal`, :mod:`.dependencies` (edges added or removed), :mod:`.insertion` (one
+latency), :mod:`.dependencies` (remove tasks; edges added or removed), :mod:`.insertion` (one
 batched :func:`insert_tasks`; :func:`insert` and the other insertions are its cases),
 :mod:`.merging` (:func:`merge`: groups of tasks become one), :mod:`.lanes` (:func:`add_lanes`: new
 threads and streams), :mod:`.reschedule` (:func:`set_priority`); :mod:`.graph_copy` holds what
@@ -32,18 +32,17 @@ Semantics (they keep ``docs/model.md`` meaningful for the changed program):
 from __future__ import annotations
 
 from ..graph import topological_order  # noqa: F401 - importable from here since before the split
-from .dependencies import add_edges, remove_edges, with_latent_waits
+from .dependencies import add_edges, remove, remove_edges, with_latent_waits
 from .durations import MAX_DURATION_NS, scale, scale_gaps, set_duration, set_gap, set_launch_latency
 from .insertion import add_kernel_after, insert, insert_cpu_tasks, insert_launches, insert_on_stream, insert_tasks
 from .lanes import add_lanes, add_stream, add_thread, add_threads
 from .merging import merge
-from .removal import remove
 from .reschedule import set_priority
 from .selection import KIND_NAMES, MAX_PATTERN_CHARS, compile_pattern, name_mask, select
 
 __all__ = [
     "KIND_NAMES", "MAX_DURATION_NS", "MAX_PATTERN_CHARS", "add_edges", "add_kernel_after", "add_lanes", "add_stream", "add_thread",
     "add_threads", "compile_pattern", "insert", "insert_cpu_tasks", "insert_launches", "insert_on_stream", "insert_tasks", "merge",
-    "name_mask", "remove", "remove_edges",
-    "scale", "scale_gaps", "select", "set_duration", "set_gap", "set_launch_latency", "set_priority", "with_latent_waits",
+    "name_mask", "remove", "remove_edges", "scale", "scale_gaps", "select", "set_duration", "set_gap", "set_launch_latency",
+    "set_priority", "with_latent_waits",
 ]

@@ -136,7 +136,7 @@ def add_kernel_after(graph: TaskGraph, kernel: int, *, dur_ns: int, name: str, c
 def insert_on_stream(graph: TaskGraph, *, lane: int, like: int, dur_ns: int, name: str, launch: int | None = None,
                      preds: Iterable[int] = ()) -> tuple[TaskGraph, int]:
     """New graph with a kernel appended at the end of GPU ``lane`` (which may be empty, e.g. made
-    by :func:`add_stream`): launched by ``launch`` (ready at its start + L), after the lane's last
+    by :func:`~daydream.transform.lanes.add_stream`): launched by ``launch`` (ready at its start + L), after the lane's last
     task (+G) and its cross-stream producers ``preds`` (+G). ``like`` (a GPU node) lends its
     identity fields (pid, device, mapping); the new task takes the lane's stream.
 

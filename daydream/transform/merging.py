@@ -7,13 +7,13 @@ import numpy as np
 
 from ..graph import TaskGraph
 from .durations import set_duration
-from .removal import remove
+from .dependencies import remove
 
 
 def merge(graph: TaskGraph, group: np.ndarray, dur_ns: np.ndarray | int, *, drop: np.ndarray | None = None) -> TaskGraph:
     """New graph in which each group of tasks becomes one task: the group's first member in the
     visiting order (its head) stays, with duration ``dur_ns``; the other members are removed as
-    :func:`~daydream.transform.removal.remove` removes tasks (dependencies through them kept
+    :func:`~daydream.transform.dependencies.remove` removes tasks (dependencies through them kept
     transitively, so what waited for a member now waits for the task before it on its lane).
 
     Args:
