@@ -287,16 +287,19 @@ def _task_table(graph, after, dur_ns, names, kind, lane, like, launch, gap_ns, a
     if bad.any() or len(names) != k_n or len(sorted_unique(after[after >= 0])) != int((after >= 0).sum()):
         raise DaydreamError("insert_tasks: anchors, launches and model tasks must be nodes (or earlier inserted tasks), "
                             "one per task, each anchor once")
-    like_out = np.empty(k_n, np.int64)
+    like_out: list[int] = []
+    lanes = ln.tolist()
+    anchor_lane = graph.lane[np.where((after >= 0) & (after < n), after, 0)].tolist() if n else [-1] * k_n
     for k, (a, lk) in enumerate(zip(after.tolist(), like_in.tolist())):
         if lk < 0 and a < 0:
             raise DaydreamError("insert_tasks: a task at a lane's end needs a model task (like)")
-        like_out[k] = lk if lk >= 0 else (like_out[a - n] if a >= n else a)
+        like_out.append(lk if lk >= 0 else (like_out[a - n] if a >= n else a))
         if a >= 0:
-            a_lane = int(graph.lane[a]) if a < n else int(ln[a - n])
-            ln[k] = a_lane if ln[k] < 0 else ln[k]
-            if ln[k] != a_lane:
+            a_lane = anchor_lane[k] if a < n else lanes[a - n]
+            lanes[k] = a_lane if lanes[k] < 0 else lanes[k]
+            if lanes[k] != a_lane:
                 raise DaydreamError("insert: the anchor must be on the lane the task is inserted on")
+    ln, like_out = np.asarray(lanes, np.int64), np.asarray(like_out, np.int64)
     if (ln < 0).any() or (ln >= len(graph.lanes)).any() or (graph.lane_is_gpu[ln] != (code != NODE_CPU)).any():
         raise DaydreamError("insert: the lane does not fit the task kind (CPU tasks go on threads, GPU tasks on streams)")
     pairs = {}
@@ -370,10 +373,10 @@ def _new_edges(graph: TaskGraph, t: _Tasks, lane_src: np.ndarray, at: np.ndarray
     new task's edges in the order of its single insertion."""
     n = graph.n
     src = _relink_lane_successors(graph, at)
-    node_cpu = np.append(graph.node_kind == NODE_CPU, t.code == NODE_CPU)
+    node_cpu = np.append(graph.node_kind == NODE_CPU, t.code == NODE_CPU).tolist()
     add: list[tuple[int, int, int]] = []  # (source, destination, kind)
     for k, (a, ls, la) in enumerate(zip(t.after.tolist(), lane_src.tolist(), t.launch.tolist())):
-        v, cpu = n + k, bool(node_cpu[n + k])
+        v, cpu = n + k, node_cpu[n + k]
         lane_e = [(ls, EdgeKind.THREAD if cpu else EdgeKind.STREAM)] if ls >= 0 else []
         launch_e = [(la, EdgeKind.LAUNCH)] if la >= 0 and not cpu else []
         wait_e = [(p, EdgeKind.WAIT if cpu else EdgeKind.XSTREAM) for p in t.preds.get(k, ())]
@@ -394,14 +397,16 @@ def _visit_order(graph: TaskGraph, t: _Tasks, first_src: np.ndarray) -> np.ndarr
     n, k_n = graph.n, len(t.new)
     rank = np.empty(n + k_n, np.int64)
     rank[graph.order] = np.arange(n)
+    rk = rank[:n].tolist()  # plain lists: one look-up per task
     grp = np.zeros(n + k_n, np.int64)
-    for k, a in enumerate(t.after.tolist()):
-        v = n + k
+    grp[n:] = np.where(t.after >= 0, 1, 2)
+    for k, (a, fs, la) in enumerate(zip(t.after.tolist(), first_src.tolist(), t.launch.tolist())):
         if a >= 0:
-            rank[v], grp[v] = rank[a], 1
+            rk.append(rk[a])
         else:
-            srcs = [x for x in (int(first_src[k]), int(t.launch[k]), *t.preds.get(k, ())) if x >= 0]
-            rank[v], grp[v] = (max(rank[srcs].tolist()) if srcs else -1), 2
+            srcs = [x for x in (fs, la, *t.preds.get(k, ())) if x >= 0]
+            rk.append(max(rk[x] for x in srcs) if srcs else -1)
+    rank[n:] = rk[n:]
     sub = np.concatenate([np.zeros(n, np.int64), np.arange(k_n)])
     ids = np.concatenate([graph.order, t.new])
     return ids[np.lexsort((sub[ids], grp[ids], rank[ids]))].astype(np.int64)
