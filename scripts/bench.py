@@ -384,7 +384,7 @@ def _warm_jit() -> None:
         else:
             later_min(e, e, 0, method="compiled")
         try:
-            from daydream.transform import kahn
+            from daydream.graph.order import kahn
         except ImportError:  # a daydream before the compiled topological sort of transformed graphs
             pass
         else:

@@ -162,3 +162,72 @@ def test_adding_a_kernel_predicts_the_changed_program(tmp_path_factory, prog, se
     got_tasks[(anchor.thread, anchor.op_index + 1)] = (int(pred.start_ns[new_k]), int(pred.end_ns[new_k]))
     assert got_calls == e_calls
     assert got_tasks == e_tasks
+
+
+# --------------------------------------------------------- batched insert, merge, lanes ----
+def _same_graph(a, b):
+    for f in ("node_kind", "lane", "name_id", "pid", "tid", "stream", "copy_kind", "dur_ns", "gap_ns", "rec_start_ns",
+              "rec_end_ns", "position_ns", "edge_src", "edge_dst", "edge_kind", "edge_origin"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert a.names == b.names and a.lanes == b.lanes
+
+
+def test_insert_tasks_is_the_one_by_one_insertion():
+    """One insert_tasks call (a call after an anchor, a kernel at a new stream's end launched by
+    it, a call chained after the first, a kernel after a recorded kernel with a consumer) makes the
+    graph that insert / insert_on_stream make one task at a time, and the same prediction."""
+    from daydream import load_trace
+    from daydream.transform import add_stream, insert_on_stream, insert_tasks
+
+    g = build_graph(load_trace("fixtures/train_step.json.gz"))
+    cpu, gpu = np.flatnonzero(g.node_kind == NODE_CPU), np.flatnonzero((g.node_kind != NODE_CPU) & (g.launch >= 0))
+    a, k, like = int(cpu[5]), int(gpu[3]), int(gpu[0])
+    waiter = int(g.lane_next[g.launch[k]])
+    g, lane = add_stream(g, pid=int(g.pid[like]), device=int(g.device[like]))
+    n = g.n
+    one, _ = insert(g, after=a, dur_ns=10, name="c0", kind="cpu", gap_ns=3)
+    one, _ = insert_on_stream(one, lane=lane, like=like, dur_ns=500, name="k1", launch=n, preds=[like])
+    one, _ = insert(one, after=n, dur_ns=20, name="c2", kind="cpu")
+    one, _ = insert(one, after=k, dur_ns=700, name="k3", succs=[waiter])
+    batch, ids = insert_tasks(g, after=[a, -1, n, k], lane=[int(g.lane[a]), lane, int(g.lane[a]), int(g.lane[k])],
+                              like=[-1, like, -1, -1], kind=["cpu", "kernel", "cpu", "kernel"], dur_ns=[10, 500, 20, 700],
+                              gap_ns=[3, 0, 0, 0], names=["c0", "k1", "c2", "k3"], launch=[-1, n, -1, -1],
+                              preds=[(1, like)], succs=[(3, waiter)])
+    assert ids.tolist() == [n, n + 1, n + 2, n + 3]
+    _same_graph(one, batch)
+    assert np.array_equal(simulate(one).end_ns, simulate(batch).end_ns)
+
+
+def test_merge_is_set_duration_then_remove():
+    from daydream import load_trace
+    from daydream.transform import merge, set_duration
+
+    g = build_graph(load_trace("fixtures/train_step.json.gz"))
+    rank = np.empty(g.n, np.int64)
+    rank[g.order] = np.arange(g.n)
+    gpu_lanes = g.lane[g.node_kind != NODE_CPU]
+    on = np.flatnonzero(g.lane == np.bincount(gpu_lanes).argmax())  # the busiest stream
+    on = on[np.argsort(rank[on])]
+    group = np.full(g.n, -1, np.int64)
+    group[on[2:5]], group[on[8:10]] = 4, 1  # groups in increasing id order: 1, then 4
+    heads = np.zeros(g.n, bool)
+    heads[[on[8], on[2]]] = True
+    dur = np.zeros(g.n, np.int64)
+    dur[on[8]], dur[on[2]] = 111, 444
+    ref = remove(set_duration(g, heads, dur[heads]), (group >= 0) & ~heads)
+    got = merge(g, group, [111, 444])
+    _same_graph(ref, got)
+
+
+def test_add_lanes_adds_threads_then_streams():
+    from daydream import load_trace
+    from daydream.transform import add_lanes, add_stream, add_threads
+
+    g = build_graph(load_trace("fixtures/train_step.json.gz"))
+    like = int(np.flatnonzero(g.node_kind == NODE_CPU)[0])
+    th = [dict(pid=int(g.pid[like]), tid=77777 + i, like=like, dur_ns=[5, 6], gap_ns=[1, 2], names=["a", "b"]) for i in range(2)]
+    got, news, lanes = add_lanes(g, threads=th, streams=[dict(pid=int(g.pid[like]), device=0)])
+    ref, ref_news = add_threads(g, th)
+    ref, ln = add_stream(ref, pid=int(g.pid[like]), device=0)
+    _same_graph(ref, got)
+    assert lanes == [ln] and all(np.array_equal(x, y) for x, y in zip(news, ref_news))

@@ -39,7 +39,7 @@ from ..errors import NotApplicable
 from ..graph import NODE_CPU
 from ..graph.startup import startup_calls
 from ..events.table import Kind
-from ..transform import remove, set_duration
+from ..transform import merge
 from . import Optimization, Param, integer_ns, register
 from .common import (
     SYNC_ROLES,
@@ -127,11 +127,8 @@ def _apply(graph, p):
     drop = np.zeros(graph.n, dtype=bool)
     drop[seq[~first]] = True
     glaunch = p["graph_launch_ns"] if p["graph_launch_ns"] >= 0 else median_launch_ns(graph)
-    head_mask = np.zeros(graph.n, dtype=bool)
-    head_mask[heads] = True
     removed_cpu_ns = int(graph.dur_ns[drop].sum() + graph.gap_ns[drop].sum())
-    g = set_duration(graph, head_mask, int(glaunch))
-    g = remove(g, drop)
+    g = merge(graph, np.where(in_good, run_of, -1), int(glaunch))  # each run becomes its first call, the graph launch
     return g, (f"{len(heads):,} graph launch{'es' * (len(heads) != 1)} ({how}; {glaunch:,} ns{' each' * (len(heads) != 1)}) replace {int(in_good.sum()):,} API calls; "
                f"{removed_cpu_ns / 1e6:,.3f} ms of CPU calls and gaps removed")
 

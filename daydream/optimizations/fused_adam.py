@@ -34,7 +34,7 @@ from ..errors import NotApplicable
 from ..events.table import Kind
 from ..graph import NODE_CPU
 from ..graph.startup import startup_calls
-from ..transform import remove, set_duration
+from ..transform import merge
 from . import Optimization, Param, integer_ns, register
 from .common import (
     cpu_nodes_in_ranges,
@@ -114,8 +114,8 @@ def _apply(graph, p):
     if not plans:
         raise NotApplicable(f"no optimizer step launches 2 or more elementwise/optimizer kernels on one stream (found by {how})")
 
-    drop = np.zeros(graph.n, dtype=bool)
-    head_k, head_c, k_ns, c_ns = [], [], [], []
+    group = np.full(graph.n, -1, dtype=np.int64)  # plan i: its kernels are group 2i, its launch calls 2i + 1
+    k_ns, c_ns = [], []
     n_k = n_c = 0
     before_ns = after_ns = 0
     for ks, calls in plans:
@@ -123,22 +123,14 @@ def _apply(graph, p):
         total = int(graph.dur_ns[ks].sum())
         fused_ns = int(round(total * p["kernel_factor"]))
         # the first kernel becomes the fused kernel, the first launch call its launch
-        head_k.append(int(ks[0]))
-        head_c.append(int(calls[0]))
+        group[ks], group[calls] = 2 * len(k_ns), 2 * len(k_ns) + 1
         k_ns.append(fused_ns)
         c_ns.append(launch_ns)
-        drop[ks[1:]] = True
-        drop[calls[1:]] = True
         n_k += len(ks)
         n_c += len(calls)
         before_ns += total
         after_ns += fused_ns
-    heads = np.asarray(head_k + head_c, dtype=np.int64)
-    durs = np.asarray(k_ns + c_ns, dtype=np.int64)
-    hm = np.zeros(graph.n, dtype=bool)
-    hm[heads] = True
-    g = set_duration(graph, hm, durs[np.argsort(heads)])
-    g = remove(g, drop)
+    g = merge(graph, group, np.asarray([x for kc in zip(k_ns, c_ns) for x in kc], dtype=np.int64))
     which = optimizer_names(graph)
     note = (f"{len(plans)} optimizer step(s) ({how}{'; ' + ', '.join(which) if which else ''}): {n_k:,} kernels and {n_c:,} "
             f"launch calls -> {len(plans)} fused kernel(s) (GPU {before_ns / 1e6:,.3f} -> {after_ns / 1e6:,.3f} ms)")

@@ -50,7 +50,7 @@ from ..errors import NotApplicable
 from ..events.table import Kind
 from ..graph import NODE_CPU
 from ..graph.startup import startup_calls
-from ..transform import remove, set_duration
+from ..transform import merge
 from . import Optimization, Param, register
 from .common import has_dependents, lane_order, mapped_phase
 
@@ -164,7 +164,6 @@ def _apply(graph, p):
     longest = np.maximum.reduceat(durs, first_idx)
     frac = fused_fraction(counts, p["reads"], p["writes"])
     fused = np.maximum(longest, np.rint(total * frac).astype(np.int64))
-    heads = members[first_idx]
     rest = np.ones(len(members), dtype=bool)
     rest[first_idx] = False
     drop_k = members[rest]
@@ -177,10 +176,9 @@ def _apply(graph, p):
     calls = sorted_unique(graph.launch[drop_k])
     # one-time start-up calls stay (a compiled program loads its kernels' modules too)
     drop[calls[(n_dropped[calls] == n_launched[calls]) & ~startup_calls(graph)[calls]]] = True
-    head_mask = np.zeros(graph.n, dtype=bool)
-    head_mask[heads] = True
-    g = set_duration(graph, head_mask, fused[np.argsort(heads)])
-    g = remove(g, drop)
+    group = np.full(graph.n, -1, dtype=np.int64)
+    group[members] = c
+    g = merge(graph, group, fused, drop=drop)  # each chain's first kernel becomes the fused kernel
     gone = drop & (graph.node_kind == NODE_CPU)
     host_ns = int(graph.gap_ns[gone].sum() + graph.dur_ns[gone].sum())
     # the host time goes with the calls: on a CPU-bound trace it is all of the gain (a new user took
