@@ -1,0 +1,33 @@
+"""Constants of the kernel-cost model, fitted by scripts/kernel_fit.py (do not edit by hand).
+
+Fitted on: A100 40GB PCIe, P100 PCIe, T4, V100 PCIe (../shared/kernels/neusight, all rows).
+See daydream/costmodel/fit.py for what each constant is and how it is fitted.
+"""
+
+FITTED = {'c_tile': 4.0,
+ 'eff': {'A100 40GB PCIe': {'bmm': 0.9135,
+                            'elementwise': 0.87358,
+                            'linear': 0.92598,
+                            'ln': 0.64701,
+                            'softmax': 0.7304},
+         'P100 PCIe': {'bmm': 0.99325,
+                       'elementwise': 0.73665,
+                       'linear': 0.86844,
+                       'ln': 0.46524,
+                       'softmax': 0.42439},
+         'T4': {'bmm': 0.50858, 'elementwise': 0.73862, 'linear': 0.52635, 'ln': 0.51861, 'softmax': 0.67176},
+         'V100 PCIe': {'bmm': 0.94686,
+                       'elementwise': 0.90689,
+                       'linear': 1.05135,
+                       'ln': 0.59835,
+                       'softmax': 0.64299}},
+ 'eta': 72.22615,
+ 'fitted_on': ['A100 40GB PCIe', 'P100 PCIe', 'T4', 'V100 PCIe'],
+ 'h_occ': 2.0,
+ 'spread': {'cross': {'bmm': [0.86165, 1.80846],
+                      'elementwise': [0.96269, 1.03874],
+                      'linear': [0.81635, 1.40196],
+                      'ln': [0.83046, 1.20466],
+                      'softmax': [0.76278, 1.30981]},
+            'shape': {'bmm': [0.85684, 1.14345], 'linear': [0.88307, 1.08704]}},
+ 'tile_policy': 'best'}
