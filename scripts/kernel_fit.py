@@ -36,7 +36,7 @@ def main(argv=None) -> int:
         print("up to date" if same else f"{out} differs from a fresh fit")
         return 0 if same else 1
     out.write_text(text)
-    print(f"wrote {out}: c_tile {c.c_tile:g}, h_occ {c.h_occ:g}, tile policy {c.tile_policy}, eta {c.eta:.1f} GFLOP/s/W")
+    print(f"wrote {out}: c_tile {c.c_tile:g}, h_occ {c.h_occ:g}, tile policy {c.tile_policy}, eta {c.eta} GFLOP/s/W")
     return 0
 
 

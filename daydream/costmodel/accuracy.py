@@ -142,7 +142,7 @@ def markdown(res: dict) -> str:
     L += ["", "Fitted constants per held-out GPU (fitted on the other three):", "",
           "| held out | c_tile | h_occ | tile policy | eta (GFLOP/s/W) | fitted on |", "|---|---|---|---|---|---|"]
     for h, c in res["constants"].items():
-        L.append(f"| {h} | {c.c_tile:g} | {c.h_occ:g} | {c.tile_policy} | {c.eta:.1f} | {', '.join(c.fitted_on)} |")
+        L.append(f"| {h} | {c.c_tile:g} | {c.h_occ:g} | {c.tile_policy} | {', '.join(f'{k} {v:.1f}' for k, v in sorted(c.eta.items()))} | {', '.join(c.fitted_on)} |")
     return "\n".join(L) + "\n"
 
 

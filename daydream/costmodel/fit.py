@@ -13,8 +13,8 @@ evaluation refits on three at a time):
 2. ``eff[gpu][class]``: the median over that GPU's rows of that class of
    ``(T1 - floor) / (t - floor)``, ``T1`` the model time at efficiency 1 (memory classes first, so
    that a GEMM's memory term uses the GPU's fitted bandwidth).
-3. ``eta`` (GFLOP/s per W): the largest ``eff[gpu]['linear'] · fp32 peak / TDP`` over the NVIDIA
-   GPUs fitted: the least power cap that none of them contradicts.
+3. ``eta[process]`` (GFLOP/s per W): the largest ``eff[gpu]['linear'] · fp32 peak / TDP`` over the
+   NVIDIA GPUs fitted of that process: the least power cap that none of them contradicts.
 4. ``spread[mode][class]``: the 10th and 90th percentiles of measured / predicted over the fitted
    GPUs' own pairs (cross: every ordered GPU pair, same shape; shape: each GEMM row from its
    nearest other shape on the same GPU), in-sample.
@@ -40,7 +40,7 @@ def _ones(gpus: list[Spec], c_tile: float, eff: dict | None = None, h: float = 0
     if eff:
         for g, d in eff.items():
             e[g].update(d)
-    return Mdl.Constants(e, c_tile, 0.0, {}, tuple(g.name for g in gpus), h)
+    return Mdl.Constants(e, c_tile, {}, {}, tuple(g.name for g in gpus), h)
 
 
 def _ratio(k: Kernels, t: np.ndarray, gpu: Spec, c: Mdl.Constants) -> np.ndarray:
@@ -105,15 +105,15 @@ def fit(data: dict[str, tuple[Spec, Kernels, np.ndarray, np.ndarray]], spread: b
         for h in h_grid:
             eff = _fit_eff(data, gpus, ct, h)
             for pol in pols:
-                score = _cross_score(gp, Mdl.Constants(eff, ct, 0.0, {}, names, h, pol))
+                score = _cross_score(gp, Mdl.Constants(eff, ct, {}, {}, names, h, pol))
                 if score < best[0] - 1e-12:
                     best = (score, ct, h, pol)
     _, ct, h, pol = best
     eff = _fit_eff(data, gpus, ct, h)
-    eta = 0.0
+    eta: dict = {}
     for g in gpus:
-        if g.vendor == "nvidia" and g.tdp_w > 0 and "linear" in eff[g.name]:
-            eta = max(eta, eff[g.name]["linear"] * g.peak("fp32") * 1000.0 / g.tdp_w)
+        if g.vendor == "nvidia" and g.tdp_w > 0 and "linear" in eff[g.name] and g.process:
+            eta[g.process] = max(eta.get(g.process, 0.0), eff[g.name]["linear"] * g.peak("fp32") * 1000.0 / g.tdp_w)
     c = Mdl.Constants(eff, ct, eta, {}, names, h, pol)
     if spread:
         c.spread = {"cross": _spread_cross(data, c), "shape": _spread_shape(data, c)}
@@ -187,7 +187,7 @@ def to_python(c: Mdl.Constants, header: str) -> str:
         return round(float(x), 5)
     eff = {g: {cl: r(v) for cl, v in d.items()} for g, d in c.eff.items()}
     spread = {m: {cl: [r(a), r(b)] for cl, (a, b) in d.items()} for m, d in c.spread.items()}
-    body = {"eff": eff, "c_tile": r(c.c_tile), "eta": r(c.eta), "spread": spread, "fitted_on": list(c.fitted_on)}
+    body = {"eff": eff, "c_tile": r(c.c_tile), "eta": {k: r(v) for k, v in c.eta.items()}, "spread": spread, "fitted_on": list(c.fitted_on)}
     import pprint
     body["h_occ"], body["tile_policy"] = r(c.h_occ), c.tile_policy
     return f'"""{header}"""\n\nFITTED = {pprint.pformat(body, width=110, sort_dicts=True)}\n'

@@ -32,10 +32,13 @@ Mechanisms and their sources:
   takes the median over the development GPUs, and for memory classes scales it by the GPU's
   published DRAM utilization where the vendor gives one (:data:`DRAM_UTILIZATION`).
 * **Power cap** (FP32 CUDA-core path of an NVIDIA GPU without fitted values): the achieved FP32
-  rate is at most ``eta · TDP`` (board power from the datasheet, :data:`specs.BOARD_POWER_W`);
-  ``eta`` (GFLOP/s per W) is FITTED as the largest rate per watt reached by a development GPU
-  (the least cap consistent with all of them). Low-power boards (T4: 70 W) do not sustain their
-  boost clock under SGEMM.
+  rate is at most ``eta_node · TDP`` (board power from the datasheet, :data:`specs.BOARD_POWER_W`),
+  ``eta_node`` (GFLOP/s per W) a property of the fabrication process (:data:`specs.PROCESS_NODE`:
+  energy per operation is set by the transistors), FITTED per process as the largest rate per watt
+  a development GPU of that process reaches (the least cap none of them contradicts). Low-power
+  boards (T4: 70 W) do not sustain their boost clock under SGEMM. A GPU of a process no
+  development GPU shares gets no cap at its point (an older process's ``eta`` is only a lower
+  bound for a newer one); the slow end of its range takes the largest ``eta`` fitted.
 * **L2**: a kernel whose bytes fit in the GPU's L2 (``l2_mib`` from the spec sheet / device_configs)
   streams at :data:`L2_BANDWIDTH_FACTOR` times DRAM bandwidth (``l2``; 1 otherwise).
 * **Floor**: the launch-overhead floor :data:`FLOOR_NS`, the smallest kernel time measured per GPU.
@@ -109,12 +112,12 @@ TC_EFFICIENCY, TC_EFFICIENCY_RANGE = 0.5, (0.35, 0.8)
 class Constants:
     """Fitted constants (:mod:`daydream.costmodel.fit`). ``eff[gpu][class]``: share of peak
     (GEMM) or bandwidth (memory classes); ``c_tile``: tile-efficiency constant; ``eta``: GFLOP/s
-    per W (power cap); ``spread[mode][class]``: (p10, p90) of measured/predicted; ``fitted_on``:
+    per W per process node (power cap); ``spread[mode][class]``: (p10, p90) of measured/predicted; ``fitted_on``:
     the GPUs (table names)."""
 
     eff: dict
     c_tile: float
-    eta: float
+    eta: dict
     spread: dict
     fitted_on: tuple
     h_occ: float = 0.0  #: latency-hiding constant of :func:`wave_fill`
@@ -257,11 +260,26 @@ def _eff(gpu: Spec, cls: np.ndarray, c: Constants, which: str) -> np.ndarray:
     return out
 
 
+def power_cap_tflops(gpu: Spec, c: Constants, mode: str = "node") -> float:
+    """FP32 rate cap of ``gpu`` (TFLOP/s; inf = none): ``eta · TDP`` with ``eta`` of its process
+    (``mode`` ``node``), or the largest fitted ``eta`` where its process has none (``any``);
+    ``off``: none. Only NVIDIA GPUs without fitted values with a known board power are capped."""
+    if mode == "off" or c.has(gpu) or gpu.vendor != "nvidia" or gpu.tdp_w <= 0 or not c.eta:
+        return np.inf
+    eta = c.eta.get(gpu.process)
+    if eta is None:
+        if mode != "any":
+            return np.inf
+        eta = max(c.eta.values())
+    return eta * gpu.tdp_w / 1000.0
+
+
 def model_time_ns(k: Kernels, gpu: Spec, c: Constants | None = None, geom: Geometry | None = None,
-                  which: str = "point", cap: bool = True, tc_eff: float = TC_EFFICIENCY) -> np.ndarray:
+                  which: str = "point", cap: str = "node", tc_eff: float = TC_EFFICIENCY) -> np.ndarray:
     """Model time ``T`` (ns, shape (n,)) of ``k`` on ``gpu`` (module docstring). ``geom``: the GEMM
     launch (default: :func:`source_geometry`); ``which``: efficiency end for GPUs without fitted
-    values (``point``, ``low`` = least efficient, ``high``); ``cap``: apply the power cap."""
+    values (``point``, ``low`` = least efficient, ``high``); ``cap``: power cap mode
+    (:func:`power_cap_tflops`)."""
     c = c or default_constants()
     fl, by = flops_bytes(k)
     cls = k.cls
@@ -271,8 +289,7 @@ def model_time_ns(k: Kernels, gpu: Spec, c: Constants | None = None, geom: Geome
     eff_peak = peak * e
     tc = (path != "fp32") & (peak > gpu.peaks.get("fp32", gpu.fp32_tflops) * 1.01)
     eff_peak = np.where(tc, eff_peak * tc_eff, eff_peak)
-    if cap and not c.has(gpu) and gpu.vendor == "nvidia" and gpu.tdp_w > 0 and c.eta > 0:
-        eff_peak = np.where(path == "fp32", np.minimum(eff_peak, c.eta * gpu.tdp_w / 1000.0), eff_peak)
+    eff_peak = np.where(path == "fp32", np.minimum(eff_peak, power_cap_tflops(gpu, c, cap)), eff_peak)
     g = geom or source_geometry(k, gpu)
     gem = np.isin(cls, GEMM_CLASSES + ("attention",))
     u = wave_fill(gpu, g.blocks, g.threads, _regs(g.tile, g.threads), k.smem, c.h_occ)
@@ -370,8 +387,8 @@ def predict_cross(k: Kernels, t_ns, src: Spec, tgt: Spec, precision: str | None 
         for i in np.nonzero(wide)[0].tolist():
             reason[i].append("tiles")
     if not c.has(tgt):
-        T_fast = model_time_ns(k_t, tgt, c, g_same, which="high", cap=False)
-        T_slow = model_time_ns(k_t, tgt, c, g_same, which="low")
+        T_fast = model_time_ns(k_t, tgt, c, g_same, which="high", cap="off")
+        T_slow = model_time_ns(k_t, tgt, c, g_same, which="low", cap="any")
         lo = np.minimum(lo, _anchor(t, T_s, f_s, T_fast, f_t))
         hi = np.maximum(hi, _anchor(t, T_s, f_s, T_slow, f_t))
         for r in reason:

@@ -58,6 +58,11 @@ class Spec:
     smem_kib_sm: float = 96.0
     source: str = ""
 
+    @property
+    def process(self) -> str:
+        """Fabrication process (:data:`PROCESS_NODE`), "" unknown."""
+        return process_of(self.name)
+
     def peak(self, path: str) -> float:
         """Dense peak (TFLOP/s) of ``path`` (fp32, tf32, half, fp8); falls back fp8 -> half,
         tf32 -> fp32, half -> fp32 where the GPU lacks the path (Pascal has no Tensor Cores)."""
@@ -111,6 +116,26 @@ BOARD_POWER_W: dict[str, tuple[float, str]] = {
     "MI250 GCD": (280, "AMD Instinct MI250 datasheet: 560 W per package, halved per GCD"),
     "MI250X GCD": (280, "AMD Instinct MI250X datasheet: 560 W per package, halved per GCD"),
 }
+
+#: Fabrication process per GPU (name prefix -> process): NVIDIA architecture whitepapers (Pascal
+#: GP100: TSMC 16 nm FinFET; GP104 (P4): 16 nm; Volta GV100: TSMC 12 nm FFN; Turing TU104 (T4):
+#: TSMC 12 nm FFN; Ampere GA100: TSMC 7 nm N7; GA102 (A10, A10G, A6000, RTX 30): Samsung 8 nm;
+#: Hopper GH100 and Ada AD10x (L4, L40S, RTX 4090): TSMC 4N; Blackwell B200: TSMC 4NP); AMD CDNA2
+#: (MI250): TSMC 6 nm, CDNA3 (MI300X, MI325X): TSMC 5 nm compute dies.
+PROCESS_NODE: tuple[tuple[str, str], ...] = (
+    ("P100", "tsmc16"), ("P4", "tsmc16"), ("V100", "tsmc12"), ("T4", "tsmc12"), ("A100", "tsmc7"),
+    ("A10", "samsung8"), ("RTX A6000", "samsung8"), ("RTX 30", "samsung8"), ("H100", "tsmc4n"), ("H200", "tsmc4n"),
+    ("L4", "tsmc4n"), ("RTX 4090", "tsmc4n"), ("B200", "tsmc4np"), ("MI250", "tsmc6"), ("MI3", "tsmc5"),
+)
+
+
+def process_of(name: str) -> str:
+    """The process of a table name (:data:`PROCESS_NODE`, first matching prefix), "" unknown."""
+    for pre, node in PROCESS_NODE:
+        if name.startswith(pre):
+            return node
+    return ""
+
 
 #: Compute capability major per table name (CUDA C++ Programming Guide, "CUDA-Enabled GPUs").
 CC_MAJOR: dict[str, int] = {"V100": 7, "A100": 8, "H100": 9, "H200": 9, "B200": 10, "L40S": 8, "L4": 8, "RTX A6000": 8,
