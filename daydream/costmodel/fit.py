@@ -31,7 +31,9 @@ from .work import GEMM_CLASSES, MEMORY_CLASSES, Kernels
 #: Values tried for the tile-efficiency constant, the latency-hiding constant and the tile policy.
 C_TILE_GRID = (0.0, 2.0, 4.0, 8.0)
 H_GRID = (0.0, 1.0, 2.0, 4.0)
-TILE_POLICIES = ("same", "best")
+#: The target's GEMM tile: ``best`` (the candidate with the least model time, a stand-in for
+#: cuBLAS's heuristic) by design; ``same`` (the recorded tile) stays available to predict_cross.
+TILE_POLICIES = ("best",)
 FIT_CLASSES = MEMORY_CLASSES + GEMM_CLASSES
 
 
