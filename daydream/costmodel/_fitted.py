@@ -30,4 +30,7 @@ FITTED = {'c_tile': 4.0,
                       'ln': [0.83046, 1.20466],
                       'softmax': [0.76278, 1.30981]},
             'shape': {'bmm': [0.85684, 1.14345], 'linear': [0.88307, 1.08704]}},
- 'tile_policy': 'best'}
+ 'tile_policy': 'best',
+ 'tiles': {'ampere': {'bmm': [128, 128, 256], 'linear': [128, 64, 128]},
+           'maxwell': {'bmm': [128, 64, 128], 'linear': [32, 128, 256]},
+           'volta': {'bmm': [128, 64, 128], 'linear': [128, 128, 256]}}}

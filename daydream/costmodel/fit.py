@@ -10,6 +10,7 @@ evaluation refits on three at a time):
    :data:`C_TILE_GRID` × :data:`H_GRID` × :data:`TILE_POLICIES` with the least in-sample cross-GPU
    error on the GEMM rows of the fitted GPUs (mean over ordered GPU pairs and GEMM classes of the
    median |predicted / measured - 1|), each with its own efficiencies (step 2).
+   ``tiles`` (:func:`preferred_tiles`) is counted from the kernel names first.
 2. ``eff[gpu][class]``: the median over that GPU's rows of that class of
    ``(T1 - floor) / (t - floor)``, ``T1`` the model time at efficiency 1 (memory classes first, so
    that a GEMM's memory term uses the GPU's fitted bandwidth).
@@ -26,13 +27,15 @@ import numpy as np
 
 from . import model as Mdl
 from .specs import Spec
-from .work import GEMM_CLASSES, MEMORY_CLASSES, Kernels
+from .work import GEMM_CLASSES, MEMORY_CLASSES, Kernels, tiles_of
 
 #: Values tried for the tile-efficiency constant, the latency-hiding constant and the tile policy.
 C_TILE_GRID = (0.0, 2.0, 4.0, 8.0)
 H_GRID = (0.0, 1.0, 2.0, 4.0)
 #: The target's GEMM tile: ``best`` (the candidate with the least model time, a stand-in for
-#: cuBLAS's heuristic) by design; ``same`` (the recorded tile) stays available to predict_cross.
+#: cuBLAS's heuristic) by design. ``fitted`` (the tile the target's library generation used most
+#: on the fitted GPUs, :func:`preferred_tiles`) was tried: leave-one-GPU-out medians got worse
+#: (linear 13.2 % vs 12.9 %, bmm 17.1 % vs 15.4 %), so it is only an option of predict_cross.
 TILE_POLICIES = ("best",)
 FIT_CLASSES = MEMORY_CLASSES + GEMM_CLASSES
 
@@ -49,6 +52,23 @@ def _ratio(k: Kernels, t: np.ndarray, gpu: Spec, c: Mdl.Constants) -> np.ndarray
     f = Mdl.floor_ns(gpu)
     T1 = Mdl.model_time_ns(k, gpu, c)
     return (T1 - f) / np.maximum(t - f, 1.0)
+
+
+def preferred_tiles(data) -> dict:
+    """Library generation -> op class -> (TM, TN, threads): the tile (from the kernel names) and
+    block size most rows of that class used on the fitted GPUs of that generation."""
+    count: dict = {}
+    for g, k, t, _ in data.values():
+        tiles = tiles_of(k.name)
+        thr = np.where(k.block[:, 0] > 0, np.prod(np.maximum(k.block, 1), axis=1), 256)
+        for cl in GEMM_CLASSES:
+            m = k.cls == cl
+            for (tm, tn), th in zip(tiles[m].tolist(), thr[m].tolist()):
+                key = (tm, tn, int(th))
+                d = count.setdefault(g.family, {}).setdefault(cl, {})
+                d[key] = d.get(key, 0) + 1
+    return {f: {cl: list(max(d.items(), key=lambda kv: (kv[1], kv[0]))[0]) for cl, d in by.items()}
+            for f, by in count.items()}
 
 
 def _fit_eff(data, gpus, c_tile: float, h: float) -> dict:
@@ -102,12 +122,13 @@ def fit(data: dict[str, tuple[Spec, Kernels, np.ndarray, np.ndarray]], spread: b
     gpus = [v[0] for v in data.values()]
     names = tuple(g.name for g in gpus)
     gp = _gemm_pairs(data)
+    tiles = preferred_tiles(data)
     best = (np.inf, c_grid[0], h_grid[0], pols[0])
     for ct in c_grid:
         for h in h_grid:
             eff = _fit_eff(data, gpus, ct, h)
             for pol in pols:
-                score = _cross_score(gp, Mdl.Constants(eff, ct, {}, {}, names, h, pol))
+                score = _cross_score(gp, Mdl.Constants(eff, ct, {}, {}, names, h, pol, tiles))
                 if score < best[0] - 1e-12:
                     best = (score, ct, h, pol)
     _, ct, h, pol = best
@@ -116,7 +137,7 @@ def fit(data: dict[str, tuple[Spec, Kernels, np.ndarray, np.ndarray]], spread: b
     for g in gpus:
         if g.vendor == "nvidia" and g.tdp_w > 0 and "linear" in eff[g.name] and g.process:
             eta[g.process] = max(eta.get(g.process, 0.0), eff[g.name]["linear"] * g.peak("fp32") * 1000.0 / g.tdp_w)
-    c = Mdl.Constants(eff, ct, eta, {}, names, h, pol)
+    c = Mdl.Constants(eff, ct, eta, {}, names, h, pol, tiles)
     if spread:
         c.spread = {"cross": _spread_cross(data, c), "shape": _spread_shape(data, c)}
     return c
@@ -191,5 +212,5 @@ def to_python(c: Mdl.Constants, header: str) -> str:
     spread = {m: {cl: [r(a), r(b)] for cl, (a, b) in d.items()} for m, d in c.spread.items()}
     body = {"eff": eff, "c_tile": r(c.c_tile), "eta": {k: r(v) for k, v in c.eta.items()}, "spread": spread, "fitted_on": list(c.fitted_on)}
     import pprint
-    body["h_occ"], body["tile_policy"] = r(c.h_occ), c.tile_policy
+    body["h_occ"], body["tile_policy"], body["tiles"] = r(c.h_occ), c.tile_policy, c.tiles
     return f'"""{header}"""\n\nFITTED = {pprint.pformat(body, width=110, sort_dicts=True)}\n'

@@ -64,7 +64,7 @@ end; ``low <= point <= high``. Its sources per row, combined by taking the extre
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -121,7 +121,9 @@ class Constants:
     spread: dict
     fitted_on: tuple
     h_occ: float = 0.0  #: latency-hiding constant of :func:`wave_fill`
-    tile_policy: str = "same"  #: GEMM tile on the target (:func:`predict_cross`), chosen by the fit
+    tile_policy: str = "best"  #: GEMM tile on the target (:func:`predict_cross`)
+    #: library generation -> op class -> (TM, TN, threads): the tile the fitted GPUs' library used most
+    tiles: dict = field(default_factory=dict)
 
     def has(self, gpu: Spec) -> bool:
         return gpu.name in self.eff
@@ -142,7 +144,7 @@ class Constants:
 def _load_default() -> Constants:
     from ._fitted import FITTED
     return Constants(FITTED["eff"], FITTED["c_tile"], FITTED["eta"], FITTED["spread"], tuple(FITTED["fitted_on"]),
-                     FITTED["h_occ"], FITTED["tile_policy"])
+                     FITTED["h_occ"], FITTED["tile_policy"], FITTED.get("tiles", {}))
 
 
 _DEFAULT: list = []
@@ -345,8 +347,9 @@ def predict_cross(k: Kernels, t_ns, src: Spec, tgt: Spec, precision: str | None 
     ``precision`` (None: as recorded; fp32, tf32, fp16, bf16, fp8).
 
     GEMMs: ``tile_policy`` ``same`` keeps the recorded tile (re-tiled grid on the target's SM
-    count); ``best`` takes the target library's candidate with the least model time; None: the
-    fitted choice (``c.tile_policy``). ``ranges=False``: point only (low = high = point). Identity:
+    count); ``best`` takes the target library's candidate with the least model time; ``fitted``
+    takes the tile the development GPUs of the target's library generation used most for that op
+    class (``c.tiles``), else ``best``; None: ``c.tile_policy``. ``ranges=False``: point only (low = high = point). Identity:
     ``src is tgt`` (or equal), same precision: returns ``t_ns`` exactly."""
     c = c or default_constants()
     tile_policy = tile_policy or c.tile_policy
@@ -364,19 +367,26 @@ def predict_cross(k: Kernels, t_ns, src: Spec, tgt: Spec, precision: str | None 
         return Prediction(t.copy(), t.copy(), t.copy(), z)
     g_same = retile(k, g_s, g_s.tile, g_s.threads, tgt) if not same_gpu else g_s
     T_same = model_time_ns(k_t, tgt, c, g_same)
-    cands = _candidates(k, g_s, tgt) if gem.any() and (ranges or tile_policy == "best") else []
+    cands = _candidates(k, g_s, tgt) if gem.any() and (ranges or tile_policy != "same") else []
     Tc = np.array([model_time_ns(k_t, tgt, c, gc) for gc in cands]) if cands else np.zeros((0, n))
-    if tile_policy == "best" and len(Tc):
+    T_point = T_same
+    if tile_policy in ("best", "fitted") and len(Tc):
         T_point = np.where(gem, np.minimum(Tc.min(axis=0), T_same), T_same)
-    else:
-        T_point = T_same
+    if tile_policy == "fitted" and not same_gpu:
+        pref = c.tiles.get(tgt.family, {})
+        for cl, (tm, tn, th) in pref.items():
+            m = k.cls == cl
+            if m.any():
+                tile = np.tile(np.array([[tm, tn]], np.int64), (n, 1))
+                T_f = model_time_ns(k_t, tgt, c, retile(k, g_s, tile, np.full(n, th, np.int64), tgt))
+                T_point = np.where(m, T_f, T_point)
     point = _anchor(t, T_s, f_s, T_point, f_t)
     lo, hi = point.copy(), point.copy()
     if not ranges:
         return Prediction(lo, point, hi, np.full(n, "", dtype=object))
     reason = [[] for _ in range(n)]
     if len(Tc):
-        best = np.minimum(Tc.min(axis=0), T_same)
+        best = np.minimum(np.minimum(Tc.min(axis=0), T_same), T_point)
         ok = Tc <= TILE_PLAUSIBLE * best
         alt_lo = np.where(ok, Tc, np.inf).min(axis=0)
         alt_hi = np.where(ok, Tc, -np.inf).max(axis=0)
