@@ -41,6 +41,14 @@ Mechanisms and their sources:
   bound for a newer one); the slow end of its range takes the largest ``eta`` fitted.
 * **L2**: a kernel whose bytes fit in the GPU's L2 (``l2_mib`` from the spec sheet / device_configs)
   streams at :data:`L2_BANDWIDTH_FACTOR` times DRAM bandwidth (``l2``; 1 otherwise).
+* **Row re-reads** (layer norm, softmax): these kernels give each row to one block and read it
+  more than once: layer norm twice (Welford moments, then normalize: ATen
+  ``vectorized_layer_norm_kernel``), the block softmax three times (max, sum of exponentials,
+  output: ATen ``cunn_SoftMaxForward``, used for rows longer than 1,024 elements; the warp softmax
+  ``softmax_warp_forward`` keeps rows of up to 1,024 in registers and reads once). A re-read comes
+  from L2 when the rows in flight, ``SMs · r · H · s`` bytes (``r`` resident blocks per SM, ``H``
+  the row length), fit in L2; the share that does not fit comes from DRAM again:
+  extra bytes ``R · s · E · (1 - min(1, L2 / in-flight))`` (:func:`reread_bytes`).
 * **Floor**: the launch-overhead floor :data:`FLOOR_NS`, the smallest kernel time measured per GPU.
 
 Cross-GPU mode (:func:`predict_cross`), anchored on the source's measured time ``t``::
@@ -69,7 +77,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .specs import Spec
-from .work import GEMM_CLASSES, MEMORY_CLASSES, Kernels, flops_bytes, tiles_of
+from .work import GEMM_CLASSES, MEMORY_CLASSES, Kernels, dtype_bytes, flops_bytes, tiles_of
 
 #: Smallest kernel time per GPU (ns), measured on real traces (daydream.optimizations._kernel_model
 #: KERNEL_FLOOR_NS: H100 SXM 1,120; MI300X 1,964; B200 1,984; MI250 GCD 2,240); other GPUs
@@ -262,6 +270,34 @@ def _eff(gpu: Spec, cls: np.ndarray, c: Constants, which: str) -> np.ndarray:
     return out
 
 
+#: Extra row reads of multi-pass kernels beyond the first (module docstring, "Row re-reads").
+REREADS = {"ln": 1, "softmax_block": 2, "softmax_warp": 0}
+#: Rows up to this many elements use ATen's warp softmax (PyTorch SoftMax.cu dispatch).
+WARP_SOFTMAX_MAX = 1024
+
+
+def reread_bytes(k: Kernels, gpu: Spec) -> np.ndarray:
+    """DRAM bytes (shape (n,)) that layer-norm and softmax kernels read again (module docstring).
+    For these classes ``B`` is the row count and ``elems / B`` the row length."""
+    out = np.zeros(len(k))
+    m = np.isin(k.cls, ("ln", "softmax"))
+    if not m.any():
+        return out
+    s = dtype_bytes(k.dtype)
+    rows = np.maximum(k.B, 1).astype(float)
+    E = np.maximum(k.elems, 0).astype(float)
+    H = E / rows
+    names = np.char.lower(np.asarray(k.name, dtype=str))
+    warp = (np.char.find(names, "softmax_warp") >= 0) | ((np.char.find(names, "cunn_softmax") < 0) & (H <= WARP_SOFTMAX_MAX))
+    R = np.where(k.cls == "ln", REREADS["ln"], np.where(warp, REREADS["softmax_warp"], REREADS["softmax_block"]))
+    threads = np.where(k.block[:, 0] > 0, np.prod(np.maximum(k.block, 1), axis=1),
+                       np.where(k.cls == "ln", 128, 512))
+    r = resident_blocks(gpu, threads, np.full(len(k), -1), np.full(len(k), -1))
+    flight = gpu.sms * r * H * s
+    hit = np.minimum(1.0, gpu.l2_mib * 2**20 / np.maximum(flight, 1.0))
+    return np.where(m, R * s * E * (1 - hit), 0.0)
+
+
 def power_cap_tflops(gpu: Spec, c: Constants, mode: str = "node") -> float:
     """FP32 rate cap of ``gpu`` (TFLOP/s; inf = none): ``eta · TDP`` with ``eta`` of its process
     (``mode`` ``node``), or the largest fitted ``eta`` where its process has none (``any``);
@@ -284,6 +320,7 @@ def model_time_ns(k: Kernels, gpu: Spec, c: Constants | None = None, geom: Geome
     (:func:`power_cap_tflops`)."""
     c = c or default_constants()
     fl, by = flops_bytes(k)
+    by = by + reread_bytes(k, gpu)
     cls = k.cls
     e = _eff(gpu, cls, c, which)
     path = path_of(k.dtype)
