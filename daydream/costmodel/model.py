@@ -381,7 +381,8 @@ def _candidates(k: Kernels, g: Geometry, gpu: Spec) -> list[Geometry]:
 def predict_cross(k: Kernels, t_ns, src: Spec, tgt: Spec, precision: str | None = None,
                   c: Constants | None = None, tile_policy: str | None = None, ranges: bool = True) -> Prediction:
     """Time of kernels ``k`` measured at ``t_ns`` (ns, shape (n,)) on ``src``, on ``tgt`` at
-    ``precision`` (None: as recorded; fp32, tf32, fp16, bf16, fp8).
+    ``precision`` (None: as recorded; fp32, tf32, fp16, bf16, fp8; fp8 on a GPU without FP8 units
+    is predicted as fp16, reason ``fp8-unsupported``).
 
     GEMMs: ``tile_policy`` ``same`` keeps the recorded tile (re-tiled grid on the target's SM
     count); ``best`` takes the target library's candidate with the least model time; ``fitted``
@@ -392,6 +393,9 @@ def predict_cross(k: Kernels, t_ns, src: Spec, tgt: Spec, precision: str | None 
     tile_policy = tile_policy or c.tile_policy
     t = np.asarray(t_ns, dtype=np.float64)
     n = len(k)
+    fp8_fallback = precision == "fp8" and not tgt.has_path("fp8")
+    if fp8_fallback:  # no FP8 units: the program runs (and stores) 16-bit
+        precision = "fp16"
     k_t = k if precision is None else k.with_dtype(precision)
     g_s = source_geometry(k, src)
     T_s = model_time_ns(k, src, c, g_s)
@@ -447,6 +451,9 @@ def predict_cross(k: Kernels, t_ns, src: Spec, tgt: Spec, precision: str | None 
         hi = np.maximum(hi, _anchor(t, T_s, f_s, T_slow, f_t))
         for r in reason:
             r.append("precision")
+    if fp8_fallback:
+        for r in reason:
+            r.append("fp8-unsupported")
     lib = (k.cls == "attention") | (src.vendor != tgt.vendor)
     lo = np.where(lib, np.minimum(lo, point * CROSS_LIBRARY_RANGE[0]), lo)
     hi = np.where(lib, np.maximum(hi, point * CROSS_LIBRARY_RANGE[1]), hi)
