@@ -68,13 +68,14 @@ def _stats(pred: Mdl.Prediction, meas: np.ndarray) -> tuple[float, float, int, f
     return float(np.median(e)), float(np.percentile(e, 90)), int(len(e)), float(inside.mean())
 
 
-def leave_one_out(data: dict, grid: tuple | None = None) -> dict:
+def leave_one_out(data: dict, grid: tuple | None = None, spread: bool = True) -> dict:
     """{'cross': [(src, tgt, class, median, p90, n, in_range)], 'shape': [(gpu, class, median, p90, n,
-    in_range)], 'constants': {held-out: Constants}}."""
+    in_range)], 'constants': {held-out: Constants}}. ``grid``: :func:`fit`'s search grid;
+    ``spread=False`` skips the ranges' development spread (faster; medians unchanged)."""
     cross, shape, consts = [], [], {}
     names = list(data)
     for h in names:
-        c = fit({g: v for g, v in data.items() if g != h}, grid=grid)
+        c = fit({g: v for g, v in data.items() if g != h}, spread=spread, grid=grid)
         consts[h] = c
         spec_h, k_h, t_h, keys_h = data[h]
         for s in names:
