@@ -28,8 +28,9 @@ Mechanisms and their sources:
   FLOP. ``c_tile`` is FITTED (:mod:`daydream.costmodel.fit`).
 * **Efficiency** ``e_g,class``: the share of peak (compute) or bandwidth (memory) the library
   reaches, FITTED per development GPU and op class (the median over its rows,
-  :mod:`daydream.costmodel.fit`). A GPU without fitted values (not among the development GPUs)
-  takes the median over the development GPUs, and for memory classes scales it by the GPU's
+  :mod:`daydream.costmodel.fit`). Another board of a fitted GPU's die (:data:`specs.CHIP`: A100
+  SXM and 80 GB boards, GA100 like the A100 PCIe) takes that GPU's values at its point. A GPU
+  without fitted values of its own or its die's takes the median over the development GPUs, and for memory classes scales it by the GPU's
   published DRAM utilization where the vendor gives one (:data:`DRAM_UTILIZATION`).
 * **Power cap** (FP32 CUDA-core path of an NVIDIA GPU without fitted values): the achieved FP32
   rate is at most ``eta_node · TDP`` (board power from the datasheet, :data:`specs.BOARD_POWER_W`),
@@ -76,7 +77,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .specs import Spec
+from .specs import Spec, chip_of
 from .work import GEMM_CLASSES, MEMORY_CLASSES, Kernels, dtype_bytes, flops_bytes, tiles_of
 
 #: Smallest kernel time per GPU (ns), measured on real traces (daydream.optimizations._kernel_model
@@ -258,15 +259,31 @@ def _regs(tile: np.ndarray, threads: np.ndarray) -> np.ndarray:
     return np.minimum(tile[:, 0] * tile[:, 1] // np.maximum(threads, 1) + SGEMM_EXTRA_REGS, 255)
 
 
+def fitted_as(gpu: Spec, c: Constants) -> str | None:
+    """The fitted GPU whose efficiencies ``gpu`` uses: itself, else a fitted board of the same die
+    (:data:`specs.CHIP`: A100 SXM / 80 GB take the A100 PCIe's), else None."""
+    if gpu.name in c.eff:
+        return gpu.name
+    if gpu.chip:
+        for name in sorted(c.eff):
+            if chip_of(name) == gpu.chip:
+                return name
+    return None
+
+
 def _eff(gpu: Spec, cls: np.ndarray, c: Constants, which: str) -> np.ndarray:
     """Fitted efficiency per row (``which``: point, low (slow end: least efficiency), high)."""
     out = np.ones(len(cls))
     j = {"point": 0, "low": 1, "high": 2}[which]
+    mate = fitted_as(gpu, c)
     for cl in np.unique(cls).tolist():
         m = cls == cl
         key = "linear" if cl in ("attention", "other") else cl
-        if c.has(gpu) and key in c.eff[gpu.name]:
-            out[m] = c.eff[gpu.name][key]
+        if mate is not None and key in c.eff[mate] and (which == "point" or mate == gpu.name):
+            out[m] = c.eff[mate][key]
+        elif mate is not None and key in c.eff[mate]:  # same die, another board: its value and the spread
+            d = c.default_eff(key, gpu)
+            out[m] = min(d[1], c.eff[mate][key]) if which == "low" else max(d[2], c.eff[mate][key])
         else:
             out[m] = c.default_eff(key, gpu)[j]
     return out

@@ -59,6 +59,11 @@ class Spec:
     source: str = ""
 
     @property
+    def chip(self) -> str:
+        """GPU die (:data:`CHIP`), "" unknown."""
+        return chip_of(self.name)
+
+    @property
     def process(self) -> str:
         """Fabrication process (:data:`PROCESS_NODE`), "" unknown."""
         return process_of(self.name)
@@ -134,6 +139,26 @@ def process_of(name: str) -> str:
     for pre, node in PROCESS_NODE:
         if name.startswith(pre):
             return node
+    return ""
+
+
+#: GPU die per table-name prefix (first match): boards of one die run the same kernels with the
+#: same per-SM efficiency, so a fitted efficiency carries over (NVIDIA architecture whitepapers and
+#: datasheets: P100 GP100, P4 GP104, V100 GV100, T4 TU104, A100 GA100, A10/A10G/RTX A6000/RTX 30
+#: GA102, H100/H200 GH100, L4 AD104, L40S/RTX 4090 AD102, B200 GB100; AMD: MI250 CDNA2 (Aldebaran),
+#: MI300X/MI325X CDNA3).
+CHIP: tuple[tuple[str, str], ...] = (
+    ("P100", "GP100"), ("P4", "GP104"), ("V100", "GV100"), ("T4", "TU104"), ("A100", "GA100"), ("A10", "GA102"),
+    ("RTX A6000", "GA102"), ("RTX 30", "GA102"), ("H100", "GH100"), ("H200", "GH100"), ("L40S", "AD102"),
+    ("L4", "AD104"), ("RTX 4090", "AD102"), ("B200", "GB100"), ("MI250", "CDNA2"), ("MI3", "CDNA3"),
+)
+
+
+def chip_of(name: str) -> str:
+    """The die of a table name (:data:`CHIP`), "" unknown."""
+    for pre, chip in CHIP:
+        if name.startswith(pre):
+            return chip
     return ""
 
 
