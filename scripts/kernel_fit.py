@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daydream.costmodel.accuracy import default_root, load  # noqa: E402
+from daydream.kernel_tool.accuracy import default_root, load  # noqa: E402
 from daydream.costmodel.fit import fit, to_python  # noqa: E402
 
 

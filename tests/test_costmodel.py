@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daydream.costmodel import Kernels, find_spec, predict_cross, predict_shape
-from daydream.costmodel import model as M
-from daydream.costmodel.specs import Spec, from_config
+from daydream.costmodel import kernel_time as M
+from daydream.costmodel.specs import Spec
+from daydream.kernel_tool.configs import from_config
 from daydream.costmodel.work import parse_tile
 
 GPUS = ["Tesla P100-PCIE-16GB", "Tesla T4", "Tesla V100-PCIE-32GB", "NVIDIA A100-PCIE-40GB", "NVIDIA H100 80GB HBM3",

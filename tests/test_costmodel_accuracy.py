@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from daydream.costmodel import accuracy as A
+from daydream.kernel_tool import accuracy as A
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "kernels" / "neusight"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daydream.costmodel.cli import main
+from daydream.kernel_tool.command import main
 
 HEADER = ["OPName", "Latency", "Device", "Kernel Name", "Grid x", "Grid y", "Grid z", "Block x", "Block y", "Block z",
           "B", "M", "N", "K", "H"]

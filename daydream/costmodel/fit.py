@@ -4,9 +4,9 @@ What is fitted, in order (:func:`fit`), on the rows of the GPUs passed (``script
 fits on all four development GPUs and writes ``daydream/costmodel/_fitted.py``; the accuracy
 evaluation refits on three at a time):
 
-1. ``c_tile`` (tile efficiency, :func:`daydream.costmodel.model.tile_efficiency`), ``h_occ``
-   (latency hiding, :func:`daydream.costmodel.model.wave_fill`) and ``tile_policy`` (the target's
-   GEMM tile, :func:`daydream.costmodel.model.predict_cross`): the combination of
+1. ``c_tile`` (tile efficiency, :func:`daydream.costmodel.kernel_time.tile_efficiency`), ``h_occ``
+   (latency hiding, :func:`daydream.costmodel.kernel_time.wave_fill`) and ``tile_policy`` (the target's
+   GEMM tile, :func:`daydream.costmodel.kernel_time.predict_cross`): the combination of
    :data:`C_TILE_GRID` × :data:`H_GRID` × :data:`TILE_POLICIES` with the least in-sample cross-GPU
    error on the GEMM rows of the fitted GPUs (mean over ordered GPU pairs and GEMM classes of the
    median |predicted / measured - 1|), each with its own efficiencies (step 2).
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import model as Mdl
+from . import kernel_time as Mdl
 from .specs import Spec
 from .work import GEMM_CLASSES, MEMORY_CLASSES, Kernels, tiles_of
 

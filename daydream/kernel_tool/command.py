@@ -4,9 +4,9 @@
                                     [--precision fp32|tf32|fp16|bf16|fp8]
     daydream-kernels accuracy [--data DIR] [--write docs/kernels.md] [--every N]
 
-``predict`` reads rows in NeuSight's columns (:mod:`daydream.costmodel.neusight`), predicts each
+``predict`` reads rows in NeuSight's columns (:mod:`daydream.kernel_tool.neusight`), predicts each
 row's kernel time on the target from the row's own ``Device`` and ``Latency``
-(:func:`daydream.costmodel.model.predict_cross`) and writes the same rows plus ``Predicted
+(:func:`daydream.costmodel.kernel_time.predict_cross`) and writes the same rows plus ``Predicted
 Latency``, ``Predicted Low`` and ``Predicted High`` (ms; low is the fast end) and ``Range
 Reason``. GPUs: NeuSight device names, daydream's GPU table names, or ``--gpu-config`` files in
 NeuSight's device_configs format (which also override the table for their device).
@@ -21,9 +21,10 @@ import sys
 
 import numpy as np
 
-from . import model as Mdl
+from ..costmodel import kernel_time as Mdl
+from .accuracy import leave_one_out, load, markdown, write_doc
 from .neusight import InputError, clean, read_table, write_table
-from .specs import load_configs, resolve
+from .configs import load_configs, resolve
 
 EXIT_INPUT = 2
 
@@ -78,7 +79,6 @@ def _predict(args) -> int:
 
 
 def _accuracy(args) -> int:
-    from .accuracy import leave_one_out, load, markdown, write_doc
     data = load(args.data, every=max(args.every, 1))
     text = markdown(leave_one_out(data))
     if args.write:

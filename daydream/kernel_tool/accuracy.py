@@ -4,9 +4,9 @@ For each held-out GPU ``h`` of the development GPUs: constants are fitted on the
 (:func:`daydream.costmodel.fit.fit`), then
 
 * cross-GPU: every row of ``h`` is predicted from each other GPU's row of the same op and shape
-  (:func:`daydream.costmodel.model.predict_cross`), per source -> target pair and op class;
+  (:func:`daydream.costmodel.kernel_time.predict_cross`), per source -> target pair and op class;
 * shape: every linear/bmm row of ``h`` is predicted from ``h``'s own row at the nearest other
-  shape (:func:`daydream.costmodel.fit.nearest_shape`, :func:`~daydream.costmodel.model.predict_shape`)
+  shape (:func:`daydream.costmodel.fit.nearest_shape`, :func:`~daydream.costmodel.kernel_time.predict_shape`)
   with constants fitted without ``h``.
 
 Error: |predicted / measured - 1|; reported: median, 90th percentile, row count, and the share of
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import model as Mdl
-from .fit import fit, nearest_shape, pairs
+from ..costmodel import kernel_time as Mdl
+from ..costmodel.fit import fit, nearest_shape, pairs
 from .neusight import read_table
-from .specs import find_spec
-from .work import GEMM_CLASSES, Kernels
+from ..costmodel.specs import find_spec
+from ..costmodel.work import GEMM_CLASSES, Kernels
 
 FILES = ("linear.csv", "bmm.csv", "elem.csv", "ln.csv", "softmax.csv")
 #: Goals (median |error|) per op class: issue 33.

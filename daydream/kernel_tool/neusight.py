@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .work import BINARY_OPS, GEMM_CLASSES, Kernels, op_class
+from ..costmodel.work import BINARY_OPS, GEMM_CLASSES, Kernels, op_class
 
 REQUIRED = ("OPName", "Latency", "Device")
 _INT_COLS = ("Grid x", "Grid y", "Grid z", "Block x", "Block y", "Block z", "B", "M", "N", "K", "H")

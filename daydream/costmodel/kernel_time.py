@@ -1,6 +1,6 @@
 """Per-kernel time on a GPU: the mechanisms, and the two prediction modes.
 
-Times are in ns inside (NeuSight's CSVs are ms; :mod:`daydream.costmodel.neusight` converts).
+Times are in ns inside (NeuSight's CSVs are ms; :mod:`daydream.kernel_tool.neusight` converts).
 
 Model time of ``n`` kernels on GPU ``g`` (:func:`model_time_ns`)::
 
@@ -77,6 +77,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._fitted import FITTED
 from .specs import Spec, chip_of
 from .work import GEMM_CLASSES, MEMORY_CLASSES, Kernels, dtype_bytes, flops_bytes, tiles_of
 
@@ -153,7 +154,6 @@ class Constants:
 
 
 def _load_default() -> Constants:
-    from ._fitted import FITTED
     return Constants(FITTED["eff"], FITTED["c_tile"], FITTED["eta"], FITTED["spread"], tuple(FITTED["fitted_on"]),
                      FITTED["h_occ"], FITTED["tile_policy"], FITTED.get("tiles", {}))
 
@@ -433,13 +433,7 @@ def predict_cross(k: Kernels, t_ns, src: Spec, tgt: Spec, precision: str | None 
     if tile_policy in ("best", "fitted") and len(Tc):
         T_point = np.where(gem, np.minimum(Tc.min(axis=0), T_same), T_same)
     if tile_policy == "fitted" and not same_gpu:
-        pref = c.tiles.get(tgt.family, {})
-        for cl, (tm, tn, th) in pref.items():
-            m = k.cls == cl
-            if m.any():
-                tile = np.tile(np.array([[tm, tn]], np.int64), (n, 1))
-                T_f = model_time_ns(k_t, tgt, c, retile(k, g_s, tile, np.full(n, th, np.int64), tgt))
-                T_point = np.where(m, T_f, T_point)
+        T_point = _fitted_tiles(k, k_t, g_s, tgt, c, T_point)
     point = _anchor(t, T_s, f_s, T_point, f_t)
     lo, hi = point.copy(), point.copy()
     if not ranges:
@@ -480,6 +474,19 @@ def predict_cross(k: Kernels, t_ns, src: Spec, tgt: Spec, precision: str | None 
         reason[i].append("library")
     lo, hi = _spread(k.cls, point, lo, hi, c.spread.get("cross", {}), reason)
     return Prediction(lo, point, hi, np.array([",".join(r) for r in reason], dtype=object))
+
+
+def _fitted_tiles(k: Kernels, k_t: Kernels, g_s, tgt: Spec, c: Constants, T_point: np.ndarray) -> np.ndarray:
+    """``T_point`` with the op classes for which the target's library generation has a preferred
+    tile (``c.tiles``) re-timed at that tile."""
+    n = len(k)
+    for cl, (tm, tn, th) in c.tiles.get(tgt.family, {}).items():
+        m = k.cls == cl
+        if m.any():
+            tile = np.tile(np.array([[tm, tn]], np.int64), (n, 1))
+            T_f = model_time_ns(k_t, tgt, c, retile(k, g_s, tile, np.full(n, th, np.int64), tgt))
+            T_point = np.where(m, T_f, T_point)
+    return T_point
 
 
 def _spread(cls, point, lo, hi, spread: dict, reason):

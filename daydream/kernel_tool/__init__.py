@@ -1,0 +1,1 @@
+"""The ``daydream-kernels`` command: kernel latencies in NeuSight's CSV columns predicted on another GPU (``predict``), and the leave-one-GPU-out evaluation of the kernel-cost library (``accuracy``); its file inputs (CSV tables, device_configs JSON) are read here, never by the cost model."""
