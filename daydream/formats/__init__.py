@@ -17,13 +17,30 @@ import importlib
 import os
 import stat
 import zlib
+from typing import Protocol, runtime_checkable
 
 from ..errors import TraceFormatError
 from ..events.table import EventTable
 from .own_timeline import prediction_only
 
-#: adapter modules, in sniffing order
+#: adapter modules, in sniffing order (each a :class:`FormatReader`)
 ADAPTER_MODULES = ("nsys", "saved", "cupti_jsonl", "kineto")
+
+
+@runtime_checkable
+class FormatReader(Protocol):
+    """What an adapter module provides (checked for every module of :data:`ADAPTER_MODULES`).
+
+    ``sniff`` sees at most the first 64 KiB of the file (gunzipped when gzip) and must not raise;
+    ``load`` returns the whole table or raises :class:`~daydream.errors.TraceFormatError` naming
+    the file and the place, and counts what it skips in ``table.meta.accounting``."""
+
+    NAME: str
+    DESCRIPTION: str
+
+    def sniff(self, head: bytes, path: str) -> bool: ...
+
+    def load(self, path: str, *, strict: bool = False) -> EventTable: ...
 
 HEAD_BYTES = 65536
 GZIP_MAGIC = b"\x1f\x8b"
