@@ -18,10 +18,13 @@ from hypothesis import strategies as st
 
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
+from daydream.graph.build.graph_launch import ORDERED, UNKNOWN
+from daydream.graph.edges import EdgeKind, Origin
 from daydream.simulate import check_topological, simulate
 from daydream.errors import NotApplicable
 from daydream.optimizations import parse_spec
 from daydream.testing.emulator import (
+    EventRecord,
     GraphLaunch,
     HostWork,
     Launch,
@@ -30,6 +33,7 @@ from daydream.testing.emulator import (
     RangeBegin,
     RangeEnd,
     StreamSync,
+    StreamWaitEvent,
     Thread,
     emulate,
     measure_latencies,
@@ -179,6 +183,78 @@ def test_removing_a_graph_node_predicts_the_changed_program(tmp_path_factory, pr
     e_calls, e_tasks = _emulated(changed)
     assert calls == e_calls
     assert tasks == e_tasks
+
+
+# ------------------------------------- graphs whose kernels run on streams of their own --------
+def _own_stream_program(tail_ops):
+    """a on stream 7 (10 us), then a graph launched into 7 whose kernels run on stream 101, then ``tail_ops``."""
+    return Program([Thread([Launch(7, "a", 10_000, 3_000),
+                            GraphLaunch(7, [("g1", 5_000), ("g2", 7_000)], 4_000, node_stream=101),
+                            *tail_ops])])
+
+
+def test_graph_on_a_stream_of_its_own_follows_and_precedes_its_launch_stream(tmp_path):
+    """The trace records g1, g2 on stream 101 and names no stream for the cudaGraphLaunch: without
+    the graph-order edges g1 starts at its launch + L, under kernel a (which ends at 15 us)."""
+    prog = _own_stream_program([Launch(7, "b", 3_000, 3_000), StreamSync(7, 500)])
+    run = emulate(prog)
+    t0 = prog.t0_ns
+    assert [(t.stream, t.start_ns - t0) for t in run.tasks] == [(7, 5_000), (101, 16_000), (101, 22_000), (7, 30_000)]
+    g = _graph(tmp_path, run)
+    gk = g.edge_kind == EdgeKind.GRAPH
+    names = [g.names[i] for i in g.name_id]
+    pairs = sorted((names[s], names[d]) for s, d in zip(g.edge_src[gk], g.edge_dst[gk]))
+    assert pairs == [("a", "g1"), ("g2", "b")]  # entry and exit
+    assert (g.edge_origin[gk] == Origin.INFERRED).all()
+    assert g.counts[ORDERED] == 1
+    assert _replayed(run, g, simulate(g)) == _emulated(run)
+
+
+def test_syncs_and_events_on_the_launch_stream_wait_for_the_graph(tmp_path):
+    """A stream synchronize and an event record on the launch stream right after the graph (no
+    task on stream 7 between) wait for the graph's last kernel, as CUDA orders them."""
+    prog = _own_stream_program([EventRecord("e", 7, 2_000), StreamWaitEvent(20, "e", 2_000), Launch(20, "c", 1_000, 2_000),
+                                StreamSync(7, 500)])
+    run = emulate(prog)
+    last = max(t.end_ns for t in run.tasks if t.stream == 101)
+    assert run.calls[-1].end_ns == last + 500
+    g = _graph(tmp_path, run)
+    assert _replayed(run, g, simulate(g)) == _emulated(run)
+
+
+def test_graph_launch_stream_unknown_is_counted(tmp_path):
+    """A thread whose first launch is a graph on a stream of its own: its launch stream cannot be
+    told from the trace; nothing is ordered, and that is counted."""
+    prog = Program([Thread([GraphLaunch(7, [("g1", 5_000)], 4_000, node_stream=101), Launch(7, "b", 3_000, 3_000)])])
+    g = _graph(tmp_path, emulate(prog))
+    assert not (g.edge_kind == EdgeKind.GRAPH).any()
+    assert g.counts[UNKNOWN] == 1
+
+
+@pytest.mark.slow
+@SETTINGS
+@given(programs(graph_launches=True, graph_streams=True), st.sampled_from([0.0, 0.5, 3.0]))
+def test_graphs_on_streams_of_their_own_replay_and_predict_exactly(tmp_path_factory, prog, factor):
+    """Replay exact and every kernel scaled by ``factor`` predicts the emulator's changed run,
+    over programs whose graphs often run on a stream of their own."""
+    assume(any(isinstance(op, GraphLaunch) and op.node_stream is not None for th in prog.threads for op in th.ops))
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph(tmp_path_factory.mktemp("g"), run)
+    assert (g.launch_latency_ns, g.gpu_gap_ns) == (prog.L, prog.G)
+    assert _replayed(run, g, simulate(g)) == _emulated(run)
+
+    def change(op):
+        if isinstance(op, Launch):
+            return dataclasses.replace(op, kernel_dur_ns=int(np.rint(op.kernel_dur_ns * factor)))
+        if isinstance(op, GraphLaunch):
+            return dataclasses.replace(op, kernels=[(n, int(np.rint(d * factor))) for n, d in op.kernels])
+        return op
+
+    changed = emulate(prog.map_ops(change))
+    assume(_same_interleaving(run, changed))
+    pred = simulate(scale(g, select(g, kind="kernel"), factor))
+    assert _replayed(run, g, pred) == _emulated(changed)
 
 
 # ---------------------------------------------------- the cuda-graphs optimization -------------

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from daydream.events.table import Kind, SyncKind
 from daydream.formats import load_trace
 from daydream.graph import EdgeKind, Origin, build_graph
-from daydream.graph.build.inferred import AMBIGUOUS, INFERRED, LATE, UNLINKED, tolerance_ns
+from daydream.graph.build.inferred import AMBIGUOUS, INFERRED, LATE, SAME_STREAM, UNLINKED, tolerance_ns
 from daydream.simulate import simulate
 from daydream.testing.emulator import (
     EventRecord,
@@ -422,3 +422,117 @@ def test_the_latent_wait_bound_is_never_earlier_than_the_emulator(tmp_path_facto
         assert (bound >= plain).all() and (bound >= want - slack).all()
         if (plain < want - slack).any():
             event("the plain prediction runs a task early; the bound does not")
+
+
+# ------------------------------- same-stream candidates; whole-microsecond timestamps (issue 36) --
+def test_candidates_on_one_stream_are_not_ambiguous():
+    """a and b on stream 7 both end within the window before c: the stream is FIFO, so the later
+    one (b) is the producer. Before, the two counted as ambiguous and c got no edge."""
+    b = TB()
+    k = b.call("cudaLaunchKernel", 0, 1000)
+    b.gpu(k, 5000, 50000, stream=7)
+    k = b.call("cudaLaunchKernel", 2000, 3000)
+    b.gpu(k, 51000, 57000, stream=7, name="a")
+    k = b.call("cudaLaunchKernel", 3100, 3500)
+    b.gpu(k, 58000, 60000, stream=7, name="b")
+    b.call("cudaEventRecord", 4000, 5000)
+    b.call("cudaStreamWaitEvent", 6000, 7000)
+    k = b.call("cudaLaunchKernel", 8000, 9000)
+    b.gpu(k, 61000, 70000, stream=20, name="c")
+    g = build_graph(b.table())
+    assert (g.launch_latency_ns, g.gpu_gap_ns) == (5000, 1000)
+    assert _inferred(g) == {(_node(g, "b"), _node(g, "c"))}
+    assert AMBIGUOUS not in g.counts and g.counts.get(SAME_STREAM) == 1
+
+
+def test_a_wait_recorded_at_its_producers_end_on_whole_microseconds():
+    """Whole-us timestamps (G = 1 us): c recorded starting 0 us after b ended (the gap of up to
+    1 us rounded away). Before, the lower bound G - G/2 = 0.5 us rejected it."""
+    g = _table(c_start=60000)
+    assert tolerance_ns(1000, whole_us=True) == 1000
+    assert _inferred(g) == {(_node(g, "b"), _node(g, "c"))}
+
+
+@st.composite
+def _same_stream_programs(draw):
+    """One thread: rounds of kernel a then a short kernel b on stream 7, an event after b, a wait
+    on stream 20 and consumers there; W = 0, so a ends within G + L of the consumer's start
+    whenever b is shorter than L - G."""
+    L = draw(st.integers(3_000, 15_000))
+    G = draw(st.integers(0, min(L, 3_000)))
+    dur, host = st.integers(1_000, 200_000), st.integers(0, 50_000)
+    ops = []
+    for r in range(draw(st.integers(1, 4))):
+        ops += [Launch(7, "a", draw(dur), draw(st.integers(1_000, 5_000))),
+                Launch(7, "b", draw(st.integers(1_000, L)), draw(st.integers(1_000, 5_000))),
+                EventRecord(("e", r), 7, 1_000), HostWork(draw(host)), StreamWaitEvent(20, ("e", r), 1_000), HostWork(draw(host))]
+        for k in range(draw(st.integers(1, 3))):
+            ops.append(Launch(20, f"consumer{k}", draw(dur), draw(st.integers(1_000, 20_000))))
+        ops.append(HostWork(draw(host)))
+    return Program([Thread(ops)], launch_latency_ns=L, gpu_gap_ns=G)
+
+
+@pytest.mark.slow
+@SETTINGS
+@given(_same_stream_programs())
+def test_same_stream_candidates_give_the_true_edge(tmp_path_factory, prog):
+    """Every consumer a wait held gets its edge, none is false, and the replay is exact, although
+    two tasks of the producer's stream often end within the window."""
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graphs(tmp_path_factory.mktemp("s"), run)
+    assume((g.launch_latency_ns, g.gpu_gap_ns) == (prog.L, prog.G))
+    got = _corr_edges(g, _inferred(g))
+    event(f"same-stream candidates dropped: {bool(g.counts.get(SAME_STREAM))}")
+    assert got <= _truth(run)
+    assert _binding(run) <= {d for _, d in got}
+    got_s, want_s = _gpu_starts(g, simulate(g), run, key=run)
+    assert (got_s == want_s).all()
+
+
+@st.composite
+def _rounded_wait_programs(draw):
+    """_wait_programs without rival kernels and with W = 0, G often below 1 us."""
+    L = draw(st.integers(3_000, 15_000))
+    G = draw(st.one_of(st.integers(0, 1_000), st.integers(0, 3_000)))
+    dur, host = st.integers(1_000, 200_000), st.integers(0, 50_000)
+    ops = []
+    for r in range(draw(st.integers(2, 5))):
+        ops += [Launch(7, "ncclKernel_SendRecv", draw(dur), draw(st.integers(1_000, 20_000))), EventRecord(("e", r), 7, 1_000),
+                HostWork(draw(host)), StreamWaitEvent(20, ("e", r), 1_000), HostWork(draw(host))]
+        for k in range(draw(st.integers(1, 4))):
+            ops.append(Launch(20, f"consumer{k}", draw(dur), draw(st.integers(1_000, 20_000))))
+        ops.append(HostWork(draw(host)))
+    return Program([Thread(ops)], launch_latency_ns=L, gpu_gap_ns=G)
+
+
+def _held_with_slack(run, slack: int) -> set[int]:
+    """Correlation ids of the tasks a wait delayed by more than ``slack`` ns beyond launch and stream order."""
+    t, G = run.tasks, run.program.G
+    out = set()
+    for x in t:
+        lane = [p for p in x.preds if (t[p].device, t[p].stream) == (x.device, x.stream)]
+        other = max([x.ready_ns] + [t[p].end_ns + G for p in lane])
+        if any(t[p].end_ns + G == x.start_ns > other + slack for p in x.preds if p not in lane):
+            out.add(x.correlation)
+    return out
+
+
+@pytest.mark.slow
+@SETTINGS
+@given(_rounded_wait_programs())
+def test_whole_microsecond_traces_keep_their_waits(tmp_path_factory, prog):
+    """The trace written with every time rounded down to a whole us (gaps up to 1 us off): no
+    inferred edge is false, and every consumer a wait held more than 3 us beyond its launch and
+    stream order gets its edge."""
+    run = emulate(prog)
+    path = tmp_path_factory.mktemp("w") / "emu.json"
+    to_kineto(run, str(path), wait_event_links=False, whole_us=True)
+    g = build_graph(load_trace(str(path)))
+    # L and G measured to within the rounding (a tiny program can take a held task for its one
+    # idle sample of L: the limit docs/model.md states, not this one)
+    assume(abs(g.launch_latency_ns - prog.L) <= 1000 and abs(g.gpu_gap_ns - prog.G) <= 1000)
+    got = _corr_edges(g, _inferred(g))
+    event(f"G < 1 us: {prog.G < 1000}")
+    assert got <= _truth(run)
+    assert _held_with_slack(run, 3_000) <= {d for _, d in got}

@@ -91,6 +91,7 @@ class EdgeKind(enum.IntEnum):
     HANDOVER = 5
     QUEUE = 6
     STAGED = 7
+    GRAPH = 8
 
 
 #: the rules, indexed by kind id (a list so registered kinds extend it)
@@ -128,6 +129,12 @@ def register_kind(kind_id: int, rule: Rule) -> int:
         raise ValueError(f"edge kind id {kind_id} is taken by {RULES[kind_id].name!r}")
     RULES[kind_id] = rule
     return kind_id
+
+
+register_kind(EdgeKind.GRAPH, Rule(
+    "graph launch order", Phase.START, True, Offset.G, "gpu_compute", inherit=True, prefer=10,
+    doc="a CUDA graph whose kernels run on streams of their own starts G after what its launch stream ran before "
+        "it, and what the launch stream runs next starts G after the graph (graph/build/graph_launch.py)"))
 
 
 def unregister_kind(kind_id: int) -> None:

@@ -16,6 +16,7 @@ from ...events.links import only_process
 from .._arrays import Counts, count
 from ..edges import EdgeKind, Origin
 from ..facts import trace_facts
+from .graph_launch import graph_launches
 from .inferred import infer_unlinked_waits
 from .assemble import node_columns, order_edges
 from .handover import handover_edges, own_gaps
@@ -40,13 +41,15 @@ from .waits import (
 
 
 def _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id, gpu_rows, only, counts):
-    """Stages 6-7: blocking waits (WAIT edges) and cross-stream waits (XSTREAM edges); also
+    """Stages 6-7: blocking waits (WAIT edges) and cross-stream waits (XSTREAM edges), after the
+    graph launches on streams of their own (GRAPH edges, ``graph_launch.py``); also
     returns the lookups (index, roles, sync records) the inference stage reuses. ``rec_end``,
     ``corr``, ``name_id``: the table's end, correlation id and name id of every node."""
     cpu_rows = nodes.row[: nodes.n_cpu]
     role = api_roles(table, cpu_rows, name_id[: nodes.n_cpu])
     si = sync_info(table, cpu_rows, nodes.pid[: nodes.n_cpu], only, corr[: nodes.n_cpu])
     ix = WaitIndex(nodes, lanes, position, rec_start, corr)
+    gl = graph_launches(ix, nodes, lanes, name_id[: nodes.n_cpu], table.names, rec_start, counts)  # installs them in ix
     rec = RecordCalls(ix, role)
     copies = copy_classes(table, nodes, gpu_rows, role)
     pw_s, pw_d = pageable_copy_edges(copies, lanes, nodes.n_cpu, rec_end, counts)
@@ -56,7 +59,7 @@ def _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id
     wd = np.concatenate([p[1] for p in parts])
     keep = ws >= 0
     xs, xd = cross_stream_waits(ix, role, si, rec, counts)
-    return ws[keep], wd[keep], xs, xd, (ix, role, si), copies
+    return ws[keep], wd[keep], xs, xd, (ix, role, si), copies, (gl.src, gl.dst)
 
 
 def _own_costs(dur, rec_start, rec_end, ws, wd, counts) -> None:
@@ -129,7 +132,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     del lane_cols  # (their memory serves the stages after)
     position = lanes.position
     dur, gap = durations_and_gaps(kind, rec_start, rec_end, lanes.lane_prev, t0, counts)
-    ws, wd, xs, xd, wctx, copies = _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id, gpu_rows, only, counts)
+    ws, wd, xs, xd, wctx, copies, (gs, gd) = _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id, gpu_rows, only, counts)
     is_gpu = kind != NODE_CPU
     qs, qd, depth = queue_edges(lanes.by_lane, lanes.lane, is_gpu, launch, launch_queue_depth, rec_end, counts)
     held = rec_end[qs] > rec_start[qd]  # launches the recorded queue held; elsewhere own = duration
@@ -137,15 +140,17 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     hs, hd = handover_edges(table, nodes.pid, nodes.tid, rec_start, rec_end, nodes.n_cpu, counts)
     own_gaps(gap, rec_start, rec_end, lanes.lane_prev, t0, hs, hd)
     staged = np.concatenate([np.zeros(nodes.n_cpu, bool), copies.staged])
-    L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xs, xd, staged, counts)
+    xgs, xgd = np.concatenate([xs, gs]), np.concatenate([xd, gd])  # the GPU predecessors beside stream order
+    L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xgs, xgd, staged, counts)
     # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits")
-    ys, yd, (ls, ld) = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xs, xd, L, G, counts)
+    ys, yd, (ls, ld) = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xgs, xgd, L, G, counts)
     R = Origin.RECORDED
     dep_edges = dedupe_edges(*concat_edges([
         (ws, wd, EdgeKind.WAIT, R),
         (xs, xd, EdgeKind.XSTREAM, R),
         (hs, hd, EdgeKind.HANDOVER, Origin.INFERRED),
         (ys, yd, EdgeKind.XSTREAM, Origin.INFERRED),
+        (gs, gd, EdgeKind.GRAPH, Origin.INFERRED),
     ]))
     # order edges first (one per task at most, unique by construction), then the queue edges (one
     # per launched task), then the dependency edges; tied or inconsistent timestamps (odd input)

@@ -19,9 +19,11 @@ a dependency that is tied to an unlinked wait call:
    A wait's own latency can exceed ``G`` (an NCCL kernel into the device-to-pageable copy that
    waits for it: 3-9 us on the DLRM traces, where G is 1.0-1.9 us and L 7-8 us); it is taken to
    be at most one launch latency beyond ``G`` (the GPU front end taking up a queued command).
-4. A consumer with exactly one candidate gets an ``XSTREAM`` edge of origin ``INFERRED`` from it;
-   with several, none (counted as ambiguous): any of them could be the one whose wait latency
-   held it. An edge whose ``d`` exceeds ``G + tol`` is counted apart (:data:`LATE`): the replay,
+4. Candidates on one stream are one: the one that ended last is the producer (the stream is FIFO;
+   an earlier one would have held the consumer a whole task longer). A consumer with candidates
+   on exactly one stream gets an ``XSTREAM`` edge of origin ``INFERRED`` from it; with
+   candidates on several streams, none (counted as ambiguous): any of them could be the one
+   whose wait latency held it. An edge whose ``d`` exceeds ``G + tol`` is counted apart (:data:`LATE`): the replay,
    with the edge's offset ``G``, starts that consumer ``d - G`` early.
 
 Soundness (``tests/test_inferred_edges.py``, emulated programs whose waits take ``G + W``,
@@ -55,17 +57,32 @@ LATE = ("cross-stream wait inferred from timing whose producer ended more than G
         "waiting task started (the only task ending within G + L before it; replayed up to L early)")
 AMBIGUOUS = ("cross-stream wait not inferred: tasks on several other streams end equally close to "
              "the waiting task's start (ambiguous)")
+SAME_STREAM = ("cross-stream wait candidate left out for a later-ending candidate on its stream (the later one "
+               "is the producer)")
 
 
-def tolerance_ns(G: int) -> int:
-    """How far a recorded time may be from the model's: ``G // 2``.
+#: the tolerance on a trace whose timestamps are whole microseconds (Kineto before 2.x, the DLRM
+#: traces): a start and an end each rounded to the microsecond put a gap up to 1 us off
+WHOLE_US_TOLERANCE_NS = 1_000
+
+
+def tolerance_ns(G: int, whole_us: bool = False) -> int:
+    """How far a recorded time may be from the model's: ``G // 2``, and at least
+    :data:`WHOLE_US_TOLERANCE_NS` where the trace's timestamps are whole microseconds.
 
     ``G`` is the typical gap between dependent GPU tasks of the trace; half of it separates a
     producer that ended one gap before the consumer's start from tasks ending a gap earlier or
     later. An emulated trace (gaps exactly ``G``) needs no tolerance, and with ``G = 0`` none is
-    given: only exact coincidences count.
+    given: only exact coincidences count. On whole-microsecond timestamps a wait recorded 0-1 us
+    after its producer (``G`` about 1 us) was rejected by the lower bound ``G - G // 2``.
     """
-    return max(int(G), 0) // TOLERANCE_DIV
+    tol = max(int(G), 0) // TOLERANCE_DIV
+    return max(tol, WHOLE_US_TOLERANCE_NS) if whole_us else tol
+
+
+def whole_microseconds(rec_start: np.ndarray, rec_end: np.ndarray) -> bool:
+    """Every recorded start and end (ns) is a whole microsecond (and there is at least one)."""
+    return bool(len(rec_start)) and not (rec_start % 1000).any() and not (rec_end % 1000).any()
 
 
 def unlinked_waits(role: np.ndarray, si: SyncInfo) -> np.ndarray:
@@ -138,10 +155,19 @@ def _candidates(ix: WaitIndex, lanes: Lanes, position, c, w_pos, w_corr, c_start
     return np.concatenate(ci), np.concatenate(pr)
 
 
-def _choose(ci, pr, c_start, rec_end, G: int, tol: int, counts) -> tuple[np.ndarray, np.ndarray]:
-    """Rule 4: each consumer with exactly one candidate gets it; the others none (ambiguous)."""
+def _choose(ci, pr, c_start, rec_end, G: int, tol: int, counts, lane=None) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 4: each consumer with candidates on exactly one stream gets the one of them that ended
+    last; the others none (ambiguous). ``lane``: per node, its lane (None: every candidate on a
+    stream of its own)."""
     if not len(ci):
         return _NONE, _NONE
+    if lane is not None:  # one candidate per (consumer, stream): the latest-ending
+        o = np.lexsort((rec_end[pr], lane[pr], ci))
+        ci, pr = ci[o], pr[o]
+        last = np.ones(len(ci), dtype=bool)
+        last[:-1] = (ci[1:] != ci[:-1]) | (lane[pr[1:]] != lane[pr[:-1]])
+        count(counts, SAME_STREAM, int((~last).sum()))
+        ci, pr = ci[last], pr[last]
     o = np.lexsort((pr, ci))
     ci, pr = ci[o], pr[o]
     alone = np.ones(len(ci), dtype=bool)
@@ -194,14 +220,14 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
         return _NONE, _NONE, (_NONE, _NONE)
     c, w_pos, w_corr = _latest_wait(cons[tied], w[tied], ix)
     latent = latent_waits(ix, lanes, c, w_pos, rec_start[c], rec_end)
-    tol = tolerance_ns(G)
+    tol = tolerance_ns(G, whole_microseconds(rec_start, rec_end))
     late = rec_start[c] - _known_bound(c, nodes, lanes, rec_start, rec_end, xs, xd, L, G)
     delayed = late > tol
     c, w_pos, w_corr = c[delayed], w_pos[delayed], w_corr[delayed]
     c_start = rec_start[c]
     d_max = np.full(len(c), G + max(tol, L), np.int64)  # a wait latency beyond G is at most L
     ci, pr = _candidates(ix, lanes, position, c, w_pos, w_corr, c_start, d_max, rec_end, G, tol)
-    ci, pr = _choose(ci, pr, c_start, rec_end, G, tol, counts)
+    ci, pr = _choose(ci, pr, c_start, rec_end, G, tol, counts, lanes.lane)
     n = len(ci)
     count(counts, UNLINKED, len(w) - n, missing=True)  # one wait per inferred edge is no longer without an edge
     count(counts, INFERRED, n)

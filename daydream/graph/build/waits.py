@@ -162,30 +162,63 @@ class WaitIndex:
             out[m] = L
         return out
 
-    def _search(self, lanes_q, t_q, c_q, side: str) -> np.ndarray:
+    #: graph launches standing in their launch stream (:meth:`set_graph_entries`), or None
+    _graphs: tuple | None = None
+
+    def set_graph_entries(self, lane, pos, corr, head, tail) -> None:
+        """Graph launches whose kernels run on other streams stand in their launch stream ``lane``
+        at their call's position ``pos`` / correlation id ``corr``: :meth:`last_before` finds
+        their last task ``tail``, :meth:`first_after` their first task ``head``
+        (``graph/build/graph_launch.py``, rule 4). Shape (k,) each."""
+        o = np.lexsort((corr, pos, lane))
+        cols = [np.asarray(a, np.int64)[o] for a in (lane, pos, corr, head, tail)]
+        self._graphs = (*cols, triples(*cols[:3]))
+
+    @staticmethod
+    def _find(keys, pos, tie, rec, lanes_q, t_q, c_q, side: str) -> np.ndarray:
+        """Index into ``keys`` of the last item before (``side`` "left") or first after ("right")
+        each query on its lane; -1 none."""
         res = np.full(len(lanes_q), -1, dtype=np.int64)
         ok = lanes_q >= 0
-        if not ok.any() or not len(self.g_lane):
+        if not ok.any() or not len(keys):
             return res
-        if self._triples is None:  # built once, searched by every wait stage
-            self._triples = triples(self.g_lane, self.g_pos, self.g_corr)
-        k = search_pairs(self.g_lane, self.g_pos, self.g_corr, lanes_q[ok], t_q[ok], c_q[ok], side, self._triples)
+        k = search_pairs(keys, pos, tie, lanes_q[ok], t_q[ok], c_q[ok], side, rec)
         if side == "left":
             k = k - 1
             found = k >= 0
         else:
-            found = k < len(self.g_lane)
-        found[found] &= self.g_lane[k[found]] == lanes_q[ok][found]
-        res[np.nonzero(ok)[0][found]] = self.g_nodes[k[found]]
+            found = k < len(keys)
+        found[found] &= keys[k[found]] == lanes_q[ok][found]
+        res[np.nonzero(ok)[0][found]] = k[found]
+        return res
+
+    def _search(self, lanes_q, t_q, c_q, side: str) -> np.ndarray:
+        if len(self.g_lane) and self._triples is None:  # built once, searched by every wait stage
+            self._triples = triples(self.g_lane, self.g_pos, self.g_corr)
+        k = self._find(self.g_lane, self.g_pos, self.g_corr, self._triples, lanes_q, t_q, c_q, side)
+        res = np.where(k >= 0, self.g_nodes[np.maximum(k, 0)] if len(self.g_nodes) else -1, -1)
+        if self._graphs is None:
+            return res
+        g_lane, g_pos, g_corr, head, tail, rec = self._graphs
+        v = self._find(g_lane, g_pos, g_corr, rec, lanes_q, t_q, c_q, side)
+        kr, kv = np.maximum(k, 0), np.maximum(v, 0)
+        if len(self.g_lane):
+            later = (g_pos[kv] > self.g_pos[kr]) | ((g_pos[kv] == self.g_pos[kr]) & (g_corr[kv] > self.g_corr[kr]))
+        else:
+            later = np.ones(len(k), bool)
+        use = (v >= 0) & ((k < 0) | (later if side == "left" else ~later))
+        res[use] = (tail if side == "left" else head)[v[use]]
         return res
 
     def last_before(self, lanes_q, t_q, c_q) -> np.ndarray:
         """The last GPU task on lane ``lanes_q`` launched before the call (``t_q``, ``c_q``:
-        recorded start and correlation id); -1 none."""
+        recorded start and correlation id); -1 none. A graph launch standing in the lane
+        (:meth:`set_graph_entries`) counts by its last task."""
         return self._search(lanes_q, t_q, c_q, "left")
 
     def first_after(self, lanes_q, t_q, c_q) -> np.ndarray:
-        """The first GPU task on lane ``lanes_q`` launched after the call; -1 none."""
+        """The first GPU task on lane ``lanes_q`` launched after the call; -1 none. A graph
+        launch standing in the lane counts by its first task."""
         return self._search(lanes_q, t_q, c_q, "right")
 
 

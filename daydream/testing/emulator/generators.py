@@ -29,6 +29,7 @@ from .ops import (
 from .program import Program, Thread
 
 _STREAMS = (7, 20, 24)
+_GRAPH_STREAMS = (101, 102)  #: streams only graph kernels run on (``programs(graph_streams=True)``)
 _KERNELS = ("ampere_sgemm_128x64_tn", "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float> >",
             "void at::native::reduce_kernel<512, 1>", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)")
 _OTHER_CALLS = (("cudaGetDevice", 4), ("cudaStreamIsCapturing", 317), ("cudaEventQuery", 138))
@@ -50,6 +51,8 @@ class _ThreadDraw:
         self.ops: list = []
         self.recorded: list = []  # events this thread recorded, in order
         self.last_lane = None
+        self.last_plain = None  # the lane of its last launch other than a graph launch
+        self.graph_streams = False  # draw graphs whose kernels run on a stream of their own
         self.depth = 0
 
     def step(self, choice: str, lane: tuple[int, int]) -> None:
@@ -63,13 +66,19 @@ class _ThreadDraw:
         d, s = lane
         draw = self.draw
         self.ops.append(Launch(s, draw(self.st.sampled_from(_KERNELS)), draw(self.gpu_dur), draw(self.call), device=d))
-        self.last_lane = lane
+        self.last_lane = self.last_plain = lane
 
     def _graph(self, lane) -> None:
+        # launched into the stream of the thread's last other launch, as the builder infers it
+        # (a cudaGraphLaunch record has no stream); its kernels on that stream, or on a graph
+        # stream of its own (_GRAPH_STREAMS, which nothing else uses)
+        lane = self.last_plain or lane
         d, s = lane
         draw, st = self.draw, self.st
         kernels = draw(st.lists(st.tuples(st.sampled_from(_KERNELS), self.gpu_dur), min_size=1, max_size=4))
-        self.ops.append(GraphLaunch(s, kernels, draw(self.call), graph_id=len(self.ops) + 1, device=d))
+        own = self.graph_streams and self.last_plain is not None and draw(st.booleans())
+        node_stream = draw(st.sampled_from(_GRAPH_STREAMS)) if own else None
+        self.ops.append(GraphLaunch(s, kernels, draw(self.call), graph_id=len(self.ops) + 1, device=d, node_stream=node_stream))
         self.last_lane = lane
 
     def _copy(self, cls, lane, cost) -> None:
@@ -78,7 +87,7 @@ class _ThreadDraw:
         kind = draw(st.sampled_from(_COPY_KINDS))
         self.ops.append(cls(s, kind, draw(st.integers(1, 1 << 24)), draw(self.gpu_dur), draw(cost),
                             host_memory=draw(st.sampled_from(_HOST_MEMORY)), device=d))
-        self.last_lane = lane
+        self.last_lane = self.last_plain = lane
 
     def _memcpy_async(self, lane) -> None:
         self._copy(MemcpyAsync, lane, self.call)
@@ -90,7 +99,7 @@ class _ThreadDraw:
         d, s = lane
         draw = self.draw
         self.ops.append(MemsetAsync(s, draw(self.st.integers(1, 1 << 24)), draw(self.gpu_dur), draw(self.call), device=d))
-        self.last_lane = lane
+        self.last_lane = self.last_plain = lane
 
     def _device_sync(self, lane) -> None:
         self.ops.append(DeviceSync(self.draw(self.own), device=lane[0]))
@@ -148,7 +157,8 @@ class _ThreadDraw:
 
 
 def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, max_devices: int = 1,
-             sync_events: bool = True, graph_launches: bool = False, wait_latency: bool = False):
+             sync_events: bool = True, graph_launches: bool = False, wait_latency: bool = False,
+             graph_streams: bool = False):
     """Hypothesis strategy of valid random programs.
 
     1..``max_threads`` threads (one process), streams from ``(7, 20, 24)[:max_streams]`` on
@@ -166,6 +176,11 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
             no cudaStreamWaitEvent.
         graph_launches: also draw :class:`GraphLaunch` ops (1-4 kernels on one stream), about
             one op in ten (off by default, so other properties draw the programs they always did).
+            A graph is launched into the stream of its thread's last other launch (any drawn
+            stream when there is none).
+        graph_streams: with ``graph_launches``, about half the graphs of a thread that launched
+            before run their kernels on a stream of their own (101 or 102: only graph kernels run
+            there), ``GraphLaunch.node_stream``.
         wait_latency: also draw ``Program.wait_latency_ns`` in ``0..L`` (else 0).
     """
     from hypothesis import strategies as st
@@ -182,6 +197,7 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
         threads = []
         for ti in range(n_threads):
             td = _ThreadDraw(draw, st, ti, sync_events)
+            td.graph_streams = graph_streams
             for _ in range(draw(st.integers(0, max_ops))):
                 choice = draw(st.sampled_from(choices))
                 td.step(choice, draw(st.sampled_from(lanes)))

@@ -48,15 +48,16 @@ def _device_properties(dev: int) -> dict:
 class _Clock:
     """Trace times relative to ``baseTimeNanoseconds``."""
 
-    def __init__(self, base: int) -> None:
+    def __init__(self, base: int, whole_us: bool = False) -> None:
         self.base = base
+        self.q = 1000 if whole_us else 1  # whole microseconds: each time rounded down to one
 
     def us(self, t: int) -> _Us:
-        return _Us(t - self.base)
+        d = t - self.base
+        return _Us(d - d % self.q)
 
-    @staticmethod
-    def dur(a: int, b: int) -> _Us:
-        return _Us(b - a)
+    def dur(self, a: int, b: int) -> _Us:
+        return _Us(self.us(b).ns - self.us(a).ns)
 
 
 def _range_events(run: Run, ck: _Clock) -> list[dict]:
@@ -234,7 +235,7 @@ def _write_text(path: str | os.PathLike, text: str) -> None:
 
 def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_events: bool = True,
               base_time_ns: int | None = None, wait_event_links: bool = True, event_records: bool = True,
-              window: tuple[int, int | None] | None = None) -> dict:
+              window: tuple[int, int | None] | None = None, whole_us: bool = False) -> dict:
     """Write ``run`` as a Kineto (PyTorch profiler) Chrome-trace JSON; return the parsed document.
 
     Layout follows recent PyTorch/Kineto: ``schemaVersion`` 1, ``deviceProperties``,
@@ -258,6 +259,9 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
             active in that window records, as a trace cut from a longer run: activities wholly
             inside it (see :func:`_cut_window`); GPU tasks whose launching call started before
             ``lo`` appear without it. Metadata are stamped at the earliest kept event.
+        whole_us: write every start and end rounded down to a whole microsecond (as Kineto
+            before PyTorch 2 and the DLRM traces of ``../shared/traces`` do): the run's times
+            are then up to 1 us off in the trace.
 
     Returns:
         the document as ``json.loads`` reads the written text.
@@ -266,7 +270,7 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
         ValueError: ``base_time_ns`` later than some timestamp.
     """
     t0 = run.trace_t0_ns
-    ck = _Clock(t0 - t0 % 1_000_000_000 if base_time_ns is None else int(base_time_ns))
+    ck = _Clock(t0 - t0 % 1_000_000_000 if base_time_ns is None else int(base_time_ns), whole_us)
     ev = _range_events(run, ck) + _call_events(run, ck, event_records) + _task_events(run, ck)
     sync_tids: set[tuple[int, int]] = set()
     if emit_sync_events:

@@ -236,19 +236,27 @@ class GraphLaunch(_DeviceCall):
     """``cudaGraphLaunch``: one call that enqueues the kernels of an instantiated CUDA graph on
     ``stream``; the CPU does not wait.
 
-    Semantics (``docs/model.md``, "CUDA-graph launches"): the graph is a chain on one stream: every
-    kernel is ready at the call's start + ``L`` and they run in the given order, each after the
-    previous one + ``G`` (a stream predecessor like any other); a pending cross-stream wait on
-    ``stream`` gates the first kernel. In the trace every kernel carries the call's correlation id
-    (CUPTI correlates one ``cudaGraphLaunch`` to one record per node; ``graph id``/``graph node id``
-    args as recent Kineto writes them).
+    Semantics (``docs/model.md``, "CUDA-graph launches"): the graph is a chain on one stream
+    (``node_stream``, by default ``stream``): every kernel is ready at the call's start + ``L`` and
+    they run in the given order, each after the previous one + ``G`` (a stream predecessor like any
+    other); a pending cross-stream wait on ``stream`` gates the first kernel. In the trace every
+    kernel carries the call's correlation id (CUPTI correlates one ``cudaGraphLaunch`` to one record
+    per node; ``graph id``/``graph node id`` args as recent Kineto writes them).
+
+    When ``node_stream`` differs from ``stream`` (the driver runs the graph's kernels on a stream of
+    its own, and the trace records them there) the graph still runs in ``stream``'s order: its
+    first kernel also follows the last task launched before it on ``stream`` (+ ``G``), and what
+    ``stream`` runs next (a task, a stream synchronize, an event record) follows its last kernel:
+    after the call, the graph's last kernel is ``stream``'s last task. The graph takes its one
+    launch-queue slot on ``node_stream``, where its kernels are.
 
     Attributes:
-        stream: stream id the graph runs on.
+        stream: stream id the graph is launched into.
         kernels: ``(kernel name, kernel_dur_ns)`` per node, in execution order (a list is
             converted to a tuple; at least one).
         call_dur_ns: CPU duration of the call, ns.
         graph_id: the ``graph id`` written on its kernels.
+        node_stream: the stream id its kernels run on and are recorded on (None: ``stream``).
         device: GPU device index (keyword).
     """
 
@@ -257,13 +265,19 @@ class GraphLaunch(_DeviceCall):
     kernels: tuple
     call_dur_ns: int
     graph_id: int = 1
+    node_stream: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kernels", tuple((str(n), d) for n, d in self.kernels))
 
     def nodes(self) -> list[Launch]:
-        """The graph's kernels as launches on its stream (how the emulator enqueues them)."""
-        return [Launch(self.stream, n, d, self.call_dur_ns, device=self.device) for n, d in self.kernels]
+        """The graph's kernels as launches on the stream they run on (how the emulator enqueues them)."""
+        return [Launch(self.run_stream, n, d, self.call_dur_ns, device=self.device) for n, d in self.kernels]
+
+    @property
+    def run_stream(self) -> int:
+        """The stream its kernels run on: ``node_stream``, else ``stream``."""
+        return self.stream if self.node_stream is None else self.node_stream
 
 
 @dataclass(frozen=True)

@@ -271,11 +271,19 @@ class _Emulator:
             waits = op.host_waits(task_idx, stream_prev)
         elif isinstance(op, GraphLaunch):  # one chain on its stream, every node ready at s + L
             waits = []
+            lane = (op.device, op.stream)
+            entry: list[tuple[int, int]] = []
+            if op.run_stream != op.stream:  # runs in the launch stream's order (docs/model.md)
+                entry = [(self.lane_last[lane], 0)] if lane in self.lane_last else []
+                entry += [(p, self.program.wait_latency_ns) for p in dict.fromkeys(self.pending_waits.pop(lane, []))]
             for node, kernel in enumerate(op.nodes()):
-                t = self.enqueue(kernel, pid, s, call_idx, corr, ext, slot=False)
+                t = self.enqueue(kernel, pid, s, call_idx, corr, ext, slot=False, entry=entry if node == 0 else ())
                 self.tasks[t] = dataclasses.replace(self.tasks[t], graph_node=node)
                 task_idx = t if task_idx is None else task_idx
-            self.take_queue_slot((op.device, op.stream), t)  # the graph is one launch-queue entry, freed by its last node
+            if op.run_stream != op.stream:  # what the launch stream runs next follows the graph
+                self.lane_last[lane] = t
+                self.used_lanes.setdefault(pid, {})[lane] = None
+            self.take_queue_slot((op.device, op.run_stream), t)  # the graph is one launch-queue entry, freed by its last node
         else:
             waits, bound = self.sync_targets(op, pid, call_idx)
         q = self.tasks[self.queued_for].end_ns if self.queued_for is not None else s  # a full launch queue
@@ -291,16 +299,22 @@ class _Emulator:
         self.next_op[i] = k + 1
         self.advance(i)
 
-    def enqueue(self, op: _GpuWork, pid: int, s: int, call_idx: int, corr: int, ext: int | None, slot: bool = True) -> int:
+    def enqueue(self, op: _GpuWork, pid: int, s: int, call_idx: int, corr: int, ext: int | None, slot: bool = True,
+                entry=()) -> int:
         """Append the GPU task of ``op`` (launched at ``s``); returns its index. ``slot``: it takes
-        a launch-queue slot of its own (a graph's nodes share their launch's one)."""
+        a launch-queue slot of its own (a graph's nodes share their launch's one). ``entry``:
+        further ``(predecessor task, extra latency ns)`` pairs, each bounding the start at its
+        end + ``G`` + the extra (a graph launched into another stream: that stream's last task,
+        0, and its pending cross-stream waits, ``W``)."""
         lane = (op.device, op.stream)
         preds = [self.lane_last[lane]] if lane in self.lane_last else []
         waited = [p for p in self.pending_waits.pop(lane, []) if p not in preds]
         preds += list(dict.fromkeys(waited))
         ready = s + self.program.launch_latency_ns + (self.program.staging_latency_ns if getattr(op, "staged", False) else 0)
         G, W = self.program.gpu_gap_ns, self.program.wait_latency_ns
-        start = max([ready] + [self.tasks[p].end_ns + G + (W if p in waited else 0) for p in preds])
+        start = max([ready] + [self.tasks[p].end_ns + G + (W if p in waited else 0) for p in preds]
+                    + [self.tasks[p].end_ns + G + extra for p, extra in entry])
+        preds += [p for p, _ in entry if p not in preds]
         kind, tname = op.task_name()
         task_idx = len(self.tasks)
         self.tasks.append(TaskRecord(kind=kind, name=tname, device=op.device, stream=op.stream, call=call_idx,
