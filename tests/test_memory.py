@@ -129,17 +129,21 @@ def test_saved_table_with_damaged_memory_columns_is_refused(tmp_path):
 # ---------------------------------------------------------------------------------------------
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(0, 100), min_size=1, max_size=12), st.lists(st.integers(-5, 110), min_size=1, max_size=20))
-def test_anchor_is_the_next_task_of_the_thread_else_its_last(starts, ts):
+def test_anchor_is_the_next_task_of_the_thread_else_the_end_of_its_last(starts, ts):
     starts = np.array(sorted(starts), np.int64)
+    ends = starts + 3
     ts = np.array(ts, np.int64)
     one = np.ones(len(ts), np.int64)
-    a, off = anchor_events(ts, one, one, np.ones(len(starts), np.int64), np.ones(len(starts), np.int64), starts,
-                           np.arange(len(starts)) + 100)
+    nd = np.ones(len(starts), np.int64)
+    a, off, at_end = anchor_events(ts, one, one, nd, nd, starts, ends, np.arange(len(starts)) + 100)
     for i, x in enumerate(ts.tolist()):
         later = np.flatnonzero(starts >= x)
-        j = int(later[0]) if len(later) else len(starts) - 1
-        assert a[i] == j + 100 and off[i] == x - starts[j]
-    b, off2 = anchor_events(ts, one * 2, one, np.ones(len(starts), np.int64), np.ones(len(starts), np.int64), starts, np.arange(len(starts)))
+        if len(later):
+            j = int(later[0])
+            assert a[i] == j + 100 and off[i] == x - starts[j] and not at_end[i]
+        else:
+            assert a[i] == len(starts) - 1 + 100 and off[i] == x - ends[-1] and at_end[i]
+    b, off2, _ = anchor_events(ts, one * 2, one, nd, nd, starts, ends, np.arange(len(starts)))
     assert (b == -1).all() and (off2 == ts).all()  # another thread: no anchor
 
 
@@ -153,10 +157,12 @@ def test_replay_moves_events_with_their_anchor_and_keeps_thread_order(tmp_path):
     (dm,) = replay_memory(g, tl)
     assert dm.allocated_bytes.tolist() == [100, 150, 50] and dm.peak_allocated_bytes == 150 and dm.exact_before
     assert recorded_peaks(g)[0][0] == 150 and dm.peak_reserved_bytes == 200
-    # every event here is in the gap before, or after, the call at 30 us: they move with it
+    # the events at 12 and 25 us are in the gap before the call at 30 us, the one at 40 us after its
+    # end: they move with it
     at30 = int(np.flatnonzero(g.rec_start_ns == 30_000)[0])
     tl.start_ns[at30] -= 10_000
-    assert event_times(g, tl).tolist() == [2_000, 15_000, 30_000]
+    tl.end_ns[at30] += 1_000
+    assert event_times(g, tl).tolist() == [2_000, 15_000, 41_000]
 
 
 def test_a_thread_keeps_the_order_of_its_events(tmp_path):

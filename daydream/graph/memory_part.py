@@ -3,8 +3,8 @@
 The caching allocator runs on the CPU, inside the framework op that allocates or frees, between
 the runtime calls that are the graph's CPU tasks. An event is anchored to the **next CPU task of
 its (pid, tid) lane starting at or after its timestamp**, with its recorded offset from that task's
-start (negative: it happened in the CPU gap before the task); an event after the last task of its
-lane is anchored to that last task (positive offset), and one on a thread without CPU tasks is
+start (negative: it happened in the CPU gap before the task); an event after the start of the last
+task of its lane is anchored to that task's end (it happened in the host work after it), and one on a thread without CPU tasks is
 not anchored (it keeps its recorded time). A replay then places each event at its anchor's
 replayed start plus its offset (:mod:`daydream.simulate.memory_replay`). Anchors are table rows
 (stable through every transformation, as ``TaskGraph.path_rows``). Captured once, at the build:
@@ -29,12 +29,14 @@ class GraphMemory:
     """The memory events of a graph, in recorded order (the table's: by time, then the allocator's
     index). ``events``: the recorded columns; ``anchor_row``: int64 table row of each event's
     anchor CPU task (-1: none, its thread has no CPU task); ``offset_ns``: int64 event time minus
-    the anchor's recorded start (for an unanchored event: minus ``t0_ns``); ``step``: int32 index
+    the anchor's recorded start, or its end where ``at_end`` (the event follows the thread's last
+    task; for an unanchored event: minus ``t0_ns``); ``step``: int32 index
     into ``step_names`` of the ``ProfilerStep#N`` whose recorded interval holds the event (-1 none)."""
 
     events: MemoryEvents
     anchor_row: np.ndarray
     offset_ns: np.ndarray
+    at_end: np.ndarray
     step: np.ndarray
     step_names: tuple[str, ...]
     t0_ns: int
@@ -47,15 +49,17 @@ class GraphMemory:
         return int(np.count_nonzero(self.anchor_row < 0))
 
 
-def anchor_events(ts, pid, tid, node_pid, node_tid, node_start, node_id) -> tuple[np.ndarray, np.ndarray]:
-    """(anchor, offset_ns) of events (``ts``, ``pid``, ``tid``) among CPU tasks (``node_*``; their
-    recorded start, and the id returned for each): the first task of the event's thread starting at
-    or after ``ts``, else the thread's last task; -1 and ``ts`` where the thread has no task.
-    Python work per distinct thread, numpy per event."""
+def anchor_events(ts, pid, tid, node_pid, node_tid, node_start, node_end, node_id) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(anchor, offset_ns, at_end) of events (``ts``, ``pid``, ``tid``) among CPU tasks (``node_*``:
+    their thread, recorded interval, and the id returned for each): the first task of the event's
+    thread starting at or after ``ts``, offset from its start; after the thread's last task's start,
+    that last task, offset from its end (``at_end``: the event is in the host work after it); -1 and
+    ``ts`` where the thread has no task. Python work per distinct thread, numpy per event."""
     anchor = np.full(len(ts), -1, np.int64)
     offset = np.asarray(ts, np.int64).copy()
+    at_end = np.zeros(len(ts), bool)
     if not len(ts) or not len(node_start):
-        return anchor, offset
+        return anchor, offset, at_end
     keys = np.unique(np.stack([pid, tid], 1), axis=0)
     for p, t in keys.tolist():
         ev = np.flatnonzero((pid == p) & (tid == t))
@@ -63,10 +67,13 @@ def anchor_events(ts, pid, tid, node_pid, node_tid, node_start, node_id) -> tupl
         if not len(nd):
             continue
         nd = nd[np.argsort(node_start[nd], kind="stable")]
-        j = np.minimum(np.searchsorted(node_start[nd], ts[ev], side="left"), len(nd) - 1)
+        j = np.searchsorted(node_start[nd], ts[ev], side="left")
+        last = j >= len(nd)
+        j = np.minimum(j, len(nd) - 1)
         anchor[ev] = node_id[nd[j]]
-        offset[ev] = ts[ev] - node_start[nd[j]]
-    return anchor, offset
+        offset[ev] = ts[ev] - np.where(last, node_end[nd[j]], node_start[nd[j]])
+        at_end[ev] = last
+    return anchor, offset, at_end
 
 
 def capture_memory(table, graph) -> GraphMemory | None:
@@ -75,7 +82,8 @@ def capture_memory(table, graph) -> GraphMemory | None:
     if mem is None or not len(mem):
         return None
     cpu = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.row >= 0))
-    anchor, offset = anchor_events(mem.ts_ns, mem.pid, mem.tid, graph.pid[cpu], graph.tid[cpu], graph.rec_start_ns[cpu], graph.row[cpu])
+    anchor, offset, at_end = anchor_events(mem.ts_ns, mem.pid, mem.tid, graph.pid[cpu], graph.tid[cpu], graph.rec_start_ns[cpu],
+                                           graph.rec_end_ns[cpu], graph.row[cpu])
     free = anchor < 0
     offset[free] = mem.ts_ns[free] - graph.t0_ns
     steps = profiler_steps(table)
@@ -83,4 +91,4 @@ def capture_memory(table, graph) -> GraphMemory | None:
     for i, (_, s, e, _, _) in enumerate(steps):  # a loop over steps (a handful), numpy per event
         step[(mem.ts_ns >= s) & (mem.ts_ns < e)] = i
     count(graph.counts, "memory event on a thread without CPU tasks (not anchored: kept at its recorded time)", free.sum())
-    return GraphMemory(mem, anchor, offset, step, tuple(s[0] for s in steps), int(graph.t0_ns))
+    return GraphMemory(mem, anchor, offset, at_end, step, tuple(s[0] for s in steps), int(graph.t0_ns))

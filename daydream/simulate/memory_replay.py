@@ -65,12 +65,13 @@ def event_times(graph, timeline) -> np.ndarray:
     j = np.minimum(j, max(len(rows) - 1, 0))
     found = anchored & (len(rows) > 0) & (rows[by_row][j] == gm.anchor_row) if len(rows) else np.zeros(len(ev), bool)
     node = cpu[by_row[j]] if len(rows) else np.zeros(len(ev), np.int64)
-    t = np.where(found, timeline.start_ns[node] + gm.offset_ns, t)
+    t = np.where(found, np.where(gm.at_end, timeline.end_ns[node], timeline.start_ns[node]) + gm.offset_ns, t)
     lost = np.flatnonzero(anchored & ~found)  # anchor removed by a transformation: the same rule, survivors
     if len(lost):
-        a, off = anchor_events(ev.ts_ns[lost], ev.pid[lost], ev.tid[lost], graph.pid[cpu], graph.tid[cpu],
-                               graph.rec_start_ns[cpu], cpu)
-        t[lost] = np.where(a >= 0, timeline.start_ns[np.maximum(a, 0)] + off, t[lost])
+        a, off, end = anchor_events(ev.ts_ns[lost], ev.pid[lost], ev.tid[lost], graph.pid[cpu], graph.tid[cpu],
+                                    graph.rec_start_ns[cpu], graph.rec_end_ns[cpu], cpu)
+        a0 = np.maximum(a, 0)
+        t[lost] = np.where(a >= 0, np.where(end, timeline.end_ns[a0], timeline.start_ns[a0]) + off, t[lost])
     # one thread, one op at a time: the recorded order of a thread's events is kept
     for p, q in np.unique(np.stack([ev.pid, ev.tid], 1), axis=0).tolist():
         k = np.flatnonzero((ev.pid == p) & (ev.tid == q))
