@@ -31,7 +31,8 @@ class GraphMemory:
     anchor CPU task (-1: none, its thread has no CPU task); ``offset_ns``: int64 event time minus
     the anchor's recorded start, or its end where ``at_end`` (the event follows the thread's last
     task; for an unanchored event: minus ``t0_ns``); ``step``: int32 index
-    into ``step_names`` of the ``ProfilerStep#N`` whose recorded interval holds the event (-1 none)."""
+    into ``step_names`` of the ``ProfilerStep#N`` whose recorded interval holds the event (-1 none);
+    ``phase``: see below."""
 
     events: MemoryEvents
     anchor_row: np.ndarray
@@ -40,6 +41,9 @@ class GraphMemory:
     step: np.ndarray
     step_names: tuple[str, ...]
     t0_ns: int
+    #: uint8 mapped phase (``mapping.rules.PHASES`` code) in effect where each event happened: the
+    #: CPU gap before its anchor (the anchor's own phase for an event after it); 0 unmapped
+    phase: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.events)
@@ -82,13 +86,20 @@ def capture_memory(table, graph) -> GraphMemory | None:
     if mem is None or not len(mem):
         return None
     cpu = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.row >= 0))
-    anchor, offset, at_end = anchor_events(mem.ts_ns, mem.pid, mem.tid, graph.pid[cpu], graph.tid[cpu], graph.rec_start_ns[cpu],
-                                           graph.rec_end_ns[cpu], graph.row[cpu])
-    free = anchor < 0
+    node, offset, at_end = anchor_events(mem.ts_ns, mem.pid, mem.tid, graph.pid[cpu], graph.tid[cpu], graph.rec_start_ns[cpu],
+                                         graph.rec_end_ns[cpu], cpu)
+    free = node < 0
+    anchor = np.where(free, -1, graph.row[np.maximum(node, 0)])
+    phase = np.zeros(len(mem), np.uint8)  # UNMAPPED
+    nm = graph.mapping
+    if nm is not None and len(cpu):  # the phase in effect where the event happened: the gap before its anchor, or the anchor
+        n0 = np.maximum(node, 0)
+        gap = nm.gap_phase[n0] if nm.gap_phase is not None else nm.phase[n0]
+        phase = np.where(free, 0, np.where(at_end, nm.phase[n0], gap)).astype(np.uint8)
     offset[free] = mem.ts_ns[free] - graph.t0_ns
     steps = profiler_steps(table)
     step = np.full(len(mem), -1, np.int32)
     for i, (_, s, e, _, _) in enumerate(steps):  # a loop over steps (a handful), numpy per event
         step[(mem.ts_ns >= s) & (mem.ts_ns < e)] = i
     count(graph.counts, "memory event on a thread without CPU tasks (not anchored: kept at its recorded time)", free.sum())
-    return GraphMemory(mem, anchor, offset, at_end, step, tuple(s[0] for s in steps), int(graph.t0_ns))
+    return GraphMemory(mem, anchor, offset, at_end, step, tuple(s[0] for s in steps), int(graph.t0_ns), phase)
