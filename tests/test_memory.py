@@ -7,6 +7,7 @@ computed here from the JSON with the standard library, independently of the read
 from __future__ import annotations
 
 import functools
+import tempfile
 import gzip
 import json
 from pathlib import Path
@@ -217,3 +218,119 @@ def test_baseline_replay_peaks_equal_the_recorded_ones(path):
         assert all(not dm.exact_before for dm in rep.values())
         rec_curve = {dm.device: dm.peak_allocated_bytes for dm in replay_memory(g, __import__("daydream.simulate", fromlist=["x"]).recorded(g))}
         assert rec_curve == {d: dm.peak_allocated_bytes for d, dm in rep.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# the report: parts, fit, text, timeline
+# ---------------------------------------------------------------------------------------------
+from daydream.costmodel.gpu_memory import CAPACITY, GIB, device_capacity  # noqa: E402
+from daydream.costmodel.gpus import GPUS  # noqa: E402
+from daydream.events.table import DeviceInfo  # noqa: E402
+from daydream.render.memory_text import memory_section  # noqa: E402
+from daydream.report.memory_fit import DEFAULT_FRAGMENTATION, memory_summary  # noqa: E402
+
+
+def test_every_gpu_of_the_table_has_a_sourced_capacity():
+    assert {g.name for g in GPUS} == set(CAPACITY)
+    assert all(b > 0 and src for b, src in CAPACITY.values())
+    assert device_capacity([DeviceInfo(0, "NVIDIA H100 80GB HBM3", total_memory_bytes=85_520_809_984)], 0)[0] == 85_520_809_984
+    assert device_capacity([DeviceInfo(0, "H200")], 0) == (141 * GIB, "H200: " + CAPACITY["H200"][1])
+    assert device_capacity([DeviceInfo(0, "a made-up GPU")], 0) == (-1, "")
+    assert device_capacity([], 0) == (-1, "")
+
+
+def _step_doc(ev, cap_bytes):
+    return {"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "Emulated GPU", "totalGlobalMem": cap_bytes}]}
+
+
+def _prog_events():
+    """One ProfilerStep: forward allocates an activation and a temporary, backward frees the
+    activation and allocates a gradient, the optimizer allocates its state; a parameter block
+    allocated before the trace stays (Total Allocated says so)."""
+    def call(ts):
+        return _call(ts, 1)
+
+    def rng(name, ts, dur, cat="user_annotation"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    t = {"v": 1000}
+
+    def mem(ts, b, addr):
+        t["v"] += b
+        return _mem(ts, b, **{"Addr": addr, "Total Allocated": t["v"], "Total Reserved": 8000})
+
+    return [
+        rng("ProfilerStep#1", 0, 100),
+        rng("## forward ##", 1, 30), call(5), mem(6, 300, 1), call(8), mem(9, 50, 2), call(10), mem(11, -50, 2), call(12),
+        rng("## backward ##", 40, 30), mem(41, 200, 3), call(42), mem(43, -300, 1), call(44),
+        rng("## optimizer ##", 75, 20), mem(76, 400, 4), call(77),
+    ]
+
+
+def test_step_parts_follow_the_rules(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(_step_doc(_prog_events(), 10_000)))
+    t = kineto.load(str(p))
+    g = build_graph(t, map_events(t))
+    ms = memory_summary(g, simulate(g))
+    (d,) = [d for d in ms.devices if d.device == 0]
+    assert d.peak_allocated_bytes == 1600 and not d.at_least and d.fits
+    assert d.fragmentation == round(8000 / 1600, 4) and d.needs_bytes == 8000
+    (s,) = d.steps
+    assert s.peak_allocated_bytes == 1600
+    parts = {p.name: p.bytes for p in s.parts}
+    # at the peak (after the optimizer's allocation): the parameter block, the gradient, the state
+    assert parts["parameters and persistent"] == 1000
+    assert parts["optimizer state"] == 400 and parts["gradients"] == 200
+    # earlier, after the backward pass allocated the gradient: the activation is still alive
+    from daydream.report.memory_fit import step_parts
+    (dm,) = [x for x in replay_memory(g, simulate(g)) if x.device == 0]
+    at = int(np.flatnonzero(dm.ts_ns == 41_000)[0])
+    early = {p.name: p.bytes for p in step_parts(dm, g.memory, 0, at)}
+    assert early == {"parameters and persistent": 1000, "activations": 300, "gradients": 200, "allocator slack": 8000 - 1500}
+    assert parts["allocator slack"] == 8000 - 1600
+    assert sum(v for k, v in parts.items() if k != "allocator slack") == s.peak_allocated_bytes
+    assert "fits" in d.verdict
+
+
+def test_does_not_fit_and_unknown_capacity(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(_step_doc(_prog_events(), 4000)))
+    t = kineto.load(str(p))
+    g = build_graph(t, map_events(t))
+    d = next(d for d in memory_summary(g, simulate(g)).devices if d.device == 0)
+    assert d.fits is False and d.verdict.startswith("does not fit") and "of 0.00 GiB" in d.verdict
+    ev = [_call(10, 5), _mem(12, 300)]
+    p2 = tmp_path / "n.json"
+    p2.write_text(json.dumps({"traceEvents": ev}))
+    g2 = build_graph(kineto.load(str(p2)))
+    d2 = memory_summary(g2, simulate(g2)).devices[0]
+    assert d2.fits is None and "capacity unknown" in d2.verdict and d2.at_least
+    assert d2.fragmentation == DEFAULT_FRAGMENTATION
+    lines = memory_section(type("R", (), {"memory": memory_summary(g2, simulate(g2))})())
+    assert any("lower bounds" in line for line in lines)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 1000)), min_size=1, max_size=30))
+def test_parts_sum_to_the_peak(ops):
+    """Random allocations and frees (by address) in a step: the parts at the peak add up to it."""
+    ev, live, ts, total = [], {}, 1, 500
+    ev.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10_000, "args": {}})
+    for addr, b in ops:
+        ts += 3
+        ev.append(_call(ts, 1))
+        if addr in live:
+            b = -live.pop(addr)
+        else:
+            live[addr] = b
+        total += b
+        ev.append(_mem(ts + 1, b, **{"Addr": addr, "Total Allocated": total, "Total Reserved": 10 ** 6}))
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "r.json"
+        p.write_text(json.dumps({"traceEvents": ev}))
+        t = kineto.load(str(p))
+    g = build_graph(t, map_events(t))
+    dev = next(x for x in memory_summary(g, simulate(g)).devices if x.device == 0)
+    (s,) = dev.steps
+    assert sum(p.bytes for p in s.parts if p.name != "allocator slack") == s.peak_allocated_bytes == dev.peak_allocated_bytes

@@ -41,8 +41,9 @@ class GraphMemory:
     step: np.ndarray
     step_names: tuple[str, ...]
     t0_ns: int
-    #: uint8 mapped phase (``mapping.rules.PHASES`` code) in effect where each event happened: the
-    #: CPU gap before its anchor (the anchor's own phase for an event after it); 0 unmapped
+    #: uint8 mapped phase (``mapping.rules.PHASES`` code) of each event: its anchor's (the framework
+    #: op that allocates is the one whose call comes next; not the CPU gap's, whose phase is that of
+    #: where the gap began); 0 unmapped or unanchored
     phase: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -92,10 +93,8 @@ def capture_memory(table, graph) -> GraphMemory | None:
     anchor = np.where(free, -1, graph.row[np.maximum(node, 0)])
     phase = np.zeros(len(mem), np.uint8)  # UNMAPPED
     nm = graph.mapping
-    if nm is not None and len(cpu):  # the phase in effect where the event happened: the gap before its anchor, or the anchor
-        n0 = np.maximum(node, 0)
-        gap = nm.gap_phase[n0] if nm.gap_phase is not None else nm.phase[n0]
-        phase = np.where(free, 0, np.where(at_end, nm.phase[n0], gap)).astype(np.uint8)
+    if nm is not None and len(cpu):  # the anchor's phase: the op that allocates is the one that launches next
+        phase = np.where(free, 0, nm.phase[np.maximum(node, 0)]).astype(np.uint8)
     offset[free] = mem.ts_ns[free] - graph.t0_ns
     steps = profiler_steps(table)
     step = np.full(len(mem), -1, np.int32)
