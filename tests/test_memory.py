@@ -334,3 +334,20 @@ def test_parts_sum_to_the_peak(ops):
     dev = next(x for x in memory_summary(g, simulate(g)).devices if x.device == 0)
     (s,) = dev.steps
     assert sum(p.bytes for p in s.parts if p.name != "allocator slack") == s.peak_allocated_bytes == dev.peak_allocated_bytes
+
+
+@needs_traces
+@pytest.mark.parametrize("name,n", [("extrap/profile1.sqlite", 60), ("extrap/con_kernel.sqlite", 20), ("nsys_ai/mock.sqlite", 0)])
+def test_nsys_memory_usage_events(name, n):
+    from daydream.formats import nsys
+    t = nsys.load(str(TRACES / name))
+    m = t.memory
+    assert len(m) == n and t.accounting.balanced
+    if not n:
+        return
+    assert t.accounting.read["CUDA_GPU_MEMORY_USAGE_EVENTS"] == t.accounting.kept["CUDA_GPU_MEMORY_USAGE_EVENTS"] == n
+    assert set(m.devices()) == {-1, 0} and int(m.bytes.sum()) == 0  # every block allocated is freed
+    assert (m.total_allocated == -1).all() and np.all(np.diff(m.ts_ns) >= 0)
+    g = build_graph(t)
+    (host, dev) = replay_memory(g, simulate(g))
+    assert dev.peak_allocated_bytes > 0 and not dev.exact_before
