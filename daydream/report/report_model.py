@@ -167,6 +167,7 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     speedup: float  #: 0 when not applicable
     note: str
     speedup_bound: float = 0.0  #: the :class:`WaitBound` speed-up; 0 when there is none
+    memory: str = ""  #: the prediction's memory verdict per GPU (MemorySummary.line); "" without allocator events
 
 
 class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
