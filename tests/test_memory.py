@@ -351,3 +351,33 @@ def test_nsys_memory_usage_events(name, n):
     g = build_graph(t)
     (host, dev) = replay_memory(g, simulate(g))
     assert dev.peak_allocated_bytes > 0 and not dev.exact_before
+
+
+def test_fused_adam_drops_the_steps_temporaries(tmp_path):
+    """An unfused optimizer step: per parameter a temporary allocated and freed around an
+    elementwise kernel; fused-adam's prediction no longer allocates them, the rest stays."""
+    ek = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float> >"
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#Adam.step", "pid": 1, "tid": 1, "ts": 0, "dur": 200, "args": {}},
+          _mem(1, 1000, Addr=99, **{"Total Allocated": 1000, "Total Reserved": 4096})]  # state: kept
+    total = 1000
+    for i in range(4):
+        ts = 10 + 40 * i
+        total += 256
+        ev.append(_mem(ts, 256, Addr=i + 1, **{"Total Allocated": total, "Total Reserved": 4096}))
+        ev.append(_call(ts + 2, 3))
+        ev.append({"ph": "X", "cat": "kernel", "name": ek, "pid": 0, "tid": 7, "ts": ts + 10, "dur": 5,
+                   "args": {"device": 0, "stream": 7, "correlation": ts + 2}})
+        total -= 256
+        ev.append(_mem(ts + 6, -256, Addr=i + 1, **{"Total Allocated": total, "Total Reserved": 4096}))
+        ev.append(_call(ts + 7, 1, name="cudaGetDevice"))
+    p = tmp_path / "o.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    t = kineto.load(str(p))
+    from daydream.analysis import apply_all, resolve_opt
+    g = build_graph(t, map_events(t))
+    g2, applied = apply_all(g, [resolve_opt("fused-adam")])
+    assert "4 per-parameter temporaries" in applied[0].note
+    (base,) = [d for d in replay_memory(g, simulate(g)) if d.device == 0]
+    (pred,) = [d for d in replay_memory(g2, simulate(g2)) if d.device == 0]
+    assert base.peak_allocated_bytes == 1256 and len(base.event) == 9
+    assert pred.peak_allocated_bytes == 1000 and len(pred.event) == 1 and pred.exact_before and pred.before_bytes == 0

@@ -13,6 +13,7 @@ nothing after the build reads the table (``docs/memory.md``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,3 +103,36 @@ def capture_memory(table, graph) -> GraphMemory | None:
         step[(mem.ts_ns >= s) & (mem.ts_ns < e)] = i
     count(graph.counts, "memory event on a thread without CPU tasks (not anchored: kept at its recorded time)", free.sum())
     return GraphMemory(mem, anchor, offset, at_end, step, tuple(s[0] for s in steps), int(graph.t0_ns), phase)
+
+
+def block_pairs(ev: MemoryEvents, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(allocation, its free) event index pairs among events ``k`` (one device, recorded order):
+    the next event at the same address is a free of the same size. Vectorized; events without an
+    address pair with nothing."""
+    k = k[ev.addr[k] >= 0]
+    if len(k) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    o = k[np.lexsort((k, ev.device[k], ev.addr[k]))]
+    a, b = o[:-1], o[1:]
+    ok = (ev.addr[a] == ev.addr[b]) & (ev.device[a] == ev.device[b]) & (ev.bytes[a] > 0) & (ev.bytes[b] == -ev.bytes[a])
+    return a[ok], b[ok]
+
+
+def without_events(gm: GraphMemory | None, drop: np.ndarray) -> GraphMemory | None:
+    """``gm`` without the events ``drop`` (bool mask): a what-if that no longer allocates them.
+    The level before the window is kept: each remaining event's recorded totals are lowered by
+    the bytes of the dropped events before it on its device, so the replay's level before the
+    window (``Total Allocated - Bytes`` of the first event) stays what it was."""
+    if gm is None or not drop.any():
+        return gm
+    ev = gm.events
+    cols = ev.columns()
+    for d in np.unique(ev.device[drop]).tolist():
+        on = ev.device == d
+        before = np.cumsum(np.where(drop & on, ev.bytes, 0))
+        ta = cols["total_allocated"]
+        cols["total_allocated"] = np.where(on & (ta >= 0), ta - before, ta)
+    keep = ~drop
+    events = MemoryEvents.from_columns({c: a[keep] for c, a in cols.items()}, sort=False)
+    return dataclasses.replace(gm, events=events, anchor_row=gm.anchor_row[keep], offset_ns=gm.offset_ns[keep],
+                               at_end=gm.at_end[keep], step=gm.step[keep], phase=None if gm.phase is None else gm.phase[keep])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..costmodel.gpu_memory import GIB, device_capacity
+from ..graph.memory_part import block_pairs
 from ..mapping.rules import BACKWARD, FORWARD, OPTIMIZER, UNMAPPED
 from ..simulate.memory_replay import DeviceMemory, replay_memory
 from .report_model import DeviceMemoryStats, MemoryPart, MemoryStep, MemorySummary
@@ -63,18 +64,6 @@ def fit(dm: DeviceMemory, gm, devices: list) -> tuple[float, str, int, int, str,
     return frag, src, needs, cap, cap_src, False, f"does not fit ({need} of {_gib(cap)} GiB)"
 
 
-def _pairs(ev, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(allocation, its free) event index pairs among the device's events ``k`` (recorded order):
-    the next event at the same address is a free of the same size. Vectorized."""
-    k = k[ev.addr[k] >= 0]
-    if len(k) < 2:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    o = k[np.lexsort((k, ev.addr[k]))]
-    a, b = o[:-1], o[1:]
-    ok = (ev.addr[a] == ev.addr[b]) & (ev.bytes[a] > 0) & (ev.bytes[b] == -ev.bytes[a])
-    return a[ok], b[ok]
-
-
 def step_parts(dm: DeviceMemory, gm, s: int, peak_at: int) -> list[MemoryPart]:
     """What the memory of step ``s`` is at its peak (position ``peak_at`` in ``dm``'s replayed
     order; -1: before the step's first event), by the rules of ``_RULES``; [] without addresses."""
@@ -87,7 +76,7 @@ def step_parts(dm: DeviceMemory, gm, s: int, peak_at: int) -> list[MemoryPart]:
     in_step = np.flatnonzero(gm.step[dm.event] == s)
     first, last = int(in_step[0]), int(in_step[-1])
     at = max(peak_at, first - 1)
-    al, fr = _pairs(ev, k)
+    al, fr = block_pairs(ev, k)
     big = np.iinfo(np.int64).max
     # blocks: every allocation (freed or not), and every free without its allocation (made before the trace)
     free_of = np.full(len(ev), big, np.int64)
