@@ -145,7 +145,8 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             g2, tl2 = _replay(g2, report.warnings, f"--opt all's {name}")
             pred = build_prediction(report, g2, tl2, applied)
             b = wait_bound(graph, g2)
-            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0))
+            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0,
+                               memory=pred.memory.line if pred.memory is not None else ""))
         rows.sort(key=lambda r: (r.predicted_ns < 0, -r.speedup, r.name))
         report.ranking = rows
     if report.summary is not None:

@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceFormatError
+from .memory import MEMORY_COLUMNS, SAVED_PREFIX, MemoryEvents
 
 #: Version of the saved table layout; bump on any change of columns or their meaning.
 SCHEMA_VERSION = 1
@@ -230,6 +231,8 @@ class EventTable:
     #: the trace's collective arguments (a ``daydream.formats.trace_side.CommSource``, decoded on first
     #: use), or None (a table made in memory: read from ``meta.source`` on demand)
     comm: Any = None
+    #: the allocator's events (:class:`~daydream.events.memory.MemoryEvents`; empty when the trace has none)
+    memory: MemoryEvents = field(default_factory=MemoryEvents.empty)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -294,7 +297,8 @@ class EventTable:
 
     def take(self, rows: np.ndarray) -> "EventTable":
         """A new table with the given rows (indices or bool mask); names and meta are shared."""
-        return EventTable({c: a[rows] for c, a in self.cols.items()}, self.names, self.meta, self.accounting, self.launch, self.comm)
+        return EventTable({c: a[rows] for c, a in self.cols.items()}, self.names, self.meta, self.accounting, self.launch, self.comm,
+                          self.memory)
 
     # ---- conversion -------------------------------------------------------------------------
     def to_struct(self) -> EventColumns:
@@ -326,6 +330,8 @@ class EventTable:
         unchanged file."""
         header = SavedTableHeader(SCHEMA_VERSION, len(self), self.names, with_source_identity(self.meta), self.accounting)
         arrays = {**(members or {}), **{c: self.cols[c] for c in COLUMNS}}
+        if len(self.memory):  # the allocator's events, when the trace has them (absent: none)
+            arrays.update({SAVED_PREFIX + c: a for c, a in self.memory.columns().items()})
         arrays["__header__"] = np.frombuffer(msgspec.json.encode(header), dtype=np.uint8)
         with open(path, "wb") as f:
             np.savez(f, **arrays)
@@ -345,6 +351,7 @@ class EventTable:
                         path, "header", f"saved table has schema version {header.schema_version}, this daydream reads {SCHEMA_VERSION}; re-parse the trace"
                     )
                 cols = {c: z[c] for c in COLUMNS}
+                mem = {c: z[SAVED_PREFIX + c] for c in MEMORY_COLUMNS if SAVED_PREFIX + c in z.files}
         except TraceFormatError:
             raise
         except (OSError, ValueError, KeyError, zipfile.BadZipFile, msgspec.DecodeError) as e:
@@ -352,7 +359,19 @@ class EventTable:
         for c in COLUMNS:
             if cols[c].dtype != DTYPES[c] or len(cols[c]) != header.n_rows:
                 raise TraceFormatError(path, f"column {c}", "wrong dtype or length")
-        return cls(cols, header.names, header.meta, header.accounting)
+        return cls(cols, header.names, header.meta, header.accounting, memory=_memory_of(path, mem))
+
+
+def _memory_of(path: str, mem: dict[str, np.ndarray]) -> MemoryEvents:
+    """The saved memory columns as :class:`MemoryEvents` (none saved: empty; all or none)."""
+    if not mem:
+        return MemoryEvents.empty()
+    n = len(mem.get("ts_ns", ()))
+    for c, d in MEMORY_COLUMNS.items():
+        a = mem.get(c)
+        if a is None or a.dtype != d or a.ndim != 1 or len(a) != n:
+            raise TraceFormatError(path, f"column {SAVED_PREFIX}{c}", "missing, or of the wrong dtype or length")
+    return MemoryEvents.from_columns(mem, sort=False)
 
 
 class _NameIds(dict):

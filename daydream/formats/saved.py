@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceFormatError
+from ..events.memory import MEMORY_COLUMNS, SAVED_PREFIX
 from ..events.table import COLUMNS, EventTable, Kind, SavedTableHeader, source_identity
 from . import checked_rank, inflate_limit, inflate_refused
 from .trace_side import CommSource, load_side
@@ -47,7 +48,8 @@ def _check_members(path: str) -> None:
             size = os.path.getsize(path)
             limit = inflate_limit(path, size)
             side = tuple(k[:-4] for k in members if k.startswith("side.") and k.endswith(".npy"))  # trace_side.load_side reads them
-            total = sum(members[k + ".npy"].file_size for k in ("__header__", *COLUMNS, *side) if k + ".npy" in members)
+            mem_keys = tuple(SAVED_PREFIX + c for c in MEMORY_COLUMNS)
+            total = sum(members[k + ".npy"].file_size for k in ("__header__", *COLUMNS, *side, *mem_keys) if k + ".npy" in members)
             if total > limit:
                 raise inflate_refused(path, "", limit, size)
             n_rows = None
@@ -62,6 +64,9 @@ def _check_members(path: str) -> None:
                     n_rows = _header_rows(path, z, name)
                 elif n_rows is not None and rows != n_rows:
                     raise TraceFormatError(path, f"column {key}", f"{rows:,} rows, but the header says the table has {n_rows:,}")
+            n_mem = {k: _check_member(path, z, members[k + ".npy"], k) for k in mem_keys if k + ".npy" in members}
+            if len(set(n_mem.values())) > 1:  # the allocator's events: one length, their own
+                raise TraceFormatError(path, "memory columns", f"columns of different lengths ({sorted(set(n_mem.values()))})")
     except TraceFormatError:
         raise
     except _READ_ERRORS as e:
@@ -125,6 +130,9 @@ def _check_values(path: str, t: EventTable) -> None:
     bad = t.end_ns < t.start_ns
     if bad.any():
         raise TraceFormatError(path, "column end_ns", f"{int(bad.sum())} row(s) end before they start")
+    m = t.memory
+    if len(m) and (np.any(np.diff(m.ts_ns) < 0) or np.any(m.device < -1)):
+        raise TraceFormatError(path, "column memory.ts_ns", "memory events out of time order, or a device below -1")
     if not t.accounting.balanced:
         a = t.accounting
         raise TraceFormatError(

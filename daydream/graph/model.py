@@ -18,6 +18,7 @@ import numpy as np
 
 from ..mapping.maps import NodeMapping
 from .facts import TraceFacts
+from .memory_part import GraphMemory
 from .order import is_valid_order
 from .edges import MAX_KINDS, RULES, EdgeKind, Origin, Phase, kind_name, rule_arrays
 
@@ -119,6 +120,9 @@ class TaskGraph:
     #: the trace: a worker task's CPU gap is the recorded stretch of its batch on the training
     #: thread, so the what-ifs' scales of that stretch apply to it (``graph/host_clock.py``).
     host_alias: tuple = ()
+    #: the allocator's events anchored to CPU tasks (``graph/memory_part.py``), or None: the trace
+    #: has none. Kept by every transformation (anchors are table rows).
+    memory: GraphMemory | None = None
     #: cross-stream waits the trace does not tie to their event and no rule inferred: (producer table
     #: rows, consumer table rows), int64, a superset of what they can wait for
     #: (:func:`daydream.graph.build.inferred.latent_waits`); not replayed, a prediction's bound adds them.

@@ -16,6 +16,9 @@ optimizer is the per-parameter launch overhead while the arithmetic stays the sa
    the work before the step) lasts ``launch_ns``. The other kernels, and the launch calls that
    launched only them, are removed together with the CPU gaps before those calls (the
    per-parameter Python work of the step).
+4. Memory (``docs/memory.md``): the allocation/free pairs of one step (by address, both events
+   anchored to the step's calls), the per-parameter temporaries of an unfused step, are no longer
+   allocated.
 
 When the step already runs fused optimizer kernels (``FusedAdamMathFunctor``,
 ``FusedOptimizerTensorListMetadata``, apex ``AdamFunctor``) the optimization does not apply.
@@ -24,6 +27,7 @@ Foreach (``multi_tensor_apply``) steps are fused further and the note says so.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -33,6 +37,7 @@ from ..graph import kernels as K
 from ..errors import NotApplicable
 from ..events.table import Kind
 from ..graph import NODE_CPU
+from ..graph.memory_part import block_pairs, without_events
 from ..graph.startup import startup_calls
 from ..transform import merge
 from . import Optimization, Param, integer_ns, register
@@ -131,12 +136,35 @@ def _apply(graph, p):
         before_ns += total
         after_ns += fused_ns
     g = merge(graph, group, np.asarray([x for kc in zip(k_ns, c_ns) for x in kc], dtype=np.int64))
+    g, n_tmp = _without_step_temporaries(graph, g, gid)
     which = optimizer_names(graph)
     note = (f"{len(plans)} optimizer step(s) ({how}{'; ' + ', '.join(which) if which else ''}): {n_k:,} kernels and {n_c:,} "
             f"launch calls -> {len(plans)} fused kernel(s) (GPU {before_ns / 1e6:,.3f} -> {after_ns / 1e6:,.3f} ms)")
     if foreach:
         note += f"; the step already used foreach multi_tensor_apply kernels ({foreach:,}), fused further"
+    if n_tmp:
+        note += f"; {n_tmp:,} per-parameter temporaries of the step no longer allocated"
     return g, note
+
+
+def _without_step_temporaries(graph, g, gid):
+    """``g`` without the allocator events of per-parameter temporaries (``docs/memory.md``): the
+    allocation/free pairs (by address) whose events both happen in one optimizer step (anchored to
+    its calls), which the fused kernel, updating in place, does not make; and their number."""
+    gm = graph.memory
+    if gm is None or not len(gm):
+        return g, 0
+    cpu = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.row >= 0))
+    rows = graph.row[cpu]
+    o = np.argsort(rows, kind="stable")
+    j = np.minimum(np.searchsorted(rows[o], gm.anchor_row), len(rows) - 1) if len(rows) else np.zeros(len(gm), np.int64)
+    hit = (gm.anchor_row >= 0) & (rows[o][j] == gm.anchor_row) if len(rows) else np.zeros(len(gm), bool)
+    group = np.where(hit, gid[cpu[o][j]] if len(rows) else -1, -1)
+    al, fr = block_pairs(gm.events, np.arange(len(gm)))
+    tmp = (group[al] >= 0) & (group[al] == group[fr])
+    drop = np.zeros(len(gm), bool)
+    drop[al[tmp]] = drop[fr[tmp]] = True
+    return dataclasses.replace(g, memory=without_events(g.memory, drop)), int(tmp.sum())
 
 
 register(

@@ -56,6 +56,7 @@ from ..formats.own_timeline import (
     BASELINE_PID_OFFSET,
     TRACE_NAME_PREFIX,
 )
+from ..simulate.memory_replay import replay_memory
 from ..simulate.critical_path import CAUSES, communication_mask, critical_path
 from ..graph import NODE_CPU, RULES, Origin, Phase, TaskGraph, kind_name, profiler_steps, rule_arrays
 from ..simulate.carry import carry, cpu_range_rows
@@ -395,6 +396,19 @@ def _window_events(d: _Drawn, pid: int) -> list[dict]:
             for w in step_windows(d.graph, d.tl)]
 
 
+def _memory_counter_events(d: _Drawn, pid: int) -> list[dict]:
+    """A counter track "allocated bytes" per device (Chrome trace ``C`` events) from the memory
+    replay of the drawn timeline: the bytes allocated after each allocator event."""
+    if d.graph.memory is None:
+        return []
+    ev = []
+    for dm in replay_memory(d.graph, d.tl):
+        name = f"allocated bytes ({'host' if dm.device < 0 else f'GPU {dm.device}'})"
+        ev += [{"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": d.us(t), "args": {"bytes": b}}
+               for t, b in zip(dm.ts_ns.tolist(), dm.allocated_bytes.tolist())]
+    return ev
+
+
 def _range_events(d: _Drawn) -> list[dict]:
     """The CPU ranges (framework ops, annotations, DataLoader, optimizer; not ProfilerSteps,
     drawn by :func:`_step_events`) on their thread, moved with its calls (:func:`daydream.simulate.carry.carry`)."""
@@ -436,7 +450,7 @@ def _side_events(side: tuple[TaskGraph, Timeline], base_ns: int, label: str, off
     track = [{"ph": "M", "name": "process_name", "pid": cp_pid, "tid": 0, "args": {"name": f"{label}{names + ' and ' if names else ''}step windows"}},
              {"ph": "M", "name": "thread_name", "pid": cp_pid, "tid": 0, "args": {"name": "critical path (by cause)"}},
              {"ph": "M", "name": "thread_name", "pid": cp_pid, "tid": 1, "args": {"name": "ProfilerStep windows"}}]
-    track += _window_events(d, cp_pid)
+    track += _window_events(d, cp_pid) + _memory_counter_events(d, cp_pid)
     if i in critical:
         ev, fid = _critical_track_events(d, critical_segments(*side)[1], cp_pid, fid)
         track += ev

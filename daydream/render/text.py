@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 
 from ..simulate.critical_path import CAUSES, CriticalPath
 from ..util.display import terminal_text
+from .memory_text import memory_answer_lines, memory_section, prediction_memory_lines
 from ..mapping.rules import nvtx_base_name
 from ..report.report_model import (
     START_ERROR_REASON,
@@ -277,6 +278,7 @@ def prediction_section(p: Prediction, trust: Trust | None = None) -> list[str]:
         "  prediction: " + " + ".join(_spec(o.name, o.params) for o in p.optimizations) + _unreliable(trust),
         *(line for o in p.optimizations for line in (f"    {o.name}: {o.note}", *([f"      changed: {o.changed}"] if o.changed else []))),
         *([_bound_line(p.wait_bound)] if p.wait_bound is not None else []),
+        *prediction_memory_lines(p),
         *_table(PREDICTION_COLS, [p.window, *p.processes, *p.steps], rule=True),
         *critical_path_section("critical path of the prediction", p.critical_path),
     ]
@@ -300,6 +302,7 @@ def ranking_section(r: Report) -> list[str]:
         if k.predicted_ns >= 0:
             low = f" (>= {k.speedup_bound:.3f}x with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
             out.append(f"  {i:>3}. {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms{low}  {k.note}")
+            out += [f"         memory: {k.memory}"] if k.memory else []
         else:
             out.append(f"    -  {k.name:<16}{'':>8}   {'':>12}     {k.note if k.note.startswith('failed: ') else 'not applicable: ' + k.note}")
     return out
@@ -379,6 +382,7 @@ def sections(r: Report) -> list[list[str]]:
         top_tables_section(r),
 
         communication_section(r),
+        memory_section(r),
         critical_path_section("critical path of the replayed baseline", r.critical_path),
         waits_section(r.critical_path),
         *(prediction_section(p, r.trust) for p in r.predictions),
@@ -485,7 +489,7 @@ def asked_lines(r: Report) -> list[str]:
 
 
 def answer_section(r: Report) -> list[str]:
-    return answer_lines(r)
+    return answer_lines(r) + (memory_answer_lines(r) if r.summary is not None else [])
 
 
 TOP_COLS = [

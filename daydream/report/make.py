@@ -23,6 +23,7 @@ from ..mapping.rules import PHASES
 from ..graph.memo import cached
 from ..simulate import Timeline
 from .summary import build_summary
+from .memory_fit import memory_summary
 from .report_model import (
     REPORT_VERSION,
     AppliedOpt,
@@ -84,7 +85,8 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     _, cp = critical_path(graph, tl, *_phase_args(graph), detail=detail)
     return Report(REPORT_VERSION, t.meta, t.accounting, summary, window, steps, cp, processes=_process_windows(graph, tl, rec),
                   phases=phases, layers=layers, warnings=_warnings(graph), trust=build_trust(graph, tl, rec, window, steps),
-                  summary=build_summary(graph, tl, rec, cp, detail, steps, window), communication=comm_summary(graph))
+                  summary=build_summary(graph, tl, rec, cp, detail, steps, window), communication=comm_summary(graph),
+                  memory=memory_summary(graph, tl))
 
 
 def comm_summary(graph: TaskGraph) -> CommSummary | None:
@@ -192,7 +194,7 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
     steps = [_predicted(w.name, b, graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members, w.members, groups[id(w)])
              for w, b in _step_pairs(sw, base.steps)]
     _, cp = critical_path(graph, tl, *_phase_args(graph))
-    return Prediction(applied, window, steps, cp, _predicted_processes(base, graph, tl))
+    return Prediction(applied, window, steps, cp, _predicted_processes(base, graph, tl), memory=memory_summary(graph, tl))
 
 
 def _step_pairs(sw: list, base_steps: list[WindowStats]) -> list[tuple]:

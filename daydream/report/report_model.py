@@ -104,6 +104,49 @@ class WaitBound(msgspec.Struct, forbid_unknown_fields=True):
     speedup: float  #: baseline_ns / predicted_ns
 
 
+class MemoryPart(msgspec.Struct, forbid_unknown_fields=True):
+    """One part of a step's memory at its peak (``docs/memory.md``, "What memory is")."""
+
+    name: str  #: "parameters and persistent", "activations", "gradients", "optimizer state", "temporaries", "other", "allocator slack"
+    bytes: int
+    how: str  #: "recorded" (read from the allocator's totals) or "inferred: <the rule>"
+
+
+class MemoryStep(msgspec.Struct, forbid_unknown_fields=True):
+    """Peak memory of one ``ProfilerStep#N`` on one device, and what it is made of at that peak."""
+
+    name: str
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int = -1  #: -1 where the trace does not record the allocator's reserve
+    parts: list[MemoryPart] = []  #: at the step's peak; [] where blocks cannot be told apart (no addresses)
+
+
+class DeviceMemoryStats(msgspec.Struct, forbid_unknown_fields=True):
+    """One device's memory over the (replayed or predicted) window, and whether it fits."""
+
+    device: int  #: GPU index; -1 host memory (never judged against a capacity)
+    events: int  #: allocator events (allocations and frees)
+    peak_allocated_bytes: int
+    at_least: bool  #: the trace does not record what was allocated before it (no totals): peaks are lower bounds
+    peak_reserved_bytes: int  #: the caching allocator's pool at most; -1 not recorded
+    fragmentation: float  #: reserved / allocated: the margin the fit uses
+    fragmentation_source: str
+    needs_bytes: int  #: peak allocated x fragmentation
+    capacity_bytes: int  #: -1 unknown
+    capacity_source: str
+    fits: bool | None  #: None: capacity unknown (or host memory)
+    verdict: str  #: "fits (peak 12.3 of 79.6 GiB)", "does not fit (needs 87.3 GiB of 79.6 GiB)", ...
+    steps: list[MemoryStep] = []
+
+
+class MemorySummary(msgspec.Struct, forbid_unknown_fields=True):
+    """The memory of the window, from the allocator's events replayed (``docs/memory.md``)."""
+
+    devices: list[DeviceMemoryStats]
+    line: str  #: the one-line answer ("GPU 0: fits (peak ...)")
+    unanchored_events: int = 0  #: events on threads without CPU tasks (kept at their recorded time)
+
+
 class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     """The predicted effect of one optimization or a composition of several."""
 
@@ -113,6 +156,7 @@ class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     critical_path: CriticalPath
     processes: list[PredictedWindow] = []  #: each process (rank) of a multi-process trace, as in Report.processes
     wait_bound: WaitBound | None = None  #: set where the trace has cross-stream waits without their event (daydream.analysis)
+    memory: MemorySummary | None = None  #: the predicted memory (None: the trace has no allocator events)
 
 
 class Ranked(msgspec.Struct, forbid_unknown_fields=True):
@@ -123,6 +167,7 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     speedup: float  #: 0 when not applicable
     note: str
     speedup_bound: float = 0.0  #: the :class:`WaitBound` speed-up; 0 when there is none
+    memory: str = ""  #: the prediction's memory verdict per GPU (MemorySummary.line); "" without allocator events
 
 
 class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
@@ -172,6 +217,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     summary: Summary | None = None  #: the opening answer and the top tables (daydream.report.summary)
     communication: "CommSummary | None" = None  #: the trace's collectives (None: it has none)
     comparison: "Comparison | None" = None  #: ``--compare-to``: predicted (or this trace) against another trace's measurement
+    memory: MemorySummary | None = None  #: the replayed memory: peaks, parts, will it fit (None: no allocator events)
 
 
 class CollectiveStats(msgspec.Struct, forbid_unknown_fields=True):

@@ -15,6 +15,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...events.memory import MemoryEvents
 from ...events.table import Kind
 from ...util.intern import _Ids
 from ..launch_data import LaunchFacts, clean_ext, clean_ints, clean_triples
@@ -39,6 +40,7 @@ from .projection import (
     _int_column,
     _int_column_typed,
 )
+from .memory_events import MEMORY_ARGS
 from .times import _us_join_parse, _us_text_to_ns
 
 
@@ -80,6 +82,7 @@ class _Columns:
         self._flow_p = np.zeros(0, bool)
         self._launch_p = np.zeros(0, np.int8)  # 1 kernel, 0 op, -1 neither (launch_data's categories)
         self.launch = LaunchFacts()
+        self.memory = MemoryEvents.empty()  # the allocator's events (set with the rows)
 
     def _put(self, col: str, a: np.ndarray) -> None:
         self.parts.setdefault(col, []).append(a)
@@ -178,6 +181,7 @@ class _Columns:
             (("device", "stream", "correlation", "daydream_pid"), gpu | (kind == Kind.RUNTIME)),
             (("bytes",), (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)),
             (("wait_on_stream", "wait_on_cuda_event_record_corr_id"), kind == Kind.SYNC),
+            (MEMORY_ARGS, cls[ri] == _C_INSTANT),  # the allocator's [memory] instants
         ):
             sel = np.flatnonzero(sel)
             sub = _take(args, at[sel])

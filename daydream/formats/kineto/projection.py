@@ -32,6 +32,9 @@ _ARG_FIELDS = (
     ("external_id_legacy", "external id"), ("bytes", None), ("cuda_sync_kind", None), ("wait_on_stream", None),
     ("wait_on_cuda_event_record_corr_id", None),
     ("daydream_pid", None),  # written by daydream's timeline on GPU tasks and sync records
+    # the allocator's ``[memory]`` instants (``profile_memory=True``; :mod:`.memory_events`)
+    ("mem_bytes", "Bytes"), ("mem_addr", "Addr"), ("mem_device_type", "Device Type"), ("mem_device_id", "Device Id"),
+    ("mem_total_allocated", "Total Allocated"), ("mem_total_reserved", "Total Reserved"), ("mem_seq", "Ev Idx"),
 )
 
 

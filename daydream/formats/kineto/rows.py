@@ -27,6 +27,7 @@ from .categories import (
 )
 from .columns import _Columns, _EventCols, _PairInfo, _Rows
 from .flows import _flow_end_places, _flow_links
+from .memory_events import memory_events
 from .projection import _ABSENT, _NONNUM, _Event, _missing_to
 from .times import _INT64_MAX, _INT64_MIN
 
@@ -79,6 +80,7 @@ def _build_table(cc: _Columns, base_ns: int, meta: TraceMeta, acct: Accounting) 
                 cols[c] = cols[c][order]
     table = EventTable.from_columns(cols, names, meta, acct, sort=False)
     table.launch = cc.launch
+    table.memory = cc.memory
     return table
 
 
@@ -120,6 +122,7 @@ def _table_columns(cc: _Columns, base_ns: int, acct: Accounting) -> tuple[dict[s
     is_sync = rows.kind == Kind.SYNC
     cols = {"kind": rows.kind, "start_ns": rows.start, "end_ns": rows.end}
     cols.update(_place_rows(cc, rows, r_pid, r_tid, is_sync, acct))  # pid, tid, device, stream, correlation, external_id
+    cc.memory = memory_events(cc, rows.src, rows.start, rows.kind == Kind.MARKER, cols["pid"], cols["tid"], acct)
     del r_pid, r_tid
     names, cols["name_id"], cols["cat_id"] = _row_names(cc, rows.src, pair_of, pairs.cat_names)
     cols.update(_copy_columns(cc, rows.src, rows.kind, cols["name_id"], names))

@@ -26,6 +26,7 @@ from .export_schema import (
     discover_tables,
 )
 from .gpu_work import read_kernels, read_memcpy, read_memset
+from .memory_usage import read_memory_usage
 from .nvtx_events import read_nvtx
 from .reader_state import ReaderState
 from .runtime_calls import read_runtime
@@ -84,6 +85,7 @@ def _read(r: ReaderState, arrow_uri: str | None) -> EventTable:
     del rt
     r.ctx_dev = []  # only SYNC rows needed them
     nvtx_open = read_nvtx(r) if NVTX in q.tables else None
+    memory = read_memory_usage(r)
     if q.arrow is not None:  # every query is read: give back the driver's and Arrow's memory
         q.arrow.close()
         q.arrow = None
@@ -92,4 +94,6 @@ def _read(r: ReaderState, arrow_uri: str | None) -> EventTable:
     meta = TraceMeta(source=r.path, format=NAME, devices=read_devices(r, seen[seen >= 0]), extra=read_extra(r))
     # text is decoded as sqlite3 decodes it, invalid UTF-8 replaced: say how many names that changed
     r.acc.add("notes", "names with bytes that are not UTF-8 (replaced by U+FFFD)", sum("\ufffd" in n for n in r.names.names))
-    return EventTable.from_columns(cols, r.names.names, meta, r.acc, sort=False)
+    table = EventTable.from_columns(cols, r.names.names, meta, r.acc, sort=False)
+    table.memory = memory
+    return table

@@ -23,6 +23,7 @@ from .handover import handover_edges, own_gaps
 from .latency import launch_latency_and_gap
 from ..model import NODE_CPU, CpuRanges, TaskGraph, concat_edges, dedupe_edges
 from ..order import repair_order
+from ..memory_part import capture_memory
 from ..queue import queue_edges
 from .tasks import cpu_tasks, durations_and_gaps, gpu_task_rows, lanes_and_order, link_launches
 from .waits import (
@@ -174,4 +175,5 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     )
     if all_kept:  # every lane and launch edge as built: seed the graph's views of them (same arrays)
         graph.__dict__["lane_prev"], graph.__dict__["launch"] = lanes.lane_prev, launch
+    graph.memory = capture_memory(table, graph)
     return graph.known_valid()

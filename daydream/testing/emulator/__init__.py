@@ -45,6 +45,7 @@ from __future__ import annotations
 from .generators import programs, training_step_program
 from .kineto_writer import to_kineto
 from .ops import (
+    Allocate,
     DeviceSync,
     EventRecord,
     EventSync,
@@ -64,12 +65,12 @@ from .ops import (
     WaitHandover,
 )
 from .program import DEFAULT_T0_NS, Program, Thread
-from .run import CallRecord, RangeRecord, Run, TaskRecord, emulate, measure_latencies
+from .run import AllocRecord, CallRecord, RangeRecord, Run, TaskRecord, emulate, measure_latencies, memory_peaks
 
 __all__ = [
-    "HostWork", "Launch", "GraphLaunch", "MemcpyAsync", "Memcpy", "MemsetAsync", "DeviceSync", "StreamSync",
+    "HostWork", "Allocate", "AllocRecord", "Launch", "GraphLaunch", "MemcpyAsync", "Memcpy", "MemsetAsync", "DeviceSync", "StreamSync",
     "EventRecord", "EventSync", "StreamWaitEvent", "OtherCall", "RangeBegin", "RangeEnd", "Handover", "WaitHandover",
     "Op", "Thread", "Program", "CallRecord", "TaskRecord", "RangeRecord", "Run",
-    "emulate", "to_kineto", "measure_latencies", "programs", "training_step_program",
+    "emulate", "to_kineto", "measure_latencies", "memory_peaks", "programs", "training_step_program",
     "DEFAULT_T0_NS",
 ]

@@ -10,6 +10,7 @@ from .ops import (
     _COPY_KINDS,
     _HOST_MEMORY,
     _RANGE_CATS,
+    Allocate,
     DeviceSync,
     EventRecord,
     EventSync,
@@ -54,6 +55,7 @@ class _ThreadDraw:
         self.last_plain = None  # the lane of its last launch other than a graph launch
         self.graph_streams = False  # draw graphs whose kernels run on a stream of their own
         self.depth = 0
+        self.live: list[tuple[int, int]] = []  # (bytes, device) this thread allocated and holds
 
     def step(self, choice: str, lane: tuple[int, int]) -> None:
         """Append the op for ``choice`` on ``lane`` (or nothing when it does not apply)."""
@@ -139,6 +141,22 @@ class _ThreadDraw:
         nm, cb = self.draw(self.st.sampled_from(_OTHER_CALLS))
         self.ops.append(OtherCall(nm, self.draw(self.call), cbid=cb))
 
+    def _alloc(self, lane) -> None:
+        """Allocate on the lane's device (one in four on the host), 512 B .. 1 GiB."""
+        dev = -1 if self.draw(self.st.integers(0, 3)) == 0 else lane[0]
+        b = self.draw(self.st.integers(512, 1 << 30))
+        self.ops.append(Allocate(b, device=dev))
+        self.live.append((b, dev))
+
+    def _free(self, lane) -> None:
+        """Free one of the blocks this thread holds (a free before any allocation: of a block
+        allocated before the program, as a trace cut from a longer run shows)."""
+        if not self.live:
+            self.ops.append(Allocate(-self.draw(self.st.integers(512, 1 << 20)), device=lane[0]))
+            return
+        b, dev = self.live.pop(self.draw(self.st.integers(0, len(self.live) - 1)))
+        self.ops.append(Allocate(-b, device=dev))
+
     def _begin(self, lane) -> None:
         self.ops.append(RangeBegin(f"range_{len(self.ops)}", self.draw(self.st.sampled_from(_RANGE_CATS))))
         self.depth += 1
@@ -158,7 +176,7 @@ class _ThreadDraw:
 
 def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, max_devices: int = 1,
              sync_events: bool = True, graph_launches: bool = False, wait_latency: bool = False,
-             graph_streams: bool = False):
+             graph_streams: bool = False, memory: bool = False):
     """Hypothesis strategy of valid random programs.
 
     1..``max_threads`` threads (one process), streams from ``(7, 20, 24)[:max_streams]`` on
@@ -182,6 +200,8 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
             before run their kernels on a stream of their own (101 or 102: only graph kernels run
             there), ``GraphLaunch.node_stream``.
         wait_latency: also draw ``Program.wait_latency_ns`` in ``0..L`` (else 0).
+        memory: also draw :class:`Allocate` ops (allocations of 512 B .. 1 GiB on a lane's device or
+            the host, and frees of what the thread holds), about one op in six.
     """
     from hypothesis import strategies as st
 
@@ -194,6 +214,7 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
         devices = tuple(range(draw(st.integers(1, max_devices))))
         lanes = [(d, s) for d in devices for s in streams]
         choices = _CHOICES + ("graph", "graph") if graph_launches else _CHOICES
+        choices = choices + ("alloc", "alloc", "free", "free") if memory else choices
         threads = []
         for ti in range(n_threads):
             td = _ThreadDraw(draw, st, ti, sync_events)

@@ -117,6 +117,23 @@ def _task_events(run: Run, ck: _Clock) -> list[dict]:
     return ev
 
 
+def _memory_events(run: Run, ck: _Clock, totals: bool) -> list[dict]:
+    """The allocator's ``[memory]`` instants on their threads; ``totals``: with ``Total Allocated``,
+    ``Total Reserved``, ``Addr`` and ``Ev Idx`` (PyTorch >= 1.10), else ``Bytes`` and the device
+    only and no category (PyTorch 1.8)."""
+    ev = []
+    for a in run.allocs:
+        th = run.program.threads[a.thread]
+        args = {"Device Type": 0 if a.device < 0 else 1, "Device Id": a.device, "Bytes": a.bytes}
+        e = {"ph": "i", "s": "t", "name": "[memory]", "pid": th.pid, "tid": th.tid, "ts": ck.us(a.ts_ns), "args": args}
+        if totals:
+            args.update({"Total Reserved": a.total_reserved, "Total Allocated": a.total_allocated,
+                         "Addr": 0x7F0000000000 + a.seq * 512, "Ev Idx": a.seq})
+            e["cat"] = "cpu_instant_event"
+        ev.append(e)
+    return ev
+
+
 def _sync_record(run: Run, c: CallRecord, wait_event_links: bool) -> tuple[str, int, int, dict] | None:
     """(cuda_sync kind, device, tid, args) of the call's sync record; None for other calls."""
     op = c.op
@@ -200,9 +217,9 @@ def _cut_window(ev: list[dict], ck: _Clock, window: tuple[int, int | None]) -> t
     out: list[dict] = []
     kept = False
     for e in ev:
-        if e["ph"] == "X":
+        if e["ph"] in ("X", "i"):  # an instant: kept when it lies in the window
             s = ck.base + e["ts"].ns
-            kept = s >= lo and (hi is None or s + e["dur"].ns <= hi)
+            kept = s >= lo and (hi is None or s + e.get("dur", _Us(0)).ns <= hi)
         if kept:
             out.append(e)
     first = min((ck.base + e["ts"].ns for e in out), default=None)
@@ -235,7 +252,8 @@ def _write_text(path: str | os.PathLike, text: str) -> None:
 
 def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_events: bool = True,
               base_time_ns: int | None = None, wait_event_links: bool = True, event_records: bool = True,
-              window: tuple[int, int | None] | None = None, whole_us: bool = False) -> dict:
+              window: tuple[int, int | None] | None = None, whole_us: bool = False,
+              memory_totals: bool = True) -> dict:
     """Write ``run`` as a Kineto (PyTorch profiler) Chrome-trace JSON; return the parsed document.
 
     Layout follows recent PyTorch/Kineto: ``schemaVersion`` 1, ``deviceProperties``,
@@ -244,7 +262,7 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
     Events: ``cuda_runtime`` calls (``cbid``, ``correlation``, ``External id``), ``kernel`` /
     ``gpu_memcpy`` / ``gpu_memset`` on pid = device, tid = stream, ``ac2g`` flows, ``cuda_sync``
     records (when ``emit_sync_events``), ``user_annotation`` / ``cpu_op`` / ``python_function``
-    ranges, and ``M`` process/thread metadata.
+    ranges, the allocator's ``[memory]`` instants, and ``M`` process/thread metadata.
 
     Args:
         run: the emulated run.
@@ -262,6 +280,8 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
         whole_us: write every start and end rounded down to a whole microsecond (as Kineto
             before PyTorch 2 and the DLRM traces of ``../shared/traces`` do): the run's times
             are then up to 1 us off in the trace.
+        memory_totals: write the allocator's ``[memory]`` instants with their totals (PyTorch
+            >= 1.10); False: without them, as PyTorch 1.8 did (:func:`_memory_events`).
 
     Returns:
         the document as ``json.loads`` reads the written text.
@@ -272,6 +292,7 @@ def to_kineto(run: Run, path: str | os.PathLike | None = None, *, emit_sync_even
     t0 = run.trace_t0_ns
     ck = _Clock(t0 - t0 % 1_000_000_000 if base_time_ns is None else int(base_time_ns), whole_us)
     ev = _range_events(run, ck) + _call_events(run, ck, event_records) + _task_events(run, ck)
+    ev += _memory_events(run, ck, memory_totals)
     sync_tids: set[tuple[int, int]] = set()
     if emit_sync_events:
         sync_ev, sync_tids = _sync_events(run, ck, wait_event_links)

@@ -425,5 +425,21 @@ class WaitHandover:
     token: Any
 
 
-Op = Union[HostWork, Launch, GraphLaunch, MemcpyAsync, Memcpy, MemsetAsync, DeviceSync, StreamSync, EventRecord,
+@dataclass(frozen=True)
+class Allocate:
+    """The caching allocator allocates (``delta_bytes`` > 0) or frees (< 0) memory of ``device``
+    (-1: host memory) at the thread's current time, inside the host work before its next call
+    (the op that allocates runs on the CPU). Takes no time; written as a Kineto ``[memory]``
+    instant on the thread (:func:`~.kineto_writer.to_kineto`).
+
+    Attributes:
+        delta_bytes: bytes allocated (+) or freed (-); any int.
+        device: GPU index, or -1 for host memory (keyword).
+    """
+
+    delta_bytes: int
+    device: int = field(default=0, kw_only=True)
+
+
+Op = Union[HostWork, Allocate, Launch, GraphLaunch, MemcpyAsync, Memcpy, MemsetAsync, DeviceSync, StreamSync, EventRecord,
            EventSync, StreamWaitEvent, OtherCall, RangeBegin, RangeEnd, Handover, WaitHandover]

@@ -12,6 +12,7 @@ from typing import Callable
 from ...events.cuda_api import LAUNCH_QUEUE_DEPTH, ApiRole, api_role
 from .ops import (
     _COPY_KINDS,
+    Allocate,
     _HOST_MEMORY,
     _RANGE_CATS,
     GraphLaunch,
@@ -133,6 +134,10 @@ class Program:
                         raise ValueError(f"{where}: token {op.token!r} released twice")
                     seen.add(("handover", op.token))
                 if isinstance(op, (Handover, WaitHandover)):
+                    continue
+                if isinstance(op, Allocate):
+                    if not (isinstance(op.delta_bytes, int) and isinstance(op.device, int) and op.device >= -1):
+                        raise ValueError(f"{where}: delta_bytes must be an int and device an int >= -1")
                     continue
                 if not isinstance(op, (HostWork, _Call)):
                     raise ValueError(f"{where}: unknown op")

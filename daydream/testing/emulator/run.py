@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .ops import (
+    Allocate,
     DeviceSync,
     EventRecord,
     EventSync,
@@ -126,6 +127,65 @@ class RangeRecord:
 
 
 @dataclass(frozen=True)
+class AllocRecord:
+    """One :class:`~.ops.Allocate` as the emulated allocator made it.
+
+    Attributes:
+        thread, op_index: the op. ts_ns: when. bytes: + allocated, - freed. device: GPU, -1 host.
+        seq: its place in the allocator's order (time, then thread index, then op index): Kineto's
+            ``Ev Idx``. total_allocated: bytes allocated on the device after it (from the level
+            before the program: see :func:`_allocator`). total_reserved: the emulated caching allocator's pool after it: it
+            never returns memory, so the high-water mark of ``total_allocated``.
+    """
+
+    thread: int
+    op_index: int
+    ts_ns: int
+    bytes: int
+    device: int
+    seq: int
+    total_allocated: int
+    total_reserved: int
+
+
+def _allocator(raw: list[tuple[int, int, int, int, int]]) -> tuple[AllocRecord, ...]:
+    """The records of ``raw`` (ts, thread, op index, bytes, device) in the allocator's order. A
+    device's level starts at what its frees of blocks never allocated in the program need (blocks
+    allocated before it: the smallest start that keeps the level at or above 0)."""
+    out, level, low = [], {}, {}
+    for ts, th, k, b, d in sorted(raw):
+        level[d] = level.get(d, 0) + b
+        low[d] = min(low.get(d, 0), level[d])
+    level = {d: -v for d, v in low.items()}
+    high = dict(level)
+    for seq, (ts, th, k, b, d) in enumerate(sorted(raw)):
+        level[d] = level.get(d, 0) + b
+        high[d] = max(high.get(d, 0), level[d])
+        out.append(AllocRecord(th, k, ts, b, d, seq, level[d], high[d]))
+    return tuple(out)
+
+
+def memory_peaks(run: "Run", steps: tuple[str, ...] = ()) -> dict[int, tuple[int, list[int]]]:
+    """Per device: (peak bytes allocated, and per named CPU range of ``steps`` (e.g.
+    ``ProfilerStep#1``) that has events in it, the peak over its events and the level before its
+    first one). Levels include what was allocated before the program (:func:`_allocator`)."""
+    out = {}
+    for d in sorted({a.device for a in run.allocs}):
+        ev = [a for a in run.allocs if a.device == d]
+        peak = max(ev[0].total_allocated - ev[0].bytes, *(a.total_allocated for a in ev))
+        per = []
+        for name in steps:
+            for r in run.ranges:
+                if r.name != name:
+                    continue
+                inside = [a for a in ev if r.start_ns <= a.ts_ns < r.end_ns]
+                if inside:
+                    per.append(max(inside[0].total_allocated - inside[0].bytes, *(a.total_allocated for a in inside)))
+        out[d] = (peak, per)
+    return out
+
+
+@dataclass(frozen=True)
 class Run:
     """The result of :func:`emulate`.
 
@@ -141,17 +201,20 @@ class Run:
     calls: tuple[CallRecord, ...]
     tasks: tuple[TaskRecord, ...]
     ranges: tuple[RangeRecord, ...]
+    #: every :class:`~.ops.Allocate`, in the allocator's order (:class:`AllocRecord`)
+    allocs: tuple[AllocRecord, ...] = ()
 
     @property
     def trace_t0_ns(self) -> int:
         """Earliest timestamp the trace will hold (the model's ``t0``), ns."""
-        times = [c.start_ns for c in self.calls] + [r.start_ns for r in self.ranges]
+        times = [c.start_ns for c in self.calls] + [r.start_ns for r in self.ranges] + [a.ts_ns for a in self.allocs]
         return min(times) if times else self.program.t0_ns
 
     @property
     def end_ns(self) -> int:
         """Latest end of any call, task or range, ns."""
-        times = [c.end_ns for c in self.calls] + [t.end_ns for t in self.tasks] + [r.end_ns for r in self.ranges]
+        times = ([c.end_ns for c in self.calls] + [t.end_ns for t in self.tasks] + [r.end_ns for r in self.ranges]
+                 + [a.ts_ns for a in self.allocs])
         return max(times) if times else self.program.t0_ns
 
     def thread_calls(self, thread: int) -> list[CallRecord]:
@@ -194,6 +257,7 @@ class _Emulator:
         self.base = [program.t0_ns] * n  # max(last_end, releases waited for since): the gap counts from here
         self.released: dict[Any, int] = {}  # hand-over token -> release time
         self.parked: dict[Any, list[int]] = {}  # token -> threads waiting for it
+        self.allocs: list[tuple[int, int, int, int, int]] = []  # (ts, thread, op index, bytes, device)
 
     def run(self) -> Run:
         for i in range(len(self.threads)):
@@ -203,7 +267,7 @@ class _Emulator:
         if self.parked:
             raise ValueError(f"hand-over never released (deadlock): tokens {sorted(map(repr, self.parked))}")
         return Run(program=self.program, calls=tuple(self.calls), tasks=tuple(self.tasks),
-                   ranges=tuple(RangeRecord(**r) for r in self.ranges))
+                   ranges=tuple(RangeRecord(**r) for r in self.ranges), allocs=_allocator(self.allocs))
 
     def innermost_external_id(self, i: int) -> int | None:
         for r in reversed(self.open_ranges[i]):
@@ -221,6 +285,8 @@ class _Emulator:
                 self.cursor[i] += op.dur_ns
             elif isinstance(op, RangeBegin):
                 self.open_range(i, op)
+            elif isinstance(op, Allocate):
+                self.allocs.append((self.cursor[i], i, k, op.delta_bytes, op.device))
             elif isinstance(op, Handover):
                 self.released[op.token] = self.last_end[i]
                 for w in self.parked.pop(op.token, ()):

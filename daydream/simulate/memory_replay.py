@@ -1,0 +1,154 @@
+"""Memory replay: the allocator's events placed on a replayed timeline, and the allocated curve.
+
+Each event of ``graph.memory`` (:mod:`daydream.graph.memory_part`) happens at its anchor CPU
+task's replayed start plus its recorded offset; the events of one thread keep their recorded
+order (a thread runs one op at a time: where a replay shortens a call, an event is held at the
+replayed time of the one before it on its thread). The allocated bytes of a device after each
+event are the level before the window plus the running sum of ``bytes`` in replayed order (ties:
+recorded order). The level before the window is ``Total Allocated - Bytes`` of the device's first
+event where the trace records totals (exact); without totals it is unknown, and the smallest level
+that keeps the curve at or above zero is used: its peaks are then lower bounds ("at least").
+Reserved bytes (the caching allocator's pool) change only with the events that grew or released it:
+each event carries its recorded ``Total Reserved``. ``docs/memory.md`` has the rules and limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..graph.memory_part import anchor_events
+from ..graph.model import NODE_CPU
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """Peak bytes of one ``ProfilerStep#N`` on one device (reserved: -1 where not recorded)."""
+
+    step: str
+    allocated_bytes: int
+    reserved_bytes: int = -1
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One device's allocated curve and peaks (device -1: host memory).
+
+    ``ts_ns``/``allocated_bytes``: per event in replayed order, its time and the bytes allocated
+    after it; ``event``: index of each into ``graph.memory.events``. ``before_bytes``: allocated
+    before the window (``exact_before``: recovered from the recorded totals; else a lower bound and
+    every peak is "at least"). Peaks include ``before_bytes``.
+    """
+
+    device: int
+    ts_ns: np.ndarray
+    allocated_bytes: np.ndarray
+    event: np.ndarray
+    before_bytes: int
+    exact_before: bool
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    steps: list[StepPeak] = field(default_factory=list)
+
+
+def event_times(graph, timeline) -> np.ndarray:
+    """int64 replayed time of each memory event of ``graph`` on ``timeline`` (see module docstring)."""
+    gm = graph.memory
+    ev = gm.events
+    t = gm.offset_ns + gm.t0_ns  # unanchored: recorded time
+    cpu = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.row >= 0))
+    rows = graph.row[cpu]
+    by_row = np.argsort(rows, kind="stable")
+    anchored = gm.anchor_row >= 0
+    j = np.searchsorted(rows[by_row], gm.anchor_row)
+    j = np.minimum(j, max(len(rows) - 1, 0))
+    found = anchored & (len(rows) > 0) & (rows[by_row][j] == gm.anchor_row) if len(rows) else np.zeros(len(ev), bool)
+    node = cpu[by_row[j]] if len(rows) else np.zeros(len(ev), np.int64)
+    t = np.where(found, np.where(gm.at_end, timeline.end_ns[node], timeline.start_ns[node]) + gm.offset_ns, t)
+    lost = np.flatnonzero(anchored & ~found)  # anchor removed by a transformation: the same rule, survivors
+    if len(lost):
+        a, off, end = anchor_events(ev.ts_ns[lost], ev.pid[lost], ev.tid[lost], graph.pid[cpu], graph.tid[cpu],
+                                    graph.rec_start_ns[cpu], graph.rec_end_ns[cpu], cpu)
+        a0 = np.maximum(a, 0)
+        t[lost] = np.where(a >= 0, np.where(end, timeline.end_ns[a0], timeline.start_ns[a0]) + off, t[lost])
+    # one thread, one op at a time: the recorded order of a thread's events is kept
+    for p, q in np.unique(np.stack([ev.pid, ev.tid], 1), axis=0).tolist():
+        k = np.flatnonzero((ev.pid == p) & (ev.tid == q))
+        t[k] = np.maximum.accumulate(t[k])
+    return t
+
+
+def _before(ev, k: np.ndarray) -> tuple[int, bool]:
+    """(allocated before the window, exact?) of the device events ``k`` (recorded order)."""
+    tot = ev.total_allocated[k]
+    has = np.flatnonzero(tot >= 0)
+    csum = np.cumsum(ev.bytes[k])
+    if len(has):
+        i = int(has[0])
+        return int(tot[i] - csum[i]), True
+    return max(0, -int(csum.min())), False
+
+
+def replay_memory(graph, timeline) -> list[DeviceMemory]:
+    """Per device (ascending, -1 the host first), the allocated curve and peaks of ``graph``'s
+    memory events on ``timeline``; [] when the graph has none. Per-step peaks per ``ProfilerStep``."""
+    gm = graph.memory
+    if gm is None or not len(gm):
+        return []
+    return _curves(gm, event_times(graph, timeline))
+
+
+def recorded_memory(graph) -> list[DeviceMemory]:
+    """:func:`replay_memory` on the recorded times (the trace's own curve; with totals, its levels
+    are the recorded ``Total Allocated``)."""
+    gm = graph.memory
+    if gm is None or not len(gm):
+        return []
+    return _curves(gm, gm.events.ts_ns)
+
+
+def _curves(gm, t: np.ndarray) -> list[DeviceMemory]:
+    ev = gm.events
+    out = []
+    for d in ev.devices():
+        k = np.flatnonzero(ev.device == d)  # recorded order
+        before, exact = _before(ev, k)
+        o = k[np.lexsort((np.arange(len(k)), t[k]))]  # replayed order, ties: recorded
+        level = before + np.cumsum(ev.bytes[o])
+        res = ev.total_reserved[o]
+        steps = []
+        for s, name in enumerate(gm.step_names):
+            at = np.flatnonzero(gm.step[o] == s)
+            if not len(at):
+                continue
+            start_level = int(level[at[0] - 1]) if at[0] > 0 else before
+            r = res[at]
+            steps.append(StepPeak(name, max(start_level, int(level[at].max())), int(r.max()) if (r >= 0).all() else -1))
+        out.append(DeviceMemory(
+            d, t[o], level, o, before, exact, max(before, int(level.max())),
+            int(res.max()) if (res >= 0).all() else -1, steps))
+    return out
+
+
+def recorded_peaks(graph) -> dict[int, tuple[int, list[int]]]:
+    """Per device with recorded totals: (peak ``Total Allocated`` of the window, per step the peak
+    over the step's events and the level before its first one), from the totals alone."""
+    gm = graph.memory
+    out = {}
+    if gm is None:
+        return out
+    ev = gm.events
+    for d in ev.devices():
+        k = np.flatnonzero(ev.device == d)
+        tot = ev.total_allocated[k]
+        if not len(k) or (tot < 0).any():
+            continue
+        first = int(tot[0] - ev.bytes[k[0]])
+        steps = []
+        for s in range(len(gm.step_names)):
+            at = np.flatnonzero(gm.step[k] == s)
+            if len(at):
+                steps.append(max(int(tot[at[0]] - ev.bytes[k[at[0]]]), int(tot[at].max())))
+        out[d] = (max(first, int(tot.max())), steps)
+    return out
