@@ -228,7 +228,7 @@ def op_shape(name: str, dims: Any, types: Any) -> tuple[int, int, int, int, int]
         q, kk = tensors[0][0], tensors[1][0] if len(tensors) > 1 else None
         if kk is None or len(q) != 4 or len(kk) != 4:
             return none
-        if "_flash_attention" in name or "_efficient_attention" in name:  # ATen's flash/efficient kernels: [B, S, H, D]
+        if name.split("::")[-1].startswith(("_flash_attention", "_efficient_attention")):  # ATen's kernels' ops: [B, S, H, D]
             return q[0] * q[2], q[1], kk[1], q[3], code
         return q[0] * q[1], q[2], kk[2], q[3], code  # scaled_dot_product_*: [B, H, S, D]
     big = max((d for d, _ in tensors), key=_numel)

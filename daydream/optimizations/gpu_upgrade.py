@@ -158,7 +158,7 @@ def _library_model(graph, src: GPU, target: GPU, p):
         return g, rules_note + "; kernel-cost library: no kernel described (no launch data), all by the rules above"
     t = graph.dur_ns[d.nodes]
     pred = KC.predict(d, t, s_src, s_tgt)
-    pt = np.maximum(np.rint(pred.point), 1).astype(np.int64)
+    pt = np.maximum(np.rint(pred.point), 0).astype(np.int64)  # a 0 ns kernel stays 0 on the same GPU (identity)
     g = set_duration(g, np.isin(np.arange(graph.n), d.nodes), pt)
     g = KC.with_range(g, d.nodes, pred.point, pred.low, pred.high, pred.reason)
     c = d.counts
