@@ -16,7 +16,8 @@ from .events.table import EventTable
 from .graph import TaskGraph, build_graph
 from .mapping import map_events
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
-from .report.report_model import AppliedOpt, Ranked, Report, WaitBound
+from .optimizations.kernel_cost import range_ends, range_words
+from .report.report_model import AppliedOpt, PredictionRange, Ranked, Report, WaitBound
 from .report.make import build_prediction, build_report
 from .report.windows import window_end_ns
 from .report.summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
@@ -127,6 +128,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
         g2, tl2 = _replay(g2, report.warnings, "the prediction " + " + ".join(o.name for o, _ in opts))
         report.predictions.append(build_prediction(report, g2, tl2, applied))
         report.predictions[-1].wait_bound = wait_bound(graph, g2)
+        report.predictions[-1].range = prediction_range(report, g2, report.warnings)
         result.predicted_graph, result.predicted = g2, tl2
     if rank_all:
         rows = []
@@ -166,6 +168,31 @@ def _replay(graph: TaskGraph, warnings: list[str] | None = None, what: str = "")
         warnings.append(f"{what}: {s.unsettled}; the replay keeps the last order (a synchronize keeps the tasks it was "
                         "recorded waiting for, docs/model.md, 'A stream shared by threads')")
     return s.graph, s.timeline
+
+
+def prediction_range(report: Report, g2: TaskGraph, warnings: list[str] | None = None) -> PredictionRange | None:
+    """The prediction's range (:class:`~daydream.report.report_model.PredictionRange`) where a
+    what-if gave kernels a duration range (``TaskGraph.dur_range``): ``g2`` replayed with every
+    ranged kernel at its fast end and at its slow end; the sentence is added to the note of the
+    last optimization applied. None where there is none."""
+    ends = range_ends(g2)
+    if ends is None:
+        return None
+    fast_g, slow_g, codes = ends
+    pred = report.predictions[-1]
+    base = pred.window.replayed_ns
+    out = []
+    for ge, what in ((fast_g, "fast"), (slow_g, "slow")):
+        ge, tle = _replay(ge, warnings, f"the prediction's {what} end")
+        out.append(build_prediction(report, ge, tle, pred.optimizations).window.predicted_ns)
+    fast_ns, slow_ns = min(out), max(out)
+    fast, slow = range_words(codes)
+    r = PredictionRange(fast_ns, slow_ns, base / max(fast_ns, 1), base / max(slow_ns, 1), fast, slow,
+                        int(len(g2.dur_range[0])))
+    if pred.optimizations:
+        pred.optimizations[-1].note += (f"; range {r.speedup_low:.2f}\u2013{r.speedup_high:.2f}x (fast end: {fast}; "
+                                        f"slow end: {slow})")
+    return r
 
 
 def wait_bound(graph: TaskGraph, g2: TaskGraph) -> WaitBound | None:

@@ -40,6 +40,7 @@ from daydream.mapping import map_events  # noqa: E402
 from daydream.optimizations import parse_spec  # noqa: E402
 from daydream.optimizations.common import median_launch_ns  # noqa: E402
 from daydream.costmodel.kernel_model import kernel_floor_ns  # noqa: E402
+from daydream.optimizations.kernel_cost import range_ends  # noqa: E402
 from daydream.report.windows import step_windows  # noqa: E402
 from daydream.simulate import simulate  # noqa: E402
 
@@ -74,36 +75,48 @@ def direction(a, b) -> list[list[str]]:
             ["", "source as traced (replayed)", f"{step_ns(ga, ta, True) / 1e3:,.1f}", f"{kernel_ns(ga) / 1e3:,.1f}",
              _err(step_ns(ga, ta, True), ms), _err(kernel_ns(ga), mk)]]
     host = f",launch_latency_ns={gb.launch_latency_ns},launch_cpu_ns={median_launch_ns(gb)}"
-    variants = [("launch", ""), ("launch, host from target trace", host),
-                ("launch, source floor", f",target_floor_ns={kernel_floor_ns(src, ga)}"), ("peak", ",kernel_model=peak")]
+    variants = [("library", ""), ("library, host from target trace", host), ("launch (before)", ",kernel_model=launch"),
+                ("launch, source floor", f",kernel_model=launch,target_floor_ns={kernel_floor_ns(src, ga)}"),
+                ("peak", ",kernel_model=peak")]
     for label, extra in variants:
         opt, p = parse_spec(f"gpu-upgrade:target={tgt.name}{extra}")
         g2, _ = opt.apply(ga, p)
-        tl2 = simulate(g2)
-        s, k = step_ns(g2, tl2, True), kernel_ns(g2)
-        rows.append(["", f"predicted: {label}", f"{s / 1e3:,.1f}", f"{k / 1e3:,.1f}", _err(s, ms), _err(k, mk)])
+        graphs = [(f"predicted: {label}", g2)]
+        ends = range_ends(g2) if label == "library" else None
+        if ends is not None:
+            graphs += [("  library, fast end", ends[0]), ("  library, slow end", ends[1])]
+        for what, gx in graphs:
+            tl2 = simulate(gx)
+            s, k = step_ns(gx, tl2, True), kernel_ns(gx)
+            rows.append(["", what, f"{s / 1e3:,.1f}", f"{k / 1e3:,.1f}", _err(s, ms), _err(k, mk)])
     return rows
 
 
 def class_rows(a, b) -> list[list[str]]:
-    """Kernel time per class (daydream.graph.kernels): source, predicted (launch model), measured on the target."""
+    """Kernel time per class (daydream.graph.kernels): source, predicted (launch model, then the
+    library with its fast and slow ends), measured on the target."""
     from daydream.graph.kernels import CLASSES, kernel_info
 
     (ga, _), (gb, _) = a, b
     tgt = gpu_of_device(gb.devices[0])
+    opt, p = parse_spec(f"gpu-upgrade:target={tgt.name},kernel_model=launch")
+    g_launch, _ = opt.apply(ga, p)
     opt, p = parse_spec(f"gpu-upgrade:target={tgt.name}")
     g2, _ = opt.apply(ga, p)
+    ends = range_ends(g2) or (g2, g2, {})
     out = []
     sums = []
-    for g in (ga, g2, gb):
+    for g in (ga, g_launch, g2, ends[0], ends[1], gb):
         info = kernel_info(g)
         k = g.node_kind == Kind.KERNEL
         sums.append(np.bincount(info.cls[k], weights=g.dur_ns[k], minlength=len(CLASSES)))
     src = gpu_of_device(ga.devices[0])
     for i, c in enumerate(CLASSES):
         if any(s[i] > 0 for s in sums):
-            out.append([f"{src.name} -> {tgt.name}", c, f"{sums[0][i] / 1e3:,.1f}", f"{sums[1][i] / 1e3:,.1f}",
-                        f"{sums[2][i] / 1e3:,.1f}", _err(int(sums[1][i]), int(sums[2][i]))])
+            m = int(sums[5][i])
+            out.append([f"{src.name} -> {tgt.name}", c, f"{sums[0][i] / 1e3:,.1f}", f"{m / 1e3:,.1f}",
+                        f"{sums[1][i] / 1e3:,.1f}", _err(int(sums[1][i]), m), f"{sums[2][i] / 1e3:,.1f}", _err(int(sums[2][i]), m),
+                        f"{_err(int(sums[3][i]), m)} .. {_err(int(sums[4][i]), m)}"])
     return out
 
 
@@ -145,12 +158,13 @@ def main(argv=None) -> int:
         x, y = load(paths[i]), load(paths[i + 1])
         rows += direction(x, y) + direction(y, x)
     md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-    head2 = ["direction", "kernel class", "source (us)", "predicted (us)", "measured on target (us)", "error"]
+    head2 = ["direction", "kernel class", "source (us)", "measured on target (us)", "launch (us)", "launch error",
+             "library (us)", "library error", "library range (fast .. slow end)"]
     crow = []
     for i in range(0, len(paths), 2):
         x, y = load(paths[i]), load(paths[i + 1])
         crow += class_rows(x, y) + class_rows(y, x)
-    md += ["", "Kernel time per class (launch model):", "", "| " + " | ".join(head2) + " |", "|" + "---|" * len(head2)]
+    md += ["", "Kernel time per class (launch model before, the library now):", "", "| " + " | ".join(head2) + " |", "|" + "---|" * len(head2)]
     md += ["| " + " | ".join(r) + " |" for r in crow]
     if a.kernels:
         for i in range(0, len(paths), 2):

@@ -273,7 +273,7 @@ def test_every_real_trace_places_its_gpu_time(real_graphs):
     for name, g in real_graphs.items():
         if not (g.node_kind != NODE_CPU).any():
             continue
-        _, _, note = run(g, "gpu-upgrade:source=H100 SXM,target=MI300X")
+        _, _, note = run(g, "gpu-upgrade:source=H100 SXM,target=MI300X,kernel_model=launch")
         shares = [int(x) for x in _re.findall(r"\((\d+)%\)", note.split("latency-bound")[0])]
         assert 97 <= sum(shares) <= 103, (name, note)
 

@@ -81,10 +81,11 @@ from ._fitted import FITTED
 from .specs import Spec, chip_of
 from .work import GEMM_CLASSES, MEMORY_CLASSES, Kernels, dtype_bytes, flops_bytes, tiles_of
 
-#: Smallest kernel time per GPU (ns), measured on real traces (daydream.optimizations._kernel_model
-#: KERNEL_FLOOR_NS: H100 SXM 1,120; MI300X 1,964; B200 1,984; MI250 GCD 2,240); other GPUs
+#: Smallest kernel time per GPU (ns), measured on real traces (daydream.costmodel.kernel_model
+#: KERNEL_FLOOR_NS: H100 SXM 1,120; B200 1,984; MI250 GCD 2,240; MI300X the MI250's, measured on an
+#: independent trace: the one MI300X trace at hand judges the model); other GPUs
 #: :data:`DEFAULT_FLOOR_NS`, the middle of that measured range (an assumption).
-FLOOR_NS: dict[str, float] = {"H100 SXM": 1120.0, "MI300X": 1964.0, "B200": 1984.0, "MI250 GCD": 2240.0}
+FLOOR_NS: dict[str, float] = {"H100 SXM": 1120.0, "MI300X": 2240.0, "B200": 1984.0, "MI250 GCD": 2240.0}
 DEFAULT_FLOOR_NS = 2000.0
 #: Registers per thread of an SGEMM beyond its accumulators (addresses, A/B fragments, loop
 #: state): an assumption that puts cuBLAS's 128x128 / 256-thread tile at ~104 registers (2 blocks

@@ -50,6 +50,7 @@ UNARY_OPS = frozenset({"addu", "mulu", "powu", "divu", "subu", "relu", "gelu", "
 
 _TILE_RES = (
     re.compile(r"tilesize(\d+)x(\d+)"),                 # xmma: ..._tilesize128x128x16_...
+    re.compile(r"_MT(\d+)x(\d+)x\d+_"),                 # ROCm Tensile: Cijk_..._MT128x144x64_... (MacroTile M x N x depth U)
     re.compile(r"gemm\w*?_(\d+)x(\d+)_"),                # cuBLAS / CUTLASS: sgemm_128x64_tn, s1688gemm_128x256_16x3
     re.compile(r"_(\d+)x(\d+)(?:x\d+)?_"),               # any other <TM>x<TN>_
 )

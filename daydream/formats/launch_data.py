@@ -60,6 +60,11 @@ DTYPE_BYTES: dict[str, int] = {
     "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8,
 }
 
+#: op data types (``LaunchData.dtype`` codes): Kineto ``Input type`` -> name
+DTYPES: tuple[str, ...] = ("", "fp32", "fp16", "bf16", "fp8", "fp64", "int")
+_DTYPE_OF = {"float": 1, "c10::Half": 2, "c10::BFloat16": 3, "c10::Float8_e4m3fn": 4, "c10::Float8_e5m2": 4,
+             "c10::Float8_e4m3fnuz": 4, "c10::Float8_e5m2fnuz": 4, "double": 5, "long int": 6, "int": 6}
+
 _GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"})
 _ATTN_OPS = ("scaled_dot_product", "_flash_attention", "_efficient_attention", "attention_forward")
 #: gathers/scatters read a few rows of their largest input: the elementwise byte count does not hold
@@ -87,6 +92,15 @@ class LaunchData:
     last_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     #: element size (bytes) of that input: 4 for fp32 (-1 unknown)
     last_elem: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: (n, 4) int64, the launching op's shape where it launched this kernel alone (-1 unknown; an
+    #: array of another length, as tests and older saved tables give, means unknown for all):
+    #: GEMM ops (B, M, N, K) in cuBLAS's terms (output M x N column-major, reduction K: ``mm``
+    #: a[m, k] · b[k, n] is M = n, N = m, K = k; B the batch of ``bmm``); attention (B·heads,
+    #: queries, keys, head dim); any other op (rows, row length, tensor inputs, -1) of its largest
+    #: input (rows · row length = its elements, the row its last dimension). :func:`op_shape`.
+    shape: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.int64))
+    #: the op's data type (index into :data:`DTYPES`; 0 unknown): its first floating tensor input's
+    dtype: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     op: list = field(default_factory=list)
     reason: str = ""
     counts: dict = field(default_factory=dict)
@@ -191,6 +205,35 @@ def op_work(name: str, dims: Any, types: Any) -> tuple[float, float]:
         return _conv_work(name, [d for d, _ in tensors], nbytes)
     big = max(nbytes)
     return float(max(_numel(d) for d, _ in tensors)), sum(nbytes) + big
+
+
+def op_shape(name: str, dims: Any, types: Any) -> tuple[int, int, int, int, int]:
+    """(4 shape values of ``LaunchData.shape``, dtype code of :data:`DTYPES`) of one op from its
+    recorded input shapes and types; -1s (and 0) where they do not give them. The same
+    conventions as :func:`op_work`."""
+    none = (-1, -1, -1, -1, 0)
+    if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
+        return none
+    tensors = [(d, t) for d, t in zip(dims, types) if isinstance(d, list) and d and _numel(d) >= 0]
+    if not tensors:
+        return none
+    code = next((_DTYPE_OF[t] for _, t in tensors if isinstance(t, str) and _DTYPE_OF.get(t, 6) < 6), 0)
+    if name in _GEMM_OPS:
+        mats = [d for d, _ in tensors if len(d) in (2, 3)]
+        a, b = (mats[-2], mats[-1]) if len(mats) >= 2 else (None, None)
+        if a is None or len(a) != len(b) or a[-1] != b[-2]:
+            return none
+        return (a[0] if len(a) == 3 else 1), b[-1], a[-2], a[-1], code
+    if any(s in name for s in _ATTN_OPS):
+        q, kk = tensors[0][0], tensors[1][0] if len(tensors) > 1 else None
+        if kk is None or len(q) != 4 or len(kk) != 4:
+            return none
+        if name.split("::")[-1].startswith(("_flash_attention", "_efficient_attention")):  # ATen's kernels' ops: [B, S, H, D]
+            return q[0] * q[2], q[1], kk[1], q[3], code
+        return q[0] * q[1], q[2], kk[2], q[3], code  # scaled_dot_product_*: [B, H, S, D]
+    big = max((d for d, _ in tensors), key=_numel)
+    cols = int(big[-1])
+    return (_numel(big) // cols if cols > 0 else 0), cols, len(tensors), -1, code
 
 
 # ------------------------------------------------------------------------------ Kineto -------
@@ -326,6 +369,8 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
     nbytes = np.full(n, -1.0)
     lb = np.full(n, -1.0)
     le = np.full(n, -1, dtype=np.int64)
+    shp = np.full((n, 4), -1, dtype=np.int64)
+    dt = np.zeros(n, dtype=np.int8)
     opn = [""] * n
     shared = 0
     memo: dict[bytes, tuple] = {}  # ops of the same name and shapes repeat every iteration
@@ -345,14 +390,16 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
             key = None
         w = memo.get(key) if key is not None else None
         if w is None:
-            w = (*op_work(o[0], o[1], o[2]), *last_operand(o[1], o[2]))
+            w = (*op_work(o[0], o[1], o[2]), *last_operand(o[1], o[2]), op_shape(o[0], o[1], o[2]))
             if key is not None:
                 memo[key] = w
-        flops[i], nbytes[i], lb[i], le[i] = w
+        flops[i], nbytes[i], lb[i], le[i], sh = w
+        shp[i], dt[i] = sh[:4], sh[4]
     order = np.argsort(make_key(dev, corr), kind="stable")
     out.key, out.grid, out.block, out.regs, out.smem = make_key(dev, corr)[order], grid[order], block[order], regs[order], smem[order]
     out.flops, out.bytes, out.op = flops[order], nbytes[order], [opn[i] for i in order.tolist()]
     out.last_bytes, out.last_elem = lb[order], le[order]
+    out.shape, out.dtype = shp[order], dt[order]
     out.counts.update({"with launch configuration": int(np.count_nonzero(grid[:, 0] > 0)),
                        "with shapes": int(np.count_nonzero(flops >= 0)),
                        "op launched several kernels (no shapes)": shared})

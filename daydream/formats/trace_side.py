@@ -38,6 +38,8 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 #: saved-table members of the launch data: name -> dtype (grid and block: n x 3, flattened)
 LAUNCH_MEMBERS = {"key": np.int64, "grid": np.int64, "block": np.int64, "regs": np.int64, "smem": np.int64,
                   "flops": np.float64, "bytes": np.float64, "last_bytes": np.float64, "last_elem": np.int64, "op": np.int32}
+#: members added later (a table saved before them reads as "unknown": -1 / 0), name -> (dtype, values per kernel)
+LAUNCH_OPTIONAL = {"shape": (np.int64, 4), "dtype": (np.int8, 1)}
 #: saved-table members of the collective args: name -> dtype (the str columns as ids into ``strings``)
 COMM_MEMBERS = {"name": np.int32, "cat": np.int32, "ext": np.int64, "corr": np.int64, "collective": np.int32,
                 "in_nelems": np.int64, "out_nelems": np.int64, "group_size": np.int64, "elem_bytes": np.int64,
@@ -124,6 +126,10 @@ def side_members(table: EventTable) -> dict[str, np.ndarray]:
     d = facts.data()
     op_id, ops = _ids(d.op)
     out = {f"side.launch.{k}": np.asarray(op_id if k == "op" else getattr(d, k), dtype=t).reshape(-1) for k, t in LAUNCH_MEMBERS.items()}
+    for k, (t, w) in LAUNCH_OPTIONAL.items():
+        a = np.asarray(getattr(d, k), dtype=t).reshape(-1)
+        if len(a) == w * len(d.key):
+            out[f"side.launch.{k}"] = a
     comm_head = None
     a = comm_args_of_table(table)
     if a is not None:
@@ -178,16 +184,23 @@ def load_side(path: str, table: EventTable) -> bool:
         except msgspec.DecodeError as e:
             raise _bad(path, _JSON_MEMBER, f"not a side header ({e})") from None
         la = {k: _member(path, z, f"side.launch.{k}", t) for k, t in LAUNCH_MEMBERS.items()}
+        opt = {k: _member(path, z, f"side.launch.{k}", t) for k, (t, _) in LAUNCH_OPTIONAL.items()
+               if f"side.launch.{k}.npy" in z.files or f"side.launch.{k}" in z.files}
         co = {k: _member(path, z, f"side.comm.{k}", t) for k, t in COMM_MEMBERS.items()} if head.comm is not None else None
     n = len(la["key"])
     for k, a in la.items():
         if len(a) != (3 * n if k in ("grid", "block") else n):
             raise _bad(path, f"side.launch.{k}", f"{len(a):,} values for {n:,} kernels")
+    for k, a in opt.items():
+        if len(a) != LAUNCH_OPTIONAL[k][1] * n:
+            raise _bad(path, f"side.launch.{k}", f"{len(a):,} values for {n:,} kernels")
     _ids_in(path, "side.launch.op", la["op"], len(head.launch.ops))
     ops = np.asarray(head.launch.ops, dtype=object)
     d = LaunchData(key=la["key"], grid=la["grid"].reshape(n, 3), block=la["block"].reshape(n, 3), regs=la["regs"], smem=la["smem"],
                    flops=la["flops"], bytes=la["bytes"], last_bytes=la["last_bytes"], last_elem=la["last_elem"],
-                   op=ops[la["op"]].tolist() if n else [], reason=head.launch.reason, counts=dict(head.launch.counts))
+                   op=ops[la["op"]].tolist() if n else [], reason=head.launch.reason, counts=dict(head.launch.counts),
+                   shape=opt["shape"].reshape(n, 4) if "shape" in opt else np.full((n, 4), -1, np.int64),
+                   dtype=opt["dtype"] if "dtype" in opt else np.zeros(n, np.int8))
     table.launch = LaunchFacts.holding(d)
     if co is None:
         table.comm = None

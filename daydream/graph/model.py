@@ -109,6 +109,12 @@ class TaskGraph:
     #: rows, int64 sorted; their path names, e.g. "tf32", "half"); a row not listed runs on the path
     #: its kernel name says. Kept by every transformation (rows are stable identities).
     path_rows: tuple = ()
+    #: per-kernel duration range a what-if's cost model gave (``gpu-upgrade``/``amp`` through the
+    #: kernel-cost library, :mod:`daydream.optimizations.kernel_cost`): (table rows, int64 sorted;
+    #: fast-end / point and slow-end / point duration ratios, float64; the library's reason codes,
+    #: object). A prediction replays the graph with each end (``daydream.analysis``). Kept by
+    #: every transformation (rows are stable identities).
+    dur_range: tuple = ()
     #: host time a what-if scaled, in the order applied: (mask over ``cpu_ranges`` of the ranges
     #: whose host time was scaled, or None for all host time; factor). Recorded instants inside a
     #: changed CPU gap (range and ProfilerStep boundaries, :func:`daydream.simulate.carry.boundaries`) move

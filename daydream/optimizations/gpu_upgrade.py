@@ -32,6 +32,9 @@ from ..graph import NODE_CPU
 from ..transform import scale, scale_gaps, set_duration, set_launch_latency
 from . import Optimization, Param, register
 from ..costmodel import kernel_model as KM
+from ..costmodel.specs import from_table
+from ..costmodel.kernel_time import floor_ns
+from . import kernel_cost as KC
 from .common import cpu_roles, median_launch_ns
 
 
@@ -143,6 +146,36 @@ def _launch_model(graph, src: GPU, target: GPU, p):
     return g, note
 
 
+def _library_model(graph, src: GPU, target: GPU, p):
+    """Each kernel the kernel-cost library can describe (:mod:`.kernel_cost`) timed on the target by
+    :func:`daydream.costmodel.predict_cross`, with its range; the rest by the per-kernel rules
+    (:func:`_launch_model`), counted in the note."""
+    g, rules_note = _launch_model(graph, src, target, p)
+    s_src, s_tgt = from_table(src), from_table(target)
+    row = KM.match_launches(graph, graph.facts.launch) if graph.facts is not None else np.full(graph.n, -1, np.int64)
+    d = KC.describe(graph, s_src, row, KM.work_item_grid(graph))
+    if not len(d.nodes):
+        return g, rules_note + "; kernel-cost library: no kernel described (no launch data), all by the rules above"
+    t = graph.dur_ns[d.nodes]
+    pred = KC.predict(d, t, s_src, s_tgt)
+    pt = np.maximum(np.rint(pred.point), 0).astype(np.int64)  # a 0 ns kernel stays 0 on the same GPU (identity)
+    g = set_duration(g, np.isin(np.arange(graph.n), d.nodes), pt)
+    g = KC.with_range(g, d.nodes, pred.point, pred.low, pred.high, pred.reason)
+    c = d.counts
+    total = max(int(graph.dur_ns[graph.node_kind == Kind.KERNEL].sum()), 1)
+    share = int(t.sum()) / total
+    rest = c["kernels"] - c["described"]
+    note = (f"kernel-cost library (daydream/costmodel, docs/kernels.md): {c['described']:,} of {c['kernels']:,} kernels "
+            f"({share:.0%} of kernel time) {t.sum() / 1e6:,.3f} -> {pt.sum() / 1e6:,.3f} ms, floor "
+            f"{floor_ns(s_src) / 1e3:,.3f} -> {floor_ns(s_tgt) / 1e3:,.3f} us"
+            + (f"; {c['bytes inferred from time']:,} memory-bound kernels without op shapes: bytes inferred from their "
+               "measured time" if c['bytes inferred from time'] else "")
+            + (f"; {rest:,} kernels the library cannot describe ({c[KC.NO_SHAPES]:,} compute kernels without the op's "
+               f"shapes, {c['not described: other/communication']:,} other or communication kernels) and copies/sets "
+               "by the per-kernel rules: " + rules_note if rest else "; copies and sets by the per-kernel rules"))
+    return g, note
+
+
 def _apply(graph, p):
     target = find_gpu(p["target"])
     if target is None:
@@ -158,6 +191,8 @@ def _apply(graph, p):
         raise NotApplicable(f"the trace already ran on the target ({target.name}); give another target=NAME")
     if p["kernel_model"] == "peak":
         g, note = _peak_model(graph, src, target)
+    elif p["kernel_model"] == "library":
+        g, note = _library_model(graph, src, target, p)
     else:
         g, note = _launch_model(graph, src, target, p)
     g, host = _host(g, p)
@@ -186,10 +221,12 @@ register(
                             lambda v: find_gpu(v) is not None, "a GPU of daydream/costmodel/gpus.py"),
             "source": Param("", "GPU the trace ran on; empty = from the trace's device name", str,
                             lambda v: v == "" or find_gpu(v) is not None, "a GPU of daydream/costmodel/gpus.py, or empty"),
-            "kernel_model": Param("launch", "per-kernel model: 'launch' (floor + work part scaled by roofline / waves / "
-                                  "peak rules, daydream/costmodel/kernel_model.py) or 'peak' (the first model: "
-                                  "peak Tensor-Core and bandwidth ratios)", str, lambda v: v in ("launch", "peak"),
-                                  "launch or peak"),
+            "kernel_model": Param("library", "per-kernel model: 'library' (the kernel-cost library, daydream/costmodel/"
+                                  "kernel_time.py, docs/kernels.md, for the kernels it can describe; the launch rules for the "
+                                  "rest; the prediction carries the library's range), 'launch' (floor + work part scaled by "
+                                  "roofline / waves / peak rules, daydream/costmodel/kernel_model.py) or 'peak' (the first "
+                                  "model: peak Tensor-Core and bandwidth ratios)", str,
+                                  lambda v: v in ("library", "launch", "peak"), "library, launch or peak"),
             "target_floor_ns": Param(-1.0, "smallest kernel time on the target, ns; -1 = the measured table "
                                      "(_kernel_model.KERNEL_FLOOR_NS), else the source's", float, lambda v: v == -1 or 0 <= v <= 1e9,
                                      "-1 or 0..1e9"),

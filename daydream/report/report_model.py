@@ -147,6 +147,20 @@ class MemorySummary(msgspec.Struct, forbid_unknown_fields=True):
     unanchored_events: int = 0  #: events on threads without CPU tasks (kept at their recorded time)
 
 
+class PredictionRange(msgspec.Struct, forbid_unknown_fields=True):
+    """The traced window's predicted time when every kernel a cost model gave a range for
+    (``gpu-upgrade``/``amp`` through the kernel-cost library, docs/kernels.md) is at its fast end,
+    and at its slow end: each a full replay of the graph, so the range is the window's, not a sum."""
+
+    fast_ns: int  #: the traced window replayed with every ranged kernel at its fast end
+    slow_ns: int  #: ... at its slow end
+    speedup_high: float  #: replayed baseline / fast_ns
+    speedup_low: float  #: replayed baseline / slow_ns
+    fast_end: str  #: what puts the kernels at the fast end (the library's reasons, largest kernel time first)
+    slow_end: str  #: what puts them at the slow end
+    kernels: int  #: kernels with a range
+
+
 class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     """The predicted effect of one optimization or a composition of several."""
 
@@ -157,6 +171,7 @@ class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     processes: list[PredictedWindow] = []  #: each process (rank) of a multi-process trace, as in Report.processes
     wait_bound: WaitBound | None = None  #: set where the trace has cross-stream waits without their event (daydream.analysis)
     memory: MemorySummary | None = None  #: the predicted memory (None: the trace has no allocator events)
+    range: PredictionRange | None = None  #: set where a cost model gave kernels a range (daydream.analysis)
 
 
 class Ranked(msgspec.Struct, forbid_unknown_fields=True):
