@@ -258,9 +258,10 @@ def _stage12(graph: TaskGraph, p, net, r, b, s_of, steps):
         m = s_of == it
         br, bb = buckets(r[m], b[m], p["bucket_mb"] * MIB, p["bucket_mb"] * MIB)
         opt = _in_phase(graph, steps, it, PH_OPT)
+        opt = opt[graph.position_ns[opt] > graph.position_ns[br[-1]]]  # the step (zero_grad's kernels run before backward)
         rr.append(br), rb.append(bb)
         w = np.full(len(br), -1, np.int64)
-        w[-1] = int(opt[0]) if len(opt) else first_after(graph, int(br[-1]))
+        w[-1] = first_after(graph, int(br[-1]))
         rw.append(w)
         last = int(opt[-1]) if len(opt) else int(br[-1])
         nxt = _in_phase(graph, steps, its[i + 1], PH_FWD) if i + 1 < len(its) else np.zeros(0, np.int64)
