@@ -45,3 +45,31 @@ def with_allreduces(prog: Program, thread: int, anchors: list[int], durs: list[i
     threads = list(prog.threads)
     threads[thread] = dataclasses.replace(th, ops=tuple(ops))
     return dataclasses.replace(prog, threads=tuple(threads)), where, ar
+
+
+def with_prefetched(prog: Program, thread: int, anchors: list[int], consumers: list[int], durs: list[int],
+                    name: str = "ncclKernel_AllGather_RING_LL_Sum_float") -> tuple[Program, dict[int, int], list[int]]:
+    """``prog`` with the prefetched all-gathers FSDP issues: collective k launched on
+    :data:`COMM_STREAM` right after the anchor op ``anchors[k]`` (a :class:`Launch` index of
+    ``thread``), no input wait, and ``EventRecord`` (communication stream) / ``StreamWaitEvent``
+    (the consumer's stream) right before the consumer op ``consumers[k]`` (-1: none waits), each
+    call taking no CPU time. The program :func:`daydream.optimizations.sharding.insert_prefetched`
+    predicts.
+
+    Returns:
+        (changed program, old op index -> new op index, new op indices of the collective launches).
+    """
+    th = prog.threads[thread]
+    ops, where, ag = [], {}, []
+    for i, op in enumerate(th.ops):
+        for k in [k for k, c in enumerate(consumers) if c == i]:
+            ops += [EventRecord(("ag", k), COMM_STREAM, 0, device=op.device), StreamWaitEvent(op.stream, ("ag", k), 0, device=op.device)]
+        where[i] = len(ops)
+        ops.append(op)
+        for k in [k for k, a in enumerate(anchors) if a == i]:
+            assert isinstance(op, Launch)
+            ag.append(len(ops))
+            ops.append(Launch(COMM_STREAM, name, int(durs[k]), 0, device=op.device))
+    threads = list(prog.threads)
+    threads[thread] = dataclasses.replace(th, ops=tuple(ops))
+    return dataclasses.replace(prog, threads=tuple(threads)), where, ag
