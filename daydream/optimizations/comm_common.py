@@ -13,6 +13,7 @@ import numpy as np
 from ..util.arrays import sorted_unique
 from ..costmodel import comm as cm
 from ..costmodel import comm_fit as cf
+from ..formats.comm_fit_doc import read_comm_fit
 from ..graph.collectives import Collectives, find_collectives, kernel_is_collective
 from ..errors import NotApplicable, UsageError
 from ..events.table import Kind
@@ -361,14 +362,8 @@ def trace_fit(graph: TaskGraph, net: cm.Network, path: str = "") -> tuple[cf.Com
     Raises:
         UsageError: ``path`` cannot be read or is not such a document (one line naming it).
     """
-    import json
-
     if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"fit={path}: cannot read it: {e}") from None
+        doc = read_comm_fit(path)
         try:
             return cf.from_json(doc, net, f"fit={path}"), f"the fit in {path}"
         except ValueError as e:

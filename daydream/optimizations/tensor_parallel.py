@@ -48,6 +48,8 @@ import numpy as np
 
 from ..costmodel import comm as cm
 from ..costmodel import comm_fit as cf
+from ..costmodel import kernel_model as KM
+from ..costmodel.gpus import BOARD_LINKS
 from ..costmodel.kernel_time import predict_shape
 from ..costmodel.specs import from_table
 from ..errors import NotApplicable
@@ -57,6 +59,7 @@ from ..transform import set_duration
 from ..transform.insertion import insert_tasks
 from . import Optimization, Param, register
 from . import kernel_cost as KC
+from .gpu_upgrade import source_gpu
 from .comm_common import NETWORK_PARAMS, _link, network_of, trace_fit
 
 PH_FWD = 1  # daydream.mapping.rules.PHASES
@@ -221,8 +224,6 @@ def split_times(d: KC.Described, pl: dict, degree: int, t_ns: np.ndarray, spec) 
 
 
 def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
-    from ..costmodel import kernel_model as KM
-    from .gpu_upgrade import source_gpu
     N = int(p["degree"])
     if graph.mapping is None or not (graph.mapping.layer_id >= 0).any():
         raise NotApplicable("the trace has no layer mapping (module annotations): the blocks' GEMMs cannot be found")
@@ -248,7 +249,6 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
         g = set_duration(g, np.isin(np.arange(graph.n), oth), np.rint(graph.dur_ns[np.sort(oth)] / N).astype(np.int64))
     link_how = "given"
     if not p["bandwidth"]:
-        from ..costmodel.gpus import BOARD_LINKS
         if gpu.name not in BOARD_LINKS:
             raise NotApplicable(f"the {gpu.name}'s board link is not known; give tp:bandwidth=PRESET")
         p = {**p, "bandwidth": BOARD_LINKS[gpu.name][0]}
