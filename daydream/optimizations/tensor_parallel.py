@@ -128,7 +128,7 @@ def _blocks(labels: list[str], layer_id: np.ndarray) -> np.ndarray:
     return lut[np.where(layer_id >= 0, layer_id, len(labels))]
 
 
-def plan(graph: TaskGraph, d: KC.Described, degree: int) -> dict:
+def plan(graph: TaskGraph, d: KC.Described) -> dict:
     """The split of the forward pass (module docstring).
 
     Returns:
@@ -170,9 +170,18 @@ def plan(graph: TaskGraph, d: KC.Described, degree: int) -> dict:
     in_d = np.full(graph.n, -1, np.int64)
     in_d[nodes] = np.arange(len(nodes))
     kern = np.nonzero((graph.node_kind == Kind.KERNEL) & fwd & (block >= 0))[0]
+    key = block[kern] * (graph.n + 1) + rank[kern]  # kernels by (block, launch order)
+    o = np.argsort(key, kind="stable")
+    kern, key = kern[o], key[o]
     between = np.zeros(graph.n, bool)
-    for a, r in pairs:  # pairs: two per block
-        between[kern[(block[kern] == block[a]) & (pos[kern] > pos[a]) & (pos[kern] < pos[r])]] = True
+    if pairs:
+        pa = np.asarray(pairs, np.int64)
+        lo = np.searchsorted(key, block[pa[:, 0]] * (graph.n + 1) + rank[pa[:, 0]], "right")
+        hi = np.searchsorted(key, block[pa[:, 1]] * (graph.n + 1) + rank[pa[:, 1]], "left")
+        cover = np.zeros(len(kern) + 1, np.int64)
+        np.add.at(cover, lo, 1)
+        np.add.at(cover, hi, -1)
+        between[kern[np.cumsum(cover)[:-1] > 0]] = True
     between[nodes[np.asarray(col + row, np.int64)]] = False
     bi = in_d[between]
     attn = np.nonzero(between)[0][(bi >= 0)]
@@ -233,7 +242,7 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     spec = from_table(gpu)
     row = KM.match_launches(graph, graph.facts.launch) if graph.facts is not None else np.full(graph.n, -1, np.int64)
     d = KC.describe(graph, spec, row, KM.work_item_grid(graph))
-    pl = plan(graph, d, N)
+    pl = plan(graph, d)
     if not len(pl["row"]):
         raise NotApplicable("no column/row GEMM pair found in the blocks (needs module annotations and record_shapes=True): "
                             + "; ".join(f"{a}: {b}" for a, b in pl["counts"].items()))
