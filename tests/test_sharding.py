@@ -146,3 +146,54 @@ def test_sharding_on_resnet_identity_and_monotone():
         if spec in ("fsdp:world=1", "zero:stage=0"):
             assert w[spec] == r.predictions[-1].window.replayed_ns, spec
     assert w["fsdp:bandwidth=pcie3"] >= w["fsdp"]
+
+
+def _fit_doc(op: str, lat_us: float, bw_gbps: float, lo: int, hi: int, n: int = 8) -> dict:
+    return {"source": "test", "ops": {op: {"count": 4, "group_size": n, "size_min_bytes": lo, "size_max_bytes": hi,
+                                           "latency_us": lat_us, "busbw_GBps": bw_gbps}}}
+
+
+def test_trace_fit_reads_a_comm_fit_document_and_refuses_a_bad_one(tmp_path):
+    import json
+
+    from daydream.errors import UsageError
+    from daydream.optimizations.comm_common import trace_fit
+
+    p = tmp_path / "fit.json"
+    p.write_text(json.dumps(_fit_doc("all-gather", 20.0, 40.0, 1 << 20, 1 << 24)))
+    net = cm.Network(cm.PRESETS["nvlink2"])
+    f, how = trace_fit(None, net, str(p))
+    assert str(p) in how
+    t, used = cf.collective_ns(f, cm.ALL_GATHER, np.array([1 << 22]), 8, net)
+    assert used == 1 and t[0] == round(20_000 + 7 / 8 * (1 << 22) / 40e9 * 1e9)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"ops": {"all-gather": {"count": 1}}}))
+    with pytest.raises(UsageError, match="bad.json"):
+        trace_fit(None, net, str(bad))
+    with pytest.raises(UsageError, match="missing.json"):
+        trace_fit(None, net, str(tmp_path / "missing.json"))
+
+
+@pytest.mark.slow
+def test_fsdp_costs_its_collectives_with_a_given_fit(tmp_path):
+    """A fit whose all-gathers and reduce-scatters are 100x slower than NVLink 2 makes the
+    collectives (and the step) slower than the preset; the note counts them as costed by the fit
+    (before, the fit was reported by daydream-comm-fit and unused by fsdp/zero)."""
+    import json
+    import os
+
+    from daydream.analysis import analyze
+
+    path = os.path.join(os.path.dirname(__file__), "..", RESNET)
+    if not os.path.exists(path):
+        pytest.skip("shared traces not present")
+    doc = _fit_doc("all-gather", 50.0, 1.0, 1 << 10, 1 << 30)
+    doc["ops"].update(_fit_doc("reduce-scatter", 50.0, 1.0, 1 << 10, 1 << 30)["ops"])
+    p = tmp_path / "fit.json"
+    p.write_text(json.dumps(doc))
+    t = load_trace(path)
+    base = analyze(t, ["fsdp"]).report.predictions[-1]
+    slow = analyze(t, [f"fsdp:fit={p}"]).report.predictions[-1]
+    note = slow.optimizations[0].note
+    assert "collective times by the fit in" in note and " 0 of " not in note
+    assert slow.window.predicted_ns > base.window.predicted_ns

@@ -107,6 +107,30 @@ class CommFit:
                         for o, f in sorted(self.ops.items())}}
 
 
+def from_json(doc: dict, preset: cm.Network, where: str = "fit") -> CommFit:
+    """The :class:`CommFit` of a ``daydream-comm-fit --json`` document (:meth:`CommFit.to_json`:
+    us and GB/s there, ns and bytes/s here); ``preset`` the fallback network.
+
+    Raises:
+        ValueError: not such a document (names ``where``, the file, and the field).
+    """
+    by_name = {v: k for k, v in OP_NAMES.items()}
+    try:
+        ops = {}
+        for name, o in dict(doc["ops"]).items():
+            if name not in by_name:
+                raise ValueError(f"unknown operation {name!r}")
+            bw = float(o["busbw_GBps"]) * 1e9
+            if not (bw > 0 and np.isfinite(bw)):
+                raise ValueError(f"{name}: busbw_GBps must be > 0")
+            ops[by_name[name]] = OpFit(by_name[name], int(o["count"]), int(o["group_size"]), int(o["size_min_bytes"]),
+                                       int(o["size_max_bytes"]), float(o["latency_us"]) * 1e3, bw,
+                                       dict(o.get("fit_residual", {})), dict(o.get("preset_residual", {})))
+        return CommFit(ops, preset, str(doc.get("source", "")), {})
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{where}: not a daydream-comm-fit document ({type(e).__name__}: {e})") from None
+
+
 def _residuals(model: np.ndarray, t: np.ndarray) -> dict:
     r = (model - t) / t
     a = np.abs(r)

@@ -17,7 +17,7 @@ from ..graph import NODE_CPU
 from ..report.windows import _union_length, step_windows
 from ..report.trust import trust_verdict
 from ..simulate import Timeline, recorded, simulate
-from ..report.job_model import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankRow, Straggler
+from ..report.job_model import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankIdle, RankRow, Straggler
 from .couple import Coupled
 from .critical import job_critical_path, rank_critical_path
 from .load import RankTrace
@@ -52,6 +52,46 @@ def _overlap_pct(graph, tl: Timeline) -> float:
     k = _union_length(tl.start_ns[comp], tl.end_ns[comp], lo, hi)
     both = _union_length(np.concatenate([tl.start_ns[comm], tl.start_ns[comp]]), np.concatenate([tl.end_ns[comm], tl.end_ns[comp]]), lo, hi)
     return round((c + k - both) / c * 100, 2) if c else 0.0
+
+
+def idle_split(window: tuple[int, int], compute, p2p_wait, wait, transfer) -> dict[str, int]:
+    """A window ``(lo, hi)`` split by interval sets (each (starts, ends), ns) into compute, bubble
+    (waits at point-to-point transfers), peer wait, transfer and idle, and communication exposed /
+    hidden (:class:`RankIdle`: an earlier set of the list takes the instants it shares with a
+    later one)."""
+    lo, hi = window
+
+    def u(*sets):
+        return _union_length(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets]), lo, hi)
+
+    c = u(compute)
+    pc = u(p2p_wait, compute)
+    wpc = u(wait, p2p_wait, compute)
+    all_ = u(transfer, wait, p2p_wait, compute)
+    comm = u(transfer, wait, p2p_wait)
+    return {"window_ns": hi - lo, "compute_ns": c, "bubble_ns": pc - c, "peer_wait_ns": wpc - pc, "transfer_ns": all_ - wpc,
+            "idle_ns": (hi - lo) - all_, "exposed_comm_ns": all_ - c, "hidden_comm_ns": comm - (all_ - c)}
+
+
+def _rank_idle(i: int, r: RankTrace, m: Matching, c: Coupled) -> RankIdle:
+    """The split of rank row ``i``'s coupled-replay window (:func:`idle_split`): each matched
+    collective's task runs from this rank's arrival; its first ``c.wait_ns`` is the wait for the
+    last peer (:mod:`.couple`: the PEER edge ends it), a bubble at a send/recv, a peer wait at any
+    other collective; the rest is its transfer. Collectives not matched count whole as transfer."""
+    g, tl = c.graphs[i], c.timelines[i]
+    _, _, lo, hi = _window(g, tl, recorded(g))
+    comm = communication_mask(g)
+    comp = ~g.is_cpu & ~comm
+    mem = m.member[i]
+    nodes = m.node[i][mem]
+    w = c.wait_ns[i][mem]
+    p2p = m.op[mem] == int(Op.SEND_RECV)
+    st = tl.start_ns[nodes]
+    others = np.nonzero(comm)[0]
+    others = others[~np.isin(others, nodes)]
+    d = idle_split((lo, hi), (tl.start_ns[comp], tl.end_ns[comp]), (st[p2p], st[p2p] + w[p2p]), (st[~p2p], st[~p2p] + w[~p2p]),
+                   (np.concatenate([st + w, tl.start_ns[others]]), np.concatenate([tl.end_ns[nodes], tl.end_ns[others]])))
+    return RankIdle(int(r.rank), **d)
 
 
 def _rank_row(i: int, r: RankTrace, m: Matching, c: Coupled) -> tuple[RankRow, dict]:
@@ -143,7 +183,7 @@ def build_job_report(ranks: list[RankTrace], m: Matching, c: Coupled, world: int
     verdict, reason = _job_trust(_pct(sr, sm), rows)
     return JobReport(JOB_REPORT_VERSION, len(ranks), world, m.clock, len(m), c.rounds, sm, sr, _pct(sr, sm), rows, colls,
                      _straggler(m, rows, starts), dict(sorted({**counts, **m.counts}.items())), critical_path=cp,
-                     trust=verdict, trust_reason=reason)
+                     trust=verdict, trust_reason=reason, idle=[_rank_idle(i, r, m, c) for i, r in enumerate(ranks)])
 
 
 def job_report_json(r: JobReport) -> bytes:

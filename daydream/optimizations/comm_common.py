@@ -12,6 +12,8 @@ import numpy as np
 
 from ..util.arrays import sorted_unique
 from ..costmodel import comm as cm
+from ..costmodel import comm_fit as cf
+from ..formats.comm_fit_doc import read_comm_fit
 from ..graph.collectives import Collectives, find_collectives, kernel_is_collective
 from ..errors import NotApplicable, UsageError
 from ..events.table import Kind
@@ -348,3 +350,28 @@ def comm_collectives(graph: TaskGraph, sized: bool = True) -> Collectives:
         raise NotApplicable(f"{len(c):,} collectives, none with a message size in the trace "
                             "(needs Kineto collective args or record_shapes)")
     return c
+
+
+def trace_fit(graph: TaskGraph, net: cm.Network, path: str = "") -> tuple[cf.CommFit | None, str]:
+    """The collective-cost fit the what-ifs cost their collectives with
+    (:func:`daydream.costmodel.comm_fit.collective_ns`): the ``daydream-comm-fit --json`` document
+    at ``path`` where one is given (e.g. a job's transfers), else a fit of ``graph``'s own sized
+    collectives (their durations: one rank's trace, so waiting for peers is included, an upper
+    bound), else None (the presets of ``net``). Returns (fit, in words).
+
+    Raises:
+        UsageError: ``path`` cannot be read or is not such a document (one line naming it).
+    """
+    if path:
+        doc = read_comm_fit(path)
+        try:
+            return cf.from_json(doc, net, f"fit={path}"), f"the fit in {path}"
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    c = find_collectives(graph)
+    ok = (c.size_bytes > 0) & (c.group_size > 1) & (c.dur_ns > 0) if len(c) else np.zeros(0, bool)
+    if not ok.any():
+        return None, "no fit (the trace has no sized collective)"
+    op = c.op[ok].astype(np.int64)  # graph.collectives.Op codes are costmodel.comm's
+    f = cf.fit(op, c.size_bytes[ok], c.group_size[ok], c.dur_ns[ok], net, "kernel duration (one rank: includes waiting for peers)")
+    return f, "the trace's own collectives (durations, with waits: an upper bound)"

@@ -29,7 +29,9 @@ pass (units in reverse order; the forward's GPU time taken as proportional to th
 an assumption, counted as inferred), because no trace here maps kernels to modules in both
 passes (ResNet-50's tb_plugin trace has no layer labels). Collective times:
 :func:`daydream.costmodel.comm_fit.collective_ns` (the trace's own fit where it has the
-operation, the presets of ``bandwidth=`` elsewhere).
+operation, the presets of ``bandwidth=`` elsewhere). The fit comes from ``fit=FILE`` (a
+``daydream-comm-fit --json`` document, e.g. of a job's transfers; :func:`.comm_common.trace_fit`):
+a trace this what-if accepts has no collective of its own to fit.
 
 **Overlap slowdown**: the compute kernels expected to run under a prefetched all-gather (those
 issued after its anchor, up to its duration of recorded compute) take ``overlap`` times longer;
@@ -56,7 +58,7 @@ from ..transform.insertion import insert_tasks
 from ..util.arrays import sorted_unique
 from . import Optimization, Param, register
 from .comm_common import (DDP_BUCKET_MB, MIB, NETWORK_PARAMS, _device_syncs_wait, buckets, first_after,
-                          gradients_from_trace, insert_allreduces, network_of, step_of_nodes)
+                          gradients_from_trace, insert_allreduces, network_of, step_of_nodes, trace_fit)
 
 PH_FWD, PH_BWD, PH_OPT = 1, 2, 3  # daydream.mapping.rules.PHASES
 
@@ -232,20 +234,27 @@ def _overlap(graph: TaskGraph, p) -> tuple[float, str]:
     return f, f"measured on the trace ({d['names compared']} kernel names)"
 
 
+def _fit_words(fit, how: str, by_fit: int, total: int) -> str:
+    if fit is None:
+        return "collective times by the link preset"
+    return f"{by_fit} of {total} collective times by {how} (its operations, sizes within x{cf.SIZE_MARGIN:g}), the rest by the link preset"
+
+
 def _stage3(graph: TaskGraph, p, net, r, b, s_of, steps):
     pl = plan_stage3(graph, p, steps, r, b, s_of)
     a, c, ab = pl["ag"]
     N = p["world"]
-    ag_d, _ = cf.collective_ns(None, cm.ALL_GATHER, ab, N, net)
+    fit, fit_how = trace_fit(graph, net, p["fit"])
+    ag_d, f_ag = cf.collective_ns(fit, cm.ALL_GATHER, ab, N, net)
     rr, rb, rw = pl["rs"]
-    rs_d, _ = cf.collective_ns(None, cm.REDUCE_SCATTER, rb, N, net)
+    rs_d, f_rs = cf.collective_ns(fit, cm.REDUCE_SCATTER, rb, N, net)
     ov, how = _overlap(graph, p)
     g, slowed = _slow_overlapped(graph, a, c, ag_d, ov)
     if len(a):
         g, _ = insert_prefetched(g, a, c, ag_d, [coll_name("AllGather", x, N) for x in ab.tolist()])
     g, _ = insert_allreduces(g, rr, rs_d, rw, [coll_name("ReduceScatter", x, N) for x in rb.tolist()])
     note = (f"{len(a)} all-gathers ({ab.sum() / MIB:,.1f} MiB, {ag_d.sum() / 1e6:,.3f} ms), {len(rr)} reduce-scatters "
-            f"({rb.sum() / MIB:,.1f} MiB, {rs_d.sum() / 1e6:,.3f} ms); overlap slowdown {ov:.3f} ({how}) on {slowed} kernels; "
+            f"({rb.sum() / MIB:,.1f} MiB, {rs_d.sum() / 1e6:,.3f} ms); {_fit_words(fit, fit_how, f_ag + f_rs, len(a) + len(rr))}; overlap slowdown {ov:.3f} ({how}) on {slowed} kernels; "
             + "; ".join(f"{k}: {v}" for k, v in pl["counts"].items()))
     return g, note
 
@@ -270,12 +279,14 @@ def _stage12(graph: TaskGraph, p, net, r, b, s_of, steps):
         w2[-1] = int(nxt[0]) if len(nxt) else -1
         aw.append(w2)
     rr, rb, rw, ar, ab, aw = (np.concatenate(x) for x in (rr, rb, rw, ar, ab, aw))
-    rs_d, _ = cf.collective_ns(None, cm.REDUCE_SCATTER, rb, N, net)
-    ag_d, _ = cf.collective_ns(None, cm.ALL_GATHER, ab, N, net)
+    fit, how = trace_fit(graph, net, p["fit"])
+    rs_d, f_rs = cf.collective_ns(fit, cm.REDUCE_SCATTER, rb, N, net)
+    ag_d, f_ag = cf.collective_ns(fit, cm.ALL_GATHER, ab, N, net)
     g, _ = insert_allreduces(graph, rr, rs_d, rw, [coll_name("ReduceScatter", x, N) for x in rb.tolist()])
     g, _ = insert_allreduces(g, ar, ag_d, aw, [coll_name("AllGather", x, N) for x in ab.tolist()])
     return g, (f"{len(rr)} reduce-scatters ({rb.sum() / MIB:,.1f} MiB, {rs_d.sum() / 1e6:,.3f} ms) in backward, "
-               f"{len(ar)} all-gathers of the updated parameters ({ag_d.sum() / 1e6:,.3f} ms) after the optimizer")
+               f"{len(ar)} all-gathers of the updated parameters ({ag_d.sum() / 1e6:,.3f} ms) after the optimizer; "
+               + _fit_words(fit, how, f_rs + f_ag, len(rr) + len(ar)))
 
 
 def _apply_stage(graph: TaskGraph, p, stage: int):
@@ -303,6 +314,8 @@ _COMMON = {
     "world": Param(8, "data-parallel ranks the state is sharded over", int, lambda v: 1 <= v <= 1 << 20, "1 to 2^20"),
     "unit_mb": Param(DDP_BUCKET_MB, "stage 3: the smallest FSDP unit, MiB of parameters (size-based wrapping)", float, lambda v: v > 0, "> 0"),
     "bucket_mb": Param(DDP_BUCKET_MB, "stages 1-2: gradient bucket, MiB (DDP's bucket_cap_mb default 25)", float, lambda v: v > 0, "> 0"),
+    "fit": Param("", "a collective-cost fit (daydream-comm-fit --json FILE, e.g. of the job this model would run in): its "
+                 "all-gather / reduce-scatter where it has them; empty: the link preset", str),
     "overlap": Param(-1.0, "slowdown of compute under a prefetched all-gather; -1: measured on the trace (1 without collectives)",
                      float, lambda v: v == -1 or 1 <= v <= 100, "-1, or 1 to 100"),
     **NETWORK_PARAMS,

@@ -28,6 +28,16 @@ def render_job_text(r: JobReport) -> str:
         out.append(f"{x.rank:>4} {_ms(x.measured_ns):>12} {_ms(x.replayed_ns):>12} {x.error_pct:>7.2f} {x.alone_error_pct:>8.2f} "
                    f"{_ms(x.wait_measured_ns):>8} {_ms(x.transfer_ns):>11} {x.comm_overlap_pct:>9.1f} "
                    f"{max(x.critical_path, key=x.critical_path.get) if x.critical_path else '-':>13} {x.trust or '-':>10}  {wf}")
+    if r.idle:
+        out += ["", "where each rank's GPU time goes (coupled replay, ms): compute; bubble (waiting at send/recv for the "
+                "other stage); waiting for peers at collectives; transfer; idle (nothing pending); communication exposed / "
+                "hidden under compute",
+                f"{'rank':>4} {'window':>10} {'compute':>10} {'bubble':>10} {'peer wait':>10} {'transfer':>10} {'idle':>10} "
+                f"{'exposed':>10} {'hidden':>10}"]
+        for x in r.idle:
+            out.append(f"{x.rank:>4} {_ms(x.window_ns):>10} {_ms(x.compute_ns):>10} {_ms(x.bubble_ns):>10} "
+                       f"{_ms(x.peer_wait_ns):>10} {_ms(x.transfer_ns):>10} {_ms(x.idle_ns):>10} {_ms(x.exposed_comm_ns):>10} "
+                       f"{_ms(x.hidden_comm_ns):>10}")
     if r.straggler is not None:
         s = r.straggler
         out += ["", f"straggler: rank {s.rank} (its peers waited {_ms(s.caused_wait_ns)} ms for it): {s.cause}"]

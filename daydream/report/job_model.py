@@ -48,6 +48,27 @@ class RankRow(msgspec.Struct, forbid_unknown_fields=True):
     gpu_start_error_p99_pct: float = 0.0  #: the same as % of its median measured ProfilerStep (its window without steps)
 
 
+class RankIdle(msgspec.Struct, forbid_unknown_fields=True):
+    """One rank's window in the coupled replay, split by what its GPU does (times ns; the parts of
+    ``window_ns`` are ``compute_ns + bubble_ns + peer_wait_ns + transfer_ns + idle_ns``). Sets of
+    instants: C compute (GPU tasks that are not collectives); P waiting at point-to-point
+    transfers (send/recv) for the other side: a pipeline's bubble; W waiting at the other
+    collectives for the last participant; T transfers (after the last arrival). ``bubble_ns`` =
+    |P minus C|, ``peer_wait_ns`` = |W minus (P u C)|, ``transfer_ns`` = |T minus (W u P u C)|, ``idle_ns`` =
+    the window outside them all (no GPU work, nothing pending: host-bound gaps).
+    ``exposed_comm_ns`` = |(T u W u P) minus C|, ``hidden_comm_ns`` = |(T u W u P) n C|."""
+
+    rank: int
+    window_ns: int
+    compute_ns: int
+    bubble_ns: int
+    peer_wait_ns: int
+    transfer_ns: int
+    idle_ns: int
+    exposed_comm_ns: int
+    hidden_comm_ns: int
+
+
 class CollectiveRow(msgspec.Struct, forbid_unknown_fields=True):
     index: int
     op: str
@@ -100,6 +121,9 @@ class JobReport(msgspec.Struct, forbid_unknown_fields=True):
     #: rank's verdict ("good", "fair", "unreliable"), and why
     trust: str = ""
     trust_reason: str = ""
+    #: per rank, its coupled replay's window split into compute, peer wait, transfer and bubble,
+    #: and its communication exposed / hidden (:class:`RankIdle`)
+    idle: list[RankIdle] = []
 
 
 def job_report_schema() -> dict:

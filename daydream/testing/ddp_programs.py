@@ -73,3 +73,30 @@ def with_prefetched(prog: Program, thread: int, anchors: list[int], consumers: l
     threads = list(prog.threads)
     threads[thread] = dataclasses.replace(th, ops=tuple(ops))
     return dataclasses.replace(prog, threads=tuple(threads)), where, ag
+
+
+def with_inline(prog: Program, thread: int, anchors: list[int], durs: list[int], new_durs: dict[int, int] | None = None,
+                name: str = "ncclKernel_AllReduce_RING_LL_Sum_float") -> tuple[Program, dict[int, int], list[int]]:
+    """``prog`` with the synchronous collectives Megatron's tensor parallelism issues: collective k
+    launched on the anchor's own stream right after the anchor op ``anchors[k]`` (a
+    :class:`Launch` index of ``thread``), taking no CPU time, so the stream's next kernel waits
+    for it; and the kernels of ``new_durs`` (Launch index -> ns) given new durations (the split
+    GEMMs). The program :func:`daydream.optimizations.tensor_parallel.insert_after_kernels`
+    (after :func:`daydream.transform.set_duration`) predicts.
+
+    Returns:
+        (changed program, old op index -> new op index, new op indices of the collective launches).
+    """
+    th = prog.threads[thread]
+    new_durs = new_durs or {}
+    ops, where, ar = [], {}, []
+    for i, op in enumerate(th.ops):
+        where[i] = len(ops)
+        ops.append(dataclasses.replace(op, kernel_dur_ns=int(new_durs[i])) if i in new_durs else op)
+        for k in [k for k, a in enumerate(anchors) if a == i]:
+            assert isinstance(op, Launch)
+            ar.append(len(ops))
+            ops.append(Launch(op.stream, name, int(durs[k]), 0, device=op.device))
+    threads = list(prog.threads)
+    threads[thread] = dataclasses.replace(th, ops=tuple(ops))
+    return dataclasses.replace(prog, threads=tuple(threads)), where, ar

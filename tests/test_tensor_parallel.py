@@ -1,0 +1,135 @@
+"""``tp:degree=N`` (Megatron tensor parallelism, daydream/optimizations/tensor_parallel.py).
+
+The emulator judges the graph edit: split kernels take their new durations and a synchronous
+all-reduce runs on the stream right after each row-parallel GEMM (``insert_after_kernels``); a
+graph built from an emulated trace, so changed, predicts exactly the emulator's run of the program
+that issues them (``with_inline``). The plan (which GEMMs are column/row parallel) is checked on a
+real trace with module annotations, and degree 1 is the baseline on every shared trace."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from daydream.costmodel import comm as cm
+from daydream.formats import load_trace
+from daydream.graph import NODE_CPU, build_graph
+from daydream.optimizations.tensor_parallel import _blocks, insert_after_kernels
+from daydream.simulate import simulate
+from daydream.testing.ddp_programs import with_inline
+from daydream.testing.emulator import Launch, emulate, measure_latencies, programs, to_kineto
+from daydream.transform import set_duration
+
+from test_transform import _baseline_keys, _by_corr, _emulated_by_key
+
+NET = cm.Network(cm.PRESETS["nvlink4"])
+HERE = os.path.dirname(__file__)
+TRACES = os.path.join(HERE, "..", "..", "shared", "traces")
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(programs(max_threads=1), st.integers(0, 2**32), st.integers(1, 4), st.sampled_from([2, 4, 8]))
+def test_split_and_inline_allreduces_equal_the_emulator(tmp_path_factory, prog, seed, n_ar, degree):
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    launches = [c for c in run.calls if isinstance(c.op, Launch)]
+    assume(len(launches) >= 1)
+    rng = np.random.default_rng(seed)
+    ai = sorted(rng.choice(len(launches), size=min(n_ar, len(launches)), replace=False).tolist())
+    si = sorted(rng.choice(len(launches), size=int(rng.integers(0, len(launches) + 1)), replace=False).tolist())
+    p = tmp_path_factory.mktemp("tp") / "t.json"
+    to_kineto(run, str(p))
+    g = build_graph(load_trace(str(p)))
+    corr = g.table.correlation[np.maximum(g.row, 0)]
+    node_of = {int(c): i for i, c in enumerate(corr.tolist()) if g.node_kind[i] != NODE_CPU and g.row[i] >= 0}
+    split = np.array([node_of[launches[i].correlation] for i in si], np.int64)
+    new = np.rint(g.dur_ns[split] / degree).astype(np.int64)  # the split kernels' times (any: the edit is judged)
+    anchor = np.array([node_of[launches[i].correlation] for i in ai], np.int64)
+    sizes = rng.integers(1 << 10, 64 << 20, len(ai))
+    durs = cm.collective_ns(cm.ALL_REDUCE, sizes, degree, NET)
+    mask = np.zeros(g.n, bool)
+    mask[split] = True
+    o = np.argsort(split)
+    g2 = set_duration(g, mask, new[o]) if len(split) else g
+    g2, nodes = insert_after_kernels(g2, anchor, durs, ["ncclKernel_AllReduce_RING_LL_Sum_float"] * len(anchor))
+    changed, where, ar = with_inline(prog, 0, [launches[i].op_index for i in ai], durs.tolist(),
+                                     {launches[i].op_index: int(d) for i, d in zip(si, new.tolist())})
+    pred = simulate(g2)
+    crun = emulate(changed)
+    keys = _baseline_keys(run)
+    calls, tasks = _by_corr(g2, pred)
+    e_calls, e_tasks = _emulated_by_key(crun)
+    got_c = {(keys[c][0], where[keys[c][1]]): v for c, v in calls.items()}
+    got_t = {(keys[c][0], where[keys[c][1]]): v for c, v in tasks.items()}
+    assert got_c == {k: e_calls[k] for k in got_c}
+    assert got_t == {k: e_tasks[k] for k in got_t}
+    assert [(int(pred.start_ns[v]), int(pred.end_ns[v])) for v in nodes] == [e_tasks[(0, i)] for i in ar]
+    # the stream's next kernel after an anchor waits for its all-reduce
+    for a, v in zip(anchor.tolist(), nodes.tolist()):
+        nxt = g2.lane_next[v]
+        if nxt >= 0:
+            assert pred.start_ns[nxt] >= pred.end_ns[v]
+
+
+def test_blocks_are_the_outermost_repeated_modules():
+    labels = ["M_0/Enc_0/Layer_0/Attn_0/Linear_0", "M_0/Enc_0/Layer_0/Mlp_0/Linear_1", "M_0/Enc_0/Layer_1/Attn_1/Linear_2",
+              "M_0/Head_0/Linear_3", "M_0/Head_0"]
+    b = _blocks(labels, np.array([0, 1, 2, 3, 4, -1]))
+    assert b[0] == b[1] != b[2] and b[0] >= 0 and b[2] >= 0
+    assert b[3] == -1 and b[4] == -1 and b[5] == -1  # the head: no repeated ancestor but its leaf; unlabelled
+
+
+BERT = "tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def _analyze(path, specs):
+    from daydream.analysis import analyze
+    return analyze(load_trace(path), specs).report
+
+
+@pytest.mark.slow
+def test_bert_pairs_from_the_op_order_and_degree_monotone():
+    """BERT-small (4 blocks): per block Q, K, V (one column group) -> output projection (row),
+    intermediate (column) -> output (row): 8 pairs, 16 column and 8 row GEMMs; the LM head (not in
+    a repeated block) unsplit. Split kernel time falls with the degree; all-reduces are added."""
+    path = os.path.join(TRACES, BERT)
+    if not os.path.exists(path):
+        pytest.skip("shared traces not present")
+    notes = {}
+    for d in (1, 2, 4):
+        r = _analyze(path, [f"tp:degree={d}"])
+        assert not r.not_applicable
+        notes[d] = r.predictions[-1].optimizations[0].note
+        if d == 1:
+            assert r.predictions[-1].window.predicted_ns == r.predictions[-1].window.replayed_ns
+    assert "8 column/row pairs in 4 blocks" in notes[2] and "column-parallel GEMMs: 16" in notes[2]
+    assert "row-parallel GEMMs: 8" in notes[2] and "8 all-reduces" in notes[2] and "no all-reduce" in notes[1]
+    ms = [float(notes[d].split("split kernels ")[1].split(" -> ")[1].split(" ms")[0]) for d in (1, 2, 4)]
+    assert ms[0] > ms[1] > ms[2]
+
+
+def _all_traces():
+    out = []
+    for p in sorted(glob.glob(os.path.join(TRACES, "*", "*"))):
+        if p.endswith((".json", ".json.gz", ".sqlite")):
+            out.append(p)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _all_traces() or [None])
+def test_degree_one_is_the_baseline_on_every_shared_trace(path):
+    """tp:degree=1 runs the whole plan (new shapes equal to the old, no all-reduce): the predicted
+    window is the replayed one, or the what-if is not applicable (no layers / no pairs)."""
+    if path is None:
+        pytest.skip("shared traces not present")
+    r = _analyze(path, ["tp:degree=1"])
+    if r.not_applicable:
+        return
+    for p in r.predictions:
+        assert p.window.predicted_ns == p.window.replayed_ns
