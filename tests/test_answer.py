@@ -1,0 +1,117 @@
+"""The answer's attribution (issue 31): what bounds the step and its top contributor, each kind on a
+trace built to show it: copies, kernels that wait on peers, host time in deep Python frames, data
+loading. Each trace is a small table (tests/tablebuilder.py) whose critical path is known by hand."""
+
+from __future__ import annotations
+
+import daydream
+from daydream.events.table import CopyKind, Kind, SyncKind
+from daydream.report.summary import frame_label
+
+from tablebuilder import TB
+
+US = 1_000
+
+
+def _answer(table):
+    return daydream.analyze(table).report
+
+
+def _launches(tb: TB, names_kinds, t0: int = 0, dur: int = 400 * US, gap: int = 2 * US) -> int:
+    """One launch call per (name, kind, copy kind) back to back on thread 1, its GPU task ``dur`` long
+    on stream 7 right after; a device synchronize after the last: the GPU bounds the window."""
+    t, g = t0, t0 + 10 * US
+    for name, kind, ck in names_kinds:
+        c = tb.call("cudaMemcpyAsync" if kind == Kind.MEMCPY else "cudaLaunchKernel", t, t + 5 * US)
+        g = max(g, t + 10 * US)
+        extra = {"copy_kind": int(ck), "bytes": 64 << 20} if kind == Kind.MEMCPY else {}
+        tb.gpu(c, g, g + dur, kind=kind, name=name, **extra)
+        g += dur + gap
+        t += 6 * US
+    c = tb.call("cudaDeviceSynchronize", t, g + 5 * US)
+    tb.sync(c, t, g + 5 * US, SyncKind.CONTEXT_SYNC)
+    return g
+
+
+def test_copies_are_their_own_cause_and_bound():
+    """A step whose GPU time is mostly host-to-device copies is bound by copies, named by the copy,
+    not "GPU compute" named by a copy (the 2-GPU Nsight trace of issue 31)."""
+    tb = TB()
+    h2d = "[CUDA memcpy Host-to-Device]"
+    _launches(tb, [(h2d, Kind.MEMCPY, CopyKind.HTOD)] * 6 + [("ampere_sgemm_128x64_nn", Kind.KERNEL, 0)])
+    r = _answer(tb.table())
+    a = r.summary.answer
+    assert a.bound_by == "copies"
+    assert a.bound_detail == f"top: {h2d}"
+    cp = r.critical_path
+    assert cp.by_cause_ns["copy"] >= 6 * 400 * US  # every copy is on the path, as a copy
+    assert cp.by_cause_ns["gpu_compute"] < 2 * 400 * US  # the one kernel and the gaps G
+    assert sum(cp.by_cause_ns.values()) == cp.length_ns
+
+
+def test_gpu_compute_is_named_by_a_kernel_not_a_copy():
+    """When kernels bound the step, the top contributor named is a kernel even where a copy has
+    more path time than any one kernel name."""
+    tb = TB()
+    seq = [("[CUDA memcpy Host-to-Device]", Kind.MEMCPY, CopyKind.HTOD)] * 3
+    seq += [("kernel_a", Kind.KERNEL, 0)] * 2 + [("kernel_b", Kind.KERNEL, 0), ("kernel_c", Kind.KERNEL, 0)]
+    _launches(tb, seq)
+    a = _answer(tb.table()).summary.answer
+    assert a.bound_by == "GPU compute"
+    assert a.bound_detail == "top: kernel_a"
+
+
+def test_peer_waiting_kernels_are_communication():
+    """DeepEP-style kernels (which spin-wait on peers) and NCCL send/recv bound as communication."""
+    for name in ("void dpsk::ep::internode::dispatch<true, 8>(int4*, float*)", "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"):
+        tb = TB()
+        _launches(tb, [(name, Kind.KERNEL, 0)] * 3 + [("ampere_sgemm_128x64_nn", Kind.KERNEL, 0)])
+        r = _answer(tb.table())
+        assert r.summary.answer.bound_by == "communication", name
+        assert r.summary.answer.bound_detail.endswith(name[:70]) or name[:60] in r.summary.answer.bound_detail
+        assert r.critical_path.by_cause_ns["communication"] >= 3 * 400 * US
+
+
+def _host_bound(tb: TB, frames, outer: str | None = None):
+    """Thread 1 computes for 5 ms (a CPU gap) inside ``frames`` (outermost first, python_function
+    events), then launches one short kernel: host work bounds the window."""
+    t0, t1 = 1_000 * US, 6_000 * US
+    if outer is not None:
+        tb.range(outer, 0, t1 + 100 * US)
+    for i, f in enumerate(frames):
+        tb.range(f, t0 + i * US, t1 - i * US, cat="python_function")
+    c = tb.call("cudaLaunchKernel", t1 + 10 * US, t1 + 15 * US)
+    tb.gpu(c, t1 + 20 * US, t1 + 40 * US, name="k")
+    c = tb.call("cudaDeviceSynchronize", t1 + 16 * US, t1 + 50 * US)
+    tb.sync(c, t1 + 16 * US, t1 + 50 * US, SyncKind.CONTEXT_SYNC)
+
+
+def test_host_time_goes_to_the_deepest_user_frame():
+    """Host time is charged to the deepest user Python frame of the recorded stack, not to the
+    outermost frame (``<string>(1): <module>``), nor to a library frame or a built-in below it."""
+    tb = TB()
+    _host_bound(tb, ["<string>(1): <module>", "train.py(40): main", "image_transforms.py(12): normalize",
+                     "torch/nn/functional.py(2500): normalize", "<built-in method div of type object at 0x7f>"])
+    a = _answer(tb.table()).summary.answer
+    assert a.bound_by == "host work"
+    assert a.bound_detail.endswith("top: normalize (image_transforms.py:12)"), a.bound_detail
+
+
+def test_data_loading_named_by_its_deepest_frame_else_its_range():
+    """Data loading (a DataLoader range around the host time) is named by the deepest user frame in
+    it when the stack was recorded, else by the DataLoader range."""
+    dl = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    tb = TB()
+    _host_bound(tb, ["/home/me/data/augment.py(88): random_crop"], outer=dl)
+    a = _answer(tb.table()).summary.answer
+    assert a.bound_by == "data loading"
+    assert a.bound_detail == "top: random_crop (augment.py:88)"
+    tb = TB()
+    _host_bound(tb, [], outer=dl)
+    a = _answer(tb.table()).summary.answer
+    assert (a.bound_by, a.bound_detail) == ("data loading", f"top: {dl}")
+
+
+def test_frame_label():
+    assert frame_label("/a/b/image_transforms.py(12): normalize") == "normalize (image_transforms.py:12)"
+    assert frame_label("aten::mm") == "aten::mm"
