@@ -19,7 +19,7 @@ from .optimizations import Optimization, check_composition, echo, load_all, pars
 from .report.report_model import AppliedOpt, Ranked, Report, WaitBound
 from .report.make import build_prediction, build_report
 from .report.windows import window_end_ns
-from .report.summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
+from .report.summary import WHATIF_MIN_SPEEDUP, answer_speedup, answer_whatifs, change_summary, median_step_speedup
 from .simulate import Timeline, recorded
 from .simulate.launch_order import settle
 from .transform import with_latent_waits
@@ -145,8 +145,9 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             g2, tl2 = _replay(g2, report.warnings, f"--opt all's {name}")
             pred = build_prediction(report, g2, tl2, applied)
             b = wait_bound(graph, g2)
-            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0))
-        rows.sort(key=lambda r: (r.predicted_ns < 0, -r.speedup, r.name))
+            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0,
+                               median_step_speedup(report.steps, pred.steps)))
+        rows.sort(key=lambda r: (r.predicted_ns < 0, -answer_speedup(r), r.name))
         report.ranking = rows
     if report.summary is not None:
         if report.ranking:
@@ -213,5 +214,6 @@ def cheap_whatifs(graph: TaskGraph, report: Report) -> None:
         return
     g2, tl2 = _replay(g2)
     pred = build_prediction(report, g2, tl2, applied)
-    if pred.window.speedup >= WHATIF_MIN_SPEEDUP:
-        report.summary.answer.whatifs = {name: pred.window.speedup}
+    sp = median_step_speedup(report.steps, pred.steps) or pred.window.speedup
+    if sp >= WHATIF_MIN_SPEEDUP:
+        report.summary.answer.whatifs = {name: sp}

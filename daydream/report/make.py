@@ -23,6 +23,7 @@ from ..mapping.rules import PHASES
 from ..graph.memo import cached
 from ..simulate import Timeline
 from .summary import build_summary
+from .tables import build_tables
 from .report_model import (
     REPORT_VERSION,
     AppliedOpt,
@@ -84,7 +85,8 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     _, cp = critical_path(graph, tl, *_phase_args(graph), detail=detail)
     return Report(REPORT_VERSION, t.meta, t.accounting, summary, window, steps, cp, processes=_process_windows(graph, tl, rec),
                   phases=phases, layers=layers, warnings=_warnings(graph), trust=build_trust(graph, tl, rec, window, steps),
-                  summary=build_summary(graph, tl, rec, cp, detail, steps, window), communication=comm_summary(graph))
+                  summary=build_summary(graph, tl, rec, cp, detail, steps, window), communication=comm_summary(graph),
+                  tables=build_tables(graph, rec))
 
 
 def comm_summary(graph: TaskGraph) -> CommSummary | None:

@@ -14,6 +14,7 @@ import msgspec
 from ..simulate.critical_path import CriticalPath
 from ..events.table import Accounting, TraceMeta
 from .summary import Summary
+from .tables import Tables
 
 REPORT_VERSION = 1
 
@@ -123,6 +124,8 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     speedup: float  #: 0 when not applicable
     note: str
     speedup_bound: float = 0.0  #: the :class:`WaitBound` speed-up; 0 when there is none
+    #: the median step's speed-up (daydream.report.summary.median_step_speedup); 0 without steps
+    step_speedup: float = 0.0
 
 
 class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
@@ -170,6 +173,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     layers: list[GroupStats] = []  #: top layers by GPU time
     trust: Trust | None = None  #: how faithful the baseline replay is (set by build_report)
     summary: Summary | None = None  #: the opening answer and the top tables (daydream.report.summary)
+    tables: Tables | None = None  #: the peers' tables: kernels, ops, CUDA API, collectives (daydream.report.tables)
     communication: "CommSummary | None" = None  #: the trace's collectives (None: it has none)
     comparison: "Comparison | None" = None  #: ``--compare-to``: predicted (or this trace) against another trace's measurement
 

@@ -80,7 +80,7 @@ class Answer(msgspec.Struct, forbid_unknown_fields=True):
     bound_detail: str  #: e.g. the phase of the host work, the top CPU range or kernel in it
     shares_pct: dict[str, float] = {}  #: every bound's share of the critical path, %
     wait: Wait | None = None  #: the largest wait of the critical path, when >= WAIT_MIN_PCT of it
-    whatifs: dict[str, float] = {}  #: the top two optimizations by predicted speed-up (--opt all)
+    whatifs: dict[str, float] = {}  #: the top two optimizations by predicted speed-up of the median step (the window's without steps; --opt all)
     #: their speed-ups with the cross-stream waits that name no event held (report.WaitBound), where lower
     whatif_bounds: dict[str, float] = {}
 
@@ -193,8 +193,8 @@ def build_summary(graph: TaskGraph, tl: Timeline, rec: Timeline, cp: CriticalPat
     ``cp`` and that path's full breakdowns ``detail`` (:func:`~daydream.simulate.critical_path.critical_path`),
     the report's step and window rows."""
     worked = answer_steps(steps)
-    replayed = sorted(w.replayed_ns for w in worked)
-    step_ns = replayed[(len(replayed) - 1) // 2] if replayed else window.replayed_ns
+    replayed = [w.replayed_ns for w in worked]
+    step_ns = int(round(median(replayed))) if replayed else window.replayed_ns
     devices = device_utilization(graph, rec, graph.t0_ns, graph.t0_ns + window.measured_ns)
     b, v, det = _bound(cp, gpu_causes(graph))
     ns, _ = bound_shares(cp)
@@ -302,11 +302,40 @@ def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: di
     return rows
 
 
+def median(xs) -> float:
+    """The true median of ``xs`` (the mean of the two middle values of an even count; 0.0 when empty)."""
+    v = sorted(xs)
+    if not v:
+        return 0.0
+    h = len(v) // 2
+    return float(v[h]) if len(v) % 2 else (float(v[h - 1]) + float(v[h])) / 2.0
+
+
+def median_step_speedup(base_steps: list, pred_steps: list) -> float:
+    """The speed-up of the answer's median step: the true median of the replayed steps over the
+    true median of the same steps predicted (:func:`answer_steps`, paired by position); 0.0 when
+    the trace has no steps or the prediction's steps do not pair with them."""
+    if not base_steps or len(pred_steps) != len(base_steps):
+        return 0.0
+    kept = {id(w) for w in answer_steps(base_steps)}
+    pos = [i for i, w in enumerate(base_steps) if id(w) in kept]
+    before, after = median(base_steps[i].replayed_ns for i in pos), median(pred_steps[i].predicted_ns for i in pos)
+    return round(before / after, 4) if after > 0 else 0.0
+
+
+def answer_speedup(r) -> float:
+    """The speed-up a :class:`~daydream.report.report_model.Ranked` row is ranked and suggested by:
+    its median step's when the trace has steps, else its traced window's."""
+    return r.step_speedup if getattr(r, "step_speedup", 0.0) > 0 else r.speedup
+
+
 def answer_whatifs(summary: Summary, ranking: list) -> None:
     """Complete the answer with the top two optimizations of an ``--opt all`` ranking (in place),
-    those predicted at least :data:`WHATIF_MIN_SPEEDUP` times faster."""
-    summary.answer.whatifs = {r.name: r.speedup for r in ranking if r.predicted_ns >= 0 and r.speedup >= WHATIF_MIN_SPEEDUP}
-    summary.answer.whatifs = dict(list(summary.answer.whatifs.items())[:2])
+    those predicted at least :data:`WHATIF_MIN_SPEEDUP` times faster (:func:`answer_speedup`: the
+    median step's speed-up where the trace has steps)."""
+    rows = sorted((r for r in ranking if r.predicted_ns >= 0 and answer_speedup(r) >= WHATIF_MIN_SPEEDUP),
+                  key=lambda r: (-answer_speedup(r), r.name))
+    summary.answer.whatifs = {r.name: answer_speedup(r) for r in rows[:2]}
     summary.answer.whatif_bounds = {r.name: r.speedup_bound for r in ranking if r.name in summary.answer.whatifs
                                     and 0 < r.speedup_bound < r.speedup - 0.005}
 
