@@ -115,3 +115,107 @@ def test_data_loading_named_by_its_deepest_frame_else_its_range():
 def test_frame_label():
     assert frame_label("/a/b/image_transforms.py(12): normalize") == "normalize (image_transforms.py:12)"
     assert frame_label("aten::mm") == "aten::mm"
+
+
+# ---------------------------------------------------------------- tables, one screen, speed-ups ----
+import glob  # noqa: E402
+import os  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from daydream.render.tables import write_csv  # noqa: E402
+from daydream.render.text import ANSWER_MAX_LINES, WIDTH, render_text  # noqa: E402
+from daydream.report.summary import median  # noqa: E402
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "train_step.json.gz")
+
+
+def test_tables_add_up_to_the_event_table(tmp_path):
+    """Each table's sums, against sums taken straight from the event table's rows."""
+    t = daydream.load_trace(FIXTURE)
+    r = daydream.analyze(t).report
+    tb = r.tables
+    gpu = np.isin(t.kind, [Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET])
+    dur = (t.end_ns - t.start_ns)
+    assert sum(k.total_ns for k in tb.kernels) == int(dur[gpu].sum())
+    assert sum(k.calls for k in tb.kernels) == int(gpu.sum())
+    for name in {t.names[i] for i in t.name_id[gpu].tolist()}:  # per name, over its launching ops
+        m = gpu & (t.name_id == t.names.index(name))
+        rows = [k for k in tb.kernels if k.name == name]
+        assert sum(k.total_ns for k in rows) == int(dur[m].sum())
+        assert min(k.min_ns for k in rows) == int(dur[m].min()) and max(k.max_ns for k in rows) == int(dur[m].max())
+    api = t.kind == Kind.RUNTIME
+    assert sum(a.total_ns for a in tb.cuda_api) == int(dur[api].sum())
+    assert {a.name: a.calls for a in tb.cuda_api} == {n: int(np.count_nonzero(api & (t.name_id == t.names.index(n))))
+                                                      for n in {t.names[i] for i in t.name_id[api].tolist()}}
+    ops = t.kind == Kind.CPU_OP
+    assert sum(o.calls for o in tb.ops) == int(ops.sum())
+    assert sum(o.cpu_total_ns for o in tb.ops) == int(dur[ops].sum())
+    # self time: the union of the op intervals of each thread, computed here by a sweep over them
+    union = 0
+    for tid in np.unique(t.tid[ops]).tolist():
+        m = ops & (t.tid == tid)
+        s, e = np.sort(t.start_ns[m]), t.end_ns[m][np.argsort(t.start_ns[m], kind="stable")]
+        hi = -1
+        for a, b in zip(s.tolist(), e.tolist()):
+            if b > hi:
+                union += b - max(a, hi)
+                hi = b
+    assert abs(sum(o.cpu_self_ns for o in tb.ops) - union) <= len(tb.ops)  # rounding per name
+    # GPU time launched: every GPU task with a launching op is counted under one op
+    assert sum(o.gpu_ns for o in tb.ops) == sum(k.total_ns for k in tb.kernels if k.op != "(no op)")
+    assert sum(k.pct for k in tb.cuda_api) == pytest.approx(100, abs=0.1)
+    coll = sum(c.count for c in tb.communication)
+    assert coll == sum(k.calls for k in tb.kernels if k.cls == "communication")
+    paths = write_csv(tb, str(tmp_path))
+    with open(paths[0], encoding="utf-8") as f:
+        assert len(f.read().splitlines()) == len(tb.kernels) + 1
+
+
+def test_csv_keeps_formula_names_as_text(tmp_path):
+    from daydream.render.tables import _cell
+    assert _cell("=HYPERLINK(1)") == "'=HYPERLINK(1)" and _cell("aten::mm") == "aten::mm" and _cell(None) == ""
+
+
+def test_true_median():
+    """The answer's step is the true median (the lower median before: 2 of [1, 2, 3, 4])."""
+    assert median([4, 1, 3, 2]) == 2.5 and median([3, 1, 2]) == 2 and median([]) == 0.0
+
+
+def test_no_slower_prediction_is_something_to_try():
+    """--opt all: what the answer suggests is at least WHATIF_MIN_SPEEDUP by the median step, and the
+    ranking's numbered rows (what to try) are never below 1.0x."""
+    r = daydream.analyze(daydream.load_trace(FIXTURE), [], rank_all=True).report
+    assert all(v >= 1.005 for v in r.summary.answer.whatifs.values())
+    text = render_text(r)
+    tried = text.split("what to try first", 1)[1].split("predicted no faster", 1)[0]
+    for line in tried.splitlines()[1:]:
+        head = line.split()
+        if len(head) > 2 and head[0].rstrip(".").isdigit():
+            assert float(head[2].rstrip("x")) >= 1.0, line
+
+
+def _short_report_checks(text: str) -> None:
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= WIDTH, max(lines, key=len)
+    before = lines.index("") if "" in lines else len(lines)
+    assert before <= ANSWER_MAX_LINES
+    assert any(x.startswith("answer: ") for x in lines[:3])
+
+
+def test_one_screen_on_the_fixture():
+    r = daydream.analyze(daydream.load_trace(FIXTURE), [], rank_all=True).report
+    _short_report_checks(render_text(r, details=False))
+
+
+TRACES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces", "*", "*.*")))
+TRACES = [p for p in TRACES if p.endswith((".gz", ".sqlite", ".json"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", TRACES, ids=os.path.basename)
+def test_one_screen_on_every_real_trace(path):
+    """The default report: at most ANSWER_MAX_LINES lines before the tables, none over WIDTH columns."""
+    r = daydream.analyze(daydream.load_trace(path), [], rank_all=True).report
+    _short_report_checks(render_text(r, details=False))

@@ -41,13 +41,13 @@ def _more(n: int, what: str) -> list[str]:
 def kernels_text(rows: list[KernelRow]) -> list[str]:
     if not rows:
         return []
-    w = 40
-    cols = [("calls", 7), ("total ms", 10), ("mean us", 9), ("min us", 9), ("max us", 9), ("GPU %", 7)]
+    w = 35  # 2 + 35 + 48 + 2 + 13 columns: WIDTH
+    cols = [("calls", 7), ("total ms", 10), ("mean us", 9), ("min us", 8), ("max us", 8), ("GPU %", 6)]
     out = ["top GPU tasks [launching op] (measured)", _line("name [op]", w, cols) + "  class"]
     for k in rows[:TOP_ROWS]:
-        op = _name(k.op, 18)
-        out.append(_line(f"{_name(k.name, w - len(op) - 4)} [{op}]", w, [(f"{k.calls:,}", 7), (_ms(k.total_ns), 10), (_us(k.mean_ns), 9), (_us(k.min_ns), 9),
-                                                   (_us(k.max_ns), 9), (f"{k.gpu_pct:.1f}", 7)]) + "  " + k.cls[:14])
+        op = _name(k.op, 16)
+        out.append(_line(f"{_name(k.name, w - len(op) - 4)} [{op}]", w, [(f"{k.calls:,}", 7), (_ms(k.total_ns), 10), (_us(k.mean_ns), 9), (_us(k.min_ns), 8),
+                                                   (_us(k.max_ns), 8), (f"{k.gpu_pct:.1f}", 6)]) + "  " + k.cls[:13])
     return out + _more(len(rows), "rows")
 
 

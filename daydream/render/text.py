@@ -383,7 +383,7 @@ def short_sections(r: Report) -> list[list[str]]:
     """The default report: one screen first -- the file, the answer, the trust line (and at most a few
     warnings), within :data:`ANSWER_MAX_LINES` lines of at most :data:`WIDTH` columns; then the
     compact tables (daydream.render.tables); everything else is behind ``--details``."""
-    head = [f"daydream: {_source(r.trace)}  [{r.trace.format}]"] + answer_section(r)
+    head = wrap(f"daydream: {_source(r.trace)}  [{r.trace.format}]", "", "    ") + answer_section(r)
     trust = [x for line in trust_line(r.trust) for x in wrap(line.strip(), "  ", "    ")]
     head = head + trust
     room = ANSWER_MAX_LINES - len(head) - 1
@@ -483,8 +483,8 @@ def answer_head(r: Report) -> list[str]:
         line = f"bound by {bound} ({detail})"
     if any(STARTUP_WORDS in w for w in r.warnings):  # what bounds this window need not bound a step
         line += f"; the window holds {STARTUP_WORDS} (see the warning below)"
-    out = [f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %" + ("; UNRELIABLE baseline replay (see below)"
-                                                                 if r.trust is not None and r.trust.verdict == "unreliable" else "")]
+    out = wrap(f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %" + ("; UNRELIABLE baseline replay (see below)"
+                                                                     if r.trust is not None and r.trust.verdict == "unreliable" else ""), "", "  ")
     return out + wrap(line)
 
 
