@@ -347,13 +347,7 @@ def run(argv: list[str] | None = None) -> int:
 
         draw = render_html if args.plot.lower().endswith(".html") else render_svg
         _write(args.plot, draw(result.report).encode())
-    if getattr(args, "csv", None) and result.report.tables is not None:
-        from .render.tables import write_csv
-
-        try:
-            write_csv(result.report.tables, args.csv)
-        except OSError as e:
-            raise UsageError(f"cannot write the CSV tables to {args.csv}: {e.strerror or e}") from None
+    _write_tables(args, result.report)
     if "-" not in (args.json, args.timeline):
         from .render.text import render_text
 
@@ -377,6 +371,18 @@ def _not_applicable_status(report) -> int:
     for name, why in report.not_applicable.items():
         print(_one_line(f"daydream-analyze: not applicable: {name}: {why}"), file=sys.stderr)
     return EXIT_NOT_APPLICABLE if report.not_applicable else 0
+
+
+def _write_tables(args, report) -> None:
+    """``--csv DIR``: the report's tables as CSV files (daydream.render.tables.write_csv)."""
+    if not getattr(args, "csv", None) or report.tables is None:
+        return
+    from .render.tables import write_csv
+
+    try:
+        write_csv(report.tables, args.csv)
+    except OSError as e:
+        raise UsageError(f"cannot write the CSV tables to {args.csv}: {e.strerror or e}") from None
 
 
 def _run_job(args) -> int:
