@@ -494,8 +494,13 @@ def answer_rest(r: Report) -> list[str]:
     out = []
     if a.whatifs:
         what = "median step" if a.steps else "traced window"
-        line = "try " + ", ".join(f"{k} {a.whatif_bounds[k]:.2f}-{v:.2f}x" if k in a.whatif_bounds else f"{k} {v:.2f}x"
-                                  for k, v in a.whatifs.items()) + f" (speed-up of the {what})"
+        def one(k: str, v: float) -> str:
+            if k not in a.whatif_bounds:
+                return f"{k} {v:.2f}x"
+            win = a.whatif_windows.get(k, v)  # the range is the traced window's
+            return f"{k} {a.whatif_bounds[k]:.2f}-{win:.2f}x" if not a.steps else f"{k} {v:.2f}x (window {a.whatif_bounds[k]:.2f}-{win:.2f}x)"
+
+        line = "try " + ", ".join(one(k, v) for k, v in a.whatifs.items()) + f" (speed-up of the {what})"
         if a.whatif_bounds:  # a range: the low end holds every dependency the waits without their event can have
             line += " (a range where cross-stream waits name no event: see the warning below)"
         elif any(UNLINKED_WORDS in w for w in r.warnings):  # those speed-ups may overlap streams the program orders

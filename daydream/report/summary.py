@@ -81,8 +81,10 @@ class Answer(msgspec.Struct, forbid_unknown_fields=True):
     shares_pct: dict[str, float] = {}  #: every bound's share of the critical path, %
     wait: Wait | None = None  #: the largest wait of the critical path, when >= WAIT_MIN_PCT of it
     whatifs: dict[str, float] = {}  #: the top two optimizations by predicted speed-up of the median step (the window's without steps; --opt all)
-    #: their speed-ups with the cross-stream waits that name no event held (report.WaitBound), where lower
+    #: their traced window's speed-ups with the cross-stream waits that name no event held (report.WaitBound), where lower
     whatif_bounds: dict[str, float] = {}
+    #: the traced window's speed-up of each what-if with a bound (the range is the window's: whatif_bounds to this)
+    whatif_windows: dict[str, float] = {}
 
 
 class Summary(msgspec.Struct, forbid_unknown_fields=True):
@@ -338,6 +340,7 @@ def answer_whatifs(summary: Summary, ranking: list) -> None:
     summary.answer.whatifs = {r.name: answer_speedup(r) for r in rows[:2]}
     summary.answer.whatif_bounds = {r.name: r.speedup_bound for r in ranking if r.name in summary.answer.whatifs
                                     and 0 < r.speedup_bound < r.speedup - 0.005}
+    summary.answer.whatif_windows = {r.name: r.speedup for r in rows[:2] if r.name in summary.answer.whatif_bounds}
 
 
 def change_summary(before: TaskGraph, after: TaskGraph) -> str:
