@@ -341,8 +341,8 @@ def test_data_loading_bounds_the_step_and_is_charged_to_the_dataloader(tmp_path)
     assert list(a.whatifs)[0] == "dataloader" and a.whatifs["dataloader"] > 1.5
     from daydream.render.text import render_text
 
-    first = render_text(r).splitlines()[0]
-    assert first.startswith("answer: ") and "bound by data loading" in first and "dataloader" in first
+    first = " ".join(x.strip() for x in render_text(r).split("\n\n", 1)[0].splitlines())  # the answer, wrapped at 100 columns
+    assert first.startswith("answer: ") and "bound by data loading" in first and "try dataloader" in first
     assert r.summary.top_cpu_ranges[0].name == DL and r.summary.top_cpu_ranges[0].path_pct > 80
     assert [d.device for d in r.summary.gpu_devices] == [0]
 

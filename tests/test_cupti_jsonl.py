@@ -774,7 +774,7 @@ def test_collector_end_to_end_with_stand_in_bindings(tmp_path, monkeypatch):
     script.write_text("import sys\nopen(sys.argv[1], 'w').write('ran')\nsys.exit(0)\n")
     mod, state = fake_cupti(recs[:2])
     monkeypatch.setitem(sys.modules, "cupti", mod)
-    assert cc.main(["--details", "--out", str(tmp_path / "cli.jsonl"), "--exclude", "DRIVER", "--", str(script), str(tmp_path / "flag")]) == 0
+    assert cc.main(["--out", str(tmp_path / "cli.jsonl"), "--exclude", "DRIVER", "--", str(script), str(tmp_path / "flag")]) == 0
     assert (tmp_path / "flag").read_text() == "ran"
     assert len(read(tmp_path / "cli.jsonl")) == 2
 

@@ -97,7 +97,7 @@ def test_compare_and_table(gt, tmp_path):
 def test_from_traces_cli(gt, tmp_path, capsys):
     shutil.copy(FIXTURE, tmp_path / "transformer-baseline.json.gz")
     shutil.copy(FIXTURE, tmp_path / "transformer-cuda-graphs.json.gz")
-    assert gt.main(["--details", "--from-traces", str(tmp_path), "--models", "transformer", "--variants", "cuda-graphs"]) == 0
+    assert gt.main(["--from-traces", str(tmp_path), "--models", "transformer", "--variants", "cuda-graphs"]) == 0
     out = capsys.readouterr().out
     assert "| transformer | cuda-graphs |" in out
     doc = json.loads((tmp_path / "results.json").read_text())
@@ -105,7 +105,7 @@ def test_from_traces_cli(gt, tmp_path, capsys):
     assert [r["variant"] for r in doc["rows"]] == ["baseline", "cuda-graphs"]
     assert doc["rows"][1]["measured_ns"] > 0 and doc["rows"][1]["predicted_ns"] > 0
     with pytest.raises(SystemExit):
-        gt.main(["--details", "--from-traces", str(tmp_path), "--variants", "bogus"])
+        gt.main(["--from-traces", str(tmp_path), "--variants", "bogus"])
 
 
 def test_missing_baseline(gt, tmp_path):

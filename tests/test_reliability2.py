@@ -39,7 +39,7 @@ BOM = b"\xef\xbb\xbf"
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:
-    code = main(["--details", str(a) for a in args])
+    code = main(["--details", *(str(a) for a in args)])
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -412,9 +412,12 @@ def _top(names: list[str], ns: np.ndarray, n: int = TOP_ROWS) -> dict[str, int]:
 PY_FRAME_PATTERN = r"^[^<\s][^\s]*\.py\(\d+\): "
 #: Frames and ranges that are never what a person would name: the profiler's own ranges, built-in
 #: methods, code without a file (``<string>(1): <module>``: an ``exec``, ``<frozen ...>``), and
-#: frames of installed libraries and the standard library (site-/dist-packages, ``torch/``, ``lib/pythonX``).
+#: frames of installed libraries and the standard library (site-/dist-packages, ``torch/``, ``lib/pythonX``),
+#: and PyTorch's protocol hooks (``__torch_function__``, ``__torch_dispatch__``: the frame is the
+#: dispatcher's way into the op, not what the code does).
 NOT_A_FRAME_PATTERN = (r"^ProfilerStep#|^<built-in |^built-in method |^PyTorch Profiler|^<string>\(|^<frozen |^<\w+>"
-                       r"|(?:site|dist)-packages/|(?:^|/)torch/|(?:^|/)lib/python\d|^\S*threading\.py\(")
+                       r"|(?:site|dist)-packages/|(?:^|/)torch/|(?:^|/)lib/python\d|^\S*threading\.py\("
+                       r"|\): __torch_(?:function|dispatch)__$")
 #: The rules naming the frame host time is charged to in :attr:`CriticalPath.host_top_ns` (the bound's
 #: top contributor): a user Python frame when the trace recorded python_function stacks (the
 #: innermost: the deepest code the user wrote), else :data:`~daydream.mapping.rules.RANGE_RULES`
