@@ -220,3 +220,20 @@ def test_one_screen_on_every_real_trace(path):
     """The default report: at most ANSWER_MAX_LINES lines before the tables, none over WIDTH columns."""
     r = daydream.analyze(daydream.load_trace(path), [], rank_all=True).report
     _short_report_checks(render_text(r, details=False))
+
+
+def test_collective_overlap_with_compute():
+    """A collective on stream 8 overlapped by a kernel of stream 7 for 300 of its 400 us (and by a
+    kernel of another GPU, which does not count) reads 75 % overlap; its row counts and sums it."""
+    tb = TB()
+    c1 = tb.call("cudaLaunchKernel", 0, 5 * US)
+    c2 = tb.call("cudaLaunchKernel", 6 * US, 10 * US)
+    c3 = tb.call("cudaLaunchKernel", 11 * US, 15 * US)
+    tb.gpu(c1, 100 * US, 500 * US, stream=8, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+    tb.gpu(c2, 50 * US, 400 * US, stream=7, name="ampere_sgemm_128x64_nn")
+    tb.gpu(c3, 0, 600 * US, stream=9, name="other_gpu_kernel", device=1)
+    c = tb.call("cudaDeviceSynchronize", 16 * US, 610 * US)
+    tb.sync(c, 16 * US, 610 * US, SyncKind.CONTEXT_SYNC)
+    rows = _answer(tb.table()).tables.communication
+    assert len(rows) == 1 and rows[0].op == "all-reduce" and rows[0].count == 1 and rows[0].total_ns == 400 * US
+    assert rows[0].overlap_pct == 75.0
