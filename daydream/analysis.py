@@ -20,7 +20,7 @@ from .optimizations.kernel_cost import range_ends, range_words
 from .report.report_model import AppliedOpt, PredictionRange, Ranked, Report, WaitBound
 from .report.make import build_prediction, build_report
 from .report.windows import window_end_ns
-from .report.summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
+from .report.summary import WHATIF_MIN_SPEEDUP, answer_speedup, answer_whatifs, change_summary, median_step_speedup
 from .simulate import Timeline, recorded
 from .simulate.launch_order import settle
 from .transform import with_latent_waits
@@ -148,8 +148,9 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             pred = build_prediction(report, g2, tl2, applied)
             b = wait_bound(graph, g2)
             rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0,
+                               median_step_speedup(report.steps, pred.steps),
                                memory=pred.memory.line if pred.memory is not None else ""))
-        rows.sort(key=lambda r: (r.predicted_ns < 0, -r.speedup, r.name))
+        rows.sort(key=lambda r: (r.predicted_ns < 0, -answer_speedup(r), r.name))
         report.ranking = rows
     if report.summary is not None:
         if report.ranking:
@@ -241,5 +242,6 @@ def cheap_whatifs(graph: TaskGraph, report: Report) -> None:
         return
     g2, tl2 = _replay(g2)
     pred = build_prediction(report, g2, tl2, applied)
-    if pred.window.speedup >= WHATIF_MIN_SPEEDUP:
-        report.summary.answer.whatifs = {name: pred.window.speedup}
+    sp = median_step_speedup(report.steps, pred.steps) or pred.window.speedup
+    if sp >= WHATIF_MIN_SPEEDUP:
+        report.summary.answer.whatifs = {name: sp}

@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE", action=_Once, help="draw the report's figures: FILE.svg, or FILE.html (one page, the figures inline)")
     p.add_argument("--compare-to", metavar="AFTER_TRACE", action=_Once,
                    help="compare with a trace recorded after making the change: the --opt prediction (or, without --opt, this trace) against its measurement, by step, phase, kernel class and CPU range")
+    p.add_argument("--details", action="store_true", help="the full report after the answer: steps, time by kind, phases, layers, "
+                   "critical path, waits, predictions, input (default: the answer and the top tables, one screen)")
+    p.add_argument("--csv", metavar="DIR", action=_Once, help="write the tables (kernels, ops, CUDA API, collectives) as CSV files into DIR")
     p.add_argument("--strict", action="store_true", help="refuse damaged input (e.g. a truncated JSON) instead of salvaging it")
     p.add_argument(
         "--strict-replay",
@@ -344,11 +347,12 @@ def run(argv: list[str] | None = None) -> int:
 
         draw = render_html if args.plot.lower().endswith(".html") else render_svg
         _write(args.plot, draw(result.report).encode())
+    _write_tables(args, result.report)
     if "-" not in (args.json, args.timeline):
         from .render.text import render_text
 
         try:
-            sys.stdout.write(render_text(result.report))
+            sys.stdout.write(render_text(result.report, details=args.details))
             sys.stdout.flush()
         except BrokenPipeError:
             raise
@@ -367,6 +371,18 @@ def _not_applicable_status(report) -> int:
     for name, why in report.not_applicable.items():
         print(_one_line(f"daydream-analyze: not applicable: {name}: {why}"), file=sys.stderr)
     return EXIT_NOT_APPLICABLE if report.not_applicable else 0
+
+
+def _write_tables(args, report) -> None:
+    """``--csv DIR``: the report's tables as CSV files (daydream.render.tables.write_csv)."""
+    if not getattr(args, "csv", None) or report.tables is None:
+        return
+    from .render.tables import write_csv
+
+    try:
+        write_csv(report.tables, args.csv)
+    except OSError as e:
+        raise UsageError(f"cannot write the CSV tables to {args.csv}: {e.strerror or e}") from None
 
 
 def _run_job(args) -> int:

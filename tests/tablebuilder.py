@@ -38,8 +38,8 @@ class TB:
         self._row(kind=Kind.SYNC, name="sync", cat="cuda_sync", start_ns=start, end_ns=end, pid=self.pid, device=0, stream=stream,
                   correlation=corr, sync_kind=sync_kind, link_stream=link_stream, link_correlation=link_corr)
 
-    def range(self, name: str, start: int, end: int, tid: int = 1) -> None:
-        self._row(kind=Kind.RANGE, name=name, cat="user_annotation", start_ns=start, end_ns=end, pid=self.pid, tid=tid)
+    def range(self, name: str, start: int, end: int, tid: int = 1, cat: str = "user_annotation") -> None:
+        self._row(kind=Kind.RANGE, name=name, cat=cat, start_ns=start, end_ns=end, pid=self.pid, tid=tid)
 
     def table(self) -> EventTable:
         cols = {c: [r[c] for r in self.rows] for c in COLUMNS}

@@ -24,7 +24,7 @@ TRACES = ROOT.parent / "shared" / "traces"
 
 
 def run_cli(*args, capsys=None):
-    code = main([str(a) for a in args])
+    code = main(["--details", *(str(a) for a in args)])
     out = capsys.readouterr() if capsys else None
     return code, out
 
@@ -162,11 +162,11 @@ def test_progress_lines_only_for_big_files_on_a_terminal(monkeypatch, capsys):
 
     monkeypatch.setattr(cli, "PROGRESS_MIN_BYTES", 1)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    code = main([FIXTURE])
+    code = main(["--details", FIXTURE])
     err = capsys.readouterr().err
     assert code == 0 and "reading" in err and "analysis done" in err
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    assert main([FIXTURE]) == 0
+    assert main(["--details", FIXTURE]) == 0
     assert "reading" not in capsys.readouterr().err
 
 

@@ -94,7 +94,7 @@ def test_bandwidth_without_unit_is_a_usage_error(capsys):
 
     trace = Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz"
     for spec in ("network:bandwidth=25", "ddp:world=8,bandwidth=25"):
-        assert main([str(trace), "--opt", spec]) == 2
+        assert main(["--details", str(trace), "--opt", spec]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "bandwidth='25' is not a valid bandwidth: a link (" in err[0] and "GB/s" in err[0] and "Gb/s" in err[0], err
 

@@ -27,7 +27,7 @@ MI300 = BERT / "mi300_gaunernst_bert-small-uncased__1016001.json.gz"
 
 def _run(tmp_path, capsys, *args, status: int = 0) -> tuple[dict, str]:
     js = tmp_path / "r.json"
-    assert main([*map(str, args), "--json", str(js)]) == status
+    assert main(["--details", *map(str, args), "--json", str(js)]) == status
     text = capsys.readouterr().out
     return json.loads(js.read_bytes()), text
 
@@ -108,14 +108,14 @@ def test_bert_small_h100_to_mi300(tmp_path, capsys):
 
 
 def test_compare_to_refusals(tmp_path, capsys):
-    assert main([str(FIXTURE), "--opt", "all", "--compare-to", str(FIXTURE)]) == 2
+    assert main(["--details", str(FIXTURE), "--opt", "all", "--compare-to", str(FIXTURE)]) == 2
     assert "--opt all" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert main([str(FIXTURE), "--compare-to", str(bad)]) == 2
+    assert main(["--details", str(FIXTURE), "--compare-to", str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and len(err.strip().splitlines()) == 1
-    assert main([str(FIXTURE), "--compare-to", str(FIXTURE), "--json", str(FIXTURE)]) == 2
+    assert main(["--details", str(FIXTURE), "--compare-to", str(FIXTURE), "--json", str(FIXTURE)]) == 2
 
 
 def test_compare_api_matches_cli(tmp_path, capsys):
@@ -172,7 +172,7 @@ def test_unrelated_trace_is_refused(tmp_path, capsys):
     prog = training_step_program(n_layers=2, steps=1, seed=0)
     to_kineto(emulate(_renamed(prog)), other, emit_sync_events=True)
     js = tmp_path / "r.json"
-    assert main([str(FIXTURE), "--compare-to", str(other), "--json", str(js)]) == 2
+    assert main(["--details", str(FIXTURE), "--compare-to", str(other), "--json", str(js)]) == 2
     out = capsys.readouterr()
     err = out.err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in out.err and not js.exists()

@@ -104,7 +104,7 @@ def check_run(trace: Path, workdir: Path, *, strict: bool = False, opt: int = 0,
     report, tl = workdir / "report.json", workdir / "timeline.json.gz"
     for p in (report, tl):
         p.unlink(missing_ok=True)
-    argv = [str(trace), "--json", str(report), "--timeline", str(tl)] + (["--strict"] if strict else []) + _opt_args(opt)
+    argv = [str(trace), "--details", "--json", str(report), "--timeline", str(tl)] + (["--strict"] if strict else []) + _opt_args(opt)
     out, err = io.StringIO(), io.StringIO()
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, TIME_BOUND_S)

@@ -151,21 +151,21 @@ def test_job_refusals(tmp_path):
 @needs_traces
 def test_cli_job_json_deterministic(tmp_path, capsys):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    assert main([str(DLRM), "--json", str(a)]) == 0
+    assert main(["--details", str(DLRM), "--json", str(a)]) == 0
     out = capsys.readouterr().out
     assert "straggler: rank 7" in out
     files = sorted(str(p) for p in DLRM.iterdir())
-    assert main([*files, "--json", str(b), "--workers", "2"]) == 0
+    assert main(["--details", *files, "--json", str(b), "--workers", "2"]) == 0
     assert a.read_bytes() == b.read_bytes()
     doc = json.loads(a.read_bytes())
     assert doc["ranks"] == 8 and doc["straggler"]["rank"] == 7
-    assert main([files[0], files[1]]) == 2
+    assert main(["--details", files[0], files[1]]) == 2
     assert "world size 8" in capsys.readouterr().err
 
 
 @needs_traces
 def test_single_trace_unchanged(capsys):
-    assert main([str(DLRM / "dlrm_8rank_worker0.pt.trace.json.gz")]) == 0
+    assert main(["--details", str(DLRM / "dlrm_8rank_worker0.pt.trace.json.gz")]) == 0
     assert "job:" not in capsys.readouterr().out
 
 
@@ -204,11 +204,11 @@ def test_whatif_straggler(dlrm):
 @pytest.mark.slow
 @needs_traces
 def test_cli_job_opt(capsys):
-    assert main([str(DLRM), "--opt", "fused-adam", "--ranks", "0,3"]) == 0
+    assert main(["--details", str(DLRM), "--opt", "fused-adam", "--ranks", "0,3"]) == 0
     out = capsys.readouterr().out
     assert "what-if fused-adam on ranks 0,3" in out
-    assert main([str(DLRM), "--opt", "amp", "--ranks", "9"]) == 2
-    assert main([str(DLRM), "--opt", "all"]) == 2
+    assert main(["--details", str(DLRM), "--opt", "amp", "--ranks", "9"]) == 2
+    assert main(["--details", str(DLRM), "--opt", "all"]) == 2
 
 
 @needs_traces
@@ -269,7 +269,7 @@ def test_unrelated_traces_are_not_a_job(capsys):
     """Bug found trying a folder of unrelated single-GPU traces (extrap/: three HPC codes): they
     were taken as a 3-rank job with 0 collectives. Nothing ties such files together (no stated
     world size, no collective): refused, one line, exit 2."""
-    assert main([str(TRACES / "extrap")]) == 2
+    assert main(["--details", str(TRACES / "extrap")]) == 2
     err = capsys.readouterr().err
     assert "none has a collective: not one job" in err and "Traceback" not in err
 
@@ -330,16 +330,16 @@ def test_job_outputs_never_replace_a_rank_file(tmp_path, capsys):
 
 @needs_traces
 def test_job_ranks_needs_an_optimization_for_it(capsys):
-    assert main([str(DLRM), "--ranks", "3"]) == 2
+    assert main(["--details", str(DLRM), "--ranks", "3"]) == 2
     assert "give --opt NAME too" in capsys.readouterr().err
-    assert main([str(DLRM), "--ranks", "3", "--opt", "straggler:rank=7"]) == 2
+    assert main(["--details", str(DLRM), "--ranks", "3", "--opt", "straggler:rank=7"]) == 2
     assert "does not apply to straggler" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 @needs_traces
 def test_job_optimization_that_applies_nowhere_exits_3(capsys):
-    assert main([str(DLRM), "--opt", "reconbn"]) == 3
+    assert main(["--details", str(DLRM), "--opt", "reconbn"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("daydream-analyze: not applicable: reconbn: ranks 0,1,2,3,4,5,6,7: ")
 
@@ -372,7 +372,7 @@ def test_straggler_composes_in_order(dlrm):
 def test_one_rank_of_a_job_warns_that_its_collectives_hold_peer_waits(capsys):
     """A single rank's trace of a multi-rank job (distributedInfo world size 8) says that its
     collectives keep their recorded peer waits (was: silent, and a nccl what-if looked real)."""
-    assert main([str(DLRM / "dlrm_8rank_worker1.pt.trace.json.gz")]) == 0
+    assert main(["--details", str(DLRM / "dlrm_8rank_worker1.pt.trace.json.gz")]) == 0
     out = capsys.readouterr().out
     assert "warning: this trace is rank 1 of a job of 8 ranks (its distributedInfo): its 8 collective kernels keep" in out
 
@@ -390,12 +390,12 @@ def test_job_replay_trust_is_reported_and_strict_replay_refuses(dlrm, capsys):
     for x in r.rank_rows:
         assert x.trust == trust_verdict(abs(x.error_pct), abs(x.error_pct), 1, x.gpu_start_error_p99_pct, x.gpu_start_error_p99_us)[0]
     assert r.trust == "unreliable" and r.trust_reason.startswith("1 of 8 ranks' coupled replays are unreliable (rank 1: ")
-    assert main([str(DLRM), "--opt", "straggler:rank=7"]) == 0
+    assert main(["--details", str(DLRM), "--opt", "straggler:rank=7"]) == 0
     out = capsys.readouterr().out
     assert "baseline replay (coupled): unreliable (" in out and "(1.026x)  UNRELIABLE: see the baseline replay above" in out
-    assert main([str(DLRM), "--opt", "straggler:rank=7", "--strict-replay"]) == 2
+    assert main(["--details", str(DLRM), "--opt", "straggler:rank=7", "--strict-replay"]) == 2
     assert "the job's coupled baseline replay is unreliable" in capsys.readouterr().err
-    assert main([str(DLRM), "--strict-replay"]) == 0  # without a what-if there is nothing to refuse
+    assert main(["--details", str(DLRM), "--strict-replay"]) == 0  # without a what-if there is nothing to refuse
 
 
 def _fixture_with(tmp_path, name, info):
@@ -421,7 +421,7 @@ def test_job_inputs_said_as_they_are(tmp_path, capsys):
     one = tmp_path / "one"
     one.mkdir()
     shutil.copy(fx, one / "t.json.gz")
-    assert main([str(one), "--opt", "all"]) == 0
+    assert main(["--details", str(one), "--opt", "all"]) == 0
     assert "what to try first" in capsys.readouterr().out
     d = tmp_path / "mixed"
     d.mkdir()

@@ -30,7 +30,7 @@ def _texts(el: ET.Element) -> list[str]:
 @pytest.mark.parametrize("opt", [[], ["--opt", "all"], ["--opt", "scale-kernels:pattern=gemm,factor=0.5"]])
 def test_svg_figures(tmp_path, capsys, opt):
     svg, js = tmp_path / "f.svg", tmp_path / "r.json"
-    assert main([str(FIXTURE), *opt, "--plot", str(svg), "--json", str(js)]) == 0
+    assert main(["--details", str(FIXTURE), *opt, "--plot", str(svg), "--json", str(js)]) == 0
     capsys.readouterr()
     report = json.loads(js.read_bytes())
     root = ET.fromstring(svg.read_bytes())
@@ -68,7 +68,7 @@ class _Tags(HTMLParser):
 
 def test_html_page(tmp_path, capsys):
     page = tmp_path / "f.html"
-    assert main([str(FIXTURE), "--opt", "all", "--plot", str(page)]) == 0
+    assert main(["--details", str(FIXTURE), "--opt", "all", "--plot", str(page)]) == 0
     capsys.readouterr()
     text = page.read_text(encoding="utf-8")
     p = _Tags()
@@ -101,7 +101,7 @@ def _hostile_trace(tmp_path: Path) -> Path:
 def test_hostile_names_escaped(tmp_path, capsys, ext):
     trace = _hostile_trace(tmp_path)
     out = tmp_path / f"f.{ext}"
-    assert main([str(trace), "--opt", "all", "--plot", str(out)]) == 0
+    assert main(["--details", str(trace), "--opt", "all", "--plot", str(out)]) == 0
     capsys.readouterr()
     text = out.read_text(encoding="utf-8")
     assert "<script" not in text and "\x1b" not in text and "\x00" not in text and "\u202e" not in text
@@ -115,7 +115,7 @@ def test_hostile_names_escaped(tmp_path, capsys, ext):
 
 @pytest.mark.parametrize("name", ["f.png", "f", "f.svg.gz"])
 def test_bad_extension_is_a_usage_error(tmp_path, capsys, name):
-    assert main([str(FIXTURE), "--plot", str(tmp_path / name)]) == 2
+    assert main(["--details", str(FIXTURE), "--plot", str(tmp_path / name)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--plot" in err and ".svg or .html" in err
     assert not (tmp_path / name).exists()
@@ -123,7 +123,7 @@ def test_bad_extension_is_a_usage_error(tmp_path, capsys, name):
 
 def test_plot_checked_before_the_load(tmp_path, capsys):
     js = tmp_path / "same.svg"
-    assert main([str(FIXTURE), "--plot", str(js), "--json", str(js)]) == 2
-    assert main([str(FIXTURE), "--plot", str(tmp_path / "no" / "f.svg")]) == 2
+    assert main(["--details", str(FIXTURE), "--plot", str(js), "--json", str(js)]) == 2
+    assert main(["--details", str(FIXTURE), "--plot", str(tmp_path / "no" / "f.svg")]) == 2
     err = capsys.readouterr().err
     assert "both name" in err and "no such directory" in err

@@ -57,7 +57,7 @@ def real(rel: str) -> Path:
 # helpers
 # ---------------------------------------------------------------------------------------------
 def cli(capsys, *args) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
+    code = main(["--details", *(str(a) for a in args)])
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -39,7 +39,7 @@ BOM = b"\xef\xbb\xbf"
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
+    code = main(["--details", *(str(a) for a in args)])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -516,7 +516,7 @@ for path, limit in json.loads(sys.argv[1]):
         signal.alarm(int(limit) + 1)
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, 1), os.dup2(fd, 2)
-        os._exit(main([path]))
+        os._exit(main(["--details", path]))
     _, status, ru = os.wait4(pid, 0)
     out.append({"path": path, "rss": ru.ru_maxrss * 1024, "s": time.perf_counter() - t,
                 "code": os.waitstatus_to_exitcode(status)})
@@ -584,7 +584,7 @@ def test_sigterm_runs_the_cleanups_and_exits_143(monkeypatch, capsys):
 
     monkeypatch.setattr(cli, "run", run)
     before = signal.getsignal(signal.SIGTERM)
-    assert cli.main(["x"]) == 143 and cleaned == [True]
+    assert cli.main(["--details", "x"]) == 143 and cleaned == [True]
     assert "terminated" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
 
@@ -623,7 +623,7 @@ def test_skip_reasons_are_bounded(tmp_path, capsys):
     d["traceEvents"] += [{"ph": "X", "cat": f"made_up_{i}", "name": "x", "pid": 1, "tid": 1, "ts": 1, "dur": 1} for i in range(1000)]
     p = tmp_path / "t.json"
     p.write_text(json.dumps(d))
-    assert main([str(p)]) == 0
+    assert main(["--details", str(p)]) == 0
     out = capsys.readouterr().out
     skipped = [ln for ln in out.splitlines() if ln.startswith("    skipped")]
     assert len(skipped) == MAX_COUNTED_LINES + 1 and "other reasons (all in the --json report)" in skipped[-1]

@@ -30,10 +30,10 @@ def test_saved_table_round_trip_through_the_cli(tmp_path, capsys):
 
     fixture = ROOT / "fixtures" / "train_step.json.gz"
     saved = tmp_path / "t.npz"
-    assert main([str(fixture), "--save-table", str(saved)]) == 0
+    assert main(["--details", str(fixture), "--save-table", str(saved)]) == 0
     first = capsys.readouterr().out
     assert load_trace(str(saved)).equals(load_trace(str(fixture)))
-    assert main([str(saved)]) == 0
+    assert main(["--details", str(saved)]) == 0
     second = capsys.readouterr().out
     # same report apart from the source line, which names the saved table and the trace it came from
     src = [ln for ln in second.splitlines() if ln.startswith("daydream: ")]

@@ -37,7 +37,7 @@ HOST_CATS = {"cuda_runtime", "cuda_driver", "cpu_op", "user_annotation"}
 def drawn(tmp_path_factory):
     d = tmp_path_factory.mktemp("tl")
     tl, js = d / "tl.json", d / "r.json"
-    assert main([str(FIXTURE), "--opt", "scale-kernels:pattern=gemm,factor=0.5", "--timeline", str(tl), "--json", str(js)]) == 0
+    assert main(["--details", str(FIXTURE), "--opt", "scale-kernels:pattern=gemm,factor=0.5", "--timeline", str(tl), "--json", str(js)]) == 0
     return json.loads(tl.read_bytes()), json.loads(js.read_bytes()), tl
 
 
@@ -427,5 +427,5 @@ def test_nsys_timeline_tracks_well_formed(tmp_path):
     """The try-out's case: mfu_2gpu_before with a prediction, no sync slice partly over a kernel,
     every track named, one start and one finish per flow id."""
     out = tmp_path / "tl.json"
-    assert main([str(MFU), "--opt", "scale-kernels:pattern=flash,factor=0.5", "--timeline", str(out)]) == 0
+    assert main(["--details", str(MFU), "--opt", "scale-kernels:pattern=flash,factor=0.5", "--timeline", str(out)]) == 0
     assert _track_problems(json.loads(out.read_bytes())) == []

@@ -97,16 +97,16 @@ def _save(tmp_path, table) -> Path:
 
 def test_strict_replay_refuses_a_prediction_on_an_unreliable_baseline(tmp_path, capsys):
     p = _save(tmp_path, late_kernel_table(1_000_000))
-    assert main([str(p), "--opt", SPEC]) == 0  # without the flag: reported, marked
+    assert main(["--details", str(p), "--opt", SPEC]) == 0  # without the flag: reported, marked
     assert "UNRELIABLE" in capsys.readouterr().out
-    assert main([str(p), "--opt", SPEC, "--strict-replay"]) == 2
+    assert main(["--details", str(p), "--opt", SPEC, "--strict-replay"]) == 2
     out = capsys.readouterr()
     err = out.err.strip().splitlines()
     assert out.out == "" and len(err) == 1 and "Traceback" not in out.err
     assert err[0].startswith(f"daydream-analyze: error: {p}: baseline replay unreliable (max step error ")
     assert err[0].endswith("predictions refused (--strict-replay)")
-    assert main([str(p), "--strict-replay"]) == 0  # no prediction asked: the report is printed
-    assert main([str(_save(tmp_path, late_kernel_table(0))), "--opt", SPEC, "--strict-replay"]) == 0
+    assert main(["--details", str(p), "--strict-replay"]) == 0  # no prediction asked: the report is printed
+    assert main(["--details", str(_save(tmp_path, late_kernel_table(0))), "--opt", SPEC, "--strict-replay"]) == 0
 
 
 def test_json_has_trust_and_validates(tmp_path):
@@ -150,7 +150,7 @@ def test_dlrm_verdicts_follow_their_errors(capsys):
         if worst is None or t.max_step_error_pct > worst[1].max_step_error_pct:
             worst = (path, t)
     path, t = worst
-    code = main([str(path), "--opt", "scale-kernels:factor=0.5", "--strict-replay"])
+    code = main(["--details", str(path), "--opt", "scale-kernels:factor=0.5", "--strict-replay"])
     err = capsys.readouterr().err
     assert code == (2 if t.verdict == "unreliable" else 0)
     if code == 2:
@@ -251,7 +251,7 @@ def test_start_error_decides_on_real_traces(capsys):
     head = next(i for i, ln in enumerate(lines) if ln.startswith("daydream: "))
     assert lines[head + 1].startswith("  baseline replay: unreliable (window error 0.03 %")
     assert lines[head + 2] == "    " + t.reason.split("; ")[0]
-    assert main([str(path), "--opt", "scale-kernels:factor=0.5", "--strict-replay"]) == 2
+    assert main(["--details", str(path), "--opt", "scale-kernels:factor=0.5", "--strict-replay"]) == 2
     assert "GPU start error p99" in capsys.readouterr().err
     good = analyze(load_trace(str(GOOD))).report.trust  # p99 20 us of an 87 ms window
     assert good.verdict == "good" and good.gpu_start_error_p99_pct < TRUST_FAIR_PCT

@@ -26,7 +26,7 @@ needs_traces = pytest.mark.skipif(not TRACES.exists(), reason="../shared/traces 
 
 
 def test_huge_scale_factor_is_refused_not_wrapped(capsys):
-    assert main([FIXTURE, "--opt", "scale-kernels:factor=1e30"]) == 2
+    assert main(["--details", FIXTURE, "--opt", "scale-kernels:factor=1e30"]) == 2
     assert "out of range" in capsys.readouterr().err
     r = analyze(load_trace(FIXTURE))
     with pytest.raises(DaydreamError, match="exceed"):
@@ -39,13 +39,13 @@ def test_huge_scale_factor_is_refused_not_wrapped(capsys):
     (["--opt", "scale-kernels:factor=nan"], "not a number"),
 ])
 def test_ambiguous_requests_are_refused(args, msg, capsys):
-    assert main([FIXTURE, *args]) == 2
+    assert main(["--details", FIXTURE, *args]) == 2
     assert msg in capsys.readouterr().err
 
 
 def test_what_if_may_repeat_and_is_not_ranked(capsys):
-    assert main([FIXTURE, "--opt", "scale-kernels:factor=0.5", "--opt", "scale-kernels:factor=2"]) == 0
-    assert main([FIXTURE, "--opt", "all"]) == 0
+    assert main(["--details", FIXTURE, "--opt", "scale-kernels:factor=0.5", "--opt", "scale-kernels:factor=2"]) == 0
+    assert main(["--details", FIXTURE, "--opt", "all"]) == 0
     out = capsys.readouterr().out
     ranking = out[out.index("what to try first"):]
     assert "scale-kernels" not in ranking
@@ -81,7 +81,7 @@ def test_2021_profiler_steps_are_cpu_ops_and_still_found():
 def test_timeline_flow_ids_pair_up_across_processes_and_copies(tmp_path):
     for trace, extra in ((str(TRACES / "nsys_ai/mfu_2gpu_before.sqlite"), []), (FIXTURE, ["--opt", "scale-kernels:pattern=gemm"])):
         out = tmp_path / "t.json.gz"
-        assert main([trace, *extra, "--timeline", str(out)]) == 0
+        assert main(["--details", trace, *extra, "--timeline", str(out)]) == 0
         ev = json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
         c = collections.Counter((e["cat"], e["id"], e["ph"]) for e in ev if e.get("ph") in ("s", "f"))
         assert c and max(c.values()) == 1, [k for k, v in c.items() if v > 1][:3]

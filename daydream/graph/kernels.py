@@ -51,7 +51,7 @@ import numpy as np
 
 from ..events.table import EventTable, Kind
 from . import NODE_CPU
-from ..mapping.rules import NAME_PREFIX  # names are classified on this bounded prefix
+from ..mapping.rules import NAME_PREFIX, PEER_KERNEL_PATTERN  # names are classified on this bounded prefix
 from .memo import cached
 
 #: Kernel classes; ``*_code`` arrays hold indices into this tuple.
@@ -97,6 +97,8 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
     # --- collectives first: "reduce" and "gather" in their names are not compute reductions
     KernelRule(r"(?i)nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|all2all|sendrecv"
                r"|cross_device_reduce|multimem_|one_shot_|two_shot_", "communication", _X),
+    # --- all-to-all / expert-parallel libraries whose kernels spin-wait on peers (DeepEP, NVSHMEM, ...)
+    KernelRule(PEER_KERNEL_PATTERN, "communication", _X, "all-to-all/EP library kernels (they wait on peers)"),
     # --- PyTorch Inductor / Triton kernels (the kind is in the prefix)
     KernelRule(r"^triton_tem_", "gemm", _C, "Inductor template kernel (mm/conv)"),
     KernelRule(r"^triton_(?:per|red)_fused\w*_softmax", "softmax_attention", _M),

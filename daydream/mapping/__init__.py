@@ -73,6 +73,8 @@ from .rules import (
     UNMAPPED,
     PhaseRule,
     is_comm_kernel_name,
+    is_peer_kernel_name,
+    PEER_KERNEL_PATTERN,
 )
 from .thread_search import (
     _finish_kernel,
@@ -111,7 +113,8 @@ def map_events(table: EventTable, rules: Sequence[PhaseRule] = PHASE_RULES, meth
        is forward" default, below every named rule).
     3. No phase from 1-2: ``other`` when some context (or rule 2) encloses the call, else
        ``unmapped``.
-    4. GPU tasks whose name matches :data:`COMM_KERNEL_PATTERN` (NCCL/RCCL kernels) are
+    4. GPU tasks whose name matches :data:`COMM_KERNEL_PATTERN` (NCCL/RCCL kernels) or
+       :data:`PEER_KERNEL_PATTERN` (all-to-all/EP libraries that spin-wait on peers) are
        ``communication`` whatever launched them; GPU tasks without a launching call are otherwise
        ``unmapped``.
 
@@ -248,14 +251,19 @@ def _map_gpu_rows(table: EventTable, rt_rows: np.ndarray, gpu_rows: np.ndarray, 
     lr, dup = launch_rows(table, rt_rows, gpu_rows)
     missing = _inherit(gpu_rows, lr, out, method)
     g_names = table.name_id[gpu_rows]
-    rx = re.compile(COMM_KERNEL_PATTERN)
+    rx, prx = re.compile(COMM_KERNEL_PATTERN), re.compile(PEER_KERNEL_PATTERN)
     comm_names = np.zeros(len(table.names), dtype=bool)
+    peer_names = np.zeros(len(table.names), dtype=bool)
     for i in sorted_unique(g_names).tolist():  # one iteration per distinct GPU task name
         comm_names[i] = is_comm_kernel_name(table.names[i], rx)
+        peer_names[i] = not comm_names[i] and is_peer_kernel_name(table.names[i], prx)
     comm = comm_names[g_names]
-    out.phase[gpu_rows[comm]] = COMMUNICATION
+    peer = peer_names[g_names]
+    out.phase[gpu_rows[comm | peer]] = COMMUNICATION
     counts["GPU tasks without a launching call"] = missing
     counts["GPU tasks named as NCCL/RCCL kernels (communication)"] = int(np.count_nonzero(comm))
+    if peer.any():
+        counts["GPU tasks named as all-to-all/EP library kernels (communication)"] = int(np.count_nonzero(peer))
     return not bool(dup.any())
 
 

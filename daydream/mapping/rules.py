@@ -117,6 +117,22 @@ NAME_PREFIX = 8192
 COMM_KERNEL_PATTERN = r"(?i)^nccl|^rccl|ncclKernel|ncclDevKernel|^void\s+nccl|\bnccl\w*Kernel"
 
 
+#: GPU tasks of all-to-all / expert-parallel libraries that move data between GPUs and spin-wait
+#: on their peers inside the kernel (DeepEP ``deep_ep::internode::dispatch``, its forks'
+#: ``dpsk::ep::internode::*``, ``ep::intranode::combine``; NVSHMEM ``nvshmemi_*``/``nvshmemx_*``
+#: device kernels; MSCCL++; pplx-kernels; UCCL-EP): their time is time spent on peers, so they are
+#: communication (phase, kernel class, critical-path cause), whatever launched them. They are not
+#: NCCL/RCCL collectives (:data:`COMM_KERNEL_PATTERN`): no collective is read from their names and
+#: the communication what-ifs do not re-cost them.
+PEER_KERNEL_PATTERN = (r"(?i)deep_?ep::|dpsk::ep::|(?:^|[^\w])ep::(?:internode|intranode|internode_ll|low_latency)::"
+                       r"|nvshmem[ix]?_|mscclpp|(?:^|[^\w])pplx|uccl")
+
+
+def is_peer_kernel_name(name: str, rx: re.Pattern | None = None) -> bool:
+    """Whether ``name`` (its first :data:`NAME_PREFIX` characters) matches :data:`PEER_KERNEL_PATTERN`."""
+    return bool((rx or re.compile(PEER_KERNEL_PATTERN)).search(name, 0, NAME_PREFIX))
+
+
 def is_comm_kernel_name(name: str, rx: re.Pattern | None = None) -> bool:
     """Whether ``name`` (its first :data:`NAME_PREFIX` characters) matches
     :data:`COMM_KERNEL_PATTERN` (``rx``: that pattern compiled). Every alternative of the

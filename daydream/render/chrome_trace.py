@@ -280,7 +280,8 @@ def _events(d: _Drawn, label: str, critical: np.ndarray | None, annotations: dic
 
 
 #: the critical path track's slice names, by cause (daydream.simulate.critical_path.CAUSES)
-CAUSE_LABELS = {"cpu": "CPU", "gpu_compute": "GPU compute", "communication": "communication", "launch": "launch latency", "sync": "sync"}
+CAUSE_LABELS = {"cpu": "CPU", "gpu_compute": "GPU compute", "communication": "communication", "launch": "launch latency", "sync": "sync",
+                "copy": "copy"}
 
 
 class _NodeCodes:
@@ -334,7 +335,7 @@ def critical_segments(graph: TaskGraph, tl: Timeline) -> tuple[np.ndarray, list[
             twice.discard(v)
             order = _wait_charge(graph, tl, v, by.setdefault(str(v), {}))
         else:
-            own_last = "cpu" if cpu[v] else ("communication" if comm[v] else "gpu_compute")
+            own_last = "cpu" if cpu[v] else "copy" if graph.node_kind[v] == Kind.MEMCPY else ("communication" if comm[v] else "gpu_compute")
             order = ([(c_, ns, True) for c_, ns in _in_order(by.get(str(v + n), {}), "cpu" if cpu[v] else "launch")]
                      + [(c_, ns, False) for c_, ns in _in_order(by.get(str(v), {}), own_last)])
         for cause, ns, gap in reversed(order):

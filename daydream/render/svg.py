@@ -42,6 +42,7 @@ SERIES: dict[str, tuple[str, str, str]] = {
     "communication": ("communication", "#2f8f5b", "dots"),
     "launch": ("launch latency", "#c77cae", "cross"),
     "sync": ("sync", "#f3eb7a", "horiz"),
+    "copy": ("copies", "#56b4e9", "backdiag"),
     "cpu_runtime_ns": ("API calls", "#0b2f6b", "solid"),
     "cpu_gap_ns": ("CPU gaps", "#9ecae1", "diag"),
     "sync_wait_ns": ("sync wait", "#f3eb7a", "horiz"),

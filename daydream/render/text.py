@@ -8,6 +8,7 @@ a list of :class:`Col`: a new column is one more ``Col`` line.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -25,7 +26,8 @@ from ..report.report_model import (
     Report,
     Trust,
 )
-from ..report.summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_steps
+from ..report.summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_speedup, answer_steps, median
+from .tables import tables_text
 
 
 def _pct(x: float) -> str:
@@ -297,11 +299,21 @@ def ranking_section(r: Report) -> list[str]:
     """``--opt all``: each optimization alone, best first, then those that do not apply."""
     if not r.ranking:
         return []
-    out = ["  what to try first (each optimization alone, by predicted speed-up of the traced window):" + _unreliable(r.trust)]
-    for i, k in enumerate(r.ranking, 1):
-        if k.predicted_ns >= 0:
+    by = "its median step (the traced window's beside it)" if any(k.step_speedup > 0 for k in r.ranking) else "the traced window"
+    out = [f"  what to try first (each optimization alone, by the predicted speed-up of {by}):" + _unreliable(r.trust)]
+    helps = [k for k in r.ranking if k.predicted_ns >= 0 and answer_speedup(k) >= 1.0]
+    slower = [k for k in r.ranking if k.predicted_ns >= 0 and answer_speedup(k) < 1.0]
+    for i, k in enumerate(helps + slower + [k for k in r.ranking if k.predicted_ns < 0], 1):
+        if k in slower and k is slower[0]:
+            out.append("  predicted no faster (not something to try):")
+        if k.predicted_ns >= 0 and k.step_speedup > 0:
+            low = f" (>= {k.speedup_bound:.3f}x window with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
+            num = f"{i:>3}." if k in helps else "   -"
+            out.append(f"  {num} {k.name:<16}{k.step_speedup:>8.3f}x step, window {k.speedup:.3f}x {_ms(k.predicted_ns)} ms{low}  {k.note}")
+        elif k.predicted_ns >= 0:
             low = f" (>= {k.speedup_bound:.3f}x with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
-            out.append(f"  {i:>3}. {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms{low}  {k.note}")
+            num = f"{i:>3}." if k in helps else "   -"
+            out.append(f"  {num} {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms{low}  {k.note}")
             out += [f"         memory: {k.memory}"] if k.memory else []
         else:
             out.append(f"    -  {k.name:<16}{'':>8}   {'':>12}     {k.note if k.note.startswith('failed: ') else 'not applicable: ' + k.note}")
@@ -370,8 +382,25 @@ def comparison_section(r: Report) -> list[str]:
     ]
 
 
+def short_sections(r: Report) -> list[list[str]]:
+    """The default report: one screen first -- the file, the answer, the trust line (and at most a few
+    warnings), within :data:`ANSWER_MAX_LINES` lines of at most :data:`WIDTH` columns; then the
+    compact tables (daydream.render.tables); everything else is behind ``--details``."""
+    head = wrap(f"daydream: {_source(r.trace)}  [{r.trace.format}]", "", "    ") + answer_section(r)
+    trust = [x for line in trust_line(r.trust) for x in wrap(line.strip(), "  ", "    ")]
+    head = head + trust
+    room = ANSWER_MAX_LINES - len(head) - 1
+    warn = [x for w in r.warnings for x in wrap("warning: " + w)]
+    if len(warn) > room:
+        warn = warn[: max(room - 1, 0)] + [f"  ... {len(r.warnings):,} warnings in all (--details)"]
+    if len(head) > ANSWER_MAX_LINES - 1:  # never more than one screen before the tables
+        head = head[: ANSWER_MAX_LINES - 2] + ["  ... (the rest of the answer: --details)"]
+        warn = []
+    return [head + warn, *tables_text(r.tables), ["(--details: steps, phases, layers, critical path, waits, predictions, input)"]]
+
+
 def sections(r: Report) -> list[list[str]]:
-    """The report's sections in order; an empty one is left out."""
+    """The report's sections in order (``--details``); an empty one is left out."""
     return [
         answer_section(r),
         header_section(r),
@@ -389,15 +418,18 @@ def sections(r: Report) -> list[list[str]]:
         *(not_applicable_section(name, why) for name, why in r.not_applicable.items()),
         ranking_section(r),
         comparison_section(r),
+        *tables_text(r.tables),
         input_section(r),
     ]
 
 
-def render_text(r: Report) -> str:
+def render_text(r: Report, details: bool = True) -> str:
     """The terminal report: its sections, one blank line apart; every line is terminal-safe
     (:mod:`daydream.util.display`: names from the trace cannot carry escape sequences through, and a
-    newline inside a name is shown as ``\\n``: each line of a section is one line of output)."""
-    return "\n\n".join("\n".join(map(terminal_text, s)) for s in sections(r) if s) + "\n"
+    newline inside a name is shown as ``\\n``: each line of a section is one line of output).
+    ``details`` False: the one-screen answer and compact tables (:func:`short_sections`, the CLI's
+    default); True: every section (``--details``)."""
+    return "\n\n".join("\n".join(map(terminal_text, s)) for s in (sections(r) if details else short_sections(r)) if s) + "\n"
 
 
 # ---------------------------------------------------------------- the answer first -----------
@@ -416,9 +448,30 @@ def wait_text(w) -> str:
             + src)
 
 
+#: the widest line of the default report
+WIDTH = 100
+#: most lines of the default report before its tables
+ANSWER_MAX_LINES = 25
+
+
+def wrap(text: str, first: str = "  ", rest: str = "    ", width: int = WIDTH) -> list[str]:
+    """``text`` (made terminal-safe first) in lines of at most ``width`` columns, the first led by
+    ``first``, the others by ``rest``; a word longer than a line is cut across lines."""
+    return textwrap.wrap(terminal_text(text), width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False) or [first.rstrip()]
+
+
 def answer_lines(r: Report) -> list[str]:
-    """The opening lines: step time, GPU busy share, what bounds the step, the top what-ifs, and
-    the largest wait on the critical path (daydream.report.summary)."""
+    """The opening lines (daydream.report.summary): step time and GPU busy share; what bounds the
+    step, named by its top contributor; the top what-ifs by the median step's speed-up; each
+    ``--opt`` asked; the largest wait on the critical path. At most :data:`WIDTH` columns each. A
+    line another part adds (e.g. memory) goes after the bound line: :func:`answer_head` and
+    :func:`answer_rest` are the two halves."""
+    head = answer_head(r)
+    return head + answer_rest(r) if head else []
+
+
+def answer_head(r: Report) -> list[str]:
+    """The answer's first lines: the step and GPU busy share; the bound."""
     s = r.summary
     if s is None:
         return []
@@ -429,25 +482,42 @@ def answer_lines(r: Report) -> list[str]:
     if bound == "host work" and detail.startswith("in "):  # the share is that phase's host work, not all host work
         where, _, detail = detail.partition("; ")
         bound += " " + where
-    line = f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %; bound by {bound} ({a.bound_pct:.0f} % of the critical path"
-    line += (f"; {detail})" if detail else ")")
+    line = f"bound by {bound} ({a.bound_pct:.0f} % of the critical path" + (f"; {detail})" if detail else ")")
     if a.bound_detail == EMPTY_PATH:  # nothing on the critical path: no share to give
-        line = line.replace(f" ({a.bound_pct:.0f} % of the critical path; ", " (")
+        line = f"bound by {bound} ({detail})"
+    if any(STARTUP_WORDS in w for w in r.warnings):  # what bounds this window need not bound a step
+        line += f"; the window holds {STARTUP_WORDS} (see the warning below)"
+    out = wrap(f"answer: {step}, GPU busy {a.gpu_busy_pct:.0f} %" + ("; UNRELIABLE baseline replay (see below)"
+                                                                     if r.trust is not None and r.trust.verdict == "unreliable" else ""), "", "  ")
+    return out + wrap(line)
+
+
+def answer_rest(r: Report) -> list[str]:
+    """The answer's last lines: what to try, each ``--opt`` asked, the largest wait."""
+    a = r.summary.answer
+    out = []
     if a.whatifs:
-        line += "; try " + ", ".join(f"{k} {a.whatif_bounds[k]:.2f}-{v:.2f}x" if k in a.whatif_bounds else f"{k} {v:.2f}x"
-                                     for k, v in a.whatifs.items())
+        what = "median step" if a.steps else "traced window"
+        def one(k: str, v: float) -> str:
+            if k not in a.whatif_bounds:
+                return f"{k} {v:.2f}x"
+            win = a.whatif_windows.get(k, v)  # the range is the traced window's
+            return f"{k} {a.whatif_bounds[k]:.2f}-{win:.2f}x" if not a.steps else f"{k} {v:.2f}x (window {a.whatif_bounds[k]:.2f}-{win:.2f}x)"
+
+        line = "try " + ", ".join(one(k, v) for k, v in a.whatifs.items()) + f" (speed-up of the {what})"
         if a.whatif_bounds:  # a range: the low end holds every dependency the waits without their event can have
             line += " (a range where cross-stream waits name no event: see the warning below)"
         elif any(UNLINKED_WORDS in w for w in r.warnings):  # those speed-ups may overlap streams the program orders
             line += " (optimistic where streams wait on each other: cross-stream waits without their event, see below)"
-    if any(STARTUP_WORDS in w for w in r.warnings):  # what bounds this window need not bound a step
-        line += f"; the window holds {STARTUP_WORDS} (see the warning below)"
-    if r.trust is not None and r.trust.verdict == "unreliable":  # the step above is replayed: say so at once
-        line += "; UNRELIABLE baseline replay (see below)"
-    return [line, *asked_lines(r)] + ([f"  {wait_text(a.wait)}"] if a.wait is not None else [])
+        out += wrap(line)
+    for x in asked_lines(r):
+        out += wrap(x.strip())
+    if a.wait is not None:
+        out += wrap(wait_text(a.wait))
+    return out
 
 
-def _disagree(step: float, median: float, steps: int) -> bool:
+def _disagree(step: float, median: float, steps: int) -> bool:  # noqa: F811 (median: the value here)
     """The answer's median step's speed-up and the median of the per-step speed-ups tell different
     stories: one more than 1 % faster and the other more than 1 % slower, or 10 % apart (dataloader
     with one worker and x4 fetches on ResNet-50: the median step, fed by a prefetched batch, 1.486x;
@@ -458,9 +528,10 @@ def _disagree(step: float, median: float, steps: int) -> bool:
 
 
 def asked_lines(r: Report) -> list[str]:
-    """The answer to each ``--opt`` asked, right under the answer line: the traced window replayed
-    and predicted, and the speed-up (the prediction's section below has the details), or why it
-    does not apply."""
+    """The answer to each ``--opt`` asked, right under the answer line: the median step replayed and
+    predicted (true medians over the answer's steps) and its speed-up, the spread of the per-step
+    speed-ups, then the traced window's, labelled (the prediction's section has the details); or
+    why it does not apply."""
     out = []
     kept = {id(w) for w in answer_steps(r.steps)}  # the steps the answer's median is taken over
     steps = [i for i, w in enumerate(r.steps) if id(w) in kept]
@@ -469,15 +540,14 @@ def asked_lines(r: Report) -> list[str]:
         bad = r.trust is not None and r.trust.verdict == "unreliable"
         step = ""
         if r.summary is not None and r.summary.answer.steps and len(p.steps) == len(r.steps) and steps:
-            # the answer's median step, predicted: the same step on both sides (the median of the
-            # predicted steps can be another step), and the spread of the per-step speed-ups
-            med = next((i for i in steps if p.steps[i].replayed_ns == r.summary.answer.step_ns), None)
+            before = median(r.steps[i].replayed_ns for i in steps)
+            after = median(p.steps[i].predicted_ns for i in steps)
             sp = sorted(p.steps[i].speedup for i in steps)
-            mid = sp[(len(sp) - 1) // 2] if sp else 0.0
-            if med is not None:
-                m = p.steps[med]
-                step = f"median step ({m.name}) {_ms(m.replayed_ns)} -> {_ms(m.predicted_ns)} ms ({m.speedup:.3f}x), "
-                if _disagree(m.speedup, mid, len(sp)):  # that step is not the others' story (prefetched batches)
+            mid = median(sp)
+            if after > 0:
+                m = before / after
+                step = f"median step {_ms(round(before))} -> {_ms(round(after))} ms ({m:.3f}x), "
+                if _disagree(m, mid, len(sp)):  # the median step is not the steps' story (prefetched batches)
                     step += f"but the per-step speed-ups' median is {mid:.3f}x ({sp[0]:.3f}x to {sp[-1]:.3f}x), "
                     sp = []
             if len(sp) > 1:

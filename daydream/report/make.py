@@ -24,6 +24,7 @@ from ..graph.memo import cached
 from ..simulate import Timeline
 from .summary import build_summary
 from .memory_fit import memory_summary
+from .tables import build_tables
 from .report_model import (
     REPORT_VERSION,
     AppliedOpt,
@@ -86,7 +87,7 @@ def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     return Report(REPORT_VERSION, t.meta, t.accounting, summary, window, steps, cp, processes=_process_windows(graph, tl, rec),
                   phases=phases, layers=layers, warnings=_warnings(graph), trust=build_trust(graph, tl, rec, window, steps),
                   summary=build_summary(graph, tl, rec, cp, detail, steps, window), communication=comm_summary(graph),
-                  memory=memory_summary(graph, tl))
+                  memory=memory_summary(graph, tl), tables=build_tables(graph, rec))
 
 
 def comm_summary(graph: TaskGraph) -> CommSummary | None:

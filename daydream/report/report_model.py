@@ -14,6 +14,7 @@ import msgspec
 from ..simulate.critical_path import CriticalPath
 from ..events.table import Accounting, TraceMeta
 from .summary import Summary
+from .tables import Tables
 
 REPORT_VERSION = 1
 
@@ -182,6 +183,8 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     speedup: float  #: 0 when not applicable
     note: str
     speedup_bound: float = 0.0  #: the :class:`WaitBound` speed-up; 0 when there is none
+    #: the median step's speed-up (daydream.report.summary.median_step_speedup); 0 without steps
+    step_speedup: float = 0.0
     memory: str = ""  #: the prediction's memory verdict per GPU (MemorySummary.line); "" without allocator events
 
 
@@ -230,6 +233,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     layers: list[GroupStats] = []  #: top layers by GPU time
     trust: Trust | None = None  #: how faithful the baseline replay is (set by build_report)
     summary: Summary | None = None  #: the opening answer and the top tables (daydream.report.summary)
+    tables: Tables | None = None  #: the peers' tables: kernels, ops, CUDA API, collectives (daydream.report.tables)
     communication: "CommSummary | None" = None  #: the trace's collectives (None: it has none)
     comparison: "Comparison | None" = None  #: ``--compare-to``: predicted (or this trace) against another trace's measurement
     memory: MemorySummary | None = None  #: the replayed memory: peaks, parts, will it fit (None: no allocator events)

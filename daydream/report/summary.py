@@ -9,17 +9,27 @@ completed with the ``--opt all`` ranking (:func:`answer_whatifs`). Renderers lay
 What bounds the step (:data:`BOUNDS`), from the critical path of the replayed baseline: its time
 is split into data loading (host time in the ``data_loading`` phase), host work (the other host
 time, split by phase: forward, backward, optimizer, ...), launch overhead (launch latency ``L``),
-GPU compute, communication (collectives and peer copies) and synchronization (blocking calls'
-own cost after their wait); the largest part bounds the step -- each is one thing to fix.
+GPU compute (kernels and sets), copies (memory copies of every direction, peer-to-peer included),
+communication (collective and peer-waiting kernels: NCCL/RCCL, DeepEP/NVSHMEM) and
+synchronization (blocking calls' own cost after their wait); the largest part bounds the step --
+each is one thing to fix. The bound is named by its top contributor on the critical path
+(:func:`_bound`): host work and data loading by the deepest meaningful frame the time ran in
+(the innermost user Python frame of a recorded python_function stack, else the outermost
+framework op, else the innermost annotation: :data:`daydream.simulate.critical_path.FRAME_RULES`),
+GPU compute, copies and communication by the task name of that cause with the most path time.
 """
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import numpy as np
 
-from ..util.arrays import sorted_unique
-from ..simulate.critical_path import GAP, OWN, CriticalPath, Wait, host_intervals, node_thread_key, ranges_of
+from ..events.table import Kind
+from ..util.arrays import sorted_unique, unique_inverse
+from ..simulate.critical_path import (GAP, OWN, CriticalPath, Wait, communication_mask, host_intervals, node_thread_key,
+                                      ranges_of)
 from ..graph import NODE_CPU, TaskGraph
 from ..graph.range_timeline import NO_RANGE, split_by_range
 from ..util.display import CUT
@@ -28,7 +38,7 @@ from ..mapping.rules import fold_by_op, nvtx_base_name
 from ..graph.memo import cached
 from ..simulate import Timeline
 
-BOUNDS = ("data loading", "host work", "launch overhead", "GPU compute", "communication", "synchronization")
+BOUNDS = ("data loading", "host work", "launch overhead", "GPU compute", "copies", "communication", "synchronization")
 #: rows of the top-kernel and top-CPU-range tables before "other"
 TOP_N = 10
 #: the least predicted speed-up the opening line suggests: one printed as 1.00x is no advice
@@ -70,9 +80,11 @@ class Answer(msgspec.Struct, forbid_unknown_fields=True):
     bound_detail: str  #: e.g. the phase of the host work, the top CPU range or kernel in it
     shares_pct: dict[str, float] = {}  #: every bound's share of the critical path, %
     wait: Wait | None = None  #: the largest wait of the critical path, when >= WAIT_MIN_PCT of it
-    whatifs: dict[str, float] = {}  #: the top two optimizations by predicted speed-up (--opt all)
-    #: their speed-ups with the cross-stream waits that name no event held (report.WaitBound), where lower
+    whatifs: dict[str, float] = {}  #: the top two optimizations by predicted speed-up of the median step (the window's without steps; --opt all)
+    #: their traced window's speed-ups with the cross-stream waits that name no event held (report.WaitBound), where lower
     whatif_bounds: dict[str, float] = {}
+    #: the traced window's speed-up of each what-if with a bound (the range is the window's: whatif_bounds to this)
+    whatif_windows: dict[str, float] = {}
 
 
 class Summary(msgspec.Struct, forbid_unknown_fields=True):
@@ -96,25 +108,63 @@ def bound_shares(cp: CriticalPath) -> tuple[dict[str, int], dict[str, int]]:
         host_by_phase = {"all": cp.by_cause_ns.get("cpu", 0)}
     c = cp.by_cause_ns
     ns = {"data loading": data, "host work": c.get("cpu", 0) - data, "launch overhead": c.get("launch", 0),
-          "GPU compute": c.get("gpu_compute", 0), "communication": c.get("communication", 0), "synchronization": c.get("sync", 0)}
+          "GPU compute": c.get("gpu_compute", 0), "copies": c.get("copy", 0), "communication": c.get("communication", 0),
+          "synchronization": c.get("sync", 0)}
     return ns, host_by_phase
 
 
-def _bound(cp: CriticalPath) -> tuple[str, int, str]:
+def _bound(cp: CriticalPath, gpu_cause: dict[str, str] | None = None) -> tuple[str, int, str]:
     """(bound, its ns, detail): the largest part, host work compared phase by phase (a phase's
-    host work is one thing to fix; all host work together is not)."""
+    host work is one thing to fix; all host work together is not), named by its top contributor.
+
+    ``gpu_cause``: the critical-path cause of each GPU task name (``gpu_compute``, ``copy``,
+    ``communication``; :func:`gpu_causes`), so that GPU compute is named by a kernel, copies by a
+    copy and communication by a collective or peer-waiting kernel (without it, the top GPU name)."""
     ns, host = bound_shares(cp)
     cands = [(v, b, "") for b, v in ns.items() if b != "host work"]
     cands += [(v, "host work", f"in {p}") for p, v in host.items()]
     v, b, detail = max(cands, key=lambda x: (x[0], x[1]))
     if v <= 0:  # an empty critical path: no CUDA call or GPU task, so only host work is traced
         return "host work", 0, EMPTY_PATH
-    top = _top_name(cp.by_range_ns if b == "data loading" else cp.by_kernel_ns if b in ("GPU compute", "communication") else {})
-    if b == "host work" and detail == "in backward":  # the backward pass's host work: what the engine thread ran
-        top = next((_top_name(w.top) for w in cp.waits if w.engine), "")
+    top = ""
+    if b in ("data loading", "host work"):  # the deepest meaningful frame the host time ran in
+        phase = "data_loading" if b == "data loading" else detail[3:]
+        top = _top_name(cp.host_top_ns.get(phase, {}), frame=True)
+        if not top and b == "data loading":
+            top = _top_name(cp.by_range_ns)
+        if not top and phase == "backward":  # the backward pass's host work: what the engine thread ran
+            top = next((_top_name(w.top) for w in cp.waits if w.engine), "")
+    elif b in ("GPU compute", "copies", "communication"):
+        want = {"GPU compute": "gpu_compute", "copies": "copy", "communication": "communication"}[b]
+        top = _top_name({k: x for k, x in cp.by_kernel_ns.items() if gpu_cause is None or gpu_cause.get(k) == want})
     if top:
         detail = (detail + "; " if detail else "") + f"top: {top}"
     return b, v, detail
+
+
+def gpu_causes(graph: TaskGraph) -> dict[str, str]:
+    """The critical-path cause of the own time of each GPU task name of ``graph``: ``copy`` for
+    memory copies, ``communication`` for collective and peer-waiting kernels
+    (:func:`~daydream.simulate.critical_path.communication_mask`), else ``gpu_compute``; a name
+    with tasks of several causes takes the last of that order (names are few)."""
+    gpu = graph.node_kind != NODE_CPU
+    comm = communication_mask(graph)
+    code = np.where(graph.node_kind == Kind.MEMCPY, 2, np.where(comm, 1, 0))[gpu]
+    uniq, inv = unique_inverse(graph.name_id[gpu])
+    best = np.zeros(len(uniq), np.int64)
+    np.maximum.at(best, inv.reshape(-1), code)
+    words = ("gpu_compute", "communication", "copy")
+    return {graph.names[int(u)]: words[int(c)] for u, c in zip(uniq.tolist(), best.tolist())}
+
+
+#: a Python frame as Kineto names it: ``path/file.py(LINE): function``
+_FRAME_RE = re.compile(r"^(?:.*/)?([^/]+\.py)\((\d+)\): (.+)$", re.S)
+
+
+def frame_label(name: str) -> str:
+    """A Python frame as a person names it: ``function (file.py:LINE)`` (other names unchanged)."""
+    m = _FRAME_RE.match(name)
+    return f"{m.group(3)} ({m.group(1)}:{m.group(2)})" if m else name
 
 
 #: longest name the answer line quotes (the top tables give names whole up to their column; a
@@ -122,11 +172,13 @@ def _bound(cp: CriticalPath) -> tuple[str, int, str]:
 ANSWER_NAME_MAX = 80
 
 
-def _top_name(d: dict[str, int]) -> str:
+def _top_name(d: dict[str, int], frame: bool = False) -> str:
     rows = [(v, k) for k, v in d.items() if k not in ("other", NO_RANGE)]
     if not rows:
         return ""
     name = max(rows)[1]
+    if frame:
+        name = frame_label(name)
     return name if len(name) <= ANSWER_NAME_MAX else name[: ANSWER_NAME_MAX - len(CUT)] + CUT
 
 
@@ -143,10 +195,10 @@ def build_summary(graph: TaskGraph, tl: Timeline, rec: Timeline, cp: CriticalPat
     ``cp`` and that path's full breakdowns ``detail`` (:func:`~daydream.simulate.critical_path.critical_path`),
     the report's step and window rows."""
     worked = answer_steps(steps)
-    replayed = sorted(w.replayed_ns for w in worked)
-    step_ns = replayed[(len(replayed) - 1) // 2] if replayed else window.replayed_ns
+    replayed = [w.replayed_ns for w in worked]
+    step_ns = int(round(median(replayed))) if replayed else window.replayed_ns
     devices = device_utilization(graph, rec, graph.t0_ns, graph.t0_ns + window.measured_ns)
-    b, v, det = _bound(cp)
+    b, v, det = _bound(cp, gpu_causes(graph))
     ns, _ = bound_shares(cp)
     wait = cp.waits[0] if cp.waits and _pct(cp.waits[0].ns, cp.length_ns) >= WAIT_MIN_PCT else None
     ans = Answer(int(step_ns), len(replayed), max((d.busy_pct for d in devices), default=0.0), b, _pct(v, cp.length_ns), det,
@@ -252,13 +304,43 @@ def top_cpu_ranges(graph: TaskGraph, tl: Timeline, cp: CriticalPath, path_ns: di
     return rows
 
 
+def median(xs) -> float:
+    """The true median of ``xs`` (the mean of the two middle values of an even count; 0.0 when empty)."""
+    v = sorted(xs)
+    if not v:
+        return 0.0
+    h = len(v) // 2
+    return float(v[h]) if len(v) % 2 else (float(v[h - 1]) + float(v[h])) / 2.0
+
+
+def median_step_speedup(base_steps: list, pred_steps: list) -> float:
+    """The speed-up of the answer's median step: the true median of the replayed steps over the
+    true median of the same steps predicted (:func:`answer_steps`, paired by position); 0.0 when
+    the trace has no steps or the prediction's steps do not pair with them."""
+    if not base_steps or len(pred_steps) != len(base_steps):
+        return 0.0
+    kept = {id(w) for w in answer_steps(base_steps)}
+    pos = [i for i, w in enumerate(base_steps) if id(w) in kept]
+    before, after = median(base_steps[i].replayed_ns for i in pos), median(pred_steps[i].predicted_ns for i in pos)
+    return round(before / after, 4) if after > 0 else 0.0
+
+
+def answer_speedup(r) -> float:
+    """The speed-up a :class:`~daydream.report.report_model.Ranked` row is ranked and suggested by:
+    its median step's when the trace has steps, else its traced window's."""
+    return r.step_speedup if getattr(r, "step_speedup", 0.0) > 0 else r.speedup
+
+
 def answer_whatifs(summary: Summary, ranking: list) -> None:
     """Complete the answer with the top two optimizations of an ``--opt all`` ranking (in place),
-    those predicted at least :data:`WHATIF_MIN_SPEEDUP` times faster."""
-    summary.answer.whatifs = {r.name: r.speedup for r in ranking if r.predicted_ns >= 0 and r.speedup >= WHATIF_MIN_SPEEDUP}
-    summary.answer.whatifs = dict(list(summary.answer.whatifs.items())[:2])
+    those predicted at least :data:`WHATIF_MIN_SPEEDUP` times faster (:func:`answer_speedup`: the
+    median step's speed-up where the trace has steps)."""
+    rows = sorted((r for r in ranking if r.predicted_ns >= 0 and answer_speedup(r) >= WHATIF_MIN_SPEEDUP),
+                  key=lambda r: (-answer_speedup(r), r.name))
+    summary.answer.whatifs = {r.name: answer_speedup(r) for r in rows[:2]}
     summary.answer.whatif_bounds = {r.name: r.speedup_bound for r in ranking if r.name in summary.answer.whatifs
                                     and 0 < r.speedup_bound < r.speedup - 0.005}
+    summary.answer.whatif_windows = {r.name: r.speedup for r in rows[:2] if r.name in summary.answer.whatif_bounds}
 
 
 def change_summary(before: TaskGraph, after: TaskGraph) -> str:

@@ -8,13 +8,19 @@ GPU task a blocking call waited for. Following the binding constraint gives a ch
 that tiles ``[t0, end]``; each segment is charged to one cause:
 
 * ``cpu``: API calls and the CPU gaps between them (framework/Python work) — CPU-bound time;
-* ``gpu_compute``: kernels, copies, sets (not communication) and the GPU gaps ``G``;
-* ``communication``: NCCL/RCCL kernels and peer-to-peer copies;
+* ``gpu_compute``: kernels and sets (not communication) and the GPU gaps ``G``;
+* ``communication``: collective and peer-waiting kernels (NCCL/RCCL, DeepEP/NVSHMEM all-to-all:
+  :data:`daydream.mapping.rules.COMM_KERNEL_PATTERN`);
+* ``copy``: memory copies of every direction (host-to-device, device-to-host, device-to-device,
+  peer-to-peer): a copy is moved by a copy engine over PCIe/NVLink, and what speeds it up
+  (pinned memory, fewer or larger transfers, overlap) is not what speeds up a kernel;
 * ``launch``: launch latency ``L`` between a launching call and its GPU task;
 * ``sync``: the own cost of blocking calls after what they waited for had finished.
 """
 
 from __future__ import annotations
+
+import re
 
 import msgspec
 import numpy as np
@@ -23,14 +29,16 @@ from ..util.arrays import sorted_unique, unique_inverse
 from ..util import jit
 from ..events.table import CopyKind, Kind
 from ..graph.kernels import kernel_info
-from ..mapping.rules import PHASES, fold_by_op, nvtx_base_name
+from ..mapping.rules import PHASES, RANGE_RULES, RangeRule, fold_by_op, nvtx_base_name
 from ..graph.memo import cached, rules_key
 from ..graph import NODE_CPU, RULES, TaskGraph, rule_arrays
 from ..graph.edges import Origin
 from ..graph.range_timeline import NO_RANGE, RangeTimeline, range_timeline, split_by_range, thread_key
 from . import BOUND_BY_LANE, Timeline, critical_walk, with_bindings
 
-CAUSES = ("cpu", "gpu_compute", "communication", "launch", "sync")
+#: ``copy`` last: the compiled walk's codes (daydream.simulate.critical_walk) index the first four
+CAUSES = ("cpu", "gpu_compute", "communication", "launch", "sync", "copy")
+COPY = CAUSES.index("copy")
 OWN, GAP, EDGE = 0, 1, 2  #: what of a task a charged segment was (see _Charges)
 #: rows kept in the per-range and per-kernel breakdowns (the rest summed under "other")
 TOP_ROWS = 12
@@ -64,6 +72,10 @@ class CriticalPath(msgspec.Struct, forbid_unknown_fields=True):
     by_kernel_ns: dict[str, int] = {}
     #: where a thread on the path waited for another thread, the GPU or peers, largest first
     waits: list[Wait] = []
+    #: host time on the path per phase ("all" when unmapped) by the deepest meaningful frame it ran
+    #: in (:data:`FRAME_RULES`: the innermost user Python frame of a recorded python_function stack,
+    #: else the outermost framework op, else the innermost annotation), top :data:`FRAME_TOP` each
+    host_top_ns: dict[str, dict[str, int]] = {}
 
 
 def communication_mask(graph: TaskGraph) -> np.ndarray:
@@ -126,7 +138,9 @@ def critical_path(graph: TaskGraph, tl: Timeline, phase_names: list[str] | None 
     total = sum(acc.by_cause.values())
     path_a = np.asarray(path, dtype=np.int64)
     by_range, by_kernel, waits = attribute(graph, path_a, acc.parts, acc.end_waited, detail)
-    return path_a, CriticalPath(int(total), len(path), acc.by_cause, dict(sorted(acc.by_phase.items())), by_range, by_kernel, waits)
+    host_top = host_by_frame(graph, acc.parts, phase_names, phase, gap_phase if gap_phase is not None else phase)
+    return path_a, CriticalPath(int(total), len(path), acc.by_cause, dict(sorted(acc.by_phase.items())), by_range, by_kernel, waits,
+                                host_top)
 
 
 def _int_bincount(idx: np.ndarray, w: np.ndarray, size: int) -> np.ndarray:
@@ -217,13 +231,14 @@ class _Walk:
         self.gap = graph.gap_ns.tolist()
         self.is_cpu = graph.is_cpu.tolist()
         self.comm = communication_mask(graph).tolist()
+        self.copy = (graph.node_kind == Kind.MEMCPY).tolist()
         self.t0 = int(graph.t0_ns)
         self.bs, self.bb, self.be = bs, bb, be
         self.lane_prev_run = _lane_predecessor_in_run(graph, tl) if (np.asarray(bs) == BOUND_BY_LANE).any() else None
         self.charge = charge
 
     def _own(self, v: int) -> str:
-        return "cpu" if self.is_cpu[v] else ("communication" if self.comm[v] else "gpu_compute")
+        return "cpu" if self.is_cpu[v] else "copy" if self.copy[v] else ("communication" if self.comm[v] else "gpu_compute")
 
     def _follow(self, e: int) -> tuple[int, int, bool]:
         """(source, its anchor time, entered at its start) of edge e."""
@@ -288,9 +303,24 @@ def _compiled_walk(graph: TaskGraph, tl: Timeline, v: int, acc: _Charges) -> np.
     if out is None:
         return None
     path, parts, cause, gap, ew = out
+    cause = own_copy_cause(graph, parts, cause)
     acc.add_all(parts, cause, gap)
     acc.end_waited = ew
     return path
+
+
+def own_copy_cause(graph: TaskGraph, parts: np.ndarray, cause: np.ndarray) -> np.ndarray:
+    """``cause`` (k,) int8 codes into CAUSES of the charges ``parts`` (k, 3) with a copy's own time
+    (part OWN of a MEMCPY node, which the compiled walk charges as GPU compute or communication)
+    recoded ``copy``, as the Python walk charges it."""
+    if not len(parts):
+        return cause
+    own_copy = (parts[:, 2] == OWN) & (graph.node_kind[parts[:, 0]] == Kind.MEMCPY)
+    if not own_copy.any():
+        return cause
+    out = np.array(cause, np.int8, copy=True)
+    out[own_copy] = COPY
+    return out
 
 
 def _walk_edges(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -376,6 +406,75 @@ def _top(names: list[str], ns: np.ndarray, n: int = TOP_ROWS) -> dict[str, int]:
     if rest:
         out["other"] = out.get("other", 0) + rest
     return out
+
+
+#: A Python frame of a python_function stack (Kineto ``with_stack``: ``path/file.py(LINE): func``).
+PY_FRAME_PATTERN = r"^[^<\s][^\s]*\.py\(\d+\): "
+#: Frames and ranges that are never what a person would name: the profiler's own ranges, built-in
+#: methods, code without a file (``<string>(1): <module>``: an ``exec``, ``<frozen ...>``), and
+#: frames of installed libraries and the standard library (site-/dist-packages, ``torch/``, ``lib/pythonX``),
+#: and PyTorch's protocol hooks (``__torch_function__``, ``__torch_dispatch__``: the frame is the
+#: dispatcher's way into the op, not what the code does).
+NOT_A_FRAME_PATTERN = (r"^ProfilerStep#|^<built-in |^built-in method |^PyTorch Profiler|^<string>\(|^<frozen |^<\w+>"
+                       r"|(?:site|dist)-packages/|(?:^|/)torch/|(?:^|/)lib/python\d|^\S*threading\.py\("
+                       r"|\): __torch_(?:function|dispatch)__$")
+#: The rules naming the frame host time is charged to in :attr:`CriticalPath.host_top_ns` (the bound's
+#: top contributor): a user Python frame when the trace recorded python_function stacks (the
+#: innermost: the deepest code the user wrote), else :data:`~daydream.mapping.rules.RANGE_RULES`
+#: (data loading, optimizer scope, the outermost framework op, the innermost annotation).
+FRAME_RULES = (RangeRule(NOT_A_FRAME_PATTERN, None), RangeRule(PY_FRAME_PATTERN, 60, False), *RANGE_RULES[1:])
+#: frames kept per phase in :attr:`CriticalPath.host_top_ns`
+FRAME_TOP = 3
+_FRAMES_CACHE: dict[int, tuple[object, RangeTimeline]] = {}
+
+
+def frames_of(graph: TaskGraph) -> RangeTimeline:
+    """:func:`~daydream.graph.range_timeline.range_timeline` of ``graph`` under :data:`FRAME_RULES`,
+    once per set of CPU ranges (:func:`ranges_of` when no range is a user Python frame)."""
+    cr = graph.cpu_ranges
+    hit = _FRAMES_CACHE.get(id(cr))
+    if hit is not None and hit[0] is cr:
+        return hit[1]
+    rx = re.compile(PY_FRAME_PATTERN)
+    skip = re.compile(NOT_A_FRAME_PATTERN)
+    ids = sorted_unique(cr.name_id).tolist() if cr is not None and len(cr.pid) else []
+    frames = any(rx.search(graph.names[i]) and not skip.search(graph.names[i]) for i in ids)  # distinct names
+    rt = range_timeline(graph, FRAME_RULES) if frames else ranges_of(graph)
+    if len(_FRAMES_CACHE) >= 8:
+        _FRAMES_CACHE.clear()
+    _FRAMES_CACHE[id(cr)] = (cr, rt)
+    return rt
+
+
+def host_by_frame(graph: TaskGraph, parts, phase_names, phase, gap_phase) -> dict[str, dict[str, int]]:
+    """Host time of the charges ``parts`` ((node, ns, OWN / GAP / EDGE) each) per phase (its gap
+    phase for a GAP charge; "all" without phases), split over the frames of :func:`frames_of`
+    (emit_nvtx calls summed per op), top :data:`FRAME_TOP` per phase (no "(no range)" and no "other")."""
+    p = np.asarray(parts, np.int64).reshape(-1, 3)
+    host = graph.is_cpu[p[:, 0]] & (p[:, 2] != EDGE) if len(p) else np.zeros(0, bool)
+    if not host.any():
+        return {}
+    v, ns, part = p[host, 0], p[host, 1], p[host, 2]
+    rt = frames_of(graph)
+    a, b = host_intervals(graph, v, part)
+    qi, lab, share = split_by_range(rt, node_thread_key(graph)[v], a, b, ns)
+    if phase_names is not None and phase is not None:
+        code = np.where(part == GAP, np.asarray(gap_phase, np.int64)[v], np.asarray(phase, np.int64)[v])[qi]
+    else:
+        code, phase_names = np.zeros(len(qi), np.int64), ["all"]
+    names = [NO_RANGE, *rt.labels]
+    out: dict[str, dict[str, int]] = {}
+    for c in sorted_unique(code).tolist():  # phases are few
+        m = (code == c) & (lab >= 0)
+        if not m.any():
+            continue
+        folded, tot = fold_by_op(names, np.bincount(lab[m] + 1, weights=share[m], minlength=len(names)))
+        top = _top(folded, tot, FRAME_TOP)
+        top.pop("other", None)
+        top.pop(NO_RANGE, None)
+        if top:
+            out[phase_names[c]] = top
+    return dict(sorted(out.items()))
 
 
 def thread_label(graph: TaskGraph, lane: int) -> str:

@@ -1,0 +1,128 @@
+"""The peers' tables (:mod:`daydream.report.tables`) as text (the top rows, at most 100 columns)
+and as CSV files (every row; ``--csv DIR``)."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import msgspec
+
+from ..report.tables import ApiRow, CommRow, KernelRow, OpRow, Tables
+from ..util.display import CUT, terminal_text
+
+#: rows of each table in the text report (all of them are in --json and --csv)
+TOP_ROWS = 8
+#: the widest line the text tables print
+WIDTH = 100
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+def _us(ns: int) -> str:
+    return f"{ns / 1e3:,.1f}"
+
+
+def _name(s: str, width: int) -> str:
+    s = terminal_text(s)
+    return s if len(s) <= width else s[: width - len(CUT)] + CUT
+
+
+def _line(name: str, width: int, cells: list[tuple[str, int]]) -> str:
+    return "  " + f"{_name(name, width):<{width}}" + "".join(f"{c:>{w}}" for c, w in cells)
+
+
+def _more(n: int, what: str) -> list[str]:
+    return [f"  ... {n - TOP_ROWS:,} more {what} (--json, --csv)"] if n > TOP_ROWS else []
+
+
+def kernels_text(rows: list[KernelRow]) -> list[str]:
+    if not rows:
+        return []
+    w = 35  # 2 + 35 + 48 + 2 + 13 columns: WIDTH
+    cols = [("calls", 7), ("total ms", 10), ("mean us", 9), ("min us", 8), ("max us", 8), ("GPU %", 6)]
+    out = ["top GPU tasks [launching op] (measured)", _line("name [op]", w, cols) + "  class"]
+    for k in rows[:TOP_ROWS]:
+        op = _name(k.op, 16)
+        out.append(_line(f"{_name(k.name, w - len(op) - 4)} [{op}]", w, [(f"{k.calls:,}", 7), (_ms(k.total_ns), 10), (_us(k.mean_ns), 9), (_us(k.min_ns), 8),
+                                                   (_us(k.max_ns), 8), (f"{k.gpu_pct:.1f}", 6)]) + "  " + k.cls[:13])
+    return out + _more(len(rows), "rows")
+
+
+def ops_text(rows: list[OpRow]) -> list[str]:
+    if not rows:
+        return []
+    w = 44
+    cols = [("calls", 8), ("CPU ms", 11), ("self ms", 11), ("GPU ms", 11), ("launches", 10)]
+    out = ["top framework ops by CPU time (measured; GPU: time of the tasks they launched)", _line("op", w, cols)]
+    for o in rows[:TOP_ROWS]:
+        out.append(_line(o.name, w, [(f"{o.calls:,}", 8), (_ms(o.cpu_total_ns), 11), (_ms(o.cpu_self_ns), 11), (_ms(o.gpu_ns), 11),
+                                     (f"{o.launches:,}", 10)]))
+    return out + _more(len(rows), "ops")
+
+
+def api_text(rows: list[ApiRow]) -> list[str]:
+    if not rows:
+        return []
+    w = 36
+    cols = [("calls", 9), ("total ms", 11), ("mean us", 10), ("min us", 10), ("max us", 11), ("%", 7)]
+    out = ["CUDA API calls (measured)", _line("call", w, cols)]
+    for a in rows[:TOP_ROWS]:
+        out.append(_line(a.name, w, [(f"{a.calls:,}", 9), (_ms(a.total_ns), 11), (_us(a.mean_ns), 10), (_us(a.min_ns), 10),
+                                     (_us(a.max_ns), 11), (f"{a.pct:.1f}", 7)]))
+    return out + _more(len(rows), "calls")
+
+
+def comm_text(rows: list[CommRow]) -> list[str]:
+    if not rows:
+        return []
+    w = 16
+    cols = [("size MiB", 11), ("count", 8), ("total ms", 11), ("busbw GB/s", 12), ("overlap %", 11)]
+    out = ["collectives by kind and size (measured; overlap: with compute on the same GPU)", _line("kind", w, cols)]
+    for c in rows[:TOP_ROWS]:
+        size = f"{c.size_bytes / 2**20:,.2f}" if c.size_bytes >= 0 else "unknown"
+        bw = f"{c.busbw_median_gbps:,.2f}" if c.busbw_median_gbps is not None else "-"
+        out.append(_line(c.op, w, [(size, 11), (f"{c.count:,}", 8), (_ms(c.total_ns), 11), (bw, 12), (f"{c.overlap_pct:.1f}", 11)]))
+    return out + _more(len(rows), "rows")
+
+
+def tables_text(t: Tables | None) -> list[list[str]]:
+    """The text tables, one section each (empty ones left out)."""
+    if t is None:
+        return []
+    return [s for s in (kernels_text(t.kernels), ops_text(t.ops), api_text(t.cuda_api), comm_text(t.communication)) if s]
+
+
+def _cell(v):
+    """A CSV cell: None empty; a text that a spreadsheet would run as a formula (``=``, ``+``, ``-``,
+    ``@`` first: a name from the trace is untrusted) kept as text by a leading apostrophe."""
+    if v is None:
+        return ""
+    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + v
+    return v
+
+
+#: file name of each table under --csv DIR, and the rows' struct
+CSV_FILES = {"kernels.csv": ("kernels", KernelRow), "ops.csv": ("ops", OpRow), "cuda_api.csv": ("cuda_api", ApiRow),
+             "communication.csv": ("communication", CommRow)}
+
+
+def write_csv(t: Tables, folder: str) -> list[str]:
+    """Every row of each table as ``folder/NAME.csv`` (one header line: the struct's field names;
+    times in ns as in --json); the paths written. Names are written as the trace has them (CSV
+    quoting), so a spreadsheet reads them whole."""
+    os.makedirs(folder, exist_ok=True)
+    out = []
+    for fname, (attr, struct) in CSV_FILES.items():
+        fields = [f.name for f in msgspec.structs.fields(struct)]
+        path = os.path.join(folder, fname)
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(fields)
+            for row in getattr(t, attr):
+                w.writerow([_cell(getattr(row, k)) for k in fields])
+        out.append(path)
+    return out
