@@ -202,7 +202,8 @@ def _short_report_checks(text: str) -> None:
     assert max(map(len, lines)) <= WIDTH, max(lines, key=len)
     before = lines.index("") if "" in lines else len(lines)
     assert before <= ANSWER_MAX_LINES
-    assert any(x.startswith("answer: ") for x in lines[:3])
+    head = next(i for i, x in enumerate(lines) if not x.startswith("    ") and i > 0)  # the file line, wrapped
+    assert lines[head].startswith("answer: "), lines[: head + 1]
 
 
 def test_one_screen_on_the_fixture():

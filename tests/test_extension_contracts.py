@@ -63,7 +63,7 @@ def test_an_optimization_is_one_module(tmp_path):
     root = _copy_package(tmp_path)
     (root / "daydream" / "optimizations" / "toy_whatif.py").write_text(TOY_OPT)
     r = _run(root, "import sys; from daydream.cli import main; "
-                   f"sys.exit(main([{str(FIXTURE)!r}, '--opt', 'toy-whatif:factor=0.5']))")
+                   f"sys.exit(main([{str(FIXTURE)!r}, '--details', '--opt', 'toy-whatif:factor=0.5']))")
     assert r.returncode == 0, r.stderr
     assert "toy-whatif" in r.stdout and "kernels scaled" in r.stdout
     listed = _run(root, "from daydream.cli import main; main(['--list-opts'])")

@@ -280,7 +280,7 @@ def prediction_section(p: Prediction, trust: Trust | None = None) -> list[str]:
         "  prediction: " + " + ".join(_spec(o.name, o.params) for o in p.optimizations) + _unreliable(trust),
         *(line for o in p.optimizations for line in (f"    {o.name}: {o.note}", *([f"      changed: {o.changed}"] if o.changed else []))),
         *([_bound_line(p.wait_bound)] if p.wait_bound is not None else []),
-        *prediction_memory_lines(p),
+        *(w for line in prediction_memory_lines(p) for w in wrap(line.strip(), "    ", "      ")),
         *_table(PREDICTION_COLS, [p.window, *p.processes, *p.steps], rule=True),
         *critical_path_section("critical path of the prediction", p.critical_path),
     ]
@@ -310,6 +310,7 @@ def ranking_section(r: Report) -> list[str]:
             low = f" (>= {k.speedup_bound:.3f}x window with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
             num = f"{i:>3}." if k in helps else "   -"
             out.append(f"  {num} {k.name:<16}{k.step_speedup:>8.3f}x step, window {k.speedup:.3f}x {_ms(k.predicted_ns)} ms{low}  {k.note}")
+            out += [f"         memory: {k.memory}"] if k.memory else []
         elif k.predicted_ns >= 0:
             low = f" (>= {k.speedup_bound:.3f}x with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
             num = f"{i:>3}." if k in helps else "   -"
@@ -559,7 +560,8 @@ def asked_lines(r: Report) -> list[str]:
 
 
 def answer_section(r: Report) -> list[str]:
-    return answer_lines(r) + (memory_answer_lines(r) if r.summary is not None else [])
+    mem = memory_answer_lines(r) if r.summary is not None else []
+    return answer_lines(r) + [w for line in mem for w in wrap(line.strip(), "  ", "    ")]
 
 
 TOP_COLS = [
