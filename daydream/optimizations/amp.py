@@ -216,6 +216,7 @@ def _apply_library(graph, p, gpu):
     now[d.nodes] = prec_now
     now = np.where(now == "", KM.path_overrides(graph), now)  # the factor model's paths ("half", "tf32")
     is_low = np.isin(now, ("half", "fp16", "bf16"))
+    c32, ctf = c32 & ~np.isin(now, ("tf32",)), ctf | ((c32 | ctf) & (now == "tf32"))  # gpu-upgrade's TF32 convolutions
     comp = (c32 | ctf) & low & ~is_low
     memk = mem & low & ~is_low
     fp32_kept = int((mem & ~low).sum())

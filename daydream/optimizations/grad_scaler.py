@@ -9,7 +9,9 @@ Precision examples", "Typical Mixed Precision Training"; ``torch/amp/grad_scaler
 has fp32's exponent range and needs no loss scaling (same documentation: GradScaler is for fp16).
 
 Placement (:func:`insert_scaler`): the optimizer step's kernels on a stream form runs (consecutive
-in stream order); per run, the unscale kernel goes right before the run's first kernel, after the
+in stream order); where the trace has ``ProfilerStep#N`` ranges, each step's last run is its
+``optimizer.step()`` (``zero_grad``'s fills, also mapped to the optimizer, come before the
+backward pass), else every run is one. Per run, the unscale kernel goes right before the run's first kernel, after the
 stream's kernel before it, launched right after that kernel's launching call, and the update
 kernel right after the run's last kernel, launched right after its call. Whatever waited for the
 anchor kernel (blocking calls, cross-stream consumers) also waits for the new kernel, as
@@ -65,6 +67,15 @@ def insert_scaler(graph, g, opt: np.ndarray, spec: Spec, grad_bytes: float, call
     """``g`` with GradScaler's two kernels per optimizer run (module docstring) and a note; ``graph``
     (same nodes as ``g``) gives the runs. ``call_ns``: each launch call's duration."""
     before, first, last = optimizer_runs(graph, opt)
+    steps = graph.facts.steps if graph.facts is not None else ()
+    if steps and len(first):  # one scaler step per ProfilerStep: its last run (zero_grad's fills come before the backward)
+        lo = np.array([st[1] for st in steps], np.int64)
+        hi = np.array([st[2] for st in steps], np.int64)
+        at = graph.position_ns[first]
+        step = np.searchsorted(lo, at, side="right") - 1
+        inside = (step >= 0) & (at <= hi[np.maximum(step, 0)])
+        keep = inside & np.r_[step[1:] != step[:-1], True]
+        before, first, last = before[keep], first[keep], last[keep]
     ok = (before >= 0) & (graph.launch[np.maximum(before, 0)] >= 0) & (graph.launch[last] >= 0)
     if not ok.any():
         return g, "fp16 loss scaling not placed (no optimizer kernel with a launched kernel before it)"
