@@ -50,6 +50,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..events.table import EventTable, Kind
+from ..formats.launch_data import make_key
 from . import NODE_CPU
 from ..mapping.rules import NAME_PREFIX  # names are classified on this bounded prefix
 from .memo import cached
@@ -289,8 +290,6 @@ def refine_by_op(names: Sequence[str], ops: Sequence[str]) -> tuple[np.ndarray, 
 def _launch_ops(graph, nodes: np.ndarray) -> list[str]:
     """The launching op's name of each of ``nodes`` (GPU tasks), "" where the trace records none
     (``graph.facts.launch``: its op by (device, correlation))."""
-    from ..formats.launch_data import make_key
-
     data = graph.facts.launch if getattr(graph, "facts", None) is not None else None
     if data is None or not len(data) or len(getattr(data, "op", ())) != len(data):
         return [""] * len(nodes)

@@ -190,8 +190,6 @@ def _apply_library(graph, p, gpu):
     range; 16-bit compute kernels it cannot describe (no op shapes) by the per-GPU path factors
     (:func:`_path_factor`, above the kernel floor); then the time effects autocast adds (weight
     casts; for fp16, GradScaler's kernels). Returns (graph, note)."""
-    from ..costmodel.kernel_model import work_item_grid
-
     info = K.kernel_info(graph)
     c32, ctf, mem, already, share = _targets(graph, info)
     if share > HALF_SHARE:
@@ -208,7 +206,7 @@ def _apply_library(graph, p, gpu):
         opt |= kern & ph
     low, how = autocast_precision(graph, info, row, opt)
     spec = from_table(gpu)
-    d = KC.describe(graph, spec, row, work_item_grid(graph))
+    d = KC.describe(graph, spec, row, KM.work_item_grid(graph))
     described = np.zeros(graph.n, bool)
     described[d.nodes] = True
     _, _, _, prec_now, _ = KC.anchors(graph, d.nodes, graph.dur_ns[d.nodes], spec)
@@ -404,6 +402,10 @@ def _apply(graph, p):
         _check_model_params(p, "paper")
         return _apply_paper(graph, p)
     gpu, traced = source_gpu(graph, p["gpu"])
+    if p["dtype"] == "fp32" and p["model"] != "library":
+        raise UsageError("--opt amp: dtype=fp32 (autocast off, the identity) is read by amp:model=library only")
+    if gpu is None and p["dtype"] == "fp32":  # autocast off: nothing changes, on any GPU
+        return graph, "dtype=fp32: autocast off, every kernel at the precision it runs at (the identity)"
     if gpu is None:
         g, note = _apply_paper(graph, p)
         return g, note + " (paper model: the GPU is not in the table" + (f": {traced!r}" if traced else "") + "; give amp:gpu=NAME)"

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..costmodel.kernel_model import path_overrides
 from ..costmodel.kernel_time import Prediction, floor_ns, predict_cross, predict_model
 from ..costmodel.specs import Spec
 from ..costmodel.work import Kernels
@@ -157,8 +158,6 @@ def anchors(graph, nodes: np.ndarray, t_now: np.ndarray, gpu_now: Spec) -> tuple
     (:class:`~daydream.graph.TaskGraph`); a node not anchored yet is anchored on ``t_now`` on
     ``gpu_now`` at the precision an earlier what-if's per-kernel rule gave it
     (``TaskGraph.path_rows``: "half" is 16-bit, "tf32" TF32), else as recorded."""
-    from ..costmodel.kernel_model import path_overrides
-
     k = len(nodes)
     t0 = np.asarray(t_now, np.float64).copy()
     gpu0 = np.full(k, gpu_now, dtype=object)
