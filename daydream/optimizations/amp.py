@@ -414,6 +414,8 @@ def _apply(graph, p):
         raise NotApplicable(f"the {gpu.name} has no TF32 Tensor Cores, so its fp32 GEMMs cannot have run as TF32; give amp:tf32=off "
                             "(or auto)")
     if p["model"] == "library":
+        # time only; amp's memory effect (activations halved) plugs in here as its own function on
+        # the returned graph, e.g. ``g, note = _apply_library(...); return _memory_effect(g, note, p)``
         return _apply_library(graph, _with_dtype(p, gpu), gpu)
     if p["dtype"] == "fp32":
         raise UsageError("--opt amp: dtype=fp32 (autocast off, the identity) is read by amp:model=library only")
