@@ -55,6 +55,10 @@ def trace(device="NVIDIA A100-SXM4-40GB", names=(SGEMM, TF32, HGEMM, ADD, LN)):
 
 
 def run(g, spec):
+    """The per-GPU factor model's tests: ``amp`` without a model is ``amp:model=gpu`` here (the
+    library model, the default, is tested in test_amp_library.py)."""
+    if spec.startswith("amp") and "model=" not in spec:
+        spec = "amp:model=gpu" + ("," + spec.split(":", 1)[1] if ":" in spec else "")
     opt, p = parse_spec(spec)
     g2, note = opt.apply(g, p)
     return g2, note

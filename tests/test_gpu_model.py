@@ -419,10 +419,10 @@ def test_tf32_convolutions_compose_with_amp_once():
     TF32 is opt-in)."""
     g, k = sgemm_and_conv_on_v100()
     g1, _, _ = run(g, "gpu-upgrade:target=A100 40GB SXM")
-    g2, _, note = run(g1, "amp:casts=off,floor_ns=0")
+    g2, _, note = run(g1, "amp:model=gpu,casts=off,floor_ns=0")
     assert "1 fp32 CUDA-core compute kernels x0.125, 1 TF32 x0.5" in note
     assert g2.dur_ns[k[1]] == round(g1.dur_ns[k[1]] * 0.5)
-    h1, _, _ = run(g, "amp:casts=off")
+    h1, _, _ = run(g, "amp:model=gpu,casts=off")
     _, _, note2 = run(h1, "gpu-upgrade:target=A100 40GB SXM")
     assert "TF32 Tensor Cores" not in note2
     _, _, note3 = run(g, "gpu-upgrade:target=MI300X")

@@ -432,7 +432,7 @@ def test_every_optimization_on_every_real_trace(real_graphs):
 
 def test_identity_parameters_replay_exactly_on_real_traces(real_graphs):
     for trace, (g, base) in real_graphs.items():
-        specs = ["amp:model=paper,compute_factor=1,memory_factor=1,tf32_factor=1", "fusion:max_chain=1",
+        specs = ["amp:model=paper,compute_factor=1,memory_factor=1,tf32_factor=1", "amp:dtype=fp32", "fusion:max_chain=1",
                  "reconbn:fw_factor=1,bw_factor=1,fuse_relu=0"]
         dev = g.table.meta.devices
         src = gpu_of_device(dev[0]) if dev else None

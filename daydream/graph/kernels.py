@@ -50,6 +50,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..events.table import EventTable, Kind
+from ..formats.launch_data import make_key
 from . import NODE_CPU
 from ..mapping.rules import NAME_PREFIX, PEER_KERNEL_PATTERN  # names are classified on this bounded prefix
 from .memo import cached
@@ -105,6 +106,12 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
     KernelRule(r"^triton_(?:per|red)_fused\w*(?:layer_norm|batch_norm|group_norm|rms_?norm)", "normalization", _M),
     KernelRule(r"^triton_(?:per|red)_", "reduction", _M),
     KernelRule(r"^triton_poi_", "elementwise", _M),
+    # PyTorch 2.0's Inductor named every kernel ``triton__`` + its argument specialization
+    # (``triton__0d1d2d3``): no kind in the name. Inductor generates Triton for pointwise and
+    # reduction code only (GEMMs and convolutions go to cuBLAS/cuDNN unless autotuned templates,
+    # named ``triton_tem_``/``triton_mm`` from 2.1), so such a kernel is memory-bound; its class is
+    # refined from its launching op where the trace records one (:func:`refine_by_op`).
+    KernelRule(r"^triton__\d", "elementwise", _M, "PyTorch 2.0 Inductor kernel (kind from the launching op)"),
     # --- specific helpers whose names mention other classes' words ("flash", "conv", "norm")
     KernelRule(r"(?i)reshape_and_cache|page_indices|nchwToNhwc|nhwcToNchw|im2col|col2im", "copy", _M,
                "KV-cache writes and layout transforms"),
@@ -253,6 +260,47 @@ def kernel_info(graph) -> KernelInfo:
     return cached(graph, "kernel_info", lambda: _kernel_info(graph))
 
 
+#: Kernel names that carry no kind (PyTorch 2.0 Inductor, ``triton__0d1d2d``): classified by their
+#: launching op's name (:data:`OP_CLASS_RULES`).
+NAMELESS_KIND = re.compile(r"^triton__\d")
+#: Launching-op name -> class for :data:`NAMELESS_KIND` kernels, first match wins (ATen op names;
+#: Inductor's CPU-side op for a fused kernel is the graph region, which gives no class: elementwise).
+OP_CLASS_RULES: tuple[tuple[str, str, str], ...] = (
+    (r"(?i)(?<![a-z])(?:mm|addmm|bmm|baddbmm|matmul|linear|conv\w*|_convolution\w*)(?![a-z])", "gemm", _C),
+    (r"(?i)softmax", "softmax_attention", _M),
+    (r"(?i)norm", "normalization", _M),
+    (r"(?i)(?<![a-z])(?:sum|mean|amax|amin|max|min|prod|var|std|cumsum|argmax|argmin|logsumexp|nll_loss\w*|cross_entropy\w*)"
+     r"(?![a-z])", "reduction", _M),
+)
+_OP_RX = tuple((re.compile(p), CLASS_CODE[c], BOUND_CODE[b]) for p, c, b in OP_CLASS_RULES)
+
+
+def refine_by_op(names: Sequence[str], ops: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(class codes, bound codes) (uint8, one per name) of kernels named without their kind
+    (:data:`NAMELESS_KIND`) from their launching op's name ``ops`` ("" none: elementwise, the
+    name rule's default); other names by :data:`KERNEL_RULES`."""
+    cls = np.empty(len(names), np.uint8)
+    bound = np.empty(len(names), np.uint8)
+    for i, (s, op) in enumerate(zip(names, ops)):
+        c, b, _ = _classify(str(s)[:NAME_PREFIX])
+        if NAMELESS_KIND.search(str(s)) and op:
+            c, b = next(((c2, b2) for rx, c2, b2 in _OP_RX if rx.search(str(op).removeprefix("aten::"))), (c, b))
+        cls[i], bound[i] = c, b
+    return cls, bound
+
+
+def _launch_ops(graph, nodes: np.ndarray) -> list[str]:
+    """The launching op's name of each of ``nodes`` (GPU tasks), "" where the trace records none
+    (``graph.facts.launch``: its op by (device, correlation))."""
+    data = graph.facts.launch if getattr(graph, "facts", None) is not None else None
+    if data is None or not len(data) or len(getattr(data, "op", ())) != len(data):
+        return [""] * len(nodes)
+    key = make_key(graph.device[nodes], graph.correlation[nodes])
+    pos = np.searchsorted(data.key, key).clip(0, len(data) - 1)
+    hit = (data.key[pos] == key) & (graph.correlation[nodes] >= 0)
+    return [str(data.op[p]) if h else "" for p, h in zip(pos.tolist(), hit.tolist())]
+
+
 def _kernel_info(graph) -> KernelInfo:
     n = graph.n
     cls = np.full(n, NONE, dtype=np.uint8)
@@ -267,6 +315,11 @@ def _kernel_info(graph) -> KernelInfo:
         c, b, p = classify_names([graph.names[int(k) // 8] for k in uniq], uniq % 8)
         inv = inv.reshape(-1)
         cls[gpu], bound[gpu], prec[gpu] = c[inv], b[inv], p[inv]
+        nameless = np.array([bool(NAMELESS_KIND.search(graph.names[int(k) // 8])) for k in uniq], bool)
+        if nameless.any():  # PyTorch 2.0 Triton kernels: the class from the launching op (few kernels: a loop over them)
+            idx = np.nonzero(gpu)[0][nameless[inv]]
+            c2, b2 = refine_by_op([graph.names[int(i)] for i in graph.name_id[idx]], _launch_ops(graph, idx))
+            cls[idx], bound[idx] = c2, b2
     return KernelInfo(cls, bound, prec)
 
 

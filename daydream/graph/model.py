@@ -115,6 +115,14 @@ class TaskGraph:
     #: object). A prediction replays the graph with each end (``daydream.analysis``). Kept by
     #: every transformation (rows are stable identities).
     dur_range: tuple = ()
+    #: what each kernel the kernel-cost library re-timed is anchored on
+    #: (:func:`daydream.optimizations.kernel_cost.retime`): (table rows, int64 sorted; measured ns
+    #: before the first re-time, float64; the GPU that time was measured on (``costmodel.specs.Spec``,
+    #: object); the precision it runs at now ("" as recorded, else fp16/bf16/tf32/fp32, object); the
+    #: library's point for it now, ns, float64). Every re-time predicts from the anchor, so
+    #: ``gpu-upgrade`` and ``amp`` compose in either order to one prediction. Kept by every
+    #: transformation (rows are stable identities).
+    cost_anchor: tuple = ()
     #: host time a what-if scaled, in the order applied: (mask over ``cpu_ranges`` of the ranges
     #: whose host time was scaled, or None for all host time; factor). Recorded instants inside a
     #: changed CPU gap (range and ProfilerStep boundaries, :func:`daydream.simulate.carry.boundaries`) move

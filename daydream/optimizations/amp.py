@@ -45,9 +45,12 @@ from ..costmodel.gpus import find_gpu
 from ..transform import name_mask, scale, set_duration
 from . import Optimization, Param, register
 from ..costmodel import kernel_model as KM
-from .common import mapped_phase
 from .common import mapped_phase, median_launch_ns
 from .gpu_upgrade import source_gpu
+from . import kernel_cost as KC
+from .autocast import AUTOCAST_FP32_KERNELS, AUTOCAST_FP32_OPS, AUTOCAST_LOW_OPS, AUTOCAST_PYTORCH_VERSION, autocast_precision
+from .grad_scaler import insert_scaler
+from ..costmodel.specs import from_table
 
 
 #: A trace whose compute-bound kernel time (of known precision) is more than this share fp16/bf16/
@@ -104,42 +107,6 @@ def _apply_paper(graph, p):
     return g, note
 
 
-#: Ops autocast keeps in fp32 (``torch.amp.autocast_mode`` CUDA "fp32" list, PyTorch 2.x docs "Autocast
-#: Op Reference": softmax, log_softmax, layer_norm, group_norm, norms, losses, exp/log/pow, sum/prod/
-#: cumsum, ...) and ops it runs in 16-bit ("lower precision" list: matmul, mm, addmm, bmm, linear,
-#: conv*, baddbmm, addbmm, prelu, scaled_dot_product_attention, ...). At kernel level: these kernel
-#: classes stay fp32 under autocast, so their bytes do not halve.
-AUTOCAST_PYTORCH_VERSION = "2.4"
-AUTOCAST_FP32_OPS: tuple[str, ...] = (
-    "softmax", "log_softmax", "layer_norm", "group_norm", "norm", "frobenius_norm", "nuclear_norm", "cosine_similarity",
-    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss",
-    "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
-    "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp", "exp", "log",
-    "log10", "log2", "log1p", "pow", "reciprocal", "rsqrt", "sinh", "tan", "acos", "asin", "cosh", "erfinv", "prod",
-    "cumprod", "cumsum", "sum",
-)
-AUTOCAST_LOW_OPS: tuple[str, ...] = (
-    "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linear", "addbmm", "baddbmm", "bmm",
-    "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell",
-    "rnn_relu_cell", "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
-    # the backend ops a convolution ends in (autocast casts at conv2d/_convolution; the kernel's
-    # innermost recorded op is the backend's)
-    "cudnn_convolution", "miopen_convolution", "cudnn_convolution_transpose",
-)
-#: Kernels of the ops on autocast's fp32 list (:data:`AUTOCAST_FP32_OPS`), by the names ATen,
-#: cuDNN and Triton give them: layer/group norm (incl. their statistics and backward kernels),
-#: softmax/log_softmax, losses, sum/prod/cumsum/norm/logsumexp reductions, and the fp32-list
-#: elementwise functions (exp, log, pow, reciprocal, rsqrt, ...). Their inputs are cast to fp32 and
-#: they read and write fp32: their bytes do not halve. Ops on neither list run in their inputs'
-#: type, 16-bit after a 16-bit GEMM or convolution: batch norm (``bn_fw``/``bn_bw``,
-#: ``batch_norm``), pooling, mean/max reductions and plain elementwise kernels halve.
-AUTOCAST_FP32_KERNELS = (
-    r"(?i)layer_?norm|group_?norm|RowwiseMoments|GammaBetaBackward|ComputeInternalGradients|ComputeFusedParams"
-    r"|softmax|_nll|nll_|NLLCriterion|cross_entropy|mse_(?:loss|kernel|backward)|l1_loss|smooth_l1|huber"
-    r"|binary_cross_entropy|kl_div|sum_functor|prod_functor|cumsum|cumprod|logsumexp|Norm(?:Two|One|Zero|Inf)?Ops"
-    r"|(?<![a-z])(?:exp|log|log10|log2|log1p|pow|reciprocal|rsqrt|sinh|cosh|tan|acos|asin|erfinv)_(?:kernel|tensor|scalar)"
-)
 #: Tensor-Core efficiency relative to a CUDA-core SGEMM (:data:`._kernel_model.TC_EFFICIENCY`,
 #: shared with gpu-upgrade's fp32 -> TF32 convolutions)
 TC_EFFICIENCY = KM.TC_EFFICIENCY
@@ -216,6 +183,96 @@ def _apply_gpu(graph, p, gpu):
     return KM.with_paths(g, c32 | ctf, "half"), note
 
 
+def _apply_library(graph, p, gpu):
+    """The kernel-cost library's model (``amp:model=library``, the default; docs/optimizations.md):
+    each kernel autocast runs in 16-bit (:func:`.autocast.autocast_precision`) that the library can
+    describe (:mod:`.kernel_cost`) re-timed by ``predict_cross`` at ``dtype`` on the GPU, with its
+    range; 16-bit compute kernels it cannot describe (no op shapes) by the per-GPU path factors
+    (:func:`_path_factor`, above the kernel floor); then the time effects autocast adds (weight
+    casts; for fp16, GradScaler's kernels). Returns (graph, note)."""
+    info = K.kernel_info(graph)
+    c32, ctf, mem, already, share = _targets(graph, info)
+    if share > HALF_SHARE:
+        raise NotApplicable(f"the trace already runs in half precision ({share:.0%} of the GEMM/convolution/attention time "
+                            f"of known precision is fp16/bf16/fp8)")
+    if p["tf32"] == "on":
+        unk = c32 & info.has_precision("unknown")
+        c32, ctf = c32 & ~unk, ctf | unk
+    kern = graph.node_kind == Kind.KERNEL
+    row = KM.match_launches(graph, graph.facts.launch) if graph.facts is not None else np.full(graph.n, -1, np.int64)
+    opt = kern & info.is_class("optimizer")
+    ph = mapped_phase(graph, "optimizer")
+    if ph is not None:
+        opt |= kern & ph
+    low, how = autocast_precision(graph, info, row, opt)
+    spec = from_table(gpu)
+    d = KC.describe(graph, spec, row, KM.work_item_grid(graph))
+    described = np.zeros(graph.n, bool)
+    described[d.nodes] = True
+    _, _, _, prec_now, _ = KC.anchors(graph, d.nodes, graph.dur_ns[d.nodes], spec)
+    now = np.full(graph.n, "", dtype=object)
+    now[d.nodes] = prec_now
+    now = np.where(now == "", KM.path_overrides(graph), now)  # the factor model's paths ("half", "tf32")
+    is_low = np.isin(now, ("half", "fp16", "bf16"))
+    c32, ctf = c32 & ~np.isin(now, ("tf32",)), ctf | ((c32 | ctf) & (now == "tf32"))  # gpu-upgrade's TF32 convolutions
+    comp = (c32 | ctf) & low & ~is_low
+    memk = mem & low & ~is_low
+    fp32_kept = int((mem & ~low).sum())
+    if p["dtype"] == "fp32":  # autocast off: every kernel at the precision it runs at (the identity)
+        comp[:], memk[:] = False, False
+    elif not (comp | memk).any():
+        raise NotApplicable("no compute- or memory-bound fp32 kernel in the trace" if not already
+                            else f"the trace already runs in half precision ({already:,} half/fp8 kernels, none in fp32)")
+    lib = (comp | memk) & described
+    g = graph
+    t_lib_before = float(graph.dur_ns[lib].sum())
+    if lib.any():
+        sel = lib[d.nodes]
+        sub = KC.Described(d.nodes[sel], d.kernels.take(sel), d.inferred[sel], d.counts)
+        g, pred, dur = KC.retime(graph, g, sub, spec, spec, np.full(int(sel.sum()), p["dtype"], dtype=object))
+    rest = comp & ~described  # compute kernels without the op's shapes: the per-GPU path factors
+    words = [f"{gpu.name} through the kernel-cost library ({p['dtype']}{', ' + p['dtype_why'] if p.get('dtype_why') else ''}): "
+             f"{int(lib.sum()):,} kernels autocast runs in 16-bit re-timed by predict_cross, {t_lib_before / 1e6:,.3f} -> "
+             f"{float(g.dur_ns[lib].sum()) / 1e6:,.3f} ms ({int((lib & comp).sum()):,} compute, {int((lib & memk).sum()):,} "
+             f"memory-bound; {int((d.inferred & lib[d.nodes]).sum()):,} of them with bytes inferred from their measured time)"]
+    if rest.any():
+        r32, rtf = rest & c32, rest & ctf
+        factor = np.ones(graph.n)
+        factor[r32] = _path_factor(gpu, "fp32", p["tc_efficiency"])
+        factor[rtf] = _path_factor(gpu, "tf32", p["tc_efficiency"])
+        floor = KM.kernel_floor_ns(gpu, graph) if p["floor_ns"] < 0 else int(p["floor_ns"])
+        before = float(g.dur_ns[rest].sum())
+        g = set_duration(g, rest, floored_durations(g.dur_ns[rest], factor[rest], factor[rest], floor))
+        words.append(f"{int(rest.sum()):,} 16-bit compute kernels without the op's shapes by the per-GPU path factors "
+                     f"(fp32 x{_path_factor(gpu, 'fp32', p['tc_efficiency']):.4g}, TF32 x{_path_factor(gpu, 'tf32', p['tc_efficiency']):.4g} "
+                     f"above a floor of {floor / 1e3:,.3f} us): {before / 1e6:,.3f} -> {float(g.dur_ns[rest].sum()) / 1e6:,.3f} ms")
+    words.append(f"autocast's op lists (PyTorch {AUTOCAST_PYTORCH_VERSION}): {how['by op']:,} kernels by their launching op, "
+                 f"{how['by kernel name']:,} by kernel name, {how['by input (rule 3)']:,} ops on neither list at their inputs' type; "
+                 f"{fp32_kept:,} memory-bound kernels kept fp32")
+    if already:
+        words.append(f"{already:,} kernels already half/fp8 left as they are")
+    g = KM.with_paths(g, comp, "half")
+    if p["casts"] == "on" and p["dtype"] != "fp32":
+        g, more = _add_casts(graph, g, gpu, comp, p, scaler=False)
+        words.append(more)
+        if p["dtype"] == "fp16":
+            g, more = _scaler(graph, g, gpu, spec, comp, opt, p)
+            words.append(more)
+    return g, "; ".join(words)
+
+
+def _scaler(graph, g, gpu, spec, comp, opt, p):
+    """GradScaler's kernels for fp16 (:mod:`.grad_scaler`), sized by the forward GEMM/convolution
+    weights with recorded shapes (``_forward_casts``: a lower bound where an op recorded none)."""
+    if not opt.any():
+        return g, "fp16 loss scaling not placed (no optimizer kernels: inference)"
+    _, wbytes, why = _forward_casts(graph, gpu, comp, KM.kernel_floor_ns(gpu, graph))
+    steps = max(len(graph.facts.steps) if graph.facts is not None else 0, 1)
+    if wbytes.sum() <= 0:
+        return g, f"fp16 loss scaling not placed (gradient bytes unknown: {why or 'no weight shapes'})"
+    return insert_scaler(graph, g, opt, spec, float(wbytes.sum()) / steps, median_launch_ns(graph))
+
+
 def floored_durations(dur: np.ndarray, factor: np.ndarray, cap: np.ndarray, floor: int) -> np.ndarray:
     """New durations (ns, int64, shape of ``dur``) of kernels whose work part scales by ``factor``.
 
@@ -285,7 +342,7 @@ def _forward_casts(graph, gpu, sel, floor_ns: int) -> tuple[np.ndarray, np.ndarr
     return cast, wbytes, "" if len(idx) else "no forward GEMM with recorded fp32 weight shapes"
 
 
-def _add_casts(graph, g, gpu, sel, p):
+def _add_casts(graph, g, gpu, sel, p, scaler: bool = True):
     """Fold the cast kernels into their GEMMs (same stream, back to back) and their launch calls into the
     GEMMs' launch calls; for fp16, GradScaler's per-step unscale + inf check (reads and writes every fp32
     gradient: 2 x weight bytes per step, plus one tiny update-scale kernel) into the optimizer kernels."""
@@ -302,7 +359,7 @@ def _add_casts(graph, g, gpu, sel, p):
                      f"their GEMMs: +{cast.sum() / 1e6:,.3f} ms GPU")
     else:
         words.append(f"cast kernels not placed ({why})")
-    if p["dtype"] == "fp16":
+    if p["dtype"] == "fp16" and scaler:
         opt = (graph.node_kind == Kind.KERNEL) & K.kernel_info(graph).is_class("optimizer")
         ph = mapped_phase(graph, "optimizer")
         if ph is not None:
@@ -326,12 +383,15 @@ GPU_ONLY = {"dtype": "auto", "tf32": "auto", "gpu": "", "casts": "on", "floor_ns
 def _check_model_params(p: dict, model: str) -> None:
     """Refuse a parameter the model in use does not read, given another value than its default
     (it would be ignored). Raises UsageError."""
-    other = GPU_ONLY if model == "paper" else PAPER_ONLY
+    other = GPU_ONLY if model == "paper" else PAPER_ONLY if model == "gpu" else {**PAPER_ONLY, "memory_factor": 0.5}
     given = [k for k, d in other.items() if p.get(k, d) != (TC_EFFICIENCY if k == "tc_efficiency" else d)]
     if given:
         raise UsageError(f"--opt amp: {', '.join(given)} {'is' if len(given) == 1 else 'are'} not read by amp:model={model} "
                          + ("(the per-GPU model takes its factors from the GPU table; compute_factor and tf32_factor are the "
                             "paper model's: give amp:model=paper)" if model == "gpu" else
+                            "(the library model times each kernel at its 16-bit bytes and Tensor-Core peak; the factors are "
+                            "the paper model's or, memory_factor, the per-GPU model's: give amp:model=paper or model=gpu)"
+                            if model == "library" else
                             "(the paper model reads compute_factor, tf32_factor and memory_factor only)"))
 
 
@@ -342,13 +402,23 @@ def _apply(graph, p):
         _check_model_params(p, "paper")
         return _apply_paper(graph, p)
     gpu, traced = source_gpu(graph, p["gpu"])
+    if p["dtype"] == "fp32" and p["model"] != "library":
+        raise UsageError("--opt amp: dtype=fp32 (autocast off, the identity) is read by amp:model=library only")
+    if gpu is None and p["dtype"] == "fp32":  # autocast off: nothing changes, on any GPU
+        return graph, "dtype=fp32: autocast off, every kernel at the precision it runs at (the identity)"
     if gpu is None:
         g, note = _apply_paper(graph, p)
         return g, note + " (paper model: the GPU is not in the table" + (f": {traced!r}" if traced else "") + "; give amp:gpu=NAME)"
-    _check_model_params(p, "gpu")
+    _check_model_params(p, p["model"])
     if p["tf32"] == "on" and not gpu.tf32_tflops:
         raise NotApplicable(f"the {gpu.name} has no TF32 Tensor Cores, so its fp32 GEMMs cannot have run as TF32; give amp:tf32=off "
                             "(or auto)")
+    if p["model"] == "library":
+        # time only; amp's memory effect (activations halved) plugs in here as its own function on
+        # the returned graph, e.g. ``g, note = _apply_library(...); return _memory_effect(g, note, p)``
+        return _apply_library(graph, _with_dtype(p, gpu), gpu)
+    if p["dtype"] == "fp32":
+        raise UsageError("--opt amp: dtype=fp32 (autocast off, the identity) is read by amp:model=library only")
     return _apply_gpu(graph, _with_dtype(p, gpu), gpu)
 
 
@@ -359,7 +429,12 @@ def _with_dtype(p: dict, gpu) -> dict:
     if p["dtype"] == "auto":
         return {**p, "dtype": "bf16" if gpu.bf16 else "fp16", "dtype_why": "" if gpu.bf16 else "auto: no bf16 Tensor Cores"}
     if p["dtype"] == "bf16" and not gpu.bf16:
-        raise NotApplicable(f"the {gpu.name} has no bf16 Tensor Cores (fp16 only); give amp:dtype=fp16 (or auto)")
+        # torch.autocast("cuda", dtype=torch.bfloat16) raises "Current CUDA Device does not support bfloat16.
+        # Please switch dtype to float16." where torch.cuda.is_bf16_supported() is False (torch/amp/autocast_mode.py);
+        # where a PyTorch version reports emulated support (is_bf16_supported(including_emulation=True)), bf16 has no
+        # Tensor-Core path on compute capability < 8.0 (bf16 Tensor Cores came with Ampere: NVIDIA A100 whitepaper)
+        raise NotApplicable(f"the {gpu.name} has no bf16 Tensor Cores (compute capability < 8.0: torch.autocast refuses bf16 "
+                            "there, 'Current CUDA Device does not support bfloat16'); give amp:dtype=fp16 (or auto)")
     return p
 
 
@@ -374,11 +449,14 @@ register(
                 "Cores, memory-bound kernels outside autocast's fp32 list 2x (amp:model=paper: the Daydream paper's 3x/2x)",
         apply=_apply,
         params={
-            "model": Param("gpu", "'gpu': factors from the GPU table per execution path; 'paper': the Daydream paper's "
-                           "constants below", str, lambda v: v in ("gpu", "paper"), "gpu or paper"),
-            "dtype": Param("auto", "16-bit type autocast uses: bf16, fp16, or auto = bf16 where the GPU's Tensor Cores "
-                           "take it (Ampere / CDNA2 and later), else fp16 (V100); bf16 and fp16 have the same Tensor-Core peak "
-                           "where both exist", str, lambda v: v in ("auto", "bf16", "fp16"), "auto, bf16 or fp16"),
+            "model": Param("library", "'library': the kernel-cost library (daydream/costmodel, docs/kernels.md) at the "
+                           "16-bit type for the kernels it describes, the per-GPU factors for the rest, with a range; 'gpu': "
+                           "factors from the GPU table per execution path; 'paper': the Daydream paper's constants below", str,
+                           lambda v: v in ("library", "gpu", "paper"), "library, gpu or paper"),
+            "dtype": Param("auto", "16-bit type autocast uses: bf16, fp16 (adds GradScaler's kernels), or auto = bf16 where "
+                           "the GPU's Tensor Cores take it (Ampere / CDNA2 and later), else fp16 (V100); bf16 and fp16 have the "
+                           "same Tensor-Core peak where both exist; fp32 (model=library only) = autocast off, the identity",
+                           str, lambda v: v in ("auto", "bf16", "fp16", "fp32"), "auto, bf16, fp16 or fp32"),
             "tf32": Param("auto", "what the baseline's fp32 GEMMs ran as: auto = from kernel names (unnamed: fp32, PyTorch's "
                           "default allow_tf32=False for matmul), on = unnamed-precision GEMMs were TF32, off", str,
                           lambda v: v in ("auto", "on", "off"), "auto, on or off"),

@@ -157,10 +157,8 @@ def _library_model(graph, src: GPU, target: GPU, p):
     if not len(d.nodes):
         return g, rules_note + "; kernel-cost library: no kernel described (no launch data), all by the rules above"
     t = graph.dur_ns[d.nodes]
-    pred = KC.predict(d, t, s_src, s_tgt)
-    pt = np.maximum(np.rint(pred.point), 0).astype(np.int64)  # a 0 ns kernel stays 0 on the same GPU (identity)
-    g = set_duration(g, np.isin(np.arange(graph.n), d.nodes), pt)
-    g = KC.with_range(g, d.nodes, pred.point, pred.low, pred.high, pred.reason)
+    # from each kernel's anchor (its measured time on the traced GPU), at the precision it runs at now
+    g, pred, pt = KC.retime(graph, g, d, s_src, s_tgt)
     c = d.counts
     total = max(int(graph.dur_ns[graph.node_kind == Kind.KERNEL].sum()), 1)
     share = int(t.sum()) / total

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..costmodel.kernel_model import path_overrides
 from ..costmodel.kernel_time import Prediction, floor_ns, predict_cross, predict_model
 from ..costmodel.specs import Spec
 from ..costmodel.work import Kernels
@@ -151,6 +152,84 @@ def describe(graph, src: Spec, row: np.ndarray, work_items: np.ndarray) -> Descr
     return Described(nodes, k, inf, counts)
 
 
+def anchors(graph, nodes: np.ndarray, t_now: np.ndarray, gpu_now: Spec) -> tuple:
+    """(anchored (bool), measured ns t0, GPU of t0 (object of Spec), precision now (object, ""
+    as recorded), library point now (ns)) of ``nodes`` from ``graph.cost_anchor``
+    (:class:`~daydream.graph.TaskGraph`); a node not anchored yet is anchored on ``t_now`` on
+    ``gpu_now`` at the precision an earlier what-if's per-kernel rule gave it
+    (``TaskGraph.path_rows``: "half" is 16-bit, "tf32" TF32), else as recorded."""
+    k = len(nodes)
+    t0 = np.asarray(t_now, np.float64).copy()
+    gpu0 = np.full(k, gpu_now, dtype=object)
+    path = path_overrides(graph)[nodes] if k else np.zeros(0, object)
+    prec = np.where(path == "half", "bf16", np.where(path == "tf32", "tf32", "")).astype(object)
+    pt = t0.copy()
+    hit = np.zeros(k, bool)
+    if graph.cost_anchor and len(graph.cost_anchor[0]) and k:
+        rows, a_t0, a_gpu, a_prec, a_pt = graph.cost_anchor
+        r = graph.row[nodes]
+        pos = np.searchsorted(rows, r).clip(0, len(rows) - 1)
+        hit = (r >= 0) & (rows[pos] == r)
+        t0[hit], gpu0[hit], prec[hit], pt[hit] = a_t0[pos[hit]], a_gpu[pos[hit]], a_prec[pos[hit]], a_pt[pos[hit]]
+    return hit, t0, gpu0, prec, pt
+
+
+def retime(graph, g, d: Described, gpu_now: Spec, tgt: Spec, prec_new: np.ndarray | None = None):
+    """``g`` with the described kernels ``d`` re-timed by the library for ``tgt`` at ``prec_new``
+    (object, one per ``d.nodes``: "" as recorded, else fp32/tf32/fp16/bf16; None: the precision each
+    runs at now), as (new graph, the :class:`Prediction` (ns), the new durations (int64 ns)).
+
+    Each kernel is predicted from its anchor (:func:`anchors`: the time measured before the first
+    library what-if, on the GPU it was measured on), never from a time an earlier library what-if
+    predicted: ``predict_cross(k, t0, gpu0, tgt, precision)``. So gpu-upgrade then amp and amp then
+    gpu-upgrade give one prediction, and its range (``TaskGraph.dur_range``, replaced for these
+    rows) is the library's range once, not a product of two. A kernel another what-if changed
+    since (its time is no longer the library's point) keeps that change as a ratio:
+    ``now x new point / old point``. ``graph``: the graph before this what-if (anchors and the
+    current times); ``g``: the graph to set the times in (same nodes). Elements inferred from time
+    are inferred from the anchor (``d.inferred``), so a re-time does not move them."""
+    nodes = d.nodes
+    t_now = graph.dur_ns[nodes].astype(np.float64)
+    hit, t0, gpu0, prec_old, pt = anchors(graph, nodes, t_now, gpu_now)
+    if prec_new is None:  # the precision each kernel runs at now (gpu-upgrade)
+        prec_new = prec_old
+    k = d.kernels.take(slice(None))
+    point, low, high = np.zeros(len(nodes)), np.zeros(len(nodes)), np.zeros(len(nodes))
+    reason = np.full(len(nodes), "", dtype=object)
+    names = np.array([s.name for s in gpu0], dtype=object) if len(nodes) else np.zeros(0, object)
+    prec_new = np.asarray(prec_new, dtype=object)
+    for name in sorted(set(names.tolist())):
+        src = next(s for s in gpu0 if s.name == name)
+        for pr in sorted(set(prec_new[names == name].tolist())):
+            m = (names == name) & (prec_new == pr)
+            sub = Described(nodes[m], k.take(m), d.inferred[m], d.counts)
+            if sub.inferred.any():  # elements from the anchor's time on the anchor's GPU
+                sub.kernels.elems[sub.inferred] = _inferred_elems(t0[m][sub.inferred], sub.kernels.take(sub.inferred), src)
+            p = predict(sub, t0[m], src, tgt, precision=pr or None)
+            point[m], low[m], high[m], reason[m] = p.point, p.low, p.high, p.reason
+    same = np.rint(pt) == t_now
+    new = np.where(same, point, t_now * point / np.maximum(pt, 1e-9))
+    dur = np.maximum(np.rint(new), 0).astype(np.int64)
+    g = set_duration(g, np.isin(np.arange(g.n), nodes), dur)
+    g = with_range(g, nodes, point, low, high, reason, replace=True)
+    g = _with_anchor(g, nodes, t0, gpu0, prec_new, point)
+    return g, Prediction(low, point, high, reason), dur
+
+
+def _with_anchor(g, nodes, t0, gpu0, prec, point):
+    import dataclasses
+
+    rec = g.row[nodes] >= 0
+    rows = g.row[nodes][rec].astype(np.int64)
+    cols = [t0[rec], np.asarray(gpu0, dtype=object)[rec], np.asarray(prec, dtype=object)[rec], point[rec]]
+    if g.cost_anchor and len(g.cost_anchor[0]):
+        keep = ~np.isin(g.cost_anchor[0], rows)
+        rows = np.concatenate([g.cost_anchor[0][keep], rows])
+        cols = [np.concatenate([old[keep], c]) for old, c in zip(g.cost_anchor[1:], cols)]
+    o = np.argsort(rows, kind="stable")
+    return dataclasses.replace(g, cost_anchor=(rows[o], *(c[o] for c in cols)))
+
+
 def _inferred_elems(t: np.ndarray, k: Kernels, src: Spec) -> np.ndarray:
     """Element counts whose model time on ``src`` (streaming 2 · elements, no L2) is ``t`` (ns)."""
     probe = k.take(slice(None))
@@ -193,10 +272,11 @@ END_WORDS: dict[str, tuple[str, str]] = {
 }
 
 
-def with_range(g, nodes: np.ndarray, point: np.ndarray, low: np.ndarray, high: np.ndarray, reason: np.ndarray):
+def with_range(g, nodes: np.ndarray, point: np.ndarray, low: np.ndarray, high: np.ndarray, reason: np.ndarray,
+               replace: bool = False):
     """``g`` with the duration range of ``nodes`` noted (``TaskGraph.dur_range``: ratios to the
     point, by table row); a row an earlier what-if gave a range keeps the product of both ratios
-    (the ends are comonotone)."""
+    (the ends are comonotone), unless ``replace`` (a re-time from the anchor: its range is whole)."""
     import dataclasses
     rec = g.row[nodes] >= 0
     rows = g.row[nodes][rec].astype(np.int64)
@@ -206,6 +286,7 @@ def with_range(g, nodes: np.ndarray, point: np.ndarray, low: np.ndarray, high: n
         o_rows, o_lo, o_hi, o_why = g.dur_range
         pos = np.searchsorted(o_rows, rows).clip(0, max(len(o_rows) - 1, 0))
         both = (len(o_rows) > 0) & (o_rows[pos] == rows) if len(o_rows) else np.zeros(len(rows), bool)
+        both &= not replace
         lo = np.where(both, lo * o_lo[pos] if len(o_rows) else lo, lo)
         hi = np.where(both, hi * o_hi[pos] if len(o_rows) else hi, hi)
         keep = ~np.isin(o_rows, rows)
