@@ -140,6 +140,7 @@ KIND_USES = {
     "optimizations/remove_syncs.py": "the what-if removes blocking waits",
     "optimizations/dataloader.py": "the what-if re-times the workers' hand-overs",
     "optimizations/common.py": "the launch queue of inserted launches",
+    "optimizations/grad_scaler.py": "the inserted unscale/update kernels keep the waits of the optimizer step",
     "optimizations/sharding.py": "an inserted all-gather or reduce-scatter is waited for across streams (prefetch)",
     "optimizations/tensor_parallel.py": "what waited for a row-parallel GEMM also waits for the all-reduce after it",
     "report/make.py": "the report counts waits by kind",

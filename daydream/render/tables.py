@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 
 import msgspec
 
@@ -30,6 +31,63 @@ def _name(s: str, width: int) -> str:
     return s if len(s) <= width else s[: width - len(CUT)] + CUT
 
 
+#: wrapper kernels whose name says nothing alone: their first template argument names the work
+_GENERIC = re.compile(r"^(Kernel\d*|kernel|elementwise_kernel|vectorized_elementwise_kernel|unrolled_elementwise_kernel|"
+                      r"device_kernel|multi_tensor_apply_kernel|reduce_kernel|index_elementwise_kernel)$")
+_TYPE_WORDS = frozenset({"float", "double", "int", "long", "unsigned", "char", "bool", "short", "void", "signed", "const",
+                         "Half", "BFloat16", "half", "bfloat16", "true", "false", "lambda", "anonymous", "namespace"})
+
+
+def _top_split(s: str, sep: str) -> list[str]:
+    """``s`` split at ``sep`` outside <...> and (...)."""
+    out, depth, cur = [], 0, []
+    for ch in s:
+        depth += ch in "<(" and 1 or (ch in ">)" and -1 or 0)
+        if ch == sep and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return out
+
+
+def kernel_label(name: str) -> str:
+    """A kernel name as a person tells kernels apart: ``void``, namespaces and the argument list
+    dropped; a generic wrapper (``cutlass::Kernel2<...>``, ATen's ``vectorized_elementwise_kernel<4,
+    BinaryFunctor<..., MulFunctor<float>>>``) shown with what its first template argument names
+    (``Kernel2<cutlass_80_tensorop_..._align8>``, ``vectorized_elementwise_kernel<MulFunctor>``).
+    The full name is in --json and --csv."""
+    s = re.sub(r"^void\s+", "", name.strip())
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1, ">": 1, "<": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i] if i > 0 else s
+                break
+    lt = s.find("<")
+    base, args = (s, "") if lt < 0 else (s[:lt], s[lt + 1: s.rfind(">")] if ">" in s else s[lt + 1:])
+    short = base.rsplit("::", 1)[-1]
+    if not args or not _GENERIC.match(short):
+        return short + (s[lt:] if lt >= 0 else "")
+    for a in _top_split(args, ","):
+        words = [w for w in re.findall(r"[A-Za-z_]\w*", a) if w not in _TYPE_WORDS and not re.search(re.escape(w) + r"\s*::", a)]
+        if words:
+            named = [w for w in words if re.search(r"Functor|Op$|_op$|_kernel$|gemm|conv", w)]
+            return f"{short}<{(named or words)[-1]}>"
+    return short
+
+
+def _elide(s: str, width: int) -> str:
+    """``s`` cut in the middle to ``width`` characters (kernel names differ at both ends)."""
+    s = terminal_text(s)
+    if len(s) <= width:
+        return s
+    keep = width - len(CUT)
+    return s[: (keep + 1) // 2] + CUT + s[len(s) - keep // 2:]
+
+
 def _line(name: str, width: int, cells: list[tuple[str, int]]) -> str:
     return "  " + f"{_name(name, width):<{width}}" + "".join(f"{c:>{w}}" for c, w in cells)
 
@@ -41,13 +99,15 @@ def _more(n: int, what: str) -> list[str]:
 def kernels_text(rows: list[KernelRow]) -> list[str]:
     if not rows:
         return []
-    w = 35  # 2 + 35 + 48 + 2 + 13 columns: WIDTH
-    cols = [("calls", 7), ("total ms", 10), ("mean us", 9), ("min us", 8), ("max us", 8), ("GPU %", 6)]
-    out = ["top GPU tasks [launching op] (measured)", _line("name [op]", w, cols) + "  class"]
+    w = 42  # 2 + 42 + 46 + 10 columns: WIDTH
+    cols = [("calls", 7), ("total ms", 9), ("mean us", 8), ("min us", 7), ("max us", 9), ("GPU %", 6)]
+    out = ["top GPU tasks [launching op] (measured; full names in --json, --csv)", _line("kernel [op]", w, cols) + "  class"]
     for k in rows[:TOP_ROWS]:
-        op = _name(k.op, 16)
-        out.append(_line(f"{_name(k.name, w - len(op) - 4)} [{op}]", w, [(f"{k.calls:,}", 7), (_ms(k.total_ns), 10), (_us(k.mean_ns), 9), (_us(k.min_ns), 8),
-                                                   (_us(k.max_ns), 8), (f"{k.gpu_pct:.1f}", 6)]) + "  " + k.cls[:13])
+        op = _elide(k.op.removeprefix("aten::"), 13) if k.op else ""
+        label = _elide(kernel_label(k.name), w - len(op) - 3 if op else w)
+        out.append(_line(f"{label} [{op}]" if op else label, w, [(f"{k.calls:,}", 7), (_ms(k.total_ns), 9), (_us(k.mean_ns), 8),
+                                                                    (_us(k.min_ns), 7), (_us(k.max_ns), 9),
+                                                                    (f"{k.gpu_pct:.1f}", 6)]) + "  " + k.cls[:8])
     return out + _more(len(rows), "rows")
 
 
