@@ -29,7 +29,8 @@ NODE_CPU = 0  # (model.NODE_CPU: the graph's CPU tasks; model imports this modul
 class GraphMemory:
     """The memory events of a graph, in recorded order (the table's: by time, then the allocator's
     index). ``events``: the recorded columns; ``anchor_row``: int64 table row of each event's
-    anchor CPU task (-1: none, its thread has no CPU task); ``offset_ns``: int64 event time minus
+    anchor CPU task (-1: none, its thread has no CPU task; below -1: a task inserted by a what-if
+    that gave it that row, e.g. a recomputed call of ``activation-checkpointing``); ``offset_ns``: int64 event time minus
     the anchor's recorded start, or its end where ``at_end`` (the event follows the thread's last
     task; for an unanchored event: minus ``t0_ns``); ``step``: int32 index
     into ``step_names`` of the ``ProfilerStep#N`` whose recorded interval holds the event (-1 none);
@@ -46,13 +47,17 @@ class GraphMemory:
     #: op that allocates is the one whose call comes next; not the CPU gap's, whose phase is that of
     #: where the gap began); 0 unmapped or unanchored
     phase: np.ndarray | None = None
+    #: per device, the reserve / allocated margin of the recorded program, kept by a what-if that
+    #: changes what is allocated (its own reserve is not known: its events carry no ``Total
+    #: Reserved``); None: read the margin from the events (``report/memory_fit.fit``)
+    fragmentation: dict | None = None
 
     def __len__(self) -> int:
         return len(self.events)
 
     @property
     def n_unanchored(self) -> int:
-        return int(np.count_nonzero(self.anchor_row < 0))
+        return int(np.count_nonzero(self.anchor_row == -1))
 
 
 def anchor_events(ts, pid, tid, node_pid, node_tid, node_start, node_end, node_id) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -103,6 +108,19 @@ def capture_memory(table, graph) -> GraphMemory | None:
         step[(mem.ts_ns >= s) & (mem.ts_ns < e)] = i
     count(graph.counts, "memory event on a thread without CPU tasks (not anchored: kept at its recorded time)", free.sum())
     return GraphMemory(mem, anchor, offset, at_end, step, tuple(s[0] for s in steps), int(graph.t0_ns), phase)
+
+
+def level_before(ev: MemoryEvents, k: np.ndarray) -> tuple[int, bool]:
+    """(bytes allocated before the window, exact?) of the device events ``k`` (recorded order):
+    ``Total Allocated - Bytes`` of the first event with totals (exact); without totals the
+    smallest level that keeps the running sum at or above zero (a lower bound)."""
+    tot = ev.total_allocated[k]
+    has = np.flatnonzero(tot >= 0)
+    csum = np.cumsum(ev.bytes[k])
+    if len(has):
+        i = int(has[0])
+        return int(tot[i] - csum[i]), True
+    return max(0, -int(csum.min())), False
 
 
 def block_pairs(ev: MemoryEvents, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
