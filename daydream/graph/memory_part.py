@@ -154,3 +154,41 @@ def without_events(gm: GraphMemory | None, drop: np.ndarray) -> GraphMemory | No
     events = MemoryEvents.from_columns({c: a[keep] for c, a in cols.items()}, sort=False)
     return dataclasses.replace(gm, events=events, anchor_row=gm.anchor_row[keep], offset_ns=gm.offset_ns[keep],
                                at_end=gm.at_end[keep], step=gm.step[keep], phase=None if gm.phase is None else gm.phase[keep])
+
+
+def recorded_margins(gm: GraphMemory) -> dict[int, float]:
+    """Per device, the recorded program's reserve margin (peak ``Total Reserved`` / peak ``Total
+    Allocated``, at least 1) where its events record both (kept by :func:`changed_events`)."""
+    if gm.fragmentation:
+        return dict(gm.fragmentation)
+    ev = gm.events
+    out = {}
+    for d in ev.devices():
+        k = ev.device == d
+        ta, tr = ev.total_allocated[k], ev.total_reserved[k]
+        if len(ta) and (ta >= 0).all() and (tr >= 0).all() and ta.max() > 0 and tr.max() > 0:
+            out[int(d)] = max(1.0, float(tr.max()) / float(ta.max()))
+    return out
+
+
+def changed_events(gm: GraphMemory, cols: dict, anchor_row, offset_ns, at_end, step, phase, group, seq) -> GraphMemory:
+    """``gm`` with the events of a changed program (a what-if that changes what is allocated):
+    ``cols`` the :class:`MemoryEvents` columns of every event, ``ts_ns`` the recorded instant each
+    stands for; the other arrays as :class:`GraphMemory`'s, one per event. The events are put in
+    program order, (``ts_ns``, ``group``, ``seq``) ascending: at one instant a lower group first
+    (what a what-if places before the recorded events of that instant), then ``seq``. Each
+    device's level before the window stays the recorded one: ``Total Allocated`` is that level
+    plus the running sum of ``Bytes`` (-1 where it is not known); ``Total Reserved`` is -1 (the
+    changed program's reserve is not known), and the recorded margin is kept in ``fragmentation``."""
+    ev = gm.events
+    o = np.lexsort((np.asarray(seq), np.asarray(group), cols["ts_ns"]))
+    cols = {c: np.asarray(a)[o] for c, a in cols.items()}
+    for d in np.unique(cols["device"]).tolist():
+        on = cols["device"] == d
+        before, exact = level_before(ev, np.flatnonzero(ev.device == d))
+        run = before + np.cumsum(np.where(on, cols["bytes"], 0))
+        cols["total_allocated"] = np.where(on, run if exact else -1, cols["total_allocated"])
+        cols["total_reserved"] = np.where(on, -1, cols["total_reserved"])
+    return dataclasses.replace(gm, events=MemoryEvents.from_columns(cols, sort=False), anchor_row=np.asarray(anchor_row)[o],
+                               offset_ns=np.asarray(offset_ns)[o], at_end=np.asarray(at_end, bool)[o], step=np.asarray(step)[o],
+                               phase=np.asarray(phase, np.uint8)[o], fragmentation=recorded_margins(gm))

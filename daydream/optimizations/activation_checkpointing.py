@@ -46,9 +46,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import NotApplicable
-from ..events.memory import MemoryEvents
 from ..graph import NODE_CPU
-from ..graph.memory_part import block_pairs, level_before
+from ..graph.memory_part import block_pairs, changed_events
 from ..mapping.rules import BACKWARD, FORWARD
 from ..transform import insert_tasks, set_gap
 from ..transform.selection import KIND_NAMES
@@ -427,34 +426,8 @@ def _memory(graph, g, insts: list[_Instance], copy_of: list[dict[int, int]]):
     seq = np.concatenate([seq, np.asarray([x[7] for x in extra], np.int64)])
     step = np.concatenate([gm.step, gm.step[src]])
     phase = np.concatenate([phase, np.asarray([x[6] for x in extra], np.uint8)])
-    o = np.lexsort((seq, group, vts))  # program order on each thread (module docstring, 4)
-    cols = {c: a[o] for c, a in cols.items()}
-    frag = _margins(gm)
-    for d in np.unique(cols["device"]).tolist():
-        on = cols["device"] == d
-        before, exact = level_before(ev, np.flatnonzero(ev.device == d))
-        cols["total_allocated"] = np.where(on, before + np.cumsum(np.where(on, cols["bytes"], 0)) if exact else -1,
-                                           cols["total_allocated"])
-        cols["total_reserved"] = np.where(on, -1, cols["total_reserved"])
-    events = MemoryEvents.from_columns(cols, sort=False)
-    new = dataclasses.replace(gm, events=events, anchor_row=anchor[o], offset_ns=offset[o], at_end=at_end[o], step=step[o],
-                              phase=phase[o], fragmentation=frag)
+    new = changed_events(gm, cols, anchor, offset, at_end, step, phase, group, seq)  # program order (module docstring, 4)
     return dataclasses.replace(g, memory=new), moved, k - moved
-
-
-def _margins(gm) -> dict[int, float]:
-    """Per device, the baseline's reserve margin (peak ``Total Reserved`` / peak ``Total
-    Allocated``, >= 1) where the trace records them (kept for the changed program)."""
-    if getattr(gm, "fragmentation", None):
-        return dict(gm.fragmentation)
-    ev = gm.events
-    out = {}
-    for d in ev.devices():
-        k = ev.device == d
-        ta, tr = ev.total_allocated[k], ev.total_reserved[k]
-        if len(ta) and (ta >= 0).all() and (tr >= 0).all() and ta.max() > 0 and tr.max() > 0:
-            out[int(d)] = max(1.0, float(tr.max()) / float(ta.max()))
-    return out
 
 
 register(
