@@ -48,6 +48,7 @@ from ..costmodel import kernel_model as KM
 from .common import mapped_phase
 from .common import mapped_phase, median_launch_ns
 from .gpu_upgrade import source_gpu
+from .amp_memory import amp_memory
 
 
 #: A trace whose compute-bound kernel time (of known precision) is more than this share fp16/bf16/
@@ -372,7 +373,7 @@ register(
         name="amp",
         summary="automatic mixed precision: fp32/TF32 GEMM/conv/attention kernels by the GPU's peak ratio to 16-bit Tensor "
                 "Cores, memory-bound kernels outside autocast's fp32 list 2x (amp:model=paper: the Daydream paper's 3x/2x)",
-        apply=_apply,
+        apply=lambda graph, p: amp_memory(graph, *_apply(graph, p), AUTOCAST_LOW_OPS),  # memory: amp_memory.py
         params={
             "model": Param("gpu", "'gpu': factors from the GPU table per execution path; 'paper': the Daydream paper's "
                            "constants below", str, lambda v: v in ("gpu", "paper"), "gpu or paper"),

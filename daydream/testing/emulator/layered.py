@@ -53,6 +53,11 @@ class LayeredStep:
     sync_stream: int = 7
     #: per layer, host work (ns) before its backward (the autograd engine's), before a recompute
     pre_bwd_ns: tuple = ()
+    #: per op index, the framework op's name (``aten::<name>``; its backward ``<Name>Backward0``); default ``op<j>``
+    op_names: tuple = ()
+
+    def op_name(self, j: int) -> str:
+        return self.op_names[j] if self.op_names else f"op{j}"
 
     def program(self, checkpoint=frozenset(), L: int = 5_000, G: int = 1_000) -> Program:
         """The step as a one-thread :class:`Program` inside ``ProfilerStep#1``, the layers of
@@ -73,7 +78,7 @@ class LayeredStep:
                 body.append(Launch(op.stream, f"fwd_{i}_{j}", op.fwd_kernel_ns, op.fwd_call_ns))
                 if op.tmp_bytes:
                     body.append(Allocate(-op.tmp_bytes, addr=a(("tmp", i, j))))
-                out += body if replay else [RangeBegin(f"aten::op{j}", "cpu_op"), *body, RangeEnd()]
+                out += body if replay else [RangeBegin(f"aten::{self.op_name(j)}", "cpu_op"), *body, RangeEnd()]
             return out
 
         ops = [RangeBegin("ProfilerStep#1")]
@@ -89,7 +94,7 @@ class LayeredStep:
                 ops += forward(i, True)
             for j in reversed(range(len(self.layers[i]))):
                 op = self.layers[i][j]
-                ops += [RangeBegin(f"autograd::engine::evaluate_function: Op{j}Backward0", "cpu_op"), HostWork(op.bwd_host_ns),
+                ops += [RangeBegin(f"autograd::engine::evaluate_function: {self.op_name(j).capitalize()}Backward0", "cpu_op"), HostWork(op.bwd_host_ns),
                         Launch(op.stream, f"bwd_{i}_{j}", op.bwd_kernel_ns, op.bwd_call_ns),
                         Allocate(-op.act_bytes, addr=a(("act", i, j)))]
                 ops.append(RangeEnd())
