@@ -148,7 +148,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             pred = build_prediction(report, g2, tl2, applied)
             b = wait_bound(graph, g2)
             rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0,
-                               memory=pred.memory.line if pred.memory is not None else ""))
+                               memory=pred.memory.line if pred.memory is not None else "", fits=_fits(pred.memory)))
         rows.sort(key=lambda r: (r.predicted_ns < 0, -r.speedup, r.name))
         report.ranking = rows
     if report.summary is not None:
@@ -243,3 +243,10 @@ def cheap_whatifs(graph: TaskGraph, report: Report) -> None:
     pred = build_prediction(report, g2, tl2, applied)
     if pred.window.speedup >= WHATIF_MIN_SPEEDUP:
         report.summary.answer.whatifs = {name: pred.window.speedup}
+
+
+def _fits(mem) -> bool | None:
+    """Whether a prediction's memory fits: False where some GPU does not, True where every GPU
+    with a known capacity does, None without allocator events or capacities."""
+    known = [d.fits for d in (mem.devices if mem is not None else []) if d.device >= 0 and d.fits is not None]
+    return None if not known else all(known)

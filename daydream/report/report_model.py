@@ -183,6 +183,9 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     note: str
     speedup_bound: float = 0.0  #: the :class:`WaitBound` speed-up; 0 when there is none
     memory: str = ""  #: the prediction's memory verdict per GPU (MemorySummary.line); "" without allocator events
+    #: False: the prediction does not fit on some GPU (its peak x margin above the capacity); True: it fits on every
+    #: GPU whose capacity is known; None: no allocator events or no capacity known
+    fits: bool | None = None
 
 
 class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
