@@ -13,10 +13,10 @@ from daydream.formats import load_trace
 from daydream.graph import build_graph
 from daydream.mapping import map_events
 from daydream.optimizations import parse_spec
-from daydream.report.memory_fit import memory_summary
-from daydream.simulate import simulate
 from daydream.render.text import ranking_section
+from daydream.report.memory_fit import memory_summary
 from daydream.report.report_model import Ranked
+from daydream.simulate import simulate
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 
