@@ -19,6 +19,7 @@ from daydream.mapping import map_events
 from daydream.optimizations import parse_spec
 from daydream.optimizations.activation_checkpointing import unit_paths
 from daydream.simulate import simulate
+from daydream.report.memory_fit import memory_summary
 from daydream.simulate.memory_replay import replay_memory
 from daydream.testing.emulator import (
     emulate,
@@ -80,6 +81,11 @@ def test_hand_example_every_block_lowers_the_peak_and_costs_the_forward_again():
     _check(HAND, frozenset({0, 1, 2}), "activation-checkpointing")
     changed = emulate(HAND.program(frozenset({0, 1, 2})))
     assert memory_peaks(changed)[0][0] < base  # the what-if's point
+    # the changed program's reserve is not recorded: its verdict keeps the recorded margin
+    g2, _ = _apply(g)
+    before, after = memory_summary(g, simulate(g)).devices[0], memory_summary(g2, simulate(g2)).devices[0]
+    assert after.fragmentation == before.fragmentation and after.fragmentation_source.endswith("of the recorded program)")
+    assert after.peak_reserved_bytes == -1 and before.peak_reserved_bytes > 0
     assert _end(changed) > _end(run)
 
 
