@@ -18,8 +18,8 @@ from daydream.graph import build_graph
 from daydream.mapping import map_events
 from daydream.optimizations import parse_spec
 from daydream.optimizations.activation_checkpointing import unit_paths
-from daydream.simulate import simulate
 from daydream.report.memory_fit import memory_summary
+from daydream.simulate import simulate
 from daydream.simulate.memory_replay import replay_memory
 from daydream.testing.emulator import (
     emulate,
