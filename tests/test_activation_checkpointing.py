@@ -142,5 +142,5 @@ def test_fixture_backward_matched_by_op_order_in_reverse():
     fwd_order = [i.path for i in sorted(first, key=lambda i: i.fwd_span[2])]
     bwd_order = [i.path for i in sorted(first, key=lambda i: i.bwd_span[2])]
     assert bwd_order == fwd_order[::-1]
-    g2, note = _apply(g)
+    _, note = _apply(g)
     assert "24 layer instance(s)" in note
