@@ -149,7 +149,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             b = wait_bound(graph, g2)
             rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0,
                                median_step_speedup(report.steps, pred.steps),
-                               memory=pred.memory.line if pred.memory is not None else ""))
+                               memory=pred.memory.line if pred.memory is not None else "", fits=_fits(pred.memory)))
         rows.sort(key=lambda r: (r.predicted_ns < 0, -answer_speedup(r), r.name))
         report.ranking = rows
     if report.summary is not None:
@@ -245,3 +245,10 @@ def cheap_whatifs(graph: TaskGraph, report: Report) -> None:
     sp = median_step_speedup(report.steps, pred.steps) or pred.window.speedup
     if sp >= WHATIF_MIN_SPEEDUP:
         report.summary.answer.whatifs = {name: sp}
+
+
+def _fits(mem) -> bool | None:
+    """Whether a prediction's memory fits: False where some GPU does not, True where every GPU
+    with a known capacity does, None without allocator events or capacities."""
+    known = [d.fits for d in (mem.devices if mem is not None else []) if d.device >= 0 and d.fits is not None]
+    return None if not known else all(known)

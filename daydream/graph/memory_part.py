@@ -29,7 +29,8 @@ NODE_CPU = 0  # (model.NODE_CPU: the graph's CPU tasks; model imports this modul
 class GraphMemory:
     """The memory events of a graph, in recorded order (the table's: by time, then the allocator's
     index). ``events``: the recorded columns; ``anchor_row``: int64 table row of each event's
-    anchor CPU task (-1: none, its thread has no CPU task); ``offset_ns``: int64 event time minus
+    anchor CPU task (-1: none, its thread has no CPU task; below -1: a task inserted by a what-if
+    that gave it that row, e.g. a recomputed call of ``activation-checkpointing``); ``offset_ns``: int64 event time minus
     the anchor's recorded start, or its end where ``at_end`` (the event follows the thread's last
     task; for an unanchored event: minus ``t0_ns``); ``step``: int32 index
     into ``step_names`` of the ``ProfilerStep#N`` whose recorded interval holds the event (-1 none);
@@ -46,13 +47,17 @@ class GraphMemory:
     #: op that allocates is the one whose call comes next; not the CPU gap's, whose phase is that of
     #: where the gap began); 0 unmapped or unanchored
     phase: np.ndarray | None = None
+    #: per device, the reserve / allocated margin of the recorded program, kept by a what-if that
+    #: changes what is allocated (its own reserve is not known: its events carry no ``Total
+    #: Reserved``); None: read the margin from the events (``report/memory_fit.fit``)
+    fragmentation: dict | None = None
 
     def __len__(self) -> int:
         return len(self.events)
 
     @property
     def n_unanchored(self) -> int:
-        return int(np.count_nonzero(self.anchor_row < 0))
+        return int(np.count_nonzero(self.anchor_row == -1))
 
 
 def anchor_events(ts, pid, tid, node_pid, node_tid, node_start, node_end, node_id) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -105,6 +110,19 @@ def capture_memory(table, graph) -> GraphMemory | None:
     return GraphMemory(mem, anchor, offset, at_end, step, tuple(s[0] for s in steps), int(graph.t0_ns), phase)
 
 
+def level_before(ev: MemoryEvents, k: np.ndarray) -> tuple[int, bool]:
+    """(bytes allocated before the window, exact?) of the device events ``k`` (recorded order):
+    ``Total Allocated - Bytes`` of the first event with totals (exact); without totals the
+    smallest level that keeps the running sum at or above zero (a lower bound)."""
+    tot = ev.total_allocated[k]
+    has = np.flatnonzero(tot >= 0)
+    csum = np.cumsum(ev.bytes[k])
+    if len(has):
+        i = int(has[0])
+        return int(tot[i] - csum[i]), True
+    return max(0, -int(csum.min())), False
+
+
 def block_pairs(ev: MemoryEvents, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(allocation, its free) event index pairs among events ``k`` (one device, recorded order):
     the next event at the same address is a free of the same size. Vectorized; events without an
@@ -136,3 +154,41 @@ def without_events(gm: GraphMemory | None, drop: np.ndarray) -> GraphMemory | No
     events = MemoryEvents.from_columns({c: a[keep] for c, a in cols.items()}, sort=False)
     return dataclasses.replace(gm, events=events, anchor_row=gm.anchor_row[keep], offset_ns=gm.offset_ns[keep],
                                at_end=gm.at_end[keep], step=gm.step[keep], phase=None if gm.phase is None else gm.phase[keep])
+
+
+def recorded_margins(gm: GraphMemory) -> dict[int, float]:
+    """Per device, the recorded program's reserve margin (peak ``Total Reserved`` / peak ``Total
+    Allocated``, at least 1) where its events record both (kept by :func:`changed_events`)."""
+    if gm.fragmentation:
+        return dict(gm.fragmentation)
+    ev = gm.events
+    out = {}
+    for d in ev.devices():
+        k = ev.device == d
+        ta, tr = ev.total_allocated[k], ev.total_reserved[k]
+        if len(ta) and (ta >= 0).all() and (tr >= 0).all() and ta.max() > 0 and tr.max() > 0:
+            out[int(d)] = max(1.0, float(tr.max()) / float(ta.max()))
+    return out
+
+
+def changed_events(gm: GraphMemory, cols: dict, anchor_row, offset_ns, at_end, step, phase, group, seq) -> GraphMemory:
+    """``gm`` with the events of a changed program (a what-if that changes what is allocated):
+    ``cols`` the :class:`MemoryEvents` columns of every event, ``ts_ns`` the recorded instant each
+    stands for; the other arrays as :class:`GraphMemory`'s, one per event. The events are put in
+    program order, (``ts_ns``, ``group``, ``seq``) ascending: at one instant a lower group first
+    (what a what-if places before the recorded events of that instant), then ``seq``. Each
+    device's level before the window stays the recorded one: ``Total Allocated`` is that level
+    plus the running sum of ``Bytes`` (-1 where it is not known); ``Total Reserved`` is -1 (the
+    changed program's reserve is not known), and the recorded margin is kept in ``fragmentation``."""
+    ev = gm.events
+    o = np.lexsort((np.asarray(seq), np.asarray(group), cols["ts_ns"]))
+    cols = {c: np.asarray(a)[o] for c, a in cols.items()}
+    for d in np.unique(cols["device"]).tolist():
+        on = cols["device"] == d
+        before, exact = level_before(ev, np.flatnonzero(ev.device == d))
+        run = before + np.cumsum(np.where(on, cols["bytes"], 0))
+        cols["total_allocated"] = np.where(on, run if exact else -1, cols["total_allocated"])
+        cols["total_reserved"] = np.where(on, -1, cols["total_reserved"])
+    return dataclasses.replace(gm, events=MemoryEvents.from_columns(cols, sort=False), anchor_row=np.asarray(anchor_row)[o],
+                               offset_ns=np.asarray(offset_ns)[o], at_end=np.asarray(at_end, bool)[o], step=np.asarray(step)[o],
+                               phase=np.asarray(phase, np.uint8)[o], fragmentation=recorded_margins(gm))

@@ -48,6 +48,7 @@ from ..costmodel import kernel_model as KM
 from .common import mapped_phase, median_launch_ns
 from .gpu_upgrade import source_gpu
 from . import kernel_cost as KC
+from .amp_memory import amp_memory
 from .autocast import AUTOCAST_FP32_KERNELS, AUTOCAST_FP32_OPS, AUTOCAST_LOW_OPS, AUTOCAST_PYTORCH_VERSION, autocast_precision
 from .grad_scaler import insert_scaler
 from ..costmodel.specs import from_table
@@ -447,7 +448,7 @@ register(
         name="amp",
         summary="automatic mixed precision: fp32/TF32 GEMM/conv/attention kernels by the GPU's peak ratio to 16-bit Tensor "
                 "Cores, memory-bound kernels outside autocast's fp32 list 2x (amp:model=paper: the Daydream paper's 3x/2x)",
-        apply=_apply,
+        apply=lambda graph, p: amp_memory(graph, *_apply(graph, p), AUTOCAST_LOW_OPS),  # memory: amp_memory.py
         params={
             "model": Param("library", "'library': the kernel-cost library (daydream/costmodel, docs/kernels.md) at the "
                            "16-bit type for the kernels it describes, the per-GPU factors for the rest, with a range; 'gpu': "

@@ -309,12 +309,14 @@ def ranking_section(r: Report) -> list[str]:
         if k.predicted_ns >= 0 and k.step_speedup > 0:
             low = f" (>= {k.speedup_bound:.3f}x window with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
             num = f"{i:>3}." if k in helps else "   -"
-            out.append(f"  {num} {k.name:<16}{k.step_speedup:>8.3f}x step, window {k.speedup:.3f}x {_ms(k.predicted_ns)} ms{low}  {k.note}")
+            tag = "  [DOES NOT FIT in GPU memory]" if k.fits is False else ""
+            out.append(f"  {num} {k.name:<16}{k.step_speedup:>8.3f}x step, window {k.speedup:.3f}x {_ms(k.predicted_ns)} ms{low}{tag}  {k.note}")
             out += [f"         memory: {k.memory}"] if k.memory else []
         elif k.predicted_ns >= 0:
             low = f" (>= {k.speedup_bound:.3f}x with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
             num = f"{i:>3}." if k in helps else "   -"
-            out.append(f"  {num} {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms{low}  {k.note}")
+            tag = "  [DOES NOT FIT in GPU memory]" if k.fits is False else ""
+            out.append(f"  {num} {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms{low}{tag}  {k.note}")
             out += [f"         memory: {k.memory}"] if k.memory else []
         else:
             out.append(f"    -  {k.name:<16}{'':>8}   {'':>12}     {k.note if k.note.startswith('failed: ') else 'not applicable: ' + k.note}")

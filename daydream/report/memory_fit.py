@@ -47,7 +47,10 @@ def fit(dm: DeviceMemory, gm, devices: list) -> tuple[float, str, int, int, str,
     ev = gm.events
     k = ev.device == dm.device
     ta, tr = ev.total_allocated[k], ev.total_reserved[k]
-    if len(ta) and (ta >= 0).all() and (tr >= 0).all() and ta.max() > 0 and tr.max() > 0:
+    kept = (gm.fragmentation or {}).get(dm.device)
+    if kept is not None:
+        frag, src = kept, "the trace (peak reserved / peak allocated of the recorded program)"
+    elif len(ta) and (ta >= 0).all() and (tr >= 0).all() and ta.max() > 0 and tr.max() > 0:
         frag, src = max(1.0, float(tr.max()) / float(ta.max())), "the trace (peak reserved / peak allocated)"
     else:
         frag, src = DEFAULT_FRAGMENTATION, "default (median of the shared traces' recorded ratios)"

@@ -186,6 +186,9 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     #: the median step's speed-up (daydream.report.summary.median_step_speedup); 0 without steps
     step_speedup: float = 0.0
     memory: str = ""  #: the prediction's memory verdict per GPU (MemorySummary.line); "" without allocator events
+    #: False: the prediction does not fit on some GPU (its peak x margin above the capacity); True: it fits on every
+    #: GPU whose capacity is known; None: no allocator events or no capacity known
+    fits: bool | None = None
 
 
 class GroupStats(msgspec.Struct, forbid_unknown_fields=True):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..graph.memory_part import anchor_events
+from ..graph.memory_part import level_before as _before
 from ..graph.model import NODE_CPU
 
 
@@ -57,10 +58,10 @@ def event_times(graph, timeline) -> np.ndarray:
     gm = graph.memory
     ev = gm.events
     t = gm.offset_ns + gm.t0_ns  # unanchored: recorded time
-    cpu = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.row >= 0))
+    cpu = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.row != -1))  # rows < -1: inserted tasks given an identity
     rows = graph.row[cpu]
     by_row = np.argsort(rows, kind="stable")
-    anchored = gm.anchor_row >= 0
+    anchored = gm.anchor_row != -1
     j = np.searchsorted(rows[by_row], gm.anchor_row)
     j = np.minimum(j, max(len(rows) - 1, 0))
     found = anchored & (len(rows) > 0) & (rows[by_row][j] == gm.anchor_row) if len(rows) else np.zeros(len(ev), bool)
@@ -68,8 +69,9 @@ def event_times(graph, timeline) -> np.ndarray:
     t = np.where(found, np.where(gm.at_end, timeline.end_ns[node], timeline.start_ns[node]) + gm.offset_ns, t)
     lost = np.flatnonzero(anchored & ~found)  # anchor removed by a transformation: the same rule, survivors
     if len(lost):
-        a, off, end = anchor_events(ev.ts_ns[lost], ev.pid[lost], ev.tid[lost], graph.pid[cpu], graph.tid[cpu],
-                                    graph.rec_start_ns[cpu], graph.rec_end_ns[cpu], cpu)
+        rec = cpu[graph.row[cpu] >= 0]
+        a, off, end = anchor_events(ev.ts_ns[lost], ev.pid[lost], ev.tid[lost], graph.pid[rec], graph.tid[rec],
+                                    graph.rec_start_ns[rec], graph.rec_end_ns[rec], rec)
         a0 = np.maximum(a, 0)
         t[lost] = np.where(a >= 0, np.where(end, timeline.end_ns[a0], timeline.start_ns[a0]) + off, t[lost])
     # one thread, one op at a time: the recorded order of a thread's events is kept
@@ -77,17 +79,6 @@ def event_times(graph, timeline) -> np.ndarray:
         k = np.flatnonzero((ev.pid == p) & (ev.tid == q))
         t[k] = np.maximum.accumulate(t[k])
     return t
-
-
-def _before(ev, k: np.ndarray) -> tuple[int, bool]:
-    """(allocated before the window, exact?) of the device events ``k`` (recorded order)."""
-    tot = ev.total_allocated[k]
-    has = np.flatnonzero(tot >= 0)
-    csum = np.cumsum(ev.bytes[k])
-    if len(has):
-        i = int(has[0])
-        return int(tot[i] - csum[i]), True
-    return max(0, -int(csum.min())), False
 
 
 def replay_memory(graph, timeline) -> list[DeviceMemory]:

@@ -127,8 +127,9 @@ def _memory_events(run: Run, ck: _Clock, totals: bool) -> list[dict]:
         args = {"Device Type": 0 if a.device < 0 else 1, "Device Id": a.device, "Bytes": a.bytes}
         e = {"ph": "i", "s": "t", "name": "[memory]", "pid": th.pid, "tid": th.tid, "ts": ck.us(a.ts_ns), "args": args}
         if totals:
+            addr = getattr(th.ops[a.op_index], "addr", None)  # the op's block address where it gives one
             args.update({"Total Reserved": a.total_reserved, "Total Allocated": a.total_allocated,
-                         "Addr": 0x7F0000000000 + a.seq * 512, "Ev Idx": a.seq})
+                         "Addr": 0x7F0000000000 + a.seq * 512 if addr is None else addr, "Ev Idx": a.seq})
             e["cat"] = "cpu_instant_event"
         ev.append(e)
     return ev

@@ -435,10 +435,13 @@ class Allocate:
     Attributes:
         delta_bytes: bytes allocated (+) or freed (-); any int.
         device: GPU index, or -1 for host memory (keyword).
+        addr: the block's address, written as ``Addr`` (keyword; an allocation and its free give
+            the same one, so that a reader can pair them); None: a distinct address per event.
     """
 
     delta_bytes: int
     device: int = field(default=0, kw_only=True)
+    addr: int | None = field(default=None, kw_only=True)
 
 
 Op = Union[HostWork, Allocate, Launch, GraphLaunch, MemcpyAsync, Memcpy, MemsetAsync, DeviceSync, StreamSync, EventRecord,
