@@ -26,6 +26,11 @@ def _us(ns: int) -> str:
     return f"{ns / 1e3:,.1f}"
 
 
+def _us_short(ns: int) -> str:
+    """us with one decimal below 1 ms, whole us above (a column of at most 8 characters up to 10 s)."""
+    return f"{ns / 1e3:,.1f}" if ns < 1_000_000 else f"{ns / 1e3:,.0f}"
+
+
 def _name(s: str, width: int) -> str:
     s = terminal_text(s)
     return s if len(s) <= width else s[: width - len(CUT)] + CUT
@@ -99,14 +104,14 @@ def _more(n: int, what: str) -> list[str]:
 def kernels_text(rows: list[KernelRow]) -> list[str]:
     if not rows:
         return []
-    w = 42  # 2 + 42 + 46 + 10 columns: WIDTH
-    cols = [("calls", 7), ("total ms", 9), ("mean us", 8), ("min us", 7), ("max us", 9), ("GPU %", 6)]
+    w = 38  # 2 + 38 + 50 + 10 columns: WIDTH
+    cols = [("calls", 7), ("total ms", 10), ("mean us", 9), ("min us", 9), ("max us", 9), ("GPU %", 6)]
     out = ["top GPU tasks [launching op] (measured; full names in --json, --csv)", _line("kernel [op]", w, cols) + "  class"]
     for k in rows[:TOP_ROWS]:
-        op = _elide(k.op.removeprefix("aten::"), 13) if k.op else ""
+        op = _elide(k.op.removeprefix("aten::"), 12) if k.op else ""
         label = _elide(kernel_label(k.name), w - len(op) - 3 if op else w)
-        out.append(_line(f"{label} [{op}]" if op else label, w, [(f"{k.calls:,}", 7), (_ms(k.total_ns), 9), (_us(k.mean_ns), 8),
-                                                                    (_us(k.min_ns), 7), (_us(k.max_ns), 9),
+        out.append(_line(f"{label} [{op}]" if op else label, w, [(f"{k.calls:,}", 7), (_ms(k.total_ns), 10), (_us_short(k.mean_ns), 9),
+                                                                    (_us_short(k.min_ns), 9), (_us_short(k.max_ns), 9),
                                                                     (f"{k.gpu_pct:.1f}", 6)]) + "  " + k.cls[:8])
     return out + _more(len(rows), "rows")
 
