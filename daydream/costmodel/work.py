@@ -28,7 +28,7 @@ M = out, N = rows, K = in (cuBLAS computes the transposed product).
 GEMM tiles are parsed from kernel names (:func:`parse_tile`): cuBLAS
 ``<arch>_sgemm_<TM>x<TN>_<layout>`` (``ampere_sgemm_128x64_tn``, ``volta_sgemm_128x32_sliced1x4_tn``,
 ``maxwell_sgemm_32x128_nn``), xmma ``..._tilesize<TM>x<TN>x<TK>...``, CUTLASS
-``cutlass_..._<TM>x<TN>_<TK>x<stages>_...``.
+``cutlass_..._<TM>x<TN>_<TK>x<stages>_...``, AMD Tensile's macro tile ``Cijk_..._MT<TM>x<TN>x<DU>_...``.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ UNARY_OPS = frozenset({"addu", "mulu", "powu", "divu", "subu", "relu", "gelu", "
 
 _TILE_RES = (
     re.compile(r"tilesize(\d+)x(\d+)"),                 # xmma: ..._tilesize128x128x16_...
+    re.compile(r"_MT(\d+)x(\d+)x\d+_"),                # AMD Tensile macro tile: Cijk_..._MT16x16x256_MI16x16x1_...
     re.compile(r"gemm\w*?_(\d+)x(\d+)_"),                # cuBLAS / CUTLASS: sgemm_128x64_tn, s1688gemm_128x256_16x3
     re.compile(r"_(\d+)x(\d+)(?:x\d+)?_"),               # any other <TM>x<TN>_
 )

@@ -88,11 +88,12 @@ class LaunchData:
     #: element size (bytes) of that input: 4 for fp32 (-1 unknown)
     last_elem: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     op: list = field(default_factory=list)
-    #: the launching op's recorded ``Input Dims`` / ``Input type`` (decoded JSON: lists, None unknown),
-    #: on every kernel of the op (also where it launched several); empty lists where the source
-    #: has no shapes (Nsight Systems, CUPTI dumps, a saved table): the shape what-ifs' input
-    dims: list = field(default_factory=list)
-    types: list = field(default_factory=list)
+    #: the launching op's recorded shapes, on every kernel of the op (also where it launched
+    #: several): an index into ``shapes`` (-1 none), whose entries are the distinct (op name,
+    #: ``Input Dims``, ``Input type``) (decoded JSON). Empty where the source has no shapes (Nsight
+    #: Systems, CUPTI dumps, a saved table): the shape what-ifs' input
+    shape_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    shapes: list = field(default_factory=list)
     reason: str = ""
     counts: dict = field(default_factory=dict)
 
@@ -332,8 +333,8 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
     lb = np.full(n, -1.0)
     le = np.full(n, -1, dtype=np.int64)
     opn = [""] * n
-    dims: list = [None] * n
-    types: list = [None] * n
+    sid = np.full(n, -1, np.int64)
+    shape_ids: dict = {}
     shared = 0
     memo: dict[bytes, tuple] = {}  # ops of the same name and shapes repeat every iteration
     for i in np.flatnonzero(ext >= 0).tolist() if ops else ():  # one entry per kernel record: the reader's measured core
@@ -342,15 +343,16 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
         if o is None:
             continue
         opn[i] = o[0]
-        dims[i], types[i] = o[1], o[2]
-        if per_ext[x] > 1:  # the op's work cannot be split among its kernels; its weight operand is the op's own
-            shared += 1
-            lb[i], le[i] = last_operand(o[1], o[2])
-            continue
         try:
             key = msgspec.json.encode((o[0], o[1], o[2]))
         except (TypeError, OverflowError, msgspec.EncodeError):  # nothing JSON cannot say comes from a decode; kept safe
             key = None
+        if key is not None and o[1] is not None:
+            sid[i] = shape_ids.setdefault(key, len(shape_ids))
+        if per_ext[x] > 1:  # the op's work cannot be split among its kernels; its weight operand is the op's own
+            shared += 1
+            lb[i], le[i] = last_operand(o[1], o[2])
+            continue
         w = memo.get(key) if key is not None else None
         if w is None:
             w = (*op_work(o[0], o[1], o[2]), *last_operand(o[1], o[2]))
@@ -361,9 +363,8 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
     out.key, out.grid, out.block, out.regs, out.smem = make_key(dev, corr)[order], grid[order], block[order], regs[order], smem[order]
     out.flops, out.bytes, out.op = flops[order], nbytes[order], [opn[i] for i in order.tolist()]
     out.last_bytes, out.last_elem = lb[order], le[order]
-    if ops:
-        ol = order.tolist()
-        out.dims, out.types = [dims[i] for i in ol], [types[i] for i in ol]
+    out.shape_id = sid[order]
+    out.shapes = [tuple(msgspec.json.decode(k)) for k in shape_ids]
     out.counts.update({"with launch configuration": int(np.count_nonzero(grid[:, 0] > 0)),
                        "with shapes": int(np.count_nonzero(flops >= 0)),
                        "op launched several kernels (no shapes)": shared})

@@ -52,13 +52,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..costmodel import Kernels, find_spec, predict_shape
-from ..costmodel.kernel_model import match_launches
+from ..costmodel import Kernels, default_constants, find_spec, predict_shape
+from ..costmodel.kernel_model import match_launches, work_item_grid
 from ..costmodel.kernel_time import floor_ns, wave_fill
 from ..costmodel.work import op_class
 from ..errors import NotApplicable
 from ..events.table import Kind
-from ..graph import NODE_CPU
+from ..graph.kernels import kernel_info
 from ..transform import set_duration, set_gap
 from . import Optimization, Param, register
 from ..util.display import terminal_text
@@ -106,56 +106,67 @@ class Roles:
         return self.H // self.nh if self.H > 0 and self.nh > 0 and self.H % self.nh == 0 else -1
 
 
-def _mode(values: list) -> tuple[int, int, int]:
-    """(most common value, its count, total) of ``values`` (ties: the larger value); (-1, 0, 0) none."""
+def _mode(values: list, weights: list | None = None) -> tuple[int, float, float]:
+    """(most common value by weight, its weight, total weight) of ``values`` (ties: the larger
+    value); (-1, 0, 0) none."""
     if not values:
-        return -1, 0, 0
-    c = Counter(values)
+        return -1, 0.0, 0.0
+    c: Counter = Counter()
+    for v, w in zip(values, weights if weights is not None else [1.0] * len(values)):
+        c[v] += w
     v, k = max(c.items(), key=lambda kv: (kv[1], kv[0]))
-    return v, k, len(values)
+    return v, float(k), float(sum(c.values()))
 
 
-def infer_roles(ops: list, p: dict) -> Roles:
-    """Batch, sequence, hidden and heads from the distinct ops ``ops`` ([(op name, dims, types)]);
-    parameters ``batch_size``/``seq_len``/``hidden_size``/``heads`` (> 0) override.
+def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
+    """Batch, sequence, hidden and heads from the distinct ops ``ops`` ([(op name, dims, types)]),
+    each counted with ``weight`` (its kernels' count; default 1; by count, not time: the long
+    attention scores ``[B·nh, S, S]`` of an unfused attention would outvote the activations): the weighted most common value of
+    each position; parameters ``batch_size``/``seq_len``/``hidden_size``/``heads`` (> 0) override.
 
     Raises:
-        NotApplicable: no op with shapes, or the batch is not the leading dimension of most
-            ≥3-D activations (give batch_size=).
+        NotApplicable: no op with shapes, or the batch leads less than half of the ≥3-D
+            activations' kernels (give batch_size=).
     """
-    lead, second, last, heads, lin_k, lin_rows = [], [], [], [], [], []
-    for name, dims, types in ops:
+    weight = weight if weight is not None else [1.0] * len(ops)
+    cols: dict = {k: ([], []) for k in ("lead", "second", "last", "heads", "lin_k", "lin_rows")}
+
+    def add(k, v, w):
+        cols[k][0].append(v)
+        cols[k][1].append(w)
+
+    for (name, dims, types), w in zip(ops, weight):
         ts = [d for d, _ in _tensors(dims, types)]
         if name in _LINEAR_OPS and len(ts) >= 2 and len(ts[-2]) == 2:
-            lin_rows.append(ts[-2][0])
-            lin_k.append(ts[-2][1])
+            add("lin_rows", ts[-2][0], w)
+            add("lin_k", ts[-2][1], w)
             continue
-        if name in _BMM_OPS or any(w in name for w in _OPT_WORDS):
+        if name in _BMM_OPS or any(x in name for x in _OPT_WORDS):
             continue
         for d in ts[:1]:  # the activation: the op's first tensor
             if len(d) == 4:
-                lead.append(d[0])
-                heads.append(d[1])
-                second.append(d[2])
+                add("lead", d[0], w)
+                add("heads", d[1], w)
+                add("second", d[2], w)
             elif len(d) == 3:
-                lead.append(d[0])
-                second.append(d[1])
-                last.append(d[2])
-    if not (lead or lin_rows):
+                add("lead", d[0], w)
+                add("second", d[1], w)
+                add("last", d[2], w)
+    if not (cols["lead"][0] or cols["lin_rows"][0]):
         raise NotApplicable("no op with recorded shapes of activations (≥3-D tensors or linear layers' inputs): record with "
                             "torch.profiler(record_shapes=True), or use problem-size:factor=S")
-    B, kb, nb = _mode(lead)
-    S, _, _ = _mode(second)
-    H, _, _ = _mode(last) if last else _mode(lin_k)
-    nh, _, _ = _mode(heads)
+    B, kb, nb = _mode(*cols["lead"])
+    S = _mode(*cols["second"])[0]
+    H = _mode(*cols["last"])[0] if cols["last"][0] else _mode(*cols["lin_k"])[0]
+    nh = _mode(*cols["heads"])[0]
     how = []
     if p.get("batch_size", 0) > 0:
         B, how = int(p["batch_size"]), how + ["batch given"]
     elif B > 0:
-        how.append(f"batch {B}: leading dimension of {kb:,} of {nb:,} activations")
+        how.append(f"batch {B}: leading dimension of {kb / max(nb, 1e-9):.0%} of the activations' kernels")
         if kb * 2 < nb:
             raise NotApplicable(f"the batch is ambiguous: the most common leading dimension of the activations, {B}, leads only "
-                                f"{kb:,} of {nb:,}; give batch_size=")
+                                f"{kb / nb:.0%} of their kernels; give batch_size=")
     for key, name in (("seq_len", "S"), ("hidden_size", "H"), ("heads", "nh")):
         if p.get(key, 0) > 0:
             v = int(p[key])
@@ -165,7 +176,7 @@ def infer_roles(ops: list, p: dict) -> Roles:
         nh = -1
     how.append(f"seq {S}, hidden {H}" + (f" ({nh} heads of {H // nh})" if nh > 0 else ""))
     if B < 0 or S < 0:
-        how.append(f"tokens = the rows of the linear layers' inputs ({_mode(lin_rows)[0]})")
+        how.append(f"tokens = the rows of the linear layers' inputs ({_mode(*cols['lin_rows'])[0]})")
     return Roles(B, S, H, nh, "; ".join(how))
 
 
@@ -203,7 +214,11 @@ def dim_factors(dims: list, cand: dict, orders: list | None = None) -> tuple[lis
     n = len(dims)
     for i, v in enumerate(dims):
         order = orders[i] if orders else _LEAD if (n >= 3 and i == 0) else _INNER if n >= 3 else _FLAT
-        hits = [cand[k][1] for k in order if cand[k][0] == v and v > 1]
+        one = v == 1 and i == 0 and n >= 3 and cand["B"][0] == 1  # a batch of 1 leads its activations
+        roles = [k for k in order if cand[k][0] == v and (v > 1 or (one and k == "B"))]
+        if cand["B"][0] == 1:  # B·S = S and B·nh = nh: a batch of 1 flattened into the tokens / heads
+            roles = [k for k in roles if not (k == "S" and "B*S" in roles) and not (k == "nh" and "B*nh" in roles)]
+        hits = [cand[k][1] for k in roles]
         if len({round(h, 12) for h in hits}) > 1:
             amb = True
         out.append(hits[0] if hits else 1.0)
@@ -321,79 +336,159 @@ def _gpu(graph, given: str):
     return spec
 
 
-def _kernels(graph):
-    """(kernel nodes, launch data rows (-1 none), the launch data)."""
+@dataclass(frozen=True)
+class _Launches:
+    """The kernels of a graph with their launch data: ``node`` (kernel node ids), ``grid`` (in
+    blocks: a HIP work-item grid divided by the block), ``block``, ``regs``, ``smem`` ((n, 3) /
+    (n,), -1 unknown), ``shape`` (index into ``shapes``, -1 none), ``op`` (launching op name per
+    kernel, "" unknown) and ``shapes`` (distinct (op name, Input Dims, Input type))."""
+
+    node: np.ndarray
+    grid: np.ndarray
+    block: np.ndarray
+    regs: np.ndarray
+    smem: np.ndarray
+    shape: np.ndarray
+    op: list
+    shapes: list
+
+
+def launches(graph) -> _Launches:
+    """:class:`_Launches` of ``graph`` (columnar: look-ups by the launch data's rows)."""
     data = graph.facts.launch if graph.facts is not None else None
     kern = np.nonzero(graph.node_kind == Kind.KERNEL)[0]
+    n = len(kern)
+    grid, block = np.full((n, 3), -1, np.int64), np.full((n, 3), -1, np.int64)
+    regs, smem, shape = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
     if data is None or len(data) == 0:
-        return kern, np.full(len(kern), -1, np.int64), data
-    return kern, match_launches(graph, data)[kern], data
+        return _Launches(kern, grid, block, regs, smem, shape, [""] * n, [])
+    rows = match_launches(graph, data)[kern]
+    has = rows >= 0
+    r = rows[has]
+    grid[has], block[has], regs[has], smem[has] = data.grid[r], data.block[r], data.regs[r], data.smem[r]
+    wi = work_item_grid(graph)[kern] & (grid[:, 0] > 0) & (block[:, 0] > 0)
+    grid[wi] = -(-grid[wi] // np.maximum(block[wi], 1))  # work-items -> blocks
+    if len(data.shape_id) == len(data):
+        shape[has] = data.shape_id[r]
+    ops = np.asarray(data.op, dtype=object)
+    op = np.full(n, "", dtype=object)
+    op[has] = ops[r]
+    return _Launches(kern, grid, block, regs, smem, shape, op.tolist(), list(data.shapes))
 
 
-def _recost(graph, p: dict, gpu) -> tuple[np.ndarray, dict]:
-    """New durations of the kernels (whole graph, ns) and the counts/op names for the note."""
-    kern, rows, data = _kernels(graph)
-    has_dims = data is not None and len(getattr(data, "dims", [])) == len(data)
+#: how an op's kernels are re-costed: by the library (0), by elements (1), kept: ambiguous (2), no shapes (3)
+_MODEL, _ELEMS, _AMBIG, _NONE = 0, 1, 2, 3
+_KIND_WORDS = {_ELEMS: "other kind", _AMBIG: "ambiguous", _NONE: "no shapes"}
+
+
+def _plan_ops(shapes: list, p: dict, weight: list | None = None) -> tuple:
+    """Per distinct op (``shapes``, with its kernels' time ``weight``): (how, element factor,
+    reference row, new row) and the roles."""
     f = {k: float(p[k]) for k in ("batch", "seq", "hidden")}
     opt_f = f["hidden"] ** 2 * float(p["layers"])
-    ops: dict = {}  # (name, dims json) -> index
-    op_of = np.full(len(kern), -1, np.int64)
-    if has_dims:
-        import msgspec
-
-        for i, r in enumerate(rows.tolist()):
-            if r < 0 or data.dims[r] is None:
-                continue
-            key = (data.op[r], msgspec.json.encode(data.dims[r]), msgspec.json.encode(data.types[r]))
-            op_of[i] = ops.setdefault(key, len(ops))
-    info = {"no shapes": Counter(), "other kind": Counter(), "ambiguous": Counter(), "modelled": 0, "roles": ""}
-    new = graph.dur_ns.copy()
-    if not ops:
-        for i in range(len(kern)):
-            info["no shapes"][data.op[rows[i]] if has_dims and rows[i] >= 0 and data.op[rows[i]] else "(no launching op)"] += int(graph.dur_ns[kern[i]])
-        return new, info
-    keys = list(ops)
-    import msgspec
-
-    decoded = [(k[0], msgspec.json.decode(k[1]), msgspec.json.decode(k[2])) for k in keys]
-    roles = infer_roles(decoded, p)
-    info["roles"] = roles.how
-    tokens = _linear_rows(decoded) if roles.B < 0 or roles.S < 0 else -1
+    roles = infer_roles(shapes, p, weight)
+    tokens = _linear_rows(shapes) if roles.B < 0 or roles.S < 0 else -1
     cand = _candidates(roles, f, tokens)
-    ref_rows, new_rows, how = [], [], []  # per distinct op: rows or a factor
-    for name, dims, types in decoded:
+    how, fac, ref, new = [], [], [], []
+    for name, dims, types in shapes:  # distinct ops: a few hundred
         is_opt = any(w in name for w in _OPT_WORDS)
         nd, amb = _scaled_dims(dims, types, cand, opt_f if is_opt else None, name)
         a, b = kernel_row(name, dims, types), kernel_row(name, nd, types)
+        ta, tb = [_numel(d) for d, _ in _tensors(dims, types)], [_numel(d) for d, _ in _tensors(nd, types)]
+        h, x = _MODEL, 1.0
         if amb:
-            how.append(("ambiguous", None))
+            h = _AMBIG
         elif any(w in name.lower() for w in _OTHER_WORDS) or a is None or b is None:
-            ta, tb = [_numel(d) for d, _ in _tensors(dims, types)], [_numel(d) for d, _ in _tensors(nd, types)]
-            how.append(("other kind", max(tb) / max(max(ta), 1)) if ta and tb else ("no shapes", None))
-        else:
-            how.append(("model", (a, b)))
-    sel = [i for i in range(len(kern)) if op_of[i] >= 0 and how[op_of[i]][0] == "model"]
-    if sel:
-        idx = np.asarray(sel)
-        r = rows[idx]
-        def make(which):
-            cols = {k: [how[op_of[i]][1][which][k] for i in sel] for k in ("cls", "B", "M", "N", "K", "elems", "inputs", "dtype")}
-            return Kernels.make(name=[graph.names[graph.name_id[kern[i]]] for i in sel], grid=data.grid[r], block=data.block[r],
-                                regs=data.regs[r], smem=data.smem[r], **cols)
-        pred = predict_shape(make(0), graph.dur_ns[kern[idx]], make(1), gpu)
-        new[kern[idx]] = np.rint(pred.point).astype(np.int64)
-        info["modelled"] = len(sel)
+            h, x = (_ELEMS, max(tb) / max(max(ta), 1)) if ta and tb else (_NONE, 1.0)
+        how.append(h)
+        fac.append(x)
+        ref.append(a)
+        new.append(b)
+    return np.asarray(how, np.int64), np.asarray(fac, np.float64), ref, new, roles
+
+
+_COLS = ("cls", "B", "M", "N", "K", "elems", "inputs", "dtype")
+
+
+def _rows_of(rows: list, sel: np.ndarray, L: _Launches, idx: np.ndarray, names: list) -> Kernels:
+    """:class:`Kernels` of the kernels ``idx`` from the per-op rows ``rows`` (``sel``: each kernel's op)."""
+    cols = {}
+    for k in _COLS:
+        per_op = np.asarray([r[k] if r is not None else (-1 if k not in ("cls", "dtype") else "other") for r in rows],
+                            dtype=object if k in ("cls", "dtype") else np.int64)
+        cols[k] = per_op[sel]
+    return Kernels.make(name=names, grid=L.grid[idx], block=L.block[idx], regs=L.regs[idx], smem=L.smem[idx], **cols)
+
+
+#: the measured time the library's ratio is taken at (any time above the floor: the anchor is linear in it)
+_PROBE_NS = 1e6
+
+
+def _model_times(graph, L: _Launches, m: np.ndarray, t: np.ndarray, ref: list, nrow: list, gpu) -> np.ndarray:
+    """New times (ns, int64) of the kernels ``m`` (indices into ``L``) measured at ``t``: the
+    library's anchored prediction (:func:`~daydream.costmodel.predict_shape`), ``f + (t − f)·ρ``
+    with ``ρ = (T_new − f)/(T_ref − f)``, computed once per distinct launch (op shapes, kernel
+    name, grid, block, registers, shared memory) and applied to each kernel; a kernel measured
+    below the library's floor ``f`` keeps the part below it. The same shapes give ``t`` back."""
+    key = np.column_stack([L.shape[m], graph.name_id[L.node[m]], L.grid[m], L.block[m], L.regs[m], L.smem[m]])
+    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    u = m[first]
+    names = [graph.names[i] for i in graph.name_id[L.node[u]].tolist()]
+    a, b = _rows_of(ref, L.shape[u], L, u, names), _rows_of(nrow, L.shape[u], L, u, names)
+    a, b = _consistent_grids(a, b, gpu)
     fl = floor_ns(gpu)
-    for i in range(len(kern)):
-        o = op_of[i]
-        if o >= 0 and how[o][0] == "model":
-            continue
-        kind, fac = how[o] if o >= 0 else ("no shapes", None)
-        name = keys[o][0] if o >= 0 else (data.op[rows[i]] if has_dims and rows[i] >= 0 and data.op[rows[i]] else "(no launching op)")
-        info[kind][name] += int(graph.dur_ns[kern[i]])
-        if kind == "other kind":  # streamed: the work above the floor by the elements
-            t = float(graph.dur_ns[kern[i]])
-            new[kern[i]] = int(round(min(t, fl) + max(t - fl, 0.0) * fac))
+    probe = predict_shape(a, np.full(len(u), fl + _PROBE_NS), b, gpu).point
+    rho = (probe - fl) / _PROBE_NS
+    same = np.all([(getattr(a, k) == getattr(b, k)) for k in _COLS], axis=0)
+    tf = t.astype(np.float64)
+    out = np.minimum(tf, fl) + np.maximum(tf - fl, 0.0) * rho[inv]
+    return np.where(same[inv], t, np.rint(out).astype(np.int64))
+
+
+def _consistent_grids(a: Kernels, b: Kernels, gpu) -> tuple[Kernels, Kernels]:
+    """``a``, ``b`` with the recorded grid dropped where it is not the library's tiling of the
+    recorded shape (``B·⌈M/TM⌉·⌈N/TN⌉·split`` blocks with the tile parsed from the name): the new
+    shape is tiled that way, so both sides are (a library whose kernel names give no tile; a
+    recorded grid of split-K or stream-K). Memory-bound classes: grids do not enter the model."""
+    from ..costmodel.kernel_time import retile, source_geometry
+
+    g = source_geometry(a, gpu)
+    derived = retile(a, g, g.tile, g.threads, gpu).blocks
+    off = np.isin(a.cls, ("linear", "bmm", "attention")) & (a.grid[:, 0] > 0) & (derived != g.blocks) & ~g.persistent
+    if off.any():
+        a.grid = np.where(off[:, None], -1, a.grid)
+    return a, b
+
+
+def _recost(graph, p: dict, gpu) -> tuple[np.ndarray, dict]:
+    """New durations (whole graph, ns) with the kernels re-costed, and the note's facts."""
+    L = launches(graph)
+    new = graph.dur_ns.copy()
+    t = graph.dur_ns[L.node]
+    info = {"kept": {}, "modelled": 0, "roles": ""}
+    has = L.shape >= 0
+    how_k = np.full(len(L.node), _NONE, np.int64)
+    if L.shapes and has.any():
+        w = np.bincount(L.shape[has], minlength=len(L.shapes))  # each op by its kernels' count
+        how, fac, ref, nrow, roles = _plan_ops(L.shapes, p, w.tolist())
+        info["roles"] = roles.how
+        how_k[has] = how[L.shape[has]]
+        m = np.nonzero(how_k == _MODEL)[0]
+        if len(m):
+            new[L.node[m]] = _model_times(graph, L, m, t[m], ref, nrow, gpu)
+            info["modelled"] = len(m)
+        e = np.nonzero(how_k == _ELEMS)[0]
+        if len(e):  # streamed: the work above the floor by the elements
+            fl = floor_ns(gpu)
+            te = t[e].astype(np.float64)
+            new[L.node[e]] = np.rint(np.minimum(te, fl) + np.maximum(te - fl, 0.0) * fac[L.shape[e]]).astype(np.int64)
+    for code, word in _KIND_WORDS.items():
+        k = np.nonzero(how_k == code)[0]
+        if len(k):
+            ops = np.asarray([o or "(no launching op)" for o in L.op], dtype=object)[k]
+            uniq, inv = np.unique(ops.astype(str), return_inverse=True)
+            info["kept"][word] = Counter(dict(zip(uniq.tolist(), np.bincount(inv.reshape(-1), weights=t[k]).astype(np.int64).tolist())))
     return new, info
 
 
@@ -440,7 +535,7 @@ def _apply(graph, p):
     for kind, said in (("other kind", "scaled by their largest input's elements (no model for their kind)"),
                        ("ambiguous", "kept as recorded (a dimension matches two roles: give batch_size=/seq_len=/hidden_size=)"),
                        ("no shapes", "kept as recorded: no recorded shapes")):
-        c = info[kind]
+        c = info["kept"].get(kind)
         if c:
             words.append(f"{sum(c.values()) / 1e6:,.3f} ms of kernels {said}: {_top(c)}")
     if p["hidden"] != 1:
@@ -458,26 +553,26 @@ def _problem_size(graph, p):
     if not len(kern):
         raise NotApplicable("the trace has no GPU kernels")
     gpu = _gpu(graph, p["gpu"])
-    _, rows, data = _kernels(graph)
-    has = rows >= 0
-    grid = np.full((len(kern), 3), -1, np.int64)
-    block = np.full((len(kern), 3), -1, np.int64)
-    if has.any():
-        grid[has], block[has] = data.grid[rows[has]], data.block[rows[has]]
+    L = launches(graph)
+    grid, block = L.grid, L.block
     rec = grid[:, 0] > 0
     blocks = np.where(rec, np.prod(np.maximum(grid, 1), axis=1), -1)
     threads = np.where(block[:, 0] > 0, np.prod(np.maximum(block, 1), axis=1), 256)
     neg = np.full(len(kern), -1, np.int64)
-    u0 = wave_fill(gpu, blocks, threads, neg, neg)
-    u1 = wave_fill(gpu, np.where(rec, np.ceil(blocks * S).astype(np.int64), -1), threads, neg, neg)
+    comp = kernel_info(graph).is_bound("compute")[L.node]  # GEMMs, convolutions, attention: waves of tiles
+    rec &= comp
+    h = default_constants().h_occ  # the library's fitted latency-hiding constant (docs/kernels.md, waves)
+    u0 = wave_fill(gpu, np.where(rec, blocks, -1), threads, neg, neg, h)
+    u1 = wave_fill(gpu, np.where(rec, np.ceil(blocks * S).astype(np.int64), -1), threads, neg, neg, h)
     t = graph.dur_ns[kern].astype(np.float64)
     fl = floor_ns(gpu)
     new = np.minimum(t, fl) + np.maximum(t - fl, 0.0) * S * u0 / u1
     g = set_duration(graph, graph.node_kind == Kind.KERNEL, np.rint(new).astype(np.int64))
-    shapes = data is not None and len(getattr(data, "dims", [])) and any(d is not None for d in data.dims)
+    shapes = bool((L.shape >= 0).any())
     note = (f"every kernel's work x{S:g} on the {gpu.name}: kernel time {t.sum() / 1e6:,.3f} -> {new.sum() / 1e6:,.3f} ms; "
-            f"{int(rec.sum()):,} kernels with a recorded grid by waves (blocks x{S:g}, wave fill), "
-            f"{int((~rec).sum()):,} without one by their time above the {fl / 1e3:g} us floor; no shapes used"
+            f"{int(rec.sum()):,} compute-bound kernels with a recorded grid by waves (blocks x{S:g}, wave fill), "
+            f"{int((~rec).sum()):,} others (memory-bound, or no grid recorded) by their time above the {fl / 1e3:g} us floor; "
+            "no shapes used"
             + (" (the trace has shapes: shape:batch=,seq=,hidden= models each op's kind)" if shapes else "")
             + "; CPU time as recorded")
     return g, note
