@@ -129,7 +129,7 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
             activations' kernels (give batch_size=).
     """
     weight = weight if weight is not None else [1.0] * len(ops)
-    cols: dict = {k: ([], []) for k in ("lead", "second", "last", "heads", "lin_k", "lin_rows")}
+    cols: dict = {k: ([], []) for k in ("lead", "second", "last", "heads", "lin_k", "lin_rows", "bmm")}
 
     def add(k, v, w):
         cols[k][0].append(v)
@@ -141,7 +141,11 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
             add("lin_rows", ts[-2][0], w)
             add("lin_k", ts[-2][1], w)
             continue
-        if name in _BMM_OPS or any(x in name for x in _OPT_WORDS):
+        if name in _BMM_OPS:
+            if ts and len(ts[0]) == 3:
+                add("bmm", ts[0][0], w)
+            continue
+        if any(x in name for x in _OPT_WORDS):
             continue
         for d in ts[:1]:  # the activation: the op's first tensor
             if len(d) == 4:
@@ -157,8 +161,11 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
                             "torch.profiler(record_shapes=True), or use problem-size:factor=S")
     B, kb, nb = _mode(*cols["lead"])
     S = _mode(*cols["second"])[0]
-    H = _mode(*cols["last"])[0] if cols["last"][0] else _mode(*cols["lin_k"])[0]
+    H = _hidden(cols["last"][0] + cols["lin_k"][0], cols["last"][1] + cols["lin_k"][1])
     nh = _mode(*cols["heads"])[0]
+    if nh <= 0 and B > 0 and cols["bmm"][0]:  # no 4-D attention tensor: the bmm batch B·nh
+        lead = _mode(*cols["bmm"])[0]
+        nh = lead // B if lead % B == 0 else -1
     how = []
     if p.get("batch_size", 0) > 0:
         B, how = int(p["batch_size"]), how + ["batch given"]
@@ -172,12 +179,26 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
             v = int(p[key])
             S, H, nh = (v, H, nh) if name == "S" else (S, v, nh) if name == "H" else (S, H, v)
             how.append(f"{key} given")
-    if nh <= 0 or H <= 0 or H % nh:
+    if nh <= 0 or (H > 0 and H % nh):  # heads that do not divide the hidden size: not heads
         nh = -1
-    how.append(f"seq {S}, hidden {H}" + (f" ({nh} heads of {H // nh})" if nh > 0 else ""))
+    how.append(f"seq {S if S > 0 else 'unknown'}, hidden {H if H > 0 else 'unknown'}"
+               + (f" ({nh} heads" + (f" of {H // nh}" if H > 0 else "") + ")" if nh > 0 else ""))
     if B < 0 or S < 0:
         how.append(f"tokens = the rows of the linear layers' inputs ({_mode(*cols['lin_rows'])[0]})")
     return Roles(B, S, H, nh, "; ".join(how))
+
+
+def _hidden(values: list, weights: list) -> int:
+    """The hidden size: of the activations' last dimensions and the linear layers' in-features
+    (``values``, voted by ``weights``), the value ``h`` that the most votes are multiples ``k·h``
+    of (k in :data:`HIDDEN_MULTIPLES`: an MLP's 4H votes for H); ties: the smaller; -1 none."""
+    c: Counter = Counter()
+    for v, w in zip(values, weights):
+        c[v] += w
+    if not c:
+        return -1
+    score = {h: sum(w for v, w in c.items() if v % h == 0 and v // h in HIDDEN_MULTIPLES) for h in c if h > 0}
+    return min(score, key=lambda h: (-score[h], h)) if score else -1
 
 
 def _linear_rows(ops: list) -> int:
@@ -205,11 +226,13 @@ _INNER = ("S", "nh", "hd") + tuple(f"{k}H" for k in HIDDEN_MULTIPLES)
 _FLAT = ("B*S",) + tuple(f"{k}H" for k in HIDDEN_MULTIPLES) + ("B", "S")
 
 
-def dim_factors(dims: list, cand: dict, orders: list | None = None) -> tuple[list, bool]:
+def dim_factors(dims: list, cand: dict, orders: list | None = None, first: bool = True) -> tuple[list, bool]:
     """(factor per dimension of ``dims``, ambiguous): the roles of module docstring step 2, the
     first role of the position's order (``orders``: one per dimension, given by the op's layout,
     else from the rank) whose value matches; ambiguous when two matching roles have different
-    factors. A dimension no role matches keeps its size (×1)."""
+    factors, or where the leading dimension of an op's ≥3-D ``first`` input matches no role (an
+    activation: it must be a batch, ``B`` or ``B·nh``). Any other dimension no role matches keeps
+    its size (×1: a convolution's weight, a vocabulary)."""
     out, amb = [], False
     n = len(dims)
     for i, v in enumerate(dims):
@@ -219,8 +242,8 @@ def dim_factors(dims: list, cand: dict, orders: list | None = None) -> tuple[lis
         if cand["B"][0] == 1:  # B·S = S and B·nh = nh: a batch of 1 flattened into the tokens / heads
             roles = [k for k in roles if not (k == "S" and "B*S" in roles) and not (k == "nh" and "B*nh" in roles)]
         hits = [cand[k][1] for k in roles]
-        if len({round(h, 12) for h in hits}) > 1:
-            amb = True
+        if len({round(h, 12) for h in hits}) > 1 or (first and not hits and n >= 3 and i == 0 and v > 1):
+            amb = True  # two roles, or an op's ≥3-D first input led by a dimension that is no batch of the step
         out.append(hits[0] if hits else 1.0)
     return out, amb
 
@@ -254,12 +277,14 @@ def _scaled_dims(dims, types, cand: dict, opt_factor: float, name: str = "") -> 
     amb = False
     out = []
     layout = _linear_layout(name, dims)
+    first = True
     for j, d in enumerate(dims if isinstance(dims, list) else []):
         if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
             if opt_factor is not None:
                 out.append([int(round(d[0] * opt_factor))] + d[1:])
                 continue
-            fs, a = dim_factors(d, cand, layout[j])
+            fs, a = dim_factors(d, cand, layout[j], first or name in _BMM_OPS)
+            first = False
             amb |= a
             out.append([int(round(x * f)) for x, f in zip(d, fs)])
         elif isinstance(d, list) and d and all(isinstance(x, list) for x in d):
@@ -523,6 +548,9 @@ def _apply(graph, p):
         raise NotApplicable("layers= is not built yet (docs/scaling.md, limits): give batch=, seq=, hidden=")
     if not (graph.node_kind == Kind.KERNEL).any():
         raise NotApplicable("the trace has no GPU kernels")
+    if not (launches(graph).shape >= 0).any():
+        raise NotApplicable("no kernel's launching op has recorded shapes: record with torch.profiler(record_shapes=True) "
+                            "(Kineto), or use problem-size:factor=S")
     gpu = _gpu(graph, p["gpu"])
     new, info = _recost(graph, p, gpu)
     kern = graph.node_kind == Kind.KERNEL

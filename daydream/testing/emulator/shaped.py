@@ -54,7 +54,8 @@ class ShapedSpec:
     """A shaped step: batch ``B``, sequence ``S``, hidden ``H`` with ``heads`` heads (head dim
     ``H / heads``), ``block``: op kinds (:data:`KINDS`) of one layer, repeated ``layers`` times;
     ``dtype`` fp32 or bf16; ``host_ns``: host work before each op; ``call_ns``: each launch call's
-    CPU time; ``loader_ns``: the data loader's host time for the batch (per sample: ``/ B``)."""
+    CPU time; ``loader_ns``: the data loader's host time for the batch (per sample: ``/ B``);
+    ``optimizer``: whether the step ends with the optimizer's kernel."""
 
     B: int
     S: int
@@ -66,6 +67,7 @@ class ShapedSpec:
     host_ns: int = 3_000
     call_ns: int = 4_000
     loader_ns: int = 40_000
+    optimizer: bool = True
 
 
 def dims_of(kind: str, B: int, S: int, H: int, nh: int) -> list:
@@ -162,11 +164,12 @@ def shaped_program(spec: ShapedSpec, batch: float = 1, seq: float = 1, hidden: f
             name, kname = KINDS[kind]
             ops += _op(name, dims_of(kind, B, S, H, nh), spec.dtype, kname, kernel_of(kind, B, S, H, nh, spec.dtype), spec)
         ops.append(RangeEnd())
-    n_par = 12 * H * H * spec.layers * layers  # two H x H (..4H) weights per layer: 12 H^2 parameters
-    k = Kernels.make("elementwise", _ADAM, elems=4 * n_par, inputs=1, dtype="fp32")  # 4 tensors streamed
-    ops.append(RangeBegin("Optimizer.step#Adam.step"))
-    ops += _op("aten::_fused_adam_", [[n_par], [n_par], [n_par], [n_par]], "fp32", _ADAM, k, spec)
-    ops.append(RangeEnd())
+    if spec.optimizer:
+        n_par = 12 * H * H * spec.layers * layers  # two H x H (..4H) weights per layer: 12 H^2 parameters
+        k = Kernels.make("elementwise", _ADAM, elems=4 * n_par, inputs=1, dtype="fp32")  # 4 tensors streamed
+        ops.append(RangeBegin("Optimizer.step#Adam.step"))
+        ops += _op("aten::_fused_adam_", [[n_par], [n_par], [n_par], [n_par]], "fp32", _ADAM, k, spec)
+        ops.append(RangeEnd())
     ops.append(RangeEnd())
     ops += [HostWork(2_000), DeviceSync(3_000)]
     return Program([Thread(ops, pid=4242, tid=4242, name="pt_main_thread")],
