@@ -270,9 +270,69 @@ def test_shaped_program_kernel_times_are_the_cost_function():
     assert t[KINDS["softmax"][1]] == kernel_ns(kernel_of("softmax", 2, 64, 128, 2, "fp32"))[0]
 
 
-def test_layers_not_built_is_said(tmp_path):
-    g, _ = _graph(tmp_path, shaped_program(ShapedSpec(2, 64, 128, 2, ("ln",), 2)))
-    with pytest.raises(NotApplicable, match="layers"):
+def _mapped_graph(tmp, prog):
+    from daydream.mapping import map_events
+
+    run = emulate(prog)
+    p = tmp / "shaped.json"
+    to_kineto(run, str(p))
+    t = load_trace(str(p))
+    return build_graph(t, map_events(t)), run
+
+
+def _depth_check(tmp, spec, f: dict, what: str):
+    assume(_roles_distinct(spec, f))
+    assume(any(k in spec.block for k in ("ln", "add", "gelu", "softmax", "sdpa")))
+    prog = shaped_program(spec)
+    g, run = _mapped_graph(tmp, prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g2, note = _apply(g, what + f",gpu={GPU}")
+    assert "ambiguous" not in note and f"{spec.layers} occurrences of Block_#" in note, note
+    want = emulate(shaped_program(spec, **f))
+    assert g2.n == len(want.calls) + len(want.tasks)
+    kern = g2.node_kind != NODE_CPU
+    got = sorted(g2.dur_ns[kern].tolist())
+    exp = sorted(t.end_ns - t.start_ns for t in want.tasks)
+    # each kernel as the batch/seq/hidden properties bound it (a copy has its model's time)
+    fl = floor_ns(find_spec(GPU))
+    base = sorted(g.dur_ns[g.node_kind != NODE_CPU].tolist())
+    tol = math.floor(0.5 * max(max(exp) - fl, 1) / max(min(base) - fl - 0.5, 0.5) + 1)
+    assert len(got) == len(exp) and max(abs(a - b) for a, b in zip(got, exp)) <= tol
+    assert abs(int(simulate(g2).end_ns.max()) - want.end_ns) <= tol * len(exp)
+
+
+@pytest.mark.slow
+@SETTINGS
+@given(shaped_specs(min_layers=2), st.sampled_from([2, 3]))
+def test_layers_equal_the_emulator(tmp_path_factory, spec, n):
+    """The repeating block (Block_0 .. Block_{L-1}) L·n times: its tasks with their CPU launches;
+    the optimizer streams n x the parameters."""
+    _depth_check(tmp_path_factory.mktemp("l"), spec, {"layers": n}, f"shape:layers={n}")
+
+
+@pytest.mark.slow
+@SETTINGS
+@given(shaped_specs(min_layers=2), st.sampled_from([2, 3]), st.sampled_from([0.5, 2]))
+def test_layers_and_batch_equal_the_emulator(tmp_path_factory, spec, n, fb):
+    assume(spec.B * fb == int(spec.B * fb) and spec.B * fb >= 1)
+    _depth_check(tmp_path_factory.mktemp("lb"), spec, {"layers": n, "batch": fb}, f"shape:layers={n},batch={fb}")
+
+
+def test_launch_bound_model_stays_launch_bound(tmp_path):
+    """Launch calls longer than the kernels: the deeper model's step grows by the calls' time,
+    as the emulator's run does (the copies carry their CPU launches)."""
+    spec = ShapedSpec(2, 64, 128, 2, ("ln", "linear"), 2, host_ns=0, call_ns=20_000, optimizer=False)
+    g, _ = _mapped_graph(tmp_path, shaped_program(spec))
+    g2, _ = _apply(g, f"shape:layers=4,gpu={GPU}")
+    want = emulate(shaped_program(spec, layers=4))
+    assert int(simulate(g2).end_ns.max()) == want.end_ns
+    base = emulate(shaped_program(spec))
+    assert want.end_ns - base.end_ns >= 6 * 2 * 20_000  # six more blocks of two launches
+
+
+def test_no_repeating_block_is_said(tmp_path):
+    g, _ = _mapped_graph(tmp_path, shaped_program(ShapedSpec(2, 64, 128, 2, ("ln",), 1)))
+    with pytest.raises(NotApplicable, match="repeating block"):
         _apply(g, f"shape:layers=2,gpu={GPU}")
 
 

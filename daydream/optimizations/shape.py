@@ -47,6 +47,7 @@ reads; this module does not predict memory.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -59,7 +60,8 @@ from ..costmodel.work import op_class
 from ..errors import NotApplicable
 from ..events.table import Kind
 from ..graph.kernels import kernel_info
-from ..transform import set_duration, set_gap
+from ..graph import NODE_CPU
+from ..transform import insert_tasks, set_duration, set_gap
 from . import Optimization, Param, register
 from ..util.display import terminal_text
 from .dataloader import _aligned, _batches
@@ -351,6 +353,132 @@ def activation_factor(p: dict) -> float:
     return float(p["batch"]) * float(p["seq"]) * float(p["hidden"]) * float(p["layers"])
 
 
+# ------------------------------------------------------------------------------- depth -------
+_INDEXED = re.compile(r"^(.*?)_?(\d+)$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A repeating block of the step: ``pattern`` (its layer path with the index as ``#``),
+    ``count`` occurrences, ``nodes`` (node ids of the last occurrence, in visiting order), and how
+    many nodes each occurrence has."""
+
+    pattern: str
+    count: int
+    nodes: np.ndarray
+    size: int
+
+
+def repeating_block(graph) -> Block:
+    """The repeating block (module docstring, step 5): of the layer mapping's paths
+    (``Net_0/Encoder_0/Layer_3/...``), the component whose index varies (``Layer_#``) and whose
+    occurrences hold identical sequences of tasks (kind and name, in visiting order), covering the
+    most tasks (ties: the shallower).
+
+    Raises:
+        NotApplicable: no layer mapping, or no indexed component with identical occurrences.
+    """
+    m = graph.mapping
+    if m is None or not (m.layer_id >= 0).any():
+        raise NotApplicable("no layer mapping (nn.Module ranges, NVTX layers): the repeating block is not known")
+    labels = m.labels
+    cands: dict = {}  # (pattern) -> {label id: index}
+    for lid, lab in enumerate(labels):  # distinct labels: a few thousand at most
+        parts = str(lab).split("/")
+        for d, part in enumerate(parts):
+            x = _INDEXED.match(part)
+            if x:
+                key = "/".join(parts[:d] + [x.group(1) + "_#"])
+                cands.setdefault(key, {})[lid] = int(x.group(2))
+    pos = np.empty(graph.n, np.int64)
+    pos[graph.order] = np.arange(graph.n)
+    lid_of = m.layer_id
+    best = None
+    for key, idx in cands.items():
+        if len(set(idx.values())) < 2:
+            continue
+        occ = np.full(len(labels), -1, np.int64)
+        occ[list(idx)] = list(idx.values())
+        o = np.where(lid_of >= 0, occ[np.maximum(lid_of, 0)], -1)
+        nodes = np.nonzero(o >= 0)[0]
+        nodes = nodes[np.lexsort((pos[nodes], o[nodes]))]
+        ks, starts = np.unique(o[nodes], return_index=True)
+        seqs = np.split(nodes, starts[1:])
+        sig = [np.stack([graph.node_kind[q].astype(np.int64), graph.name_id[q].astype(np.int64)]) for q in seqs]
+        if not all(x.shape == sig[0].shape and np.array_equal(x, sig[0]) for x in sig[1:]):
+            continue
+        score = (len(nodes), -key.count("/"))
+        if best is None or score > best[0]:
+            best = (score, key, len(seqs), seqs[-1])
+    if best is None:
+        raise NotApplicable("no repeating block: no indexed layer (Block_0, Block_1, ...) whose occurrences run identical "
+                            "sequences of tasks")
+    _, key, count, last = best
+    return Block(key, count, last, len(last))
+
+
+def deepen(graph, block: Block, copies: int) -> tuple:
+    """``graph`` with ``copies`` more occurrences of ``block`` after its last one: each of its runs
+    (consecutive tasks of one thread or stream) repeated right after the run, CPU launches with
+    their kernels (launch edges), cross-stream and blocking waits inside the block onto the copies
+    (from outside: onto the same producer). (new graph, waits not copied: hand-overs, queue.)"""
+    nodes = block.nodes
+    inb = np.full(graph.n, -1, np.int64)
+    inb[nodes] = np.arange(len(nodes))
+    lp = graph.lane_prev
+    # runs: a node starts a new run unless its lane predecessor is the previous node of the block on its lane
+    run_last = {}  # lane -> last node of the current run
+    ends = np.zeros(len(nodes), bool)
+    last_of_run = np.empty(len(nodes), np.int64)
+    run_id = np.empty(len(nodes), np.int64)
+    runs: list = []
+    for j, v in enumerate(nodes.tolist()):  # one block: a few hundred tasks
+        lane = int(graph.lane[v])
+        r = run_last.get(lane)
+        if r is not None and lp[v] == runs[r][-1]:
+            runs[r].append(v)
+        else:
+            run_last[lane] = len(runs)
+            runs.append([v])
+        run_id[j] = run_last[lane]
+    for r in runs:
+        ends[inb[r[-1]]] = True
+        last_of_run[inb[np.asarray(r)]] = r[-1]
+    ra_src, ra_dst, kind = graph.edge_src, graph.edge_dst, graph.edge_kind
+    from ..graph import EdgeKind
+
+    waits = np.isin(kind, (EdgeKind.XSTREAM, EdgeKind.WAIT)) & (inb[ra_dst] >= 0)
+    other = ~np.isin(kind, (EdgeKind.XSTREAM, EdgeKind.WAIT, EdgeKind.THREAD, EdgeKind.STREAM, EdgeKind.LAUNCH)) \
+        & ((inb[ra_dst] >= 0) | (inb[ra_src] >= 0))
+    k_n = len(nodes)
+    n = graph.n
+    after, launch, preds = [], [], []
+    prev_copy_of_run: dict = {}
+    for c in range(copies):
+        base = n + c * k_n
+        for j, v in enumerate(nodes.tolist()):
+            r = int(run_id[j])
+            if runs[r][0] == v:  # after the run's last node (the original, or the previous copy's)
+                after.append(prev_copy_of_run.get(r, runs[r][-1]))
+            else:
+                after.append(base + inb[lp[v]])
+            if ends[j]:
+                prev_copy_of_run[r] = base + j
+            lc = graph.launch[v] if graph.node_kind[v] != NODE_CPU else -1
+            launch.append(base + inb[lc] if lc >= 0 and inb[lc] >= 0 else -1)
+    for e in np.nonzero(waits)[0].tolist():
+        s_, d_ = int(ra_src[e]), int(ra_dst[e])
+        for c in range(copies):
+            preds.append((c * k_n + int(inb[d_]), n + c * k_n + int(inb[s_]) if inb[s_] >= 0 else s_))
+    kinds = np.where(graph.node_kind[nodes] == NODE_CPU, "cpu", np.where(graph.node_kind[nodes] == Kind.KERNEL, "kernel",
+                     np.where(graph.node_kind[nodes] == Kind.MEMCPY, "memcpy", "memset")))
+    g, _ = insert_tasks(graph, after=np.asarray(after, np.int64), dur_ns=np.tile(graph.dur_ns[nodes], copies),
+                        names=[graph.names[i] for i in graph.name_id[nodes].tolist()] * copies, kind=list(kinds) * copies,
+                        like=np.tile(nodes, copies), launch=np.asarray(launch, np.int64),
+                        gap_ns=np.tile(graph.gap_ns[nodes], copies), preds=sorted(preds))
+    return g, int(other.sum())
+
+
 # ------------------------------------------------------------------------------- the what-if --
 def _gpu(graph, given: str):
     g, traced = source_gpu(graph, given)
@@ -544,8 +672,6 @@ def _loader(graph, fb: float):
 
 
 def _apply(graph, p):
-    if p["layers"] != 1:
-        raise NotApplicable("layers= is not built yet (docs/scaling.md, limits): give batch=, seq=, hidden=")
     if not (graph.node_kind == Kind.KERNEL).any():
         raise NotApplicable("the trace has no GPU kernels")
     if not (launches(graph).shape >= 0).any():
@@ -556,8 +682,15 @@ def _apply(graph, p):
     kern = graph.node_kind == Kind.KERNEL
     g = set_duration(graph, kern, new[kern])
     g, loader = _loader(g, float(p["batch"]))
+    depth = ""
+    if p["layers"] > 1:
+        block = repeating_block(graph)
+        g, left = deepen(g, block, (p["layers"] - 1) * block.count)
+        depth = (f"depth x{p['layers']}: {block.count} occurrences of {terminal_text(block.pattern, 80)} ({block.size} tasks each, "
+                 f"CPU launches included) -> {block.count * p['layers']}, the copies after the last one"
+                 + (f"; {left} hand-over/queue edges of the block not copied" if left else ""))
     before, after = int(graph.dur_ns[kern].sum()), int(new[kern].sum())
-    words = [f"batch x{p['batch']:g}, seq x{p['seq']:g}, hidden x{p['hidden']:g} on the {gpu.name}" + (f" ({info['roles']})" if info["roles"] else ""),
+    words = [f"batch x{p['batch']:g}, seq x{p['seq']:g}, hidden x{p['hidden']:g}, layers x{p['layers']} on the {gpu.name}" + (f" ({info['roles']})" if info["roles"] else ""),
              f"kernel time {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms; {info['modelled']:,} kernels re-costed at their new shapes "
              "(kernel-cost library, anchored on the measured time)"]
     for kind, said in (("other kind", "scaled by their largest input's elements (no model for their kind)"),
@@ -566,9 +699,11 @@ def _apply(graph, p):
         c = info["kept"].get(kind)
         if c:
             words.append(f"{sum(c.values()) / 1e6:,.3f} ms of kernels {said}: {_top(c)}")
-    if p["hidden"] != 1:
+    if p["hidden"] != 1 or p["layers"] != 1:
         words.append(f"optimizer ops' elements x{float(p['hidden']) ** 2 * p['layers']:g} (parameters ~ hidden^2 x layers)")
     words.append("CPU time per op as recorded (launch cost does not grow with the tensor)")
+    if depth:
+        words.append(depth)
     if loader:
         words.append(loader)
     words.append(f"memory not predicted here (activations x{activation_factor(p):g})")

@@ -176,13 +176,13 @@ def shaped_program(spec: ShapedSpec, batch: float = 1, seq: float = 1, hidden: f
                    launch_latency_ns=launch_latency_ns, gpu_gap_ns=gpu_gap_ns)
 
 
-def shaped_specs(max_layers: int = 3):
+def shaped_specs(max_layers: int = 3, min_layers: int = 1):
     """Hypothesis strategy of :class:`ShapedSpec` (batch 1-8, sequence 16-512, 1-8 heads of
-    16-128, blocks of 1-6 op kinds)."""
+    16-128, blocks of 1-6 op kinds, ``min_layers``-``max_layers`` layers)."""
     from hypothesis import strategies as st
 
     return st.builds(
         lambda B, S, nh, hd, block, layers, dtype, host, call: ShapedSpec(B, S, nh * hd, nh, tuple(block), layers, dtype, host, call),
         st.integers(1, 8), st.sampled_from([16, 64, 100, 128, 256, 512]), st.integers(1, 8), st.sampled_from([16, 32, 64, 128]),
-        st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=6), st.integers(1, max_layers),
+        st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=6), st.integers(min_layers, max_layers),
         st.sampled_from(["fp32", "bf16"]), st.integers(0, 20_000), st.integers(1_000, 10_000))
