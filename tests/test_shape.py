@@ -23,7 +23,16 @@ from daydream.optimizations import parse_spec
 from daydream.optimizations import shape as SH
 from daydream.simulate import simulate
 from daydream.testing.emulator import emulate, measure_latencies, to_kineto
-from daydream.testing.emulator.shaped import GPU, KINDS, ShapedSpec, kernel_of, kernel_ns, scaled, shaped_program, shaped_specs
+from daydream.testing.emulator.shaped import (
+    GPU,
+    KINDS,
+    ShapedSpec,
+    kernel_ns,
+    kernel_of,
+    scaled,
+    shaped_program,
+    shaped_specs,
+)
 
 TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -139,7 +148,7 @@ def test_parameters_checked():
         parse_spec("shape:layers=1.5")
     with pytest.raises(UsageError):
         parse_spec("problem-size:factor=-1")
-    opt, p = parse_spec("batch:factor=4")
+    _, p = parse_spec("batch:factor=4")
     assert p["factor"] == 4.0 and "batch" not in p
 
 
@@ -158,7 +167,7 @@ def _roles_distinct(spec: ShapedSpec, f: dict) -> bool:
     if B == 1:  # B·S = S, B·nh = nh: one role each
         c = {k: v for k, v in c.items() if k not in ("S", "nh", "B")}
     by_value: dict = {}
-    for k, (v, fac) in c.items():
+    for v, fac in c.values():
         if v > 1:
             by_value.setdefault(v, set()).add(round(fac, 12))
     return all(len(x) == 1 for x in by_value.values())

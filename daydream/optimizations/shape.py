@@ -55,15 +55,17 @@ import numpy as np
 
 from ..costmodel import Kernels, default_constants, find_spec, predict_shape
 from ..costmodel.kernel_model import match_launches, work_item_grid
-from ..costmodel.kernel_time import floor_ns, wave_fill
+from ..costmodel.kernel_time import floor_ns, retile, source_geometry, wave_fill
 from ..costmodel.work import op_class
 from ..errors import NotApplicable
 from ..events.table import Kind
+from ..graph import NODE_CPU, EdgeKind
+from ..graph.host_clock import clock_of
 from ..graph.kernels import kernel_info
-from ..graph import NODE_CPU
+from ..graph.range_timeline import thread_key
 from ..transform import insert_tasks, set_duration, set_gap
-from . import Optimization, Param, register
 from ..util.display import terminal_text
+from . import Optimization, Param, register
 from .dataloader import _aligned, _batches
 from .gpu_upgrade import source_gpu
 
@@ -244,7 +246,8 @@ def dim_factors(dims: list, cand: dict, orders: list | None = None, first: bool 
         if cand["B"][0] == 1:  # B·S = S and B·nh = nh: a batch of 1 flattened into the tokens / heads
             roles = [k for k in roles if not (k == "S" and "B*S" in roles) and not (k == "nh" and "B*nh" in roles)]
         hits = [cand[k][1] for k in roles]
-        if len({round(h, 12) for h in hits}) > 1 or (first and not hits and n >= 3 and i == 0 and v > 1):
+        lead_moves = any(cand[k][1] != 1.0 for k in _LEAD)  # a batch that does not change needs no name
+        if len({round(h, 12) for h in hits}) > 1 or (first and lead_moves and not hits and n >= 3 and i == 0 and v > 1):
             amb = True  # two roles, or an op's ≥3-D first input led by a dimension that is no batch of the step
         out.append(hits[0] if hits else 1.0)
     return out, amb
@@ -360,23 +363,25 @@ _INDEXED = re.compile(r"^(.*?)_?(\d+)$")
 @dataclass(frozen=True)
 class Block:
     """A repeating block of the step: ``pattern`` (its layer path with the index as ``#``),
-    ``count`` occurrences, ``nodes`` (node ids of the last occurrence, in visiting order), and how
-    many nodes each occurrence has."""
+    ``count`` occurrences, ``nodes`` (node ids of the last occurrence, in visiting order), its
+    ``size``, and how many occurrences run the same tasks as the last."""
 
     pattern: str
     count: int
     nodes: np.ndarray
     size: int
+    same: int  #: occurrences that run the same tasks as the last one (the last one included)
 
 
 def repeating_block(graph) -> Block:
     """The repeating block (module docstring, step 5): of the layer mapping's paths
-    (``Net_0/Encoder_0/Layer_3/...``), the component whose index varies (``Layer_#``) and whose
-    occurrences hold identical sequences of tasks (kind and name, in visiting order), covering the
-    most tasks (ties: the shallower).
+    (``Net_0/Encoder_0/Layer_3/...``), the component whose index varies (``Layer_#``) covering the
+    most tasks (ties: the shallower), whose occurrences are sequences of tasks (kind and name, in
+    visiting order) at least half of which are the last one's.
 
     Raises:
-        NotApplicable: no layer mapping, or no indexed component with identical occurrences.
+        NotApplicable: no layer mapping, no indexed component occurring twice, or one whose
+            occurrences mostly differ from the last (the repeat unit is larger: not guessed).
     """
     m = graph.mapping
     if m is None or not (m.layer_id >= 0).any():
@@ -402,26 +407,28 @@ def repeating_block(graph) -> Block:
         o = np.where(lid_of >= 0, occ[np.maximum(lid_of, 0)], -1)
         nodes = np.nonzero(o >= 0)[0]
         nodes = nodes[np.lexsort((pos[nodes], o[nodes]))]
-        ks, starts = np.unique(o[nodes], return_index=True)
+        _, starts = np.unique(o[nodes], return_index=True)
         seqs = np.split(nodes, starts[1:])
         sig = [np.stack([graph.node_kind[q].astype(np.int64), graph.name_id[q].astype(np.int64)]) for q in seqs]
-        if not all(x.shape == sig[0].shape and np.array_equal(x, sig[0]) for x in sig[1:]):
-            continue
+        same = sum(x.shape == sig[-1].shape and np.array_equal(x, sig[-1]) for x in sig)  # the last one included
         score = (len(nodes), -key.count("/"))
         if best is None or score > best[0]:
-            best = (score, key, len(seqs), seqs[-1])
+            best = (score, key, len(seqs), seqs[-1], same)
     if best is None:
-        raise NotApplicable("no repeating block: no indexed layer (Block_0, Block_1, ...) whose occurrences run identical "
-                            "sequences of tasks")
-    _, key, count, last = best
-    return Block(key, count, last, len(last))
+        raise NotApplicable("no repeating block: no indexed layer (Block_0, Block_1, ...) occurs twice or more")
+    _, key, count, last, same = best
+    if same * 2 < count:
+        raise NotApplicable(f"no repeating block: the indexed layer that holds most tasks, {terminal_text(key, 80)}, runs other "
+                            f"tasks in most of its {count} occurrences (only {same} run the last one's)")
+    return Block(key, count, last, len(last), same)
 
 
 def deepen(graph, block: Block, copies: int) -> tuple:
     """``graph`` with ``copies`` more occurrences of ``block`` after its last one: each of its runs
     (consecutive tasks of one thread or stream) repeated right after the run, CPU launches with
     their kernels (launch edges), cross-stream and blocking waits inside the block onto the copies
-    (from outside: onto the same producer). (new graph, waits not copied: hand-overs, queue.)"""
+    (from outside: onto the same producer); the launch queue's edges are rebuilt. (new graph,
+    hand-over edges of the block not copied.)"""
     nodes = block.nodes
     inb = np.full(graph.n, -1, np.int64)
     inb[nodes] = np.arange(len(nodes))
@@ -445,11 +452,8 @@ def deepen(graph, block: Block, copies: int) -> tuple:
         ends[inb[r[-1]]] = True
         last_of_run[inb[np.asarray(r)]] = r[-1]
     ra_src, ra_dst, kind = graph.edge_src, graph.edge_dst, graph.edge_kind
-    from ..graph import EdgeKind
-
     waits = np.isin(kind, (EdgeKind.XSTREAM, EdgeKind.WAIT)) & (inb[ra_dst] >= 0)
-    other = ~np.isin(kind, (EdgeKind.XSTREAM, EdgeKind.WAIT, EdgeKind.THREAD, EdgeKind.STREAM, EdgeKind.LAUNCH)) \
-        & ((inb[ra_dst] >= 0) | (inb[ra_src] >= 0))
+    other = (kind == EdgeKind.HANDOVER) & ((inb[ra_dst] >= 0) | (inb[ra_src] >= 0))  # (queue edges: rebuilt by the insertion)
     k_n = len(nodes)
     n = graph.n
     after, launch, preds = [], [], []
@@ -604,8 +608,6 @@ def _consistent_grids(a: Kernels, b: Kernels, gpu) -> tuple[Kernels, Kernels]:
     recorded shape (``B·⌈M/TM⌉·⌈N/TN⌉·split`` blocks with the tile parsed from the name): the new
     shape is tiled that way, so both sides are (a library whose kernel names give no tile; a
     recorded grid of split-K or stream-K). Memory-bound classes: grids do not enter the model."""
-    from ..costmodel.kernel_time import retile, source_geometry
-
     g = source_geometry(a, gpu)
     derived = retile(a, g, g.tile, g.threads, gpu).blocks
     off = np.isin(a.cls, ("linear", "bmm", "attention")) & (a.grid[:, 0] > 0) & (derived != g.blocks) & ~g.persistent
@@ -653,8 +655,6 @@ def _top(c: Counter, k: int = 4) -> str:
 
 def _loader(graph, fb: float):
     """The graph with the data loader's time ×``fb`` (its batches' host time), and the note's words."""
-    from ..graph.host_clock import clock_of
-    from ..graph.range_timeline import thread_key
     if fb == 1.0:
         return graph, ""
     try:
@@ -686,9 +686,10 @@ def _apply(graph, p):
     if p["layers"] > 1:
         block = repeating_block(graph)
         g, left = deepen(g, block, (p["layers"] - 1) * block.count)
-        depth = (f"depth x{p['layers']}: {block.count} occurrences of {terminal_text(block.pattern, 80)} ({block.size} tasks each, "
-                 f"CPU launches included) -> {block.count * p['layers']}, the copies after the last one"
-                 + (f"; {left} hand-over/queue edges of the block not copied" if left else ""))
+        depth = (f"depth x{p['layers']}: {block.count} occurrences of {terminal_text(block.pattern, 80)} ({block.size} tasks, "
+                 f"CPU launches included) -> {block.count * p['layers']}, copies of the last one after it"
+                 + (f" ({block.count - block.same} of the {block.count} run other tasks)" if block.same < block.count else "")
+                 + (f"; {left} thread hand-over edges of the block not copied" if left else ""))
     before, after = int(graph.dur_ns[kern].sum()), int(new[kern].sum())
     words = [f"batch x{p['batch']:g}, seq x{p['seq']:g}, hidden x{p['hidden']:g}, layers x{p['layers']} on the {gpu.name}" + (f" ({info['roles']})" if info["roles"] else ""),
              f"kernel time {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms; {info['modelled']:,} kernels re-costed at their new shapes "
