@@ -133,7 +133,7 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
             activations' kernels (give batch_size=).
     """
     weight = weight if weight is not None else [1.0] * len(ops)
-    cols: dict = {k: ([], []) for k in ("lead", "second", "last", "heads", "lin_k", "lin_rows", "bmm")}
+    cols: dict = {k: ([], []) for k in ("lead", "second", "last", "heads", "lin_k", "lin_rows", "bmm", "hd")}
 
     def add(k, v, w):
         cols[k][0].append(v)
@@ -156,6 +156,8 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
                 add("lead", d[0], w)
                 add("heads", d[1], w)
                 add("second", d[2], w)
+                if any(x in name for x in _ATTN_WORDS):
+                    add("hd", d[3], w)
             elif len(d) == 3:
                 add("lead", d[0], w)
                 add("second", d[1], w)
@@ -170,6 +172,8 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
     if nh <= 0 and B > 0 and cols["bmm"][0]:  # no 4-D attention tensor: the bmm batch B·nh
         lead = _mode(*cols["bmm"])[0]
         nh = lead // B if lead % B == 0 else -1
+    if H <= 0 and nh > 0 and cols["hd"][0]:  # no activation of width H: heads x the attention's head dimension
+        H = nh * _mode(*cols["hd"])[0]
     how = []
     if p.get("batch_size", 0) > 0:
         B, how = int(p["batch_size"]), how + ["batch given"]
@@ -257,12 +261,21 @@ _WIDTH = tuple(f"{k}H" for k in HIDDEN_MULTIPLES)
 _TOKENS = ("B*S", "B", "S")
 
 
-def _linear_layout(name: str, dims) -> list:
-    """Per input of a linear op (``addmm``/``linear``: bias, x, weight), the role orders of its
-    dimensions by position: ``x[rows, in]``: rows are tokens, ``in`` a width; the weight and bias
-    are widths only. None for an op of another kind (positions from the tensor's rank)."""
-    if name not in ("aten::addmm", "aten::linear", "aten::_addmm_activation") or not isinstance(dims, list):
-        return [None] * (len(dims) if isinstance(dims, list) else 0)
+_ATTN_LAYOUT = [_LEAD, ("nh",), ("S",), ("hd",)]
+
+
+def _layout(name: str, dims) -> list:
+    """Per input of an op whose layout is known, the role orders of its dimensions by position
+    (None: from the tensor's rank). A linear op (``addmm``/``linear``: bias, x, weight):
+    ``x[rows, in]``: rows are tokens, ``in`` a width; the weight and bias are widths only. An
+    attention op's 4-D ``[B, nh, S, hd]`` tensors: the last dimension is the head dimension, even
+    where it equals the sequence."""
+    if not isinstance(dims, list):
+        return []
+    if any(w in name for w in _ATTN_WORDS):
+        return [_ATTN_LAYOUT if isinstance(d, list) and len(d) == 4 and all(isinstance(x, int) for x in d) else None for d in dims]
+    if name not in ("aten::addmm", "aten::linear", "aten::_addmm_activation"):
+        return [None] * len(dims)
     idx = [i for i, d in enumerate(dims) if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
     out: list = [None] * len(dims)
     x = idx[1] if name == "aten::linear" or len(idx) < 3 else idx[-2]  # linear(x, W, b); addmm(b, x, W)
@@ -281,7 +294,7 @@ def _scaled_dims(dims, types, cand: dict, opt_factor: float, name: str = "") -> 
     leading dimension of each tensor so that its elements grow ×``opt_factor``."""
     amb = False
     out = []
-    layout = _linear_layout(name, dims)
+    layout = _layout(name, dims)
     first = True
     for j, d in enumerate(dims if isinstance(dims, list) else []):
         if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
