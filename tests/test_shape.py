@@ -385,6 +385,42 @@ def test_trace_without_shapes_is_said(tmp_path):
     assert "no shapes used" in note
 
 
+def test_launch_data_keeps_each_kernels_op_shapes(tmp_path):
+    """Every kernel of an op with recorded shapes points to its (name, dims, types), also where
+    the op launched several kernels (its work, flops/bytes, is not split then: -1)."""
+    from daydream.formats.launch_data import _columns
+
+    dev = np.zeros(3, np.int64)
+    cols = (dev, np.array([1, 2, 3]), np.array([10, 10, 11]), np.full((3, 3), 1), np.full((3, 3), 32),
+            np.full(3, 32), np.zeros(3, np.int64))
+    ops = {10: ("aten::addmm", [[4], [8, 16], [16, 4]], ["float"] * 3), 11: ("aten::relu", [[8, 4]], ["float"])}
+    d = _columns(cols, ops)
+    assert d.shape_id.tolist() == [0, 0, 1]
+    assert d.shapes == [("aten::addmm", [[4], [8, 16], [16, 4]], ["float"] * 3), ("aten::relu", [[8, 4]], ["float"])]
+    assert d.flops.tolist()[:2] == [-1.0, -1.0]
+
+
+def test_shape_series_on_a_linear_kernel_with_a_floor():
+    """Rows of an elementwise op whose time is the floor plus bytes / bandwidth (the library's own
+    model at its fitted efficiency): the shape mode predicts each exactly, the linear guess t·f
+    is off by the floor's (f − 1)·floor / t' (derivation: t' = F + c·f·E, t·f = f·F + c·f·E)."""
+    from daydream.costmodel import predict_model
+    from daydream.kernel_tool.accuracy import shape_series
+    from daydream.costmodel.work import Kernels
+
+    gpu = find_spec("A100 40GB PCIe")
+    B = np.array([64, 128, 256, 512, 1024])
+    k = Kernels.make("elementwise", "vectorized_elementwise_kernel", B=B, elems=B * 1024, inputs=2, dtype="fp32")
+    t = predict_model(k, gpu)
+    keys = np.array([f"add|{b}|-1|-1|-1|{b * 1024}" for b in B], dtype=object)
+    rows = shape_series({gpu.name: (gpu, k, t, keys)})
+    f2 = [r for r in rows if r[1] == "elementwise" and r[2] == 2][0]
+    assert f2[3] == 4 and f2[4] < 1e-9
+    fl = floor_ns(gpu)
+    lin = np.median((t[:-1] * 2) / t[1:] - 1)
+    assert f2[7] == pytest.approx(lin) and lin == pytest.approx(np.median(fl / t[1:]), rel=1e-6)
+
+
 # ---------------------------------------------------------------- identity on real traces ------
 @pytest.fixture(scope="module")
 def real_graphs():
