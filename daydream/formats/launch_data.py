@@ -335,6 +335,7 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
     opn = [""] * n
     sid = np.full(n, -1, np.int64)
     shape_ids: dict = {}
+    shapes: list = []
     shared = 0
     memo: dict[bytes, tuple] = {}  # ops of the same name and shapes repeat every iteration
     for i in np.flatnonzero(ext >= 0).tolist() if ops else ():  # one entry per kernel record: the reader's measured core
@@ -348,7 +349,11 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
         except (TypeError, OverflowError, msgspec.EncodeError):  # nothing JSON cannot say comes from a decode; kept safe
             key = None
         if key is not None and o[1] is not None:
-            sid[i] = shape_ids.setdefault(key, len(shape_ids))
+            j = shape_ids.get(key)
+            if j is None:
+                j = shape_ids[key] = len(shapes)
+                shapes.append((o[0], o[1], o[2]))
+            sid[i] = j
         if per_ext[x] > 1:  # the op's work cannot be split among its kernels; its weight operand is the op's own
             shared += 1
             lb[i], le[i] = last_operand(o[1], o[2])
@@ -364,7 +369,7 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
     out.flops, out.bytes, out.op = flops[order], nbytes[order], [opn[i] for i in order.tolist()]
     out.last_bytes, out.last_elem = lb[order], le[order]
     out.shape_id = sid[order]
-    out.shapes = [tuple(msgspec.json.decode(k)) for k in shape_ids]
+    out.shapes = shapes
     out.counts.update({"with launch configuration": int(np.count_nonzero(grid[:, 0] > 0)),
                        "with shapes": int(np.count_nonzero(flops >= 0)),
                        "op launched several kernels (no shapes)": shared})
