@@ -163,6 +163,8 @@ def test_parameters_checked():
         parse_spec("problem-size:factor=-1")
     _, p = parse_spec("batch:factor=4")
     assert p["factor"] == 4.0 and "batch" not in p
+    with pytest.raises(UsageError):
+        parse_spec("layers:factor=2.5")
 
 
 def test_note_names_are_display_safe():
@@ -359,7 +361,7 @@ def test_launch_bound_model_stays_launch_bound(tmp_path):
     as the emulator's run does (the copies carry their CPU launches)."""
     spec = ShapedSpec(2, 64, 128, 2, ("ln", "linear"), 2, host_ns=0, call_ns=20_000, optimizer=False)
     g, _ = _mapped_graph(tmp_path, shaped_program(spec))
-    g2, _ = _apply(g, f"shape:layers=4,gpu={GPU}")
+    g2, _ = _apply(g, f"layers:factor=4,gpu={GPU}")
     want = emulate(shaped_program(spec, layers=4))
     assert int(simulate(g2).end_ns.max()) == want.end_ns
     base = emulate(shaped_program(spec))

@@ -783,12 +783,14 @@ def _alias(name: str, key: str, typ=float):
         return _apply(graph, q)
 
     params = {k: v for k, v in _SHAPE_PARAMS.items() if k not in ("batch", "seq", "hidden", "layers")}
-    params["factor"] = Param(2 if typ is int else 2.0, f"{name} factor", typ, lambda v: 0 < v <= 1024, "0 < x <= 1024")
+    params["factor"] = (Param(2, f"{name} factor (integer)", int, lambda v: 1 <= v <= 64, "1 to 64") if typ is int else
+                        Param(2.0, f"{name} factor", float, lambda v: 0 < v <= 1024, "0 < x <= 1024"))
     register(Optimization(name=name, summary=f"shape:{key}=F (docs/scaling.md)", apply=apply, what_if=True, params=params))
 
 
 for _n in ("batch", "seq", "hidden"):
     _alias(_n, _n)
+_alias("layers", "layers", int)
 
 register(Optimization(name="problem-size", summary="every kernel's work xS without shapes: waves of its grid and the floor "
                       "(docs/scaling.md)", apply=_problem_size, what_if=True,
