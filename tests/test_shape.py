@@ -147,6 +147,20 @@ def test_roles_inferred_and_overridden():
         SH.infer_roles([("aten::fill_", [[10]], None)], {})
 
 
+def test_image_models_refuse_seq_and_hidden():
+    """ResNet-50's [N, C, H, W]: the spatial 14 was taken for a sequence and seq=2 predicted
+    996.6 -> 1,141.6 ms (found on kineto_tbplugin/resnet50): refused, batch still applies."""
+    ops = [("aten::cudnn_convolution", [[32, 256, 14, 14], [256, 256, 3, 3]], ["float"] * 2),
+           ("aten::cudnn_batch_norm", [[32, 256, 14, 14], [256]], ["float"] * 2),
+           ("aten::add_", [[32, 256, 14, 14], [32, 256, 14, 14]], ["float"] * 2)]
+    r = SH.infer_roles(ops, {})
+    assert r.image and r.B == 32
+    with pytest.raises(NotApplicable, match="images"):
+        SH._plan_ops(ops, {"batch": 1.0, "seq": 2.0, "hidden": 1.0, "layers": 1})
+    how, *_ = SH._plan_ops(ops, {"batch": 2.0, "seq": 1.0, "hidden": 1.0, "layers": 1})
+    assert len(how) == 3
+
+
 def test_tensile_macro_tile_is_parsed():
     """AMD Tensile names carry the tile as MT<TM>x<TN>x<DU>: without it the library's default tile
     did not tile the recorded 288 blocks, and a batch x2 of the MI300X BERT predicted its kernel

@@ -77,6 +77,7 @@ HIDDEN_MULTIPLES = (1, 2, 3, 4, 8)
 _LINEAR_OPS = frozenset({"aten::addmm", "aten::mm", "aten::_addmm_activation", "aten::matmul", "aten::linear"})
 _BMM_OPS = frozenset({"aten::bmm", "aten::baddbmm"})
 _ATTN_WORDS = ("scaled_dot_product", "flash_attention", "efficient_attention", "attention_forward")
+_IMAGE_WORDS = ("conv", "batch_norm", "pool", "upsample", "interpolate")
 _OPT_WORDS = ("adam", "sgd", "_foreach_", "optimizer", "lamb", "adagrad", "rmsprop")
 
 
@@ -104,6 +105,8 @@ class Roles:
     H: int
     nh: int
     how: str
+    #: the step's 4-D activations are mostly images [N, C, H, W] (convolution, batch-norm, pooling inputs)
+    image: bool = False
 
     @property
     def hd(self) -> int:
@@ -133,7 +136,7 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
             activations' kernels (give batch_size=).
     """
     weight = weight if weight is not None else [1.0] * len(ops)
-    cols: dict = {k: ([], []) for k in ("lead", "second", "last", "heads", "lin_k", "lin_rows", "bmm", "hd")}
+    cols: dict = {k: ([], []) for k in ("lead", "second", "last", "heads", "lin_k", "lin_rows", "bmm", "hd", "image")}
 
     def add(k, v, w):
         cols[k][0].append(v)
@@ -153,6 +156,7 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
             continue
         for d in ts[:1]:  # the activation: the op's first tensor
             if len(d) == 4:
+                add("image", int(any(x in name for x in _IMAGE_WORDS)), w)
                 add("lead", d[0], w)
                 add("heads", d[1], w)
                 add("second", d[2], w)
@@ -193,7 +197,12 @@ def infer_roles(ops: list, p: dict, weight: list | None = None) -> Roles:
                + (f" ({nh} heads" + (f" of {H // nh}" if H > 0 else "") + ")" if nh > 0 else ""))
     if B < 0 or S < 0:
         how.append(f"tokens = the rows of the linear layers' inputs ({_mode(*cols['lin_rows'])[0]})")
-    return Roles(B, S, H, nh, "; ".join(how))
+    img = cols["image"]
+    image = bool(img[0]) and sum(w for v, w in zip(*img) if v) * 2 >= sum(img[1])
+    if image:  # sequence, width and heads mean nothing for [N, C, H, W]
+        how = [h for h in how if not h.startswith("seq ")] + ["images: most 4-D activations are convolution/norm/pool "
+                                                                "inputs [N, C, H, W]"]
+    return Roles(B, S, H, nh, "; ".join(how), image)
 
 
 def _hidden(values: list, weights: list) -> int:
@@ -557,6 +566,9 @@ def _plan_ops(shapes: list, p: dict, weight: list | None = None) -> tuple:
     f = {k: float(p[k]) for k in ("batch", "seq", "hidden")}
     opt_f = f["hidden"] ** 2 * float(p["layers"])
     roles = infer_roles(shapes, p, weight)
+    if roles.image and (f["seq"] != 1 or f["hidden"] != 1) and p.get("seq_len", 0) <= 0:
+        raise NotApplicable("the step's 4-D activations are images [N, C, H, W] (convolutions, norms, pooling): seq= and "
+                            "hidden= have no role there (batch= and layers= do; docs/scaling.md, limits)")
     tokens = _linear_rows(shapes) if roles.B < 0 or roles.S < 0 else -1
     cand = _candidates(roles, f, tokens)
     how, fac, ref, new = [], [], [], []
