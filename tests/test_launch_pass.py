@@ -32,10 +32,11 @@ NSYS = sorted(TRACES.rglob("*.sqlite")) if TRACES.exists() else []
 
 
 def assert_same(a: LD.LaunchData, b: LD.LaunchData) -> None:
-    for f in ("key", "grid", "block", "regs", "smem", "flops", "bytes", "last_bytes", "last_elem"):
+    for f in ("key", "grid", "block", "regs", "smem", "flops", "bytes", "last_bytes", "last_elem", "shape_id"):
         x, y = getattr(a, f), getattr(b, f)
         assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f
     assert a.op == b.op
+    assert a.shapes == b.shapes
     assert a.reason == b.reason
     assert a.counts == b.counts
 

@@ -28,7 +28,7 @@ M = out, N = rows, K = in (cuBLAS computes the transposed product).
 GEMM tiles are parsed from kernel names (:func:`parse_tile`): cuBLAS
 ``<arch>_sgemm_<TM>x<TN>_<layout>`` (``ampere_sgemm_128x64_tn``, ``volta_sgemm_128x32_sliced1x4_tn``,
 ``maxwell_sgemm_32x128_nn``), xmma ``..._tilesize<TM>x<TN>x<TK>...``, CUTLASS
-``cutlass_..._<TM>x<TN>_<TK>x<stages>_...``.
+``cutlass_..._<TM>x<TN>_<TK>x<stages>_...``, AMD Tensile's macro tile ``Cijk_..._MT<TM>x<TN>x<DU>_...``.
 """
 
 from __future__ import annotations

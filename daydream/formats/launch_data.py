@@ -102,6 +102,12 @@ class LaunchData:
     #: the op's data type (index into :data:`DTYPES`; 0 unknown): its first floating tensor input's
     dtype: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     op: list = field(default_factory=list)
+    #: the launching op's recorded shapes, on every kernel of the op (also where it launched
+    #: several): an index into ``shapes`` (-1 none), whose entries are the distinct (op name,
+    #: ``Input Dims``, ``Input type``) (decoded JSON). Empty where the source has no shapes (Nsight
+    #: Systems, CUPTI dumps, a saved table): the shape what-ifs' input
+    shape_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    shapes: list = field(default_factory=list)
     reason: str = ""
     counts: dict = field(default_factory=dict)
 
@@ -372,6 +378,9 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
     shp = np.full((n, 4), -1, dtype=np.int64)
     dt = np.zeros(n, dtype=np.int8)
     opn = [""] * n
+    sid = np.full(n, -1, np.int64)
+    shape_ids: dict = {}
+    shapes: list = []
     shared = 0
     memo: dict[bytes, tuple] = {}  # ops of the same name and shapes repeat every iteration
     for i in np.flatnonzero(ext >= 0).tolist() if ops else ():  # one entry per kernel record: the reader's measured core
@@ -380,14 +389,20 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
         if o is None:
             continue
         opn[i] = o[0]
-        if per_ext[x] > 1:  # the op's work cannot be split among its kernels; its weight operand is the op's own
-            shared += 1
-            lb[i], le[i] = last_operand(o[1], o[2])
-            continue
         try:
             key = msgspec.json.encode((o[0], o[1], o[2]))
         except (TypeError, OverflowError, msgspec.EncodeError):  # nothing JSON cannot say comes from a decode; kept safe
             key = None
+        if key is not None and o[1] is not None:
+            j = shape_ids.get(key)
+            if j is None:
+                j = shape_ids[key] = len(shapes)
+                shapes.append((o[0], o[1], o[2]))
+            sid[i] = j
+        if per_ext[x] > 1:  # the op's work cannot be split among its kernels; its weight operand is the op's own
+            shared += 1
+            lb[i], le[i] = last_operand(o[1], o[2])
+            continue
         w = memo.get(key) if key is not None else None
         if w is None:
             w = (*op_work(o[0], o[1], o[2]), *last_operand(o[1], o[2]), op_shape(o[0], o[1], o[2]))
@@ -400,6 +415,8 @@ def _columns(cols: tuple, ops: dict) -> LaunchData:
     out.flops, out.bytes, out.op = flops[order], nbytes[order], [opn[i] for i in order.tolist()]
     out.last_bytes, out.last_elem = lb[order], le[order]
     out.shape, out.dtype = shp[order], dt[order]
+    out.shape_id = sid[order]
+    out.shapes = shapes
     out.counts.update({"with launch configuration": int(np.count_nonzero(grid[:, 0] > 0)),
                        "with shapes": int(np.count_nonzero(flops >= 0)),
                        "op launched several kernels (no shapes)": shared})

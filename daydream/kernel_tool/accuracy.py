@@ -155,3 +155,60 @@ def write_doc(path: str | Path, text: str) -> None:
     p = Path(path)
     head = p.read_text().split(MARKER)[0] if p.exists() else "# Kernel cost model\n\n"
     p.write_text(head.rstrip("\n") + "\n\n" + MARKER + "\n\n" + text)
+
+
+#: the dimension a batch (or token count) multiplies, per op class (cuBLAS shapes: a linear's rows are N)
+SERIES_DIM = {"linear": "N", "bmm": "B", "elementwise": "B", "ln": "B", "softmax": "B"}
+SERIES_FACTORS = (2, 4, 8, 16)
+
+
+def shape_series(data: dict, consts: dict | None = None) -> list:
+    """The shape model alone on problem-size series of the development data: each row predicted
+    from the same GPU's row of the same op whose batch dimension (:data:`SERIES_DIM`) is ``f``
+    times smaller, every other dimension equal (f in :data:`SERIES_FACTORS`), with
+    :func:`~daydream.costmodel.kernel_time.predict_shape` (constants fitted without that GPU where
+    ``consts`` holds them: ``leave_one_out``'s) and with the linear guess ``t·f``.
+
+    Returns [(gpu, class, f, rows, model median |error|, model median error, linear median |error|,
+    linear median error)] (signed error: predicted / measured - 1)."""
+    out = []
+    for h, (spec, k, t, keys) in data.items():
+        c = (consts or {}).get(h)
+        for cl in CLASS_ORDER:
+            idx = np.nonzero(k.cls == cl)[0]
+            if not len(idx):
+                continue
+            d = SERIES_DIM[cl]
+            other = [x for x in ("B", "M", "N", "K") if x != d]
+            row_len = np.where(k.B[idx] > 0, k.elems[idx] // np.maximum(k.B[idx], 1), -1)
+            # rows of one series: same op name, precision, kernel inputs, other dimensions (memory: row length)
+            op = np.array([s.split("|")[0] for s in keys[idx].astype(str)], dtype=object)
+            sig = {}
+            for j, i in enumerate(idx.tolist()):  # a GPU's rows of one class: a few thousand
+                key = (op[j], str(k.dtype[i]), int(k.inputs[i]), *(int(getattr(k, x)[i]) for x in other), int(row_len[j]))
+                sig.setdefault(key, {})[int(getattr(k, d)[i])] = i
+            for f in SERIES_FACTORS:
+                ref, new = [], []
+                for rows in sig.values():
+                    for v, i in rows.items():
+                        if v % f == 0 and v // f in rows:
+                            ref.append(rows[v // f])
+                            new.append(i)
+                if not new:
+                    continue
+                ref, new = np.asarray(ref), np.asarray(new)
+                p = Mdl.predict_shape(k.take(ref), t[ref], k.take(new), spec, c).point
+                e = p / t[new] - 1
+                lin = t[ref] * f / t[new] - 1
+                out.append((h, cl, f, len(new), float(np.median(np.abs(e))), float(np.median(e)),
+                            float(np.median(np.abs(lin))), float(np.median(lin))))
+    return out
+
+
+def series_markdown(rows: list) -> str:
+    """The table of :func:`shape_series` (docs/scaling.md)."""
+    L = ["| GPU | class | factor | rows | model median \\|error\\| | model median error | linear median \\|error\\| | linear median error |",
+         "|---|---|---|---|---|---|---|---|"]
+    for h, cl, f, n, med, sgn, lmed, lin in rows:
+        L.append(f"| {h} | {cl} | x{f} | {n:,} | {_pct(med)} | {sgn * 100:+.1f} % | {_pct(lmed)} | {lin * 100:+.1f} % |")
+    return "\n".join(L) + "\n"

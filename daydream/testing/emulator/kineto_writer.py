@@ -71,6 +71,8 @@ def _range_events(run: Run, ck: _Clock) -> list[dict]:
             args = {"Python id": rg.python_id, "Python parent id": rg.python_parent_id, "Python thread": rg.thread}
         else:
             args = {"External id": rg.external_id, "Record function id": 0}
+            if rg.dims is not None:
+                args.update({"Input Dims": [list(d) for d in rg.dims], "Input type": list(rg.types or ())})
         ev.append({"ph": "X", "cat": rg.cat, "name": rg.name, "pid": th.pid, "tid": th.tid,
                    "ts": ck.us(rg.start_ns), "dur": ck.dur(rg.start_ns, rg.end_ns), "args": args})
     return ev
@@ -92,6 +94,11 @@ def _call_events(run: Run, ck: _Clock, event_records: bool) -> list[dict]:
     return ev
 
 
+def _launch_of(op, t):
+    """The :class:`Launch` a kernel task ran (a graph launch's node, else the call's op)."""
+    return op.nodes()[t.graph_node] if t.graph_node is not None else op
+
+
 def _task_events(run: Run, ck: _Clock) -> list[dict]:
     """GPU tasks, each followed by its flow end."""
     ev = []
@@ -101,7 +108,8 @@ def _task_events(run: Run, ck: _Clock) -> list[dict]:
         if t.kind == "kernel":
             args.update({"queued": 0, "device": t.device, "context": 1, "stream": t.stream, "correlation": t.correlation,
                          "registers per thread": 32, "shared memory": 0, "blocks per SM": 1.0, "warps per SM": 8.0,
-                         "grid": [132, 1, 1], "block": [256, 1, 1], "est. achieved occupancy %": 12})
+                         "grid": list(_launch_of(c.op, t).grid), "block": list(_launch_of(c.op, t).block),
+                         "est. achieved occupancy %": 12})
             cat = "kernel"
             if t.graph_node is not None:  # a node of a cudaGraphLaunch: same correlation as its siblings
                 args.update({"graph id": c.op.graph_id, "graph node id": (c.op.graph_id << 16) + t.graph_node + 1})

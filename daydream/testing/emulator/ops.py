@@ -97,6 +97,10 @@ class Launch(_GpuWork):
         kernel_dur_ns: kernel execution time on the GPU, ns.
         call_dur_ns: duration of the API call on the CPU, ns.
         device: GPU device index (keyword).
+        grid, block: the launch configuration written to the trace (keyword; default the fixed
+            ``[132, 1, 1]`` / ``[256, 1, 1]`` of unshaped programs): a shaped program's kernels
+            (:func:`~daydream.testing.emulator.generators.shaped_program`) give the grid their
+            cost function tiles.
     """
 
     API: ClassVar[tuple[str, int]] = ("cudaLaunchKernel", 211)
@@ -104,6 +108,8 @@ class Launch(_GpuWork):
     kernel_name: str
     kernel_dur_ns: int
     call_dur_ns: int
+    grid: tuple = field(default=(132, 1, 1), kw_only=True)
+    block: tuple = field(default=(256, 1, 1), kw_only=True)
 
     def gpu_dur(self) -> int:
         return self.kernel_dur_ns
@@ -390,10 +396,15 @@ class RangeBegin:
         name: e.g. ``"ProfilerStep#3"``, ``"aten::addmm"``, ``"nn.Module: Linear_0"``.
         cat: ``"user_annotation"`` (record_function, ProfilerStep#N), ``"cpu_op"`` (ATen op) or
             ``"python_function"`` (``nn.Module: ...``).
+        dims, types: a ``cpu_op``'s recorded ``Input Dims`` / ``Input type`` (as
+            ``record_shapes=True`` writes them: one entry per input, a list of ints for a tensor,
+            ``[]`` for a scalar); None: not written.
     """
 
     name: str
     cat: str = "user_annotation"
+    dims: tuple | None = None
+    types: tuple | None = None
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,8 @@ class RangeRecord:
     external_id: int | None = None
     python_id: int | None = None
     python_parent_id: int | None = None
+    dims: tuple | None = None
+    types: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -319,7 +321,7 @@ class _Emulator:
             ext = self.ext_counter[pid] = self.ext_counter.get(pid, 0) + 1
         self.open_ranges[i].append(len(self.ranges))
         self.ranges.append(dict(thread=i, name=op.name, cat=op.cat, start_ns=self.cursor[i], end_ns=None,
-                                external_id=ext, python_id=py, python_parent_id=parent))
+                                external_id=ext, python_id=py, python_parent_id=parent, dims=op.dims, types=op.types))
 
     def execute(self, s: int, i: int, k: int) -> None:
         """Run the call ``k`` of thread ``i``, which starts at ``s``."""
