@@ -14,7 +14,8 @@ import traceback
 
 from . import __version__
 from .util.display import terminal_text
-from .errors import DaydreamError, TraceFormatError, UnreliableReplay, UsageError
+from .util.temps import DIR_PREFIX, FILE_PREFIX, clean_stale, dir_prefix, file_prefix
+from .errors import DaydreamError, TraceFormatError, UnreliableReplay, UsageError, caused_by_interrupt
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,7 +111,7 @@ def _atomic(path: str, write) -> None:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
     folder, name = os.path.split(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".daydream-", suffix="-" + name, dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=file_prefix(), suffix="-" + name, dir=folder)
         os.close(fd)
         mask = os.umask(0o22)
         os.umask(mask)
@@ -168,7 +169,7 @@ def _timeline_to_stdout(result) -> None:
     """``--timeline -``: the Chrome-trace JSON (not gzipped) on standard output."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="daydream-") as d:
+    with tempfile.TemporaryDirectory(prefix=dir_prefix("timeline")) as d:
         tmp = os.path.join(d, "timeline.json")
         try:
             result.write_timeline(tmp)
@@ -276,8 +277,21 @@ def _one_trace_folder(args) -> str:
     return files[0] if len(files) == 1 else args.trace
 
 
+def _clean_left_overs(args) -> None:
+    """Remove the temporaries of killed runs (daydream/util/temps.py) from the output folders
+    named and from the system's temporary folder."""
+    import tempfile
+
+    folders = {os.path.dirname(os.path.abspath(p)) for p in (args.json, args.timeline, args.save_table, args.plot)
+               if p and p != "-"}
+    for f in sorted(folders):
+        clean_stale(f, FILE_PREFIX)
+    clean_stale(tempfile.gettempdir(), DIR_PREFIX, require_pid=True)
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _clean_left_overs(args)
     from .optimizations import describe_all
 
     if args.list_opts:
@@ -431,9 +445,27 @@ def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
     raise _Terminated()
 
 
+def _closed_stdio() -> bool:
+    """Standard streams closed by the caller (``daydream-analyze ... >&-``): Python leaves them
+    None, and the report's first write was an AttributeError (exit 1). Each is pointed at the null
+    device; returns whether standard output was closed."""
+    closed = sys.stdout is None
+    for name in ("stderr", "stdout"):
+        if getattr(sys, name) is None:
+            try:
+                setattr(sys, name, open(os.devnull, "w"))
+            except OSError:
+                pass
+    return closed
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
     import threading
+
+    if _closed_stdio():
+        print("daydream-analyze: warning: standard output is closed; the report's text (and any '-' output) is not written",
+              file=sys.stderr)
 
     prev = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
@@ -464,7 +496,10 @@ def _main(argv: list[str] | None) -> int:
             sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
-    except Exception as e:  # a bug in daydream
+    except Exception as e:  # a bug in daydream (or a Ctrl-C that an import turned into an ImportError)
+        if caused_by_interrupt(e) and not debug:
+            print("daydream-analyze: interrupted", file=sys.stderr)
+            return 130
         if debug:
             traceback.print_exc()
         else:

@@ -58,3 +58,16 @@ class NotApplicable(DaydreamError):
 
 class UnreliableReplay(DaydreamError):
     """``--strict-replay``: the baseline replay is too far from the trace to predict from."""
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C, or an error raised because of one: numpy, interrupted while it
+    imports, re-raises the KeyboardInterrupt as an ImportError (``PyCapsule_Import could not
+    import module "datetime"``). Follows ``__cause__``/``__context__`` (at most 20 links)."""
+    for _ in range(20):
+        if exc is None:
+            return False
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

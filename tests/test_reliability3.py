@@ -1,0 +1,119 @@
+"""Reliability, third round (issue 37): failures from options, the distributed engine and the
+environment (signals, closed streams, left-over temporaries, files named by options)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daydream.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "fixtures" / "train_step.json.gz"
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_cli(*args, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    """``python -m daydream.cli ARGS`` in a child process (the worktree's package)."""
+    return subprocess.run([sys.executable, "-m", "daydream.cli", *map(str, args)], cwd=ROOT, capture_output=True,
+                          timeout=timeout, **kw)
+
+
+# ------------------------------------------------------------------ signals and streams ----
+def _interpreter_start_s() -> float:
+    """Seconds until Python runs the first line of a program here (its own start-up: site and
+    the editable-install finder, before any daydream code): the slowest of three."""
+    worst = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], cwd=ROOT, check=True, timeout=30)
+        worst = max(worst, time.perf_counter() - t0)
+    return worst
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0.0, 0.05, 0.15, 0.3, 0.6, 1.0, 2.0])
+def test_ctrl_c_at_any_moment_gives_one_line_no_traceback(after):
+    """SIGINT ``after`` s past the interpreter's own start-up: during daydream's imports (numpy,
+    every stage), the load or the replay: one line, never a traceback. (A SIGINT inside Python's
+    own initialisation, before the first line of any program runs, is the interpreter's.)"""
+    delay = _interpreter_start_s() + after
+    p = subprocess.Popen([sys.executable, "-m", "daydream.cli", str(FIXTURE), "--opt", "amp"], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+    text = err.decode(errors="replace")
+    assert "Traceback" not in text, text
+    assert p.returncode in (0, 3, 130, -signal.SIGINT), (p.returncode, text)
+    if p.returncode == 130:
+        assert text.strip().splitlines()[-1] == "daydream-analyze: interrupted"
+
+
+@pytest.mark.slow
+def test_closed_stdout_is_not_an_internal_error():
+    """``daydream-analyze TRACE >&-``: Python starts with sys.stdout None; the first write was an
+    AttributeError (exit 1). Now one warning line and exit 0 (the files asked for are written)."""
+    r = subprocess.run(["sh", "-c", 'exec "$0" -m daydream.cli "$1" >&-', sys.executable, str(FIXTURE)],
+                       cwd=ROOT, stderr=subprocess.PIPE, timeout=60)
+    err = r.stderr.decode()
+    assert "internal error" not in err and "Traceback" not in err, err
+    assert r.returncode == 0, err
+    assert len(err.strip().splitlines()) == 1 and "standard output is closed" in err
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+@pytest.mark.slow
+def test_left_overs_of_a_killed_run_are_removed_at_start(tmp_path, capsys, monkeypatch):
+    """A run killed (SIGKILL) between creating its output temporary and renaming it left
+    ``.daydream-*`` behind for ever; the next run writing to that folder removes the ones of dead
+    pids older than the bound, and keeps a live run's and recent ones."""
+    import tempfile
+
+    from daydream.util import temps
+
+    old = time.time() - 2 * temps.STALE_AFTER_S
+    dead = _dead_pid()
+    stale = tmp_path / f".daydream-{dead}-abcd1234-out.json"
+    legacy = tmp_path / ".daydream-k2j4h5g6-out.json"  # an older daydream's name: no pid
+    live = tmp_path / f".daydream-{os.getpid()}-abcd1234-out.json"
+    recent = tmp_path / f".daydream-{dead}-ffff0000-out.json"
+    other = tmp_path / "daydream-notes.txt"
+    sysdir = tmp_path / "sys"
+    sysdir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(sysdir))
+    stale_dir = sysdir / f"daydream-{dead}-sqlite-x1y2z3"
+    stale_dir.mkdir()
+    (stale_dir / "trace.sqlite").write_bytes(b"x" * 100)
+    foreign = sysdir / "daydream-someone-elses"
+    foreign.mkdir()
+    for p in (stale, legacy, live, recent, other):
+        p.write_text("partial")
+    for p in (stale, legacy, live, other, stale_dir, foreign):
+        os.utime(p, (old, old))
+    code, _, err = cli(capsys, FIXTURE, "--json", tmp_path / "out.json")
+    assert code == 0, err
+    assert not stale.exists() and not legacy.exists() and not stale_dir.exists()
+    assert live.exists() and recent.exists() and other.exists() and foreign.exists()
+    assert (tmp_path / "out.json").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".daydream-") and p not in (live, recent)]
