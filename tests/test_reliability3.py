@@ -117,3 +117,38 @@ def test_left_overs_of_a_killed_run_are_removed_at_start(tmp_path, capsys, monke
     assert live.exists() and recent.exists() and other.exists() and foreign.exists()
     assert (tmp_path / "out.json").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".daydream-") and p not in (live, recent)]
+
+
+# ------------------------------------------------------ nothing in an input chooses a path ----
+def test_saved_table_never_opens_the_trace_its_header_names(tmp_path, monkeypatch):
+    """A saved table's header names its source trace; daydream read that file back (launch data,
+    collective args) when its size and mtime matched the header's: a path chosen by the input.
+    Now the table carries both itself (--save-table) and nothing opens the named file."""
+    import builtins
+    import shutil
+
+    from daydream.analysis import analyze
+    from daydream.formats import load_trace
+    from daydream.formats.saved import OLD_TABLE_NOTE
+    from daydream.formats.trace_side import save_table
+
+    src = tmp_path / "src.json.gz"
+    shutil.copy(FIXTURE, src)
+    t = load_trace(str(src))
+    new, old = tmp_path / "new.npz", tmp_path / "old.npz"
+    save_table(t, str(new))
+    t.launch, t.comm = None, None
+    t.save(str(old))  # as an older daydream saved it: no side members
+    real_open = builtins.open
+
+    def guarded(file, *a, **kw):
+        assert os.path.abspath(str(file)) != str(src), f"opened {file}"
+        return real_open(file, *a, **kw)
+
+    monkeypatch.setattr(builtins, "open", guarded)
+    for p in (new, old):
+        s = load_trace(str(p))
+        assert s.meta.source == "" and s.meta.extra["saved_from"] == str(src)
+        analyze(s, ["amp"])
+    assert OLD_TABLE_NOTE in load_trace(str(old)).accounting.notes
+    assert OLD_TABLE_NOTE not in load_trace(str(new)).accounting.notes
