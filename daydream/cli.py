@@ -96,19 +96,13 @@ def _atomic(path: str, write) -> None:
     A reader (or a second run writing the same file) sees the old file or the new one, never a
     partial one; a failed write leaves the old file as it was. The temporary name ends with the
     file's own name, so writers that choose gzip by the extension still do. An existing target
-    that is not a regular file (``/dev/null``, a FIFO) is written directly.
+    that is not a regular file (a FIFO, a device) is refused (:func:`_not_regular`).
     """
-    import stat
     import tempfile
 
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            write(path)
-            return
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    why = _not_regular(path)
+    if why:
+        raise UsageError(f"cannot write {path}: {why}")
     folder, name = os.path.split(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=file_prefix(), suffix="-" + name, dir=folder)
@@ -143,6 +137,9 @@ def _check_output(path: str | None, flag: str, trace: str | list[str]) -> None:
         return
     if os.path.isdir(path):
         raise UsageError(f"cannot write {path} ({flag}): it is a directory")
+    why = _not_regular(path)
+    if why:
+        raise UsageError(f"cannot write {path} ({flag}): {why}")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UsageError(f"cannot write {path} ({flag}): no such directory {parent}")
@@ -153,6 +150,25 @@ def _check_output(path: str | None, flag: str, trace: str | list[str]) -> None:
             same = False
         if same:
             raise UsageError(f"{flag} {path} is an input trace; daydream never overwrites its input")
+
+
+def _not_regular(path: str) -> str:
+    """Why an existing ``path`` cannot be an output ("" when it is a regular file or absent): a
+    FIFO blocked the run for ever after the slow load until a reader came, a device (``/dev/full``,
+    a terminal) took the bytes elsewhere; outputs are regular files, or '-' for standard output."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return ""
+    except OSError as e:
+        return e.strerror or str(e)
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return ""
+    what = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "a special file")
+    return f"it is {what}; outputs are regular files ('-' for standard output)"
 
 
 def _check_stdout(outputs) -> None:

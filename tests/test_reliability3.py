@@ -152,3 +152,75 @@ def test_saved_table_never_opens_the_trace_its_header_names(tmp_path, monkeypatc
         analyze(s, ["amp"])
     assert OLD_TABLE_NOTE in load_trace(str(old)).accounting.notes
     assert OLD_TABLE_NOTE not in load_trace(str(new)).accounting.notes
+
+
+# ------------------------------------------------------------ files named by options ----
+def _params(tmp_path, doc: bytes, name="params.json") -> Path:
+    p = tmp_path / name
+    p.write_bytes(doc)
+    return p
+
+
+def test_params_file_fifo_is_refused_before_opening(tmp_path):
+    from daydream.errors import DaydreamError
+    from daydream.formats.param_sizes import read_param_sizes
+
+    f = tmp_path / "params.json"
+    os.mkfifo(f)  # open() would block for ever
+    with pytest.raises(DaydreamError, match="named pipe"):
+        read_param_sizes(str(f))
+    with pytest.raises(DaydreamError, match="character device"):
+        read_param_sizes("/dev/zero")  # read() would not end
+
+
+def test_params_file_deep_nesting_is_one_clear_error(tmp_path):
+    from daydream.errors import DaydreamError
+    from daydream.formats.param_sizes import read_param_sizes
+
+    p = _params(tmp_path, b'{"parameters": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
+    with pytest.raises(DaydreamError, match="nested") as e:  # RecursionError (exit 1) before
+        read_param_sizes(str(p))
+    assert str(p) in str(e.value)
+
+
+def test_params_file_sizes_cannot_overflow(tmp_path):
+    """Parameters of the largest accepted numel (2^44) of float64: 2 M of them summed to 2^68
+    bytes, past int64 (2^17 here: 2^64); refused by a bound on the total."""
+    from daydream.errors import DaydreamError
+    from daydream.formats.param_sizes import MAX_PARAM_NUMEL, read_param_sizes
+
+    one = b'{"numel": %d, "dtype": "float64"},' % MAX_PARAM_NUMEL
+    p = _params(tmp_path, b'{"parameters": [' + one * (1 << 17) + b'{"numel": 1}]}')
+    with pytest.raises(DaydreamError, match="total|parameters") as e:
+        read_param_sizes(str(p))
+    assert "2^" in str(e.value)
+
+
+def test_params_file_size_is_bounded(tmp_path, monkeypatch):
+    from daydream.errors import DaydreamError
+    from daydream.formats import param_sizes
+
+    p = _params(tmp_path, b'{"parameters": [' + b'{"numel": 1},' * 1000 + b'{"numel": 1}]}')
+    monkeypatch.setattr(param_sizes, "MAX_PARAM_FILE_BYTES", 1000)
+    with pytest.raises(DaydreamError, match="larger than"):
+        param_sizes.read_param_sizes(str(p))
+
+
+@pytest.mark.parametrize("flag", ["--json", "--plot", "--timeline"])
+def test_output_to_a_fifo_or_device_is_refused_before_the_load(tmp_path, capsys, flag):
+    """A FIFO as --json blocked for ever (after the slow load) until a reader came; a device was
+    written. Refused before reading the trace: outputs are regular files, or '-'."""
+    f = tmp_path / ("out.svg" if flag == "--plot" else "out.json")
+    os.mkfifo(f)
+    code, out, err = cli(capsys, tmp_path / "no-such-trace.json", flag, f)
+    assert code == 2 and "named pipe" in err and str(f) in err, err
+    assert len(err.strip().splitlines()) == 1
+    code, out, err = cli(capsys, tmp_path / "no-such-trace.json", "--json", "/dev/full")
+    assert code == 2 and "character device" in err, err
+
+
+def test_compare_to_fifo_is_refused(tmp_path, capsys):
+    f = tmp_path / "after.json"
+    os.mkfifo(f)
+    code, out, err = cli(capsys, FIXTURE, "--compare-to", f)
+    assert code == 2 and "named pipe" in err, err
