@@ -224,3 +224,47 @@ def test_compare_to_fifo_is_refused(tmp_path, capsys):
     os.mkfifo(f)
     code, out, err = cli(capsys, FIXTURE, "--compare-to", f)
     assert code == 2 and "named pipe" in err, err
+
+
+# ------------------------------------------------------------------ memory promise, bombs ----
+def _spaced_blanks(seed: int, every: int = 64) -> bytes:
+    """1 MiB of blanks with a random blank character every ``every`` bytes: gzip inflates it
+    about 97 times, under the ratio limit (100), unlike a plain run of spaces (1000 times)."""
+    import random
+
+    rnd = random.Random(seed)
+    b = bytearray(b" " * (1 << 20))
+    for i in range(0, len(b), every):
+        b[i] = rnd.choice(b" \t\n\r")
+    return bytes(b)
+
+
+def _ratio_97_bomb(d: Path, mib: int = 300) -> Path:
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    head = b'{"traceEvents": [{"ph":"X","name":"k","cat":"kernel","pid":1,"tid":2,"ts":10,"dur":5,"args":{"correlation":1}}'
+    chunks = [_spaced_blanks(s) for s in range(8)]
+    parts = [c.compress(head)] + [c.compress(chunks[i % 8]) for i in range(mib)] + [c.compress(b"]}"), c.flush()]
+    p = d / "ratio97.json.gz"
+    p.write_bytes(b"".join(parts))
+    return p
+
+
+@pytest.mark.slow
+def test_bomb_under_the_ratio_is_refused_within_the_memory_promise(tmp_path):
+    """A 3.2 MB .json.gz of whitespace inflating 97 times (under the ratio limit of 100) was read
+    whole: 664 MB peak where docs/errors.md promises 10 x 3.2 MB + 300 MB = 332 MB. The inflation is
+    capped by the memory promise now: refused, within the bound (RSS of the child, measured)."""
+    import json as _json
+
+    p = _ratio_97_bomb(tmp_path)
+    size = p.stat().st_size
+    src = (ROOT / "tests" / "test_reliability2.py").read_text()
+    i = src.index('DRIVER = r"""') + len('DRIVER = r"""')
+    driver = src[i:src.index('"""', i)]
+    r = subprocess.run([sys.executable, "-c", driver, _json.dumps([[str(p), 30]])], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    x = _json.loads(r.stdout)[0]
+    assert x["code"] == 2
+    assert x["rss"] < 10 * size + (300 << 20), (x["rss"] >> 20, size)
