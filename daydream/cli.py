@@ -421,7 +421,7 @@ def _run_job(args) -> int:
     if args.scheduler:
         from .job.scale import dask_mapper
 
-        with dask_mapper(args.scheduler) as mapper:
+        with dask_mapper(args.scheduler, debug=args.debug) as mapper:
             job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, mapper=mapper)
     else:
         job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=args.workers)
