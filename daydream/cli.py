@@ -208,6 +208,21 @@ def _check_distinct(outputs) -> None:
         seen[key] = flag
 
 
+#: warning lines of this run, printed when it ends without an error (an error is one line alone:
+#: a salvaged file's warning printed before a later refusal read as two problems)
+_WARNINGS: list[str] = []
+
+
+def _warn(text: str) -> None:
+    _WARNINGS.append(_one_line(f"daydream-analyze: warning: {text}"))
+
+
+def _flush_warnings(show: bool) -> None:
+    lines, _WARNINGS[:] = _WARNINGS[:], []
+    for line in lines if show else ():
+        print(line, file=sys.stderr)
+
+
 def _load(path: str, strict: bool):
     """load_trace, with the adapters' warnings (e.g. a salvaged truncated file) as one stderr line each."""
     import warnings
@@ -219,7 +234,7 @@ def _load(path: str, strict: bool):
         table = load_trace(path, strict=strict)
     for w in caught:
         kind = "" if issubclass(w.category, UserWarning) else f"{w.category.__name__}: "
-        print(_one_line(f"daydream-analyze: warning: {kind}{w.message}"), file=sys.stderr)
+        _warn(f"{kind}{w.message}")
     from .events.table import Kind
 
     if not (table.kind != Kind.MARKER).any():  # nothing to replay: a report of zeros would read as an answer
@@ -269,6 +284,22 @@ def _compare(result, args) -> None:
 
     after = analyze(_load(args.compare_to, args.strict))
     result.report.comparison = compare(result, after)
+
+
+def _check_files(args) -> None:
+    """One trace's outputs and its --compare-to trace, checked before the slow load."""
+    outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"), (args.plot, "--plot"))
+    _check_stdout(outputs)
+    for path, flag in outputs:
+        _check_output(path, flag, args.trace)
+        if args.compare_to:
+            _check_output(path, flag, args.compare_to)
+    _check_distinct(outputs)
+    _check_suffixes(args)
+    if args.compare_to:  # the other input too (a FIFO was found only after the first trace's load)
+        from .formats import check_regular
+
+        check_regular(args.compare_to)
 
 
 def _check_suffixes(args) -> None:
@@ -334,14 +365,7 @@ def run(argv: list[str] | None = None) -> int:
     opts = [parse_spec(s) for s in specs] if specs else []  # usage errors before the slow load
     if args.compare_to and specs is None:
         raise UsageError("--compare-to compares one prediction with a measurement; it cannot be combined with --opt all")
-    outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"), (args.plot, "--plot"))
-    _check_stdout(outputs)
-    for path, flag in outputs:
-        _check_output(path, flag, args.trace)
-        if args.compare_to:
-            _check_output(path, flag, args.compare_to)
-    _check_distinct(outputs)
-    _check_suffixes(args)
+    _check_files(args)
     progress = _Progress(args.trace)
     table = _load(args.trace, args.strict)
     progress.stage(f"read {len(table):,} events; building the graph and replaying")
@@ -362,9 +386,9 @@ def run(argv: list[str] | None = None) -> int:
     elif args.timeline:
         _atomic(args.timeline, result.write_timeline)
         if result.predicted_graph is None and args.opt:  # --opt all ranks many; a refused --opt made none
-            print(_one_line(f"daydream-analyze: warning: {args.timeline}: holds the baseline replay only "
-                            + ("(--opt all ranks each optimization alone; give --opt NAME for a prediction's timeline)"
-                               if specs is None else "(the --opt asked did not apply)")), file=sys.stderr)
+            _warn(f"{args.timeline}: holds the baseline replay only "
+                  + ("(--opt all ranks each optimization alone; give --opt NAME for a prediction's timeline)"
+                     if specs is None else "(the --opt asked did not apply)"))
     if args.json:
         from .report.report_model import report_json
 
@@ -414,6 +438,11 @@ def _run_job(args) -> int:
     except ValueError:
         raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
     _check_job_plot(args)
+    if args.opt:  # before connecting to a cluster or reading any rank
+        from .formats import MAX_WORLD_SIZE
+        from .job.whatif import parse_job_specs
+
+        parse_job_specs(list(args.opt), MAX_WORLD_SIZE)
     paths = [args.trace, *args.more_traces]
     inputs = expand_inputs(paths)
     _check_output(args.json, "--json", inputs)
@@ -427,7 +456,7 @@ def _run_job(args) -> int:
         job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=args.workers)
     for r in job.ranks:
         for w in r.warnings:
-            print(_one_line(f"daydream-analyze: warning: {w}"), file=sys.stderr)
+            _warn(w)
     if args.strict_replay and args.opt and job.report.trust == "unreliable":
         raise UnreliableReplay(f"{args.trace}: the job's coupled baseline replay is unreliable ({job.report.trust_reason}); "
                                "predictions refused (--strict-replay)")
@@ -493,9 +522,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    _WARNINGS.clear()
     try:
         code = run(argv)
+        _flush_warnings(True)
     except DaydreamError as e:
+        _flush_warnings(debug)
         if debug:
             traceback.print_exc()
         print(_one_line(f"daydream-analyze: error: {e}" if not str(e).startswith("daydream-analyze") else str(e)), file=sys.stderr)

@@ -268,3 +268,46 @@ def test_bomb_under_the_ratio_is_refused_within_the_memory_promise(tmp_path):
     x = _json.loads(r.stdout)[0]
     assert x["code"] == 2
     assert x["rss"] < 10 * size + (300 << 20), (x["rss"] >> 20, size)
+
+
+# ------------------------------------------------- options before inputs, one line per error ----
+@pytest.mark.parametrize("opt,says", [("ampp", "unknown optimization"), ("amp:nosuch=1", "unknown parameter"),
+                                      ("straggler:rank=x", "not an integer")])
+def test_job_options_are_checked_before_any_rank_is_read(tmp_path, capsys, monkeypatch, opt, says):
+    """A misspelt --opt on a job was reported only after every rank was read (minutes on a big job)."""
+    import shutil
+
+    import daydream.job.load as load
+
+    for r in (0, 1):
+        shutil.copy(FIXTURE, tmp_path / f"rank{r}.json.gz")
+
+    def no_read(*a, **k):
+        raise AssertionError("a rank was read before the options were checked")
+
+    monkeypatch.setattr(load, "read_rank", no_read)
+    code, _, err = cli(capsys, tmp_path, "--opt", opt)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = cli(capsys, tmp_path, "--opt", opt, "--scheduler", "tcp://127.0.0.1:9")  # before any connection too
+    assert code == 2 and says in err, err
+
+
+def test_an_error_is_one_line_even_after_a_warning(tmp_path, capsys):
+    """A salvaged (truncated) trace's warning was printed, then a later refusal: two lines for one
+    error. The run's warnings are printed only when it ends without an error. The --compare-to
+    FIFO is also refused before the first trace is read."""
+    import gzip
+
+    cut = tmp_path / "cut.json"
+    data = gzip.decompress(FIXTURE.read_bytes())
+    cut.write_bytes(data[: len(data) // 2])
+    code, _, err = cli(capsys, cut)
+    assert code == 0 and "warning" in err and "truncated" in err  # shown when the run succeeds
+    fifo = tmp_path / "after.json"
+    os.mkfifo(fifo)
+    code, _, err = cli(capsys, cut, "--compare-to", fifo)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "named pipe" in err, err
+    code, _, err = cli(capsys, cut, "--compare-to", FIXTURE, "--opt", "amp", "--strict-replay", "--json", tmp_path / "x.txt")
+    assert len([l for l in err.strip().splitlines() if "error" in l]) <= 1
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1, err
