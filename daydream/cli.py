@@ -453,7 +453,12 @@ def _run_job(args) -> int:
         with dask_mapper(args.scheduler, debug=args.debug) as mapper:
             job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, mapper=mapper)
     else:
-        job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=args.workers)
+        from .job.load import cap_workers
+
+        workers, why = cap_workers(args.workers, inputs) if args.workers > 1 else (1, "")
+        if why:
+            _warn(f"--workers {args.workers}: reading with {workers} processes ({why})")
+        job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=workers)
     for r in job.ranks:
         for w in r.warnings:
             _warn(w)

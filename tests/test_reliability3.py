@@ -311,3 +311,86 @@ def test_an_error_is_one_line_even_after_a_warning(tmp_path, capsys):
     assert len([l for l in err.strip().splitlines() if "error" in l]) <= 1
     if code == 2:
         assert len(err.strip().splitlines()) == 1, err
+
+
+# ------------------------------------------------------------------------------ --workers ----
+def test_workers_capped_by_cpus_and_memory(tmp_path, monkeypatch):
+    from daydream.job import load
+
+    files = []
+    for r in range(8):
+        f = tmp_path / f"rank{r}.json"
+        f.write_bytes(b" " * (100 << 20 >> 4))  # 6.25 MiB each: bound 10 x + 300 MiB = 362.5 MiB a rank
+        files.append(str(f))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(load, "available_memory", lambda: 64 << 30)
+    assert load.cap_workers(64, files)[0] == 3 and "3 CPUs" in load.cap_workers(64, files)[1]
+    assert load.cap_workers(2, files) == (2, "")
+    monkeypatch.setattr(load, "available_memory", lambda: 800 << 20)
+    n, why = load.cap_workers(64, files)
+    assert n == 2 and "holds 2 ranks" in why
+
+
+@pytest.mark.slow
+def test_a_killed_worker_ends_the_run_in_one_line(tmp_path, capsys, monkeypatch):
+    """A pool worker killed (the OOM killer) ended in BrokenProcessPool: an internal error."""
+    import shutil
+
+    import daydream.job.load as load
+
+    for r in (0, 1):
+        shutil.copy(FIXTURE, tmp_path / f"rank{r}.json.gz")
+    monkeypatch.setattr(load, "read_rank", lambda *a: os.kill(os.getpid(), signal.SIGKILL))  # (the pool forks: inherited)
+    code, _, err = cli(capsys, tmp_path, "--workers", "2")
+    assert code == 2 and "died" in err and len(err.strip().splitlines()) == 1, err
+
+
+PARENT = r"""
+import os, sys, time
+import daydream.job.load as load
+load.read_rank = lambda *a: time.sleep(60)
+print(os.getpid(), flush=True)
+load.load_ranks(sys.argv[1:], workers=2)
+"""
+
+
+@pytest.mark.slow
+def test_workers_die_with_the_parent(tmp_path):
+    """SIGKILL of the coordinating process left its pool workers reading traces for ever."""
+    import shutil
+
+    paths = []
+    for r in (0, 1):
+        shutil.copy(FIXTURE, tmp_path / f"rank{r}.json.gz")
+        paths.append(str(tmp_path / f"rank{r}.json.gz"))
+    p = subprocess.Popen([sys.executable, "-c", PARENT, *paths], cwd=ROOT, stdout=subprocess.PIPE)
+    try:
+        pid = int(p.stdout.readline())
+        children: list[int] = []
+        t0 = time.monotonic()
+        while len(children) < 2 and time.monotonic() - t0 < 20:
+            time.sleep(0.2)
+            try:
+                children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+            except OSError:
+                pass
+        assert len(children) >= 2, children
+        time.sleep(1.0)  # the workers have run their initializer
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+    t0 = time.monotonic()
+    alive = children
+    while alive and time.monotonic() - t0 < 10:
+        time.sleep(0.2)
+        alive = [c for c in children if Path(f"/proc/{c}").exists() and "Z" not in _state(c)]
+    for c in alive:
+        os.kill(c, signal.SIGKILL)
+    assert not alive, f"pool workers {alive} outlived their parent"
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
