@@ -24,7 +24,7 @@ import numpy as np
 from ..graph.collectives import Collectives, find_collectives
 from ..errors import UsageError
 from ..events.table import Kind
-from ..formats import load_trace
+from ..formats import MEMORY_ALLOWANCE, MEMORY_PER_FILE_BYTE, load_trace
 from ..graph import TaskGraph, build_graph
 from ..mapping import map_events
 
@@ -217,8 +217,6 @@ def cap_workers(workers: int, paths: list[str]) -> tuple[int, str]:
     one per rank file, per CPU this process may run on, and per share of the available memory a
     rank may take: daydream's memory bound, 10 x the largest file + 300 MB (docs/errors.md,
     "Resource bounds")."""
-    from ..formats import MEMORY_ALLOWANCE, MEMORY_PER_FILE_BYTE
-
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
