@@ -22,9 +22,10 @@ never a hang or a traceback (issue 37):
 
 Dask's own log lines stay off stderr unless ``--debug``.
 
-Trust: a Dask cluster runs code sent to it (pickled functions) with the rights of its workers, and
-daydream unpickles what the workers send back (the per-rank results): connect only to a cluster
-you control (docs/jobs.md, "Trust").
+Trust: a Dask cluster runs code sent to it (pickled functions) with the rights of its workers;
+connect only to a cluster you control (docs/jobs.md, "Trust"). Each rank's result comes back as
+msgpack bytes of plain values (:mod:`daydream.job.wire`), rebuilt into an allow-list of daydream's
+own classes, never unpickled by daydream.
 
 Needs the ``dask`` extra (``pip install 'daydream[dask]'``: ``dask[distributed]``).
 """
@@ -43,6 +44,7 @@ from typing import Callable, Iterator
 import msgspec
 
 from ..errors import DaydreamError, UsageError
+from .wire import call, result
 
 #: seconds to open the TCP connection to the scheduler
 CONNECT_TIMEOUT_S = 10.0
@@ -201,7 +203,8 @@ def dask_mapper(address: str, debug: bool = False) -> Iterator[Callable]:
     probe(addr)
     with _quiet(debug):
         try:
-            client = distributed.Client(addr, timeout=CONNECT_TIMEOUT_S)
+            # results are bytes (daydream.job.wire): the client decodes data frames with msgpack only, never pickle
+            client = distributed.Client(addr, timeout=CONNECT_TIMEOUT_S, deserializers=["msgpack"])
         except Exception as e:  # noqa: BLE001 - anything the connection raises is the cluster's, said in one line
             raise UsageError(f"--scheduler {named}: cannot connect to the Dask scheduler ({type(e).__name__}: {e})") from None
         try:
@@ -222,7 +225,7 @@ def dask_mapper(address: str, debug: bool = False) -> Iterator[Callable]:
 
 def _run(distributed, client, fn, items, named: str) -> list:
     """``fn`` over ``items`` on the cluster, watching it (module docstring)."""
-    futures = client.map(fn, items, pure=False)
+    futures = client.map(call, [fn] * len(items), items, pure=False)  # results come back as msgpack bytes, not pickles
     no_worker_since = None
     while True:
         try:
@@ -249,7 +252,7 @@ def _run(distributed, client, fn, items, named: str) -> list:
             raise UsageError(f"--scheduler {named}: the Dask cluster lost its last worker and none joined within "
                              f"{WORKER_WAIT_S:g} s (0 workers; {sum(f.status == 'finished' for f in futures)} of {len(futures)} ranks read)")
     try:
-        return client.gather(futures)
+        return [result(b, f"the Dask worker reading rank file #{i}") for i, b in enumerate(client.gather(futures))]
     except distributed.KilledWorker as e:
         raise UsageError(f"--scheduler {named}: a Dask worker died while reading a rank ({e}); "
                          "check the workers' memory and logs") from None
