@@ -25,6 +25,15 @@ def _cli_entry() -> bool:
     return _os.path.basename(_sys.argv[0] or "").startswith("daydream-analyze") or "daydream.cli" in argv[:4]
 
 
+if _cli_entry():  # a Ctrl-C remembered even where an import turns it into another error (daydream.errors)
+    import signal as _signal
+    import threading as _threading
+
+    from .errors import on_sigint as _on_sigint
+
+    if _threading.current_thread() is _threading.main_thread():
+        _signal.signal(_signal.SIGINT, _on_sigint)
+
 try:  # the heavy imports (numpy, every stage): a Ctrl-C here is the command's "interrupted", not a traceback
     from .analysis import Result, analyze, resolve_opt  # noqa: E402
     from .formats import load_trace  # noqa: E402

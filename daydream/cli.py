@@ -517,10 +517,14 @@ def main(argv: list[str] | None = None) -> int:
         print("daydream-analyze: warning: standard output is closed; the report's text (and any '-' output) is not written",
               file=sys.stderr)
 
+    from . import errors
+
     prev = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
+    errors.in_main = True
     try:
         return _main(argv)
     finally:
+        errors.in_main = False
         if prev is not None:
             signal.signal(signal.SIGTERM, prev)
 
