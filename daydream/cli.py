@@ -14,7 +14,8 @@ import traceback
 
 from . import __version__
 from .util.display import terminal_text
-from .errors import DaydreamError, TraceFormatError, UnreliableReplay, UsageError
+from .util.temps import DIR_PREFIX, FILE_PREFIX, clean_stale, dir_prefix, file_prefix
+from .errors import DaydreamError, TraceFormatError, UnreliableReplay, UsageError, caused_by_interrupt
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,22 +99,16 @@ def _atomic(path: str, write) -> None:
     A reader (or a second run writing the same file) sees the old file or the new one, never a
     partial one; a failed write leaves the old file as it was. The temporary name ends with the
     file's own name, so writers that choose gzip by the extension still do. An existing target
-    that is not a regular file (``/dev/null``, a FIFO) is written directly.
+    that is not a regular file (a FIFO, a device) is refused (:func:`_not_regular`).
     """
-    import stat
     import tempfile
 
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            write(path)
-            return
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    why = _not_regular(path)
+    if why:
+        raise UsageError(f"cannot write {path}: {why}")
     folder, name = os.path.split(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".daydream-", suffix="-" + name, dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=file_prefix(), suffix="-" + name, dir=folder)
         os.close(fd)
         mask = os.umask(0o22)
         os.umask(mask)
@@ -145,6 +140,9 @@ def _check_output(path: str | None, flag: str, trace: str | list[str]) -> None:
         return
     if os.path.isdir(path):
         raise UsageError(f"cannot write {path} ({flag}): it is a directory")
+    why = _not_regular(path)
+    if why:
+        raise UsageError(f"cannot write {path} ({flag}): {why}")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UsageError(f"cannot write {path} ({flag}): no such directory {parent}")
@@ -155,6 +153,25 @@ def _check_output(path: str | None, flag: str, trace: str | list[str]) -> None:
             same = False
         if same:
             raise UsageError(f"{flag} {path} is an input trace; daydream never overwrites its input")
+
+
+def _not_regular(path: str) -> str:
+    """Why an existing ``path`` cannot be an output ("" when it is a regular file or absent): a
+    FIFO blocked the run for ever after the slow load until a reader came, a device (``/dev/full``,
+    a terminal) took the bytes elsewhere; outputs are regular files, or '-' for standard output."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return ""
+    except OSError as e:
+        return e.strerror or str(e)
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return ""
+    what = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "a special file")
+    return f"it is {what}; outputs are regular files ('-' for standard output)"
 
 
 def _check_stdout(outputs) -> None:
@@ -171,7 +188,7 @@ def _timeline_to_stdout(result) -> None:
     """``--timeline -``: the Chrome-trace JSON (not gzipped) on standard output."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="daydream-") as d:
+    with tempfile.TemporaryDirectory(prefix=dir_prefix("timeline")) as d:
         tmp = os.path.join(d, "timeline.json")
         try:
             result.write_timeline(tmp)
@@ -194,6 +211,21 @@ def _check_distinct(outputs) -> None:
         seen[key] = flag
 
 
+#: warning lines of this run, printed when it ends without an error (an error is one line alone:
+#: a salvaged file's warning printed before a later refusal read as two problems)
+_WARNINGS: list[str] = []
+
+
+def _warn(text: str) -> None:
+    _WARNINGS.append(_one_line(f"daydream-analyze: warning: {text}"))
+
+
+def _flush_warnings(show: bool) -> None:
+    lines, _WARNINGS[:] = _WARNINGS[:], []
+    for line in lines if show else ():
+        print(line, file=sys.stderr)
+
+
 def _load(path: str, strict: bool):
     """load_trace, with the adapters' warnings (e.g. a salvaged truncated file) as one stderr line each."""
     import warnings
@@ -205,7 +237,7 @@ def _load(path: str, strict: bool):
         table = load_trace(path, strict=strict)
     for w in caught:
         kind = "" if issubclass(w.category, UserWarning) else f"{w.category.__name__}: "
-        print(_one_line(f"daydream-analyze: warning: {kind}{w.message}"), file=sys.stderr)
+        _warn(f"{kind}{w.message}")
     from .events.table import Kind
 
     if not (table.kind != Kind.MARKER).any():  # nothing to replay: a report of zeros would read as an answer
@@ -257,6 +289,22 @@ def _compare(result, args) -> None:
     result.report.comparison = compare(result, after)
 
 
+def _check_files(args) -> None:
+    """One trace's outputs and its --compare-to trace, checked before the slow load."""
+    outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"), (args.plot, "--plot"))
+    _check_stdout(outputs)
+    for path, flag in outputs:
+        _check_output(path, flag, args.trace)
+        if args.compare_to:
+            _check_output(path, flag, args.compare_to)
+    _check_distinct(outputs)
+    _check_suffixes(args)
+    if args.compare_to:  # the other input too (a FIFO was found only after the first trace's load)
+        from .formats import check_regular
+
+        check_regular(args.compare_to)
+
+
 def _check_suffixes(args) -> None:
     """Refuse a --plot or --save-table name that does not say what the file will be."""
     if args.plot and os.path.splitext(args.plot)[1].lower() not in (".svg", ".html"):
@@ -279,8 +327,21 @@ def _one_trace_folder(args) -> str:
     return files[0] if len(files) == 1 else args.trace
 
 
+def _clean_left_overs(args) -> None:
+    """Remove the temporaries of killed runs (daydream/util/temps.py) from the output folders
+    named and from the system's temporary folder."""
+    import tempfile
+
+    folders = {os.path.dirname(os.path.abspath(p)) for p in (args.json, args.timeline, args.save_table, args.plot)
+               if p and p != "-"}
+    for f in sorted(folders):
+        clean_stale(f, FILE_PREFIX)
+    clean_stale(tempfile.gettempdir(), DIR_PREFIX, require_pid=True)
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _clean_left_overs(args)
     from .optimizations import describe_all
 
     if args.list_opts:
@@ -307,14 +368,7 @@ def run(argv: list[str] | None = None) -> int:
     opts = [parse_spec(s) for s in specs] if specs else []  # usage errors before the slow load
     if args.compare_to and specs is None:
         raise UsageError("--compare-to compares one prediction with a measurement; it cannot be combined with --opt all")
-    outputs = ((args.json, "--json"), (args.timeline, "--timeline"), (args.save_table, "--save-table"), (args.plot, "--plot"))
-    _check_stdout(outputs)
-    for path, flag in outputs:
-        _check_output(path, flag, args.trace)
-        if args.compare_to:
-            _check_output(path, flag, args.compare_to)
-    _check_distinct(outputs)
-    _check_suffixes(args)
+    _check_files(args)
     progress = _Progress(args.trace)
     table = _load(args.trace, args.strict)
     progress.stage(f"read {len(table):,} events; building the graph and replaying")
@@ -335,9 +389,9 @@ def run(argv: list[str] | None = None) -> int:
     elif args.timeline:
         _atomic(args.timeline, result.write_timeline)
         if result.predicted_graph is None and args.opt:  # --opt all ranks many; a refused --opt made none
-            print(_one_line(f"daydream-analyze: warning: {args.timeline}: holds the baseline replay only "
-                            + ("(--opt all ranks each optimization alone; give --opt NAME for a prediction's timeline)"
-                               if specs is None else "(the --opt asked did not apply)")), file=sys.stderr)
+            _warn(f"{args.timeline}: holds the baseline replay only "
+                  + ("(--opt all ranks each optimization alone; give --opt NAME for a prediction's timeline)"
+                     if specs is None else "(the --opt asked did not apply)"))
     if args.json:
         from .report.report_model import report_json
 
@@ -400,6 +454,11 @@ def _run_job(args) -> int:
     except ValueError:
         raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
     _check_job_plot(args)
+    if args.opt:  # before connecting to a cluster or reading any rank
+        from .formats import MAX_WORLD_SIZE
+        from .job.whatif import parse_job_specs
+
+        parse_job_specs(list(args.opt), MAX_WORLD_SIZE)
     paths = [args.trace, *args.more_traces]
     inputs = expand_inputs(paths)
     _check_output(args.json, "--json", inputs)
@@ -407,13 +466,18 @@ def _run_job(args) -> int:
     if args.scheduler:
         from .job.scale import dask_mapper
 
-        with dask_mapper(args.scheduler) as mapper:
+        with dask_mapper(args.scheduler, debug=args.debug) as mapper:
             job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, mapper=mapper)
     else:
-        job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=args.workers)
+        from .job.load import cap_workers
+
+        workers, why = cap_workers(args.workers, inputs) if args.workers > 1 else (1, "")
+        if why:
+            _warn(f"--workers {args.workers}: reading with {workers} processes ({why})")
+        job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=workers)
     for r in job.ranks:
         for w in r.warnings:
-            print(_one_line(f"daydream-analyze: warning: {w}"), file=sys.stderr)
+            _warn(w)
     if args.strict_replay and args.opt and job.report.trust == "unreliable":
         raise UnreliableReplay(f"{args.trace}: the job's coupled baseline replay is unreliable ({job.report.trust_reason}); "
                                "predictions refused (--strict-replay)")
@@ -447,23 +511,48 @@ def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
     raise _Terminated()
 
 
+def _closed_stdio() -> bool:
+    """Standard streams closed by the caller (``daydream-analyze ... >&-``): Python leaves them
+    None, and the report's first write was an AttributeError (exit 1). Each is pointed at the null
+    device; returns whether standard output was closed."""
+    closed = sys.stdout is None
+    for name in ("stderr", "stdout"):
+        if getattr(sys, name) is None:
+            try:
+                setattr(sys, name, open(os.devnull, "w"))
+            except OSError:
+                pass
+    return closed
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
     import threading
 
+    if _closed_stdio():
+        print("daydream-analyze: warning: standard output is closed; the report's text (and any '-' output) is not written",
+              file=sys.stderr)
+
+    from . import errors
+
     prev = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
+    errors.in_main = True
     try:
         return _main(argv)
     finally:
+        errors.in_main = False
         if prev is not None:
             signal.signal(signal.SIGTERM, prev)
 
 
 def _main(argv: list[str] | None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    _WARNINGS.clear()
     try:
         code = run(argv)
+        _flush_warnings(True)
     except DaydreamError as e:
+        _flush_warnings(debug)
         if debug:
             traceback.print_exc()
         print(_one_line(f"daydream-analyze: error: {e}" if not str(e).startswith("daydream-analyze") else str(e)), file=sys.stderr)
@@ -480,7 +569,10 @@ def _main(argv: list[str] | None) -> int:
             sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
-    except Exception as e:  # a bug in daydream
+    except Exception as e:  # a bug in daydream (or a Ctrl-C that an import turned into an ImportError)
+        if caused_by_interrupt(e) and not debug:
+            print("daydream-analyze: interrupted", file=sys.stderr)
+            return 130
         if debug:
             traceback.print_exc()
         else:

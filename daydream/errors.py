@@ -58,3 +58,44 @@ class NotApplicable(DaydreamError):
 
 class UnreliableReplay(DaydreamError):
     """``--strict-replay``: the baseline replay is too far from the trace to predict from."""
+
+
+_interrupted = False
+#: whether the command's main() is running (set by daydream.cli.main): outside it, nothing is to be
+#: unwound, and a KeyboardInterrupt raised in the interpreter's own code (runpy compiling the
+#: module, the console script's import) would end in a traceback
+in_main = False
+
+
+def on_sigint(signum, frame):  # noqa: ARG001 - signal handler signature
+    """The command's SIGINT handler: inside main(), Python's own (raise KeyboardInterrupt),
+    remembering that it came, for :func:`caused_by_interrupt`; before or after it (start-up
+    imports, interpreter code), the one line and exit status 130 at once."""
+    global _interrupted
+    _interrupted = True
+    if not in_main:
+        import os
+        import sys
+
+        try:
+            sys.stderr.write("daydream-analyze: interrupted\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(130)
+    raise KeyboardInterrupt
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C, or an error raised because of one: numpy, interrupted while it
+    imports, re-raises the KeyboardInterrupt as an ImportError (``PyCapsule_Import could not
+    import module "datetime"``), sometimes with the interrupt dropped from the chain: so also
+    whether :func:`on_sigint` ran. Follows ``__cause__``/``__context__`` (at most 20 links)."""
+    if _interrupted:
+        return True
+    for _ in range(20):
+        if exc is None:
+            return False
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

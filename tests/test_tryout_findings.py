@@ -376,25 +376,26 @@ def test_args_null_launch_data_from_the_load_equals_the_re_read(tmp_path, monkey
     assert_same(a, b)
 
 
-def test_saved_table_reads_launch_data_only_from_its_unchanged_trace(tmp_path):
+def test_saved_table_never_reads_launch_data_from_the_trace_it_names(tmp_path):
     # was: a saved table re-read whatever file sat at its (relative) source path: other kernels'
-    # launch data, silently
+    # launch data, silently; then (issue 37) it still read a file of the recorded size and mtime:
+    # a path chosen by the input. Now a table without its own launch data lacks it, and says so.
     import os
     import shutil
 
     from daydream.formats import launch_data as LD
+    from daydream.formats.saved import OLD_TABLE_NOTE
 
     src = tmp_path / "a.json"
     shutil.copy(_args_null_trace(tmp_path), src)
     t = load_trace(str(src))
-    t.launch = None  # as a saved table has it: read from the source on demand
+    t.launch = None  # as a table saved before tables carried it
     npz = tmp_path / "a.npz"
     t.save(str(npz))
     saved = load_trace(str(npz))
-    assert os.path.isabs(saved.meta.source) and saved.meta.extra["source_identity"]
-    assert LD.launch_data_of(saved).reason == ""
-    src.write_text(src.read_text() + " ")  # the trace file changed since it was saved
-    assert "not at hand unchanged" in LD.launch_data_of(saved).reason
+    assert saved.meta.source == "" and os.path.isabs(saved.meta.extra["saved_from"])
+    assert "names no trace file" in LD.launch_data_of(saved).reason
+    assert saved.accounting.notes[OLD_TABLE_NOTE] == 1
 
 
 def test_answer_line_says_when_the_replay_is_unreliable(tmp_path, capsys):

@@ -70,22 +70,40 @@ def checked_rank(rank: int | None, world_size: int | None, acc, where: str, rank
         r = None
     return (-1 if r is None else r), (-1 if w is None else w)
 #: a compressed stream (a .gz trace, a compressed member of a saved table) may inflate to at most
-#: max(INFLATE_FLOOR, INFLATE_RATIO x the compressed file's size) bytes; more is refused as a
-#: decompression bomb. Real traces inflate 8-30 times; a run of whitespace over 1000 times.
+#: :func:`inflate_limit` bytes; more is refused as a decompression bomb. Real traces inflate 8-30
+#: times (../shared/traces: 17, 18 and 30); a run of whitespace over 1000 times.
 INFLATE_RATIO = 100
 INFLATE_FLOOR = 64 << 20
+#: the memory promise (docs/errors.md, "Resource bounds"): peak memory under
+#: MEMORY_PER_FILE_BYTE x the file's size + MEMORY_ALLOWANCE
+MEMORY_PER_FILE_BYTE, MEMORY_ALLOWANCE = 10, 300 << 20
+#: of the allowance, what the process holds before it reads (the interpreter, numpy and daydream's
+#: modules: 38 MB ``ru_maxrss`` after the imports, measured on the development machine) and the
+#: table being built, rounded up
+MEMORY_BASE = 100 << 20
+#: bytes of memory per inflated byte held: a reader's buffer grows by concatenation (``bytes +
+#: bytes``), the old and the new buffer alive together
+INFLATE_HOLD = 2
 
 
 def inflate_limit(path: str, compressed_size: int) -> int:
-    """The most bytes a compressed stream of ``compressed_size`` bytes in ``path`` may inflate to."""
-    return max(INFLATE_FLOOR, INFLATE_RATIO * compressed_size)
+    """The most bytes a compressed stream of ``compressed_size`` bytes in ``path`` may inflate to:
+    max(:data:`INFLATE_FLOOR`, :data:`INFLATE_RATIO` x the size), capped by the memory promise:
+    what :data:`INFLATE_HOLD` copies of it need must fit in :data:`MEMORY_PER_FILE_BYTE` x the size
+    + :data:`MEMORY_ALLOWANCE` - :data:`MEMORY_BASE` (a 3 MB file of ratio 97 peaked at 664 MB
+    where 332 MB were promised)."""
+    by_ratio = max(INFLATE_FLOOR, INFLATE_RATIO * compressed_size)
+    by_memory = (MEMORY_PER_FILE_BYTE * compressed_size + MEMORY_ALLOWANCE - MEMORY_BASE) // INFLATE_HOLD
+    return min(by_ratio, by_memory)
 
 
 def inflate_refused(path: str, where: str, limit: int, compressed_size: int) -> TraceFormatError:
     """The error for a compressed stream that inflates past ``limit`` bytes."""
     return TraceFormatError(
         path, where, f"decompresses to more than {limit:,} bytes from {compressed_size:,} (over {INFLATE_RATIO} times, "
-        f"or {INFLATE_FLOOR >> 20} MiB for a small file): refused as a possible decompression bomb")
+        f"or {INFLATE_FLOOR >> 20} MiB for a small file, or more than daydream's memory bound of "
+        f"{MEMORY_PER_FILE_BYTE} x the file's size + {MEMORY_ALLOWANCE >> 20} MB allows): refused as a possible "
+        "decompression bomb; a real trace this large can be read decompressed (gunzip it and pass the .json)")
 
 
 def _adapters():

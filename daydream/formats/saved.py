@@ -19,9 +19,9 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..events.memory import MEMORY_COLUMNS, SAVED_PREFIX
-from ..events.table import COLUMNS, EventTable, Kind, SavedTableHeader, source_identity
+from ..events.table import COLUMNS, EventTable, Kind, SavedTableHeader
 from . import checked_rank, inflate_limit, inflate_refused
-from .trace_side import CommSource, load_side
+from .trace_side import load_side
 
 NAME = "saved-table"
 DESCRIPTION = "daydream saved event table (.npz, written by --save-table)"
@@ -162,34 +162,33 @@ def load(path: str, *, strict: bool = False) -> EventTable:
         raise
     except _READ_ERRORS as e:  # a damaged side member
         raise TraceFormatError(path, "", f"not a saved daydream event table ({e or type(e).__name__})") from None
-    table = _named_by_its_file(path, table, read_back=not side)
-    if not side and table.meta.source:  # saved before the side members: from the trace, at hand unchanged
-        table.comm = CommSource(table.meta.source)
-    return table
+    return _named_by_its_file(path, table, side=side)
 
 
-def _named_by_its_file(path: str, table: EventTable, read_back: bool = True) -> EventTable:
+#: the note on a table saved before tables carried their launch data and collective arguments
+OLD_TABLE_NOTE = ("saved by an older daydream without its launch data and collective arguments (a saved table never reads "
+                  "the trace its header names): kernel launch configurations, op shapes and collective sizes are unknown; "
+                  "parse the trace again and save it anew")
+
+
+def _named_by_its_file(path: str, table: EventTable, side: bool = True) -> EventTable:
     """``table`` with the file it was read from in ``extra['saved_table']`` (reports name it) and the
-    header's ``source`` (text from the file: untrusted) in ``extra['saved_from']``. ``meta.source``,
-    the path later stages read launch data and collective arguments back from, keeps it only when it
-    names a regular file with the size and modification time the header recorded
-    (``extra['source_identity']``, :func:`daydream.events.table.source_identity`, a stat that opens
-    nothing); else it is "" and nothing is read back (counted where the table, saved before it kept
-    them, needs its trace for them: ``read_back``). A tampered header pointing at
-    /dev/zero grew to 9.7 GB, at a FIFO it hung, at another trace it took that trace's sizes. The
-    rank and world size are checked as the trace readers check theirs: out of range, ignored and
-    counted."""
+    header's ``source`` (text from the file: untrusted) in ``extra['saved_from']``, shown only.
+    ``meta.source``, the path later stages would read launch data and collective arguments back
+    from, is always "": nothing in an input chooses a path to read (a tampered header pointing at
+    /dev/zero grew to 9.7 GB, at a FIFO it hung, at another trace it took that trace's sizes; one
+    pointing at a file with the recorded size and modification time was read). A table carries
+    both itself (``side.*`` members, :mod:`.trace_side`); one saved before it did (``side``
+    False) lacks them, counted in a note (:data:`OLD_TABLE_NOTE`). The rank and world size are
+    checked as the trace readers check theirs: out of range, ignored and counted."""
     m = table.meta
     extra = {**m.extra, "saved_table": path}
-    src = m.source
-    if src:
-        extra["saved_from"] = src
-        ident = extra.get("source_identity", "")
-        if not (ident and source_identity(src) == ident):
-            if read_back:
-                table.accounting.add("notes", "the trace the table was saved from is not at hand unchanged: its launch data and "
-                                     "collective arguments are not read back", 1)
-            src = ""
+    if m.source:
+        extra["saved_from"] = m.source
+    if not side:
+        table.accounting.add("notes", OLD_TABLE_NOTE, 1)
     r, w = checked_rank(None if m.rank == -1 else m.rank, None if m.world_size == -1 else m.world_size, table.accounting, "saved header ")
-    table.meta = msgspec.structs.replace(m, source=src, extra=extra, rank=r, world_size=w)
+    table.meta = msgspec.structs.replace(m, source="", extra=extra, rank=r, world_size=w)
     return table
+
+

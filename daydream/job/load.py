@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -22,7 +24,7 @@ import numpy as np
 from ..graph.collectives import Collectives, find_collectives
 from ..errors import UsageError
 from ..events.table import Kind
-from ..formats import load_trace
+from ..formats import MEMORY_ALLOWANCE, MEMORY_PER_FILE_BYTE, load_trace
 from ..graph import TaskGraph, build_graph
 from ..mapping import map_events
 
@@ -157,10 +159,7 @@ def load_ranks(paths: list[str], *, strict: bool = False, workers: int = 1,
     if mapper is not None:
         ranks = list(mapper(_read_star, items))
     elif workers > 1 and len(items) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=min(workers, len(items))) as ex:
-            ranks = list(ex.map(_read_star, items))
+        ranks = _pool_map(_read_star, items, min(workers, len(items)))
     else:
         ranks = [_read_star(a) for a in items]
     check_world_sizes(ranks)
@@ -178,6 +177,76 @@ def load_ranks(paths: list[str], *, strict: bool = False, workers: int = 1,
             r.rank = next(free)
             seen[r.rank] = r
     return sorted(ranks, key=lambda r: r.rank)
+
+
+def _die_with_parent(parent: int) -> None:
+    """A pool worker's initializer: SIGKILL when the coordinating process dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), so a killed run leaves no worker reading a trace; elsewhere the
+    pool's own end-of-parent detection is all there is."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1 (linux/prctl.h)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+def _pool_map(fn, items: list, workers: int) -> list:
+    """``fn`` over ``items`` in ``workers`` processes that die with this one.
+
+    Raises:
+        UsageError: a worker process died (killed: out of memory?), ending the run.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as ex:
+            return list(ex.map(fn, items))
+    except BrokenProcessPool:
+        raise UsageError(f"a --workers process died while reading the ranks (killed, e.g. out of memory); the run is ended: "
+                         f"rerun with fewer --workers (given {workers})") from None
+
+
+def cap_workers(workers: int, paths: list[str]) -> tuple[int, str]:
+    """(the number of reading processes to start, why it is fewer than ``workers`` or ""): at most
+    one per rank file, per CPU this process may run on, and per share of the available memory a
+    rank may take: daydream's memory bound, 10 x the largest file + 300 MB (docs/errors.md,
+    "Resource bounds")."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    biggest = max((os.path.getsize(p) for p in paths if os.path.isfile(p)), default=0)
+    per = MEMORY_PER_FILE_BYTE * biggest + MEMORY_ALLOWANCE
+    avail = available_memory()
+    by_mem = max(1, avail // per) if avail > 0 else workers
+    n = max(1, min(workers, len(paths), cpus, by_mem))
+    why = []
+    if n < workers and cpus < workers:
+        why.append(f"{cpus} CPUs")
+    if n < workers and by_mem < workers:
+        why.append(f"{avail / 2**30:.1f} GiB available memory holds {by_mem} ranks of up to {per / 2**20:,.0f} MiB each")
+    return n, ("; ".join(why) if why else "")
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new processes (Linux ``MemAvailable``), 0 unknown."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def check_world_sizes(ranks: list[RankTrace]) -> None:

@@ -13,14 +13,14 @@ this model: the what-if does not apply, and says so.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import numpy as np
 
 from ..errors import NotApplicable
 from ..graph.host_clock import HostClock
 from ..graph.range_timeline import thread_key
-from ..transform import MAX_PATTERN_CHARS, compile_pattern, set_duration, set_gap
+from ..transform import MAX_PATTERN_CHARS, set_duration, set_gap
+from ..util.patterns import compile_user_pattern
 from . import Optimization, Param, register
 
 
@@ -29,7 +29,7 @@ def _match(graph, pattern: str) -> np.ndarray:
     cr = graph.cpu_ranges
     if cr is None or not len(cr.pid):
         return np.zeros(0, bool)
-    rx = re.compile(compile_pattern(pattern).pattern, re.IGNORECASE)
+    rx = compile_user_pattern(pattern, ignore_case=True)
     uniq, inv = np.unique(cr.name_id, return_inverse=True)
     hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), bool, len(uniq))
     return hit[inv.reshape(-1)]

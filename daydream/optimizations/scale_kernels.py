@@ -6,14 +6,14 @@ library (``pattern=gemm,factor=0.8``) or a regression check (``factor=1.2``).
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 
 from ..util.arrays import unique_inverse
 from ..errors import NotApplicable
 from ..graph.memo import cached
-from ..transform import compile_pattern, scale, select
+from ..transform import scale, select
+from ..util.patterns import compile_user_pattern
 from . import Optimization, Param, register
 
 
@@ -28,7 +28,7 @@ def _kernel_names(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _apply(graph, p):
-    rx = re.compile(compile_pattern(p["pattern"]).pattern, re.IGNORECASE)
+    rx = compile_user_pattern(p["pattern"], ignore_case=True)
     kern, uniq, inv = _kernel_names(graph)
     hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), bool, len(uniq))
     m = np.zeros(graph.n, bool)

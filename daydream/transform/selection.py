@@ -7,6 +7,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from ..util.patterns import compile_user_pattern
 from ..util.arrays import unique_inverse
 from ..errors import DaydreamError
 from ..events.table import Kind
@@ -104,7 +105,7 @@ def compile_pattern(pattern: str) -> re.Pattern:
     if len(pattern) > MAX_PATTERN_CHARS:
         raise DaydreamError(f"regular expression of {len(pattern):,} characters; at most {MAX_PATTERN_CHARS:,} are accepted")
     try:
-        return re.compile(pattern)
+        return compile_user_pattern(pattern)  # RE2: no catastrophic backtracking (daydream/util/patterns.py)
     except re.error as e:
         raise DaydreamError(f"bad regular expression {pattern!r}: {e}") from None
 

@@ -15,6 +15,7 @@ import tempfile
 import urllib.parse
 
 from ...errors import TraceFormatError
+from ...util.temps import dir_prefix
 from .. import SQLITE_MAGIC
 
 #: exports contain user strings that are not always valid UTF-8 (e.g. Windows user names)
@@ -71,7 +72,7 @@ class ExportFile:
         back the second, so the copy reads exactly what any SQLite reader of the original would;
         the original file and its folder are never written.
         """
-        self._tmp = tempfile.TemporaryDirectory(prefix="daydream-sqlite-")
+        self._tmp = tempfile.TemporaryDirectory(prefix=dir_prefix("sqlite"))  # cleaned by a later run if this one is killed
         dst = os.path.join(self._tmp.name, "trace.sqlite")
         try:
             shutil.copyfile(self.path, dst)
