@@ -10,14 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...util.arrays import small_pages
-from ...events.cuda_api import LAUNCH_QUEUE_DEPTH
+from ...events.cuda_api import LAUNCH_QUEUE_DEPTH, default_launch_latency
 from ...events.table import EventTable, Kind
 from ...events.links import only_process
 from .._arrays import Counts, count
 from ..edges import EdgeKind, Origin
 from ..facts import trace_facts
 from .graph_launch import graph_launches
-from .inferred import infer_unlinked_waits
+from .inferred import infer_unlinked_waits, unlinked_consumers
 from .assemble import node_columns, order_edges
 from .handover import handover_edges, own_gaps
 from .latency import launch_latency_and_gap
@@ -142,9 +142,13 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     own_gaps(gap, rec_start, rec_end, lanes.lane_prev, t0, hs, hd)
     staged = np.concatenate([np.zeros(nodes.n_cpu, bool), copies.staged])
     xgs, xgd = np.concatenate([xs, gs]), np.concatenate([xd, gd])  # the GPU predecessors beside stream order
-    L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xgs, xgd, staged, counts)
-    # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits")
-    ys, yd, (ls, ld) = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xgs, xgd, L, G, counts)
+    default_L = default_launch_latency(table.meta.devices)  # L where no launched task shows its stream idle
+    L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xgs, xgd, staged, counts, default=default_L,
+                                     unknown_producer=unlinked_consumers(*wctx, launch))
+    # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits");
+    # its window G - tol .. G + max(tol, L) never collapses: an L measured 0 (no launch-to-start
+    # delay shows, e.g. skewed clocks) widens it by the default instead
+    ys, yd, (ls, ld) = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xgs, xgd, L if L > 0 else default_L[0], G, counts)
     R = Origin.RECORDED
     dep_edges = dedupe_edges(*concat_edges([
         (ws, wd, EdgeKind.WAIT, R),
