@@ -25,15 +25,7 @@ class ApiRole(enum.IntEnum):
     STREAM_WAIT_EVENT = 7  #: cudaStreamWaitEvent: GPU-side wait, the CPU does not block
 
 
-#: Size (bytes) up to which a ``cudaMemcpyAsync`` from pageable host memory to the device is
-#: staged at once: the call returns once the data sit in the driver's pinned staging memory and
-#: waits for nothing. Above it the driver "may synchronize with the stream" and stage in chunks
-#: ("API synchronization behavior", CUDA Runtime API docs): modelled as a stream sync
-#: (``docs/model.md``, "Copies from and to pageable memory"). No document gives the size; it is
-#: measured from the traces in ``../shared/traces``: the largest pageable HtoD copy seen returning
-#: before its DMA started is 92,928 B (hta/alexnet_benchmark, hta/simple_add; owlv2 on H100:
-#: 82,944 B), the smallest seen returning only after its DMA ran (34-373 us) is 1,228,800 B.
-PAGEABLE_STAGING_BYTES = 92_928
+#: (The pageable staging threshold is no constant: each trace's own, ``graph/build/staging.py``.)
 
 #: Launches a CUDA stream holds before a launching call blocks (``docs/model.md``, "Launch-queue
 #: back-pressure"). Not documented by NVIDIA and not configurable (``cudaLimitDevRuntimePendingLaunchCount``

@@ -69,7 +69,14 @@ class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
     gpu_gap_ns: int  #: G, measured
     counts: dict[str, int]  #: artefacts kept and links that could not be made, by reason
     gpus: list[int] = []  #: devices with GPU tasks in the trace
-    staging_latency_ns: int = 0  #: S, measured: DMA delay of staged pageable copies (0: none seen)
+    staging_latency_ns: int = 0  #: S, measured: DMA delay of staged pageable copies (0: none seen); the fit's intercept
+    #: pageable staging as fitted on the trace's own copies (graph/build/staging.py): the staging
+    #: threshold (bytes; -1 no pageable copy), where it comes from ("trace" or the documented rule),
+    #: ns per byte of staging beyond S (0: no slope fitted), and the fit in words
+    staging_threshold_bytes: int = -1
+    staging_threshold_source: str = ""
+    staging_ns_per_byte: float = 0.0
+    staging_fit: str = ""
 
 
 class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):

@@ -21,6 +21,7 @@ from .inferred import infer_unlinked_waits, unlinked_consumers
 from .assemble import node_columns, order_edges
 from .handover import handover_edges, own_gaps
 from .latency import launch_latency_and_gap
+from .staging import measure_staging
 from ..model import NODE_CPU, CpuRanges, TaskGraph, concat_edges, dedupe_edges
 from ..order import repair_order
 from ..memory_part import capture_memory
@@ -52,7 +53,7 @@ def _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id
     ix = WaitIndex(nodes, lanes, position, rec_start, corr)
     gl = graph_launches(ix, nodes, lanes, name_id[: nodes.n_cpu], table.names, rec_start, counts)  # installs them in ix
     rec = RecordCalls(ix, role)
-    copies = copy_classes(table, nodes, gpu_rows, role)
+    copies = copy_classes(table, nodes, gpu_rows, role, lanes.lane_prev, rec_start, rec_end)
     pw_s, pw_d = pageable_copy_edges(copies, lanes, nodes.n_cpu, rec_end, counts)
     parts = [stream_sync_waits(ix, role, si, counts), device_sync_waits(ix, role, si),
              event_sync_waits(ix, role, si, rec, counts), blocking_copy_waits(copies, nodes.n_cpu), (pw_s, pw_d)]
@@ -145,6 +146,9 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     default_L = default_launch_latency(table.meta.devices)  # L where no launched task shows its stream idle
     L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xgs, xgd, staged, counts, default=default_L,
                                      unknown_producer=unlinked_consumers(*wctx, launch))
+    sn = np.flatnonzero(staged)  # S as a function of size, fitted on the staged copies (graph/build/staging.py)
+    S, staging_rows, staging_fit = measure_staging(sn, copies.nbytes[sn - nodes.n_cpu], launch, lanes.lane_prev, rec_start, rec_end,
+                                                   xgs, xgd, L, S, copies.threshold, row)
     # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits");
     # its window G - tol .. G + max(tol, L) never collapses: an L measured 0 (no launch-to-start
     # delay shows, e.g. skewed clocks) widens it by the default instead
@@ -175,7 +179,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
         order=order.astype(np.int64, copy=False), edge_src=src, edge_dst=dst, edge_kind=ek, edge_origin=eo,
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
-        staging_latency_ns=S, latent_waits=(row[ls], row[ld]) if len(ls) else (), facts=trace_facts(table),
+        staging_latency_ns=S, staging_rows=staging_rows, staging_fit=staging_fit, latent_waits=(row[ls], row[ld]) if len(ls) else (), facts=trace_facts(table),
     )
     if all_kept:  # every lane and launch edge as built: seed the graph's views of them (same arrays)
         graph.__dict__["lane_prev"], graph.__dict__["launch"] = lanes.lane_prev, launch

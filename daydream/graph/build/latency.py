@@ -66,9 +66,8 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     cross-stream wait whose producer the trace does not name (the consumers of unlinked waits,
     :func:`.inferred.unlinked_consumers`): neither an ``L`` nor a ``G`` sample, since what held
     them is not known (an emulated backlogged trace measured ``G`` 1.7 us where it is 0 from
-    such gaps). Measured on ../shared/traces S is
-    nearly constant per trace whatever the size (1.2-19 MB): 233-244 us on alexnet, 159-186 us on
-    simple_add, 140-161 us on ResNet-50, 66-96 us on owlv2.
+    such gaps). ``S`` here is one
+    value; the builder then fits it as a function of size (:mod:`.staging`, ``S0 + bytes / B``).
 
     ``method``: "auto" classifies the GPU tasks and collects the queued gaps in two compiled
     passes (:func:`_classify_kernel`, :func:`_gaps_kernel`) from :data:`LATENCY_MIN` GPU tasks
