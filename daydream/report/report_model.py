@@ -216,6 +216,10 @@ class Trust(msgspec.Struct, forbid_unknown_fields=True):
     incomplete: dict[str, int] = {}  #: graph counts of links the trace lacks (GPU tasks without a launch, ...)
     cause: str = ""  #: when not "good": the recorded wait the replay reproduces least, and what in the trace held it (see replay_cause)
     gpu_start_error_p99_pct: float = 0.0  #: gpu_start_error_p99_us as % of the median measured ProfilerStep (the window without steps); judged like the step error (see start_error_verdict)
+    #: the start error judged alone ("good", "fair", "unreliable"): the verdict's with steps is the step error's
+    start_verdict: str = ""
+    #: the second trust line: the start error, what it risks, and what the trace cannot show held the GPU ("" none)
+    start_line: str = ""
 
 
 class Report(msgspec.Struct, forbid_unknown_fields=True):
