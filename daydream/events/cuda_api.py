@@ -52,7 +52,7 @@ DEFAULT_LAUNCH_LATENCY_NS: dict[str, tuple[int, str]] = {
     "volta": (8_000, "hta/df_index_resolver.json.gz (Tesla V100-SXM2-32GB, 19,370 kernels)"),
     "ampere": (11_547, "hta/nccl_data.json.gz (A100-PG509-200, 2,700 kernels)"),
     "hopper": (6_537, "tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz (H100 80GB HBM3, 4,330 kernels)"),
-    "blackwell": (10_212, "tracelens/b200_eager_trace.json.gz (B200, 768 kernels)"),
+    "blackwell": (10_209, "tracelens/b200_eager_trace.json.gz (B200, 768 kernels)"),
     "cdna2": (13_039, "hta/mi250_minitoy_train_ROCm6_2_kineto.json.gz (MI250 GCD, 14 kernels)"),
     "cdna3": (18_228, "tracelens/mi300_gaunernst_bert-small-uncased__1016001.json.gz (MI300X VF, 60 kernels)"),
 }
