@@ -305,3 +305,13 @@ def test_start_error_decides_on_real_traces(capsys):
     assert "GPU start error p99" in capsys.readouterr().err
     good = analyze(load_trace(str(GOOD))).report.trust  # p99 20 us of an 87 ms window
     assert good.verdict == "good" and good.gpu_start_error_p99_pct < TRUST_FAIR_PCT
+
+
+@needs_traces
+def test_a_short_step_is_no_step_measured_at_zero():
+    """MI250's second ProfilerStep lasts 0.049 ms (the answer leaves it out of its median): it was
+    taken for a step measured at 0 ns, and the start error decided the verdict (unreliable) where
+    the steps replay within 0.03 %. Only a step measured at 0 ns makes the start error decide."""
+    t = analyze(load_trace(str(TRACES / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"))).report.trust
+    assert t.steps == 2 and t.max_step_error_pct < TRUST_FAIR_PCT
+    assert (t.verdict, t.start_verdict) == ("good", "unreliable") and t.start_line

@@ -156,7 +156,7 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     ref_ns = float(np.median(lens)) if lens else float(window.measured_ns)
     p99_pct = round(p99 * 1e5 / ref_ns, 3) if ref_ns > 0 else 0.0
     # a step measured at 0 ns is no measurement: such steps are judged on their start error too
-    verdict, reason = trust_verdict(step_err, win_err, len(steps), p99_pct, p99, judge_start=not steps or len(lens) < len(steps))
+    verdict, reason = trust_verdict(step_err, win_err, len(steps), p99_pct, p99, judge_start=not steps or any(w.measured_ns <= 0 for w in steps))
     unseen = unseen_hold(graph, tl, rec, gpu, d_us, p99) if len(d_us) else ""
     start_verdict, start_line = start_error_line(p99_pct, p99, len(steps), unseen)
     cut = truncation_note(graph.table)
