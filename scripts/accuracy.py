@@ -1,10 +1,13 @@
 """Replay accuracy on the real traces in ../shared/traces: writes docs/accuracy.md.
 
-    python scripts/accuracy.py [--traces DIR] [--out docs/accuracy.md]
+    python scripts/accuracy.py [--traces DIR] [--out docs/accuracy.md] [--model docs/model.md]
 
 For every trace: kernels, measured and replayed time of the traced window and of each
 ProfilerStep, the replay error, and the graph's artefact counts. The error of a trace is the
-largest absolute per-step error, or the window's when it has no ProfilerStep.
+largest absolute per-step error, or the window's when it has no ProfilerStep. Beside each row, the
+tool's own verdict on the replay (``report.trust``); the same verdicts, with the step and start
+errors that decide them, are written into docs/model.md between the markers
+:data:`MODEL_BEGIN` and :data:`MODEL_END` ("How far the baseline replay is trusted").
 """
 
 from __future__ import annotations
@@ -30,6 +33,29 @@ from daydream.simulate import recorded, simulate  # noqa: E402
 SAMPLED = {"hta/sampled_rank-0.json.gz": "sampled subset of a trace", "hta/sampled_rank-1.json.gz": "sampled subset of a trace"}
 TOLERANCE_PCT = 1.0
 MIN_KERNELS = 50
+MODEL_BEGIN = "<!-- verdicts: written by scripts/accuracy.py -->"
+MODEL_END = "<!-- end of verdicts -->"
+
+
+def tool_verdict(t) -> str:
+    """The report's verdict, with the start error's when that is worse (``report.trust``)."""
+    if t is None:
+        return "–"
+    order = {"good": 0, "fair": 1, "unreliable": 2}
+    extra = f"; start error {t.start_verdict}" if order.get(t.start_verdict, 0) > order.get(t.verdict, 0) else ""
+    return t.verdict + extra
+
+
+def write_model_table(path: Path, rows: list[str]) -> None:
+    """Replace the verdict table between the markers of ``path`` (docs/model.md) by ``rows``."""
+    text = path.read_text()
+    a, b = text.find(MODEL_BEGIN), text.find(MODEL_END)
+    if a < 0 or b < a:
+        print(f"{path}: no verdict markers; the table is not written", file=sys.stderr)
+        return
+    table = [MODEL_BEGIN, "", "| trace | steps | step (or window) error % | GPU start error p99, % of a step (window) | verdict | start error |",
+             "|---|---:|---:|---:|---|---|", *rows, ""]
+    path.write_text(text[:a] + "\n".join(table) + text[b:])
 
 
 def trace_files(root: Path) -> list[Path]:
@@ -55,16 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", default=str(ROOT.parent / "shared" / "traces"))
     ap.add_argument("--out", default=str(ROOT / "docs" / "accuracy.md"))
+    ap.add_argument("--model", default=str(ROOT / "docs" / "model.md"), help="the doc whose verdict table is rewritten ('' none)")
     args = ap.parse_args(argv)
     root = Path(args.traces)
     rows = []
     details = []
+    verdicts = []
     for p in trace_files(root):
         rel = p.relative_to(root).as_posix()
         try:
             rep, (g50, g99), secs = analyze(p)
         except DaydreamError as e:
-            rows.append(f"| {rel} | – | – | – | – | – | – | – | refused: {e} |")
+            rows.append(f"| {rel} | – | – | – | – | – | – | – | refused: {e} | – |")
             continue
         w = rep.window
         steps = rep.steps
@@ -82,10 +110,14 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "ok"
         else:
             verdict = f"**over {TOLERANCE_PCT:g} %**"
+        t = rep.trust
         rows.append(
             f"| {rel} | {rep.trace.format} | {kernels:,} | {w.measured_ns / 1e6:,.3f} | {w.replayed_ns / 1e6:,.3f} | "
-            f"{w.error_pct:+.3f} | {scope}: max {err:.3f} | {busy_err:+.2f} | {g50:.1f} / {g99:.1f} | {verdict} |"
+            f"{w.error_pct:+.3f} | {scope}: max {err:.3f} | {busy_err:+.2f} | {g50:.1f} / {g99:.1f} | {verdict} | {tool_verdict(t)} |"
         )
+        if t is not None:
+            judged = t.max_step_error_pct if t.steps else t.window_error_pct
+            verdicts.append(f"| {rel} | {t.steps} | {judged:.3f} | {t.gpu_start_error_p99_pct:.2f} | {t.verdict} | {t.start_verdict} |")
         if steps or rep.processes:
             details.append(f"\n### {rel}\n\n| step or process | measured ms | replayed ms | error % |\n|---|---:|---:|---:|")
             for s in [*rep.processes, *steps]:
@@ -107,8 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         "reproduced: the error of the replayed GPU busy time (union of GPU task intervals over the",
         "window), and the median / 99th percentile of |replayed - recorded| GPU task start, in us.",
         "",
-        "| trace | format | kernels | window measured ms | window replayed ms | window error % | error % | GPU busy error % | GPU start error p50 / p99 us | verdict |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|---|",
+        "The last column is the tool's own verdict on each replay (`report.trust`, the report's `baseline replay`",
+        "line; rules in `docs/model.md`, \"How far the baseline replay is trusted\"): the step error's (with steps),",
+        "and the GPU start error's where it is worse (its second line, what it risks).",
+        "",
+        "| trace | format | kernels | window measured ms | window replayed ms | window error % | error % | GPU busy error % | GPU start error p50 / p99 us | verdict | tool verdict |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---|---|",
         *rows,
         "",
         "Reading the table: the iteration-time error is small wherever the CPU side bounds the step",
@@ -141,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     Path(args.out).write_text("\n".join(out))
     print(f"wrote {args.out}", file=sys.stderr)
+    if args.model:
+        write_model_table(Path(args.model), verdicts)
+        print(f"wrote the verdict table of {args.model}", file=sys.stderr)
     return 0
 
 

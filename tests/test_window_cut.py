@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from daydream.events.cuda_api import DEFAULT_LAUNCH_LATENCY_OTHER_NS
+from daydream.graph.build.latency import L_DEFAULT
+
 from daydream.graph import build_graph
 from daydream.graph.build.tasks import unlaunched_positions
 from daydream.simulate import simulate
@@ -35,8 +38,10 @@ def test_unlaunched_work_keeps_its_recorded_stream_order():
 
 def test_backlogged_launch_is_not_a_launch_latency_sample():
     g = build_graph(_cut_window())
-    # the only in-window launch waited for pre-window work: no sample, L = 0 (not 790 ns)
-    assert g.launch_latency_ns == 0
+    # the only in-window launch waited for pre-window work: no sample (not 790 ns); the GPU is
+    # backlogged at every launch, so L is the default (no device named: the other-GPU default), said
+    assert g.launch_latency_ns == DEFAULT_LAUNCH_LATENCY_OTHER_NS
+    assert [k for k in g.counts if k.startswith(L_DEFAULT)]
 
 
 def test_unlaunched_positions_take_the_earliest_later_launch_on_their_stream():

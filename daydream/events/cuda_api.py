@@ -25,15 +25,7 @@ class ApiRole(enum.IntEnum):
     STREAM_WAIT_EVENT = 7  #: cudaStreamWaitEvent: GPU-side wait, the CPU does not block
 
 
-#: Size (bytes) up to which a ``cudaMemcpyAsync`` from pageable host memory to the device is
-#: staged at once: the call returns once the data sit in the driver's pinned staging memory and
-#: waits for nothing. Above it the driver "may synchronize with the stream" and stage in chunks
-#: ("API synchronization behavior", CUDA Runtime API docs): modelled as a stream sync
-#: (``docs/model.md``, "Copies from and to pageable memory"). No document gives the size; it is
-#: measured from the traces in ``../shared/traces``: the largest pageable HtoD copy seen returning
-#: before its DMA started is 92,928 B (hta/alexnet_benchmark, hta/simple_add; owlv2 on H100:
-#: 82,944 B), the smallest seen returning only after its DMA ran (34-373 us) is 1,228,800 B.
-PAGEABLE_STAGING_BYTES = 92_928
+#: (The pageable staging threshold is no constant: each trace's own, ``graph/build/staging.py``.)
 
 #: Launches a CUDA stream holds before a launching call blocks (``docs/model.md``, "Launch-queue
 #: back-pressure"). Not documented by NVIDIA and not configurable (``cudaLimitDevRuntimePendingLaunchCount``
@@ -47,6 +39,65 @@ PAGEABLE_STAGING_BYTES = 92_928
 #: ``../shared/traces`` at most 777 tasks of one stream were unfinished at a launch (H100 owlv2;
 #: 569 on ResNet-50), without the launch blocking: consistent with any depth above that.
 LAUNCH_QUEUE_DEPTH = 1024
+
+
+#: Launch latency ``L`` (ns) per GPU generation, for a trace that cannot show its own: one whose
+#: GPU is backlogged at every launch (no launched task finds its stream idle, ``docs/model.md``
+#: rule 5 and "A GPU backlogged throughout the trace"). Each value is ``L`` as rule 5 measures it
+#: on the development trace of that generation with the most GPU tasks (``../shared/traces``,
+#: SOURCES.md there); ``tests/test_backlogged.py`` re-measures each from its trace. No
+#: NVIDIA or AMD document gives a launch-to-start latency per generation, and the published
+#: figures found (a few us to tens of us, differently measured) do not say how they were measured.
+DEFAULT_LAUNCH_LATENCY_NS: dict[str, tuple[int, str]] = {
+    "volta": (8_000, "hta/df_index_resolver.json.gz (Tesla V100-SXM2-32GB, 19,370 kernels)"),
+    "ampere": (11_547, "hta/nccl_data.json.gz (A100-PG509-200, 2,700 kernels)"),
+    "hopper": (6_537, "tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz (H100 80GB HBM3, 4,330 kernels)"),
+    "blackwell": (10_209, "tracelens/b200_eager_trace.json.gz (B200, 768 kernels)"),
+    "cdna2": (13_039, "hta/mi250_minitoy_train_ROCm6_2_kineto.json.gz (MI250 GCD, 14 kernels)"),
+    "cdna3": (18_228, "tracelens/mi300_gaunernst_bert-small-uncased__1016001.json.gz (MI300X VF, 60 kernels)"),
+}
+#: a GPU of no generation above (or no GPU named): the lower median of the values above
+DEFAULT_LAUNCH_LATENCY_OTHER_NS = sorted(v for v, _ in DEFAULT_LAUNCH_LATENCY_NS.values())[(len(DEFAULT_LAUNCH_LATENCY_NS) - 1) // 2]
+
+_AMD = re.compile(r"amd|radeon|instinct|\bmi\d{3}", re.I)
+
+
+def gpu_generation(name: str, compute_major: int = -1, compute_minor: int = -1) -> str:
+    """The generation of a traced GPU (a key of :data:`DEFAULT_LAUNCH_LATENCY_NS`), or "" when not
+    known. NVIDIA by compute capability (CUDA C++ Programming Guide, "Compute Capabilities": 7.0/7.2
+    Volta, 8.x Ampere (8.9 Ada is its own, not listed), 9.0 Hopper, 10.x/12.x Blackwell), else by
+    name; AMD by name (MI300/MI325 CDNA3, MI210/MI250 CDNA2) or gfx version (9.0 gfx90a: CDNA2,
+    9.4 gfx94x: CDNA3)."""
+    n = name.lower()
+    if _AMD.search(n):
+        if re.search(r"mi3\d\d", n) or (compute_major, compute_minor) == (9, 4):
+            return "cdna3"
+        if re.search(r"mi2[15]0", n) or (compute_major, compute_minor) == (9, 0):
+            return "cdna2"
+        return ""
+    by_cc = {(7, 0): "volta", (7, 2): "volta", (8, 0): "ampere", (8, 6): "ampere", (8, 7): "ampere", (9, 0): "hopper"}
+    if (compute_major, compute_minor) in by_cc:
+        return by_cc[(compute_major, compute_minor)]
+    if compute_major in (10, 12):
+        return "blackwell"
+    for pat, gen in ((r"v100", "volta"), (r"a100|a10g?\b|a30|a40|rtx ?30\d0|rtx a\d000", "ampere"), (r"h100|h200|h800|gh200", "hopper"),
+                     (r"b100|b200|gb200|b300", "blackwell")):
+        if re.search(pat, n):
+            return gen
+    return ""
+
+
+def default_launch_latency(devices) -> tuple[int, str]:
+    """(``L`` in ns, where it comes from) for a trace whose GPU is backlogged throughout: the
+    value of :data:`DEFAULT_LAUNCH_LATENCY_NS` for the generation of the first device of
+    ``devices`` (``DeviceInfo``-like: ``name``, ``compute_major``, ``compute_minor``) whose
+    generation is known, else :data:`DEFAULT_LAUNCH_LATENCY_OTHER_NS`. Never raises."""
+    for d in devices or ():
+        gen = gpu_generation(getattr(d, "name", "") or "", int(getattr(d, "compute_major", -1)), int(getattr(d, "compute_minor", -1)))
+        if gen:
+            v, src = DEFAULT_LAUNCH_LATENCY_NS[gen]
+            return v, f"{gen.capitalize() if not gen.startswith('cdna') else gen.upper()} default, measured on {src}"
+    return DEFAULT_LAUNCH_LATENCY_OTHER_NS, "GPU generation not known: the lower median of the per-generation defaults"
 
 
 def is_hip(name: str) -> bool:

@@ -166,6 +166,20 @@ class RuleArrays:
         """:meth:`offset_ns` with ``graph``'s constants."""
         return self.offset_ns(int(graph.launch_latency_ns), int(graph.gpu_gap_ns), int(graph.staging_latency_ns))
 
+    def edge_offsets_ns(self, graph) -> np.ndarray:
+        """Offset in ns of each edge of ``graph`` (shape ``(m,)``): its kind's, and on an ``L + S``
+        edge (a staged copy's launch) the copy's size-dependent staging time beyond ``S``
+        (``TaskGraph.staging_extra_ns``: bytes / staging bandwidth, ``docs/model.md``)."""
+        k = graph.edge_kind
+        off = self.graph_offsets_ns(graph)[k]
+        extra = graph.staging_extra_ns()
+        if extra is None:
+            return off
+        ls = np.flatnonzero(self.offset[k] == Offset.LS)
+        off = off.copy()
+        off[ls] += extra[graph.edge_dst[ls]]
+        return off
+
 
 def rule_arrays() -> RuleArrays:
     """The current rules as arrays (cheap; rebuilt on every call so registered kinds count)."""

@@ -103,8 +103,15 @@ class TaskGraph:
     priority_lanes: tuple[int, ...] = ()
     #: launch-queue depth the QUEUE edges were made for (``graph/queue.py``); 0: none made
     launch_queue_depth: int = 0
-    #: ``S``: how long after ``L`` the DMA of a staged pageable HtoD copy starts (``graph/latency.py``)
+    #: ``S``: how long after ``L`` the DMA of a staged pageable HtoD copy starts (``graph/latency.py``);
+    #: the intercept of the staging fit when it has a slope
     staging_latency_ns: int = 0
+    #: each staged copy's staging time beyond ``S`` (its bytes / the fitted staging bandwidth,
+    #: ``graph/build/staging.py``): (table rows, int64 sorted; ns, int64); () none. Rows are stable
+    #: identities: kept by every transformation
+    staging_rows: tuple = ()
+    #: the trace's staging fit and threshold (:class:`daydream.graph.build.staging.StagingFit`), or None
+    staging_fit: object = None
     #: execution paths an optimization changed (``optimizations._kernel_model.paths_now``): (table
     #: rows, int64 sorted; their path names, e.g. "tf32", "half"); a row not listed runs on the path
     #: its kernel name says. Kept by every transformation (rows are stable identities).
@@ -152,6 +159,21 @@ class TaskGraph:
     facts: TraceFacts | None = None
 
     # ------------------------------------------------------------------ node views ----------
+    def staging_extra_ns(self) -> np.ndarray | None:
+        """Per node (shape ``(n,)``, int64 ns): a staged copy's staging time beyond ``S``
+        (:attr:`staging_rows`), 0 elsewhere; None when the graph has none."""
+        if not len(self.staging_rows) or not len(self.staging_rows[0]):
+            return None
+        rows, extra = self.staging_rows
+        i = np.minimum(np.searchsorted(rows, self.row), len(rows) - 1)
+        return np.where((rows[i] == self.row) & (self.node_kind != NODE_CPU), extra[i], 0).astype(np.int64)
+
+    def staging_key(self) -> tuple:
+        """A memo key part for :attr:`staging_rows` (replay and binding caches)."""
+        if not len(self.staging_rows):
+            return ()
+        return (len(self.staging_rows[0]), hash(np.asarray(self.staging_rows[1]).tobytes()), hash(np.asarray(self.staging_rows[0]).tobytes()))
+
     @property
     def n(self) -> int:
         return len(self.node_kind)

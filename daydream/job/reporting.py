@@ -15,7 +15,7 @@ from ..graph.collectives import OP_LABELS, Op
 from ..simulate.critical_path import communication_mask
 from ..graph import NODE_CPU
 from ..report.windows import _union_length, step_windows
-from ..report.trust import trust_verdict
+from ..report.trust import TRUST_FAIR_PCT, trust_verdict
 from ..simulate import Timeline, recorded, simulate
 from ..report.job_model import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankIdle, RankRow, Straggler
 from .couple import Coupled
@@ -128,20 +128,24 @@ def _rank_trust(g, tl, rec, err_pct: float, window_ns: int) -> tuple[str, float,
     return trust_verdict(abs(err_pct), abs(err_pct), len(sw), p99_pct, p99)[0], p99, p99_pct
 
 
-_TRUST_ORDER = {"good": 0, "fair": 1, "unreliable": 2}
-
-
 def _job_trust(step_error_pct: float, rows: list[RankRow]) -> tuple[str, str]:
-    """The job's verdict: the worst of its step error's (the single-trace thresholds) and its ranks'."""
+    """The job's verdict: its own step error decides (the single-trace thresholds); each rank's
+    verdict of its coupled replay is listed, not deciding (one rank's GPU start error made a job
+    of good steps unreliable: a cliff at the worst rank)."""
     verdict, reason = trust_verdict(abs(step_error_pct), abs(step_error_pct))
     reason = "job step " + reason.replace("max step error", "error")
-    worst = max((_TRUST_ORDER.get(x.trust, 0) for x in rows), default=0)
-    if worst > _TRUST_ORDER[verdict]:
-        bad = [x for x in rows if _TRUST_ORDER.get(x.trust, 0) == worst]
-        verdict = bad[0].trust
-        reason = (f"{len(bad)} of {len(rows)} ranks' coupled replays are {verdict} (" + ", ".join(
-            f"rank {x.rank}: window error {abs(x.error_pct):.2f} %, GPU start error p99 {x.gpu_start_error_p99_us:,.0f} us = "
-            f"{x.gpu_start_error_p99_pct:.2f} % of its step" for x in bad[:3]) + (", ..." if len(bad) > 3 else "") + "); " + reason)
+    if rows:
+        bad = [x for x in rows if x.trust != "good"]
+        reason += "; ranks: " + ", ".join(f"{x.rank} {x.trust}" for x in rows)
+        if bad:
+            reason += " (" + ", ".join(
+                f"rank {x.rank}: window error {abs(x.error_pct):.2f} %, GPU start error p99 {x.gpu_start_error_p99_us:,.0f} us = "
+                f"{x.gpu_start_error_p99_pct:.2f} % of its step" for x in bad[:3]) + (", ..." if len(bad) > 3 else "") + ")"
+        late = [x for x in rows if x.gpu_start_error_p99_pct > TRUST_FAIR_PCT]
+        if late:  # the second line of each rank (report/trust.py start_error_line), in one
+            reason += ("; GPU start error p99 over " f"{TRUST_FAIR_PCT:g} % of the step on rank" + "s" * (len(late) > 1) + " "
+                       + ", ".join(f"{x.rank} ({x.gpu_start_error_p99_pct:.2f} %)" for x in late)
+                       + ": predictions that move GPU work there can be off by as much")
     return verdict, reason
 
 

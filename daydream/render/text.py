@@ -155,8 +155,9 @@ def _plural(n: int, word: str) -> str:
 
 
 def trust_line(t: Trust | None) -> list[str]:
-    """How faithful the baseline replay is: the verdict and the numbers behind it (one line), and
-    when it is not good, the wait the replay misses most (a second line)."""
+    """How faithful the baseline replay is: the verdict and the numbers behind it (one line); the
+    GPU start error with what it risks when over the target, or what the trace cannot show held
+    the GPU (a second line); when not good, the wait the replay misses most (a third)."""
     if t is None:
         return []
     err = f"max step error {_pct(t.max_step_error_pct)} %" if t.steps else f"window error {_pct(t.window_error_pct)} %"
@@ -166,7 +167,8 @@ def trust_line(t: Trust | None) -> list[str]:
     return [
         f"  baseline replay: {t.verdict} ({err}, GPU start error p50 {t.gpu_start_error_p50_us:,.0f} us / "
         f"p99 {t.gpu_start_error_p99_us:,.0f} us; {_plural(inferred, 'inferred edge')}{f' ({by_kind})' if inferred else ''}{incomplete})",
-        *([f"    {t.reason.split('; ')[0]}"] if t.reason.startswith((START_ERROR_REASON, TRUNCATED_REASON)) else []),
+        *([f"    {t.reason.split('; ')[0]}"] if t.reason.startswith(TRUNCATED_REASON) else []),
+        *([f"    {t.start_line}"] if t.start_line else []),
         *([f"    {t.cause}"] if t.cause else []),
     ]
 

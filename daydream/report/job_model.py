@@ -42,7 +42,8 @@ class RankRow(msgspec.Struct, forbid_unknown_fields=True):
     last_arrivals: int  #: collectives it reached last
     critical_path: dict[str, int]  #: its coupled replay's critical path by cause; ``peers``: before the last peer arrived
     #: how far its coupled replay is trusted ("good", "fair", "unreliable"; the single-trace rule of
-    #: ``report.trust_verdict`` on its window error and GPU start error)
+    #: ``report.trust_verdict`` on its window error, and its GPU start error without steps); listed
+    #: in the job's reason, never deciding the job's verdict
     trust: str = ""
     gpu_start_error_p99_us: float = 0.0  #: p99 |replayed - recorded start| of its GPU tasks, coupled replay
     gpu_start_error_p99_pct: float = 0.0  #: the same as % of its median measured ProfilerStep (its window without steps)
@@ -117,8 +118,8 @@ class JobReport(msgspec.Struct, forbid_unknown_fields=True):
     predictions: list[JobPrediction] = []
     not_applicable: dict[str, str] = {}
     critical_path: JobCriticalPath | None = None  #: of the coupled replay, across ranks
-    #: how far the coupled baseline replay is trusted: the worst of the job step's error and every
-    #: rank's verdict ("good", "fair", "unreliable"), and why
+    #: how far the coupled baseline replay is trusted: the job step's own error decides ("good",
+    #: "fair", "unreliable"); the reason lists every rank's verdict
     trust: str = ""
     trust_reason: str = ""
     #: per rank, its coupled replay's window split into compute, peer wait, transfer and bubble,

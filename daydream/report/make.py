@@ -57,9 +57,18 @@ def _graph_summary(graph: TaskGraph) -> GraphSummary:
         launch_latency_ns=int(graph.launch_latency_ns),
         gpu_gap_ns=int(graph.gpu_gap_ns),
         staging_latency_ns=int(graph.staging_latency_ns),
+        **_staging(graph.staging_fit),
         counts=dict(sorted(graph.counts.items())),
         gpus=sorted(set(graph.lane_keys[graph.lane_is_gpu, 2].tolist())),
     )
+
+
+def _staging(fit) -> dict:
+    """The :class:`GraphSummary` fields of a graph's staging fit (``graph/build/staging.py``)."""
+    if fit is None:
+        return {}
+    return {"staging_threshold_bytes": int(fit.threshold_bytes), "staging_threshold_source": fit.threshold_source,
+            "staging_ns_per_byte": float(fit.ns_per_byte), "staging_fit": fit.describe()}
 
 
 def _window_note(graph: TaskGraph, rel: np.ndarray) -> str:

@@ -70,7 +70,14 @@ class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
     gpu_gap_ns: int  #: G, measured
     counts: dict[str, int]  #: artefacts kept and links that could not be made, by reason
     gpus: list[int] = []  #: devices with GPU tasks in the trace
-    staging_latency_ns: int = 0  #: S, measured: DMA delay of staged pageable copies (0: none seen)
+    staging_latency_ns: int = 0  #: S, measured: DMA delay of staged pageable copies (0: none seen); the fit's intercept
+    #: pageable staging as fitted on the trace's own copies (graph/build/staging.py): the staging
+    #: threshold (bytes; -1 no pageable copy), where it comes from ("trace" or the documented rule),
+    #: ns per byte of staging beyond S (0: no slope fitted), and the fit in words
+    staging_threshold_bytes: int = -1
+    staging_threshold_source: str = ""
+    staging_ns_per_byte: float = 0.0
+    staging_fit: str = ""
 
 
 class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
@@ -215,6 +222,10 @@ class Trust(msgspec.Struct, forbid_unknown_fields=True):
     incomplete: dict[str, int] = {}  #: graph counts of links the trace lacks (GPU tasks without a launch, ...)
     cause: str = ""  #: when not "good": the recorded wait the replay reproduces least, and what in the trace held it (see replay_cause)
     gpu_start_error_p99_pct: float = 0.0  #: gpu_start_error_p99_us as % of the median measured ProfilerStep (the window without steps); judged like the step error (see start_error_verdict)
+    #: the start error judged alone ("good", "fair", "unreliable"): the verdict's with steps is the step error's
+    start_verdict: str = ""
+    #: the second trust line: the start error, what it risks, and what the trace cannot show held the GPU ("" none)
+    start_line: str = ""
 
 
 class Report(msgspec.Struct, forbid_unknown_fields=True):

@@ -1,5 +1,6 @@
-"""How far to trust a report: the verdict on the baseline replay (its step, window and GPU start
-errors against the project's accuracy targets), the recorded wait the replay reproduces least and
+"""How far to trust a report: the verdict on the baseline replay (its step or window error against
+the project's accuracy targets; the GPU start error as a second line saying what it risks, and
+deciding too for a trace without steps), the recorded wait the replay reproduces least and
 what held it (:func:`replay_cause`), and the warnings about what the trace lacks or how it was
 recorded (:func:`_warnings`).
 """
@@ -29,14 +30,20 @@ TRUST_UNRELIABLE_PCT = 5.0
 
 
 def trust_verdict(max_step_error_pct: float, window_error_pct: float, steps: int = 1, start_error_pct: float = 0.0,
-                  start_error_us: float = 0.0) -> tuple[str, str]:
-    """(verdict, reason) from the absolute replay errors (%): the worse of the two decides, and the
-    GPU start error (p99 ``start_error_us``, ``start_error_pct`` of the median step or the window)
-    when it is worse still (:func:`start_error_verdict`)."""
+                  start_error_us: float = 0.0, judge_start: bool | None = None) -> tuple[str, str]:
+    """(verdict, reason) of a baseline replay (docs/model.md, "How far the baseline replay is
+    trusted"). The step error decides: the worse of the largest ProfilerStep error and the
+    window error (|%|). A trace without steps (``steps`` 0) is judged on its GPU start error too
+    (p99 ``start_error_us``, ``start_error_pct`` of the window): the worse of the two decides,
+    since a window error alone says little of where GPU work runs. With steps the start error is
+    no part of the verdict: it is the second line (:func:`start_error_line`). ``judge_start``
+    (default: no steps) judges the start error with steps too (:func:`build_trust`: some step was
+    measured at 0 ns, so the steps measure nothing there)."""
     what, err = ("max step error", max_step_error_pct) if steps and max_step_error_pct >= window_error_pct else ("window error", window_error_pct)
-    by_start = start_error_verdict(start_error_pct, start_error_us, steps)
-    if by_start is not None and start_error_pct > err:
-        return by_start
+    if (not steps) if judge_start is None else judge_start:
+        by_start = start_error_verdict(start_error_pct, start_error_us, steps)
+        if by_start is not None and start_error_pct > err:
+            return by_start
     if err > TRUST_UNRELIABLE_PCT:
         return "unreliable", f"{what} {err:.2f} % > {TRUST_UNRELIABLE_PCT:g} %: the baseline replay does not reproduce the trace"
     if err > TRUST_FAIR_PCT:
@@ -59,6 +66,79 @@ def start_error_verdict(start_error_pct: float, start_error_us: float, steps: in
     return None
 
 
+#: what a GPU start error puts at risk: the predictions that move GPU work
+START_RISK = ("predictions that move GPU work (kernel speed-ups, fusion, cuda-graphs, overlap and sharding what-ifs) can be "
+              "off by up to that share of {ref}; host-only what-ifs are not")
+
+
+def start_error_line(start_error_pct: float, start_error_us: float, steps: int = 1, unseen: str = "") -> tuple[str, str]:
+    """(start verdict, second trust line): the GPU start error judged by the step error's
+    thresholds ("good" within TRUST_FAIR_PCT), and in words what it risks (:data:`START_RISK`)
+    when it is over the target, with ``unseen`` (:func:`unseen_hold`: what the trace cannot show
+    held the GPU) when there is one; "" when the start error is within the target and nothing is
+    unseen."""
+    v = start_error_verdict(start_error_pct, start_error_us, steps)
+    verdict = v[0] if v is not None else "good"
+    ref = "the median step" if steps else "the window"
+    head = f"{START_ERROR_REASON} {start_error_us:,.0f} us = {start_error_pct:.2f} % of {ref}"
+    if verdict == "good":
+        return verdict, f"{head} (within {TRUST_FAIR_PCT:g} %); {unseen}" if unseen else ""
+    limit = TRUST_UNRELIABLE_PCT if verdict == "unreliable" else TRUST_FAIR_PCT
+    line = f"{head} ({verdict}: > {limit:g} %): " + START_RISK.format(ref="a step" if steps else "the window")
+    return verdict, f"{line}; {unseen}" if unseen else line
+
+
+#: :func:`unseen_hold` looks at this many of the worst-placed GPU tasks at most
+UNSEEN_SAMPLE = 50
+
+
+def unseen_hold(graph: TaskGraph, tl: Timeline, rec: Timeline, gpu: np.ndarray, d_us: np.ndarray, p99_us: float) -> str:
+    """Where the trace cannot show what held the GPU, in words; "" otherwise. Of the GPU tasks
+    replayed furthest from their recorded start (|error| at or above the p99 ``p99_us`` and over
+    1 us, the :data:`UNSEEN_SAMPLE` largest; ``gpu`` their mask, ``d_us`` the errors over it),
+    when at least half run inside CUDA graph launches (a launching call with several GPU tasks,
+    not the first of them: what the GPU did between a graph's kernels is not in the trace), or
+    wait on a collective kernel (are one, follow one on their stream, or start after one of
+    another stream of the device ended last: a collective's recorded duration includes waiting
+    for peer ranks, which a one-rank trace cannot show)."""
+    idx = np.flatnonzero(gpu)
+    big = (d_us >= p99_us) & (d_us > 1.0)
+    worst = idx[big][np.argsort(-d_us[big], kind="stable")[:UNSEEN_SAMPLE]]
+    if not len(worst):
+        return ""
+    la = graph.launch
+    lw = la[worst]
+    gi = np.flatnonzero((la >= 0) & (graph.node_kind != NODE_CPU))
+    per = np.bincount(la[gi], minlength=graph.n)
+    first = np.full(graph.n, -1, np.int64)
+    if len(gi):  # the first task of each launch (by recorded start)
+        o = gi[np.lexsort((rec.start_ns[gi], la[gi]))]
+        head = np.r_[True, la[o][1:] != la[o][:-1]]
+        first[la[o][head]] = o[head]
+    in_graph = int(((lw >= 0) & (per[np.maximum(lw, 0)] > 1) & (first[np.maximum(lw, 0)] != worst)).sum())
+    memo: dict[int, bool] = {}
+
+    def comm(i: int) -> bool:
+        nid = int(graph.name_id[i])
+        if nid not in memo:
+            memo[nid] = classify_name(graph.names[nid])[0] == "communication"
+        return memo[nid]
+
+    n_comm = 0
+    for x in worst.tolist():  # at most UNSEEN_SAMPLE tasks
+        p, q = int(graph.lane_prev[x]), _ended_before(graph, rec, x)
+        n_comm += comm(x) or (p >= 0 and comm(p)) or (q >= 0 and comm(q))
+    n = len(worst)
+    what = f"of the {n:,} GPU tasks replayed furthest from their recorded start"
+    if 2 * in_graph >= n:
+        return (f"{in_graph:,} {what} run inside CUDA graph launches: the trace does not show what held the GPU between a "
+                "graph's kernels")
+    if 2 * n_comm >= n:
+        return (f"{n_comm:,} {what} wait on collective kernels: a collective's recorded duration includes waiting for peer "
+                "ranks, which a one-rank trace cannot show")
+    return ""
+
+
 def truncation_note(table: EventTable) -> str:
     """The adapter's note of a salvaged truncated file (``Accounting.notes``), or "" when it was whole."""
     return next((k for k in table.accounting.notes if k.startswith("truncated file")), "")
@@ -75,7 +155,10 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     lens = [w.measured_ns for w in worked if w.measured_ns > 0]  # a step measured at 0 ns is no scale
     ref_ns = float(np.median(lens)) if lens else float(window.measured_ns)
     p99_pct = round(p99 * 1e5 / ref_ns, 3) if ref_ns > 0 else 0.0
-    verdict, reason = trust_verdict(step_err, win_err, len(steps), p99_pct, p99)
+    # a step measured at 0 ns is no measurement: such steps are judged on their start error too
+    verdict, reason = trust_verdict(step_err, win_err, len(steps), p99_pct, p99, judge_start=not steps or any(w.measured_ns <= 0 for w in steps))
+    unseen = unseen_hold(graph, tl, rec, gpu, d_us, p99) if len(d_us) else ""
+    start_verdict, start_line = start_error_line(p99_pct, p99, len(steps), unseen)
     cut = truncation_note(graph.table)
     if cut:  # the replay can only match what survived: the steps' work after the cut is not in the trace
         verdict, reason = "unreliable", (f"{TRUNCATED_REASON} ({cut.removeprefix('truncated file: ')}): the steps and the window "
@@ -85,7 +168,7 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     incomplete = {k: v for k, v in sorted(graph.counts.items()) if v and k in missing}
     cause = replay_cause(graph, tl, rec, window.measured_ns) if verdict != "good" else ""
     return Trust(verdict, f"{reason}; {cause}" if cause else reason, step_err + 0.0, len(steps), win_err + 0.0, round(p50, 3), round(p99, 3),
-                 int(np.count_nonzero(gpu)), inferred, incomplete, cause, p99_pct)
+                 int(np.count_nonzero(gpu)), inferred, incomplete, cause, p99_pct, start_verdict, start_line)
 
 
 def replay_cause(graph: TaskGraph, tl: Timeline, rec: Timeline, window_ns: int) -> str:

@@ -41,7 +41,8 @@ class _Rules(NamedTuple):
 
 def _edge_rules(graph: TaskGraph) -> _Rules:
     ra = rule_arrays()
-    key = ("binding.rules", rules_key(ra, graph), int(graph.launch_latency_ns), int(graph.gpu_gap_ns), int(graph.staging_latency_ns))
+    key = ("binding.rules", rules_key(ra, graph), int(graph.launch_latency_ns), int(graph.gpu_gap_ns), int(graph.staging_latency_ns),
+           graph.staging_key())
     return cached(graph, key, lambda: _make_rules(graph, ra))
 
 
@@ -53,7 +54,7 @@ def _make_rules(graph: TaskGraph, ra) -> _Rules:
     b = np.flatnonzero(ph == Phase.BASE)
     b = b[np.argsort(dst[b], kind="stable")]
     first = np.flatnonzero(np.r_[True, dst[b][1:] != dst[b][:-1]]) if len(b) else np.zeros(0, np.int64)
-    return _Rules(ra.anchor_end[k], ra.graph_offsets_ns(graph)[k], b, first,
+    return _Rules(ra.anchor_end[k], ra.edge_offsets_ns(graph), b, first,
                   o[ph_o == Phase.START], o[ph_o == Phase.END], o[ph_o == Phase.BASE])
 
 
@@ -190,7 +191,7 @@ def bindings_reference(graph: TaskGraph, start: np.ndarray, end: np.ndarray, blo
     n = graph.n
     ra = rule_arrays()
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
-    val = np.where(ra.anchor_end[k], end[src], start[src]) + ra.graph_offsets_ns(graph)[k]
+    val = np.where(ra.anchor_end[k], end[src], start[src]) + ra.edge_offsets_ns(graph)
     ph = ra.phase[k]
     pref = ra.prefer[k]
     base = np.full(n, int(graph.t0_ns), np.int64)

@@ -54,7 +54,7 @@ def _dependents(graph: TaskGraph, on_plane: list[bool]):
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
     use = ~(ra.lane[k] & np.asarray(on_plane, bool)[dst]) if n else np.zeros(0, bool)
     ph = ra.phase[k]
-    off = ra.graph_offsets_ns(graph)[k]
+    off = ra.edge_offsets_ns(graph)
     on_start: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
     on_end: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
     need_start = np.bincount(dst[use & (ph != Phase.END)], minlength=n).tolist()

@@ -111,7 +111,7 @@ def prepare(graph: TaskGraph, order: np.ndarray) -> Prepared:
     rules and the graph's constants: a graph that differs only in durations reuses it."""
     ra = rule_arrays()
     key = ("replay.prepare", rules_key(ra, graph), int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns),
-           int(graph.staging_latency_ns))
+           int(graph.staging_latency_ns), graph.staging_key())
     hit = memo(graph).get(key)
     if hit is None or hit[0] is not order:
         hit = memo(graph)[key] = (order, _prepare_structure(graph, order, ra, method="auto"))
@@ -147,8 +147,8 @@ def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra, method: str = "n
             np.ascontiguousarray(graph.lane_prev, i64), np.ascontiguousarray(graph.launch, i64), np.uint8(EdgeKind.THREAD),
             np.uint8(EdgeKind.STREAM), np.uint8(EdgeKind.LAUNCH), np.uint8(Phase.END))
         out = jit.call(lists, n, k, src, dst, ph_k, ae_k, off_k, code, np.uint8(Phase.END))
-        return Prepared(prev, code, a_col, out[0], deferred, *out[1:], int(graph.t0_ns), int(graph.launch_latency_ns),
-                        int(graph.gpu_gap_ns))
+        return _with_staging(graph, Prepared(prev, code, a_col, out[0], deferred, *out[1:], int(graph.t0_ns),
+                                             int(graph.launch_latency_ns), int(graph.gpu_gap_ns)))
     is_end = (ph_k == Phase.END)[k]
     end_i = np.flatnonzero(is_end)
     es, ed, ek = src[end_i], dst[end_i], k[end_i]
@@ -184,8 +184,25 @@ def _prepare_structure(graph: TaskGraph, order: np.ndarray, ra, method: str = "n
     g2 = code[dst] == 2
     g = _csr_by_kind(n, np.flatnonzero(g2 & ~is_end), dst, src, k, ae_k, off_k, ph_k)
     e = _csr_by_kind(n, end_i[g2[end_i]], dst, src, k, ae_k, off_k, ph_k)
-    return Prepared(prev, code, a_col, q_src, deferred, *g, *e[:4],
-                    int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns))
+    return _with_staging(graph, Prepared(prev, code, a_col, q_src, deferred, *g, *e[:4],
+                                         int(graph.t0_ns), int(graph.launch_latency_ns), int(graph.gpu_gap_ns)))
+
+
+def _with_staging(graph: TaskGraph, p: Prepared) -> Prepared:
+    """``p`` with each staged copy's size-dependent staging time (``TaskGraph.staging_extra_ns``)
+    added to its launch edge's offset: a staged copy has an ``L + S`` edge from its launching call,
+    so it is a code-2 node and that edge is in its generic in-edge list."""
+    extra = graph.staging_extra_ns()
+    if extra is None:
+        return p
+    d = np.repeat(np.arange(graph.n), np.diff(p.g_ptr))
+    la = graph.launch
+    hit = (extra[d] != 0) & (p.g_src == la[d]) & ~p.g_ae & (p.code[d] == 2)
+    if not hit.any():
+        return p
+    g_off = p.g_off.copy()
+    g_off[hit] += extra[d[hit]]
+    return p._replace(g_off=g_off)
 
 
 def _prepare_kernel(n, k, src, dst, order, ph_k, ae_k, off_k, is_cpu, lane_prev, launch, k_thread, k_stream, k_launch,
@@ -310,7 +327,7 @@ def _prepare_reference(graph: TaskGraph, order: np.ndarray, ra) -> Prepared:
     n = graph.n
     k, src, dst = graph.edge_kind, graph.edge_src, graph.edge_dst
     ph, anchor_end = ra.phase[k], ra.anchor_end[k]
-    off = ra.graph_offsets_ns(graph)[k]
+    off = ra.edge_offsets_ns(graph)
     eager, deferred = _end_edges(graph, order, ph)
     code = _codes(graph, ph, anchor_end, off, eager, deferred)
     is_cpu = graph.is_cpu

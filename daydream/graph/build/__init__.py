@@ -10,17 +10,18 @@ from __future__ import annotations
 import numpy as np
 
 from ...util.arrays import small_pages
-from ...events.cuda_api import LAUNCH_QUEUE_DEPTH
+from ...events.cuda_api import LAUNCH_QUEUE_DEPTH, default_launch_latency
 from ...events.table import EventTable, Kind
 from ...events.links import only_process
 from .._arrays import Counts, count
 from ..edges import EdgeKind, Origin
 from ..facts import trace_facts
 from .graph_launch import graph_launches
-from .inferred import infer_unlinked_waits
+from .inferred import infer_unlinked_waits, unlinked_consumers
 from .assemble import node_columns, order_edges
 from .handover import handover_edges, own_gaps
 from .latency import launch_latency_and_gap
+from .staging import measure_staging
 from ..model import NODE_CPU, CpuRanges, TaskGraph, concat_edges, dedupe_edges
 from ..order import repair_order
 from ..memory_part import capture_memory
@@ -52,7 +53,7 @@ def _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id
     ix = WaitIndex(nodes, lanes, position, rec_start, corr)
     gl = graph_launches(ix, nodes, lanes, name_id[: nodes.n_cpu], table.names, rec_start, counts)  # installs them in ix
     rec = RecordCalls(ix, role)
-    copies = copy_classes(table, nodes, gpu_rows, role)
+    copies = copy_classes(table, nodes, gpu_rows, role, lanes.lane_prev, rec_start, rec_end)
     pw_s, pw_d = pageable_copy_edges(copies, lanes, nodes.n_cpu, rec_end, counts)
     parts = [stream_sync_waits(ix, role, si, counts), device_sync_waits(ix, role, si),
              event_sync_waits(ix, role, si, rec, counts), blocking_copy_waits(copies, nodes.n_cpu), (pw_s, pw_d)]
@@ -142,9 +143,16 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
     own_gaps(gap, rec_start, rec_end, lanes.lane_prev, t0, hs, hd)
     staged = np.concatenate([np.zeros(nodes.n_cpu, bool), copies.staged])
     xgs, xgd = np.concatenate([xs, gs]), np.concatenate([xd, gd])  # the GPU predecessors beside stream order
-    L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xgs, xgd, staged, counts)
-    # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits")
-    ys, yd, (ls, ld) = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xgs, xgd, L, G, counts)
+    default_L = default_launch_latency(table.meta.devices)  # L where no launched task shows its stream idle
+    L, G, S = launch_latency_and_gap(is_gpu, launch, lanes.lane_prev, rec_start, rec_end, xgs, xgd, staged, counts, default=default_L,
+                                     unknown_producer=unlinked_consumers(*wctx, launch))
+    sn = np.flatnonzero(staged)  # S as a function of size, fitted on the staged copies (graph/build/staging.py)
+    S, staging_rows, staging_fit = measure_staging(sn, copies.nbytes[sn - nodes.n_cpu], launch, lanes.lane_prev, rec_start, rec_end,
+                                                   xgs, xgd, L, S, copies.threshold, row)
+    # after L and G, which it needs; L and G are kept (docs/model.md, "Inferred cross-stream waits");
+    # its window G - tol .. G + max(tol, L) never collapses: an L measured 0 (no launch-to-start
+    # delay shows, e.g. skewed clocks) widens it by the default instead
+    ys, yd, (ls, ld) = infer_unlinked_waits(*wctx, nodes, lanes, position, rec_start, rec_end, xgs, xgd, L if L > 0 else default_L[0], G, counts)
     R = Origin.RECORDED
     dep_edges = dedupe_edges(*concat_edges([
         (ws, wd, EdgeKind.WAIT, R),
@@ -171,7 +179,7 @@ def build_graph(table: EventTable, mapping=None, launch_queue_depth: int = LAUNC
         dur_ns=dur, gap_ns=gap, rec_start_ns=rec_start, rec_end_ns=rec_end, position_ns=position,
         order=order.astype(np.int64, copy=False), edge_src=src, edge_dst=dst, edge_kind=ek, edge_origin=eo,
         t0_ns=t0, launch_latency_ns=L, gpu_gap_ns=G, counts=counts, mapping=nm, launch_queue_depth=depth,
-        staging_latency_ns=S, latent_waits=(row[ls], row[ld]) if len(ls) else (), facts=trace_facts(table),
+        staging_latency_ns=S, staging_rows=staging_rows, staging_fit=staging_fit, latent_waits=(row[ls], row[ld]) if len(ls) else (), facts=trace_facts(table),
     )
     if all_kept:  # every lane and launch edge as built: seed the graph's views of them (same arrays)
         graph.__dict__["lane_prev"], graph.__dict__["launch"] = lanes.lane_prev, launch

@@ -90,13 +90,42 @@ def unlinked_waits(role: np.ndarray, si: SyncInfo) -> np.ndarray:
     return np.nonzero((role == ApiRole.STREAM_WAIT_EVENT) & ~linked_waits(si))[0]
 
 
-def _consumers(ix: WaitIndex, si: SyncInfo, w: np.ndarray) -> np.ndarray:
-    """Rule 1: the consumer GPU task of each wait call ``w`` (-1 none)."""
+def _consumers(ix: WaitIndex, si: SyncInfo, w: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """Rule 1: the consumer GPU task of each wait call ``w`` (-1 none): the first task launched
+    after it on the waiting stream. A task without a launching call in the trace is never one
+    (launched before the window, it was launched before every call of the trace; it stands in its
+    stream at the place of the launched task after it, which put it after the wait: on an
+    emulated backlogged trace every wait took such a task and none was inferred): the first
+    launched task after it on its stream is. ``launch``: per node, its launching call (-1 none)."""
     lane = ix.find_lane(ix.c_pid[w], si.device[w], si.stream[w])
     unknown = si.stream[w] < 0
     if unknown.any():
         lane[unknown] = ix.ffill_thread(ix.launched_lane, backwards=True)[w[unknown]]
-    return ix.first_after(lane, ix.c_start[w], ix.c_corr[w])
+    c = ix.first_after(lane, ix.c_start[w], ix.c_corr[w])
+    bad = np.flatnonzero((c >= 0) & (launch[np.maximum(c, 0)] < 0))
+    if not len(bad):
+        return c
+    at = np.full(len(launch), -1, np.int64)
+    at[ix.g_nodes] = np.arange(len(ix.g_nodes))
+    k = at[c[bad]]
+    while len(bad):  # step along the stream (g_nodes is in stream order) to the next launched task
+        k = k + 1
+        gone = (k >= len(ix.g_nodes)) | (ix.g_lane[np.minimum(k, len(ix.g_nodes) - 1)] != ix.g_lane[k - 1])
+        c[bad[gone]] = -1
+        bad, k = bad[~gone], k[~gone]
+        nxt = ix.g_nodes[k]
+        done = launch[nxt] >= 0
+        c[bad[done]] = nxt[done]
+        bad, k = bad[~done], k[~done]
+    return c
+
+
+def unlinked_consumers(ix: WaitIndex, role, si: SyncInfo, launch: np.ndarray) -> np.ndarray:
+    """The GPU tasks (nodes, sorted, unique) tied to an unlinked wait by rule 1: held by a
+    producer the trace does not name, so no sample of ``L`` or ``G`` (``latency.py``)."""
+    w = unlinked_waits(role, si)
+    cons = _consumers(ix, si, w, launch) if len(w) else _NONE
+    return np.unique(cons[cons >= 0]).astype(np.int64)
 
 
 def _latest_wait(cons: np.ndarray, w: np.ndarray, ix: WaitIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -213,7 +242,7 @@ def infer_unlinked_waits(ix: WaitIndex, role, si: SyncInfo, nodes: Nodes, lanes:
     Counts the inferred edges, the ambiguous cases, and the waits left without an edge.
     """
     w = unlinked_waits(role, si)
-    cons = _consumers(ix, si, w) if len(w) else _NONE
+    cons = _consumers(ix, si, w, nodes.launch) if len(w) else _NONE
     tied = cons >= 0
     if not tied.any():
         count(counts, UNLINKED, len(w), missing=True)

@@ -18,15 +18,29 @@ GAP_TRIM = 0.05
 GAP_MIN_PAIRS = 20
 
 _MIN = np.iinfo(np.int64).min
+_MAX = np.iinfo(np.int64).max
 
 
 #: counted when L rests only on first-of-stream tasks in a trace holding work launched before it
 L_UNPROVEN = ("launch latency L measured only on tasks first on their stream in a trace holding GPU work launched "
               "before it (samples): L may include a backlog the trace does not show")
+#: the start of the count said when no launched GPU task finds its stream idle: ``L`` is then the
+#: sourced default of :func:`daydream.events.cuda_api.default_launch_latency` (the rest of the key
+#: gives the value and its source; counted once per launched GPU task)
+L_DEFAULT = "launch latency L not measurable: no launched GPU task found its stream idle (the GPU is backlogged throughout the trace)"
+
+
+def _default_said(counts, default, n_launched: int) -> int:
+    """``default[0]``, counted in ``counts`` (a missing link) with the value and its source."""
+    v, src = default
+    if counts is not None:
+        count(counts, f"{L_DEFAULT}; L = {v / 1e3:,.3f} us, the {src}", n_launched, missing=True)
+    return int(v)
 
 
 def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst,
-                           staged: np.ndarray | None = None, counts: dict | None = None, method: str = "auto") -> tuple[int, int, int]:
+                           staged: np.ndarray | None = None, counts: dict | None = None, method: str = "auto",
+                           default: tuple[int, str] | None = None, unknown_producer: np.ndarray | None = None) -> tuple[int, int, int]:
     """(L, G, S) in ns, measured from the recorded times.
 
     ``L``: lower median of ``start - launch.start`` over GPU tasks whose GPU predecessors (stream
@@ -44,9 +58,16 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     or when no other task gives an ``L`` sample (``L`` then comes from the staged copies).
     ``counts`` (optional) gets :data:`L_UNPROVEN` (a missing link) when ``L`` rests only on
     first-of-stream tasks and the trace holds GPU tasks launched before it (a sure sign of a
-    window cut from a longer run; a cut that leaves no such task cannot be told from the trace). Measured on ../shared/traces it is
-    nearly constant per trace whatever the size (1.2-19 MB): 233-244 us on alexnet, 159-186 us on
-    simple_add, 140-161 us on ResNet-50, 66-96 us on owlv2.
+    window cut from a longer run; a cut that leaves no such task cannot be told from the trace).
+    ``default`` (``(ns, source)``, :func:`daydream.events.cuda_api.default_launch_latency`): ``L``
+    when no launched GPU task gives a sample (the GPU backlogged at every launch), counted under
+    :data:`L_DEFAULT` with its value and source; ``G`` is measured with it (without: ``L = G = 0``).
+    ``unknown_producer`` (node indices): GPU tasks held by a
+    cross-stream wait whose producer the trace does not name (the consumers of unlinked waits,
+    :func:`.inferred.unlinked_consumers`): neither an ``L`` nor a ``G`` sample, since what held
+    them is not known (an emulated backlogged trace measured ``G`` 1.7 us where it is 0 from
+    such gaps). ``S`` here is one
+    value; the builder then fits it as a function of size (:mod:`.staging`, ``S0 + bytes / B``).
 
     ``method``: "auto" classifies the GPU tasks and collects the queued gaps in two compiled
     passes (:func:`_classify_kernel`, :func:`_gaps_kernel`) from :data:`LATENCY_MIN` GPU tasks
@@ -58,7 +79,7 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     fn = jit.kernel_for(_classify_kernel, len(gi), LATENCY_MIN, method)
     if fn is not None:
         return _latency_compiled(fn, jit.kernel_for(_gaps_kernel, len(gi), LATENCY_MIN, method), gi, launch, lane_prev,
-                                 rec_start, rec_end, x_src, x_dst, staged, counts)  # every sample is a GPU task: the work runs on their arrays alone
+                                 rec_start, rec_end, x_src, x_dst, staged, counts, default, unknown_producer)  # every sample is a GPU task: the work runs on their arrays alone
     la, lpg, st, rs = launch[gi], lane_prev[gi], staged[gi], rec_start[gi]
     has = lpg >= 0
     pe = np.full(len(gi), _MIN, dtype=np.int64)  # latest recorded end of the stream predecessor
@@ -68,6 +89,8 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
         xfull = np.full(len(is_gpu), _MIN, dtype=np.int64)
         np.maximum.at(xfull, x_dst, rec_end[x_src])
         xpe = xfull[gi]
+    if unknown_producer is not None and len(unknown_producer):  # a producer ending "never": no sample
+        xpe[np.isin(gi, unknown_producer)] = _MAX
     gl_start = np.where(la >= 0, rec_start[np.maximum(la, 0)], 0)
     idle = (la >= 0) & (np.maximum(pe, xpe) <= gl_start)
     # only where the stream predecessor was launched inside the window: before a window cut from a
@@ -84,7 +107,10 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     plain = idle & ~st
     if not plain.any():  # S cannot be told apart from L without a plain sample: L from all, S = 0
         plain, st = idle, np.zeros_like(st)
-    L = max(lower_median(rs[plain] - gl_start[plain]), 0)
+    if default is not None and not plain.any() and (la >= 0).any():  # backlogged throughout: no sample
+        L = _default_said(counts, default, int((la >= 0).sum()))
+    else:
+        L = max(lower_median(rs[plain] - gl_start[plain]), 0)
     S = max(lower_median(rs[idle & st] - gl_start[idle & st] - L), 0)
     queued = (la >= 0) & has
     queued &= (gl_start + L + np.where(st, S, 0) <= pe) & (xpe <= pe)
@@ -101,11 +127,15 @@ LATENCY_MIN = 50_000
 _BUSY, _FIRST, _FIRST_STAGED, _PROVEN, _PROVEN_STAGED = 0, 1, 2, 3, 4
 
 
-def _latency_compiled(classify, gaps_fn, gi, launch, lane_prev, rec_start, rec_end, x_src, x_dst, staged, counts):
+def _latency_compiled(classify, gaps_fn, gi, launch, lane_prev, rec_start, rec_end, x_src, x_dst, staged, counts, default=None,
+                      unknown_producer=None):
     """:func:`launch_latency_and_gap` by its two kernels: the same samples, selected by class."""
-    if len(x_src):
+    unknown = unknown_producer is not None and len(unknown_producer) > 0
+    if len(x_src) or unknown:
         xfull = np.full(len(launch), _MIN, dtype=np.int64)
         np.maximum.at(xfull, x_dst, rec_end[x_src])
+        if unknown:
+            xfull[unknown_producer] = _MAX
     else:
         xfull = np.zeros(0, np.int64)
     args = (np.ascontiguousarray(gi, np.int64), np.ascontiguousarray(launch, np.int64), np.ascontiguousarray(lane_prev, np.int64),
@@ -122,7 +152,11 @@ def _latency_compiled(classify, gaps_fn, gi, launch, lane_prev, rec_start, rec_e
             count(counts, L_UNPROVEN, int(plain.sum()), missing=True)
     if not plain.any():  # S cannot be told apart from L without a plain sample: L from all, S = 0
         plain, st_idle = plain | st_idle, np.zeros(len(gi), bool)
-    L = max(lower_median(d[plain]), 0)
+    launched = launch[gi] >= 0
+    if default is not None and not plain.any() and launched.any():  # backlogged throughout: no sample
+        L = _default_said(counts, default, int(launched.sum()))
+    else:
+        L = max(lower_median(d[plain]), 0)
     S = max(lower_median(d[st_idle] - L), 0)
     gaps = np.empty(len(gi), np.int64)
     gaps = gaps[: int(jit.call(gaps_fn, *args, np.int64(L), np.int64(S), gaps))]
@@ -176,7 +210,8 @@ def _gaps_kernel(gi, launch, lane_prev, staged, rec_start, rec_end, xfull, L, S,
 
 
 def _launch_latency_and_gap_reference(is_gpu, launch, lane_prev, rec_start, rec_end, x_src, x_dst,
-                                      staged: np.ndarray | None = None, counts: dict | None = None) -> tuple[int, int, int]:
+                                      staged: np.ndarray | None = None, counts: dict | None = None,
+                                      default: tuple[int, str] | None = None, unknown_producer=None) -> tuple[int, int, int]:
     """:func:`launch_latency_and_gap` as first written, on arrays over every node (the tests' reference)."""
     staged = np.zeros(len(is_gpu), bool) if staged is None else staged
     n = len(is_gpu)
@@ -187,6 +222,8 @@ def _launch_latency_and_gap_reference(is_gpu, launch, lane_prev, rec_start, rec_
     xpe = np.full(n, _MIN, dtype=np.int64)
     if len(x_src):
         np.maximum.at(xpe, x_dst, rec_end[x_src])
+    if unknown_producer is not None and len(unknown_producer):
+        xpe[unknown_producer] = _MAX
     gl_start = np.where(launch >= 0, rec_start[np.maximum(launch, 0)], 0)
     idle = is_gpu & (launch >= 0) & (np.maximum(pe, xpe) <= gl_start)
     # only where the stream predecessor was launched inside the window: before a window cut from a
@@ -203,7 +240,10 @@ def _launch_latency_and_gap_reference(is_gpu, launch, lane_prev, rec_start, rec_
     plain = idle & ~staged
     if not plain.any():  # S cannot be told apart from L without a plain sample: L from all, S = 0
         plain, staged = idle, np.zeros_like(staged)
-    L = max(lower_median(rec_start[plain] - gl_start[plain]), 0)
+    if default is not None and not plain.any() and (is_gpu & (launch >= 0)).any():  # backlogged throughout
+        L = _default_said(counts, default, int((is_gpu & (launch >= 0)).sum()))
+    else:
+        L = max(lower_median(rec_start[plain] - gl_start[plain]), 0)
     S = max(lower_median(rec_start[idle & staged] - gl_start[idle & staged] - L), 0)
     queued = is_gpu & (launch >= 0) & (lane_prev >= 0)
     queued &= (gl_start + L + np.where(staged, S, 0) <= pe) & (xpe <= pe)

@@ -13,7 +13,8 @@ import numpy as np
 
 from ...util import jit
 from ...util.arrays import sorted_unique
-from ...events.cuda_api import PAGEABLE_STAGING_BYTES, ApiRole, is_hip, roles_of_names
+from ...events.cuda_api import ApiRole, is_hip, roles_of_names
+from .staging import staging_threshold
 from ...events.table import CopyKind, EventTable, Kind, MemKind
 from ...events.links import pids_of
 from .._arrays import corr_key, count, ffill_by, lookup_first, lookup_sorted, search_pairs, triples
@@ -305,13 +306,19 @@ class Copies:
     pageable_h2d: np.ndarray  #: CUDA copy from pageable host memory to the device
     d2d: np.ndarray  #: CUDA device-to-device copy
     pageable_d2h: np.ndarray  #: async copy (a LAUNCH call) to pageable host memory
-    staged: np.ndarray  #: pageable_h2d above :data:`~daydream.events.cuda_api.PAGEABLE_STAGING_BYTES`
+    staged: np.ndarray  #: pageable_h2d above the trace's staging threshold
+    #: (bytes, source, smallest size consistent with a sync): :func:`.staging.staging_threshold`
+    threshold: tuple = (0, "", -1)
+    nbytes: np.ndarray | None = None  #: bytes of each GPU node's copy (0: not a launched copy)
 
 
-def copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) -> Copies:
+def copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role, lane_prev=None, rec_start=None,
+                 rec_end=None) -> Copies:
     """:class:`Copies` of the GPU nodes (HIP copies keep the plain "waits for its own copy" rule).
     Only the launched copies are looked at (their call's name, copy kind, memory kinds and size:
-    gathered at those few rows, not at every GPU task's)."""
+    gathered at those few rows, not at every GPU task's). The staging threshold is the trace's
+    own (:func:`.staging.staging_threshold`, from ``lane_prev`` and the recorded ``rec_start`` /
+    ``rec_end`` of every node; without them: threshold 0, the documented behaviour)."""
     n_gpu = len(gpu_rows)
     g_l = nodes.launch[nodes.n_cpu:]
     ok = g_l >= 0
@@ -332,9 +339,21 @@ def copy_classes(table: EventTable, nodes: Nodes, gpu_rows: np.ndarray, role) ->
         out[c[m]] = True
         return out
 
+    nb = table.bytes[rows].astype(np.int64)
+    ph = np.flatnonzero(pageable_h2d)
+    if lane_prev is not None and len(ph):
+        v = nodes.n_cpu + c[ph]  # node ids of the pageable host-to-device copies
+        lp = lane_prev[v]
+        pe = np.where(lp >= 0, rec_end[np.maximum(lp, 0)], np.iinfo(np.int64).min)
+        call = g_l[c[ph]]
+        th = staging_threshold(rl[c[ph]] == ApiRole.LAUNCH, nb[ph], rec_start[call], rec_end[call], pe)
+    else:
+        th = staging_threshold(np.zeros(0, bool), nb[:0], nb[:0], nb[:0], nb[:0])
+    nbytes = np.zeros(n_gpu, np.int64)
+    nbytes[c] = nb
     return Copies(g_l, ok & (rl == ApiRole.MEMCPY_SYNC), mask(pageable_h2d), mask(cuda & (ck == CopyKind.DTOD)),
                   mask((rl[c] == ApiRole.LAUNCH) & (ck == CopyKind.DTOH) & (table.dst_kind[rows] == MemKind.PAGEABLE)),
-                  mask(pageable_h2d & (table.bytes[rows] > PAGEABLE_STAGING_BYTES)))
+                  mask(pageable_h2d & (nb > th[0])), th, nbytes)
 
 
 def blocking_copy_waits(c: Copies, n_cpu: int) -> tuple[np.ndarray, np.ndarray]:
@@ -346,8 +365,8 @@ def blocking_copy_waits(c: Copies, n_cpu: int) -> tuple[np.ndarray, np.ndarray]:
 
 def pageable_copy_edges(c: Copies, lanes: Lanes, n_cpu: int, rec_end, counts) -> tuple[np.ndarray, np.ndarray]:
     """Copies from pageable host memory to the device (CUDA, not HIP) that synchronize their
-    stream before staging: every ``cudaMemcpy``, and a ``cudaMemcpyAsync`` above
-    :data:`~daydream.events.cuda_api.PAGEABLE_STAGING_BYTES`. Edges ``(src, dst)`` of kind WAIT: the
+    stream before staging: every ``cudaMemcpy``, and a ``cudaMemcpyAsync`` above the trace's
+    staging threshold (``Copies.threshold``). Edges ``(src, dst)`` of kind WAIT: the
     copy's stream predecessor -> the call; not where the recorded call of an async copy ended
     before that predecessor did (the trace shows no sync there; counted)."""
     prev = lanes.lane_prev[n_cpu:]

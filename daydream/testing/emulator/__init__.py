@@ -72,5 +72,5 @@ __all__ = [
     "EventRecord", "EventSync", "StreamWaitEvent", "OtherCall", "RangeBegin", "RangeEnd", "Handover", "WaitHandover",
     "Op", "Thread", "Program", "CallRecord", "TaskRecord", "RangeRecord", "Run",
     "emulate", "to_kineto", "measure_latencies", "memory_peaks", "programs", "training_step_program",
-    "DEFAULT_T0_NS",
+    "DEFAULT_T0_NS", "EMULATED_STAGING_BYTES",
 ]

@@ -182,7 +182,8 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
     1..``max_threads`` threads (one process), streams from ``(7, 20, 24)[:max_streams]`` on
     ``max_devices`` devices, 0..``max_ops`` ops per thread. Durations in ns: kernels and copies
     1_000..200_000, calls 1_000..20_000, own costs of blocking calls 0..20_000, host work
-    0..50_000; ``L`` in 2_000..15_000, ``G`` in 0..min(L, 3_000). A thread syncs on or waits for an
+    0..50_000; ``L`` in 2_000..15_000, ``G`` in 0..min(L, 3_000); ``staging_bytes`` 0 (every pageable
+    host-to-device copy synchronizes its stream: a trace of them shows no threshold). A thread syncs on or waits for an
     event only after it recorded it itself; with several threads, events are shared, so which
     record a wait binds to depends on timing (the trace's ``cuda_sync`` records say).
 
@@ -224,7 +225,10 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
                 td.step(choice, draw(st.sampled_from(lanes)))
             threads.append(td.thread())
         W = draw(st.integers(0, L)) if wait_latency else 0
-        return Program(threads, launch_latency_ns=L, gpu_gap_ns=G, wait_latency_ns=W)
+        # staging_bytes=0: every pageable host-to-device copy synchronizes its stream, the
+        # documented behaviour the model takes where a trace does not show a threshold (no copy
+        # ever returns while its stream runs here); tests/test_pageable_copies.py draws thresholds
+        return Program(threads, launch_latency_ns=L, gpu_gap_ns=G, wait_latency_ns=W, staging_bytes=0)
 
     return _programs()
 

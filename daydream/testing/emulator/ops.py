@@ -11,8 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
-from ...events.cuda_api import PAGEABLE_STAGING_BYTES
 
+#: The emulator's own staging threshold (bytes) when a program names none: an emulator choice,
+#: deliberately not the model's (which reads each trace's own, ``graph/build/staging.py``), so a
+#: property can tell a wrong threshold from a right one; properties draw their own
+#: (``Program.staging_bytes``).
+EMULATED_STAGING_BYTES = 262_144
 _COPY_KINDS = ("HtoD", "DtoH", "DtoD")
 _HOST_MEMORY = ("pinned", "pageable")
 _RANGE_CATS = ("user_annotation", "cpu_op", "python_function")
@@ -129,6 +133,8 @@ class _Copy(_GpuWork):
     kind: str
     bytes: int
     copy_dur_ns: int
+    #: the program's staging threshold (``Program.staging_bytes``; set by the program)
+    staging_bytes: int = field(default=EMULATED_STAGING_BYTES, kw_only=True)
 
     def gpu_dur(self) -> int:
         return self.copy_dur_ns
@@ -139,8 +145,8 @@ class _Copy(_GpuWork):
 
     @property
     def staged(self) -> bool:
-        """A pageable HtoD copy above the staging size: the call synchronizes its stream first."""
-        return self.pageable_htod and self.bytes > PAGEABLE_STAGING_BYTES
+        """A pageable HtoD copy above the program's staging threshold: the call synchronizes its stream first."""
+        return self.pageable_htod and self.bytes > self.staging_bytes
 
     def host_waits(self, task: int, stream_prev: int | None) -> list[int]:
         if not self.blocking:
@@ -161,7 +167,7 @@ class MemcpyAsync(_Copy):
 
     Blocking (as in CUDA) when it copies device to *pageable* host memory: the call then returns
     ``call_dur_ns`` after its own copy ended (or after its start if later), i.e. ``call_dur_ns``
-    is the call's own cost. From pageable memory to the device above ``PAGEABLE_STAGING_BYTES``
+    is the call's own cost. From pageable memory to the device above ``Program.staging_bytes``
     (:attr:`staged`) the driver synchronizes the stream, then stages: the call returns
     ``call_dur_ns`` after the last task launched before it on its stream ended (or after its
     start if later); at most that size the data are staged at once and it does not wait.

@@ -11,6 +11,7 @@ from typing import Callable
 
 from ...events.cuda_api import LAUNCH_QUEUE_DEPTH, ApiRole, api_role
 from .ops import (
+    EMULATED_STAGING_BYTES,
     _COPY_KINDS,
     Allocate,
     _HOST_MEMORY,
@@ -26,6 +27,7 @@ from .ops import (
     RangeEnd,
     WaitHandover,
     _Call,
+    _Copy,
 )
 
 #: Default emulated start time: an epoch-like absolute ns value with a non-zero sub-second part.
@@ -67,6 +69,11 @@ class Program:
             ends (``docs/model.md``, "Launch-queue back-pressure"); 0: unlimited.
         staging_latency_ns: ``S``: the DMA of a staged copy (pageable HtoD above the staging
             size) is ready ``L + S`` after its call starts: its first chunk is staged first.
+        staging_bytes: the size above which a pageable HtoD ``cudaMemcpyAsync`` synchronizes its
+            stream and stages (default :data:`.ops.EMULATED_STAGING_BYTES`, the emulator's own);
+            set on every copy op of the program.
+        staging_ns_per_byte: a staged copy's DMA is ready ``L + S + round(bytes * this)`` after
+            its call (the first chunk grows with the copy); default 0.
         wait_latency_ns: ``W``: a cross-stream event wait holds its task until ``G + W`` after
             the producer ends (the wait's own latency beyond ``G``; the trace does not say it,
             ``docs/model.md``, "Inferred cross-stream waits"); ``0 <= W <= L``; default 0.
@@ -84,10 +91,25 @@ class Program:
     launch_queue_depth: int = LAUNCH_QUEUE_DEPTH
     staging_latency_ns: int = 0
     wait_latency_ns: int = 0
+    staging_bytes: int = EMULATED_STAGING_BYTES
+    staging_ns_per_byte: float = 0.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "threads", tuple(self.threads))
+        threads = []
+        for th in self.threads:  # every copy stages by the program's threshold
+            if isinstance(th, Thread) and any(isinstance(op, _Copy) and op.staging_bytes != self.staging_bytes for op in th.ops):
+                th = dataclasses.replace(th, ops=tuple(dataclasses.replace(op, staging_bytes=self.staging_bytes)
+                                                       if isinstance(op, _Copy) else op for op in th.ops))
+            threads.append(th)
+        object.__setattr__(self, "threads", tuple(threads))
         self.validate()
+
+    def staging_ns(self, op) -> int:
+        """How long after ``L`` the DMA of ``op`` is ready: ``S + round(bytes * staging_ns_per_byte)``
+        for a staged copy, else 0."""
+        if not getattr(op, "staged", False):
+            return 0
+        return self.staging_latency_ns + int(round(op.bytes * self.staging_ns_per_byte))
 
     @property
     def L(self) -> int:  # noqa: N802 - the model's name
@@ -107,6 +129,8 @@ class Program:
             raise ValueError("launch_queue_depth must be >= 0 (0: unlimited)")
         if self.staging_latency_ns < 0:
             raise ValueError("staging_latency_ns must be >= 0")
+        if self.staging_bytes < 0 or self.staging_ns_per_byte < 0:
+            raise ValueError("staging_bytes and staging_ns_per_byte must be >= 0")
         if not 0 <= self.wait_latency_ns <= self.launch_latency_ns:
             raise ValueError("need 0 <= wait_latency_ns <= L")
         seen = set()

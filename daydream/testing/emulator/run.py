@@ -378,7 +378,7 @@ class _Emulator:
         preds = [self.lane_last[lane]] if lane in self.lane_last else []
         waited = [p for p in self.pending_waits.pop(lane, []) if p not in preds]
         preds += list(dict.fromkeys(waited))
-        ready = s + self.program.launch_latency_ns + (self.program.staging_latency_ns if getattr(op, "staged", False) else 0)
+        ready = s + self.program.launch_latency_ns + self.program.staging_ns(op)
         G, W = self.program.gpu_gap_ns, self.program.wait_latency_ns
         start = max([ready] + [self.tasks[p].end_ns + G + (W if p in waited else 0) for p in preds]
                     + [self.tasks[p].end_ns + G + extra for p, extra in entry])
@@ -456,13 +456,13 @@ def measure_latencies(run: Run) -> tuple[int, int]:
         if all(tasks[p].end_ns <= s for p in t.preds):
             (lat_staged if st else lat).append(t.start_ns - s)
     lat = lat or lat_staged  # staged copies (ready L + S after the call) only when nothing else
-    S = run.program.staging_latency_ns if lat is not lat_staged else 0
+    staged_ns = [run.program.staging_ns(calls[t.call].op) if lat is not lat_staged else 0 for t in tasks]
     L = statistics.median_low(lat) if lat else 0
     gaps = []
     for lane in run.lane_tasks().values():
         for a, b in zip(lane, lane[1:]):
             prev, t = tasks[a], tasks[b]
-            ready = calls[t.call].start_ns + L + (S if staged[b] else 0)
+            ready = calls[t.call].start_ns + L + staged_ns[b]
             if ready <= prev.end_ns and all(tasks[p].end_ns <= prev.end_ns for p in t.preds if p != a):
                 gaps.append(t.start_ns - prev.end_ns)
     if len(gaps) >= 20:  # rule 5: the 5 %-trimmed mean (all queued gaps equal G in an emulated run)
