@@ -15,6 +15,7 @@ from .errors import DaydreamError, NotApplicable, UsageError
 from .events.table import EventTable
 from .graph import TaskGraph, build_graph
 from .mapping import map_events
+from .util import jit
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
 from .report.report_model import AppliedOpt, Ranked, Report, WaitBound
 from .report.make import build_prediction, build_report
@@ -110,6 +111,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
     An optimization in ``opts`` that does not apply is reported in ``report.not_applicable`` with
     its reason (and there is no prediction).
     """
+    jit.add_workload(len(table))  # small traces never import numba (daydream.util.jit: the workload gate)
     graph = build_graph(table, map_events(table))
     unsettled: list[str] = []
     graph, tl = _replay(graph, unsettled, "the baseline replay")
