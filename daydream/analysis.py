@@ -10,21 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .simulate.critical_path import critical_path
 from .errors import DaydreamError, NotApplicable, UsageError
 from .events.table import EventTable
 from .graph import TaskGraph, build_graph
 from .mapping import map_events
-from .util import jit
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
-from .report.report_model import AppliedOpt, Ranked, Report, WaitBound
+from .render.chrome_trace import write_timeline
 from .report.make import build_prediction, build_report
-from .report.windows import window_end_ns
+from .report.report_model import AppliedOpt, Ranked, Report, WaitBound
 from .report.summary import WHATIF_MIN_SPEEDUP, answer_whatifs, change_summary
+from .report.windows import window_end_ns
 from .simulate import Timeline, recorded
+from .simulate.critical_path import critical_path
 from .simulate.launch_order import settle
 from .transform import with_latent_waits
-from .render.chrome_trace import write_timeline
+from .util import jit
 
 
 @dataclass

@@ -19,11 +19,11 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..graph.collectives import Collectives, find_collectives
 from ..errors import UsageError
 from ..events.table import Kind
 from ..formats import load_trace
 from ..graph import TaskGraph, build_graph
+from ..graph.collectives import Collectives, find_collectives
 from ..mapping import map_events
 from ..util import jit
 
