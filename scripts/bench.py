@@ -683,7 +683,6 @@ def _tier_run(tree: Path, path: Path, env: dict, cache: Path, fresh: bool = Fals
     (user + sys), wall, whether numba was imported and the event rows the run stated to the
     workload gate (a small wrapper around the CLI's ``main`` writes both to a file at exit).
     ``cache``: numba's cache directory (``fresh``: emptied first)."""
-    import shutil
 
     if fresh and cache.exists():
         shutil.rmtree(cache)
@@ -796,11 +795,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jit-tiers", default="250k,500k,1m,2m",
                     help="generated sizes (Kineto .json.gz and nsys) whose whole command runs under each JIT tier, beside "
                          "the real traces ('' for none; the break-even of the workload gate)")
+    ap.add_argument("--jit-only", action="store_true",
+                    help="measure the JIT tiers only and rewrite --out with them and DIR/bench-results.json's other numbers")
     ap.add_argument("--no-growth-check", action="store_true", help="exit 0 even when a stage grows faster than its input")
     ap.add_argument("--render-only", action="store_true", help="rewrite --out from DIR/bench-results.json (no measuring)")
     args = ap.parse_args(argv)
     if args.render_only:
         return _render_saved(args)
+    if args.jit_only:
+        return _jit_only(args)
 
     budget = Budget(args.budget_s)
     d = Path(args.dir).resolve()
@@ -926,6 +929,24 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if bad and not args.no_growth_check else 0
 
 
+def _jit_only(args) -> int:
+    """``--jit-only``: the JIT tiers measured again (e.g. after moving the gate's constant), the
+    other numbers kept from the saved run; the report notes both runs' dates."""
+    d = Path(args.dir).resolve()
+    path = d / "bench-results.json"
+    saved = json.loads(path.read_text())
+    budget = Budget(args.budget_s)
+    log = lambda m: print(f"[{time.perf_counter() - budget.t0:6.1f} s] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    tier_sizes = [label(parse_size(x)) for x in args.jit_tiers.split(",") if x.strip()]
+    ensure_inputs(d, tier_sizes, "json.gz,sqlite")
+    env = dict(os.environ, DAYDREAM_SRC=str(ROOT), PYTHONPATH=str(ROOT))
+    before = Path(args.compare_src or saved["args"].get("compare_src") or "").resolve() if (args.compare_src or saved["args"].get("compare_src")) else None
+    saved["results"]["jit_tiers"] = measure_jit_tiers(d, tier_sizes, env, before, log, budget)
+    saved["results"]["jit_tiers"]["measured_on"] = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    path.write_text(json.dumps(saved, indent=1, default=str))
+    return _render_saved(args)
+
+
 def _render_saved(args) -> int:
     """``--render-only``: the report again from the saved raw numbers (e.g. after editing its notes)."""
     saved = json.loads((Path(args.dir) / "bench-results.json").read_text())
@@ -1047,6 +1068,7 @@ def _jit_section(t: dict) -> list[str]:
     if not rows:
         return []
     L = ["## JIT tiers: when numba pays", "",
+         *([f"Measured on {t['measured_on']} (`--jit-only`), after the run above.", ""] if t.get("measured_on") else []),
          "Whole `daydream-analyze FILE` (no `--opt`), one fresh process per cell, CPU seconds (user + sys; wall in the raw "
          "numbers). `off`: `DAYDREAM_JIT=off`. `compiled`: warm numba cache, workload gate disabled "
          "(`DAYDREAM_JIT_BREAK_EVEN=0`: the per-kernel size thresholds alone, what every run did before the gate). "
