@@ -27,7 +27,8 @@ on a new machine or after an upgrade) is paid once per process whatever the kern
 process that states its work (:func:`add_workload`: the analysis facade and the job reader add
 each event table's rows before mapping) never imports numba while that total stays under
 :data:`BREAK_EVEN_ROWS` (``DAYDREAM_JIT_BREAK_EVEN`` overrides it); above it, every kernel runs from its own threshold as before. A process
-that states nothing (a library caller of ``map_events``/``simulate``) keeps the per-kernel
+that states nothing (a library caller of ``map_events``/``simulate``; the parent of a job whose
+ranks were read in worker processes, each worker stating its own) keeps the per-kernel
 thresholds alone. ``DAYDREAM_JIT=on`` and a caller's ``method="compiled"`` pass the gate.
 """
 
