@@ -323,8 +323,13 @@ def _warm_jit() -> None:
         except ImportError:  # a daydream before the compiled call threads
             pass
         else:
-            if jit.compiled(_call_threads_kernel) is not None:
-                jit.call(jit.compiled(_call_threads_kernel), e, e, e, e, 1)
+            try:  # the kernel calls a compiled helper by a module name, bound when it compiles
+                from daydream.events.threads import _with_first_pair
+                k = _with_first_pair(_call_threads_kernel)
+            except ImportError:  # a daydream before the helper's binding
+                k = jit.compiled(_call_threads_kernel)
+            if k is not None:  # (jit.compiled alone fails typing on an empty numba cache)
+                jit.call(k, e, e, e, e, 1)
         try:
             from daydream.events.threads import task_rows
         except ImportError:  # a daydream before the compiled task rows
@@ -799,6 +804,8 @@ def main(argv: list[str] | None = None) -> int:
                          "the real traces ('' for none; the break-even of the workload gate)")
     ap.add_argument("--jit-only", action="store_true",
                     help="measure the JIT tiers only and rewrite --out with them and DIR/bench-results.json's other numbers")
+    ap.add_argument("--compare-only", action="store_true",
+                    help="measure the before/after (--compare-src) only and rewrite --out with it and the saved numbers")
     ap.add_argument("--no-growth-check", action="store_true", help="exit 0 even when a stage grows faster than its input")
     ap.add_argument("--render-only", action="store_true", help="rewrite --out from DIR/bench-results.json (no measuring)")
     args = ap.parse_args(argv)
@@ -806,6 +813,10 @@ def main(argv: list[str] | None = None) -> int:
         return _render_saved(args)
     if args.jit_only:
         return _jit_only(args)
+    if args.compare_only:
+        if not args.compare_src:
+            raise SystemExit("--compare-only needs --compare-src")
+        return _compare_only(args)
 
     budget = Budget(args.budget_s)
     d = Path(args.dir).resolve()
@@ -892,21 +903,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_src and sizes and budget.left() < 90:
         results["skipped"].append("before/after (--compare-src): time budget spent")
     elif args.compare_src and sizes:
-        lab = label(sizes[0])
-        old_env = dict(os.environ, DAYDREAM_SRC=str(Path(args.compare_src).resolve()), PYTHONPATH=str(Path(args.compare_src).resolve()))
-        for fname in (f"kineto_{lab}.json.gz", f"nsys_{lab}.sqlite"):
-            log(f"before/after on {fname} ({args.compare_src})")
-            npz = d / (fname + ".cmp.npz")
-            run_child(me("save", str(d / fname), str(npz)), env)
-            # old and new measured in turn, so that both see the same load on the machine
-            runs: dict[str, list] = {"old_load": [], "new_load": [], "old_pipe": [], "new_pipe": []}
-            for _ in range(max(args.repeat, 3)):
-                runs["old_load"].append(run_child(me("load", str(d / fname)), old_env))
-                runs["new_load"].append(run_child(me("load", str(d / fname)), env))
-                runs["old_pipe"].append(run_child(me("pipeline", str(npz)), old_env))
-                runs["new_pipe"].append(run_child(me("pipeline", str(npz)), env))
-            compare[fname] = {k: _best([_with_core(x) for x in v], "core" if "pipe" in k else "cpu") for k, v in runs.items()}
-            npz.unlink(missing_ok=True)
+        compare = measure_compare(d, label(sizes[0]), env, args, log)
 
     tier_sizes = [label(parse_size(x)) for x in args.jit_tiers.split(",") if x.strip()]
     if tier_sizes:
@@ -929,6 +926,42 @@ def main(argv: list[str] | None = None) -> int:
     for g, m, _ in bad:
         log(f"GROWTH CHECK FAILED: {g}: {m}")
     return 1 if bad and not args.no_growth_check else 0
+
+
+def measure_compare(d: Path, lab: str, env: dict, args, log) -> dict:
+    """Before/after on size ``lab``: the --compare-src tree's and this tree's load and pipeline,
+    in turn (so both see the same load on the machine), best of max(--repeat, 3)."""
+    compare = {}
+    old_env = dict(os.environ, DAYDREAM_SRC=str(Path(args.compare_src).resolve()), PYTHONPATH=str(Path(args.compare_src).resolve()))
+    for fname in (f"kineto_{lab}.json.gz", f"nsys_{lab}.sqlite"):
+        log(f"before/after on {fname} ({args.compare_src})")
+        npz = d / (fname + ".cmp.npz")
+        run_child(me("save", str(d / fname), str(npz)), env)
+        # old and new measured in turn, so that both see the same load on the machine
+        runs: dict[str, list] = {"old_load": [], "new_load": [], "old_pipe": [], "new_pipe": []}
+        for _ in range(max(args.repeat, 3)):
+            runs["old_load"].append(run_child(me("load", str(d / fname)), old_env))
+            runs["new_load"].append(run_child(me("load", str(d / fname)), env))
+            runs["old_pipe"].append(run_child(me("pipeline", str(npz)), old_env))
+            runs["new_pipe"].append(run_child(me("pipeline", str(npz)), env))
+        compare[fname] = {k: _best([_with_core(x) for x in v], "core" if "pipe" in k else "cpu") for k, v in runs.items()}
+        npz.unlink(missing_ok=True)
+
+    return compare
+
+
+def _compare_only(args) -> int:
+    """``--compare-only``: the before/after table measured again into the saved results, the
+    report rewritten (the other numbers kept from the saved run)."""
+    d = Path(args.dir).resolve()
+    path = d / "bench-results.json"
+    saved = json.loads(path.read_text())
+    t0 = time.perf_counter()
+    log = lambda m: print(f"[{time.perf_counter() - t0:6.1f} s] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    env = dict(os.environ, DAYDREAM_SRC=str(ROOT), PYTHONPATH=str(ROOT))
+    saved["compare"] = measure_compare(d, label(saved["size_list"][0]), env, args, log)
+    path.write_text(json.dumps(saved, indent=1, default=str))
+    return _render_saved(args)
 
 
 def _jit_only(args) -> int:
@@ -1316,7 +1349,8 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
                          f"{ol['wall'] / nl['wall']:.1f}x ({ol['cpu'] / nl['cpu']:.1f}x) | {fmt_mb(ol.get('hwm_mb'))} | {fmt_mb(nl.get('hwm_mb'))} |")
             op, np_ = c["old_pipe"], c["new_pipe"]
             if "error" not in op and np_.get("graph") is not None:
-                for k, nm in (("map", "mapping"), ("graph", "graph build"), ("sim", "replay"), ("opt", "second --opt"), ("optall", "--opt all")):
+                for k, nm in (("map", "mapping"), ("graph", "graph build"), ("sim", "replay"), ("report", "report"), ("opt", "second --opt"),
+                              ("optall", "--opt all")):
                     kc = k + "_cpu"
                     if k not in op or k not in np_:
                         continue
