@@ -3,7 +3,12 @@ more than GROWTH_TOLERANCE x faster than its input, reading each stage's best ru
 section states the break-even where compiled stops costing more than off."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("daydream_bench", ROOT / "scripts" / "bench.py")
@@ -42,3 +47,18 @@ def test_break_even_between_the_sizes_where_compiled_stops_costing_more():
          "auto": {"cpu": 1.0, "rows": n, "numba": False}} for n, d in ((250_000, 0.4), (500_000, 0.2), (1_000_000, -0.2))]}
     text = "\n".join(bench._jit_section(t))
     assert "750,000 rows" in text  # +0.2 at 0.5 M, -0.2 at 1 M: linear crossing
+
+
+@pytest.mark.slow
+def test_the_bench_loads_every_kernel_on_an_empty_numba_cache(tmp_path):
+    """_warm_jit compiled call_threads' kernel without binding its compiled helper: on an empty
+    numba cache typing failed, and every before/after pipeline of a fresh source tree errored."""
+    pytest.importorskip("numba")  # the third-party JIT (optional at run time), not a daydream module
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), DAYDREAM_SRC=str(ROOT))
+    env.pop("DAYDREAM_JIT", None)
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('b', {str(ROOT / 'scripts' / 'bench.py')!r})\n"
+            "b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)\nb._warm_jit()\nprint('ok')")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")
