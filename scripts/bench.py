@@ -1360,7 +1360,7 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
 
     L += _jit_section(res.get("jit_tiers", {}))
 
-    L += ["## Rerun", "", "    python scripts/bench.py [--sizes 1m,4m] [--load-only 16m] [--pipeline-big] [--jit-tiers 250k,500k,1m,2m] [--out docs/performance.md] [--compare-src OLD_TREE] [--no-growth-check]", "",
+    L += ["## Rerun", "", "    python scripts/bench.py [--sizes 1m,4m] [--load-only 16m] [--pipeline-big] [--jit-tiers 250k,500k,1m,2m] [--out docs/performance.md] [--compare-src OLD_TREE] [--no-growth-check] [--jit-only | --compare-only | --render-only]", "",
           "Inputs are made on first use (the 16 M ones are made, loaded and deleted each "
           "run); the HTA virtualenv is made once (needs network for pip). Raw numbers: `/tmp/daydream-bench/bench-results.json`.", ""]
     return "\n".join(L)
