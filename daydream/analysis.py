@@ -10,21 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .simulate.critical_path import critical_path
 from .errors import DaydreamError, NotApplicable, UsageError
 from .events.table import EventTable
 from .graph import TaskGraph, build_graph
 from .mapping import map_events
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
 from .optimizations.kernel_cost import range_ends, range_words
+from .render.chrome_trace import write_timeline
 from .report.report_model import AppliedOpt, PredictionRange, Ranked, Report, WaitBound
 from .report.make import build_prediction, build_report
 from .report.windows import window_end_ns
 from .report.summary import WHATIF_MIN_SPEEDUP, answer_speedup, answer_whatifs, change_summary, median_step_speedup
 from .simulate import Timeline, recorded
+from .simulate.critical_path import critical_path
 from .simulate.launch_order import settle
 from .transform import with_latent_waits
-from .render.chrome_trace import write_timeline
+from .util import jit
 
 
 @dataclass
@@ -111,6 +112,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
     An optimization in ``opts`` that does not apply is reported in ``report.not_applicable`` with
     its reason (and there is no prediction).
     """
+    jit.add_workload(len(table))  # small traces never import numba (daydream.util.jit: the workload gate)
     graph = build_graph(table, map_events(table))
     unsettled: list[str] = []
     graph, tl = _replay(graph, unsettled, "the baseline replay")

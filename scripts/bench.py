@@ -46,6 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = ROOT / "scripts" / "gen_big_traces.py"
+TRACES = ROOT.parent / "shared" / "traces"
 DEFAULT_DIR = Path("/tmp/daydream-bench")
 OPT_SPEC = "scale-kernels:factor=0.5"
 #: the first --load-only size, shown as a column of the growth tables
@@ -121,21 +122,28 @@ class _BareDoc(msgspec.Struct, gc=False):
 
 
 def child_bare_json(path: str) -> dict:
-    """Read (+ gunzip) and decode into minimal structs with the fields the Kineto adapter projects."""
+    """Read (+ gunzip) and decode into minimal structs with the fields the Kineto adapter projects.
+    gzip is inflated by the library the loader uses: ISA-L (``isal.igzip``) when installed, as
+    ``daydream.formats.kineto.stream`` does, else the stdlib's zlib (``gunzip`` says which)."""
     import gc
     import gzip
 
+    try:
+        from isal import igzip as gz
+        lib = "ISA-L"
+    except ImportError:
+        gz, lib = gzip, "zlib"
     gc.disable()  # the best case for the bound (daydream's loader runs with the GC paused too)
 
     def run():
         with open(path, "rb") as f:
             data = f.read()
         if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+            data = gz.decompress(data)
         return msgspec.json.decode(data, type=_BareDoc)
 
     doc, wall, cpu = _timed(run)
-    return {"wall": wall, "cpu": cpu, "rows": len(doc.traceEvents), "hwm_mb": _hwm_mb()}
+    return {"wall": wall, "cpu": cpu, "rows": len(doc.traceEvents), "hwm_mb": _hwm_mb(), "gunzip": lib}
 
 
 #: the columns the nsys adapter reads, per table (a bare scan: no COALESCE, no NULL flags, no joins)
@@ -315,8 +323,13 @@ def _warm_jit() -> None:
         except ImportError:  # a daydream before the compiled call threads
             pass
         else:
-            if jit.compiled(_call_threads_kernel) is not None:
-                jit.call(jit.compiled(_call_threads_kernel), e, e, e, e, 1)
+            try:  # the kernel calls a compiled helper by a module name, bound when it compiles
+                from daydream.events.threads import _with_first_pair
+                k = _with_first_pair(_call_threads_kernel)
+            except ImportError:  # a daydream before the helper's binding
+                k = jit.compiled(_call_threads_kernel)
+            if k is not None:  # (jit.compiled alone fails typing on an empty numba cache)
+                jit.call(k, e, e, e, e, 1)
         try:
             from daydream.events.threads import task_rows
         except ImportError:  # a daydream before the compiled task rows
@@ -555,10 +568,10 @@ def run_child(cmd: list[str], env: dict | None = None, timeout: float = 600) -> 
     return res
 
 
-def run_child_rusage(cmd: list[str], env: dict | None = None, timeout: float = 600) -> dict:
+def run_child_rusage(cmd: list[str], env: dict | None = None, timeout: float = 600, cwd: str | None = None) -> dict:
     """Like run_child, for commands whose output is not JSON: wall, CPU and peak RSS via wait4."""
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     deadline = t + timeout
     while True:
         pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -589,6 +602,8 @@ def best_of(n: int, fn, budget: Budget, key: str = "wall") -> dict:
     if not ok:
         return runs[-1]
     best = dict(min(ok, key=lambda r: r.get(key, 1e99)))
+    for k in {k for r in ok for k, v in r.items() if k.endswith("_cpu") and isinstance(v, float)}:
+        best["min_" + k] = min(r.get(k, 1e99) for r in ok)  # each stage's own best (the growth check's)
     best["runs"] = len(runs)
     best["all"] = [round(r.get(key, -1), 3) for r in ok]
     return best
@@ -665,6 +680,82 @@ def rate(n, s) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+#: real traces measured by --jit-tiers beside the generated sizes (paths under ../shared/traces)
+JIT_REAL = ("tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz", "nsys_ai/mfu_2gpu_before.sqlite",
+            "hta/df_index_resolver.json.gz")
+
+
+def _tier_run(tree: Path, path: Path, env: dict, cache: Path, fresh: bool = False, **extra: str) -> dict:
+    """One whole ``python -m daydream.cli PATH`` of source tree ``tree`` in a fresh process: CPU
+    (user + sys), wall, whether numba was imported and the event rows the run stated to the
+    workload gate (a small wrapper around the CLI's ``main`` writes both to a file at exit).
+    ``cache``: numba's cache directory (``fresh``: emptied first)."""
+
+    if fresh and cache.exists():
+        shutil.rmtree(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    flag = cache.parent / (cache.name + ".imported")
+    flag.unlink(missing_ok=True)
+    e = dict(env, PYTHONPATH=str(tree), DAYDREAM_SRC=str(tree), NUMBA_CACHE_DIR=str(cache), **extra)
+    if "DAYDREAM_JIT" not in extra:
+        e.pop("DAYDREAM_JIT", None)
+    code = ("import sys, atexit, json\nfrom daydream.util import jit\nrows = [0]\nadd = getattr(jit, 'add_workload', None)\n"
+            "def counted(n):\n    rows[0] += int(n)\n    add(n)\n"
+            "if add:\n    jit.add_workload = counted\n"
+            f"atexit.register(lambda: open({str(flag)!r}, 'w').write(json.dumps(['numba' in sys.modules, rows[0]])))\n"
+            "from daydream.cli import main\nsys.exit(main(sys.argv[1:]))")
+    r = run_child_rusage([sys.executable, "-c", code, str(path)], e, cwd=str(tree))
+    if flag.exists():
+        r["numba"], r["rows"] = json.loads(flag.read_text())
+    flag.unlink(missing_ok=True)
+    return r
+
+
+def measure_jit_tiers(d: Path, sizes: list[str], env: dict, before: Path | None, log, budget: Budget) -> dict:
+    """Whole-command CPU time of each input under the JIT tiers, each run a fresh process:
+    ``off`` (``DAYDREAM_JIT=off``), ``compiled`` (warm cache, the workload gate disabled by
+    ``DAYDREAM_JIT_BREAK_EVEN=0``: the per-kernel thresholds alone, as before the gate),
+    ``auto`` (warm cache, gate on: what a user gets) and, on the first real trace and the
+    largest generated one, ``first`` (an empty numba cache: a new machine's first run, gate off
+    then on); with ``before``, that tree's ``first`` and ``warm`` (auto) there. Rows from the manifest (generated) or the run's table; the measured break-even is
+    the rows where ``compiled`` stops costing more than ``off`` (linear between sizes)."""
+    real = [TRACES / p for p in JIT_REAL if (TRACES / p).exists()]
+    gen = [d / f"{f}_{s}.{x}" for s in sizes for f, x in (("kineto", "json.gz"), ("nsys", "sqlite"))]
+    out: dict = {"inputs": [], "break_even_const": None}
+    cache_new, cache_old = d / "numba-cache-tiers-new", d / "numba-cache-tiers-old"
+    # warm both caches on the largest input of each format (every kernel compiled), untimed
+    for i, warm_on in enumerate(gen[-2:] or real[:1]):
+        _tier_run(ROOT, warm_on, env, cache_new, fresh=i == 0, DAYDREAM_JIT_BREAK_EVEN="0")
+        if before is not None:
+            _tier_run(before, warm_on, env, cache_old, fresh=i == 0)
+    for path in real + gen:
+        if not path.exists() or budget.left() < 60:
+            continue
+        log(f"JIT tiers: {path.name}")
+        r: dict = {"file": path.name, "real": path in real, "mb": path.stat().st_size / 1e6}
+        r["off"] = _tier_run(ROOT, path, env, cache_new, DAYDREAM_JIT="off")
+        r["compiled"] = _tier_run(ROOT, path, env, cache_new, DAYDREAM_JIT_BREAK_EVEN="0")
+        r["auto"] = _tier_run(ROOT, path, env, cache_new)
+        if path == (real or gen)[0] or (gen and path == gen[-1]):  # a first compile costs minutes here: two inputs
+            tmp = d / "numba-cache-tiers-first"
+            r["first"] = _tier_run(ROOT, path, env, tmp, fresh=True, DAYDREAM_JIT_BREAK_EVEN="0")  # as before the gate
+            r["first_auto"] = _tier_run(ROOT, path, env, tmp, fresh=True)
+            if before is not None:
+                r["before_first"] = _tier_run(before, path, env, tmp, fresh=True)
+                r["before_warm"] = _tier_run(before, path, env, cache_old)
+        out["inputs"].append(r)
+    sys.path.insert(0, str(ROOT))
+    from daydream.util import jit as _jit
+
+    out["break_even_const"] = _jit.BREAK_EVEN_ROWS
+    return out
+
+
+def _rows_of(name: str, manifest: dict) -> int | None:
+    m = manifest.get(name) or {}
+    return m.get("events") or m.get("event_rows")
+
+
 def measure_input(path: Path, fmt: str, repeat: int, budget: Budget, hta_py: str | None, hta_ok: bool,
                   cache_dir: Path, env: dict, pipeline: bool = True) -> dict:
     """All measurements of one input file (``pipeline``: also graph, replay, report, --opt)."""
@@ -695,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
         return child_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1m,4m", help="sizes measured fully (default 1m,4m)")
-    ap.add_argument("--load-only", default="16m", help="sizes only loaded, once (default 16m; '' for none)")
+    ap.add_argument("--load-only", default="", help="sizes only loaded, once (e.g. 16m, with --pipeline-big also every stage "
+                    "and the growth check to it; default none: it takes long on a 2-core machine)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     ap.add_argument("--dir", default=str(DEFAULT_DIR), help="where inputs are made (default /tmp/daydream-bench)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per timing on the smallest size (best taken); 1 above it")
@@ -707,10 +799,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipeline-big", action="store_true",
                     help="also run mapping, graph build, replay, report and --opt once on the --load-only sizes")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--jit-tiers", default="250k,500k,1m,2m",
+                    help="generated sizes (Kineto .json.gz and nsys) whose whole command runs under each JIT tier, beside "
+                         "the real traces ('' for none; the break-even of the workload gate)")
+    ap.add_argument("--jit-only", action="store_true",
+                    help="measure the JIT tiers only and rewrite --out with them and DIR/bench-results.json's other numbers")
+    ap.add_argument("--compare-only", action="store_true",
+                    help="measure the before/after (--compare-src) only and rewrite --out with it and the saved numbers")
+    ap.add_argument("--no-growth-check", action="store_true", help="exit 0 even when a stage grows faster than its input")
     ap.add_argument("--render-only", action="store_true", help="rewrite --out from DIR/bench-results.json (no measuring)")
     args = ap.parse_args(argv)
     if args.render_only:
         return _render_saved(args)
+    if args.jit_only:
+        return _jit_only(args)
+    if args.compare_only:
+        if not args.compare_src:
+            raise SystemExit("--compare-only needs --compare-src")
+        return _compare_only(args)
 
     budget = Budget(args.budget_s)
     d = Path(args.dir).resolve()
@@ -797,21 +903,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_src and sizes and budget.left() < 90:
         results["skipped"].append("before/after (--compare-src): time budget spent")
     elif args.compare_src and sizes:
-        lab = label(sizes[0])
-        old_env = dict(os.environ, DAYDREAM_SRC=str(Path(args.compare_src).resolve()), PYTHONPATH=str(Path(args.compare_src).resolve()))
-        for fname in (f"kineto_{lab}.json.gz", f"nsys_{lab}.sqlite"):
-            log(f"before/after on {fname} ({args.compare_src})")
-            npz = d / (fname + ".cmp.npz")
-            run_child(me("save", str(d / fname), str(npz)), env)
-            # old and new measured in turn, so that both see the same load on the machine
-            runs: dict[str, list] = {"old_load": [], "new_load": [], "old_pipe": [], "new_pipe": []}
-            for _ in range(max(args.repeat, 3)):
-                runs["old_load"].append(run_child(me("load", str(d / fname)), old_env))
-                runs["new_load"].append(run_child(me("load", str(d / fname)), env))
-                runs["old_pipe"].append(run_child(me("pipeline", str(npz)), old_env))
-                runs["new_pipe"].append(run_child(me("pipeline", str(npz)), env))
-            compare[fname] = {k: _best([_with_core(x) for x in v], "core" if "pipe" in k else "cpu") for k, v in runs.items()}
-            npz.unlink(missing_ok=True)
+        compare = measure_compare(d, label(sizes[0]), env, args, log)
+
+    tier_sizes = [label(parse_size(x)) for x in args.jit_tiers.split(",") if x.strip()]
+    if tier_sizes:
+        ensure_inputs(d, tier_sizes, "json.gz,sqlite")
+        manifest = json.loads((d / "manifest.json").read_text())
+        log(f"JIT tiers on the real traces and {', '.join(tier_sizes)}")
+        results["jit_tiers"] = measure_jit_tiers(d, tier_sizes, env, Path(args.compare_src).resolve() if args.compare_src else None,
+                                                 log, budget)
 
     results["elapsed"] = time.perf_counter() - budget.t0
     LOAD_ONLY_LABEL[:] = [label(n) for n in load_only][:1]
@@ -822,7 +922,64 @@ def main(argv: list[str] | None = None) -> int:
              "args": {k: getattr(args, k) for k in ("sizes", "load_only", "repeat", "hta_max", "compare_src")}, "size_list": sizes}
     (d / "bench-results.json").write_text(json.dumps(saved, indent=1, default=str))
     log(f"wrote {out} ({results['elapsed']:.0f} s)")
-    return 0
+    bad = [g for g in _growth_goals(results, sizes) if g[2] is False]
+    for g, m, _ in bad:
+        log(f"GROWTH CHECK FAILED: {g}: {m}")
+    return 1 if bad and not args.no_growth_check else 0
+
+
+def measure_compare(d: Path, lab: str, env: dict, args, log) -> dict:
+    """Before/after on size ``lab``: the --compare-src tree's and this tree's load and pipeline,
+    in turn (so both see the same load on the machine), best of max(--repeat, 3)."""
+    compare = {}
+    old_env = dict(os.environ, DAYDREAM_SRC=str(Path(args.compare_src).resolve()), PYTHONPATH=str(Path(args.compare_src).resolve()))
+    for fname in (f"kineto_{lab}.json.gz", f"nsys_{lab}.sqlite"):
+        log(f"before/after on {fname} ({args.compare_src})")
+        npz = d / (fname + ".cmp.npz")
+        run_child(me("save", str(d / fname), str(npz)), env)
+        # old and new measured in turn, so that both see the same load on the machine
+        runs: dict[str, list] = {"old_load": [], "new_load": [], "old_pipe": [], "new_pipe": []}
+        for _ in range(max(args.repeat, 3)):
+            runs["old_load"].append(run_child(me("load", str(d / fname)), old_env))
+            runs["new_load"].append(run_child(me("load", str(d / fname)), env))
+            runs["old_pipe"].append(run_child(me("pipeline", str(npz)), old_env))
+            runs["new_pipe"].append(run_child(me("pipeline", str(npz)), env))
+        compare[fname] = {k: _best([_with_core(x) for x in v], "core" if "pipe" in k else "cpu") for k, v in runs.items()}
+        npz.unlink(missing_ok=True)
+
+    return compare
+
+
+def _compare_only(args) -> int:
+    """``--compare-only``: the before/after table measured again into the saved results, the
+    report rewritten (the other numbers kept from the saved run)."""
+    d = Path(args.dir).resolve()
+    path = d / "bench-results.json"
+    saved = json.loads(path.read_text())
+    t0 = time.perf_counter()
+    log = lambda m: print(f"[{time.perf_counter() - t0:6.1f} s] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    env = dict(os.environ, DAYDREAM_SRC=str(ROOT), PYTHONPATH=str(ROOT))
+    saved["compare"] = measure_compare(d, label(saved["size_list"][0]), env, args, log)
+    path.write_text(json.dumps(saved, indent=1, default=str))
+    return _render_saved(args)
+
+
+def _jit_only(args) -> int:
+    """``--jit-only``: the JIT tiers measured again (e.g. after moving the gate's constant), the
+    other numbers kept from the saved run; the report notes both runs' dates."""
+    d = Path(args.dir).resolve()
+    path = d / "bench-results.json"
+    saved = json.loads(path.read_text())
+    budget = Budget(args.budget_s)
+    log = lambda m: print(f"[{time.perf_counter() - budget.t0:6.1f} s] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    tier_sizes = [label(parse_size(x)) for x in args.jit_tiers.split(",") if x.strip()]
+    ensure_inputs(d, tier_sizes, "json.gz,sqlite")
+    env = dict(os.environ, DAYDREAM_SRC=str(ROOT), PYTHONPATH=str(ROOT))
+    before = Path(args.compare_src or saved["args"].get("compare_src") or "").resolve() if (args.compare_src or saved["args"].get("compare_src")) else None
+    saved["results"]["jit_tiers"] = measure_jit_tiers(d, tier_sizes, env, before, log, budget)
+    saved["results"]["jit_tiers"]["measured_on"] = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    path.write_text(json.dumps(saved, indent=1, default=str))
+    return _render_saved(args)
 
 
 def _render_saved(args) -> int:
@@ -907,27 +1064,78 @@ def _pipeline_goals(lab: str, S: dict) -> list:
     return goals
 
 
+#: a stage's CPU time may grow at most this much faster than its input between two sizes
+GROWTH_TOLERANCE = 1.2
+GROWTH_STEPS = (("load", ("load", "cpu")), ("mapping", ("pipeline", "map_cpu")), ("graph build", ("pipeline", "graph_cpu")),
+                ("replay", ("pipeline", "sim_cpu")), ("report", ("pipeline", "report_cpu")),
+                ("second prediction", ("pipeline", "opt_cpu")), ("--opt all", ("pipeline", "optall_cpu")),
+                ("whole command", ("cli", "cpu")))
+
+
 def _growth_goals(res: dict, sizes: list[int]) -> list:
-    """Linear growth: CPU time of the largest size / the smallest's <= 1.25 x the ratio of events."""
+    """Linear growth: per stage, CPU time (its best of the runs) of the largest fully measured size / the smallest's <=
+    :data:`GROWTH_TOLERANCE` x the ratio of events (the run fails otherwise); with ``--pipeline-big``
+    also up to the load-only size."""
     if len(sizes) < 2:
         return []
     S, lo, hi = res["sizes"], label(sizes[0]), label(sizes[-1])
     goals = []
     big = LOAD_ONLY_LABEL[0] if LOAD_ONLY_LABEL else None
-    for fname_of in (lambda l: f"kineto_{l}.json.gz", lambda l: f"nsys_{l}.sqlite"):
-        a, b = S.get(lo, {}).get(fname_of(lo), {}), S.get(hi, {}).get(fname_of(hi), {})
+    for fname_of in (lambda l: f"kineto_{l}.json.gz", lambda l: f"kineto_{l}.json", lambda l: f"nsys_{l}.sqlite"):
+        a = S.get(lo, {}).get(fname_of(lo), {})
+        ends = [(hi, S.get(hi, {}).get(fname_of(hi), {}))]
         if big and _v(res, "load_only", fname_of(big), "pipeline", "graph_cpu"):
-            hi_, b = big, res["load_only"][fname_of(big)]  # every stage measured at the load-only size
-        else:
-            hi_ = hi
-        ea, eb = _v(a, "manifest", "events"), _v(b, "manifest", "events")
-        for step, keys in (("load", ("load", "cpu")), ("mapping", ("pipeline", "map_cpu")), ("graph build", ("pipeline", "graph_cpu")),
-                           ("replay", ("pipeline", "sim_cpu")), ("second prediction", ("pipeline", "opt_cpu"))):
-            va, vb = _v(a, *keys), _v(b, *keys)
-            if va and vb and ea and eb:
-                g = (vb / va) / (eb / ea)
-                goals.append((f"linear growth {lo} -> {hi_}: {step} ({fname_of(hi_)})", f"CPU time x{vb / va:.1f} for events x{eb / ea:.1f}", g <= 1.25))
+            ends.append((big, res["load_only"][fname_of(big)]))  # every stage measured at the load-only size
+        for hi_, b in ends:
+            ea, eb = _v(a, "manifest", "events"), _v(b, "manifest", "events")
+            for step, keys in GROWTH_STEPS:
+                best = (keys[0], "min_" + keys[1])  # a stage's best of the runs, where there were several
+                va, vb = _v(a, *best) or _v(a, *keys), _v(b, *best) or _v(b, *keys)
+                if va and vb and ea and eb:
+                    g = (vb / va) / (eb / ea)
+                    goals.append((f"linear growth {lo} -> {hi_}: {step} ({fname_of(hi_)})",
+                                  f"CPU time x{vb / va:.2f} for events x{eb / ea:.2f} (x{g:.2f} faster)", g <= GROWTH_TOLERANCE))
     return goals
+
+
+def _jit_section(t: dict) -> list[str]:
+    """The "JIT tiers" table and the break-even it measures (see measure_jit_tiers)."""
+    rows = [r for r in t.get("inputs", []) if "error" not in r.get("off", {"error": 1})]
+    if not rows:
+        return []
+    L = ["## JIT tiers: when numba pays", "",
+         *([f"Measured on {t['measured_on']} (`--jit-only`), after the run above.", ""] if t.get("measured_on") else []),
+         "Whole `daydream-analyze FILE` (no `--opt`), one fresh process per cell, CPU seconds (user + sys; wall in the raw "
+         "numbers). `off`: `DAYDREAM_JIT=off`. `compiled`: warm numba cache, workload gate disabled "
+         "(`DAYDREAM_JIT_BREAK_EVEN=0`: the per-kernel size thresholds alone, what every run did before the gate). "
+         "`auto`: warm cache, gate on (what a user gets). `first`: an empty numba cache (a new machine or a new numba), "
+         "gate disabled, then gate on (`first auto`). `before`: the --compare-src tree, auto, first run and warm. "
+         "`numba`: whether the `auto` run imported numba. Rows: the event-table rows the run stated to the gate.", "",
+         "| input | rows | MB | off | compiled | auto | numba | first | first auto | before first | before warm |",
+         "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    c = lambda r, k: fmt_s(r[k]["cpu"]) if k in r and "error" not in r[k] else "–"  # noqa: E731
+    pts = []
+    for r in rows:
+        n = r["auto"].get("rows") or r["off"].get("rows")
+        L.append(f"| {r['file']}{' (real)' if r['real'] else ''} | {n:,} | {r['mb']:.0f} | {c(r, 'off')} | {c(r, 'compiled')} | "
+                 f"{c(r, 'auto')} | {'yes' if r['auto'].get('numba') else 'no'} | {c(r, 'first')} | {c(r, 'first_auto')} | "
+                 f"{c(r, 'before_first')} | {c(r, 'before_warm')} |")
+        if not r["real"] and n and "error" not in r["compiled"]:
+            pts.append((n, r["compiled"]["cpu"] - r["off"]["cpu"]))
+    pts.sort()
+    be = None
+    for (n0, d0), (n1, d1) in zip(pts, pts[1:]):
+        if d0 > 0 >= d1:  # compiled costs more at n0, no more at n1: linear between them
+            be = int(n0 + (n1 - n0) * d0 / (d0 - d1))
+            break
+    if pts and be is None:
+        be = pts[0][0] if pts[0][1] <= 0 else None
+    diffs = ", ".join(f"{n / 1e6:.2f} M rows {d:+.2f} s" for n, d in pts)
+    L += ["", f"compiled - off, generated inputs: {diffs}. Measured break-even (compiled no dearer than off, linear between "
+          f"sizes): {'not reached at the sizes measured' if be is None else f'{be:,} rows'}; the gate's constant "
+          f"(`daydream.util.jit.BREAK_EVEN_ROWS`): {t.get('break_even_const'):,} rows. The generated inputs fit it; "
+          "the real traces (all far smaller) are the inputs it is judged on: their `auto` must match `off` without numba.", ""]
+    return L
 
 
 def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version: str, args, sizes: list[int]) -> str:
@@ -950,12 +1158,12 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
         "size, the whole command 1 run (the CPU time of that run is shown beside each; on this shared VM it "
         "moves with the wall time, so contention slows the work itself). Read ratios within one run, not across runs. "
         "Every measurement runs in a fresh process; peak RSS is that process's `ru_maxrss` "
-        "(it includes the interpreter with numpy and daydream imported, about 60-80 MB).",
+        "(it includes the interpreter with numpy and daydream imported).",
         "",
         "Inputs (`scripts/gen_big_traces.py`, in `/tmp/daydream-bench`): the real traces "
-        "`tracelens/h100_google_owlv2-large-patch14-ensemble` (Kineto, 132 k events, indented like the "
-        "original) and `nsys_ai/mfu_2gpu_before.sqlite` (32 k event rows) repeated back to back with "
-        "shifted times and offset ids.",
+        "`tracelens/h100_google_owlv2-large-patch14-ensemble` (Kineto, indented like the "
+        "original) and `nsys_ai/mfu_2gpu_before.sqlite` repeated back to back with "
+        "shifted times and offset ids (copies per size in the manifest).",
         "",
     ]
 
@@ -1010,7 +1218,8 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
             L.append(f"| load (`load_trace`) | {fmt_s(ld.get('wall'))} | {fmt_s(ld.get('cpu'))} | {rate(ev, ld.get('wall'))} events | {fmt_mb(ld.get('hwm_mb'))} |"
                      if "error" not in ld else f"| load | error: {ld['error']} | | | |")
             b = r.get("bare", {})
-            what = "bare msgspec decode (read + gunzip + decode)" if "kineto" in fname else "bare SQL scan of the needed columns"
+            what = (f"bare msgspec decode (read + gunzip by {b.get('gunzip', 'zlib')} + decode)" if "kineto" in fname
+                    else "bare SQL scan of the needed columns")
             if b and "error" not in b:
                 L.append(f"| {what} | {fmt_s(b.get('wall'))} | {fmt_s(b.get('cpu'))} | {rate(ev, b.get('wall'))} events | {fmt_mb(b.get('hwm_mb'))} |")
             h = r.get("hta")
@@ -1110,7 +1319,7 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
                      f"{fmt_mb(_v(r, 'hta', 'hwm_mb'))} |")
     hta_note = (f"HTA is HolisticTraceAnalysis {hta_version}, installed by the script into `/tmp/daydream-bench/hta-venv`; its "
                 "`parse_trace_dataframe` with the default parser config (json backend: `json.loads` + a pandas DataFrame) "
-                f"is run once per Kineto input up to {args.hta_max} events (it needs about 5x daydream's memory)."
+                f"is run once per Kineto input up to {args.hta_max} events (its peak RSS in the table)."
                 if have_hta else f"HTA was not measured: {hta_version}.")
     L += ["", hta_note, "The bare bounds do no work beyond the format: the msgspec bound decodes into structs of the same "
           "fields as the adapter (ts/dur as raw number text) and keeps nothing else; the SQL bound fetches the needed "
@@ -1140,7 +1349,8 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
                          f"{ol['wall'] / nl['wall']:.1f}x ({ol['cpu'] / nl['cpu']:.1f}x) | {fmt_mb(ol.get('hwm_mb'))} | {fmt_mb(nl.get('hwm_mb'))} |")
             op, np_ = c["old_pipe"], c["new_pipe"]
             if "error" not in op and np_.get("graph") is not None:
-                for k, nm in (("map", "mapping"), ("graph", "graph build"), ("sim", "replay"), ("opt", "second --opt"), ("optall", "--opt all")):
+                for k, nm in (("map", "mapping"), ("graph", "graph build"), ("sim", "replay"), ("report", "report"), ("opt", "second --opt"),
+                              ("optall", "--opt all")):
                     kc = k + "_cpu"
                     if k not in op or k not in np_:
                         continue
@@ -1148,116 +1358,26 @@ def render(res: dict, profiles: dict, compare: dict, have_hta: bool, hta_version
                              f"{op[k] / np_[k]:.1f}x ({op[kc] / np_[kc]:.1f}x) | | |")
         L += ["", CHANGES, ""]
 
-    L += ["## Rerun", "", "    python scripts/bench.py [--sizes 1m,4m] [--load-only 16m] [--pipeline-big] [--out docs/performance.md] [--compare-src OLD_TREE]", "",
-          "Inputs are made on first use (about 30 s for 1 M and 4 M; the 16 M ones are made, loaded and deleted each "
+    L += _jit_section(res.get("jit_tiers", {}))
+
+    L += ["## Rerun", "", "    python scripts/bench.py [--sizes 1m,4m] [--load-only 16m] [--pipeline-big] [--jit-tiers 250k,500k,1m,2m] [--out docs/performance.md] [--compare-src OLD_TREE] [--no-growth-check] [--jit-only | --compare-only | --render-only]", "",
+          "Inputs are made on first use (the 16 M ones are made, loaded and deleted each "
           "run); the HTA virtualenv is made once (needs network for pip). Raw numbers: `/tmp/daydream-bench/bench-results.json`.", ""]
     return "\n".join(L)
 
 
-GOAL_NOTES = """Causes of the goals not met (see the hot spots below for the profiles). Read each ratio within its run,
-and the round's own effect in the before/after table at the end (old and new code measured in turn in this run).
-The 16 M columns are single cold runs in one process after the table's load; numbers in a run can swing (nsys 1 M's
-second prediction: 0.25 s per M tasks in this round's first run, 0.81 in this one, 0.102 s = 0.26 s/M in the
-before/after table of this same run).
+GOAL_NOTES = """Each goal's measured value and verdict above are this run's; the hot spots below are this run's
+profiles of the smallest size (where the time of a missed goal goes). The growth rows compare the smallest and the
+largest fully measured size (CPU time), and fail the run (exit status 1) when a stage grows more than 1.2x faster
+than its input; read ratios within one run, not across runs."""
 
-* **Kineto load vs the bare msgspec decode**: met at 4 M (`.json.gz` 104 %, `.json` 181 %; it was 44 % / 26 %),
-  missed at 1 M (75 % / 47 %; it was 66 % / 37 %). The 4 M miss was numpy's huge-page hint: fresh large arrays
-  stalled while the kernel compacted memory (off while loading now). At 1 M the helper's stage timers: msgspec's
-  decode 0.62 s, turning the decoded events into columns (`_Columns.add`) 0.89 s, freeing them 0.1-0.18 s, ISA-L
-  0.22 s, the table 0.31 s. The column building is about a dozen passes over the decoded objects at 30-90 ns per
-  event each in CPython; making them much cheaper needs a compiled pass over the objects (numba costs ~0.4 s and
-  ~115 MB to import in a loader process) or a JSON tokenizer of our own (the standards prefer msgspec): not done.
-  The bare bound also never frees its objects, and gunzips with the slower stdlib zlib.
-* **nsys peak memory at 4 M rows** (495 MB; goal file + 100 MB = 386 MB): the finished table alone is 97 bytes
-  per row (370 MiB). Meeting it needs narrower public columns (pid, stream, link_stream int32, device int16),
-  a schema change checked in every adapter and consumer: not done.
-* **mapping + graph build + replay >= 2 M tasks/s**: nsys 1.56 M/s at 1 M and 1.44 M/s at 4 M (1.07 / 1.08 M
-  last round); Kineto 1.02 M/s (770 k). What is left (the helper's profile at nsys 4 M): page faults on fresh
-  output arrays, ~1.5 us per 4 KB page, ~100 k each in mapping and graph build (22 bytes per row of mapping
-  output, ~114 bytes per task of graph), the interval sweep (~0.11 s, 25 ns per item), the per-name rule matching
-  (~0.04 s for 18.5 k names). Smaller outputs need an API/dtype change; `mallopt` thresholds cut faults 206 k ->
-  155 k at 4 M with no measurable time: not done. The Kineto 1 M input has 115 k tasks but 717 k contexts and
-  941 k rows that the mapping must touch.
-* **linear growth to 16 M**: met for the mapping (Kineto x13.6, nsys x14.9). Graph build and replay at nsys 16 M
-  (x51 / x35 in this run's single cold run) are not quadratic: the same 16 M table's graph build in a fresh
-  process took 2.36 s (old code) and 2.33 s (new), x22 of 1 M, with 624 k / 656 k page faults; inside the bench's
-  pipeline child, after the 8.4 GB load and mapping, it took 5.3 s. Random gathers over arrays that outgrow the
-  caches and fresh pages for large temporaries grow faster than the events (last round: a numpy int64 gather
-  3.4, 7.6, 13.8 ns per element at 0.4, 1.6, 6.3 M elements). The loads' x25-29 are single runs of 16 M files
-  made on the spot (the 4 M loads met their goals).
-* **saved-table reload vs parsing** (nsys 1 M 11x, 4 M 19x; Kineto 1 M 25x, 4 M 2x in this run's single 4 M
-  reload): the nsys reload is `np.load` of the `.npz`, most of it zipfile's CRC-32 over the file. Skipping or
-  replacing that check means a container of our own: not done.
-* **`--opt all`** (no goal but nsys 1 M's): nsys 1 M 1.00 s (met; 0.609 s in the before/after table), Kineto
-  1 M 2.42 s, 16 M 18.4 s, nsys 16 M 32.8 s (44.7 s last round). The bench's inputs have no cross-stream waits
-  without their event, so no prediction here pays the wait bound's extra replay (one per prediction, and one of
-  the baseline, where a trace has them)."""
+HOTSPOT_NOTES = """The rows are cProfile's, of this run; a compiled kernel shows as one row (numba's own modules, when
+listed, are its one-off loading of the cached kernels)."""
 
-HOTSPOT_NOTES = """What the profiles say: the Kineto load is msgspec's decode, gunzip and the per-field extraction
-passes (`numpy.fromiter`, `map`), with the `ts`/`dur` parse now a small compiled step; the nsys load
-with the Arrow reader is SQLite stepping and the SQL expressions (`COALESCE`, NULL tests, joins), and with
-the `sqlite3` fallback `fetchmany`'s Python object per value; mapping + graph +
-replay is numpy sorts and searches in the graph build and the mapping, the replay's compiled loop being
-a few milliseconds (rows from numba's own modules, `imputils`, `ffi`, are its one-off loading of the cached
-kernels, which that profile run had not done before the profiler started)."""
-
-CHANGES = """What changed in the latest round (issue 18, sixth round). The speed work leaves results identical: Kineto
-tables compared column by column (values, dtypes, names, accounting, meta, launch data) on 25 real traces, plain
-copies of 5 of them read through tiny windows, and the 1 M input; mapping, graph and timeline arrays and the
-`--opt all` JSON of 11 real traces and the 1 M inputs byte-identical; the accuracy table is unchanged. (Model
-fixes of the same round changed some predictions on purpose; each has its test.)
-
-* **Kineto load**: numpy's huge-page hint off while a file loads (`_small_pages`, restored after): on this VM a
-  fresh large array could stall while the kernel compacted memory for a huge page, which made the 4 M load cost
-  more than 4x the 1 M one (the helper's 4 M `.json.gz`: 15.4-15.6 s with the hint, 9.9-10.5 s without); one
-  reusable text window for the slices instead of a bytearray grown and trimmed per slice; 2 MiB slices (a slice's
-  decoded events stay in cache across the column passes); 256 KiB plain reads and gzip inflated 128 KiB in / 1 MiB
-  out (short ISA-L leftovers); plain files read straight into the window; integer columns read straight from
-  the decoded structs. numba was not used in the loader: importing it costs ~0.4 s and ~115 MB per process,
-  more than it would save there.
-* **mapping, graph build, replay preparation**: one compiled pass each (numpy references kept, hypothesis-tested
-  equal) for the sweep's answers into the row maps, the node columns and the lane columns, the edge list
-  (order + queue + dependency edges, `graph/assemble.py`), `call_threads`, the GPU rows' inherited phase, layer
-  and op, `Mapping.for_nodes`, the gap midpoints, the launch-queue edges (at build and requeue), the runtime and
-  GPU task rows, the wait stage's lookup columns, and the replay's structure preparation (0.109 -> 0.053 s at
-  nsys 4 M); lane columns released early.
-* **bench**: the pipeline child runs one untimed `gc.collect()` after loading the compiled kernels (a full
-  collection, 20-30 ms, landed in whichever stage crossed the threshold).
-* **report**: a ProfilerStep's members are node ids, not a mask of the graph per step (20 k one-kernel steps:
-  939 -> 241 MB peak; 50 k: 3.79 GB -> 365 MB, 29.6 -> 10.5 s).
-
-The round before (issue 18, fifth round): mapping contexts grouped by thread in compiled passes (linear to 16 M);
-graph build's sync join, lane numbering, L/G/S classes, durations, gaps and launch links compiled; each step's
-members from one sort; the order check and Kahn's sort compiled (Kineto 16 M `--opt all` 35.1 -> 19.9 s).
-Before it (issue 18, fourth round): huge-page advice off around mapping and graph build, five more
-steps compiled, `range_timeline` compiled, a step's members among its members, nsys columns scattered into
-place (4 M peak 602 -> 500 MB). Before that (issue 18, third round), results identical (the accuracy table, every
-test, CLI JSON outputs on 8 real traces x 6 optimization sets):
-
-* **launch data in the Kineto loader's pass** (`EventTable.launch`, `launch_data.launch_data_of`): kernels'
-  grid/block/registers/shared memory and their ops' shapes, so `gpu-upgrade`/`amp` no longer decode the file
-  again; nsys launch data read on request through Arrow (0.52 -> 0.12 s at 1 M).
-* **graph build**: the launch link computed once (mapping -> graph), calls grouped by thread once, packed
-  stable sorts for the visit order, 8-bit radix grouping of few-valued keys, a compiled hash join for sparse
-  correlation ids and compiled per-thread fills, the replay's `prepare` on END edges only.
-* **second prediction**: the range split and the binding records compiled, more in the structure memo,
-  ProfilerSteps found once per table.
-
-The first round (issue 18), results identical (the accuracy table, every test, and the
-mapping and tables of these inputs array for array):
-
-* **replay compiled**: the per-task loop runs as a numba kernel (`daydream/simulate/compiled.py`) over flat
-  arrays prepared once in numpy; the Python loop stays (graphs under 100 k tasks, no numba, or times that
-  could leave int64, checked up front); a hypothesis property compares both on start, end, blocked and the
-  binding records over random emulator programs and transformed graphs.
-* **mapping**: the innermost enclosing context is found by a compiled stack sweep instead of a max-end sparse
-  table, and the contexts are sorted by a stable argsort (they arrive in start order) instead of a lexsort.
-* **Kineto**: `ts`/`dur` texts parsed by a compiled pass over one joined buffer once a file has passed 2 M
-  events (no `bytes` object per value, no byte matrix); not used at 1 M, so the load rows here measure
-  the numpy parse of before.
-* **transform.insert**: the new task placed in the visiting order with numpy instead of list operations.
-* numba's machine code is cached on disk (`cache=True`), so the compile (1-5 s) is paid once per machine; the
-  import and cache load (~0.3 s, the `import numba` row) once per process, only for inputs big enough."""
+CHANGES = """What changed in the round measured here (issue 38): the JIT workload gate (numba not imported below the
+break-even of the "JIT tiers" table), range ends placed over their own run of calls only (the second prediction was
+steps x calls), and this bench's bounds (gzip by the loader's library, growth check, JIT tiers). Results are identical
+before and after (CLI outputs diffed on the fixture and real traces)."""
 
 
 if __name__ == "__main__":

@@ -21,12 +21,13 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..graph.collectives import Collectives, find_collectives
 from ..errors import UsageError
 from ..events.table import Kind
 from ..formats import MEMORY_ALLOWANCE, MEMORY_PER_FILE_BYTE, load_trace
 from ..graph import TaskGraph, build_graph
+from ..graph.collectives import Collectives, find_collectives
 from ..mapping import map_events
+from ..util import jit
 
 #: suffixes of the files a folder given on the command line contributes
 TRACE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".sqlite", ".npz")
@@ -114,6 +115,7 @@ def read_rank(path: str, index: int = 0, strict: bool = False) -> RankTrace:
     with warnings.catch_warnings(record=True) as caught:  # kept for the caller to show (a worker's stderr is not the user's)
         warnings.simplefilter("always", UserWarning)
         table = load_trace(path, strict=strict)
+    jit.add_workload(len(table))  # the process's ranks together (daydream.util.jit: the workload gate)
     graph = build_graph(table, map_events(table))
     coll = find_collectives(graph)
     group = _group_names(graph, coll)

@@ -60,7 +60,12 @@ def cpu_range_rows(table: EventTable) -> np.ndarray:
 
 def _past_empty_calls(graph: TaskGraph, nodes: np.ndarray, rs: np.ndarray) -> np.ndarray:
     """Per position ``i`` of ``nodes`` (sorted by recorded start ``rs``): the first position ``j >= i``
-    that is not a call of no length starting where call ``i`` starts (``len(nodes)`` past the end)."""
+    that is not a call of no length starting where call ``i`` starts (``len(nodes)`` past the end).
+
+    The answer for ``i`` only reads positions ``i`` up to the end of the run of calls starting at
+    ``rs[i]``, so a caller may pass any slice of a thread's calls that ends at such a run's end
+    and add the slice's offset: :func:`boundaries` does, so that one boundary (a ProfilerStep's
+    end, asked once per step and prediction) costs its run of calls, not the whole thread."""
     n = len(nodes)
     idx = np.arange(n)
     zero = graph.rec_end_ns[nodes] <= rs
@@ -114,7 +119,11 @@ def boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray,
     if ends.any() and len(nodes):
         kk = np.minimum(k, len(nodes) - 1)
         at_b = ends & (k < len(nodes)) & (rs[kk] == b)  # calls start at the range's end: those of no length are in it
-        k = np.where(at_b, _past_empty_calls(graph, nodes, rs)[kk], k)
+        if at_b.any():  # only the run of calls from the first to the last such position: linear per call
+            lo = int(kk[at_b].min())
+            hi = int(np.searchsorted(rs, rs[kk[at_b]].max(), side="right"))
+            past = _past_empty_calls(graph, nodes[lo:hi], rs[lo:hi]) + lo
+            k = np.where(at_b, past[np.clip(kk - lo, 0, hi - lo - 1)], k)
     inside = k < len(nodes)
     x = nodes[np.minimum(k, len(nodes) - 1)]
     lead = graph.rec_start_ns[x] - b

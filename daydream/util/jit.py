@@ -20,6 +20,16 @@ refuses ``cache=True``; the kernel is then compiled in memory, once per process.
 Environment: ``DAYDREAM_JIT=off`` (or ``python``) never compiles; ``DAYDREAM_JIT=on`` (or
 ``compiled``) makes callers use their kernels whatever the input size; default ``auto``: from a
 caller's size threshold, or at any size once the kernel is loaded in the process (:func:`loaded`).
+
+Workload gate (``auto`` only): a per-kernel threshold sees one array, not the run, and numba's
+import plus the loading of ~26 cached kernels (0.45-0.65 s CPU, and a first compile of 10-15 s
+on a new machine or after an upgrade) is paid once per process whatever the kernels save. So a
+process that states its work (:func:`add_workload`: the analysis facade and the job reader add
+each event table's rows before mapping) never imports numba while that total stays under
+:data:`BREAK_EVEN_ROWS` (``DAYDREAM_JIT_BREAK_EVEN`` overrides it); above it, every kernel runs from its own threshold as before. A process
+that states nothing (a library caller of ``map_events``/``simulate``; the parent of a job whose
+ranks were read in worker processes, each worker stating its own) keeps the per-kernel
+thresholds alone. ``DAYDREAM_JIT=on`` and a caller's ``method="compiled"`` pass the gate.
 """
 
 from __future__ import annotations
@@ -28,6 +38,50 @@ import os
 import warnings
 
 _compiled: dict[object, object] = {}
+
+#: event-table rows (summed over the tables a process analyzes) from which ``auto`` mode lets
+#: the kernels compile: the break-even of numba's import and cached-kernel load against the
+#: numpy paths, CPU time (user + sys) of whole ``daydream-analyze`` runs with a warm cache vs
+#: ``DAYDREAM_JIT=off``, fitted on the generated Kineto and nsys traces of 0.25-2 M events
+#: (``scripts/bench.py --jit-tiers``, the "JIT tiers" table of docs/performance.md: compiled
+#: dearer up to 0.47 M rows, even at 0.52 M, cheaper from 0.94 M; the crossing, 0.52 M, taken
+#: down to the nearest measured size step). The real traces of that table (all far under it)
+#: are the inputs it is judged on: their ``auto`` run must cost what ``off`` costs.
+BREAK_EVEN_ROWS = 500_000
+
+_workload: int | None = None  # rows stated by add_workload, None: nothing stated
+
+
+def add_workload(rows: int) -> None:
+    """State that this process analyzes an event table of ``rows`` rows (added to the rows
+    stated before: numba's import is paid once per process, whatever the number of tables)."""
+    global _workload
+    _workload = (_workload or 0) + max(int(rows), 0)
+
+
+def workload() -> int | None:
+    """The rows stated by :func:`add_workload` so far, or None when nothing was stated."""
+    return _workload
+
+
+def reset_workload(rows: int | None = None) -> None:
+    """Set the stated rows to ``rows`` (None: nothing stated; tests restore the state with it)."""
+    global _workload
+    _workload = rows
+
+
+def gated() -> bool:
+    """Whether the workload gate keeps ``auto`` mode off numba: rows were stated and their total
+    is under :data:`BREAK_EVEN_ROWS` (see the module doc)."""
+    return _workload is not None and _workload < break_even() and mode() == "auto"
+
+
+def break_even() -> int:
+    """:data:`BREAK_EVEN_ROWS`, or ``DAYDREAM_JIT_BREAK_EVEN`` (rows; 0: no gate) where set: the
+    bench measures the compiled tier below the break-even with it, and a machine whose numba
+    loads faster can lower it. Raises nothing: an unreadable value is ignored."""
+    v = os.environ.get("DAYDREAM_JIT_BREAK_EVEN", "").strip().replace("_", "")
+    return int(v) if v.isdigit() else BREAK_EVEN_ROWS
 
 
 def mode() -> str:
@@ -38,9 +92,13 @@ def mode() -> str:
 
 def wanted(size: int, min_size: int, forced: bool = False) -> bool:
     """Whether a caller should use its compiled kernel for an input of ``size`` (its own
-    threshold ``min_size``; ``forced``: the caller's caller asked for it)."""
+    threshold ``min_size``; ``forced``: the caller's caller asked for it, or the kernel is
+    loaded already). In ``auto`` mode also False while the process's stated workload is under
+    the break-even (:func:`gated`), whatever ``size``."""
     m = mode()
-    return m != "off" and (forced or m == "on" or size >= min_size)
+    if m == "off":
+        return False
+    return forced or m == "on" or (size >= min_size and not gated())
 
 
 def kernel_for(kernel, size: int, min_size: int, method: str = "auto"):
