@@ -300,7 +300,7 @@ def _compare_rows(rows, predicted: bool) -> list[Row]:
     """Per quantity: this trace's measurement (or the prediction) and the other's, each its own bar."""
     out = []
     for x in rows[:MAX_STEPS]:
-        err = f"error {x.error_pct:+.2f} %" if x.after_ns else ""
+        err = f"error {x.error_pct:+.2f} %" if x.error_pct is not None else ""
         first = [Row(_name(x.name, GROUP_CHARS), "predicted", [("predicted", _ms(x.predicted_ns))], right=err, cls="row predicted")] if predicted \
             else [Row(_name(x.name, GROUP_CHARS), "this trace", [("before", _ms(x.before_ns))], right=err, cls="row before")]
         out += first + [Row("", "other trace", [("after", _ms(x.after_ns))], right=f"{_ms(x.after_ns):.3f} ms", cls="row after")]

@@ -278,7 +278,9 @@ class CompareRow(msgspec.Struct, forbid_unknown_fields=True):
     predicted_ns: int  #: the prediction; equal to before_ns for a plain trace-against-trace comparison
     after_ns: int  #: measured in the other trace (critical path: of its replay)
     error_ns: int  #: predicted - after
-    error_pct: float  #: error_ns / after_ns * 100 (0 when after_ns is 0)
+    #: error_ns / after_ns * 100; None where after_ns is under the comparison's ``rel_floor_ns`` (a
+    #: relative error of a quantity that small says nothing: daydream.report.compare.REL_FLOOR_PCT)
+    error_pct: float | None
 
 
 class Comparison(msgspec.Struct, forbid_unknown_fields=True):
@@ -293,6 +295,16 @@ class Comparison(msgspec.Struct, forbid_unknown_fields=True):
     window_error_pct: float  #: |error| of the traced window
     max_step_error_pct: float  #: max |error| over the steps paired by order (0 without steps)
     notes: list[str] = []  #: how the two were paired, and what could not be
+    #: the step the headline compares: "median of N ProfilerSteps" (each trace's own median) or "traced window"
+    step_basis: str = ""
+    step_before_ns: int = 0  #: this trace's measured step (median over its steps, or its window)
+    step_predicted_ns: int = 0  #: the prediction's step (median over its steps, or its window); 0 without a prediction
+    step_after_ns: int = 0  #: the other trace's measured step (median over its steps, or its window)
+    #: the prediction's speed-up as the answer says it (replayed baseline over prediction, median step); 0 without a prediction
+    speedup_predicted: float = 0.0
+    speedup_measured: float = 0.0  #: step_before_ns / step_after_ns: the speed-up the change made for real
+    #: quantities under this many ns (in the other trace) get no relative error (REL_FLOOR_PCT of step_after_ns)
+    rel_floor_ns: int = 0
 
 
 # ---------------------------------------------------------------- JSON ------------------------
