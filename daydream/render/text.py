@@ -28,6 +28,7 @@ from ..report.report_model import (
 )
 from ..report.summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_speedup, answer_steps, median
 from .tables import tables_text
+from ..report.compare import largest_differences
 
 
 def _pct(x: float) -> str:
@@ -390,8 +391,6 @@ def comparison_head(r: Report) -> list[str]:
     """The comparison's first lines: predicted vs measured speed-up and step side by side, then the
     largest differences by launching op and by kernel class (predicted, or this trace, against the
     other trace's measurement)."""
-    from ..report.compare import largest_differences
-
     c = r.comparison
     if c is None:
         return []

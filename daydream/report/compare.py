@@ -76,9 +76,10 @@ def _row(group: str, name: str, before: int, predicted: int, after: int, floor_n
     return CompareRow(group, name, int(before), int(predicted), int(after), err, pct)
 
 
-def measures(graph: TaskGraph, tl: Timeline, ranges_tl: Timeline | None) -> dict[str, dict[str, int]]:
-    """Per group (``phase GPU``, ``phase CPU``, ``kernel class``, ``CPU range``), ns per name in
-    the timeline ``tl`` of ``graph``; CPU ranges carried into ``ranges_tl`` (None: as recorded)."""
+def measures(graph: TaskGraph, tl: Timeline, ranges_tl: Timeline | None, ref: TaskGraph | None = None) -> dict[str, dict[str, int]]:
+    """Per group (``phase GPU``, ``phase CPU``, ``op GPU``, ``kernel class``, ``CPU range``), ns per
+    name in the timeline ``tl`` of ``graph``; CPU ranges carried into ``ranges_tl`` (None: as
+    recorded); ``ref``: the baseline a predicted ``graph`` was made from (its tasks keep their ops)."""
     out: dict[str, dict[str, int]] = {}
     cpu = graph.node_kind == NODE_CPU
     dur = (tl.end_ns - tl.start_ns).astype(np.int64)
@@ -90,7 +91,7 @@ def measures(graph: TaskGraph, tl: Timeline, ranges_tl: Timeline | None) -> dict
         c = np.bincount(ph[ok & cpu], weights=own[ok & cpu], minlength=len(PHASES))
         out["phase GPU"] = {PHASES[i]: int(g[i]) for i in range(len(PHASES)) if g[i]}
         out["phase CPU"] = {PHASES[i]: int(c[i]) for i in range(len(PHASES)) if c[i]}
-    out["op GPU"] = gpu_time_by_op(graph, tl)
+    out["op GPU"] = gpu_time_by_op(graph, tl, ref)
     cls = kernel_info(graph).cls.astype(np.int64)
     k = np.bincount(cls[~cpu], weights=dur[~cpu], minlength=len(CLASSES)) if (~cpu).any() else np.zeros(len(CLASSES))
     out["kernel class"] = {CLASSES[i]: int(k[i]) for i in range(len(CLASSES)) if k[i]}
@@ -232,7 +233,7 @@ def compare(before, after) -> Comparison:
     g, ga = before.graph, after.graph
     mb = measures(g, recorded(g), None)
     predicted = getattr(before, "predicted_graph", None) is not None and bool(rb.predictions)
-    mp = measures(before.predicted_graph, before.predicted, before.predicted) if predicted else mb
+    mp = measures(before.predicted_graph, before.predicted, before.predicted, g) if predicted else mb
     ma = measures(ga, recorded(ga), None)
     check_related(rb, ra, name_overlap(_names(g, mb["CPU range"]), _names(ga, ma["CPU range"])))
     head = _headline(rb, ra)

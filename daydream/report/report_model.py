@@ -189,6 +189,7 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     #: False: the prediction does not fit on some GPU (its peak x margin above the capacity); True: it fits on every
     #: GPU whose capacity is known; None: no allocator events or no capacity known
     fits: bool | None = None
+    by_cause_ns: dict[str, int] = {}  #: the prediction's critical path by cause (of the traced window)
 
 
 class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
@@ -217,6 +218,44 @@ class Trust(msgspec.Struct, forbid_unknown_fields=True):
     gpu_start_error_p99_pct: float = 0.0  #: gpu_start_error_p99_us as % of the median measured ProfilerStep (the window without steps); judged like the step error (see start_error_verdict)
 
 
+class OpBars(msgspec.Struct, forbid_unknown_fields=True):
+    """One op's GPU time (ns, the tasks it launched) in the baseline replay and per prediction."""
+
+    name: str
+    baseline_ns: int
+    predicted_ns: dict[str, int]  #: prediction label (the optimizations, "a+b") -> ns
+
+
+class LaneRow(msgspec.Struct, forbid_unknown_fields=True):
+    """One lane (a CPU thread or a GPU stream) of a step picture: its busy intervals, [start, end]
+    ns from the step's start, in the baseline replay and in the prediction."""
+
+    lane: str
+    gpu: bool
+    baseline: list[list[int]]
+    predicted: list[list[int]]
+
+
+class StepPicture(msgspec.Struct, forbid_unknown_fields=True):
+    """One step (the answer's median step, or the traced window) replayed and predicted, lane by lane
+    (daydream.report.pictures)."""
+
+    step: str
+    prediction: str  #: the prediction's label
+    baseline_ns: int  #: the step's length in the baseline replay
+    predicted_ns: int  #: and in the prediction
+    lanes: list[LaneRow]
+    lanes_left_out: int  #: lanes with work in the step that are not drawn
+
+
+class Pictures(msgspec.Struct, forbid_unknown_fields=True):
+    """What ``--plot`` draws beyond the other sections (daydream.report.pictures)."""
+
+    ops: list[OpBars]  #: the top ops by GPU time in the baseline replay
+    step: StepPicture | None = None
+    step_position: int | None = None  #: position in Report.steps of the step pictured (None: the window)
+
+
 class Report(msgspec.Struct, forbid_unknown_fields=True):
     """The whole analysis of one trace."""
 
@@ -240,6 +279,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     communication: "CommSummary | None" = None  #: the trace's collectives (None: it has none)
     comparison: "Comparison | None" = None  #: ``--compare-to``: predicted (or this trace) against another trace's measurement
     memory: MemorySummary | None = None  #: the replayed memory: peaks, parts, will it fit (None: no allocator events)
+    pictures: Pictures | None = None  #: what --plot draws beyond the other sections (daydream.report.pictures)
 
 
 class CollectiveStats(msgspec.Struct, forbid_unknown_fields=True):

@@ -23,6 +23,7 @@ from ..graph import NODE_CPU, TaskGraph
 from ..graph.collectives import OP_LABELS, Op, find_collectives
 from ..graph.kernels import CLASSES, kernel_info
 from ..mapping.rules import nvtx_base_name
+from ..simulate.carry import cpu_range_rows
 from ..graph.range_timeline import range_timeline_numpy, split_by_range, thread_key
 from ..simulate import Timeline
 from ..simulate.critical_path import communication_mask
@@ -137,29 +138,45 @@ def _launch_labels(graph: TaskGraph, gpu: np.ndarray, rt) -> np.ndarray:
     return op_lab
 
 
-def gpu_time_by_op(graph: TaskGraph, tl: Timeline) -> dict[str, int]:
-    """GPU task time (ns, from the timeline ``tl`` of ``graph``: recorded, replayed or predicted)
-    by launching op (:class:`KernelRow`'s ``op``: the innermost framework op enclosing the launch
-    call, :data:`NO_OP` where none). The op is read from the recorded calls, so an inserted task
-    launched by a recorded call keeps its op; a task with no launch call is under NO_OP. A trace
-    without ``cpu_op`` rows (Nsight Systems) gives the innermost CPU range instead (NVTX: with
-    ``torch.autograd.profiler.emit_nvtx`` the op, ``aten::mm, seq = 12, op_id = 7`` counted as
-    ``aten::mm``), so an op matches across formats and vendors by its name."""
+def _op_labels(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(GPU task nodes, their launching op's index into the labels or -1, the labels: op names)."""
     t = graph.table
     rows = None
     if not (t.kind == Kind.CPU_OP).any():
-        from ..simulate.carry import cpu_range_rows
         rows = cpu_range_rows(t)
     _, rt = _op_timeline(graph, rows)
     gpu = np.flatnonzero(graph.node_kind != NODE_CPU)
-    if not len(gpu):
+    return gpu, _launch_labels(graph, gpu, rt), list(rt.labels)
+
+
+def gpu_time_by_op(graph: TaskGraph, tl: Timeline, ref: TaskGraph | None = None) -> dict[str, int]:
+    """GPU task time (ns, from the timeline ``tl`` of ``graph``: recorded, replayed or predicted)
+    by launching op (:class:`KernelRow`'s ``op``: the innermost framework op enclosing the launch
+    call, :data:`NO_OP` where none). A trace without ``cpu_op`` rows (Nsight Systems) gives the
+    innermost CPU range instead (NVTX: with ``torch.autograd.profiler.emit_nvtx`` the op,
+    ``aten::mm, seq = 12, op_id = 7`` counted as ``aten::mm``), so an op matches across formats and
+    vendors by its name.
+
+    ``ref``: the baseline graph ``graph`` was transformed from; each GPU task then keeps the op of
+    the recorded task it is (by table row), so a what-if that removes or replaces launch calls
+    (CUDA graphs) does not move its kernels' time to NO_OP; a task it inserted is under NO_OP."""
+    gpu, lab, labels = _op_labels(graph if ref is None else ref)
+    if not len(gpu) or graph.n == 0:
         return {}
+    if ref is not None:
+        src = ref.row[gpu].astype(np.int64)
+        o = np.argsort(src, kind="stable")
+        src, lab_sorted = src[o], lab[o]
+        gpu = np.flatnonzero(graph.node_kind != NODE_CPU)
+        rows = graph.row[gpu].astype(np.int64)
+        pos = np.searchsorted(src, rows).clip(0, max(len(src) - 1, 0))
+        hit = (rows >= 0) & (src[pos] == rows) if len(src) else np.zeros(len(rows), bool)
+        lab = np.where(hit, lab_sorted[pos] if len(src) else -1, -1)
     dur = (tl.end_ns - tl.start_ns)[gpu].astype(np.int64)
-    lab = _launch_labels(graph, gpu, rt)
-    tot = np.bincount(lab + 1, weights=dur, minlength=len(rt.labels) + 1)
+    tot = np.bincount(lab + 1, weights=dur, minlength=len(labels) + 1)
     out: dict[str, int] = {}
     for i in np.flatnonzero(tot).tolist():  # distinct names (emit_nvtx ones folded per op)
-        k = nvtx_base_name(rt.labels[i - 1]) if i else NO_OP
+        k = nvtx_base_name(labels[i - 1]) if i else NO_OP
         out[k] = out.get(k, 0) + int(round(tot[i]))
     return out
 
