@@ -3,17 +3,23 @@ self-contained HTML page holding the same figures inline (``--plot FILE.html``).
 
 Like :mod:`daydream.render.text` this module lays out the report model only. The figures:
 
-1. *Step time by cause*: the traced window's critical path split by cause (CPU, GPU compute,
-   communication, launch latency, sync), the replayed baseline above each prediction; then, per
-   ProfilerStep, the step's time by task kind (the report has no per-step critical path), summed
-   over CPU threads and GPU streams, so a bar may be longer than the step: a black tick marks the
-   step's own time.
-2. *Speed-up of each optimization alone* (``--opt all``): one bar per applicable optimization,
-   a line at x1; the ones that do not apply listed as text.
-3. *GPU busy vs idle*: per window, measured and replayed, in ms summed over devices.
-4. *Predicted against measured* (``--compare-to``): per window, kernel class and critical-path
+The page (and the SVG) opens with the answer (:func:`headline`: daydream.render.text's answer
+lines, then the trace); the HTML title is the trace's file name (:func:`page_title`). The figures:
+
+1. *Baseline and predictions* (``fig-causes``): the replayed baseline and each prediction (``--opt``,
+   or every applicable one of ``--opt all``, ``Ranked.by_cause_ns``) side by side: the traced
+   window's critical path by cause; with ``--opt``, each ProfilerStep's time (one bar as long as the
+   step); the GPU time of the top ops (``Report.pictures.ops``; with ``--opt all`` the
+   :data:`OP_PREDICTIONS` fastest predictions).
+2. *Speed-up of each optimization alone* (``fig-ranking``, ``--opt all``): one bar per applicable
+   optimization on an axis that starts at x1 (lower only when one is slower), a line at x1; the ones
+   that do not apply listed as text.
+3. *One step, baseline and predicted* (``fig-timeline``): ``Report.pictures.step``, the lanes'
+   busy intervals of the baseline replay above the prediction's, on one time axis.
+4. *GPU busy vs idle*: per window, measured and replayed, in ms summed over devices.
+5. *Predicted against measured* (``--compare-to``): per window, kernel class and critical-path
    cause, the prediction (or, without ``--opt``, this trace) beside the other trace's
-   measurement, with the error in %.
+   measurement, with the error in % (where the quantity is above the comparison's floor).
 
 Every series has its own lightness and its own hatch, so the figures read in grey-scale print.
 Every string from the trace goes through :func:`daydream.util.display.markup_text`, cut first to the
