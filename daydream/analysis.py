@@ -19,6 +19,7 @@ from .optimizations.kernel_cost import range_ends, range_words
 from .render.chrome_trace import write_timeline
 from .report.report_model import AppliedOpt, PredictionRange, Ranked, Report, WaitBound
 from .report.make import build_prediction, build_report
+from .report.pictures import add_prediction_ops, pictures, step_picture
 from .report.windows import window_end_ns
 from .report.summary import WHATIF_MIN_SPEEDUP, answer_speedup, answer_whatifs, change_summary, median_step_speedup
 from .simulate import Timeline, recorded
@@ -119,6 +120,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
     report = build_report(graph, tl, recorded(graph))
     report.warnings += unsettled
     result = Result(report, graph, tl)
+    report.pictures = pictures(graph, tl, report.steps)
     if opts:
         check_composition(list(opts))
         try:
@@ -132,8 +134,12 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
         report.predictions[-1].wait_bound = wait_bound(graph, g2)
         report.predictions[-1].range = prediction_range(report, g2, report.warnings)
         result.predicted_graph, result.predicted = g2, tl2
+        label = "+".join(o.name for o, _ in opts)
+        add_prediction_ops(report.pictures.ops, label, g2, tl2, graph)
+        report.pictures.step = step_picture(graph, tl, g2, tl2, label, report.pictures.step_position)
     if rank_all:
         rows = []
+        best = None  # (speed-up, name, graph, timeline) of the fastest prediction: the step picture's
         for name, opt in load_all().items():
             if opt.what_if:
                 continue
@@ -151,9 +157,15 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             b = wait_bound(graph, g2)
             rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0,
                                median_step_speedup(report.steps, pred.steps),
-                               memory=pred.memory.line if pred.memory is not None else "", fits=_fits(pred.memory)))
+                               memory=pred.memory.line if pred.memory is not None else "", fits=_fits(pred.memory),
+                               by_cause_ns=dict(pred.critical_path.by_cause_ns)))
+            add_prediction_ops(report.pictures.ops, name, g2, tl2, graph)
+            if report.pictures.step is None and (best is None or (-answer_speedup(rows[-1]), name) < (-best[0], best[1])):
+                best = (answer_speedup(rows[-1]), name, g2, tl2)
         rows.sort(key=lambda r: (r.predicted_ns < 0, -answer_speedup(r), r.name))
         report.ranking = rows
+        if best is not None:
+            report.pictures.step = step_picture(graph, tl, best[2], best[3], best[1], report.pictures.step_position)
     if report.summary is not None:
         if report.ranking:
             answer_whatifs(report.summary, report.ranking)

@@ -130,3 +130,15 @@ def test_library_model_range_and_identity(r50):
     assert len(rows) > 3000 and (lo <= 1).all() and (hi >= 1).all() and (lo < 1).any()
     g3, _ = run(g, "amp:dtype=fp32")
     assert np.array_equal(g3.dur_ns, g.dur_ns)
+
+
+def test_older_triton_names_are_not_other():
+    """Inductor's older kernel names (issue 31: they were counted as "other"): ``triton_0d1d2d``
+    (argument specialization only, as ``triton__0d1d``) and the GEMM templates named
+    ``triton_mm``/``triton_bmm`` before ``triton_tem_``."""
+    assert K.classify_name("triton_0d1d2d3")[0] == "elementwise"
+    assert K.classify_name("triton_mm")[:2] == ("gemm", "compute")
+    assert K.classify_name("triton_bmm_0")[:2] == ("gemm", "compute")
+    assert K.classify_name("triton_mmx")[0] != "gemm"  # a word that starts with mm is not the template
+    c, _ = K.refine_by_op(["triton_0d1d2d"], ["aten::bmm"])
+    assert K.CLASSES[int(c[0])] == "gemm"

@@ -38,10 +38,10 @@ def _chromium() -> str | None:
 
 
 CHROMIUM = _chromium()
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     CHROMIUM is None,
     reason="no Chromium found (apt-get install chromium, or set DAYDREAM_CHROMIUM): the --plot browser test is skipped",
-)
+), pytest.mark.slow]  # each opens Chromium two to three times: seconds
 CONSOLE = re.compile(r":CONSOLE[:(]\d*\)?\]? (.*)$")
 
 
@@ -104,15 +104,73 @@ def _check(tmp_path: Path, page: Path, figures: int, drawn: int = 3) -> dict:
     return facts
 
 
+#: the layout check, run in the browser on a copy of the page with this script appended (the page
+#: itself has none): every drawn element's box (text, rect, line) inside its <svg>'s box, and no
+#: <svg> wider than the page's body; logs "LAYOUT" and the offenders as JSON
+LAYOUT_JS = (
+    "const over=[];const body=document.body.getBoundingClientRect();"
+    "for(const svg of document.querySelectorAll('svg')){const r=svg.getBoundingClientRect();"
+    "if(r.right>Math.max(body.right,window.innerWidth)+0.5)over.push('svg wider than the page: '+Math.round(r.width));"
+    "for(const el of svg.querySelectorAll('text,rect,line')){if(el.closest('defs'))continue;const b=el.getBoundingClientRect();"
+    "if(b.width===0&&b.height===0)continue;"
+    "if(b.left<r.left-0.5||b.right>r.right+0.5||b.top<r.top-0.5||b.bottom>r.bottom+0.5)"
+    "over.push(el.tagName+' '+(el.textContent||'').slice(0,50)+' '+[b.left-r.left,b.right-r.left,b.top-r.top,b.bottom-r.top]"
+    ".map(Math.round).join(','));}}"
+    "console.log('LAYOUT'+JSON.stringify({svgs:document.querySelectorAll('svg').length,over:over}));"
+)
+
+
+def layout(tmp_path: Path, page: Path) -> dict:
+    """{"svgs": count, "over": elements outside their <svg>} measured by Chromium on a copy of ``page``."""
+    text = page.read_text(encoding="utf-8")
+    probe = tmp_path / "probe.html"
+    if page.suffix == ".svg":  # an SVG document: inline it in a page of its own width
+        text = "<!DOCTYPE html><html><body style=\"margin:0\">" + text.split("?>", 1)[-1] + "</body></html>"
+    probe.write_text(text.replace("</body>", f"<script>{LAYOUT_JS}</script></body>"), encoding="utf-8")
+    out = _run(tmp_path, probe.as_uri(), "--dump-dom", f"--window-size={WIDTH},{HEIGHT}")
+    facts = [m for m in console(out.stderr) if m.startswith('"LAYOUT')]
+    assert facts, out.stderr[-2000:]
+    return json.loads(facts[0][len('"LAYOUT'):].split('", source:')[0])
+
+
+def _fits(tmp_path: Path, page: Path) -> None:
+    facts = layout(tmp_path, page)
+    assert facts["svgs"] >= 1 and facts["over"] == [], facts["over"][:10]
+
+
 @pytest.mark.parametrize("ext", ["html", "svg"])
 def test_plot_opens_in_chromium(tmp_path, capsys, ext):
-    """The page has three figures (step time by cause, GPU busy, predicted against measured),
-    each an inline <svg>; the SVG file holds them in one <svg> as <g class="figure">."""
+    """The page has four figures (baseline and prediction, one step's timeline, GPU busy,
+    predicted against measured), each an inline <svg>; the SVG file holds them in one <svg> as
+    <g class="figure">; everything drawn lies inside its <svg>."""
     page = tmp_path / f"f.{ext}"
     args = [str(FIXTURE), "--opt", "scale-kernels:pattern=gemm,factor=0.5", "--compare-to", str(FIXTURE), "--plot", str(page)]
     assert main(args) == 0
     capsys.readouterr()
-    _check(tmp_path, page, 3 if ext == "html" else 1)
+    _check(tmp_path, page, 4 if ext == "html" else 1, drawn=4)
+    _fits(tmp_path, page)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ext", ["html", "svg"])
+def test_opt_all_page_fits_in_chromium(tmp_path, capsys, ext):
+    """--opt all: the baseline and every prediction side by side, the ranking, one step's timeline."""
+    page = tmp_path / f"all.{ext}"
+    assert main([str(FIXTURE), "--opt", "all", "--plot", str(page)]) == 0
+    capsys.readouterr()
+    _check(tmp_path, page, 4 if ext == "html" else 1, drawn=4)
+    _fits(tmp_path, page)
+
+
+def test_layout_check_can_fail(tmp_path):
+    """Negative control: a text that runs past its viewBox and an SVG wider than the page are caught."""
+    bad = tmp_path / "over.html"
+    bad.write_text('<!DOCTYPE html><html><body style="margin:0;width:300px"><svg xmlns="http://www.w3.org/2000/svg" '
+                   'viewBox="0 0 200 40" width="200" height="40"><text x="150" y="20">a long label past the edge</text></svg>'
+                   '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 2000 10" width="2000" height="10"><rect width="5" height="5"/></svg>'
+                   "</body></html>")
+    over = layout(tmp_path, bad)["over"]
+    assert any("a long label past the edge" in x for x in over) and any("wider than the page" in x for x in over), over
 
 
 @pytest.mark.skipif(not BERT.exists(), reason="../shared/traces/tracelens not present")
@@ -121,7 +179,8 @@ def test_bert_pair_page_opens_in_chromium(tmp_path, capsys):
     assert main([str(BERT / "h100_gaunernst_bert-small-uncased__1016001.json.gz"), "--opt", "gpu-upgrade:target=MI300X",
                  "--compare-to", str(BERT / "mi300_gaunernst_bert-small-uncased__1016001.json.gz"), "--plot", str(page)]) == 0
     capsys.readouterr()
-    _check(tmp_path, page, 3)
+    _check(tmp_path, page, 4, drawn=4)
+    _fits(tmp_path, page)
 
 
 DLRM = ROOT.parent / "shared" / "traces" / "param_dlrm"
@@ -135,6 +194,7 @@ def test_job_plot_opens_in_chromium(tmp_path, capsys, ext):
     assert main([str(DLRM), "--plot", str(page)]) == 0
     capsys.readouterr()
     _check(tmp_path, page, 1, drawn=1)
+    _fits(tmp_path, page)
 
 
 def test_the_checks_can_fail(tmp_path):

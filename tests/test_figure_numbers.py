@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from daydream.cli import main
-from daydream.render.svg import KINDS, SERIES
+from daydream.render.svg import OP_PREDICTIONS, SERIES
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "train_step.json.gz"
@@ -51,14 +51,21 @@ def _draw(tmp_path, capsys, *args) -> tuple[dict[str, ET.Element], dict]:
 
 def _check_causes_and_gpu(figs, rep) -> None:
     bars = _bars(figs["fig-causes"])
-    cps = [rep["critical_path"]] + [p["critical_path"] for p in rep["predictions"]]
-    assert [_nonzero(v) for _, v in bars[: len(cps)]] == [_nonzero({c: _ms(n) for c, n in cp["by_cause_ns"].items()}) for cp in cps]
-    kinds = []
-    for s in rep["steps"]:
-        kinds.append({k: _ms(s["breakdown"][k]) for k in KINDS})
-        for p in rep["predictions"]:
-            kinds += [{k: _ms(w["breakdown"][k]) for k in KINDS} for w in p["steps"] if w["name"] == s["name"]]
-    assert [_nonzero(v) for _, v in bars[len(cps):]] == [_nonzero(k) for k in kinds]
+    ranked = [r for r in rep["ranking"] if r["predicted_ns"] >= 0 and r["speedup"] > 0]
+    cps = ([rep["critical_path"]["by_cause_ns"]] + [p["critical_path"]["by_cause_ns"] for p in rep["predictions"]]
+           + [r["by_cause_ns"] for r in ranked])
+    assert [_nonzero(v) for _, v in bars[: len(cps)]] == [_nonzero({c: _ms(n) for c, n in cp.items()}) for cp in cps]
+    rest = []
+    if rep["predictions"]:  # each step: the replayed baseline, then each prediction
+        for s in rep["steps"]:
+            rest.append({"base": _ms(s["replayed_ns"])})
+            for p in rep["predictions"]:
+                rest += [{"predicted": _ms(w["predicted_ns"])} for w in p["steps"] if w["name"] == s["name"]]
+    labels = ["+".join(o["name"] for o in p["optimizations"]) for p in rep["predictions"]] or [r["name"] for r in ranked][:OP_PREDICTIONS]
+    for o in rep["pictures"]["ops"]:  # each top op's GPU time: the replayed baseline, then the predictions
+        rest.append({"base": _ms(o["baseline_ns"])})
+        rest += [{"predicted": _ms(o["predicted_ns"][x])} for x in labels if x in o["predicted_ns"]]
+    assert [_nonzero(v) for _, v in bars[len(cps):]] == [_nonzero(k) for k in rest]
     gpu = []
     for w in [rep["window"], *rep["steps"]]:
         gpu.append({"busy": _ms(w["gpu_busy_measured_ns"]), "idle": _ms(w["gpu_idle_measured_ns"])})
@@ -76,6 +83,7 @@ def test_ranking_figure_is_the_reports(tmp_path, capsys):
     figs, rep = _draw(tmp_path, capsys, FIXTURE, "--opt", "all")
     ok = [r for r in rep["ranking"] if r["predicted_ns"] >= 0 and r["speedup"] > 0]
     assert [v["speedup"] for _, v in _bars(figs["fig-ranking"])] == [round(r["speedup"], 3) for r in ok]
+    _check_causes_and_gpu(figs, rep)
 
 
 def _check_compare(figs, rep) -> None:
@@ -104,6 +112,6 @@ def test_figures_on_the_bert_pair(tmp_path, capsys):
     h100 = BERT / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
     mi300 = BERT / "mi300_gaunernst_bert-small-uncased__1016001.json.gz"
     figs, rep = _draw(tmp_path, capsys, h100, "--opt", "gpu-upgrade:target=MI300X", "--compare-to", mi300)
-    assert list(figs) == ["fig-causes", "fig-gpu", "fig-compare"]
+    assert list(figs) == ["fig-causes", "fig-timeline", "fig-gpu", "fig-compare"]
     _check_causes_and_gpu(figs, rep)
     _check_compare(figs, rep)

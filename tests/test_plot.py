@@ -15,7 +15,8 @@ from daydream.cli import main
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz"
 SVG = "{http://www.w3.org/2000/svg}"
-TITLES = {"fig-causes": "Step time by cause", "fig-ranking": "Speed-up of each optimization alone (--opt all)", "fig-gpu": "GPU busy vs idle"}
+TITLES = {"fig-causes": "Baseline and prediction", "fig-ranking": "Speed-up of each optimization alone (--opt all)",
+          "fig-timeline": "One step, baseline and predicted", "fig-gpu": "GPU busy vs idle"}
 HOSTILE = "\x1b[2J\x00\u202e<script>x</script>]]>"
 
 
@@ -36,25 +37,59 @@ def test_svg_figures(tmp_path, capsys, opt):
     root = ET.fromstring(svg.read_bytes())
     assert root.tag == SVG + "svg" and root.get("viewBox").startswith("0 0 820 ")
     figs = {g.get("id"): g for g in root.iter(SVG + "g") if g.get("class") == "figure"}
-    expected = ["fig-causes", "fig-ranking", "fig-gpu"] if opt == ["--opt", "all"] else ["fig-causes", "fig-gpu"]
+    expected = {(): ["fig-causes", "fig-gpu"], ("--opt", "all"): ["fig-causes", "fig-ranking", "fig-timeline", "fig-gpu"]}.get(
+        tuple(opt), ["fig-causes", "fig-timeline", "fig-gpu"])
     assert list(figs) == expected
     for ident, fig in figs.items():
-        assert TITLES[ident] in _texts(fig)
+        assert any(t.startswith(TITLES[ident]) for t in _texts(fig))
     windows = 1 + len(report["steps"])
     assert len(report["steps"]) == 3
-    # one baseline bar per window (the traced window's critical path, each step's breakdown), and per prediction
-    assert len(_rows(figs["fig-causes"], "row base")) == windows
-    assert len(_rows(figs["fig-causes"], "row prediction")) == len(report["predictions"]) * windows
+    ops = report["pictures"]["ops"]
+    ranked = [r for r in report["ranking"] if r["predicted_ns"] >= 0 and r["speedup"] > 0]
+    preds = len(report["predictions"]) or len(ranked)
+    # the baseline and each prediction side by side: critical path by cause, each step (with --opt), each top op
+    base = 1 + (len(report["steps"]) if report["predictions"] else 0) + len(ops)
+    assert len(_rows(figs["fig-causes"], "row base")) == base
+    assert len(_rows(figs["fig-causes"], "row prediction")) == (
+        len(report["predictions"]) * (1 + len(report["steps"]) + len(ops)) if report["predictions"] else len(ranked) + min(3, len(ranked)) * len(ops))
+    assert preds or len(_rows(figs["fig-causes"], "row prediction")) == 0
     assert len(_rows(figs["fig-gpu"], "row base")) == windows and len(_rows(figs["fig-gpu"], "row replayed")) == windows
     legend = " ".join(_texts(root))
-    for label in ("GPU compute", "communication", "kernels", "GPU busy", "GPU idle", "(ms)"):
+    for label in ("GPU compute", "communication", "GPU busy", "GPU idle", "(ms)"):
         assert label in legend
+    # the answer heads the picture
+    assert _texts(root)[0].startswith("answer: step ")
     if "fig-ranking" in figs:
         ok = [r for r in report["ranking"] if r["predicted_ns"] >= 0]
         assert len(_rows(figs["fig-ranking"], "row rank")) == len(ok) > 0
         assert "speed-up (x)" in _texts(figs["fig-ranking"])
         na = [t for t in _texts(figs["fig-ranking"]) if t.startswith("not applicable: ")]
         assert len(na) == len(report["ranking"]) - len(ok)
+    if "fig-timeline" in figs:
+        pic = report["pictures"]["step"]
+        assert len(_rows(figs["fig-timeline"], "lane")) == 2 * len(pic["lanes"]) > 0
+
+
+def test_speedup_axis_starts_at_one(tmp_path, capsys):
+    """Issue 31: bars started at 0, so 1.074x looked like 1.018x. The ranking's axis starts at x1
+    (lower only when a prediction is slower than the baseline) and a bar's length is its speed-up
+    less the origin, so the bars' lengths are in the ratio of the gains."""
+    svg, js = tmp_path / "f.svg", tmp_path / "r.json"
+    assert main([str(FIXTURE), "--opt", "all", "--plot", str(svg), "--json", str(js)]) == 0
+    capsys.readouterr()
+    report = json.loads(js.read_bytes())
+    root = ET.fromstring(svg.read_bytes())
+    fig = next(g for g in root.iter(SVG + "g") if g.get("id") == "fig-ranking")
+    ok = [r for r in report["ranking"] if r["predicted_ns"] >= 0 and r["speedup"] > 0]
+    origin = min([1.0] + [r["speedup"] for r in ok])
+    origin = int(origin * 20) / 20 if origin < 1 else 1.0
+    widths = [float(next(g.iter(SVG + "rect")).get("width")) if list(g.iter(SVG + "rect")) else 0.0 for g in _rows(fig, "row rank")]
+    gains = [r["speedup"] - origin for r in ok]
+    top = max(range(len(gains)), key=lambda i: gains[i])
+    for w, gn in zip(widths, gains):
+        if gn > 0.01:
+            assert w / widths[top] == pytest.approx(gn / gains[top], abs=0.01)
+    assert f"{origin:g}" in _texts(fig)  # the axis' first tick
 
 
 class _Tags(HTMLParser):
@@ -74,12 +109,16 @@ def test_html_page(tmp_path, capsys):
     p = _Tags()
     p.feed(text)
     p.close()
-    assert p.tags[:2] == ["html", "head"] and p.tags.count("svg") == 3 and p.tags.count("figure") == 3
+    assert p.tags[:2] == ["html", "head"] and p.tags.count("svg") == 4 and p.tags.count("figure") == 4
     assert "script" not in p.tags and "http://" not in text.replace("http://www.w3.org/2000/svg", "")  # self-contained
     svgs = re.findall(r"<svg\b.*?</svg>", text, flags=re.S)
-    assert len(svgs) == 3
+    assert len(svgs) == 4
     for s, title in zip(svgs, TITLES.values()):
-        assert title in _texts(ET.fromstring(s))
+        assert any(t.startswith(title) for t in _texts(ET.fromstring(s)))
+    # the answer is the page's headline; the title is the file's name, not its path
+    h1 = re.search(r"<h1>(.*?)</h1>", text).group(1)
+    assert h1.startswith("answer: step ")
+    assert re.search(r"<title>(.*?)</title>", text).group(1) == "daydream: train_step.json.gz"
 
 
 def _hostile_trace(tmp_path: Path) -> Path:

@@ -111,7 +111,10 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
     # reduction code only (GEMMs and convolutions go to cuBLAS/cuDNN unless autotuned templates,
     # named ``triton_tem_``/``triton_mm`` from 2.1), so such a kernel is memory-bound; its class is
     # refined from its launching op where the trace records one (:func:`refine_by_op`).
-    KernelRule(r"^triton__\d", "elementwise", _M, "PyTorch 2.0 Inductor kernel (kind from the launching op)"),
+    KernelRule(r"^triton__?\d", "elementwise", _M, "PyTorch 2.0 Inductor kernel (kind from the launching op)"),
+    # PyTorch 2.0/2.1 Inductor's autotuned GEMM templates before the ``triton_tem_`` prefix:
+    # ``triton_mm``, ``triton_bmm``, ``triton_addmm`` (torch/_inductor/kernel/mm.py, bmm.py template names)
+    KernelRule(r"^triton_(?:mm|bmm|addmm|conv)(?:_|\d|$)", "gemm", _C, "Inductor GEMM template, older name"),
     # --- specific helpers whose names mention other classes' words ("flash", "conv", "norm")
     KernelRule(r"(?i)reshape_and_cache|page_indices|nchwToNhwc|nhwcToNchw|im2col|col2im", "copy", _M,
                "KV-cache writes and layout transforms"),
@@ -262,7 +265,7 @@ def kernel_info(graph) -> KernelInfo:
 
 #: Kernel names that carry no kind (PyTorch 2.0 Inductor, ``triton__0d1d2d``): classified by their
 #: launching op's name (:data:`OP_CLASS_RULES`).
-NAMELESS_KIND = re.compile(r"^triton__\d")
+NAMELESS_KIND = re.compile(r"^triton__?\d")
 #: Launching-op name -> class for :data:`NAMELESS_KIND` kernels, first match wins (ATen op names;
 #: Inductor's CPU-side op for a fused kernel is the graph region, which gives no class: elementwise).
 OP_CLASS_RULES: tuple[tuple[str, str, str], ...] = (

@@ -3,17 +3,23 @@ self-contained HTML page holding the same figures inline (``--plot FILE.html``).
 
 Like :mod:`daydream.render.text` this module lays out the report model only. The figures:
 
-1. *Step time by cause*: the traced window's critical path split by cause (CPU, GPU compute,
-   communication, launch latency, sync), the replayed baseline above each prediction; then, per
-   ProfilerStep, the step's time by task kind (the report has no per-step critical path), summed
-   over CPU threads and GPU streams, so a bar may be longer than the step: a black tick marks the
-   step's own time.
-2. *Speed-up of each optimization alone* (``--opt all``): one bar per applicable optimization,
-   a line at x1; the ones that do not apply listed as text.
-3. *GPU busy vs idle*: per window, measured and replayed, in ms summed over devices.
-4. *Predicted against measured* (``--compare-to``): per window, kernel class and critical-path
+The page (and the SVG) opens with the answer (:func:`headline`: daydream.render.text's answer
+lines, then the trace); the HTML title is the trace's file name (:func:`page_title`). The figures:
+
+1. *Baseline and predictions* (``fig-causes``): the replayed baseline and each prediction (``--opt``,
+   or every applicable one of ``--opt all``, ``Ranked.by_cause_ns``) side by side: the traced
+   window's critical path by cause; with ``--opt``, each ProfilerStep's time (one bar as long as the
+   step); the GPU time of the top ops (``Report.pictures.ops``; with ``--opt all`` the
+   :data:`OP_PREDICTIONS` fastest predictions).
+2. *Speed-up of each optimization alone* (``fig-ranking``, ``--opt all``): one bar per applicable
+   optimization on an axis that starts at x1 (lower only when one is slower), a line at x1; the ones
+   that do not apply listed as text.
+3. *One step, baseline and predicted* (``fig-timeline``): ``Report.pictures.step``, the lanes'
+   busy intervals of the baseline replay above the prediction's, on one time axis.
+4. *GPU busy vs idle*: per window, measured and replayed, in ms summed over devices.
+5. *Predicted against measured* (``--compare-to``): per window, kernel class and critical-path
    cause, the prediction (or, without ``--opt``, this trace) beside the other trace's
-   measurement, with the error in %.
+   measurement, with the error in % (where the quantity is above the comparison's floor).
 
 Every series has its own lightness and its own hatch, so the figures read in grey-scale print.
 Every string from the trace goes through :func:`daydream.util.display.markup_text`, cut first to the
@@ -22,11 +28,13 @@ width it has (monospace text, so widths are known and labels never overlap).
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 from ..simulate.critical_path import CAUSES
 from ..util.display import markup_text, terminal_text
 from ..report.report_model import Prediction, Report, WindowStats
+from .text import answer_lines
 
 WIDTH = 820  #: every figure's viewBox width
 CHAR_W = 6.7  #: width of one 11 px monospace character
@@ -52,6 +60,9 @@ SERIES: dict[str, tuple[str, str, str]] = {
     "busy": ("GPU busy", "#1f4e3d", "solid"),
     "idle": ("GPU idle", "#e4e4e4", "diag"),
     "speedup": ("speed-up", "#3b6fb6", "vert"),
+    "base": ("replayed baseline", "#9ecae1", "diag"),
+    "cpu_lane": ("CPU thread busy (calls, CPU time between them)", "#0b2f6b", "solid"),
+    "gpu_lane": ("GPU stream busy", "#e69f00", "solid"),
     "before": ("this trace, measured", "#9ecae1", "diag"),
     "predicted": ("predicted", "#0b2f6b", "solid"),
     "after": ("other trace, measured", "#e69f00", "dots"),
@@ -71,7 +82,7 @@ _HATCH = {
     "horiz": "M0,3L6,3", "vert": "M3,0L3,6", "cross": "M0,3L6,3M3,0L3,6", "dots": "",
 }
 _STYLE = ("text{font-family:'DejaVu Sans Mono',Menlo,Consolas,monospace;font-size:11px;fill:#111}"
-          ".title{font-size:15px;font-weight:bold}.sub{font-size:12px;font-weight:bold}.note{fill:#444}"
+          ".title{font-size:15px;font-weight:bold}.head{font-weight:bold}.sub{font-size:12px;font-weight:bold}.note{fill:#444}"
           ".seg{paint-order:stroke;stroke:#fff;stroke-width:3px}.grid{stroke:#ccc;stroke-width:1}")
 
 
@@ -115,6 +126,8 @@ class Row(NamedTuple):
     right: str = ""
     cls: str = "row"
     labels: tuple[str, ...] = ()  #: per segment, shown before its value (e.g. the peer waited for); escaped
+    values: bool = True  #: write each segment's value on it (not where the bar starts at another origin than 0)
+    origin: float = 0.0  #: the axis' origin: a segment's <title> gives its value plus this (the speed-up itself)
 
 
 def _ticks(vmax: float) -> list[float]:
@@ -145,11 +158,11 @@ def _bar(row: Row, y: float, scale: float) -> str:
             continue
         name = row.labels[i] if i < len(row.labels) else ""
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{BAR_H}" fill="url(#p-{key})" stroke="#000" '
-                   f'stroke-width="0.5"><title>{name or _series(key)[0]}: {v:,.3f}</title></rect>')
+                   f'stroke-width="0.5"><title>{name or _series(key)[0]}: {v + row.origin:,.3f}</title></rect>')
         label = f"{name} {v:.2f}" if name else f"{v:.2f}"
         if name and w < len(label) * CHAR_W + 6:
             label = name
-        if w >= len(label) * CHAR_W + 6:
+        if w >= len(label) * CHAR_W + 6 and (row.values or name):
             out.append(_text(x + w / 2, y + BAR_H - 3, label, "middle", "seg"))
         x += w
     if row.tick is not None:
@@ -173,10 +186,12 @@ def _legend(y: float, keys: list[str]) -> tuple[str, float]:
 
 
 def _panel(y: float, heading: str, rows: list[Row], unit: str, keys: list[str], vmax: float | None = None,
-           mark: float | None = None) -> tuple[str, float]:
-    """A panel: a heading, one bar per row, an x axis (ticks, unit) and a legend; returns (svg, next y)."""
+           mark: float | None = None, origin: float = 0.0) -> tuple[str, float]:
+    """A panel: a heading, one bar per row, an x axis (ticks, unit) and a legend; returns (svg, next y).
+    ``origin``: the value at the axis' left end (a speed-up axis starts at 1: bars are drawn from
+    there, so 1.074x is not drawn as long as 1.018x); rows' values are given as drawn, less ``origin``."""
     top = max((sum(max(v, 0) for _, v in r.segments) for r in rows), default=0.0)
-    vmax = max(vmax or 0.0, top, *(r.tick or 0 for r in rows), mark or 0.0) or 1.0
+    vmax = max(vmax or 0.0, top, *(r.tick or 0 for r in rows), (mark - origin) if mark is not None else 0.0) or 1.0
     ticks = _ticks(vmax)
     vmax = max(vmax, ticks[-1])
     scale = (PLOT_X1 - PLOT_X0) / vmax
@@ -186,9 +201,9 @@ def _panel(y: float, heading: str, rows: list[Row], unit: str, keys: list[str], 
     for t in ticks:
         x = PLOT_X0 + t * scale
         out.append(f'<line class="grid" x1="{x:.1f}" y1="{y0 - 2:.1f}" x2="{x:.1f}" y2="{bottom + 2:.1f}"/>')
-        out.append(_text(x, bottom + 14, f"{t:g}", "middle"))
+        out.append(_text(x, bottom + 14, f"{round(t + origin, 6):g}", "middle"))
     if mark is not None:
-        x = PLOT_X0 + mark * scale
+        x = PLOT_X0 + (mark - origin) * scale
         out.append(f'<line x1="{x:.1f}" y1="{y0 - 4:.1f}" x2="{x:.1f}" y2="{bottom + 2:.1f}" stroke="#000" stroke-dasharray="4,3"/>')
     out.append(f'<line x1="{PLOT_X0}" y1="{bottom + 2:.1f}" x2="{PLOT_X1}" y2="{bottom + 2:.1f}" stroke="#000"/>')
     out.extend(_bar(r, y0 + i * ROW_H, scale) for i, r in enumerate(rows))
@@ -206,27 +221,40 @@ def _ms(ns: float) -> float:
     return ns / 1e6
 
 
+def _ranked(r: Report) -> list:
+    """The --opt all predictions drawn beside the baseline: those that apply, fastest first."""
+    return [x for x in r.ranking if x.predicted_ns >= 0 and x.speedup > 0]
+
+
+def _speed(x: float) -> str:
+    return f"x{x:.3f}" if x > 0 else ""
+
+
 def _cause_rows(r: Report) -> list[Row]:
+    """The baseline's critical path by cause, and each prediction's (``--opt`` and ``--opt all``) beside it."""
     rows = [Row(_name(r.window.name, GROUP_CHARS), "baseline", [(c, _ms(r.critical_path.by_cause_ns.get(c, 0))) for c in CAUSES],
                 right=f"{_ms(r.critical_path.length_ns):.3f} ms", cls="row base")]
     for p in r.predictions:
         cp = p.critical_path
         rows.append(Row("", _name(_opt_label(p), SUB_CHARS), [(c, _ms(cp.by_cause_ns.get(c, 0))) for c in CAUSES],
-                        right=f"x{p.window.speedup:.3f}", cls="row prediction"))
+                        right=_speed(p.window.speedup), cls="row prediction"))
+    for x in _ranked(r):
+        rows.append(Row("", _name(x.name, SUB_CHARS), [(c, _ms(x.by_cause_ns.get(c, 0))) for c in CAUSES],
+                        right=_speed(x.speedup), cls="row prediction"))
     return rows
 
 
-def _kind_rows(r: Report) -> list[Row]:
+def _step_rows(r: Report) -> list[Row]:
+    """Each ProfilerStep, replayed and predicted: one bar each, as long as the step."""
     rows = []
     for s in r.steps[:MAX_STEPS]:
-        b = s.breakdown
-        rows.append(Row(_name(s.name, GROUP_CHARS), "baseline", [(k, _ms(getattr(b, k))) for k in KINDS], _ms(s.replayed_ns),
-                        f"{_ms(s.replayed_ns):.3f} ms", "row base"))
+        rows.append(Row(_name(s.name, GROUP_CHARS), "baseline", [("base", _ms(s.replayed_ns))], right=f"{_ms(s.replayed_ns):.3f} ms",
+                        cls="row base"))
         for p in r.predictions:
             w = next((x for x in p.steps if x.name == s.name), None)
             if w is not None:
-                rows.append(Row("", _name(_opt_label(p), SUB_CHARS), [(k, _ms(getattr(w.breakdown, k))) for k in KINDS],
-                                _ms(w.predicted_ns), f"x{w.speedup:.3f}", "row prediction"))
+                rows.append(Row("", _name(_opt_label(p), SUB_CHARS), [("predicted", _ms(w.predicted_ns))], right=_speed(w.speedup),
+                                cls="row prediction"))
     return rows
 
 
@@ -237,36 +265,115 @@ def _more_steps(r: Report, y: float) -> tuple[str, float]:
     return _text(LABEL_X, y + 12, f"{extra:,} more ProfilerSteps not drawn (see the text or --json report)", cls="note"), y + 20
 
 
+#: predictions drawn per op in the ops panel (with --opt all: the fastest)
+OP_PREDICTIONS = 3
+
+
+def _op_rows(r: Report) -> list[Row]:
+    """Each top op's GPU time: baseline, then the predictions (the ``--opt`` one, or the fastest of ``--opt all``)."""
+    pics = r.pictures
+    if pics is None or not pics.ops:
+        return []
+    labels = [_opt_label(p) for p in r.predictions] or [x.name for x in _ranked(r)][:OP_PREDICTIONS]
+    rows = []
+    for o in pics.ops:
+        rows.append(Row(_name(o.name, GROUP_CHARS), "baseline", [("base", _ms(o.baseline_ns))], right=f"{_ms(o.baseline_ns):.3f} ms",
+                        cls="row base"))
+        for lab in labels:
+            if lab in o.predicted_ns:
+                v = o.predicted_ns[lab]
+                rows.append(Row("", _name(lab, SUB_CHARS), [("predicted", _ms(v))],
+                                right=f"x{o.baseline_ns / v:.2f}" if v > 0 else "removed", cls="row prediction"))
+    return rows
+
+
 def fig_causes(r: Report) -> tuple[str, float]:
-    """Figure 1: the traced window's critical path by cause; each ProfilerStep's time by task kind."""
-    out = [_text(LABEL_X, 22, "Step time by cause", cls="title")]
-    svg, y = _panel(34, "Traced window: critical path by cause (replayed baseline, then each prediction)",
+    """Figure 1: the baseline and each prediction side by side: the traced window's critical path by
+    cause, each ProfilerStep's time, and the GPU time of the top ops."""
+    out = [_text(LABEL_X, 22, "Baseline and prediction" + ("s" if len(r.predictions) + len(_ranked(r)) > 1 else ""), cls="title")]
+    svg, y = _panel(34, "Traced window: critical path by cause (replayed baseline, then each prediction; right: speed-up)",
                     _cause_rows(r), "time on the critical path (ms)", list(CAUSES))
     out.append(svg)
-    if r.steps:
-        svg, y = _panel(y + 8, "Each ProfilerStep: time by task kind (no per-step critical path in the report)",
-                        _kind_rows(r), "time (ms), summed over CPU threads and GPU streams: a bar can pass the step's time (black tick)",
-                        list(KINDS))
+    if r.steps and r.predictions:
+        svg, y = _panel(y + 8, "Each ProfilerStep: its time, replayed baseline and predicted", _step_rows(r), "step time (ms)",
+                        ["base", "predicted"])
         out.append(svg)
         more, y = _more_steps(r, y)
         out.append(more)
+    ops = _op_rows(r)
+    if ops:
+        svg, y = _panel(y + 8, "Top ops by GPU time (the tasks each launched), replayed baseline and predicted", ops,
+                        "GPU time (ms), summed over streams; right: speed-up of the op's GPU time", ["base", "predicted"])
+        out.append(svg)
     return "".join(out), y
 
 
 def fig_ranking(r: Report) -> tuple[str, float]:
-    """Figure 2: the ``--opt all`` ranking; the optimizations that do not apply as text."""
+    """Figure 2: the ``--opt all`` ranking, on an axis that starts at x1 (no change); the
+    optimizations that do not apply as text."""
     out = [_text(LABEL_X, 22, "Speed-up of each optimization alone (--opt all)", cls="title")]
-    ok = [x for x in r.ranking if x.predicted_ns >= 0 and x.speedup > 0]
-    rows = [Row(_name(x.name, GROUP_CHARS), "", [("speedup", x.speedup)], right=f"x{x.speedup:.3f}", cls="row rank") for x in ok]
+    ok = _ranked(r)
+    origin = min([1.0] + [x.speedup for x in ok])
+    origin = float(int(origin * 20)) / 20 if origin < 1.0 else 1.0  # below x1 only when a prediction is slower
+    rows = [Row(_name(x.name, GROUP_CHARS), "", [("speedup", x.speedup - origin)], right=_speed(x.speedup), cls="row rank",
+                values=False, origin=origin) for x in ok]
     y = 34
     if rows:
-        svg, y = _panel(y, "Predicted speed-up of the traced window (replayed baseline / predicted); dashed line: x1, no change",
-                        rows, "speed-up (x)", ["speedup"], mark=1.0)
+        svg, y = _panel(y, "Predicted speed-up of the traced window (replayed baseline / predicted); the axis starts at x1",
+                        rows, "speed-up (x)", ["speedup"], mark=1.0, origin=origin)
         out.append(svg)
     for x in (x for x in r.ranking if x not in ok):
         out.append(_text(LABEL_X, y + 12, _name(f"{x.name}: {x.note}" if x.note.startswith("failed: ") else f"not applicable: {x.name}: {x.note}", int((WIDTH - 2 * LABEL_X) / CHAR_W)), cls="note"))
         y += 16
     return "".join(out), y + 4
+
+
+LANE_H = 12  #: height of one lane of the step picture
+
+
+def _lane_block(y: float, title: str, lanes, which: str, span_ns: float, length_ns: int) -> tuple[str, float]:
+    """One timeline (baseline or predicted) of the step picture: a row per lane, its busy intervals."""
+    scale = (PLOT_X1 - PLOT_X0) / span_ns
+    out = [_text(LABEL_X, y + 10, title, cls="sub")]
+    y += 16
+    for ln in lanes:
+        out.append(f'<g class="lane">{_text(LABEL_X, y + LANE_H - 2, _name(ln.lane, 35), cls="note")}')
+        key = "gpu_lane" if ln.gpu else "cpu_lane"
+        for a, b in getattr(ln, which):
+            out.append(f'<rect x="{PLOT_X0 + a * scale:.1f}" y="{y:.1f}" width="{max((b - a) * scale, 0.6):.1f}" height="{LANE_H - 2}" '
+                       f'fill="url(#p-{key})"/>')
+        out.append("</g>")
+        y += LANE_H
+    end = PLOT_X0 + length_ns * scale
+    out.append(f'<line x1="{end:.1f}" y1="{y - len(lanes) * LANE_H - 2:.1f}" x2="{end:.1f}" y2="{y + 2:.1f}" stroke="#000" stroke-width="2"/>')
+    return "".join(out), y + 6
+
+
+def fig_timeline(r: Report) -> tuple[str, float]:
+    """Figure: one step (the answer's median step, or the traced window) of the replayed baseline
+    above the same step predicted, on one time axis, lanes (threads, then streams) as rows; a black
+    line marks each step's end."""
+    pic = r.pictures.step if r.pictures is not None else None
+    assert pic is not None
+    span = max(pic.baseline_ns, pic.predicted_ns, 1)
+    out = [_text(LABEL_X, 22, _name(f"One step, baseline and predicted: {pic.step}", int((WIDTH - 2 * LABEL_X) / CHAR_W) - 12),
+                 cls="title")]
+    b, y = _lane_block(34, f"replayed baseline: {_ms(pic.baseline_ns):.3f} ms", pic.lanes, "baseline", span, pic.baseline_ns)
+    p, y = _lane_block(y + 4, _name(f"predicted ({pic.prediction}): {_ms(pic.predicted_ns):.3f} ms", 100), pic.lanes, "predicted", span,
+                       pic.predicted_ns)
+    out += [b, p]
+    ticks = _ticks(span / 1e6)
+    scale = (PLOT_X1 - PLOT_X0) / (span / 1e6)
+    for t in ticks:
+        if t * scale <= PLOT_X1 - PLOT_X0 + 0.5:
+            out.append(_text(PLOT_X0 + t * scale, y + 10, f"{t:g}", "middle"))
+    out.append(_text((PLOT_X0 + PLOT_X1) / 2, y + 26, "time from the step's start (ms)", "middle", "note"))
+    y += 32
+    if pic.lanes_left_out:
+        out.append(_text(LABEL_X, y + 10, f"{pic.lanes_left_out:,} less busy lanes not drawn", cls="note"))
+        y += 16
+    legend, y = _legend(y + 14, ["cpu_lane", "gpu_lane"])
+    return "".join(out) + legend, y + 4
 
 
 def fig_gpu(r: Report) -> tuple[str, float]:
@@ -300,7 +407,7 @@ def _compare_rows(rows, predicted: bool) -> list[Row]:
     """Per quantity: this trace's measurement (or the prediction) and the other's, each its own bar."""
     out = []
     for x in rows[:MAX_STEPS]:
-        err = f"error {x.error_pct:+.2f} %" if x.after_ns else ""
+        err = f"error {x.error_pct:+.2f} %" if x.error_pct is not None else ""
         first = [Row(_name(x.name, GROUP_CHARS), "predicted", [("predicted", _ms(x.predicted_ns))], right=err, cls="row predicted")] if predicted \
             else [Row(_name(x.name, GROUP_CHARS), "this trace", [("before", _ms(x.before_ns))], right=err, cls="row before")]
         out += first + [Row("", "other trace", [("after", _ms(x.after_ns))], right=f"{_ms(x.after_ns):.3f} ms", cls="row after")]
@@ -333,6 +440,8 @@ def figures(r: Report) -> list[tuple[str, str, float]]:
     figs = [("fig-causes", *fig_causes(r))]
     if r.ranking:
         figs.append(("fig-ranking", *fig_ranking(r)))
+    if r.pictures is not None and r.pictures.step is not None:
+        figs.append(("fig-timeline", *fig_timeline(r)))
     figs.append(("fig-gpu", *fig_gpu(r)))
     if r.comparison is not None:
         figs.append(("fig-compare", *fig_compare(r)))
@@ -346,14 +455,40 @@ def _svg(body: str, height: float, ident: str = "", series: dict[str, tuple[str,
             f"<style>{_STYLE}</style>{_defs(series)}<rect width=\"{WIDTH}\" height=\"{h}\" fill=\"#fff\"/>{body}</svg>")
 
 
-def _heading(r: Report) -> str:
+#: characters of one heading line across the figure
+HEAD_CHARS = int((WIDTH - 2 * LABEL_X) / CHAR_W)
+#: answer lines at the head of the page / SVG
+HEAD_LINES = 5
+
+
+def headline(r: Report) -> list[str]:
+    """The answer (daydream.render.text's opening lines: the step, the bound, the what-ifs), each
+    line cut to the figure's width; the trace and the replay's verdict last. Not escaped."""
+    lines = [x.strip() for x in answer_lines(r)][:HEAD_LINES]
     trust = f"; baseline replay: {r.trust.verdict}" if r.trust is not None else ""
-    return _name(f"daydream: {r.trace.extra.get('saved_table') or r.trace.source or 'trace'}{trust}", int((WIDTH - 2 * LABEL_X) / CHAR_W))
+    src = r.trace.extra.get("saved_table") or r.trace.source or "trace"
+    return [terminal_text(x, HEAD_CHARS) for x in lines] + [terminal_text(f"daydream: {src}{trust}", HEAD_CHARS)]
+
+
+def _heading(r: Report) -> str:
+    """The SVG's head: the answer lines (escaped), then the trace; returns SVG text elements."""
+    lines = headline(r)
+    return "".join(_text(LABEL_X, 18 + 16 * i, markup_text(x), cls="head" if i == 0 else "note") for i, x in enumerate(lines))
+
+
+def _head_h(r: Report) -> float:
+    return 16.0 * len(headline(r)) + 10
+
+
+def page_title(r: Report) -> str:
+    """The HTML title: "daydream: " and the trace's file name (not its path), short, escaped."""
+    src = r.trace.extra.get("saved_table") or r.trace.source or "report"
+    return _name("daydream: " + os.path.basename(str(src).rstrip("/")), 60)
 
 
 def render_svg(r: Report) -> str:
     """One SVG document: a heading line, then the figures one below the other."""
-    parts, y = [_text(LABEL_X, 18, _heading(r), cls="note")], 26.0
+    parts, y = [_heading(r)], _head_h(r)
     for ident, body, h in figures(r):
         parts.append(f'<g class="figure" id="{ident}" transform="translate(0,{y:.0f})">{body}</g>')
         y += round(h) + 12
@@ -363,12 +498,15 @@ def render_svg(r: Report) -> str:
 def render_html(r: Report) -> str:
     """One self-contained HTML page (no scripts, nothing fetched) with each figure as inline SVG."""
     figs = "\n".join(f"<figure>{_svg(body, h, ident)}</figure>" for ident, body, h in figures(r))
+    head = headline(r)
+    answer = "".join(f"<p class=\"answer\">{markup_text(x)}</p>\n" for x in head[1:-1])
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{_name(r.trace.source or 'daydream report', 120)}</title>\n"
-            "<style>body{font-family:sans-serif;margin:1em auto;max-width:860px}figure{margin:0 0 1.5em}</style>\n"
-            f"</head>\n<body>\n<h1>{_heading(r)}</h1>\n"
-            "<p>Times in ms. Step time by cause: the critical path of the traced window by cause, and each "
-            "ProfilerStep's time by task kind; then the ranking of --opt all (when run) and GPU busy vs idle time.</p>\n"
+            f"<title>{page_title(r)}</title>\n"
+            "<style>body{font-family:sans-serif;margin:1em auto;max-width:860px}figure{margin:0 0 1.5em}"
+            "h1{font-size:1.3em;font-family:monospace}.answer,.src{font-family:monospace;margin:.2em 0}.src{color:#444}</style>\n"
+            f"</head>\n<body>\n<h1>{markup_text(head[0])}</h1>\n{answer}<p class=\"src\">{markup_text(head[-1])}</p>\n"
+            "<p>Times in ms. The baseline and each prediction side by side (critical path by cause, steps, top ops); "
+            "the ranking of --opt all (when run); one step as a timeline, baseline and predicted; GPU busy vs idle time.</p>\n"
             f"{figs}\n</body>\n</html>\n")
 
 
@@ -380,6 +518,6 @@ def render_figure(r: Report, ident: str = "fig-causes") -> str:
         KeyError: the report has no data for that figure (e.g. ``fig-ranking`` without ``--opt all``).
     """
     body, h = {i: (b, hh) for i, b, hh in figures(r)}[ident]
-    head = _text(LABEL_X, 18, _heading(r), cls="note")
+    top = _head_h(r)
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            + _svg(f'{head}<g class="figure" id="{ident}" transform="translate(0,26)">{body}</g>', h + 30) + "\n")
+            + _svg(f'{_heading(r)}<g class="figure" id="{ident}" transform="translate(0,{top:.0f})">{body}</g>', h + top + 4) + "\n")

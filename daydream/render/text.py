@@ -28,6 +28,7 @@ from ..report.report_model import (
 )
 from ..report.summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_speedup, answer_steps, median
 from .tables import tables_text
+from ..report.compare import largest_differences
 
 
 def _pct(x: float) -> str:
@@ -353,36 +354,93 @@ def input_section(r: Report) -> list[str]:
 #: How the comparison's groups read in the text: what each measures, where the report's other tables
 #: measure the same names differently (the phase table's CPU time holds the gaps too; the top-CPU-range
 #: table's time is exclusive)
-COMPARE_LABELS = {"phase CPU": "phase API calls", "CPU range": "CPU range incl."}
+COMPARE_LABELS = {"phase CPU": "phase API calls", "CPU range": "CPU range incl.", "op GPU": "op GPU"}
+
+
+def _err_pct(x) -> str:
+    """A comparison row's relative error, "-" where the quantity is under the relative floor."""
+    return _pct(x.error_pct) if x.error_pct is not None else "-"
+
+
+def _cut(name: str, width: int) -> str:
+    """``name`` in ``width`` columns, cut in the middle (names differ at both ends: ``aten::_scaled_dot...``)."""
+    name = terminal_text(name)
+    if len(name) <= width:
+        return name
+    h = (width - 3) // 2
+    return name[: width - 3 - h] + "..." + name[len(name) - h:]
+
 
 COMPARE_COLS = [
-    Col("quantity", 44, lambda x: f"{COMPARE_LABELS.get(x.group, x.group)}: {x.name}"[:43], left=True),
+    Col("quantity", 44, lambda x: _cut(f"{COMPARE_LABELS.get(x.group, x.group)}: {x.name}", 43), left=True),
     _ms_col("this ms", 12, "before_ns"),
     _ms_col("predicted ms", 14, "predicted_ns"),
     _ms_col("other ms", 12, "after_ns"),
     Col("error ms", 12, lambda x: _ms(x.error_ns) if abs(x.error_ns) >= 500 else "0.000"),
-    Col("error %", 10, lambda x: _pct(x.error_pct) if x.after_ns else "-"),
+    Col("error %", 10, _err_pct),
 ]
 
+#: the groups the comparison's head names the largest differences of, and how many rows each
+COMPARE_HEAD_GROUPS = (("op GPU", "GPU time by launching op"), ("kernel class", "GPU time by kernel class"))
+COMPARE_HEAD_ROWS = 3
 
-def comparison_section(r: Report) -> list[str]:
-    """``--compare-to``: the prediction (or this trace) against the other trace's measurement."""
+
+def _x(v: float) -> str:
+    return f"{v:.3f}x" if v > 0 else "-"
+
+
+def comparison_head(r: Report) -> list[str]:
+    """The comparison's first lines: predicted vs measured speed-up and step side by side, then the
+    largest differences by launching op and by kernel class (predicted, or this trace, against the
+    other trace's measurement)."""
     c = r.comparison
     if c is None:
         return []
-    what = f"prediction ({c.predicted_by}) against its measurement" if c.predicted_by else "this trace's measurement against the other's"
+    names = " + ".join(x.split(":", 1)[0] for x in c.predicted_by.split(" + ")) if c.predicted_by else ""
+    out = wrap(f"compared with {c.after} [{c.after_format}]", "", "    ")
+    out += wrap(f"the prediction ({names}) against its measurement" if c.predicted_by else "this trace's measurement against the other's")
+    if c.predicted_by:
+        err = c.step_predicted_ns - c.step_after_ns
+        pct = f" ({err / c.step_after_ns * 100:+.2f} %)" if c.step_after_ns > 0 else ""
+        out += [f"  {'':<10}{'predicted':>12}{'measured':>12}   ({c.step_basis})",
+                f"  {'speed-up':<10}{_x(c.speedup_predicted):>12}{_x(c.speedup_measured):>12}",
+                f"  {'step ms':<10}{_ms(c.step_predicted_ns):>12}{_ms(c.step_after_ns):>12}   "
+                f"error {err / 1e6:+,.3f} ms{pct}; this trace {_ms(c.step_before_ns)} ms"]
+    else:
+        out += [f"  {'':<10}{'this':>12}{'other':>12}   ({c.step_basis})",
+                f"  {'speed-up':<10}{'':>12}{_x(c.speedup_measured):>12}   (this trace's step over the other's)",
+                f"  {'step ms':<10}{_ms(c.step_before_ns):>12}{_ms(c.step_after_ns):>12}   "
+                f"this - other {(c.step_before_ns - c.step_after_ns) / 1e6:+,.3f} ms"]
+    what = "predicted" if c.predicted_by else "this"
+    for group, title in COMPARE_HEAD_GROUPS:
+        rows = largest_differences(c, group, COMPARE_HEAD_ROWS)
+        if not rows:
+            continue
+        out.append(f"  {'largest differences, ' + title:<48}{what + ' ms':>12}{'other ms':>12}{'error ms':>11}{'error %':>9}")
+        out += [f"    {_cut(x.name, 44):<46}{_ms(x.predicted_ns):>12}{_ms(x.after_ns):>12}{_ms(x.error_ns):>11}{_err_pct(x):>9}"
+                for x in rows]
+    out += wrap(f"(error % only where the other's quantity is at least {_ms(c.rel_floor_ns)} ms, 1 % of its step; "
+                "--details: every quantity)")
+    return out
+
+
+def comparison_section(r: Report) -> list[str]:
+    """``--compare-to``: the head (:func:`comparison_head`), then every compared quantity."""
+    c = r.comparison
+    if c is None:
+        return []
     cols = COMPARE_COLS if c.predicted_by else [COMPARE_COLS[0], COMPARE_COLS[1], COMPARE_COLS[3], COMPARE_COLS[4], COMPARE_COLS[5]]
     win = [x for x in c.rows if x.group == "window"]
     steps = [x for x in win if x.name != "traced window"]
-    worst = max(steps, key=lambda x: abs(x.error_pct)) if steps else None  # signed, as in the table
+    worst = max(steps, key=lambda x: abs(x.error_pct or 0.0)) if steps else None  # signed, as in the table
     return [
-        f"  compared with {c.after} [{c.after_format}]: {what}; error = "
-        + ("predicted" if c.predicted_by else "this") + " - other (ms, summed over threads and streams)",
-        f"    window error {_pct(win[0].error_pct if win else c.window_error_pct)} %, "
-        + (f"largest step error {_pct(worst.error_pct)} % ({worst.name})" if worst is not None else "no ProfilerSteps to compare"),
+        *comparison_head(r),
+        "  every quantity: error = " + ("predicted" if c.predicted_by else "this") + " - other (ms, summed over threads and streams)",
+        f"    window error {_err_pct(win[0]) if win else _pct(c.window_error_pct)} %, "
+        + (f"largest step error {_err_pct(worst)} % ({worst.name})" if worst is not None else "no ProfilerSteps to compare"),
         *(f"    note: {n}" for n in c.notes),
         "    phase API calls: time in API calls (less blocked time) by phase, without the gaps between them; CPU range "
-        "incl.: wall time of the ranges of each name, nested ranges included",
+        "incl.: wall time of the ranges of each name, nested ranges included; op GPU: GPU time of the tasks each op launched",
         *_table(cols, c.rows, rule=True),
     ]
 
@@ -401,13 +459,15 @@ def short_sections(r: Report) -> list[list[str]]:
     if len(head) > ANSWER_MAX_LINES - 1:  # never more than one screen before the tables
         head = head[: ANSWER_MAX_LINES - 2] + ["  ... (the rest of the answer: --details)"]
         warn = []
-    return [head + warn, *tables_text(r.tables), ["(--details: steps, phases, layers, critical path, waits, predictions, input)"]]
+    return [head + warn, comparison_head(r), *tables_text(r.tables),
+            ["(--details: steps, phases, layers, critical path, waits, predictions, input" + (", every compared quantity)" if r.comparison else ")")]]
 
 
 def sections(r: Report) -> list[list[str]]:
     """The report's sections in order (``--details``); an empty one is left out."""
     return [
         answer_section(r),
+        comparison_section(r),
         header_section(r),
         windows_section(r),
         breakdown_section(r),
@@ -422,7 +482,6 @@ def sections(r: Report) -> list[list[str]]:
         *(prediction_section(p, r.trust) for p in r.predictions),
         *(not_applicable_section(name, why) for name, why in r.not_applicable.items()),
         ranking_section(r),
-        comparison_section(r),
         *tables_text(r.tables),
         input_section(r),
     ]

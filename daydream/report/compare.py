@@ -50,23 +50,36 @@ from ..graph.kernels import CLASSES, kernel_info
 from ..mapping.rules import PHASES, nvtx_base_name
 from ..simulate.carry import carry, cpu_range_rows
 from .report_model import CompareRow, Comparison, Report
+from .summary import answer_steps, median, median_step_speedup
+from .tables import gpu_time_by_op
 from .trust import truncation_note
 from ..simulate import Timeline, recorded
 
 #: CPU range names compared (those with the most time in either trace)
 TOP_RANGES = 15
-GROUPS = ("window", "GPU busy", "critical path", "phase GPU", "phase CPU", "kernel class", "CPU range")
+GROUPS = ("window", "GPU busy", "critical path", "phase GPU", "phase CPU", "op GPU", "kernel class", "CPU range")
+#: ops compared by their GPU time (those with the most GPU time in either trace)
+TOP_OPS = 15
 
 
-def _row(group: str, name: str, before: int, predicted: int, after: int) -> CompareRow:
+#: Relative errors are given only for quantities of at least this share (%) of the other trace's
+#: step (its median ProfilerStep, or its window): the project's accuracy target for a step
+#: (docs/accuracy.md: 1 %). A quantity under it cannot move the step by more than the target, and its
+#: relative error, a ratio of two small numbers (0.04 ms predicted +27,572 % off), says nothing; its
+#: error in ms is still given. The floor in ns is derived per comparison (``Comparison.rel_floor_ns``).
+REL_FLOOR_PCT = 1.0
+
+
+def _row(group: str, name: str, before: int, predicted: int, after: int, floor_ns: int = 0) -> CompareRow:
     err = int(predicted) - int(after)
-    pct = round(err / after * 100.0, 4) + 0.0 if after > 0 else 0.0
+    pct = round(err / after * 100.0, 4) + 0.0 if after > 0 and after >= floor_ns else None
     return CompareRow(group, name, int(before), int(predicted), int(after), err, pct)
 
 
-def measures(graph: TaskGraph, tl: Timeline, ranges_tl: Timeline | None) -> dict[str, dict[str, int]]:
-    """Per group (``phase GPU``, ``phase CPU``, ``kernel class``, ``CPU range``), ns per name in
-    the timeline ``tl`` of ``graph``; CPU ranges carried into ``ranges_tl`` (None: as recorded)."""
+def measures(graph: TaskGraph, tl: Timeline, ranges_tl: Timeline | None, ref: TaskGraph | None = None) -> dict[str, dict[str, int]]:
+    """Per group (``phase GPU``, ``phase CPU``, ``op GPU``, ``kernel class``, ``CPU range``), ns per
+    name in the timeline ``tl`` of ``graph``; CPU ranges carried into ``ranges_tl`` (None: as
+    recorded); ``ref``: the baseline a predicted ``graph`` was made from (its tasks keep their ops)."""
     out: dict[str, dict[str, int]] = {}
     cpu = graph.node_kind == NODE_CPU
     dur = (tl.end_ns - tl.start_ns).astype(np.int64)
@@ -78,6 +91,7 @@ def measures(graph: TaskGraph, tl: Timeline, ranges_tl: Timeline | None) -> dict
         c = np.bincount(ph[ok & cpu], weights=own[ok & cpu], minlength=len(PHASES))
         out["phase GPU"] = {PHASES[i]: int(g[i]) for i in range(len(PHASES)) if g[i]}
         out["phase CPU"] = {PHASES[i]: int(c[i]) for i in range(len(PHASES)) if c[i]}
+    out["op GPU"] = gpu_time_by_op(graph, tl, ref)
     cls = kernel_info(graph).cls.astype(np.int64)
     k = np.bincount(cls[~cpu], weights=dur[~cpu], minlength=len(CLASSES)) if (~cpu).any() else np.zeros(len(CLASSES))
     out["kernel class"] = {CLASSES[i]: int(k[i]) for i in range(len(CLASSES)) if k[i]}
@@ -123,13 +137,13 @@ def check_related(before: Report, after: Report, overlap: dict[str, float]) -> N
                      "--compare-to takes the same program recorded with the change made")
 
 
-def _window_rows(before: Report, after: Report, notes: list[str]) -> list[CompareRow]:
+def _window_rows(before: Report, after: Report, notes: list[str], floor: int) -> list[CompareRow]:
     """The traced window and the steps paired by order: time and GPU busy."""
     p = before.predictions[0] if before.predictions else None
     rows = [_row("window", "traced window", before.window.measured_ns, p.window.predicted_ns if p else before.window.measured_ns,
-                 after.window.measured_ns)]
+                 after.window.measured_ns, floor)]
     busy = [_row("GPU busy", "traced window", before.window.gpu_busy_measured_ns,
-                 p.window.gpu_busy_predicted_ns if p else before.window.gpu_busy_measured_ns, after.window.gpu_busy_measured_ns)]
+                 p.window.gpu_busy_predicted_ns if p else before.window.gpu_busy_measured_ns, after.window.gpu_busy_measured_ns, floor)]
     pred_steps = {s.name: s for s in p.steps} if p else {}
     n = min(len(before.steps), len(after.steps))
     if len(before.steps) != len(after.steps):
@@ -137,36 +151,71 @@ def _window_rows(before: Report, after: Report, notes: list[str]) -> list[Compar
     for b, a in zip(before.steps[:n], after.steps[:n]):
         name = b.name if b.name == a.name else f"{b.name} / {a.name}"
         ps = pred_steps.get(b.name)
-        rows.append(_row("window", name, b.measured_ns, ps.predicted_ns if ps else b.measured_ns, a.measured_ns))
+        rows.append(_row("window", name, b.measured_ns, ps.predicted_ns if ps else b.measured_ns, a.measured_ns, floor))
         busy.append(_row("GPU busy", name, b.gpu_busy_measured_ns, ps.gpu_busy_predicted_ns if ps else b.gpu_busy_measured_ns,
-                         a.gpu_busy_measured_ns))
+                         a.gpu_busy_measured_ns, floor))
     return rows + busy
 
 
-def _critical_rows(before: Report, after: Report) -> list[CompareRow]:
+def _critical_rows(before: Report, after: Report, floor: int) -> list[CompareRow]:
     p = before.predictions[0] if before.predictions else None
     pred = p.critical_path if p else before.critical_path
-    rows = [_row("critical path", "length", before.critical_path.length_ns, pred.length_ns, after.critical_path.length_ns)]
+    rows = [_row("critical path", "length", before.critical_path.length_ns, pred.length_ns, after.critical_path.length_ns, floor)]
     for c in CAUSES:
         rows.append(_row("critical path", c, before.critical_path.by_cause_ns.get(c, 0), pred.by_cause_ns.get(c, 0),
-                         after.critical_path.by_cause_ns.get(c, 0)))
+                         after.critical_path.by_cause_ns.get(c, 0), floor))
     return rows
 
 
-def _group_rows(mb: dict, mp: dict, ma: dict) -> list[CompareRow]:
-    """Rows of the per-name groups, names in a fixed order (phases and classes as defined, CPU
-    ranges by the larger of the two measurements, the :data:`TOP_RANGES` first)."""
+def _group_rows(mb: dict, mp: dict, ma: dict, floor: int) -> list[CompareRow]:
+    """Rows of the per-name groups, names in a fixed order (phases and classes as defined; CPU
+    ranges by the larger of the two measurements, the :data:`TOP_RANGES` first; ops by the largest
+    of the three GPU times, the :data:`TOP_OPS` first)."""
     rows = []
     for group in GROUPS[3:]:
         b, p, a = mb.get(group, {}), mp.get(group, {}), ma.get(group, {})
         names = set(b) | set(a) | set(p)
         if group == "CPU range":
             order = sorted(names, key=lambda x: (-max(b.get(x, 0), a.get(x, 0)), x))[:TOP_RANGES]
+        elif group == "op GPU":
+            order = sorted(names, key=lambda x: (-max(b.get(x, 0), p.get(x, 0), a.get(x, 0)), x))[:TOP_OPS]
         else:
             ref = PHASES if group.startswith("phase") else CLASSES
             order = [x for x in ref if x in names]
-        rows += [_row(group, x, b.get(x, 0), p.get(x, 0), a.get(x, 0)) for x in order]
+        rows += [_row(group, x, b.get(x, 0), p.get(x, 0), a.get(x, 0), floor) for x in order]
     return rows
+
+
+def step_of(steps: list, window_ns: int, field: str = "measured_ns") -> tuple[int, int]:
+    """(the median of ``steps``' ``field`` over the answer's steps (:func:`answer_steps`), their
+    count), or (``window_ns``, 0) without steps."""
+    kept = answer_steps(steps)
+    if not kept:
+        return int(window_ns), 0
+    return int(round(median(getattr(w, field) for w in kept))), len(kept)
+
+
+def _headline(rb: Report, ra: Report) -> dict:
+    """The comparison's first lines: each trace's step (median of its ProfilerSteps when both have
+    steps, else the traced windows), the prediction's, and the speed-ups predicted and measured."""
+    p = rb.predictions[0] if rb.predictions else None
+    both = bool(rb.steps) and bool(ra.steps)
+    if both:
+        before, n = step_of(rb.steps, rb.window.measured_ns)
+        after, m = step_of(ra.steps, ra.window.measured_ns)
+        basis = f"median of {n} ProfilerStep{'s' if n != 1 else ''}" + (f" (the other: {m})" if m != n else "")
+    else:
+        before, after, basis = rb.window.measured_ns, ra.window.measured_ns, "traced window"
+    pred, sp = 0, 0.0
+    if p is not None:
+        if both and len(p.steps) == len(rb.steps):
+            kept = {id(w) for w in answer_steps(rb.steps)}
+            pred = int(round(median(ps.predicted_ns for w, ps in zip(rb.steps, p.steps) if id(w) in kept)))
+            sp = median_step_speedup(rb.steps, p.steps)
+        else:
+            pred, sp = p.window.predicted_ns, p.window.speedup
+    return dict(step_basis=basis, step_before_ns=int(before), step_predicted_ns=int(pred), step_after_ns=int(after),
+                speedup_predicted=float(sp), speedup_measured=round(before / after, 4) if after > 0 else 0.0)
 
 
 def _spec(name: str, params: dict[str, str]) -> str:
@@ -184,10 +233,12 @@ def compare(before, after) -> Comparison:
     g, ga = before.graph, after.graph
     mb = measures(g, recorded(g), None)
     predicted = getattr(before, "predicted_graph", None) is not None and bool(rb.predictions)
-    mp = measures(before.predicted_graph, before.predicted, before.predicted) if predicted else mb
+    mp = measures(before.predicted_graph, before.predicted, before.predicted, g) if predicted else mb
     ma = measures(ga, recorded(ga), None)
     check_related(rb, ra, name_overlap(_names(g, mb["CPU range"]), _names(ga, ma["CPU range"])))
-    rows = _window_rows(rb, ra, notes) + _critical_rows(rb, ra) + _group_rows(mb, mp, ma)
+    head = _headline(rb, ra)
+    floor = int(round(head["step_after_ns"] * REL_FLOOR_PCT / 100.0))
+    rows = _window_rows(rb, ra, notes, floor) + _critical_rows(rb, ra, floor) + _group_rows(mb, mp, ma, floor)
     if not predicted and rb.not_applicable:
         notes.append("no prediction (" + "; ".join(f"{k}: not applicable" for k in rb.not_applicable) + "): this trace's measurement against the other's")
     if g.mapping is None or ga.mapping is None:
@@ -199,5 +250,13 @@ def compare(before, after) -> Comparison:
     elif ra.trust is not None and ra.trust.verdict == "unreliable":
         notes.append(f"the other trace's own replay is unreliable ({ra.trust.reason})")
     spec = " + ".join(_spec(o.name, o.params) for o in rb.predictions[0].optimizations) if predicted else ""
-    steps = [abs(r.error_pct) for r in rows if r.group == "window" and r.name != "traced window"]
-    return Comparison(ra.trace.source, ra.trace.format, spec, rows, abs(rows[0].error_pct) + 0.0, max(steps, default=0.0) + 0.0, notes)
+    steps = [abs(r.error_pct or 0.0) for r in rows if r.group == "window" and r.name != "traced window"]
+    return Comparison(ra.trace.source, ra.trace.format, spec, rows, abs(rows[0].error_pct or 0.0) + 0.0, max(steps, default=0.0) + 0.0, notes,
+                      rel_floor_ns=floor, **head)
+
+
+def largest_differences(c: Comparison, group: str, k: int = 3) -> list[CompareRow]:
+    """The ``k`` rows of ``group`` with the largest |predicted - other| (ns), largest first; rows
+    with no difference left out."""
+    rows = [r for r in c.rows if r.group == group and r.error_ns != 0]
+    return sorted(rows, key=lambda r: (-abs(r.error_ns), r.name))[:k]

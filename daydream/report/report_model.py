@@ -196,6 +196,7 @@ class Ranked(msgspec.Struct, forbid_unknown_fields=True):
     #: False: the prediction does not fit on some GPU (its peak x margin above the capacity); True: it fits on every
     #: GPU whose capacity is known; None: no allocator events or no capacity known
     fits: bool | None = None
+    by_cause_ns: dict[str, int] = {}  #: the prediction's critical path by cause (of the traced window)
 
 
 class GroupStats(msgspec.Struct, forbid_unknown_fields=True):
@@ -228,6 +229,44 @@ class Trust(msgspec.Struct, forbid_unknown_fields=True):
     start_line: str = ""
 
 
+class OpBars(msgspec.Struct, forbid_unknown_fields=True):
+    """One op's GPU time (ns, the tasks it launched) in the baseline replay and per prediction."""
+
+    name: str
+    baseline_ns: int
+    predicted_ns: dict[str, int]  #: prediction label (the optimizations, "a+b") -> ns
+
+
+class LaneRow(msgspec.Struct, forbid_unknown_fields=True):
+    """One lane (a CPU thread or a GPU stream) of a step picture: its busy intervals, [start, end]
+    ns from the step's start, in the baseline replay and in the prediction."""
+
+    lane: str
+    gpu: bool
+    baseline: list[list[int]]
+    predicted: list[list[int]]
+
+
+class StepPicture(msgspec.Struct, forbid_unknown_fields=True):
+    """One step (the answer's median step, or the traced window) replayed and predicted, lane by lane
+    (daydream.report.pictures)."""
+
+    step: str
+    prediction: str  #: the prediction's label
+    baseline_ns: int  #: the step's length in the baseline replay
+    predicted_ns: int  #: and in the prediction
+    lanes: list[LaneRow]
+    lanes_left_out: int  #: lanes with work in the step that are not drawn
+
+
+class Pictures(msgspec.Struct, forbid_unknown_fields=True):
+    """What ``--plot`` draws beyond the other sections (daydream.report.pictures)."""
+
+    ops: list[OpBars]  #: the top ops by GPU time in the baseline replay
+    step: StepPicture | None = None
+    step_position: int | None = None  #: position in Report.steps of the step pictured (None: the window)
+
+
 class Report(msgspec.Struct, forbid_unknown_fields=True):
     """The whole analysis of one trace."""
 
@@ -251,6 +290,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     communication: "CommSummary | None" = None  #: the trace's collectives (None: it has none)
     comparison: "Comparison | None" = None  #: ``--compare-to``: predicted (or this trace) against another trace's measurement
     memory: MemorySummary | None = None  #: the replayed memory: peaks, parts, will it fit (None: no allocator events)
+    pictures: Pictures | None = None  #: what --plot draws beyond the other sections (daydream.report.pictures)
 
 
 class CollectiveStats(msgspec.Struct, forbid_unknown_fields=True):
@@ -289,7 +329,9 @@ class CompareRow(msgspec.Struct, forbid_unknown_fields=True):
     predicted_ns: int  #: the prediction; equal to before_ns for a plain trace-against-trace comparison
     after_ns: int  #: measured in the other trace (critical path: of its replay)
     error_ns: int  #: predicted - after
-    error_pct: float  #: error_ns / after_ns * 100 (0 when after_ns is 0)
+    #: error_ns / after_ns * 100; None where after_ns is under the comparison's ``rel_floor_ns`` (a
+    #: relative error of a quantity that small says nothing: daydream.report.compare.REL_FLOOR_PCT)
+    error_pct: float | None
 
 
 class Comparison(msgspec.Struct, forbid_unknown_fields=True):
@@ -304,6 +346,16 @@ class Comparison(msgspec.Struct, forbid_unknown_fields=True):
     window_error_pct: float  #: |error| of the traced window
     max_step_error_pct: float  #: max |error| over the steps paired by order (0 without steps)
     notes: list[str] = []  #: how the two were paired, and what could not be
+    #: the step the headline compares: "median of N ProfilerSteps" (each trace's own median) or "traced window"
+    step_basis: str = ""
+    step_before_ns: int = 0  #: this trace's measured step (median over its steps, or its window)
+    step_predicted_ns: int = 0  #: the prediction's step (median over its steps, or its window); 0 without a prediction
+    step_after_ns: int = 0  #: the other trace's measured step (median over its steps, or its window)
+    #: the prediction's speed-up as the answer says it (replayed baseline over prediction, median step); 0 without a prediction
+    speedup_predicted: float = 0.0
+    speedup_measured: float = 0.0  #: step_before_ns / step_after_ns: the speed-up the change made for real
+    #: quantities under this many ns (in the other trace) get no relative error (REL_FLOOR_PCT of step_after_ns)
+    rel_floor_ns: int = 0
 
 
 # ---------------------------------------------------------------- JSON ------------------------

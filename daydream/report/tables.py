@@ -22,6 +22,8 @@ from ..events.table import Kind
 from ..graph import NODE_CPU, TaskGraph
 from ..graph.collectives import OP_LABELS, Op, find_collectives
 from ..graph.kernels import CLASSES, kernel_info
+from ..mapping.rules import nvtx_base_name
+from ..simulate.carry import cpu_range_rows
 from ..graph.range_timeline import range_timeline_numpy, split_by_range, thread_key
 from ..simulate import Timeline
 from ..simulate.critical_path import communication_mask
@@ -107,10 +109,11 @@ def _group_stats(key: np.ndarray, dur: np.ndarray):
     return uk, calls, tot, lo, hi
 
 
-def _op_timeline(graph: TaskGraph):
-    """(op names, the innermost-op timeline of every thread) from the table's ``cpu_op`` rows."""
+def _op_timeline(graph: TaskGraph, rows: np.ndarray | None = None):
+    """(op rows, the innermost-op timeline of every thread) from the table's ``cpu_op`` rows (or
+    the given table ``rows``)."""
     t = graph.table
-    r = np.flatnonzero((t.kind == Kind.CPU_OP) & (t.end_ns > t.start_ns))
+    r = np.flatnonzero((t.kind == Kind.CPU_OP) & (t.end_ns > t.start_ns)) if rows is None else rows[t.end_ns[rows] > t.start_ns[rows]]
     key = thread_key(t.pid[r].astype(np.int64), t.tid[r].astype(np.int64))
     n = len(r)
     rt = range_timeline_numpy(list(t.names), key, t.start_ns[r], t.end_ns[r], t.name_id[r].astype(np.int64),
@@ -118,13 +121,9 @@ def _op_timeline(graph: TaskGraph):
     return r, rt
 
 
-def build_tables(graph: TaskGraph, rec: Timeline) -> Tables:
-    """The :class:`Tables` of a graph's recorded timeline ``rec``."""
-    t = graph.table
-    r_ops, rt = _op_timeline(graph)
-    # ---- kernels, by (name, launching op)
-    gpu = np.flatnonzero(graph.node_kind != NODE_CPU)
-    dur = (rec.end_ns - rec.start_ns)[gpu].astype(np.int64)
+def _launch_labels(graph: TaskGraph, gpu: np.ndarray, rt) -> np.ndarray:
+    """Per GPU task of ``gpu`` (node indices), the index into ``rt.labels`` of the innermost op
+    enclosing its launch call at the call's recorded start, -1 where none (no launch, no op)."""
     la = graph.launch[gpu]
     has = la >= 0
     op_lab = np.full(len(gpu), -1, np.int64)
@@ -136,6 +135,60 @@ def build_tables(graph: TaskGraph, rec: Timeline) -> Tables:
         sub = np.full(len(lv), -1, np.int64)
         sub[qi[hit]] = lab[hit]
         op_lab[has] = sub
+    return op_lab
+
+
+def _op_labels(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(GPU task nodes, their launching op's index into the labels or -1, the labels: op names)."""
+    t = graph.table
+    rows = None
+    if not (t.kind == Kind.CPU_OP).any():
+        rows = cpu_range_rows(t)
+    _, rt = _op_timeline(graph, rows)
+    gpu = np.flatnonzero(graph.node_kind != NODE_CPU)
+    return gpu, _launch_labels(graph, gpu, rt), list(rt.labels)
+
+
+def gpu_time_by_op(graph: TaskGraph, tl: Timeline, ref: TaskGraph | None = None) -> dict[str, int]:
+    """GPU task time (ns, from the timeline ``tl`` of ``graph``: recorded, replayed or predicted)
+    by launching op (:class:`KernelRow`'s ``op``: the innermost framework op enclosing the launch
+    call, :data:`NO_OP` where none). A trace without ``cpu_op`` rows (Nsight Systems) gives the
+    innermost CPU range instead (NVTX: with ``torch.autograd.profiler.emit_nvtx`` the op,
+    ``aten::mm, seq = 12, op_id = 7`` counted as ``aten::mm``), so an op matches across formats and
+    vendors by its name.
+
+    ``ref``: the baseline graph ``graph`` was transformed from; each GPU task then keeps the op of
+    the recorded task it is (by table row), so a what-if that removes or replaces launch calls
+    (CUDA graphs) does not move its kernels' time to NO_OP; a task it inserted is under NO_OP."""
+    gpu, lab, labels = _op_labels(graph if ref is None else ref)
+    if not len(gpu) or graph.n == 0:
+        return {}
+    if ref is not None:
+        src = ref.row[gpu].astype(np.int64)
+        o = np.argsort(src, kind="stable")
+        src, lab_sorted = src[o], lab[o]
+        gpu = np.flatnonzero(graph.node_kind != NODE_CPU)
+        rows = graph.row[gpu].astype(np.int64)
+        pos = np.searchsorted(src, rows).clip(0, max(len(src) - 1, 0))
+        hit = (rows >= 0) & (src[pos] == rows) if len(src) else np.zeros(len(rows), bool)
+        lab = np.where(hit, lab_sorted[pos] if len(src) else -1, -1)
+    dur = (tl.end_ns - tl.start_ns)[gpu].astype(np.int64)
+    tot = np.bincount(lab + 1, weights=dur, minlength=len(labels) + 1)
+    out: dict[str, int] = {}
+    for i in np.flatnonzero(tot).tolist():  # distinct names (emit_nvtx ones folded per op)
+        k = nvtx_base_name(labels[i - 1]) if i else NO_OP
+        out[k] = out.get(k, 0) + int(round(tot[i]))
+    return out
+
+
+def build_tables(graph: TaskGraph, rec: Timeline) -> Tables:
+    """The :class:`Tables` of a graph's recorded timeline ``rec``."""
+    t = graph.table
+    r_ops, rt = _op_timeline(graph)
+    # ---- kernels, by (name, launching op)
+    gpu = np.flatnonzero(graph.node_kind != NODE_CPU)
+    dur = (rec.end_ns - rec.start_ns)[gpu].astype(np.int64)
+    op_lab = _launch_labels(graph, gpu, rt)
     kernels: list[KernelRow] = []
     if len(gpu):
         cls = kernel_info(graph).cls[gpu].astype(np.int64)
