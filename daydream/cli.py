@@ -428,10 +428,10 @@ def _not_applicable_status(report) -> int:
 
 
 def _write_tables(args, report) -> None:
-    """``--csv DIR``: the report's tables as CSV files (daydream.render.tables.write_csv)."""
+    """``--csv DIR``: the report's tables as CSV files (daydream.render.table_text.write_csv)."""
     if not getattr(args, "csv", None) or report.tables is None:
         return
-    from .render.tables import write_csv
+    from .render.table_text import write_csv
 
     try:
         write_csv(report.tables, args.csv)

@@ -125,7 +125,7 @@ import os  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from daydream.render.tables import write_csv  # noqa: E402
+from daydream.render.table_text import write_csv  # noqa: E402
 from daydream.render.text import ANSWER_MAX_LINES, WIDTH, render_text  # noqa: E402
 from daydream.report.summary import median  # noqa: E402
 
@@ -175,7 +175,7 @@ def test_tables_add_up_to_the_event_table(tmp_path):
 
 
 def test_csv_keeps_formula_names_as_text(tmp_path):
-    from daydream.render.tables import _cell
+    from daydream.render.table_text import _cell
     assert _cell("=HYPERLINK(1)") == "'=HYPERLINK(1)" and _cell("aten::mm") == "aten::mm" and _cell(None) == ""
 
 

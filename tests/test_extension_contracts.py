@@ -143,7 +143,7 @@ KIND_USES = {
     "optimizations/dataloader.py": "the what-if re-times the workers' hand-overs",
     "optimizations/common.py": "the launch queue of inserted launches",
     "optimizations/grad_scaler.py": "the inserted unscale/update kernels keep the waits of the optimizer step",
-    "optimizations/shape.py": "copied layers keep their in-block waits and count their hand-overs",
+    "optimizations/shape_depth.py": "copied layers keep their in-block waits and count their hand-overs",
     "optimizations/sharding.py": "an inserted all-gather or reduce-scatter is waited for across streams (prefetch)",
     "optimizations/tensor_parallel.py": "what waited for a row-parallel GEMM also waits for the all-reduce after it",
     "report/make.py": "the report counts waits by kind",

@@ -394,3 +394,13 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_a_big_real_json_gz_is_not_refused_by_the_memory_cap(tmp_path):
+    """The memory cap on inflation applies where the inflated bytes are held whole; the streaming
+    reader holds a slice, so a real trace of ratio 30 whose size would exceed the cap (a 40 MB
+    .json.gz inflating to 1.2 GB: the cap allows (400 + 200) / 2 MB) is read (it was refused)."""
+    from daydream.formats import inflate_limit
+
+    size = 40 << 20
+    assert inflate_limit("t.json.gz", size) < 30 * size <= inflate_limit("t.json.gz", size, held=False)

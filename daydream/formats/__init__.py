@@ -86,13 +86,19 @@ MEMORY_BASE = 100 << 20
 INFLATE_HOLD = 2
 
 
-def inflate_limit(path: str, compressed_size: int) -> int:
+def inflate_limit(path: str, compressed_size: int, held: bool = True) -> int:
     """The most bytes a compressed stream of ``compressed_size`` bytes in ``path`` may inflate to:
-    max(:data:`INFLATE_FLOOR`, :data:`INFLATE_RATIO` x the size), capped by the memory promise:
-    what :data:`INFLATE_HOLD` copies of it need must fit in :data:`MEMORY_PER_FILE_BYTE` x the size
-    + :data:`MEMORY_ALLOWANCE` - :data:`MEMORY_BASE` (a 3 MB file of ratio 97 peaked at 664 MB
-    where 332 MB were promised)."""
+    max(:data:`INFLATE_FLOOR`, :data:`INFLATE_RATIO` x the size); where the inflated bytes are
+    ``held`` whole in memory (the whole-document paths), also capped by the memory promise: what
+    :data:`INFLATE_HOLD` copies of it need must fit in :data:`MEMORY_PER_FILE_BYTE` x the size +
+    :data:`MEMORY_ALLOWANCE` - :data:`MEMORY_BASE` (a 3 MB file of ratio 97 peaked at 664 MB where
+    332 MB were promised). The streaming Kineto reader holds one slice at a time (``held=False``):
+    a real trace inflates 8-30 times, so the memory cap alone would refuse every .json.gz over a
+    few tens of MB; a stream without event boundaries for 16 MiB falls back to the whole-document
+    path, which applies the cap."""
     by_ratio = max(INFLATE_FLOOR, INFLATE_RATIO * compressed_size)
+    if not held:
+        return by_ratio
     by_memory = (MEMORY_PER_FILE_BYTE * compressed_size + MEMORY_ALLOWANCE - MEMORY_BASE) // INFLATE_HOLD
     return min(by_ratio, by_memory)
 

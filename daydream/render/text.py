@@ -27,7 +27,7 @@ from ..report.report_model import (
     Trust,
 )
 from ..report.summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_speedup, answer_steps, median
-from .tables import tables_text
+from .table_text import tables_text
 from ..report.compare import largest_differences
 
 
@@ -448,7 +448,7 @@ def comparison_section(r: Report) -> list[str]:
 def short_sections(r: Report) -> list[list[str]]:
     """The default report: one screen first -- the file, the answer, the trust line (and at most a few
     warnings), within :data:`ANSWER_MAX_LINES` lines of at most :data:`WIDTH` columns; then the
-    compact tables (daydream.render.tables); everything else is behind ``--details``."""
+    compact tables (daydream.render.table_text); everything else is behind ``--details``."""
     head = wrap(f"daydream: {_source(r.trace)}  [{r.trace.format}]", "", "    ") + answer_section(r)
     trust = [x for line in trust_line(r.trust) for x in wrap(line.strip(), "  ", "    ")]
     head = head + trust

@@ -2,7 +2,7 @@
 (by name and launching op), framework ops, CUDA API calls, and collectives by kind and size.
 
 Every time here is recorded (measured) ns, as the peers give them, not replayed. Computed columnar
-(one ``np.unique`` / ``bincount`` pass per table); rendered by :mod:`daydream.render.tables` (text
+(one ``np.unique`` / ``bincount`` pass per table); rendered by :mod:`daydream.render.table_text` (text
 and CSV) and carried whole in ``--json`` (:class:`Tables`).
 
 Sources of the definitions: a kernel's launching op is the innermost framework op (Kineto

@@ -144,7 +144,7 @@ def _gz_blocks(f, path: str):
     d = (_fast_zlib if _fast_zlib is not None and times._FAST else zlib).decompressobj(16 + zlib.MAX_WBITS)
     out_max, raw_max = 4 * _READ_BLOCK, max(_READ_BLOCK // 2, 1)
     size = os.fstat(f.fileno()).st_size
-    left = limit = inflate_limit(path, size)
+    left = limit = inflate_limit(path, size, held=False)  # one slice held at a time
     while True:
         raw = f.read(raw_max)
         if not raw:
