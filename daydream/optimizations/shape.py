@@ -47,6 +47,8 @@ reads; this module does not predict memory.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections import Counter
 from dataclasses import dataclass
 
@@ -563,7 +565,10 @@ def _apply(graph, p):
         words.append(depth)
     if loader:
         words.append(loader)
-    words.append(f"memory not predicted here (activations x{activation_factor(p):g})")
+    if g.memory is not None:  # no memory verdict rather than the baseline's under a new shape (docs/memory.md)
+        words.append(f"memory not predicted for a new shape (activations would grow about x{activation_factor(p):g}): "
+                     "no memory verdict for this prediction")
+        g = dataclasses.replace(g, memory=None)
     return g, "; ".join(words)
 
 
@@ -595,6 +600,9 @@ def _problem_size(graph, p):
             "no shapes used"
             + (" (the trace has shapes: shape:batch=,seq=,hidden= models each op's kind)" if shapes else "")
             + "; CPU time as recorded")
+    if g.memory is not None:
+        note += "; memory not predicted for a new problem size: no memory verdict for this prediction"
+        g = dataclasses.replace(g, memory=None)
     return g, note
 
 
