@@ -444,9 +444,9 @@ def _run_job(args) -> int:
     from .job import analyze_job, job_report_json, render_job_text
     from .job.load import expand_inputs
 
-    if args.timeline or args.save_table or args.compare_to or "all" in args.opt:
+    if args.timeline or args.save_table or args.compare_to or getattr(args, "csv", None) or "all" in args.opt:
         raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json, --plot, --strict-replay and --workers; "
-                         "--opt all/--timeline/--save-table/--compare-to apply to one trace")
+                         "--opt all/--timeline/--save-table/--compare-to/--csv apply to one trace")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     try:

@@ -6,12 +6,32 @@ job critical path, the first collectives and the what-ifs; trace-derived strings
 
 from __future__ import annotations
 
-from ..util.display import terminal_text
+import re
+import textwrap
+
+from ..util.display import CUT, terminal_text
 from ..report.job_model import JobReport
 
 
 def _ms(ns: int) -> str:
     return f"{ns / 1e6:,.3f}"
+
+
+#: the widest line of the text (the single-trace report's limit, issue 31)
+WIDTH = 100
+_ROW = re.compile(r"^\s*(rank\s|\d+\s)")
+
+
+def _fit(line: str) -> str:
+    """``line`` within :data:`WIDTH` columns: a table row (the rank table) cut at the end (the JSON
+    has every column whole), prose wrapped under its own indent."""
+    if len(line) <= WIDTH:
+        return line
+    if _ROW.match(line):
+        return line[: WIDTH - len(CUT)] + CUT
+    indent = line[: len(line) - len(line.lstrip())]
+    return "\n".join(textwrap.wrap(line, WIDTH, initial_indent="", subsequent_indent=indent + "    ",
+                                    break_on_hyphens=False, break_long_words=True)) or line
 
 
 def render_job_text(r: JobReport) -> str:
@@ -68,4 +88,4 @@ def render_job_text(r: JobReport) -> str:
         out.append(f"what-if {k}: not applicable: {v}")
     for k, v in r.counts.items():
         out.append(f"note: {k}: {v:,}")
-    return "\n".join(map(terminal_text, out)) + "\n"  # one line each: a newline in a name shows as \\n
+    return "\n".join(_fit(terminal_text(x)) for x in out) + "\n"  # one line each: a newline in a name shows as \\n
