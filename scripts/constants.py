@@ -77,8 +77,6 @@ def _has_number(node) -> bool:
 #: constants whose comment misleads the rules above, with what is known of their source (issue 39's
 #: audit); an entry whose constant no longer exists fails tests/test_constants_doc.py
 OVERRIDES: dict[str, tuple[str, str]] = {
-    "PAGEABLE_STAGING_BYTES": ("fit", "the largest copy of one development trace (ResNet-50) seen returning before its DMA; "
-                                      "the true threshold lies anywhere up to 1,228,800 B; the emulator imports it"),
     "STARTUP_FACTOR": ("unsourced", "x1000: no measurement or citation"),
     "STARTUP_MIN_NS": ("unsourced", "1 ms: no measurement or citation"),
     "GAP_TRIM": ("fit", "chosen by comparing results on the ResNet-50 development trace"),

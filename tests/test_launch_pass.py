@@ -181,13 +181,20 @@ def test_texts_with_a_nul_byte_are_kept_one_by_one():
     assert LD._as_bytes([memoryview(b"[2, 3]"), b"[]"]) == [b"[2, 3]", b"[]"]
 
 
-def test_saved_table_falls_back_to_the_file(tmp_path):
+def test_saved_table_carries_its_launch_data_and_reads_no_file(tmp_path):
+    """A table saved with its side data (--save-table: formats.trace_side.save_table) gives the
+    trace's launch data back; one saved bare (EventTable.save) has none, and is not completed from
+    the file its header names (issue 37: nothing in an input chooses a path to read)."""
+    from daydream.formats.trace_side import save_table
+
     p = TRACES / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
     if not p.exists():
         pytest.skip("no real traces")
     table = load_trace(str(p))
-    out = tmp_path / "t.npz"
-    table.save(str(out))
-    again = load_trace(str(out))
-    assert again.launch is None
-    assert_same(LD.launch_data_of(again), LD.launch_data_of(table))
+    with_side = tmp_path / "t.npz"
+    save_table(table, str(with_side))
+    assert_same(LD.launch_data_of(load_trace(str(with_side))), LD.launch_data_of(table))
+    bare = tmp_path / "bare.npz"
+    table.save(str(bare))
+    again = load_trace(str(bare))
+    assert again.launch is None and not len(LD.launch_data_of(again).key)

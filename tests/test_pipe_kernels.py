@@ -169,7 +169,8 @@ def test_prepare_compiled_equals_reference_on_random_graphs(n, data):
         is_cpu=np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), bool),
         lane_prev=np.array(data.draw(st.lists(st.integers(-1, n - 1), min_size=n, max_size=n)), np.int64),
         launch=np.array(data.draw(st.lists(st.integers(-1, n - 1), min_size=n, max_size=n)), np.int64),
-        t0_ns=5, launch_latency_ns=data.draw(st.integers(0, 3)), gpu_gap_ns=data.draw(st.integers(0, 3)), staging_latency_ns=2)
+        t0_ns=5, launch_latency_ns=data.draw(st.integers(0, 3)), gpu_gap_ns=data.draw(st.integers(0, 3)), staging_latency_ns=2,
+        staging_extra_ns=lambda: None)  # no size-dependent staging (TaskGraph.staging_extra_ns)
     order = np.array(data.draw(st.permutations(range(n))), np.int64)
     want = _prepare_reference(g, order, rule_arrays())
     for m in ("numpy",) + METHODS:

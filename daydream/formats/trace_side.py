@@ -39,7 +39,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 LAUNCH_MEMBERS = {"key": np.int64, "grid": np.int64, "block": np.int64, "regs": np.int64, "smem": np.int64,
                   "flops": np.float64, "bytes": np.float64, "last_bytes": np.float64, "last_elem": np.int64, "op": np.int32}
 #: members added later (a table saved before them reads as "unknown": -1 / 0), name -> (dtype, values per kernel)
-LAUNCH_OPTIONAL = {"shape": (np.int64, 4), "dtype": (np.int8, 1)}
+LAUNCH_OPTIONAL = {"shape": (np.int64, 4), "dtype": (np.int8, 1), "shape_id": (np.int64, 1)}
 #: saved-table members of the collective args: name -> dtype (the str columns as ids into ``strings``)
 COMM_MEMBERS = {"name": np.int32, "cat": np.int32, "ext": np.int64, "corr": np.int64, "collective": np.int32,
                 "in_nelems": np.int64, "out_nelems": np.int64, "group_size": np.int64, "elem_bytes": np.int64,
@@ -101,6 +101,8 @@ class _LaunchHead(msgspec.Struct, forbid_unknown_fields=True):
     reason: str
     counts: dict[str, int]
     ops: list[str]
+    #: LaunchData.shapes: the distinct (op name, Input Dims, Input type) (decoded JSON); older saved tables: none
+    shapes: list[Any] = []
 
 
 class _CommHead(msgspec.Struct, forbid_unknown_fields=True):
@@ -139,7 +141,8 @@ def side_members(table: EventTable) -> dict[str, np.ndarray]:
             v = getattr(a, k)
             out[f"side.comm.{k}"] = np.fromiter((at[str(s)] for s in v.tolist()), t, len(v)) if k in _COMM_STR else np.asarray(v, t)
         comm_head = _CommHead(a.reason, strings)
-    head = _SideHead(_LaunchHead(d.reason, {str(k): int(v) for k, v in d.counts.items()}, ops), comm_head)
+    head = _SideHead(_LaunchHead(d.reason, {str(k): int(v) for k, v in d.counts.items()}, ops,
+                                 [list(x) for x in getattr(d, "shapes", [])]), comm_head)
     out[_JSON_MEMBER] = np.frombuffer(msgspec.json.encode(head), dtype=np.uint8)
     return out
 
@@ -201,6 +204,11 @@ def load_side(path: str, table: EventTable) -> bool:
                    op=ops[la["op"]].tolist() if n else [], reason=head.launch.reason, counts=dict(head.launch.counts),
                    shape=opt["shape"].reshape(n, 4) if "shape" in opt else np.full((n, 4), -1, np.int64),
                    dtype=opt["dtype"] if "dtype" in opt else np.zeros(n, np.int8))
+    shapes = [tuple(x) if isinstance(x, list) and len(x) == 3 else None for x in head.launch.shapes]
+    sid = opt["shape_id"] if "shape_id" in opt else np.full(n, -1, np.int64)
+    if None in shapes or (len(sid) and (sid.min() < -1 or sid.max() >= len(shapes))):
+        raise _bad(path, "side.launch.shape_id", f"not ids into the {len(shapes):,} recorded op shapes")
+    d.shape_id, d.shapes = sid, shapes
     table.launch = LaunchFacts.holding(d)
     if co is None:
         table.comm = None

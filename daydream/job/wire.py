@@ -23,8 +23,11 @@ from ..formats import comm_args as CA
 from ..formats import launch_data as LD
 from ..formats import trace_side as TS
 from ..graph import _arrays as GA
+from ..graph.build import staging as GS
 from ..graph import collectives as GC
+from ..events import memory as EM
 from ..graph import facts as GF
+from ..graph import memory_part as GMP
 from ..graph import model as GM
 from ..mapping import maps as MM
 from . import load as JL
@@ -41,7 +44,7 @@ def _allowed() -> dict[str, type]:
                     TS.CommSource, GA.Counts, GC.Collectives, GF.CpuOps, GF.TraceFacts, GM.CpuRanges, GM.TaskGraph,
                     MM.NodeMapping, JL.RankTrace, types.SimpleNamespace):
             ALLOWED[f"{cls.__module__}:{cls.__qualname__}"] = cls
-        for m in (GM, GF, LD, T):  # other plain classes of those modules that graphs may hold (dataclasses, Structs)
+        for m in (GM, GF, LD, T, EM, GMP, GS):  # other plain classes of those modules that graphs may hold (dataclasses, Structs)
             for v in vars(m).values():
                 if isinstance(v, type) and v.__module__ == m.__name__ and (
                         hasattr(v, "__dataclass_fields__") or hasattr(v, "__struct_fields__")):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ..simulate.critical_path import CAUSES, CriticalPath
-from ..util.display import terminal_text
+from ..util.display import CUT, terminal_text
 from .memory_text import memory_answer_lines, memory_section, prediction_memory_lines
 from ..mapping.rules import nvtx_base_name
 from ..report.report_model import (
@@ -449,7 +449,7 @@ def short_sections(r: Report) -> list[list[str]]:
     """The default report: one screen first -- the file, the answer, the trust line (and at most a few
     warnings), within :data:`ANSWER_MAX_LINES` lines of at most :data:`WIDTH` columns; then the
     compact tables (daydream.render.table_text); everything else is behind ``--details``."""
-    head = wrap(f"daydream: {_source(r.trace)}  [{r.trace.format}]", "", "    ") + answer_section(r)
+    head = [_file_line(_source(r.trace), r.trace.format)] + answer_section(r)
     trust = [x for line in trust_line(r.trust) for x in wrap(line.strip(), "  ", "    ")]
     head = head + trust
     room = ANSWER_MAX_LINES - len(head) - 1
@@ -460,7 +460,7 @@ def short_sections(r: Report) -> list[list[str]]:
         head = head[: ANSWER_MAX_LINES - 2] + ["  ... (the rest of the answer: --details)"]
         warn = []
     return [head + warn, comparison_head(r), *tables_text(r.tables),
-            ["(--details: steps, phases, layers, critical path, waits, predictions, input" + (", every compared quantity)" if r.comparison else ")")]]
+            ["(--details: steps, phases, layers, critical path, waits, predictions, input" + (", comparisons)" if r.comparison else ")")]]
 
 
 def sections(r: Report) -> list[list[str]]:
@@ -516,6 +516,18 @@ def wait_text(w) -> str:
 WIDTH = 100
 #: most lines of the default report before its tables
 ANSWER_MAX_LINES = 25
+
+
+def _file_line(source: str, fmt: str, width: int = WIDTH) -> str:
+    """``daydream: PATH  [format]`` on one line: a path too long is cut in its middle (the file
+    name at its end stays whole where it fits), never wrapped mid-word."""
+    tail = f"  [{fmt}]"
+    room = width - len("daydream: ") - len(tail)
+    src = terminal_text(source)
+    if len(src) > room:
+        keep = room - len(CUT)
+        src = src[: keep // 3] + CUT + src[len(src) - (keep - keep // 3):]
+    return f"daydream: {src}{tail}"
 
 
 def wrap(text: str, first: str = "  ", rest: str = "    ", width: int = WIDTH) -> list[str]:

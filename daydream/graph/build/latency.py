@@ -30,9 +30,13 @@ L_UNPROVEN = ("launch latency L measured only on tasks first on their stream in 
 L_DEFAULT = "launch latency L not measurable: no launched GPU task found its stream idle (the GPU is backlogged throughout the trace)"
 
 
-def _default_said(counts, default, n_launched: int) -> int:
-    """``default[0]``, counted in ``counts`` (a missing link) with the value and its source."""
+def _default_said(counts, default, n_launched: int, bound: int) -> int:
+    """``default[0]``, at most ``bound`` (the least delay from a launch to its task's start in the
+    trace: no task starts before its launch + L, so L is at most that), counted in ``counts`` (a
+    missing link) with the value and its source."""
     v, src = default
+    if bound < v:
+        v, src = max(int(bound), 0), f"least launch-to-start delay in the trace (below the {src})"
     if counts is not None:
         count(counts, f"{L_DEFAULT}; L = {v / 1e3:,.3f} us, the {src}", n_launched, missing=True)
     return int(v)
@@ -108,7 +112,7 @@ def launch_latency_and_gap(is_gpu, launch, lane_prev, rec_start, rec_end, x_src,
     if not plain.any():  # S cannot be told apart from L without a plain sample: L from all, S = 0
         plain, st = idle, np.zeros_like(st)
     if default is not None and not plain.any() and (la >= 0).any():  # backlogged throughout: no sample
-        L = _default_said(counts, default, int((la >= 0).sum()))
+        L = _default_said(counts, default, int((la >= 0).sum()), int((rs - gl_start)[la >= 0].min()))
     else:
         L = max(lower_median(rs[plain] - gl_start[plain]), 0)
     S = max(lower_median(rs[idle & st] - gl_start[idle & st] - L), 0)
@@ -154,7 +158,7 @@ def _latency_compiled(classify, gaps_fn, gi, launch, lane_prev, rec_start, rec_e
         plain, st_idle = plain | st_idle, np.zeros(len(gi), bool)
     launched = launch[gi] >= 0
     if default is not None and not plain.any() and launched.any():  # backlogged throughout: no sample
-        L = _default_said(counts, default, int(launched.sum()))
+        L = _default_said(counts, default, int(launched.sum()), int(d[launched].min()))
     else:
         L = max(lower_median(d[plain]), 0)
     S = max(lower_median(d[st_idle] - L), 0)
@@ -241,7 +245,8 @@ def _launch_latency_and_gap_reference(is_gpu, launch, lane_prev, rec_start, rec_
     if not plain.any():  # S cannot be told apart from L without a plain sample: L from all, S = 0
         plain, staged = idle, np.zeros_like(staged)
     if default is not None and not plain.any() and (is_gpu & (launch >= 0)).any():  # backlogged throughout
-        L = _default_said(counts, default, int((is_gpu & (launch >= 0)).sum()))
+        lm = is_gpu & (launch >= 0)
+        L = _default_said(counts, default, int(lm.sum()), int((rec_start[lm] - gl_start[lm]).min()))
     else:
         L = max(lower_median(rec_start[plain] - gl_start[plain]), 0)
     S = max(lower_median(rec_start[idle & staged] - gl_start[idle & staged] - L), 0)
