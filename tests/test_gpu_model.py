@@ -232,20 +232,6 @@ def test_hip_work_item_grids():
     assert p.factor[k[0]] == pytest.approx(fc)
 
 
-@pytest.fixture(scope="module")
-def real_graphs():
-    from daydream.mapping import map_events
-
-    paths = sorted(p for p in TRACES.glob("*/*") if p.suffix in (".gz", ".json", ".sqlite"))
-    if not paths:
-        pytest.skip("no real traces")
-    out = {}
-    for p in paths:
-        t = load_trace(str(p))
-        out[p.name] = build_graph(t, map_events(t))
-    return out
-
-
 @pytest.mark.slow
 def test_identity_with_host_parameters_on_every_real_trace(real_graphs):
     """Target = source and host parameters at the trace's own values: the baseline exactly."""

@@ -438,20 +438,6 @@ def test_shape_series_on_a_linear_kernel_with_a_floor():
 
 
 # ---------------------------------------------------------------- identity on real traces ------
-@pytest.fixture(scope="module")
-def real_graphs():
-    from daydream.mapping import map_events
-
-    paths = sorted(p for p in TRACES.glob("*/*") if p.suffix in (".gz", ".json", ".sqlite"))
-    if not paths:
-        pytest.skip("no real traces")
-    out = {}
-    for p in paths:
-        t = load_trace(str(p))
-        out[p.name] = build_graph(t, map_events(t))
-    return out
-
-
 @pytest.mark.slow
 def test_factor_one_is_the_identity_on_every_real_trace(real_graphs):
     """Every factor 1: each kernel re-costed at its own shapes (the library returns the measured
