@@ -35,7 +35,7 @@ from daydream.testing.emulator.shaped import (
 )
 
 TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
-SETTINGS = settings(max_examples=60, deadline=None,
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,  # the same examples each run (see below)
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much])
 
 
@@ -262,8 +262,19 @@ def test_hidden_equals_the_emulator(tmp_path_factory, spec, fh):
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.filter_too_much])
+@pytest.mark.xfail(strict=True, reason="known bug (open in issue 34): batch x2, seq x0.5, hidden x0.5 on a block "
+                   "[add, linear(H -> 4H)]: the 4H GEMM is predicted 7,920 ns where the emulator's program at the new "
+                   "shapes runs it in 14,719 ns (from 28,319 ns)")
+def test_known_shape_bug_batch_up_seq_and_hidden_down(tmp_path):
+    spec = ShapedSpec(7, 100, 6 * 64, 6, ("add", "linear4"), 1, "fp32", 0, 1000)
+    _check(tmp_path, spec, {"batch": 2, "seq": 0.5, "hidden": 0.5}, "shape:batch=2,seq=0.5,hidden=0.5")
+
+
+@pytest.mark.slow
+# derandomized: the examples are the same on every run (a drawn counterexample is a bug to record
+# above, not a flaky CI run)
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much])
 @given(shaped_specs(), st.sampled_from([2, 3]), st.sampled_from([0.5, 2]), st.sampled_from([0.5, 2]))
 def test_batch_seq_and_hidden_together_equal_the_emulator(tmp_path_factory, spec, fb, fs, fh):
     assume(spec.S * fs == int(spec.S * fs) and spec.heads * fh == int(spec.heads * fh) and spec.heads * fh >= 1)
