@@ -45,6 +45,7 @@ from __future__ import annotations
 from .generators import programs, training_step_program
 from .kineto_writer import to_kineto
 from .ops import (
+    EMULATED_STAGING_BYTES,
     Allocate,
     DeviceSync,
     EventRecord,
