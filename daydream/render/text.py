@@ -17,7 +17,6 @@ from ..util.display import CUT, terminal_text
 from .memory_text import memory_answer_lines, memory_section, prediction_memory_lines
 from ..mapping.rules import nvtx_base_name
 from ..report.report_model import (
-    START_ERROR_REASON,
     STARTUP_WORDS,
     TRUNCATED_REASON,
     UNLINKED_WORDS,
@@ -309,17 +308,15 @@ def ranking_section(r: Report) -> list[str]:
     for i, k in enumerate(helps + slower + [k for k in r.ranking if k.predicted_ns < 0], 1):
         if k in slower and k is slower[0]:
             out.append("  predicted no faster (not something to try):")
-        if k.predicted_ns >= 0 and k.step_speedup > 0:
-            low = f" (>= {k.speedup_bound:.3f}x window with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
+        if k.predicted_ns >= 0:
+            step = k.step_speedup > 0
+            held = abs(k.speedup_bound - k.speedup) >= 0.0005 if k.speedup_bound else False
+            low = f" (>= {k.speedup_bound:.3f}x{' window' if step else ''} with the waits held)" if held else ""
             num = f"{i:>3}." if k in helps else "   -"
             tag = "  [DOES NOT FIT in GPU memory]" if k.fits is False else ""
-            out.append(f"  {num} {k.name:<16}{k.step_speedup:>8.3f}x step, window {k.speedup:.3f}x {_ms(k.predicted_ns)} ms{low}{tag}  {k.note}")
-            out += [f"         memory: {k.memory}"] if k.memory else []
-        elif k.predicted_ns >= 0:
-            low = f" (>= {k.speedup_bound:.3f}x with the waits held)" if k.speedup_bound and abs(k.speedup_bound - k.speedup) >= 0.0005 else ""
-            num = f"{i:>3}." if k in helps else "   -"
-            tag = "  [DOES NOT FIT in GPU memory]" if k.fits is False else ""
-            out.append(f"  {num} {k.name:<16}{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms{low}{tag}  {k.note}")
+            nums = (f"{k.step_speedup:>8.3f}x step, window {k.speedup:.3f}x {_ms(k.predicted_ns)} ms" if step
+                    else f"{k.speedup:>8.3f}x  {_ms(k.predicted_ns):>12} ms")
+            out.append(f"  {num} {k.name:<16}{nums}{low}{tag}  {k.note}")
             out += [f"         memory: {k.memory}"] if k.memory else []
         else:
             out.append(f"    -  {k.name:<16}{'':>8}   {'':>12}     {k.note if k.note.startswith('failed: ') else 'not applicable: ' + k.note}")

@@ -72,8 +72,14 @@ def read_kernels(r: ReaderState) -> np.ndarray:
     if np.count_nonzero(unknown & keep):
         r.note(t, "kernel name not in StringIds", np.count_nonzero(unknown & keep))
     cols["name_id"] = name_id
+    return _emit(r, t, keep, cols, Kind.KERNEL)
+
+
+def _emit(r: ReaderState, t: str, keep: np.ndarray, cols: dict, kind: Kind) -> np.ndarray:
+    """Emit the kept rows of table ``t`` as GPU tasks of ``kind`` (category: the table's name);
+    returns their devices (the GPUs the trace names)."""
     cols["cat_id"] = np.int32(r.names.intern(t))
-    cols["kind"] = np.uint8(Kind.KERNEL)
+    cols["kind"] = np.uint8(kind)
     devices = cols["device"][keep]
     r.emit(t, keep, cols)
     return devices
@@ -105,11 +111,7 @@ def read_memcpy(r: ReaderState) -> np.ndarray:
         ok = (src >= 0) & (src < len(_MEMKIND_LUT))
         cols[dst] = np.where(ok, _MEMKIND_LUT[np.clip(src, 0, len(_MEMKIND_LUT) - 1)], MemKind.UNKNOWN)
     cols["bytes"] = nbytes
-    cols["cat_id"] = np.int32(r.names.intern(t))
-    cols["kind"] = np.uint8(Kind.MEMCPY)
-    devices = cols["device"][keep]
-    r.emit(t, keep, cols)
-    return devices
+    return _emit(r, t, keep, cols, Kind.MEMCPY)
 
 
 def read_memset(r: ReaderState) -> np.ndarray:
@@ -120,8 +122,4 @@ def read_memset(r: ReaderState) -> np.ndarray:
     keep, cols = _gpu_rows(r, t, ints)
     cols["bytes"] = ints[n]
     cols["name_id"] = np.int32(r.names.intern("[CUDA memset]"))
-    cols["cat_id"] = np.int32(r.names.intern(t))
-    cols["kind"] = np.uint8(Kind.MEMSET)
-    devices = cols["device"][keep]
-    r.emit(t, keep, cols)
-    return devices
+    return _emit(r, t, keep, cols, Kind.MEMSET)
