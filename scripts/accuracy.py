@@ -13,6 +13,7 @@ errors that decide them, are written into docs/model.md between the markers
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from daydream.errors import DaydreamError  # noqa: E402
 from daydream.formats import load_trace  # noqa: E402
@@ -35,6 +37,12 @@ TOLERANCE_PCT = 1.0
 MIN_KERNELS = 50
 MODEL_BEGIN = "<!-- verdicts: written by scripts/accuracy.py -->"
 MODEL_END = "<!-- end of verdicts -->"
+
+#: further sections of docs/accuracy.md, each a module in scripts/ with a function
+#: ``section(traces: Path, kernels: Path) -> list[str]`` returning Markdown lines (starting with its
+#: ``## `` heading), computed entirely by that run: no prose with numbers a rerun does not recompute.
+#: One module per subject (memory, kernel cost, shapes, collectives, what-ifs), appended in this order.
+SECTIONS: list[str] = []
 
 
 def tool_verdict(t) -> str:
@@ -82,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", default=str(ROOT.parent / "shared" / "traces"))
     ap.add_argument("--out", default=str(ROOT / "docs" / "accuracy.md"))
     ap.add_argument("--model", default=str(ROOT / "docs" / "model.md"), help="the doc whose verdict table is rewritten ('' none)")
+    ap.add_argument("--kernels", default=str(ROOT.parent / "shared" / "kernels"), help="the measured kernel sets (NeuSight)")
     args = ap.parse_args(argv)
     root = Path(args.traces)
     rows = []
@@ -175,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         *details,
         "",
     ]
+    for name in SECTIONS:
+        t0 = time.perf_counter()
+        mod = importlib.import_module(name)
+        out += [*mod.section(root, Path(args.kernels)), ""]
+        print(f"section {name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     Path(args.out).write_text("\n".join(out))
     print(f"wrote {args.out}", file=sys.stderr)
     if args.model:
