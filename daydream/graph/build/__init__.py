@@ -37,6 +37,7 @@ from .waits import (
     device_sync_waits,
     event_sync_waits,
     pageable_copy_edges,
+    stream_pred_at_launch,
     stream_sync_waits,
     sync_info,
 )
@@ -53,8 +54,9 @@ def _wait_edges(table, nodes, lanes, position, rec_start, rec_end, corr, name_id
     ix = WaitIndex(nodes, lanes, position, rec_start, corr)
     gl = graph_launches(ix, nodes, lanes, name_id[: nodes.n_cpu], table.names, rec_start, counts)  # installs them in ix
     rec = RecordCalls(ix, role)
-    copies = copy_classes(table, nodes, gpu_rows, role, lanes.lane_prev, rec_start, rec_end)
-    pw_s, pw_d = pageable_copy_edges(copies, lanes, nodes.n_cpu, rec_end, counts)
+    copy_prev = stream_pred_at_launch(ix, nodes, lanes)
+    copies = copy_classes(table, nodes, gpu_rows, role, copy_prev, rec_start, rec_end)
+    pw_s, pw_d = pageable_copy_edges(copies, copy_prev, nodes.n_cpu, rec_end, counts)
     parts = [stream_sync_waits(ix, role, si, counts), device_sync_waits(ix, role, si),
              event_sync_waits(ix, role, si, rec, counts), blocking_copy_waits(copies, nodes.n_cpu), (pw_s, pw_d)]
     ws = np.concatenate([p[0] for p in parts])

@@ -363,13 +363,34 @@ def blocking_copy_waits(c: Copies, n_cpu: int) -> tuple[np.ndarray, np.ndarray]:
     return n_cpu + np.nonzero(b)[0].astype(np.int64, copy=False), c.launch[b]
 
 
-def pageable_copy_edges(c: Copies, lanes: Lanes, n_cpu: int, rec_end, counts) -> tuple[np.ndarray, np.ndarray]:
+def stream_pred_at_launch(ix: WaitIndex, nodes: Nodes, lanes: Lanes) -> np.ndarray:
+    """Per node (shape (n,), node ids, -1 none): ``lanes.lane_prev``, except at the launched
+    copies, where it is the last task launched into the copy's stream before its call
+    (:meth:`WaitIndex.last_before`): a graph launch whose kernels run on streams of their own
+    stands in its launch stream by its last task (docs/model.md, "CUDA-graph launches"), which
+    the lane order does not hold. Before, a pageable copy after such a graph synchronized with
+    the stream's task before the graph, and a prediction that shortened the graph's kernels
+    ended the copy's call 1 ns off the emulator (issue 36)."""
+    prev = lanes.lane_prev
+    n_cpu = nodes.n_cpu
+    v = n_cpu + np.flatnonzero((nodes.launch[n_cpu:] >= 0) & (nodes.node_kind[n_cpu:] == Kind.MEMCPY))
+    if not len(v) or ix._graphs is None:
+        return prev
+    call = nodes.launch[v]
+    found = ix.last_before(lanes.lane[v], ix.c_start[call], ix.c_corr[call])
+    out = prev.copy()
+    out[v] = found
+    return out
+
+
+def pageable_copy_edges(c: Copies, lane_prev: np.ndarray, n_cpu: int, rec_end, counts) -> tuple[np.ndarray, np.ndarray]:
     """Copies from pageable host memory to the device (CUDA, not HIP) that synchronize their
     stream before staging: every ``cudaMemcpy``, and a ``cudaMemcpyAsync`` above the trace's
-    staging threshold (``Copies.threshold``). Edges ``(src, dst)`` of kind WAIT: the
-    copy's stream predecessor -> the call; not where the recorded call of an async copy ended
-    before that predecessor did (the trace shows no sync there; counted)."""
-    prev = lanes.lane_prev[n_cpu:]
+    staging threshold (``Copies.threshold``). Edges ``(src, dst)`` of kind WAIT: the last task
+    launched into the copy's stream before its call (``lane_prev``, per node:
+    :func:`stream_pred_at_launch`) -> the call; not where the recorded call of an async copy
+    ended before that task did (the trace shows no sync there; counted)."""
+    prev = lane_prev[n_cpu:]
     p0 = np.maximum(prev, 0)
     synced = c.pageable_h2d & (prev >= 0) & (c.sync | c.staged)
     early = synced & ~c.sync & (rec_end[np.maximum(c.launch, 0)] < rec_end[p0])
