@@ -227,6 +227,10 @@ class Trust(msgspec.Struct, forbid_unknown_fields=True):
     start_verdict: str = ""
     #: the second trust line: the start error, what it risks, and what the trace cannot show held the GPU ("" none)
     start_line: str = ""
+    #: how long GPU work launched before the trace held its streams after the trace start, us (the
+    #: largest recorded start - t0 of a stream's first task without a launching call; not modelled:
+    #: see trust.held_before_trace); 0 when no stream starts with such a task
+    held_before_trace_us: float = 0.0
 
 
 class OpBars(msgspec.Struct, forbid_unknown_fields=True):

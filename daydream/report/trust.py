@@ -139,6 +139,40 @@ def unseen_hold(graph: TaskGraph, tl: Timeline, rec: Timeline, gpu: np.ndarray, 
     return ""
 
 
+#: the verdict's words for :func:`held_before_trace` (docs/model.md, "Work launched before the window")
+HELD_WORDS = "first step held by work launched before the trace"
+
+
+def held_before_trace(graph: TaskGraph) -> tuple[int, int]:
+    """(ns, streams): how long GPU work launched before the trace held its streams after the trace
+    start ``t0``, as the trace shows it, and on how many streams. A stream whose first task in the
+    trace has no launching call holds work launched before the trace: that task was ready at
+    ``t0`` at the latest, so its recorded start after ``t0`` is time the stream spent on work the
+    trace does not hold (a kernel running across the window's start, its gap ``G`` after it).
+    The replay starts such a task at ``t0`` (rule 4: no launching call), so this is what it
+    leaves out, not modelled: the largest ``recorded start - t0`` over those first tasks (ns,
+    >= 0). Read from the graph's lane order, launches and recorded starts only; (0, 0) when no
+    stream starts with such a task."""
+    first = np.flatnonzero((graph.node_kind != NODE_CPU) & (graph.lane_prev < 0) & (graph.launch < 0)
+                           & (graph.rec_end_ns >= graph.rec_start_ns))
+    if not len(first):
+        return 0, 0
+    held = graph.rec_start_ns[first] - int(graph.t0_ns)
+    return max(int(held.max()), 0), int(np.count_nonzero(held > 0))
+
+
+def held_line(held_ns: int, streams: int, ref_ns: float, steps: int) -> str:
+    """The verdict's sentence on :func:`held_before_trace` when it is material (at least
+    TRUST_FAIR_PCT of ``ref_ns``, the first step, or the window without steps), else ""."""
+    if held_ns <= 0 or ref_ns <= 0 or held_ns * 100 < TRUST_FAIR_PCT * ref_ns:
+        return ""
+    ref = "the first step" if steps else "the window"
+    words = HELD_WORDS if steps else HELD_WORDS.replace("first step", "window")
+    return (f"{words}: {held_ns / 1e3:,.0f} us ({held_ns * 100 / ref_ns:.1f} % of {ref}; {streams:,} stream"
+            f"{'s' * (streams != 1)} start with a task launched before it), not modelled: the replay starts that work at the "
+            "trace start")
+
+
 def truncation_note(table: EventTable) -> str:
     """The adapter's note of a salvaged truncated file (``Accounting.notes``), or "" when it was whole."""
     return next((k for k in table.accounting.notes if k.startswith("truncated file")), "")
@@ -163,12 +197,18 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     if cut:  # the replay can only match what survived: the steps' work after the cut is not in the trace
         verdict, reason = "unreliable", (f"{TRUNCATED_REASON} ({cut.removeprefix('truncated file: ')}): the steps and the window "
                                          "miss the work recorded after the cut")
+    held_ns, held_streams = held_before_trace(graph)
+    first_ns = next((w.measured_ns for w in steps if w.measured_ns > 0), 0) if steps else window.measured_ns
+    held = held_line(held_ns, held_streams, float(first_ns), len(steps))
+    if held:
+        reason = f"{reason}; {held}"
     inferred = {k: v["inferred"] for k, v in sorted(graph.edge_counts().items()) if v.get("inferred")}
     missing = getattr(graph.counts, "missing", ())
     incomplete = {k: v for k, v in sorted(graph.counts.items()) if v and k in missing}
     cause = replay_cause(graph, tl, rec, window.measured_ns) if verdict != "good" else ""
     return Trust(verdict, f"{reason}; {cause}" if cause else reason, step_err + 0.0, len(steps), win_err + 0.0, round(p50, 3), round(p99, 3),
-                 int(np.count_nonzero(gpu)), inferred, incomplete, cause, p99_pct, start_verdict, start_line)
+                 int(np.count_nonzero(gpu)), inferred, incomplete, cause, p99_pct, start_verdict, start_line,
+                 round(held_ns / 1e3, 3))
 
 
 def replay_cause(graph: TaskGraph, tl: Timeline, rec: Timeline, window_ns: int) -> str:
