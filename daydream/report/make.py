@@ -39,6 +39,7 @@ from .report_model import (
 )
 from .windows import _breakdown, _gpu_busy, _process_ids, _step_groups, _window, _window_end, _zero_length_steps, step_windows
 from .trust import _warnings, build_trust
+from ..graph.contention import measure_contention
 
 
 def _graph_summary(graph: TaskGraph) -> GraphSummary:
@@ -58,6 +59,7 @@ def _graph_summary(graph: TaskGraph) -> GraphSummary:
         gpu_gap_ns=int(graph.gpu_gap_ns),
         staging_latency_ns=int(graph.staging_latency_ns),
         **_staging(graph.staging_fit),
+        **_contention(graph),
         counts=dict(sorted(graph.counts.items())),
         gpus=sorted(set(graph.lane_keys[graph.lane_is_gpu, 2].tolist())),
     )
@@ -69,6 +71,12 @@ def _staging(fit) -> dict:
         return {}
     return {"staging_threshold_bytes": int(fit.threshold_bytes), "staging_threshold_source": fit.threshold_source,
             "staging_ns_per_byte": float(fit.ns_per_byte), "staging_fit": fit.describe()}
+
+
+def _contention(graph: TaskGraph) -> dict:
+    """The :class:`GraphSummary` fields of the trace's measured contention (not modelled)."""
+    c = measure_contention(graph)
+    return {"contention_factor": round(c.factor, 6), "contention": c.describe() + ("" if c.reason else "; measured, not modelled")}
 
 
 def _window_note(graph: TaskGraph, rel: np.ndarray) -> str:

@@ -78,6 +78,11 @@ class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
     staging_threshold_source: str = ""
     staging_ns_per_byte: float = 0.0
     staging_fit: str = ""
+    #: contention between streams as the trace shows it (graph/contention.py): the factor
+    #: (overlapped / alone durations of the same kernel names; 0.0 not measured), the names and
+    #: instances it comes from, in words; measured, not used by the replay or the predictions
+    contention_factor: float = 0.0
+    contention: str = ""
 
 
 class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
