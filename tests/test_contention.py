@@ -98,3 +98,13 @@ def test_collective_late_start_counts_what_the_graph_does_not_hold(tmp_path):
     t = next(t for t in run.tasks if t.name == NCCL)
     held = t.start_ns - (run.calls[t.call].start_ns + 5_000)
     assert held > 0 and (c.comm_overlapped, c.comm_late_overlapped_ns, c.comm_alone) == (1, held, 0)
+
+
+def test_group_median_is_numpys_per_group():
+    from daydream.graph.contention import _group_median
+    rng = np.random.default_rng(0)
+    key = rng.integers(0, 7, 200)
+    val = rng.integers(0, 1_000, 200)
+    keys, med = _group_median(key, val)
+    assert keys.tolist() == sorted(set(key.tolist()))
+    assert med.tolist() == [float(np.median(val[key == k])) for k in keys.tolist()]
