@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daydream.analysis import analyze
+from daydream.cli import main
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
 from daydream.simulate import simulate
@@ -58,7 +59,7 @@ def _truth(run, lo, t0):
     return max(held, default=0)
 
 
-def test_held_first_step_is_said_with_the_emulators_hold(tmp_path):
+def test_held_first_step_is_said_with_the_emulators_hold(tmp_path, capsys):
     prog, k = _program([3_000_000, 2_000_000], [100_000] * 9)
     run = emulate(prog)
     p, lo = _cut(tmp_path, run, k)
@@ -71,6 +72,10 @@ def test_held_first_step_is_said_with_the_emulators_hold(tmp_path):
     trust = analyze(table).report.trust
     assert trust.held_before_trace_us == round(held / 1e3, 3)
     assert f"{HELD_WORDS}: {held / 1e3:,.0f} us" in trust.reason and "not modelled" in trust.reason
+    assert trust.held_line and trust.held_line in trust.reason
+    assert main([str(p)]) == 0
+    out = capsys.readouterr().out
+    assert " ".join(trust.held_line.split()) in " ".join(out.split())  # the text report's line (wrapped) under the verdict
 
 
 def test_no_hold_without_work_launched_before_the_trace(tmp_path):
@@ -82,7 +87,7 @@ def test_no_hold_without_work_launched_before_the_trace(tmp_path):
     table = load_trace(str(p))
     assert held_before_trace(build_graph(table)) == (0, 0)
     trust = analyze(table).report.trust
-    assert trust.held_before_trace_us == 0.0 and HELD_WORDS not in trust.reason
+    assert trust.held_before_trace_us == 0.0 and HELD_WORDS not in trust.reason and trust.held_line == ""
 
 
 def test_held_line_only_when_material():

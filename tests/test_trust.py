@@ -116,7 +116,7 @@ def test_json_has_trust_and_validates(tmp_path):
     assert set(doc["trust"]) == {
         "verdict", "reason", "max_step_error_pct", "steps", "window_error_pct", "gpu_start_error_p50_us",
         "gpu_start_error_p99_us", "gpu_tasks_compared", "inferred_edges", "incomplete", "cause", "gpu_start_error_p99_pct",
-        "start_verdict", "start_line", "held_before_trace_us",
+        "start_verdict", "start_line", "held_before_trace_us", "held_line",
     }
     assert doc["trust"]["verdict"] == "unreliable"
 

@@ -168,6 +168,7 @@ def trust_line(t: Trust | None) -> list[str]:
         f"  baseline replay: {t.verdict} ({err}, GPU start error p50 {t.gpu_start_error_p50_us:,.0f} us / "
         f"p99 {t.gpu_start_error_p99_us:,.0f} us; {_plural(inferred, 'inferred edge')}{f' ({by_kind})' if inferred else ''}{incomplete})",
         *([f"    {t.reason.split('; ')[0]}"] if t.reason.startswith(TRUNCATED_REASON) else []),
+        *([f"    {t.held_line}"] if t.held_line else []),
         *([f"    {t.start_line}"] if t.start_line else []),
         *([f"    {t.cause}"] if t.cause else []),
     ]

@@ -236,6 +236,10 @@ class Trust(msgspec.Struct, forbid_unknown_fields=True):
     #: largest recorded start - t0 of a stream's first task without a launching call; not modelled:
     #: see trust.held_before_trace); 0 when no stream starts with such a task
     held_before_trace_us: float = 0.0
+    #: the verdict's sentence on it where it is at least TRUST_FAIR_PCT of the first step (the
+    #: window without steps): "first step held by work launched before the trace: N us ..., not
+    #: modelled"; "" otherwise (also appended to ``reason``)
+    held_line: str = ""
 
 
 class OpBars(msgspec.Struct, forbid_unknown_fields=True):

@@ -208,7 +208,7 @@ def build_trust(graph: TaskGraph, tl: Timeline, rec: Timeline, window: WindowSta
     cause = replay_cause(graph, tl, rec, window.measured_ns) if verdict != "good" else ""
     return Trust(verdict, f"{reason}; {cause}" if cause else reason, step_err + 0.0, len(steps), win_err + 0.0, round(p50, 3), round(p99, 3),
                  int(np.count_nonzero(gpu)), inferred, incomplete, cause, p99_pct, start_verdict, start_line,
-                 round(held_ns / 1e3, 3))
+                 round(held_ns / 1e3, 3), held)
 
 
 def replay_cause(graph: TaskGraph, tl: Timeline, rec: Timeline, window_ns: int) -> str:
