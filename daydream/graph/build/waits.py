@@ -378,8 +378,9 @@ def stream_pred_at_launch(ix: WaitIndex, nodes: Nodes, lanes: Lanes) -> np.ndarr
         return prev
     call = nodes.launch[v]
     found = ix.last_before(lanes.lane[v], ix.c_start[call], ix.c_corr[call])
+    graph = (found >= 0) & (lanes.lane[np.maximum(found, 0)] != lanes.lane[v])  # a graph's tail stands there
     out = prev.copy()
-    out[v] = found
+    out[v[graph]] = found[graph]  # elsewhere the lane order is kept as it was
     return out
 
 
