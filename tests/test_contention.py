@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from daydream.formats import load_trace
 from daydream.graph import build_graph
@@ -108,3 +111,17 @@ def test_group_median_is_numpys_per_group():
     keys, med = _group_median(key, val)
     assert keys.tolist() == sorted(set(key.tolist()))
     assert med.tolist() == [float(np.median(val[key == k])) for k in keys.tolist()]
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.integers(100, 400), st.integers(3, 6), st.integers(2_000, 15_000))
+def test_measured_factor_is_the_stretch_the_trace_was_built_with(tmp_path_factory, pct, names, L):
+    """Over programs whose overlapped kernels are stretched by ``pct`` % (durations multiples of
+    100 ns, so every name's ratio is exactly ``pct / 100``), the measured factor is that stretch,
+    from every name and instance."""
+    p = tmp_path_factory.mktemp("c") / "c.json"
+    to_kineto(emulate(_program(pct, names=names, L=L)), str(p))
+    c = measure_contention(build_graph(load_trace(str(p))))
+    assert c.factor == pytest.approx(pct / 100, rel=1e-12)
+    assert (c.names, c.alone, c.overlapped, c.reason) == (names, names, names, "")
