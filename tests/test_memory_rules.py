@@ -102,12 +102,12 @@ def _replace_ops(prog, drop: set, before: dict):
 
 def _pooled_program(prog, captured: set):
     """The program the pool rule describes, stated in emulator terms: the blocks allocated in the
-    ``captured`` steps (their allocations and frees) are gone; per device, one allocation of the
-    pool is made right before the first of them: the pool is the largest peak that a captured
-    step's own blocks reach when they run by themselves (allocations of the step, and their frees
-    within it)."""
+    ``captured`` steps on the GPU (their allocations and frees; host allocations are not a graph's)
+    are gone; one allocation of the pool takes the place of the first of them: the pool is the
+    largest peak that a captured step's own blocks reach when they run by themselves (allocations
+    of the step, and their frees within it)."""
     al = _allocs(prog)
-    mine = {op.addr: s for _, op, s in al if op.delta_bytes > 0 and s in captured}
+    mine = {op.addr: s for _, op, s in al if op.delta_bytes > 0 and s in captured and op.device >= 0}
     drop = {i for i, op, _ in al if op.addr in mine}
     pool, first = {}, {}
     for s in captured:

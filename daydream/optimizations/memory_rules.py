@@ -23,6 +23,7 @@ import dataclasses
 
 import numpy as np
 
+from ..graph import NODE_CPU
 from ..graph.memory_part import block_pairs, changed_events, level_before
 from ..mapping.rules import BACKWARD, OPTIMIZER
 
@@ -65,7 +66,6 @@ def edit_events(gm, *, nbytes=None, drop=None, add: dict | None = None, before_d
 
 def anchor_nodes(graph, gm) -> np.ndarray:
     """int64 node of each event's anchor CPU task in ``graph`` (-1: none, or removed)."""
-    from ..graph import NODE_CPU
     cpu = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.row >= 0))
     if not len(cpu):
         return np.full(len(gm), -1, np.int64)
@@ -124,7 +124,8 @@ def graph_pool(g, region: np.ndarray) -> tuple[object, dict[int, int], str]:
     allocations and frees are gone (a replay allocates nothing: the graph's tensors live in the
     pool); one allocation of the pool's size takes the place of the first graph block's allocation
     (the graph's first launch: capture allocates it) and is never freed (the graph lives for the whole
-    step, and the steps after). Per device.
+    step, and the steps after). Per GPU; host allocations are not the graph's (the pool is device
+    memory): they keep their recorded events.
 
     Returns:
         (new graph, pool bytes per device, note words). Regions with an event without an address
@@ -134,7 +135,7 @@ def graph_pool(g, region: np.ndarray) -> tuple[object, dict[int, int], str]:
     if gm is None or not len(gm):
         return g, {}, ""
     ev = gm.events
-    region = np.asarray(region, np.int64)
+    region = np.where(ev.device >= 0, np.asarray(region, np.int64), -1)  # host allocations are not the graph's
     inr = region >= 0
     if not inr.any():
         return g, {}, "memory: no allocation inside a captured region (the allocations are the recorded ones)"
