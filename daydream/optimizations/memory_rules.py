@@ -238,11 +238,14 @@ def sharded_blocks(g, world: int, stage: int, state: dict, devices: list[int]) -
     saved = int((ev.bytes[a[shrink]] - half).sum())
     note = (f"memory per rank: {int(shrink.sum()):,} gradient/optimizer-state blocks shrunk to 1/{world} (-{_size(saved)} "
             f"over the trace)")
-    if delta:
+    cats = ", ".join(c.replace("_", " ") for c in keep if keep[c])
+    if any(delta.values()):
         note += (f"; state held from before the window lowered by {_size(-min(delta.values()))} "
-                 f"(inferred: {', '.join(c for c in keep if keep[c])} from the gradient shapes, less what the events show)")
+                 f"(inferred: the sharded part of the {cats} the events do not show, from the gradient shapes)")
+    elif delta:
+        note += "; nothing allocated before the window to shard"
     else:
-        note += "; the level before the window is not recorded (no totals): kept"
+        note += "; the level before the window is not recorded (no totals): kept (the peak is a lower bound)"
     return dataclasses.replace(g, memory=mem), note
 
 
@@ -264,7 +267,10 @@ def gathered_units(graph, g, alloc_call: np.ndarray, free_call: np.ndarray, free
     after the computation"): per unit gather ``k``, a block of ``nbytes[k]`` on ``device[k]``
     allocated at the end of CPU call ``alloc_call[k]`` (the call that issues the all-gather) and
     freed at the start (``free_at_end``: the end) of call ``free_call[k]``; calls are recorded
-    nodes of ``graph`` (their rows anchor the events in ``g``)."""
+    nodes of ``graph`` (their rows anchor the events in ``g``). In program order an allocation
+    (and a free at a call's end) comes right after its call, before the host work after it; a
+    free at a call's start right before the call, after the host work before it; at one place,
+    frees before allocations."""
     gm = g.memory
     if gm is None or not len(gm) or not len(alloc_call):
         return g, ""
@@ -276,9 +282,11 @@ def gathered_units(graph, g, alloc_call: np.ndarray, free_call: np.ndarray, free
     ts_a = graph.rec_end_ns[ac]
     ts_f = np.where(fe, graph.rec_end_ns[fc], graph.rec_start_ns[fc])
     steps = graph.facts.steps if graph.facts is not None else ()
-    add = {"bytes": np.concatenate([nb, -nb]), "device": np.concatenate([dv, dv]), "pid": graph.pid[np.concatenate([ac, fc])],
-           "tid": graph.tid[np.concatenate([ac, fc])], "ts_ns": np.concatenate([ts_a, ts_f]),
-           "anchor_row": graph.row[np.concatenate([ac, fc])], "offset_ns": np.zeros(2 * k, np.int64),
-           "at_end": np.concatenate([np.ones(k, bool), fe]), "step": step_of_times(gm, steps, np.concatenate([ts_a, ts_f])),
-           "phase": np.zeros(2 * k, np.uint8), "group": np.concatenate([np.ones(k, np.int64), -np.ones(k, np.int64)])}
+    # frees first: at one instant (and side of a call) a unit is released before the next is gathered
+    both = np.concatenate([fc, ac])
+    ts = np.concatenate([ts_f, ts_a])
+    add = {"bytes": np.concatenate([-nb, nb]), "device": np.concatenate([dv, dv]), "pid": graph.pid[both], "tid": graph.tid[both],
+           "ts_ns": ts, "anchor_row": graph.row[both], "offset_ns": np.zeros(2 * k, np.int64),
+           "at_end": np.concatenate([fe, np.ones(k, bool)]), "step": step_of_times(gm, steps, ts),
+           "phase": np.zeros(2 * k, np.uint8), "group": np.concatenate([np.where(fe, -1, 1), -np.ones(k, np.int64)])}
     return dataclasses.replace(g, memory=edit_events(gm, add=add)), f"{k:,} all-gathered units allocated before their compute and freed after"
