@@ -236,8 +236,11 @@ def sharded_blocks(g, world: int, stage: int, state: dict, devices: list[int]) -
             delta[int(d)] = -min(before, int(unseen))
     mem = edit_events(gm, nbytes=b, before_delta=delta)
     saved = int((ev.bytes[a[shrink]] - half).sum())
-    note = (f"memory per rank: {int(shrink.sum()):,} gradient/optimizer-state blocks shrunk to 1/{world} (-{_size(saved)} "
-            f"over the trace)")
+    if not (ev.addr >= 0).any():
+        note = "memory per rank: the allocator's events have no addresses (gradient and optimizer-state blocks cannot be told apart)"
+    else:
+        note = (f"memory per rank: {int(shrink.sum()):,} gradient/optimizer-state blocks shrunk to 1/{world} (-{_size(saved)} "
+                f"over the trace)")
     cats = ", ".join(c.replace("_", " ") for c in keep if keep[c])
     if any(delta.values()):
         note += (f"; state held from before the window lowered by {_size(-min(delta.values()))} "
