@@ -439,3 +439,39 @@ def test_gathered_units_equal_the_emulator(prog, data):
         new += before.get(i, []) + [op] + after_free.get(i, []) + after_alloc.get(i, [])
     changed = dataclasses.replace(prog, threads=(dataclasses.replace(prog.threads[0], ops=tuple(new)),))
     assert _pred(g2) == memory_peaks(emulate(changed), _names(prog)), note
+
+
+def _fsdp_program(n: int = 1 << 18):
+    """Two layers: forward ops in an ``nn.Module`` range, each allocating a 1 MiB activation; the
+    backward as autograd records it, each op's activation freed after its kernel's launch, then an
+    ``AccumulateGrad`` of ``n`` float32 elements."""
+    ops = [RangeBegin("ProfilerStep#1"), RangeBegin("nn.Module: Net_0", "python_function")]
+    for j in range(2):
+        ops += [RangeBegin(f"aten::op{j}", "cpu_op"), HostWork(500), Allocate(1 << 20, addr=_BASE + j), Launch(7, f"f{j}", 30_000, 1_000),
+                RangeEnd()]
+    ops.append(RangeEnd())
+    for j in (1, 0):
+        ops += [RangeBegin(f"autograd::engine::evaluate_function: Op{j}Backward0", "cpu_op"), HostWork(500),
+                Launch(7, f"b{j}", 30_000, 1_000), Allocate(-(1 << 20), addr=_BASE + j), RangeEnd(),
+                RangeBegin("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", "cpu_op"),
+                RangeBegin("torch::autograd::AccumulateGrad", "cpu_op", dims=((n,),), types=("float",)), HostWork(500), RangeEnd(),
+                RangeEnd()]
+    ops += [StreamSync(7, 500), RangeEnd()]
+    return Program([Thread(ops)])
+
+
+def test_fsdp_gathers_each_unit_around_its_compute(tmp_path):
+    """Two 1 MiB units (``unit_mb=1``): the forward's second unit (the first has no kernel before
+    it to issue its all-gather from) and both backward units are gathered. By the rule: F (for f1)
+    after f0's launch, freed at b1's launch; B0 (for b1) after f1's launch, freed at b0's launch;
+    B1 (for b0) after b1's launch, freed after b0's launch (the iteration's last). With the
+    activations the curve is 1, 2, 3, 4, 3, 4, 3, 2, 1, 0 MiB: two units and two activations at the peak."""
+    p = tmp_path / "t.json"
+    to_kineto(emulate(_fsdp_program()), str(p))
+    t = load_trace(str(p))
+    g = build_graph(t, map_events(t))
+    g2, note = _apply(g, "fsdp:world=4,unit_mb=1")
+    assert "3 all-gathered units" in note, note
+    dm = replay_memory(g2, simulate(g2))[0]
+    assert (dm.allocated_bytes // (1 << 20)).tolist() == [1, 2, 3, 4, 3, 4, 3, 2, 1, 0]
+    assert _pred(g2)[0] == (4 << 20, [4 << 20]) and _pred(g)[0] == (2 << 20, [2 << 20])
