@@ -44,6 +44,7 @@ MODEL_END = "<!-- end of verdicts -->"
 #: One module per subject (memory, kernel cost, shapes, collectives, what-ifs), appended in this order.
 SECTIONS: list[str] = [
     "accuracy_fidelity",
+    "accuracy_memory_rules",
 ]
 
 

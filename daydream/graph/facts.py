@@ -69,6 +69,9 @@ class TraceFacts:
     _launch: Any
     #: the table's collective args (``EventTable.comm``: a ``CommSource``), or a stand-in naming its file
     _comm: Any
+    #: the table's ``bytes`` column (int64 bytes a memcpy/memset moved, -1 otherwise; indexed by
+    #: ``TaskGraph.row``): the batch copies ``dataloader`` sizes its host buffers by; None: not kept
+    copy_bytes: Optional[np.ndarray] = None
 
     @cached_property
     def launch(self) -> LaunchData:
@@ -93,4 +96,4 @@ def trace_facts(table: EventTable) -> TraceFacts:
     stand_in = types.SimpleNamespace(launch=table.launch, comm=table.comm, meta=meta)
     return TraceFacts(source=meta.source or "", format=meta.format, world_size=int(meta.world_size or -1),
                       names=table.names, ops=ops, external_id=c["external_id"], steps=tuple(profiler_steps(table)),
-                      _launch=stand_in, _comm=stand_in)
+                      _launch=stand_in, _comm=stand_in, copy_bytes=np.asarray(c["bytes"], np.int64))

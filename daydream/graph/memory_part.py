@@ -114,6 +114,8 @@ def level_before(ev: MemoryEvents, k: np.ndarray) -> tuple[int, bool]:
     """(bytes allocated before the window, exact?) of the device events ``k`` (recorded order):
     ``Total Allocated - Bytes`` of the first event with totals (exact); without totals the
     smallest level that keeps the running sum at or above zero (a lower bound)."""
+    if not len(k):  # a device the recorded program never allocated on (a what-if's new host buffers)
+        return 0, True
     tot = ev.total_allocated[k]
     has = np.flatnonzero(tot >= 0)
     csum = np.cumsum(ev.bytes[k])
@@ -171,7 +173,8 @@ def recorded_margins(gm: GraphMemory) -> dict[int, float]:
     return out
 
 
-def changed_events(gm: GraphMemory, cols: dict, anchor_row, offset_ns, at_end, step, phase, group, seq) -> GraphMemory:
+def changed_events(gm: GraphMemory, cols: dict, anchor_row, offset_ns, at_end, step, phase, group, seq,
+                   before_delta: dict | None = None) -> GraphMemory:
     """``gm`` with the events of a changed program (a what-if that changes what is allocated):
     ``cols`` the :class:`MemoryEvents` columns of every event, ``ts_ns`` the recorded instant each
     stands for; the other arrays as :class:`GraphMemory`'s, one per event. The events are put in
@@ -179,13 +182,17 @@ def changed_events(gm: GraphMemory, cols: dict, anchor_row, offset_ns, at_end, s
     (what a what-if places before the recorded events of that instant), then ``seq``. Each
     device's level before the window stays the recorded one: ``Total Allocated`` is that level
     plus the running sum of ``Bytes`` (-1 where it is not known); ``Total Reserved`` is -1 (the
-    changed program's reserve is not known), and the recorded margin is kept in ``fragmentation``."""
+    changed program's reserve is not known), and the recorded margin is kept in ``fragmentation``.
+    ``before_delta``: per device, bytes added to (negative: taken from) the level before the window
+    (state a what-if holds from before the window, or shards: ``fsdp``/``zero``); applied where the
+    level is recorded (exact), at most down to zero."""
     ev = gm.events
     o = np.lexsort((np.asarray(seq), np.asarray(group), cols["ts_ns"]))
     cols = {c: np.asarray(a)[o] for c, a in cols.items()}
     for d in np.unique(cols["device"]).tolist():
         on = cols["device"] == d
         before, exact = level_before(ev, np.flatnonzero(ev.device == d))
+        before = max(0, before + int((before_delta or {}).get(d, 0)))
         run = before + np.cumsum(np.where(on, cols["bytes"], 0))
         cols["total_allocated"] = np.where(on, run if exact else -1, cols["total_allocated"])
         cols["total_reserved"] = np.where(on, -1, cols["total_reserved"])

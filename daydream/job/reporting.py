@@ -17,7 +17,8 @@ from ..graph import NODE_CPU
 from ..report.windows import _union_length, step_windows
 from ..report.trust import TRUST_FAIR_PCT, trust_verdict
 from ..simulate import Timeline, recorded, simulate
-from ..report.job_model import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankIdle, RankRow, Straggler
+from ..report.job_model import JOB_REPORT_VERSION, CollectiveRow, JobReport, RankIdle, RankMemory, RankRow, Straggler
+from ..report.memory_fit import memory_summary
 from .couple import Coupled
 from .critical import job_critical_path, rank_critical_path
 from .load import RankTrace
@@ -169,6 +170,29 @@ def _straggler(m: Matching, rows: list[RankRow], starts: np.ndarray) -> Straggle
     return Straggler(int(m.ranks[s]), int(caused[s]), late, cause, cp)
 
 
+def rank_memory(rank: int, graph, tl: Timeline) -> RankMemory | None:
+    """The GPU memory of one rank (:class:`RankMemory`) replayed on ``tl`` (None: its trace has no
+    allocator events on a GPU): its GPU with the highest peak; the parts of the step whose peak is
+    the highest, and their shares of it."""
+    ms = memory_summary(graph, tl)
+    gpus = [d for d in (ms.devices if ms is not None else []) if d.device >= 0]
+    if not gpus:
+        return None
+    d = max(gpus, key=lambda x: x.peak_allocated_bytes)
+    st = max(d.steps, key=lambda x: x.peak_allocated_bytes) if d.steps else None
+    parts = {p.name: int(p.bytes) for p in st.parts} if st is not None else {}
+    peak = st.peak_allocated_bytes if st is not None else 0
+    shares = {k: round(v / peak * 100, 2) for k, v in parts.items()} if peak > 0 else {}
+    return RankMemory(int(rank), int(d.device), int(d.peak_allocated_bytes), bool(d.at_least), st.name if st is not None else "",
+                      parts, shares, int(d.needs_bytes), int(d.capacity_bytes), d.fits, d.verdict)
+
+
+def job_memory(rank_numbers, graphs, timelines) -> list[RankMemory]:
+    """:func:`rank_memory` of every rank that has GPU allocator events."""
+    out = [rank_memory(int(r), g, tl) for r, g, tl in zip(rank_numbers, graphs, timelines)]
+    return [x for x in out if x is not None]
+
+
 def build_job_report(ranks: list[RankTrace], m: Matching, c: Coupled, world: int, counts: dict[str, int]) -> JobReport:
     """Assemble the :class:`JobReport` of a coupled replay ``c`` of ``ranks`` matched by ``m``."""
     rows, starts = [], []
@@ -187,7 +211,8 @@ def build_job_report(ranks: list[RankTrace], m: Matching, c: Coupled, world: int
     verdict, reason = _job_trust(_pct(sr, sm), rows)
     return JobReport(JOB_REPORT_VERSION, len(ranks), world, m.clock, len(m), c.rounds, sm, sr, _pct(sr, sm), rows, colls,
                      _straggler(m, rows, starts), dict(sorted({**counts, **m.counts}.items())), critical_path=cp,
-                     trust=verdict, trust_reason=reason, idle=[_rank_idle(i, r, m, c) for i, r in enumerate(ranks)])
+                     trust=verdict, trust_reason=reason, idle=[_rank_idle(i, r, m, c) for i, r in enumerate(ranks)],
+                     memory=job_memory([r.rank for r in ranks], c.graphs, c.timelines))
 
 
 def job_report_json(r: JobReport) -> bytes:

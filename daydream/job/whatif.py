@@ -33,7 +33,7 @@ from ..transform import scale, scale_gaps
 from .couple import Coupled, couple
 from .load import RankTrace
 from .match import Matching
-from .reporting import job_windows
+from .reporting import job_memory, job_windows
 
 STRAGGLER = "straggler"  #: listed by --list-opts from daydream.optimizations.JOB_ONLY
 
@@ -212,4 +212,5 @@ def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple
     real = any(o[0] != STRAGGLER for o in opts)
     return JobPrediction(name, sorted(sel) if real else [], int(base_ns), int(max(pred_ns)),
                          round(base_ns / max(max(pred_ns), 1), 4), pred_ns,
-                         {k: "; ".join(v) for k, v in sorted(notes.items())})
+                         {k: "; ".join(v) for k, v in sorted(notes.items())},
+                         memory=job_memory([r.rank for r in ranks], c.graphs, c.timelines))

@@ -28,6 +28,12 @@ driver as their dependencies finish. Model:
 
 Blocking calls, their gaps, and the gap before the first call of each run (work done before the
 region, e.g. data loading) stay.
+
+Memory (``docs/memory.md``; :func:`daydream.optimizations.memory_rules.graph_pool`): an
+allocator event anchored to a call of a graph run (the op that allocates is the one whose call
+comes next: captured) is the graph's; the runs of one region share one private pool
+(``torch.cuda.graphs``: the pool's blocks stay reserved while the graph lives), allocated at the
+first capture and held for the whole run; the graph's own allocations and frees are gone.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from ..graph.startup import startup_calls
 from ..events.table import Kind
 from ..transform import merge
 from . import Optimization, Param, integer_ns, register
+from .memory_rules import anchor_nodes, graph_pool
 from .common import (
     SYNC_ROLES,
     cpu_nodes_in_ranges,
@@ -129,8 +136,14 @@ def _apply(graph, p):
     glaunch = p["graph_launch_ns"] if p["graph_launch_ns"] >= 0 else median_launch_ns(graph)
     removed_cpu_ns = int(graph.dur_ns[drop].sum() + graph.gap_ns[drop].sum())
     g = merge(graph, np.where(in_good, run_of, -1), int(glaunch))  # each run becomes its first call, the graph launch
+    mem_note = ""
+    if graph.memory is not None and len(graph.memory):
+        node = anchor_nodes(graph, graph.memory)
+        n0 = np.maximum(node, 0)
+        ev_region = np.where((node >= 0) & ~graph.memory.at_end & in_good[n0], rid[n0], -1)
+        g, _, mem_note = graph_pool(g, ev_region)
     return g, (f"{len(heads):,} graph launch{'es' * (len(heads) != 1)} ({how}; {glaunch:,} ns{' each' * (len(heads) != 1)}) replace {int(in_good.sum()):,} API calls; "
-               f"{removed_cpu_ns / 1e6:,.3f} ms of CPU calls and gaps removed")
+               f"{removed_cpu_ns / 1e6:,.3f} ms of CPU calls and gaps removed" + (f"; {mem_note}" if mem_note else ""))
 
 
 register(

@@ -20,6 +20,15 @@ previous batch and after the request (a hand-over edge from the hand-off task of
 ``k - prefetch_factor * N``). The first ``prefetch_factor * N`` batches are ready at the window's
 start (the window starts in steady state, the profiler's warm-up steps having filled the queue).
 
+Memory (``docs/memory.md``; :func:`daydream.optimizations.memory_rules.held_blocks`): with
+``pin_memory=1`` the iterator keeps up to ``prefetch_factor * N`` fetched batches ahead of the
+training thread, in page-locked host memory (``torch.utils.data`` docs, "Memory Pinning" and
+``prefetch_factor``: "number of batches loaded in advance by each worker"). A batch's bytes are
+those of the host-to-device copies the training thread launches between its DataLoader range and
+the next one (the batch's ``.to(device)``; the largest batch of the window). They are reported as
+host memory (device -1), held from before the window (the queue is full in steady state); the GPU's
+peak does not change, and the note says so.
+
 Limits: worker processes compete for CPU cores with the training process (not modelled: a
 host with fewer free cores than ``N`` gets less); batches that take very different times
 are not reordered (PyTorch yields in order, as modelled); pin-memory threads are not modelled.
@@ -38,7 +47,9 @@ from ..graph.range_timeline import thread_key
 from ..mapping.rules import DATA_LOADING_PATTERN
 from ..transform import add_edges, add_threads, insert_cpu_tasks, set_gap
 from . import Optimization, Param, register
+from ..events.table import CopyKind, Kind
 from .common import cpu_nodes_in_ranges, cpu_ranges
+from .memory_rules import held_blocks
 
 #: edge kind "batch ready" (id 48: registered ids stay clear of the built-in kinds and the tests' toy kind 40): the hand-off task ends its own cost after the worker task that
 #: produced its batch ends (END, like a blocking wait; charged to the CPU on the critical path)
@@ -132,7 +143,33 @@ def _apply(graph, p):
                   np.concatenate([np.full(int(real.sum()), BATCH_READY, np.int64), np.full(len(req), EdgeKind.HANDOVER, np.int64)]))
     note = (f"{len(y)} batches ({fetch.sum() / 1e6:,.3f} ms of DataLoader time on thread {tid}) fetched by {n_w} workers "
             f"(prefetch {ahead}); the training thread keeps a {h / 1e3:,.0f} us hand-off per batch ({h_src}); GPU work left alone")
+    if p["pin_memory"] and g.memory is not None and len(g.memory):
+        nb = batch_bytes(graph, pid, tid, s)
+        if nb > 0:
+            g = held_blocks(g, {-1: ahead * nb})
+            note += (f"; memory: {ahead} pinned batches of {nb / 2**20:,.1f} MiB held in host memory "
+                     f"({ahead * nb / 2**20:,.1f} MiB); GPU memory unchanged")
+        else:
+            note += "; memory: no host-to-device batch copy after the DataLoader ranges, pinned buffers not counted"
     return g, note
+
+
+def batch_bytes(graph, pid: int, tid: int, starts: np.ndarray) -> int:
+    """Bytes of the largest batch: per DataLoader range (``starts``, ascending, on thread
+    (``pid``, ``tid``)), the summed bytes of the host-to-device copies that thread launched from
+    that range's start to the next one's (the window's end for the last); 0 where none."""
+    fb = graph.facts.copy_bytes if graph.facts is not None else None
+    if fb is None or not len(starts):
+        return 0
+    cp = np.flatnonzero((graph.node_kind == Kind.MEMCPY) & (graph.copy_kind == CopyKind.HTOD) & (graph.launch >= 0) & (graph.row >= 0))
+    call = graph.launch[cp]
+    cp, call = cp[(graph.pid[call] == pid) & (graph.tid[call] == tid)], call[(graph.pid[call] == pid) & (graph.tid[call] == tid)]
+    if not len(cp):
+        return 0
+    k = np.searchsorted(starts, graph.rec_start_ns[call], side="right") - 1
+    ok = k >= 0
+    nb = np.maximum(fb[graph.row[cp[ok]]], 0)
+    return int(np.bincount(k[ok], weights=nb).max()) if ok.any() else 0
 
 
 def _workers_on_training_clock(g, w_of, e, pid, tid, n_workers, handoff, h_s, h_e, h):
@@ -173,6 +210,8 @@ register(
                                  int, lambda v: 1 <= v <= 256, "1 to 256"),
             "prefetch_factor": Param(2, "batches requested ahead per worker; default 2: torch.utils.data.DataLoader's default",
                                      int, lambda v: 1 <= v <= 64, "1 to 64"),
+            "pin_memory": Param(1, "1: batches in page-locked host memory (pin_memory=True, as the PyTorch ImageNet example "
+                                   "passes), counted as host memory; 0: not counted", int, lambda v: v in (0, 1), "0 or 1"),
             "handoff_us": Param(100.0, "us the training thread spends per batch taking it from the workers' queue; measured instead when the "
                                        "trace has _MultiProcessingDataLoaderIter ranges; default 100 us: an assumption (no single-process trace "
                                        "can measure it), override with the __next__ time of a multi-worker trace of the job",

@@ -14,6 +14,13 @@ ready when the last kernel its thread launched before the op ended has run; or `
 (``schemas/ddp-params.schema.json``: the model's parameters with ``numel`` and ``dtype``), placed
 over each iteration's backward kernels at an even byte rate (counted as inferred). Without
 either, it does not apply and says so. ``world=1`` changes nothing (NCCL costs 0 for one rank).
+
+Memory (``docs/memory.md``; :func:`daydream.optimizations.memory_rules.held_blocks`): DDP's
+reducer allocates, at construction, one flat gradient buffer per bucket (``reducer.cpp``,
+``initialize_buckets``: ``bucket.gradients = at::empty({offset}, options)``; with the default
+``gradient_as_bucket_view=False`` the parameters' ``.grad`` tensors stay separate and are copied
+into it): the model's gradient bytes (one iteration's, the largest), held on the gradients' GPU
+from before the window through every step. Per rank: every rank holds the same buffers.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from .comm_common import (
     step_of_nodes,
 )
 from ..formats.param_sizes import read_param_sizes
+from .memory_rules import held_blocks
 
 
 def gradients(graph, p) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
@@ -88,8 +96,21 @@ def _apply(graph, p):
         return graph, "world=1: no communication (NCCL costs 0 for one rank); the baseline"
     r, b, d, w, note = plan(graph, p)
     g, nodes = insert_allreduces(graph, r, d, w, [allreduce_name(x, p["world"]) for x in b.tolist()])
+    g, mem_note = bucket_memory(graph, g, p)
     return g, (f"{len(nodes)} all-reduces ({b.sum() / MIB:,.1f} MiB, {d.sum() / 1e6:,.3f} ms at {network_of(p).intra.name}) "
-               f"on a new stream for {p['world']} workers; {note}")
+               f"on a new stream for {p['world']} workers; {note}{mem_note}")
+
+
+def bucket_memory(graph, g, p) -> tuple:
+    """(``g`` with DDP's bucket buffers held through the window, note words): the largest
+    iteration's gradient bytes on the gradients' GPU (module docstring); unchanged without memory
+    events."""
+    if g.memory is None or not len(g.memory):
+        return g, ""
+    r, b, s, _ = gradients(graph, p)
+    total = int(np.bincount(s - s.min(), weights=b).max()) if len(b) else 0
+    dev = int(graph.device[r[0]]) if len(r) else 0
+    return held_blocks(g, {dev: total}), f"; memory: bucket buffers ({total / MIB:,.1f} MiB) held on GPU {dev} through every step"
 
 
 register(

@@ -38,9 +38,19 @@ issued after its anchor, up to its duration of recorded compute) take ``overlap`
 ``overlap=-1`` (default) takes the slowdown measured on the trace
 (:func:`daydream.costmodel.comm_fit.overlap_slowdown`; 1 where the trace has no collective).
 
-``world=1`` (or ``stage=0``) is the identity. **Memory hook**: :func:`sharded_state_bytes` gives
-per rank the parameter, gradient and optimizer-state bytes each stage keeps, for the memory
-replay (built elsewhere) to use; this module does not model memory.
+``world=1`` (or ``stage=0``) is the identity.
+
+**Memory, per rank** (``docs/memory.md``; :mod:`daydream.optimizations.memory_rules`): the
+model's state bytes (:func:`sharded_state_bytes` with ``world=1``: parameters = the gradients'
+bytes of one iteration, a gradient having its parameter's shape and type; optimizer state
+``opt_state`` x that) are sharded by :func:`.memory_rules.sharded_blocks` (gradient and
+optimizer-state blocks of the events shrink to 1/world, the state held from before the window
+loses its sharded part); stage 3 adds each unit's all-gathered parameters
+(:func:`.memory_rules.gathered_units`): allocated when its all-gather is issued (the end of the
+anchor kernel's launch call), freed when the next unit's first kernel is launched (FSDP frees a
+unit's unsharded parameters after its computation; the prefetched next unit is gathered
+meanwhile, so two units are held at once), the iteration's last unit at the end of the
+iteration's last kernel launch. The peak and the fit verdict are then one rank's.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ from ..transform import add_edges, add_stream, scale
 from ..transform.insertion import insert_tasks
 from ..util.arrays import sorted_unique
 from . import Optimization, Param, register
+from .memory_rules import gathered_units, sharded_blocks
 from .comm_common import (DDP_BUCKET_MB, MIB, NETWORK_PARAMS, _device_syncs_wait, buckets, first_after,
                           gradients_from_trace, insert_allreduces, network_of, step_of_nodes, trace_fit)
 
@@ -69,7 +80,7 @@ def coll_name(op: str, nbytes: int, world: int) -> str:
 
 
 def sharded_state_bytes(param_bytes: int, world: int, stage: int, optimizer_bytes_per_param_byte: float = 2.0) -> dict:
-    """Memory hook (not used here): per-rank bytes of parameters, gradients and optimizer state
+    """Per-rank bytes of parameters, gradients and optimizer state
     under ZeRO ``stage`` (ZeRO §5: P_os shards the optimizer state, P_os+g also gradients, P_os+g+p
     also parameters). ``optimizer_bytes_per_param_byte``: Adam's two moments at the parameters'
     precision = 2 (a parameter of the caller, not fitted)."""
@@ -253,10 +264,34 @@ def _stage3(graph: TaskGraph, p, net, r, b, s_of, steps):
     if len(a):
         g, _ = insert_prefetched(g, a, c, ag_d, [coll_name("AllGather", x, N) for x in ab.tolist()])
     g, _ = insert_allreduces(g, rr, rs_d, rw, [coll_name("ReduceScatter", x, N) for x in rb.tolist()])
+    g, units_note = _gathered_memory(graph, g, a, c, ab, steps)
+    if units_note:
+        pl["counts"]["memory"] = units_note
     note = (f"{len(a)} all-gathers ({ab.sum() / MIB:,.1f} MiB, {ag_d.sum() / 1e6:,.3f} ms), {len(rr)} reduce-scatters "
             f"({rb.sum() / MIB:,.1f} MiB, {rs_d.sum() / 1e6:,.3f} ms); {_fit_words(fit, fit_how, f_ag + f_rs, len(a) + len(rr))}; overlap slowdown {ov:.3f} ({how}) on {slowed} kernels; "
             + "; ".join(f"{k}: {v}" for k, v in pl["counts"].items()))
     return g, note
+
+
+def _gathered_memory(graph: TaskGraph, g: TaskGraph, a, c, ab, steps) -> tuple[TaskGraph, str]:
+    """Each unit's all-gathered parameters (module docstring, "Memory") in ``g``: allocated at the
+    end of the launch call of all-gather k's anchor, freed at the start of the launch call of
+    consumer k+1 where it is in the same iteration, else at the end of the launch call of the
+    iteration's last kernel."""
+    if g.memory is None or not len(g.memory) or not len(a):
+        return g, ""
+    kern = np.nonzero((graph.node_kind == Kind.KERNEL) & (graph.launch >= 0) & ~kernel_is_collective(graph))[0]
+    it_c = steps[c]
+    free_call = np.empty(len(a), np.int64)
+    at_end = np.zeros(len(a), bool)
+    for k in range(len(a)):  # all-gathers: tens per iteration
+        if k + 1 < len(a) and it_c[k + 1] == it_c[k]:
+            free_call[k] = graph.launch[c[k + 1]]
+        else:
+            mine = kern[steps[kern] == it_c[k]]
+            free_call[k] = graph.launch[mine[np.argmax(graph.position_ns[mine])]]
+            at_end[k] = True
+    return gathered_units(graph, g, graph.launch[a], free_call, at_end, ab, graph.device[a])
 
 
 def _stage12(graph: TaskGraph, p, net, r, b, s_of, steps):
@@ -306,8 +341,19 @@ def _apply_stage(graph: TaskGraph, p, stage: int):
     opt = (graph.mapping.phase == PH_OPT) & (graph.node_kind != NODE_CPU) & ~kernel_is_collective(graph)
     g = scale(graph, opt, 1.0 / p["world"])
     g, more = (_stage3 if stage == 3 else _stage12)(g, p, net, r, b, steps[r], steps)
+    g, mem = _sharded_memory(graph, g, p, stage, r, b, steps[r])
     return g, (f"ZeRO stage {stage} over {p['world']} ranks on {net.intra.name}: optimizer on the shard "
-               f"({int(opt.sum())} kernels x 1/{p['world']}); {more}; {note}")
+               f"({int(opt.sum())} kernels x 1/{p['world']}); {more}; {note}" + (f"; {mem}" if mem else ""))
+
+
+def _sharded_memory(graph: TaskGraph, g: TaskGraph, p, stage: int, r, b, s_of) -> tuple[TaskGraph, str]:
+    """Per-rank memory (module docstring): the state of one model (the largest iteration's
+    gradient bytes as the parameters') sharded over the ranks on the gradients' GPU."""
+    if g.memory is None or not len(g.memory):
+        return g, ""
+    P = int(np.bincount(s_of - s_of.min(), weights=b).max())
+    state = sharded_state_bytes(P, 1, 3, p["opt_state"])
+    return sharded_blocks(g, p["world"], stage, state, sorted({int(graph.device[x]) for x in r.tolist()}))
 
 
 _COMMON = {
@@ -316,6 +362,9 @@ _COMMON = {
     "bucket_mb": Param(DDP_BUCKET_MB, "stages 1-2: gradient bucket, MiB (DDP's bucket_cap_mb default 25)", float, lambda v: v > 0, "> 0"),
     "fit": Param("", "a collective-cost fit (daydream-comm-fit --json FILE, e.g. of the job this model would run in): its "
                  "all-gather / reduce-scatter where it has them; empty: the link preset", str),
+    "opt_state": Param(2.0, "memory: optimizer-state bytes per parameter byte held from before the window (Adam/AdamW: "
+                       "exp_avg and exp_avg_sq, torch.optim.Adam docs = 2; SGD with momentum 1; plain SGD 0)", float,
+                       lambda v: 0 <= v <= 16, "0 to 16"),
     "overlap": Param(-1.0, "slowdown of compute under a prefetched all-gather; -1: measured on the trace (1 without collectives)",
                      float, lambda v: v == -1 or 1 <= v <= 100, "-1, or 1 to 100"),
     **NETWORK_PARAMS,

@@ -34,6 +34,20 @@ def _fit(line: str) -> str:
                                     break_on_hyphens=False, break_long_words=True)) or line
 
 
+def _size(b: int) -> str:
+    return f"{b / 2**30:,.2f} GiB" if b >= 2**30 else f"{b / 2**20:,.1f} MiB"
+
+
+def _memory_row(x) -> str:
+    """One rank's memory line (trace text goes through ``terminal_text`` with the whole report)."""
+    parts = ", ".join(f"{k} {v:.0f} %" for k, v in sorted(x.shares_pct.items(), key=lambda kv: -kv[1])[:3] if k != "allocator slack")
+    least = "at least " if x.at_least else ""
+    step = f" in {x.step}" if x.step else ""
+    # "r<N>", not "rank <N>": a wrapped line (a rank-table row would be cut at the width)
+    return f"  r{x.rank} GPU {x.device}: peak {least}{_size(x.peak_allocated_bytes)}{step}" + (f" ({parts})" if parts else "") + \
+        f"; {x.verdict}"
+
+
 def render_job_text(r: JobReport) -> str:
     """The job report for a terminal (trace-derived strings through ``terminal_text``)."""
     out = [f"job: {r.ranks} ranks (world size {r.world_size}), {r.collectives} collectives matched per rank, "
@@ -58,6 +72,10 @@ def render_job_text(r: JobReport) -> str:
             out.append(f"{x.rank:>4} {_ms(x.window_ns):>10} {_ms(x.compute_ns):>10} {_ms(x.bubble_ns):>10} "
                        f"{_ms(x.peer_wait_ns):>10} {_ms(x.transfer_ns):>10} {_ms(x.idle_ns):>10} {_ms(x.exposed_comm_ns):>10} "
                        f"{_ms(x.hidden_comm_ns):>10}")
+    if r.memory:
+        out += ["", "GPU memory per rank (coupled replay; docs/memory.md): peak allocated, the step at the peak and its "
+                "largest parts (% of that step's peak), verdict"]
+        out += [_memory_row(x) for x in r.memory]
     if r.straggler is not None:
         s = r.straggler
         out += ["", f"straggler: rank {s.rank} (its peers waited {_ms(s.caused_wait_ns)} ms for it): {s.cause}"]
@@ -84,6 +102,8 @@ def render_job_text(r: JobReport) -> str:
         out += ["", f"what-if {p.name}{who}: job step {_ms(p.replayed_ns)} -> {_ms(p.predicted_ns)} ms ({p.speedup:.3f}x){mark}",
                 "  per rank ms: " + ", ".join(f"r{i} {_ms(x)}" for i, x in enumerate(p.rank_predicted_ns))]
         out += [f"  rank {k}: {v}" for k, v in p.notes.items()]
+        if p.memory:
+            out += ["  predicted GPU memory per rank:"] + [" " + _memory_row(x) for x in p.memory]
     for k, v in r.not_applicable.items():
         out.append(f"what-if {k}: not applicable: {v}")
     for k, v in r.counts.items():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-JOB_REPORT_VERSION = 2  #: 2: replay trust per rank and for the job
+JOB_REPORT_VERSION = 3  #: 2: replay trust per rank and for the job; 3: per-rank memory
 
 
 class Segment(msgspec.Struct, forbid_unknown_fields=True):
@@ -89,6 +89,24 @@ class Straggler(msgspec.Struct, forbid_unknown_fields=True):
     critical_path: dict[str, int]  #: its own by cause (cpu, gpu_compute, communication, launch, sync)
 
 
+class RankMemory(msgspec.Struct, forbid_unknown_fields=True):
+    """One rank's GPU memory (``docs/memory.md``; the allocator's events of its trace replayed on
+    its coupled timeline): the peak of its GPU with the highest peak, what the step at that peak
+    is made of, and whether it fits. Bytes."""
+
+    rank: int
+    device: int  #: the GPU (its index on the rank's host)
+    peak_allocated_bytes: int
+    at_least: bool  #: the trace does not record what was allocated before it: a lower bound
+    step: str  #: the ProfilerStep at the peak ("" none)
+    parts: dict[str, int]  #: that step's parts at its peak (``MemoryPart`` names: bytes; {} without addresses)
+    shares_pct: dict[str, float]  #: each part's share of the step's peak allocated bytes, %
+    needs_bytes: int  #: peak x the fragmentation margin
+    capacity_bytes: int  #: -1 unknown
+    fits: bool | None  #: None: capacity unknown
+    verdict: str
+
+
 class JobPrediction(msgspec.Struct, forbid_unknown_fields=True):
     """A job-level what-if, replayed coupled (times ns)."""
 
@@ -99,6 +117,8 @@ class JobPrediction(msgspec.Struct, forbid_unknown_fields=True):
     speedup: float  #: replayed / predicted
     rank_predicted_ns: list[int]  #: each rank's window, predicted
     notes: dict[str, str]  #: per rank: what was changed, or why the optimization did not apply
+    #: per rank (of the ranks with allocator events), its predicted GPU memory (:class:`RankMemory`)
+    memory: list[RankMemory] = []
 
 
 class JobReport(msgspec.Struct, forbid_unknown_fields=True):
@@ -125,6 +145,9 @@ class JobReport(msgspec.Struct, forbid_unknown_fields=True):
     #: per rank, its coupled replay's window split into compute, peer wait, transfer and bubble,
     #: and its communication exposed / hidden (:class:`RankIdle`)
     idle: list[RankIdle] = []
+    #: per rank with allocator events in its trace (``profile_memory=True``), its GPU memory in the
+    #: coupled replay (:class:`RankMemory`)
+    memory: list[RankMemory] = []
 
 
 def job_report_schema() -> dict:
