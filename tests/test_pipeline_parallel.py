@@ -1,0 +1,97 @@
+"""Pipeline parallelism (``daydream/optimizations/pipeline_schedule.py``, ``pipeline_parallel.py``):
+the schedule model against the job emulator running the stages' programs
+(``daydream/testing/pipeline_programs.py``: one rank per stage, send/recv kernels matched per
+link), the bubble formula, the activations held, and the job report's bubble on the emulated job."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from daydream.optimizations.pipeline_schedule import (FWD, BWD, P2P, SCHEDULES, ideal_bubble_fraction, run_schedule,
+                                                      stage_order)
+from daydream.testing.job_emulator import emulate_job, write_job
+from daydream.testing.pipeline_programs import pipeline_job
+
+
+@st.composite
+def pipelines(draw):
+    S = draw(st.integers(1, 5))
+    M = draw(st.integers(1, 8))
+    t = st.integers(1_000, 200_000)
+    fwd = draw(st.lists(t, min_size=S, max_size=S))
+    bwd = draw(st.lists(t, min_size=S, max_size=S))
+    p2p = draw(st.lists(st.integers(0, 50_000), min_size=S - 1, max_size=S - 1))
+    L = draw(st.integers(0, 20_000))
+    G = draw(st.integers(0, L))
+    call = draw(st.integers(0, 30_000))
+    return fwd, bwd, p2p, M, draw(st.sampled_from(SCHEDULES)), dict(call_ns=call, launch_latency_ns=L, gpu_gap_ns=G)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(pipelines())
+def test_schedule_model_equals_the_emulated_job(pl):
+    fwd, bwd, p2p, M, sched, kw = pl
+    model = run_schedule(fwd, bwd, p2p, M, sched, **kw)
+    job = emulate_job(pipeline_job(fwd, bwd, p2p, M, sched, **kw))
+    t0 = job.runs[0].program.t0_ns
+    step = max(t.end_ns for run in job.runs for t in run.tasks) - t0
+    assert model.step_ns == step
+    for s, run in enumerate(job.runs):
+        assert [t.start_ns - t0 for t in run.tasks] == model.start_ns[s].tolist()
+        assert [t.end_ns - t0 for t in run.tasks] == model.end_ns[s].tolist()
+        coll = job.collective_tasks(s)
+        waits = [a - run.tasks[i].start_ns for a, i in zip(job.rank_arrivals(s), coll)]
+        assert sum(waits) == model.bubble_ns[s]
+
+
+@pytest.mark.parametrize("sched", SCHEDULES)
+@pytest.mark.parametrize("S,M", [(1, 1), (1, 4), (2, 1), (2, 4), (4, 4), (4, 8), (8, 3), (5, 16)])
+def test_equal_stages_idle_the_ideal_bubble(sched, S, M):
+    # f + b per micro-batch, no transfer, no host: step (M+S-1)(f+b), each stage idle (S-1)(f+b)
+    f, b = 3_000, 7_000
+    r = run_schedule([f] * S, [b] * S, [0] * (S - 1), M, sched)
+    assert r.step_ns == (M + S - 1) * (f + b)
+    assert r.idle_ns.tolist() == [(S - 1) * (f + b)] * S
+    assert r.bubble_fraction == pytest.approx(ideal_bubble_fraction(S, M))
+
+
+@pytest.mark.parametrize("S,M", [(1, 3), (2, 5), (4, 2), (4, 8), (6, 6)])
+def test_activations_held(S, M):
+    one = run_schedule([1] * S, [1] * S, [0] * (S - 1), M, "1f1b").held.tolist()
+    gp = run_schedule([1] * S, [1] * S, [0] * (S - 1), M, "gpipe").held.tolist()
+    assert one == [min(S - s, M) for s in range(S)]
+    assert gp == [M] * S
+
+
+def test_orders_hold_every_micro_batch_once_in_dependency_order():
+    for sched in SCHEDULES:
+        for S, M in [(3, 5), (4, 2)]:
+            for s in range(S):
+                o = stage_order(S, M, sched, s)
+                f = [x for k, x in o if k == FWD]
+                b = [x for k, x in o if k == BWD]
+                assert sorted(f) == sorted(b) == list(range(M))
+                assert all(o.index((FWD, i)) < o.index((BWD, i)) for i in range(M))
+            for link in range(S - 1):  # both stages of a link take part in as many exchanges on it
+                n = [sum(k == P2P and x == link for k, x in stage_order(S, M, sched, q)) for q in (link, link + 1)]
+                assert n[0] == n[1] == (2 * M if sched == "gpipe" else M + min(S - 1 - link, M))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sched", SCHEDULES)
+def test_job_report_bubble_equals_the_schedules(tmp_path, sched):
+    """The job report's bubble (waits at send/recv, ``daydream/job/reporting.py``) on the emulated
+    3-stage job equals the schedule model's per stage."""
+    from daydream.job import analyze_job
+    fwd, bwd, p2p, M = [100_000, 140_000, 90_000], [200_000, 260_000, 170_000], [12_000, 9_000], 4
+    kw = dict(call_ns=2_000, launch_latency_ns=5_000, gpu_gap_ns=1_000)
+    model = run_schedule(fwd, bwd, p2p, M, sched, **kw)
+    job = emulate_job(pipeline_job(fwd, bwd, p2p, M, sched, p2p_bytes=4 << 20, **kw))
+    res = analyze_job(write_job(job, tmp_path))
+    assert [x.bubble_ns for x in res.report.idle] == model.bubble_ns.tolist()
+    assert [x.peer_wait_ns for x in res.report.idle] == [0, 0, 0]
+    assert [x.compute_ns for x in res.report.idle] == model.busy_ns.tolist()
+    assert [x.transfer_ns for x in res.report.idle] == model.transfer_ns.tolist()
