@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from daydream.optimizations.pipeline_schedule import (FWD, BWD, P2P, SCHEDULES, ideal_bubble_fraction, run_schedule,
-                                                      stage_order)
+from daydream.optimizations.pipeline_schedule import (
+    BWD,
+    FWD,
+    P2P,
+    SCHEDULES,
+    ideal_bubble_fraction,
+    run_schedule,
+    stage_order,
+)
 from daydream.testing.job_emulator import emulate_job, write_job
 from daydream.testing.pipeline_programs import pipeline_job
 
@@ -26,7 +34,7 @@ def pipelines(draw):
     L = draw(st.integers(0, 20_000))
     G = draw(st.integers(0, L))
     call = draw(st.integers(0, 30_000))
-    return fwd, bwd, p2p, M, draw(st.sampled_from(SCHEDULES)), dict(call_ns=call, launch_latency_ns=L, gpu_gap_ns=G)
+    return fwd, bwd, p2p, M, draw(st.sampled_from(SCHEDULES)), {"call_ns": call, "launch_latency_ns": L, "gpu_gap_ns": G}
 
 
 @pytest.mark.slow
@@ -87,7 +95,7 @@ def test_job_report_bubble_equals_the_schedules(tmp_path, sched):
     3-stage job equals the schedule model's per stage."""
     from daydream.job import analyze_job
     fwd, bwd, p2p, M = [100_000, 140_000, 90_000], [200_000, 260_000, 170_000], [12_000, 9_000], 4
-    kw = dict(call_ns=2_000, launch_latency_ns=5_000, gpu_gap_ns=1_000)
+    kw = {"call_ns": 2_000, "launch_latency_ns": 5_000, "gpu_gap_ns": 1_000}
     model = run_schedule(fwd, bwd, p2p, M, sched, **kw)
     job = emulate_job(pipeline_job(fwd, bwd, p2p, M, sched, p2p_bytes=4 << 20, **kw))
     res = analyze_job(write_job(job, tmp_path))
@@ -95,3 +103,80 @@ def test_job_report_bubble_equals_the_schedules(tmp_path, sched):
     assert [x.peer_wait_ns for x in res.report.idle] == [0, 0, 0]
     assert [x.compute_ns for x in res.report.idle] == model.busy_ns.tolist()
     assert [x.transfer_ns for x in res.report.idle] == model.transfer_ns.tolist()
+
+
+# ---------------------------------------------------------------- the pp what-if on a trace ------
+import re  # noqa: E402
+import sys  # noqa: E402
+
+from hypothesis import assume  # noqa: E402
+
+from daydream.optimizations import parse_spec  # noqa: E402
+from daydream.optimizations.pipeline_parallel import cut_units, plan  # noqa: E402
+from daydream.simulate import simulate  # noqa: E402
+from daydream.testing.emulator import emulate  # noqa: E402
+from daydream.testing.emulator.layered import layered_steps  # noqa: E402
+
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+from test_activation_checkpointing import _graph  # noqa: E402
+
+_ITEM = re.compile(r"^pp stage (\d+) (forward|backward) micro-batch (\d+) ")
+_XCH = re.compile(r"^ncclDevKernel_SendRecv pp link (\d+)-\d+ exchange (\d+) ")
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(layered_steps(max_layers=6), st.integers(2, 4), st.integers(1, 6), st.sampled_from(SCHEDULES),
+       st.integers(1, 1 << 24))
+def test_pp_graph_runs_the_pipeline_the_emulator_runs(step, S, M, sched, act):
+    """The what-if's graph, replayed, runs every stage's items and every exchange at the times the
+    job emulator gives the stages' programs (given the plan's per-micro-batch times): one offset,
+    the instant the pipeline starts."""
+    assume(len(step.layers) >= S)
+    g = _graph(emulate(step.program()))
+    opt, params = parse_spec(f"pp:stages={S},microbatches={M},schedule={sched},act_bytes={act},bandwidth=nvlink3")
+    pl = plan(g, params)
+    g2, note = opt.apply(g, params)
+    tl = simulate(g2)
+    names = g2.node_names()
+    fs, bs = pl["stage_ns"][0]
+    G = int(g.gpu_gap_ns)
+    job = emulate_job(pipeline_job(fs, bs, pl["p2p"], M, sched, launch_latency_ns=G, gpu_gap_ns=G))
+    t0 = job.runs[0].program.t0_ns
+    emu, pred = {}, {}
+    for s, run in enumerate(job.runs):
+        for t in run.tasks:
+            if t.name.startswith("pp_"):
+                _, kind, mb = t.name.split("_")
+                emu[(s, "forward" if kind == "fwd" else "backward", int(mb))] = (t.start_ns - t0, t.end_ns - t0)
+        if s < S - 1:  # the exchanges of link s: rank s's collectives in group pp_link_s, in order
+            coll = job.collective_tasks(s)
+            arr = job.rank_arrivals(s)
+            k = 0
+            for j, i in enumerate(coll):
+                if run.program.threads[0].ops[job.places[s][j][1]].comm[0][1] == f"pp_link_{s}":
+                    emu[("x", s, k)] = (arr[j] - t0, run.tasks[i].end_ns - t0)
+                    k += 1
+    for i, nm in enumerate(names.tolist()):
+        m = _ITEM.match(nm) or _XCH.match(nm)
+        if m is None:
+            continue
+        key = (int(m.group(1)), m.group(2), int(m.group(3))) if m.re is _ITEM else ("x", int(m.group(1)), int(m.group(2)))
+        pred[key] = (int(tl.start_ns[i]), int(tl.end_ns[i]))
+    assert set(pred) == set(emu), note
+    off = pred[(0, "forward", 0)][0] - emu[(0, "forward", 0)][0]
+    assert {k: (a - off, b - off) for k, (a, b) in pred.items()} == emu, note
+    # the step's end (the final stream synchronize) waits for the pipeline's flush
+    assert int(tl.end_ns.max()) >= max(b for _, b in pred.values())
+
+
+def test_pp_one_stage_is_the_identity_and_cuts_balance():
+    from daydream.testing.emulator.layered import LayeredStep, LayerOp
+    op = LayerOp(7, 1_000, 2_000, 10_000, 1_500, 2_000, 20_000, 4096, 0)
+    g = _graph(emulate(LayeredStep(((op,),) * 4, (1024,) * 4).program()))
+    opt, params = parse_spec("pp:stages=1,microbatches=4")
+    g2, _ = opt.apply(g, params)
+    assert g2 is g
+    assert cut_units(np.array([15, 25, 35, 45, 55, 65.0]), 3).tolist() == [0, 3, 5, 6]
+    assert cut_units(np.ones(4), 4).tolist() == [0, 1, 2, 3, 4]
+    assert cut_units(np.array([100.0, 1, 1, 1]), 3).tolist() == [0, 1, 2, 4]  # every stage keeps a unit

@@ -147,7 +147,7 @@ def run_schedule(fwd_ns, bwd_ns, p2p_ns, M: int, schedule: str, *, call_ns: int 
     nxt = [0] * S
     last_end: list[int | None] = [None] * S
     blocked = [False] * S  # in an exchange whose partner has not arrived
-    seen = [dict() for _ in range(S)]  # per stage: link -> exchanges reached on it
+    seen = [{} for _ in range(S)]  # per stage: link -> exchanges reached on it
     pending: dict[tuple[int, int], tuple[int, int]] = {}  # (link, k) -> (stage, item) of the first side
     bubble = np.zeros(S, np.int64)
     transfer = np.zeros(S, np.int64)

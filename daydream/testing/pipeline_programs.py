@@ -11,7 +11,8 @@ duration is the link's transfer.
 
 from __future__ import annotations
 
-from ..optimizations.pipeline_schedule import FWD, P2P as _P2P, stage_order
+from ..optimizations.pipeline_schedule import FWD, stage_order
+from ..optimizations.pipeline_schedule import P2P as _P2P
 from .emulator import Launch, Program, Thread
 
 #: an NCCL point-to-point kernel (``ncclDevKernel_SendRecv`` in PyTorch >= 2.0 traces)
