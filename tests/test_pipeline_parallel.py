@@ -180,3 +180,15 @@ def test_pp_one_stage_is_the_identity_and_cuts_balance():
     assert cut_units(np.array([15, 25, 35, 45, 55, 65.0]), 3).tolist() == [0, 3, 5, 6]
     assert cut_units(np.ones(4), 4).tolist() == [0, 1, 2, 3, 4]
     assert cut_units(np.array([100.0, 1, 1, 1]), 3).tolist() == [0, 1, 2, 4]  # every stage keeps a unit
+
+
+def test_pp_without_shapes_asks_for_act_bytes():
+    """A trace whose kernels the kernel-cost library cannot describe (no shapes): not applicable,
+    naming act_bytes (it was an IndexError: the forward kernels were read from the backward list)."""
+    from daydream.errors import NotApplicable
+    from daydream.testing.emulator.layered import LayeredStep, LayerOp
+    op = LayerOp(7, 1_000, 2_000, 10_000, 1_500, 2_000, 20_000, 4096, 0)
+    g = _graph(emulate(LayeredStep(((op,),) * 4, (1024,) * 4).program()))
+    opt, params = parse_spec("pp:stages=2,microbatches=4,bandwidth=nvlink3")
+    with pytest.raises(NotApplicable, match="act_bytes"):
+        opt.apply(g, params)

@@ -134,6 +134,8 @@ def _act_bytes(graph: TaskGraph, last_fwd: np.ndarray) -> np.ndarray:
     from ..costmodel import kernel_model as KM
     d = KC.describe(graph, from_table(gpu), KM.match_launches(graph, graph.facts.launch), KM.work_item_grid(graph))
     k = d.kernels
+    if not len(d.nodes):  # nothing described (no shapes): before, d.nodes[-1] raised IndexError
+        return out
     at = np.searchsorted(d.nodes, last_fwd)
     ok = (at < len(d.nodes)) & (d.nodes[np.minimum(at, len(d.nodes) - 1)] == last_fwd) & ~d.inferred[np.minimum(at, len(d.nodes) - 1)]
     for j in np.nonzero(ok)[0]:  # one per stage boundary
@@ -263,7 +265,7 @@ def plan(graph: TaskGraph, p: dict) -> dict:
         act = np.full(S - 1, int(p["act_bytes"]), np.int64)
         act_how = "given"
     else:
-        f0, u0 = steps[0]
+        f0, u0 = steps[0][0], units[0]
         last = np.array([f0[np.nonzero(u0 < bounds[k])[0][-1]] for k in range(1, S)], np.int64)
         ob = _act_bytes(graph, last)
         if (ob < 0).any():
