@@ -342,15 +342,15 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
 register(Optimization(
     name="pp", summary="pipeline parallel over `stages` GPUs: layers cut into stages, `microbatches` per step run "
     "in the GPipe or 1F1B order with send/recv between stages", apply=_apply, what_if=True,
-    params={"stages": Param(4, "pipeline stages, one GPU each (Megatron's pipeline_model_parallel_size)", int,
+    params={"stages": Param(4, "pipeline stages, one GPU each (Megatron's pipeline_model_parallel_size; user's what-if)", int,
                             lambda v: 1 <= v <= 256, "1 to 256"),
-            "microbatches": Param(8, "micro-batches per step (GPipe's M; Megatron's num_microbatches)", int,
+            "microbatches": Param(8, "micro-batches per step (GPipe's M; Megatron's num_microbatches; user's what-if)", int,
                                   lambda v: 1 <= v <= 4096, "1 to 4096"),
             "schedule": Param("1f1b", "1f1b (PipeDream-Flush, Megatron's default) or gpipe", str,
                               lambda v: v in SCHEDULES, "1f1b or gpipe"),
             "cuts": Param("", "first unit (block or layer, 0-based) of stages 1..S-1, separated by '/'; empty: "
                           "balanced forward time", str),
-            "act_bytes": Param(0, "bytes sent between stages per micro-batch and direction; 0: from the shapes", int,
+            "act_bytes": Param(0, "bytes sent between stages per micro-batch and direction (user's what-if); 0: from the shapes", int,
                                lambda v: v >= 0, ">= 0"),
             "fit": Param("", "a collective-cost fit (daydream-comm-fit --json FILE) for the send/recvs; empty: the "
                          "trace's own where it has sized send/recvs, else the link preset", str),

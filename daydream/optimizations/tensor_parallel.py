@@ -396,7 +396,7 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
 register(Optimization(
     name="tp", summary="Megatron tensor parallel over `degree` GPUs: each block's column/row GEMM pairs split, an "
     "all-reduce after each row-parallel GEMM (forward pass)", apply=_apply, what_if=True,
-    params={"degree": Param(2, "tensor-parallel GPUs (Megatron's tensor_model_parallel_size)", int, lambda v: 1 <= v <= 1024, "1 to 1024"),
+    params={"degree": Param(2, "tensor-parallel GPUs (Megatron's tensor_model_parallel_size; user's what-if)", int, lambda v: 1 <= v <= 1024, "1 to 1024"),
             "gpu": Param("", "the GPU the trace ran on; empty: the trace's device name", str),
             "fit": Param("", "a collective-cost fit (daydream-comm-fit --json FILE, e.g. of a job) for the all-reduces; "
                          "empty: the trace's own all-reduces where it has sized ones, else the link preset", str),
