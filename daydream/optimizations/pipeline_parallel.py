@@ -47,12 +47,12 @@ import numpy as np
 
 from ..costmodel import comm as cm
 from ..costmodel import comm_fit as cf
+from ..costmodel import kernel_model as KM
 from ..costmodel.gpus import BOARD_LINKS
 from ..costmodel.specs import from_table
 from ..errors import NotApplicable, UsageError
 from ..events.table import Kind
 from ..graph import TaskGraph
-from ..graph.steps import profiler_steps
 from ..transform import remove, set_duration
 from ..transform.insertion import insert_tasks
 from ..transform.lanes import add_lanes
@@ -120,8 +120,8 @@ def _given_cuts(text: str, S: int, n: int) -> np.ndarray:
 
 def step_windows(graph: TaskGraph) -> list[tuple[int, int]]:
     """(start, end) ns of each ``ProfilerStep#N``, else the whole trace as one step."""
-    st = profiler_steps(graph.table)
-    return [(a, b) for _, a, b, _, _ in st] if st else [(-(2**62), 2**62)]
+    st = graph.facts.steps if graph.facts is not None else ()
+    return [(a, b) for _, a, b, *_ in st] if st else [(-(2**62), 2**62)]
 
 
 def _act_bytes(graph: TaskGraph, last_fwd: np.ndarray) -> np.ndarray:
@@ -131,7 +131,6 @@ def _act_bytes(graph: TaskGraph, last_fwd: np.ndarray) -> np.ndarray:
     gpu, _ = source_gpu(graph, "")
     if gpu is None or graph.facts is None:
         return out
-    from ..costmodel import kernel_model as KM
     d = KC.describe(graph, from_table(gpu), KM.match_launches(graph, graph.facts.launch), KM.work_item_grid(graph))
     k = d.kernels
     if not len(d.nodes):  # nothing described (no shapes): before, d.nodes[-1] raised IndexError

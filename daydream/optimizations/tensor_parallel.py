@@ -183,7 +183,7 @@ def backward_split_field(fwd: tuple[int, int, int], bwd: tuple[int, int, int], s
     holding the forward ``M``, a row-parallel one (``split="K"``) the field holding ``K``, the
     token field (``N'`` of a dgrad, ``K'`` of a wgrad) last.
     """
-    M, N, K = fwd
+    M, _, K = fwd
     bm, bn, bk = bwd
     v = M if split == "M" else K
     order = ("M", "K", "N") if dgrad else ("M", "N", "K")
@@ -191,6 +191,46 @@ def backward_split_field(fwd: tuple[int, int, int], bwd: tuple[int, int, int], s
         if {"M": bm, "N": bn, "K": bk}[f] == v:
             return f
     return order[0]
+
+
+def _backward_plan(graph: TaskGraph, d: KC.Described, col: list, row: np.ndarray, fwd: np.ndarray) -> dict:
+    """The backward's split (module docstring): the backward GEMMs of the column (``col``) and row
+    (``row``) GEMMs (indices into ``d.nodes``) and the field each divides, and the input-gradient
+    all-reduces after each column group's last input gradient (node ids, bytes)."""
+    k, nodes, pos, mp = d.kernels, d.nodes, graph.position_ns, graph.mapping
+    # the backward: GEMMs matched to the forward ones by order and shapes (inferred)
+    flin = np.nonzero((k.cls == "linear") & fwd[nodes])[0]
+    flin = flin[np.argsort(pos[nodes[flin]], kind="stable")]
+    blin = np.nonzero((k.cls == "linear") & (mp.phase[nodes] == 2))[0]
+    blin = blin[np.argsort(pos[nodes[blin]], kind="stable")]
+    dims = (lambda ix: np.stack([k.M[ix], k.N[ix], k.K[ix]], 1) if len(ix) else np.zeros((0, 3), np.int64))
+    owner = match_backward(dims(flin), dims(blin))
+    role = {int(c): "M" for c in col} | {int(r): "K" for r in row.tolist()}  # column: M split; row: K
+    # a column GEMM's group: the row partner after it (column GEMMs of one group share the input)
+    row_pos = np.sort(pos[nodes[row]]) if len(row) else np.zeros(0, np.int64)
+    grp = {int(c): int(np.searchsorted(row_pos, pos[nodes[c]])) for c in col}
+    bcol, bcol_f, brow, brow_f, last_dgrad = [], [], [], [], {}
+    matched: dict[int, list[int]] = {}
+    for j, o in zip(blin.tolist(), owner.tolist()):  # backward GEMMs: tens to thousands
+        if o >= 0 and int(flin[o]) in role:
+            matched.setdefault(int(flin[o]), []).append(j)
+    shape = (lambda i: (int(k.M[i]), int(k.N[i]), int(k.K[i])))
+    for f, js in matched.items():
+        split = role[f]
+        di = input_gradient_of(shape(f), [shape(j) for j in js])
+        for x, j in enumerate(js):
+            (bcol if split == "M" else brow).append(j)
+            (bcol_f if split == "M" else brow_f).append(backward_split_field(shape(f), shape(j), split, x == di))
+            if split == "M" and x == di:
+                key = grp[f]
+                if key not in last_dgrad or pos[nodes[j]] > pos[nodes[last_dgrad[key][0]]]:
+                    last_dgrad[key] = (j, f)
+    ag = sorted(last_dgrad.values(), key=lambda x: pos[nodes[x[0]]])
+    ag_after = nodes[np.array([j for j, _ in ag], np.int64)] if ag else np.zeros(0, np.int64)
+    ag_bytes = np.array([int(k.N[f]) * int(k.K[f]) * max(int(k.B[f]), 1) * _ELEM_BYTES.get(str(k.dtype[f]), 4)
+                         for _, f in ag], np.int64)
+    return {"col": bcol, "row": brow, "col_f": bcol_f, "row_f": brow_f, "ag_after": ag_after, "ag_bytes": ag_bytes,
+            "unmatched": int((owner < 0).sum())}
 
 
 def plan(graph: TaskGraph, d: KC.Described) -> dict:
@@ -256,37 +296,8 @@ def plan(graph: TaskGraph, d: KC.Described) -> dict:
     other = np.concatenate([np.nonzero(between)[0][bi < 0], attn[~is_attn & ~is_mem]])
     row = np.asarray(row, np.int64)
     esz = np.array([_ELEM_BYTES.get(str(x), 4) for x in k.dtype[row]], np.int64)
-    # the backward: GEMMs matched to the forward ones by order and shapes (inferred)
-    flin = np.nonzero((k.cls == "linear") & fwd[nodes])[0]
-    flin = flin[np.argsort(pos[nodes[flin]], kind="stable")]
-    blin = np.nonzero((k.cls == "linear") & (mp.phase[nodes] == 2))[0]
-    blin = blin[np.argsort(pos[nodes[blin]], kind="stable")]
-    dims = (lambda ix: np.stack([k.M[ix], k.N[ix], k.K[ix]], 1) if len(ix) else np.zeros((0, 3), np.int64))
-    owner = match_backward(dims(flin), dims(blin))
-    role = {int(c): "M" for c in col} | {int(r): "K" for r in row.tolist()}  # column: M split; row: K
-    # a column GEMM's group: the row partner after it (column GEMMs of one group share the input)
-    row_pos = np.sort(pos[nodes[row]]) if len(row) else np.zeros(0, np.int64)
-    grp = {int(c): int(np.searchsorted(row_pos, pos[nodes[c]])) for c in col}
-    bcol, bcol_f, brow, brow_f, last_dgrad = [], [], [], [], {}
-    matched: dict[int, list[int]] = {}
-    for j, o in zip(blin.tolist(), owner.tolist()):  # backward GEMMs: tens to thousands
-        if o >= 0 and int(flin[o]) in role:
-            matched.setdefault(int(flin[o]), []).append(j)
-    shape = (lambda i: (int(k.M[i]), int(k.N[i]), int(k.K[i])))
-    for f, js in matched.items():
-        split = role[f]
-        di = input_gradient_of(shape(f), [shape(j) for j in js])
-        for x, j in enumerate(js):
-            (bcol if split == "M" else brow).append(j)
-            (bcol_f if split == "M" else brow_f).append(backward_split_field(shape(f), shape(j), split, x == di))
-            if split == "M" and x == di:
-                key = grp[f]
-                if key not in last_dgrad or pos[nodes[j]] > pos[nodes[last_dgrad[key][0]]]:
-                    last_dgrad[key] = (j, f)
-    ag = sorted(last_dgrad.values(), key=lambda x: pos[nodes[x[0]]])
-    ag_after = nodes[np.array([j for j, _ in ag], np.int64)] if ag else np.zeros(0, np.int64)
-    ag_bytes = np.array([int(k.N[f]) * int(k.K[f]) * max(int(k.B[f]), 1) * _ELEM_BYTES.get(str(k.dtype[f]), 4)
-                         for _, f in ag], np.int64)
+    bw = _backward_plan(graph, d, col, row, fwd)
+    bcol, brow = bw["col"], bw["row"]
     bwd = int(((mp.phase == 2) & (graph.node_kind == Kind.KERNEL)).sum()) - len(bcol) - len(brow)
     counts = {"blocks": int(len(np.unique(block[nodes[lin]]))) if len(lin) else 0, "column-parallel GEMMs": len(col),
               "row-parallel GEMMs": len(row), "GEMMs left unsplit (no row partner, inferred)": unpaired,
@@ -294,13 +305,13 @@ def plan(graph: TaskGraph, d: KC.Described) -> dict:
               "kernels between a pair without a description, time / degree (inferred)": int(len(other)),
               "backward GEMMs of column-parallel GEMMs split (matched by order and shapes, inferred)": len(bcol),
               "backward GEMMs of row-parallel GEMMs split (inferred)": len(brow),
-              "backward GEMMs matched to no forward GEMM": int((owner < 0).sum()),
-              "input-gradient all-reduces (Megatron's f, after the column group's backward)": len(ag),
+              "backward GEMMs matched to no forward GEMM": bw["unmatched"],
+              "input-gradient all-reduces (Megatron's f, after the column group's backward)": len(bw["ag_bytes"]),
               "other backward kernels left unchanged (not split: their blocks are not labelled)": max(bwd, 0)}
     return {"col": np.asarray(col, np.int64), "row": row, "attn": attn_i[is_attn], "mem": attn_i[is_mem],
             "other": other.astype(np.int64), "ar_after": nodes[row], "ar_bytes": k.M[row] * k.N[row] * k.B[row] * esz,
-            "bwd": np.asarray(bcol + brow, np.int64), "bwd_field": np.array(bcol_f + brow_f, dtype=object),
-            "ag_after": ag_after, "ag_bytes": ag_bytes, "counts": counts}
+            "bwd": np.asarray(bcol + brow, np.int64), "bwd_field": np.array(bw["col_f"] + bw["row_f"], dtype=object),
+            "ag_after": bw["ag_after"], "ag_bytes": bw["ag_bytes"], "counts": counts}
 
 
 def _link_or_empty(text: str) -> str:
