@@ -192,3 +192,18 @@ def test_pp_without_shapes_asks_for_act_bytes():
     opt, params = parse_spec("pp:stages=2,microbatches=4,bandwidth=nvlink3")
     with pytest.raises(NotApplicable, match="act_bytes"):
         opt.apply(g, params)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", __import__("test_tensor_parallel")._all_traces() or [None])
+def test_one_stage_is_the_baseline_on_every_shared_trace(path):
+    """pp:stages=1 through the facade: the predicted window is the replayed one on every shared
+    trace (no pipeline: Megatron's no-pipelining path)."""
+    if path is None:
+        pytest.skip("shared traces not present")
+    from daydream.analysis import analyze
+    from daydream.formats import load_trace
+    r = analyze(load_trace(path), ["pp:stages=1,microbatches=4"]).report
+    assert not r.not_applicable
+    for p in r.predictions:
+        assert p.window.predicted_ns == p.window.replayed_ns

@@ -406,7 +406,8 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
 
 register(Optimization(
     name="tp", summary="Megatron tensor parallel over `degree` GPUs: each block's column/row GEMM pairs split, an "
-    "all-reduce after each row-parallel GEMM (forward pass)", apply=_apply, what_if=True,
+    "all-reduce after each row-parallel GEMM and each column group's input gradient (forward and backward)",
+    apply=_apply, what_if=True,
     params={"degree": Param(2, "tensor-parallel GPUs (Megatron's tensor_model_parallel_size; user's what-if)", int, lambda v: 1 <= v <= 1024, "1 to 1024"),
             "gpu": Param("", "the GPU the trace ran on; empty: the trace's device name", str),
             "fit": Param("", "a collective-cost fit (daydream-comm-fit --json FILE, e.g. of a job) for the all-reduces; "
