@@ -32,10 +32,17 @@ link of ``bandwidth=`` elsewhere (default: the traced GPU's board link,
 synchronous: the next kernel of the stream waits for it), launched by a zero-time call right
 after the row GEMM's launch (:func:`insert_after_kernels`).
 
-**Not built:** the backward pass (Megatron's ``f`` all-reduce after the column GEMMs' input
-gradients, the split backward GEMMs): no trace here labels backward kernels with their block, so
-backward kernels are left unchanged and counted. Sequence parallelism; the memory of the split
-weights. ``degree=1`` runs the whole plan: every new shape equals its reference (``predict_shape``
+**Backward** (Megatron §3: the backward of ``f`` is an all-reduce, of ``g`` the identity): the
+backward GEMMs are matched to the forward ones by reverse launch order and sizes
+(:func:`match_backward`, inferred and counted: no trace labels backward kernels with their
+block); each forward GEMM's input gradient (``(K, N, M)``, :func:`input_gradient_of`) and weight
+gradient are split as it is (:func:`backward_split_field`: the field holding the column GEMM's
+``M`` or the row GEMM's ``K`` divided by ``N``), and an all-reduce of the input gradient
+(``N x K`` elements) runs after each column group's last input gradient. Backward kernels that are
+not GEMMs are left unchanged (counted).
+
+**Not built:** sequence parallelism; the memory of the split weights; non-GEMM backward kernels.
+``degree=1`` runs the whole plan: every new shape equals its reference (``predict_shape``
 is the identity there) and no all-reduce is issued (Megatron's ``_reduce`` returns its input
 when the group has one rank): the baseline.
 """
