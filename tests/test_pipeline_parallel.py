@@ -207,3 +207,40 @@ def test_one_stage_is_the_baseline_on_every_shared_trace(path):
     assert not r.not_applicable
     for p in r.predictions:
         assert p.window.predicted_ns == p.window.replayed_ns
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("M", [1, 2, 4, 8])
+def test_micro_batch_times_and_activation_bytes_from_shapes(M):
+    """On an emulated MLP training step with shapes (4 blocks, tokens T, hidden H; H100): the
+    send/recv carries the row GEMM's output before the cut, T x H fp32 / M; the forward kernels are
+    re-costed at T/M tokens by the library (the identity at M = 1: the recorded stage times, and
+    the backward by the forward share); no micro-batch is cheaper than 1/M of its step (a GEMM's
+    weights and launch floor do not shrink with the batch)."""
+    import tempfile
+    from daydream.graph import build_graph
+    from daydream.mapping import map_events
+    from test_tensor_parallel import load_trace, mlp_training_step, to_kineto
+
+    T, H = 256, 64
+    prog, _ = mlp_training_step(4, T, H)
+    run = emulate(prog)
+    with tempfile.TemporaryDirectory() as d:
+        p = d + "/t.json"
+        to_kineto(run, p)
+        t = load_trace(p)
+        g = build_graph(t, map_events(t))
+    opt, params = parse_spec(f"pp:stages=2,microbatches={M},gpu=H100 SXM,bandwidth=nvlink4")
+    pl = plan(g, params)
+    assert pl["act"].tolist() == [T * H * 4 // M]
+    assert pl["how"].startswith(f"12 forward kernels re-costed at batch/{M}")
+    (f, bw), u = pl["steps"][0], pl["units"][0]
+    st_of = np.searchsorted(pl["bounds"], np.arange(pl["n_units"]), "right") - 1
+    rec = np.bincount(st_of[u], weights=g.dur_ns[f], minlength=2)
+    fs, bs = pl["stage_ns"][0]
+    if M == 1:
+        assert fs.tolist() == rec.astype(np.int64).tolist()
+        assert bs.tolist() == np.rint(g.dur_ns[bw].sum() * rec / rec.sum()).astype(np.int64).tolist()
+    assert (fs * M >= rec - M).all()
+    g2, note = opt.apply(g, params)
+    assert "2-stage pipeline" in note

@@ -10,11 +10,15 @@ between units: stage ``k`` begins at the unit boundary nearest ``k/S`` of the fo
 over the steps (prefix sums), or at the units ``cuts=`` names (``cuts=4/8/12``: the first unit of
 stages 1..S-1).
 
-**Work per micro-batch** (a stated assumption, the ``divided by M`` rule): a stage's forward of a
-micro-batch takes its forward kernels' recorded time in the step ``/ M``; its backward the step's
-backward time times the stage's share of the forward time, ``/ M`` (**inferred**, counted: no trace
-here labels backward kernels with their layer). Shapes at batch/M through the kernel-cost library
-are **not built** (small micro-batches run GEMMs less efficiently: the rule is optimistic there).
+**Work per micro-batch** (:func:`microbatch_ns`): each forward kernel the kernel-cost library
+describes from its shapes at its batch field ``/ M`` (a GEMM's tokens, attention's batch x heads,
+a memory-bound kernel's rows and elements), anchored on its recorded time
+(:func:`daydream.costmodel.kernel_time.predict_shape`: small micro-batches run GEMMs less
+efficiently); the others (no shapes) their recorded time ``/ M`` (counted: a stated assumption).
+A stage's backward of a micro-batch: the step's backward time times the stage's share of the
+step's recorded forward time, at its forward's micro-batch efficiency (``bwd x fs_mb / fwd``:
+**inferred**, no trace here labels backward kernels with their layer; a linear's input and weight
+gradients are GEMMs over the same sizes as its forward).
 
 **Send/recv.** Between stages ``s`` and ``s+1`` an exchange per micro-batch and direction
 (activation forward, its gradient backward; the same bytes): ``act_bytes=`` per micro-batch, else
@@ -49,6 +53,7 @@ from ..costmodel import comm as cm
 from ..costmodel import comm_fit as cf
 from ..costmodel import kernel_model as KM
 from ..costmodel.gpus import BOARD_LINKS
+from ..costmodel.kernel_time import predict_shape
 from ..costmodel.specs import from_table
 from ..errors import NotApplicable, UsageError
 from ..events.table import Kind
@@ -124,14 +129,58 @@ def step_windows(graph: TaskGraph) -> list[tuple[int, int]]:
     return [(a, b) for _, a, b, *_ in st] if st else [(-(2**62), 2**62)]
 
 
-def _act_bytes(graph: TaskGraph, last_fwd: np.ndarray) -> np.ndarray:
+def _described(graph: TaskGraph, given: str = ""):
+    """(the kernel-cost library's description of the graph's kernels, the GPU spec), or (None,
+    None) when the traced GPU (or ``given``) is not in the table or the graph has no launch facts."""
+    gpu, _ = source_gpu(graph, given)
+    if gpu is None or graph.facts is None:
+        return None, None
+    spec = from_table(gpu)
+    return KC.describe(graph, spec, KM.match_launches(graph, graph.facts.launch), KM.work_item_grid(graph)), spec
+
+
+#: the field holding the batch in each described class (the tokens of a GEMM, batch x heads of
+#: attention and bmm, rows or elements of memory-bound kernels)
+_BATCH_FIELDS = {"linear": ("N",), "bmm": ("B",), "attention": ("B",), "elementwise": ("elems",),
+                 "softmax": ("B", "elems"), "ln": ("B", "elems")}
+
+
+def microbatch_ns(graph: TaskGraph, f: np.ndarray, M: int, described=None) -> tuple[np.ndarray, int]:
+    """Each forward kernel of ``f`` (node ids) at batch/M: the kernel-cost library's time at the
+    batch field divided by ``M`` (ceiling), anchored on the recorded time
+    (:func:`daydream.costmodel.kernel_time.predict_shape`, the identity at ``M = 1``), where it
+    describes the kernel from its shapes; the recorded time ``/ M`` elsewhere.
+
+    Returns:
+        ((len(f),) float64 ns, how many the library re-costed).
+    """
+    t = graph.dur_ns[f].astype(np.float64) / M
+    d, spec = described if described is not None else _described(graph)
+    if d is None or not len(d.nodes):
+        return t, 0
+    at = np.minimum(np.searchsorted(d.nodes, f), len(d.nodes) - 1)
+    cls = d.kernels.cls[at]
+    ok = (d.nodes[at] == f) & ~d.inferred[at] & np.isin(cls, list(_BATCH_FIELDS))
+    if not ok.any():
+        return t, 0
+    idx = at[ok]
+    ref, new = d.kernels.take(idx), d.kernels.take(idx)
+    for c, fields in _BATCH_FIELDS.items():
+        sel = new.cls == c
+        for fl in fields:
+            v = getattr(new, fl)
+            v[sel] = np.maximum(-(-v[sel] // M), 1)
+    t[ok] = np.maximum(predict_shape(ref, graph.dur_ns[f][ok], new, spec).point, 0.0)
+    return t, int(ok.sum())
+
+
+def _act_bytes(graph: TaskGraph, last_fwd: np.ndarray, described=None) -> np.ndarray:
     """Output bytes of each node of ``last_fwd`` as the kernel-cost library describes it, -1 where
     it does not (not a GEMM or memory-bound kernel, or no shapes)."""
     out = np.full(len(last_fwd), -1, np.int64)
-    gpu, _ = source_gpu(graph, "")
-    if gpu is None or graph.facts is None:
+    d, _ = described if described is not None else _described(graph)
+    if d is None:
         return out
-    d = KC.describe(graph, from_table(gpu), KM.match_launches(graph, graph.facts.launch), KM.work_item_grid(graph))
     k = d.kernels
     if not len(d.nodes):  # nothing described (no shapes): before, d.nodes[-1] raised IndexError
         return out
@@ -217,6 +266,27 @@ def insert_pipeline(graph: TaskGraph, first: int, last: int, stage_lanes: list[i
                         lane=np.array(lane, np.int64), like=np.full(K, first), launch=np.full(K, -1), preds=preds, succs=succs)
 
 
+def p2p_ns(graph: TaskGraph, p: dict, act: np.ndarray) -> tuple[np.ndarray, str]:
+    """(ns of an exchange of ``act`` bytes on each link, the link in words): send/recv of 2 ranks
+    through :func:`daydream.costmodel.comm_fit.collective_ns`, the trace's fit (or ``fit=``) where
+    it has one, else the link of ``bandwidth=`` (default the GPU's board link, inferred).
+
+    Raises:
+        NotApplicable: no ``bandwidth`` given and the GPU's board link not known.
+    """
+    gpu, name = source_gpu(graph, p.get("gpu", ""))
+    link_how = "given"
+    if not p["bandwidth"]:
+        if gpu is None or gpu.name not in BOARD_LINKS:
+            raise NotApplicable(f"the board link of the traced GPU ({name or 'not named'}) is not known; give pp:bandwidth=PRESET")
+        p = {**p, "bandwidth": BOARD_LINKS[gpu.name][0]}
+        link_how = f"the {gpu.name}'s board link, inferred"
+    net = network_of(p)
+    fit, fit_how = trace_fit(graph, net, p.get("fit", ""))
+    t, by_fit = cf.collective_ns(fit, cm.SEND_RECV, act, 2, net)
+    return np.asarray(t, np.int64), f"{net.intra.name} ({link_how}" + (f"; {by_fit} costed by {fit_how}" if fit is not None else "") + ")"
+
+
 def plan(graph: TaskGraph, p: dict) -> dict:
     """The pipeline of each step (module docstring), for ``stages >= 2``.
 
@@ -259,6 +329,7 @@ def plan(graph: TaskGraph, p: dict) -> dict:
         np.add.at(unit_ns, u, graph.dur_ns[f])
     bounds = _given_cuts(p["cuts"], S, n_units) if p["cuts"] else cut_units(unit_ns, S)
     stage_of_unit = np.searchsorted(bounds, np.arange(n_units), "right") - 1
+    described = _described(graph, p.get("gpu", ""))
     # send/recv bytes per micro-batch at each cut
     if p["act_bytes"] > 0:
         act = np.full(S - 1, int(p["act_bytes"]), np.int64)
@@ -266,30 +337,25 @@ def plan(graph: TaskGraph, p: dict) -> dict:
     else:
         f0, u0 = steps[0][0], units[0]
         last = np.array([f0[np.nonzero(u0 < bounds[k])[0][-1]] for k in range(1, S)], np.int64)
-        ob = _act_bytes(graph, last)
+        ob = _act_bytes(graph, last, described)
         if (ob < 0).any():
             raise NotApplicable("the activation size at a stage cut is not known (the last forward kernel before it has no "
                                 "shapes the kernel-cost library describes): give pp:act_bytes=BYTES per micro-batch")
         act = np.maximum(ob // M, 1)
         act_how = "from the shapes of the last forward kernel before each cut, / M"
-    gpu, name = source_gpu(graph, "")
-    link_how = "given"
-    if not p["bandwidth"]:
-        if gpu is None or gpu.name not in BOARD_LINKS:
-            raise NotApplicable(f"the board link of the traced GPU ({name or 'not named'}) is not known; give pp:bandwidth=PRESET")
-        p = {**p, "bandwidth": BOARD_LINKS[gpu.name][0]}
-        link_how = f"the {gpu.name}'s board link, inferred"
-    net = network_of(p)
-    fit, fit_how = trace_fit(graph, net, p.get("fit", ""))
-    p2p, by_fit = cf.collective_ns(fit, cm.SEND_RECV, act, 2, net)
-    stage_ns = []
+    p2p, link_how = p2p_ns(graph, p, act)
+    stage_ns, by_lib = [], 0
     for (f, bw), u in zip(steps, units):
-        fs = np.bincount(stage_of_unit[u], weights=graph.dur_ns[f], minlength=S)
-        bs = float(graph.dur_ns[bw].sum()) * fs / max(fs.sum(), 1.0)
-        stage_ns.append((np.rint(fs / M).astype(np.int64), np.rint(bs / M).astype(np.int64)))
-    how = (f"send/recv {'/'.join(f'{x:,}' for x in act.tolist())} B ({act_how}), "
-           f"{'/'.join(f'{x / 1e3:,.1f}' for x in p2p)} us on {net.intra.name} ({link_how}"
-           + (f"; {by_fit} costed by {fit_how}" if fit is not None else "") + ")")
+        rec = np.bincount(stage_of_unit[u], weights=graph.dur_ns[f], minlength=S)
+        t_mb, nl = microbatch_ns(graph, f, M, described)
+        by_lib += nl
+        fs = np.bincount(stage_of_unit[u], weights=t_mb, minlength=S)
+        # backward: the step's, by the stages' forward share, at the forward's micro-batch efficiency
+        bs = float(graph.dur_ns[bw].sum()) * fs / max(rec.sum(), 1.0)
+        stage_ns.append((np.rint(fs).astype(np.int64), np.rint(bs).astype(np.int64)))
+    how = (f"{by_lib} forward kernels re-costed at batch/{M} by the kernel-cost library, the rest / {M}; "
+           f"send/recv {'/'.join(f'{x:,}' for x in act.tolist())} B ({act_how}), "
+           f"{'/'.join(f'{x / 1e3:,.1f}' for x in p2p)} us on {link_how}")
     return {"steps": steps, "units": units, "bounds": bounds, "n_units": n_units, "stage_ns": stage_ns, "act": act,
             "p2p": np.asarray(p2p, np.int64), "how": how}
 
@@ -328,7 +394,7 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     note = (f"{S}-stage pipeline, {M} micro-batches, {sched} ({len(steps)} step(s)): stages cut at units "
             f"{'/'.join(str(int(x)) for x in bounds[1:-1])} of {n_units} ({'given' if p['cuts'] else 'balanced forward time'}); "
             f"per micro-batch forward {'/'.join(f'{x / 1e3:,.1f}' for x in fs0)} us, backward "
-            f"{'/'.join(f'{x / 1e3:,.1f}' for x in bs0)} us (step time / M; backward by the stages' forward share, inferred); "
+            f"{'/'.join(f'{x / 1e3:,.1f}' for x in bs0)} us (backward by the stages' forward share, inferred); "
             f"{pl['how']}; first step {r0.step_ns / 1e6:,.3f} ms, bubble (waits at send/recv) per stage "
             f"{'/'.join(f'{x / 1e6:,.3f}' for x in r0.bubble_ns)} ms, idle {r0.bubble_fraction:.1%} of the step "
             f"(ideal for equal stages (S-1)/(M+S-1) = {ideal_bubble_fraction(S, M):.1%}); activations held per stage "
@@ -351,6 +417,7 @@ register(Optimization(
                           "balanced forward time", str),
             "act_bytes": Param(0, "bytes sent between stages per micro-batch and direction (user's what-if); 0: from the shapes", int,
                                lambda v: v >= 0, ">= 0"),
+            "gpu": Param("", "the GPU the trace ran on; empty: the trace's device name", str),
             "fit": Param("", "a collective-cost fit (daydream-comm-fit --json FILE) for the send/recvs; empty: the "
                          "trace's own where it has sized send/recvs, else the link preset", str),
             **NETWORK_PARAMS,
