@@ -244,3 +244,34 @@ def test_micro_batch_times_and_activation_bytes_from_shapes(M):
     assert (fs * M >= rec - M).all()
     g2, note = opt.apply(g, params)
     assert "2-stage pipeline" in note
+
+
+def test_pp_pipelines_every_profiler_step():
+    """Two ProfilerSteps of the same layered step: one pipeline each, the same stage times, and
+    the second runs its items at the first's offsets from its own start (items have no launches:
+    they follow the step's first forward kernel)."""
+    import dataclasses
+    from daydream.testing.emulator import RangeBegin
+    from daydream.testing.emulator.layered import LayeredStep, LayerOp
+    ops = lambda k: (LayerOp(7, 1_000, 2_000, k, 1_500, 2_000, 2 * k, 4096, 0),  # noqa: E731
+                     LayerOp(8, 1_000, 2_000, 5_000, 1_500, 2_000, 10_000, 4096, 0))
+    p1 = LayeredStep(tuple(ops(10_000 * (i + 1)) for i in range(4)), (1024,) * 4, 7, (0,) * 4).program()
+    first = list(p1.threads[0].ops)
+    second = [RangeBegin("ProfilerStep#2") if isinstance(o, RangeBegin) and o.name == "ProfilerStep#1" else o for o in first]
+    prog = dataclasses.replace(p1, threads=(dataclasses.replace(p1.threads[0], ops=tuple(first + second)),))
+    g = _graph(emulate(prog))
+    opt, params = parse_spec("pp:stages=2,microbatches=3,act_bytes=100000,bandwidth=nvlink3")
+    pl = plan(g, params)
+    assert len(pl["steps"]) == 2
+    assert [x.tolist() for x in pl["stage_ns"][0]] == [x.tolist() for x in pl["stage_ns"][1]]
+    g2, note = opt.apply(g, params)
+    tl = simulate(g2)
+    names = g2.node_names()
+    items = np.nonzero(np.char.startswith(names.astype(str), "pp stage "))[0]
+    n_per = len(items) // 2
+    assert len(items) == 2 * n_per == 2 * 2 * 2 * 3  # 2 steps x 2 stages x (3 forwards + 3 backwards)
+    s = tl.start_ns[items]
+    o = np.argsort(s, kind="stable")
+    a, b = s[o[:n_per]], s[o[n_per:]]
+    assert (a - a[0]).tolist() == (b - b[0]).tolist()
+    assert b[0] >= tl.end_ns[items[o[:n_per]]].max()  # the second step's pipeline after the first's flush
