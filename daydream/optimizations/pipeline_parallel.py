@@ -395,7 +395,7 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
             f"{'/'.join(str(int(x)) for x in bounds[1:-1])} of {n_units} ({'given' if p['cuts'] else 'balanced forward time'}); "
             f"per micro-batch forward {'/'.join(f'{x / 1e3:,.1f}' for x in fs0)} us, backward "
             f"{'/'.join(f'{x / 1e3:,.1f}' for x in bs0)} us (backward by the stages' forward share, inferred); "
-            f"{pl['how']}; first step {r0.step_ns / 1e6:,.3f} ms, bubble (waits at send/recv) per stage "
+            f"{pl['how']}; the first step's pipeline {r0.step_ns / 1e6:,.3f} ms of GPU time, bubble (waits at send/recv) per stage "
             f"{'/'.join(f'{x / 1e6:,.3f}' for x in r0.bubble_ns)} ms, idle {r0.bubble_fraction:.1%} of the step "
             f"(ideal for equal stages (S-1)/(M+S-1) = {ideal_bubble_fraction(S, M):.1%}); activations held per stage "
             f"{'/'.join(str(int(x)) for x in r0.held)} micro-batches (1/{M} of the step's each); "
