@@ -5,11 +5,17 @@ link), the bubble formula, the activations held, and the job report's bubble on 
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from daydream.optimizations import parse_spec
+from daydream.optimizations.pipeline_parallel import cut_units, plan
 from daydream.optimizations.pipeline_schedule import (
     BWD,
     FWD,
@@ -19,8 +25,14 @@ from daydream.optimizations.pipeline_schedule import (
     run_schedule,
     stage_order,
 )
+from daydream.simulate import simulate
+from daydream.testing.emulator import emulate
+from daydream.testing.emulator.layered import layered_steps
 from daydream.testing.job_emulator import emulate_job, write_job
 from daydream.testing.pipeline_programs import pipeline_job
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_activation_checkpointing import _graph
 
 
 @st.composite
@@ -106,20 +118,6 @@ def test_job_report_bubble_equals_the_schedules(tmp_path, sched):
 
 
 # ---------------------------------------------------------------- the pp what-if on a trace ------
-import re  # noqa: E402
-import sys  # noqa: E402
-
-from hypothesis import assume  # noqa: E402
-
-from daydream.optimizations import parse_spec  # noqa: E402
-from daydream.optimizations.pipeline_parallel import cut_units, plan  # noqa: E402
-from daydream.simulate import simulate  # noqa: E402
-from daydream.testing.emulator import emulate  # noqa: E402
-from daydream.testing.emulator.layered import layered_steps  # noqa: E402
-
-sys.path.insert(0, __import__("os").path.dirname(__file__))
-from test_activation_checkpointing import _graph  # noqa: E402
-
 _ITEM = re.compile(r"^pp stage (\d+) (forward|backward) micro-batch (\d+) ")
 _XCH = re.compile(r"^ncclDevKernel_SendRecv pp link (\d+)-\d+ exchange (\d+) ")
 
@@ -218,9 +216,11 @@ def test_micro_batch_times_and_activation_bytes_from_shapes(M):
     the backward by the forward share); no micro-batch is cheaper than 1/M of its step (a GEMM's
     weights and launch floor do not shrink with the batch)."""
     import tempfile
+
+    from test_tensor_parallel import load_trace, mlp_training_step, to_kineto
+
     from daydream.graph import build_graph
     from daydream.mapping import map_events
-    from test_tensor_parallel import load_trace, mlp_training_step, to_kineto
 
     T, H = 256, 64
     prog, _ = mlp_training_step(4, T, H)
@@ -242,7 +242,7 @@ def test_micro_batch_times_and_activation_bytes_from_shapes(M):
         assert fs.tolist() == rec.astype(np.int64).tolist()
         assert bs.tolist() == np.rint(g.dur_ns[bw].sum() * rec / rec.sum()).astype(np.int64).tolist()
     assert (fs * M >= rec - M).all()
-    g2, note = opt.apply(g, params)
+    _, note = opt.apply(g, params)
     assert "2-stage pipeline" in note
 
 
@@ -251,9 +251,10 @@ def test_pp_pipelines_every_profiler_step():
     the second runs its items at the first's offsets from its own start (items have no launches:
     they follow the step's first forward kernel)."""
     import dataclasses
+
     from daydream.testing.emulator import RangeBegin
     from daydream.testing.emulator.layered import LayeredStep, LayerOp
-    ops = lambda k: (LayerOp(7, 1_000, 2_000, k, 1_500, 2_000, 2 * k, 4096, 0),  # noqa: E731
+    ops = lambda k: (LayerOp(7, 1_000, 2_000, k, 1_500, 2_000, 2 * k, 4096, 0),
                      LayerOp(8, 1_000, 2_000, 5_000, 1_500, 2_000, 10_000, 4096, 0))
     p1 = LayeredStep(tuple(ops(10_000 * (i + 1)) for i in range(4)), (1024,) * 4, 7, (0,) * 4).program()
     first = list(p1.threads[0].ops)
@@ -264,7 +265,7 @@ def test_pp_pipelines_every_profiler_step():
     pl = plan(g, params)
     assert len(pl["steps"]) == 2
     assert [x.tolist() for x in pl["stage_ns"][0]] == [x.tolist() for x in pl["stage_ns"][1]]
-    g2, note = opt.apply(g, params)
+    g2, _ = opt.apply(g, params)
     tl = simulate(g2)
     names = g2.node_names()
     items = np.nonzero(np.char.startswith(names.astype(str), "pp stage "))[0]

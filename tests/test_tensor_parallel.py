@@ -13,18 +13,39 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_transform import _baseline_keys, _by_corr, _emulated_by_key
 
+from daydream.costmodel import Kernels
 from daydream.costmodel import comm as cm
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
-from daydream.optimizations.tensor_parallel import _blocks, insert_after_kernels
+from daydream.mapping import map_events
+from daydream.optimizations import parse_spec
+from daydream.optimizations.tensor_parallel import (
+    _blocks,
+    backward_split_field,
+    input_gradient_of,
+    insert_after_kernels,
+    match_backward,
+)
 from daydream.simulate import simulate
 from daydream.testing.ddp_programs import with_inline
-from daydream.testing.emulator import Launch, emulate, measure_latencies, programs, to_kineto
+from daydream.testing.emulator import (
+    HostWork,
+    Launch,
+    Program,
+    RangeBegin,
+    RangeEnd,
+    Thread,
+    emulate,
+    measure_latencies,
+    programs,
+    to_kineto,
+)
+from daydream.testing.emulator.shaped import kernel_ns
 from daydream.transform import set_duration
-
-from test_transform import _baseline_keys, _by_corr, _emulated_by_key
 
 NET = cm.Network(cm.PRESETS["nvlink4"])
 HERE = os.path.dirname(__file__)
@@ -140,13 +161,6 @@ def test_degree_one_is_the_baseline_on_every_shared_trace(path):
 
 
 # ------------------------------------------------------------------------------- backward ------
-from daydream.costmodel import Kernels  # noqa: E402
-from daydream.mapping import map_events  # noqa: E402
-from daydream.optimizations import parse_spec  # noqa: E402
-from daydream.optimizations.tensor_parallel import backward_split_field, input_gradient_of, match_backward  # noqa: E402
-from daydream.testing.emulator import HostWork, RangeBegin, RangeEnd, Program, Thread  # noqa: E402
-from daydream.testing.emulator.shaped import kernel_ns  # noqa: E402
-
 _GEMM = "ampere_sgemm_128x64_tn"
 _GELU = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>"
 
@@ -242,7 +256,6 @@ def test_backward_split_and_input_gradient_allreduce_equal_the_emulator(blocks, 
     corr = g.table.correlation[np.maximum(g.row, 0)]
     launch_of = {c.correlation: c.op_index for c in run.calls if isinstance(c.op, Launch)}
     op_of_node = {i: launch_of[int(c)] for i, c in enumerate(corr.tolist()) if g.node_kind[i] != NODE_CPU and g.row[i] >= 0}
-    node_of_op = {v: k for k, v in op_of_node.items()}
     # g2 keeps the baseline's node ids for the baseline's tasks (the inserted ones come after)
     new_durs = {o: int(g2.dur_ns[n]) for n, o in op_of_node.items()}  # the split GEMMs and GELUs
     assert f"kernels between a pair split by the library: {blocks}" in note  # each block's GELU
@@ -250,7 +263,7 @@ def test_backward_split_and_input_gradient_allreduce_equal_the_emulator(blocks, 
     anchors = sorted([o for o, r in roles.items() if r[:2] in (("row", "fwd"), ("col", "dgrad"))])
     nbytes = [T * H * 4] * len(anchors)
     durs = cm.collective_ns(cm.ALL_REDUCE, np.array(nbytes), degree, net)
-    changed, where, ar = with_inline(prog, 0, anchors, durs.tolist(), new_durs)
+    changed, _, _ = with_inline(prog, 0, anchors, durs.tolist(), new_durs)
     crun = emulate(changed)
     pred = simulate(g2)
     assert int(pred.end_ns.max()) == max([c.end_ns for c in crun.calls] + [x.end_ns for x in crun.tasks]), note
