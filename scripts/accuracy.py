@@ -45,6 +45,7 @@ MODEL_END = "<!-- end of verdicts -->"
 SECTIONS: list[str] = [
     "accuracy_fidelity",
     "accuracy_memory_rules",
+    "accuracy_collectives",
 ]
 
 

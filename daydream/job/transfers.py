@@ -96,22 +96,44 @@ def fit_job(paths: list[str], link: str = "") -> dict:
             "overlap_slowdown_per_rank": [round(s, 4) for s, _ in per], "overlap": [d for _, d in per]}
 
 
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """Aligned text columns (the first left-aligned, the others right-aligned)."""
+    w = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    fmt = (lambda r: "  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)).rstrip())
+    return [fmt(head), fmt(["-" * x for x in w]), *[fmt(r) for r in rows]]
+
+
 def render(doc: dict) -> str:
-    """The fit as text (names from traces through the display helpers)."""
-    lines = [f"collective-cost fit on {len(doc['traces'])} trace(s): {doc['collectives']} collectives; time fitted: {doc['source']}",
-             f"preset compared: {terminal_text(doc['preset'])} ({terminal_text(doc['link'])})"]
+    """The fit as a text table, one row per operation (names from traces through the display
+    helpers): count, group size, message sizes (bytes), the fitted latency (us) and bus bandwidth
+    (GB/s), and the |relative error| median / p90 of the fit and of the preset at the same
+    collectives, with the preset's median signed error (its bias: + slower than recorded)."""
+    lines = [f"collective-cost fit on {len(doc['traces'])} trace(s): {doc['collectives']} collectives",
+             f"time fitted: {doc['source']}",
+             f"preset compared: {terminal_text(doc['preset'])} ({terminal_text(doc['link'])})", ""]
+    head = ["operation", "count", "n", "sizes (B)", "L (us)", "busbw (GB/s)", "fit |err| med", "p90",
+            "preset |err| med", "p90", "preset bias"]
+    rows = []
     for name, o in doc["ops"].items():
         fr, pr = o["fit_residual"], o["preset_residual"]
-        lines.append(f"  {name:<15} {o['count']:>5} x n={o['group_size']:<3} sizes {o['size_min_bytes']:,}-{o['size_max_bytes']:,} B: "
-                     f"fit L {o['latency_us']:.2f} us, busbw {o['busbw_GBps']:.3f} GB/s; |error| median/p90 fit "
-                     f"{fr['median_abs']:.1%}/{fr['p90_abs']:.1%}, preset {pr['median_abs']:.1%}/{pr['p90_abs']:.1%} "
-                     f"(preset bias {pr['median_signed']:+.1%})")
+        rows.append([terminal_text(name), f"{o['count']:,}", str(o["group_size"]),
+                     f"{o['size_min_bytes']:,}-{o['size_max_bytes']:,}", f"{o['latency_us']:,.2f}", f"{o['busbw_GBps']:,.3f}",
+                     f"{fr['median_abs']:.1%}", f"{fr['p90_abs']:.1%}", f"{pr['median_abs']:.1%}", f"{pr['p90_abs']:.1%}",
+                     f"{pr['median_signed']:+.1%}"])
+    lines += _table(head, rows) if rows else ["(no sized collective)"]
     for k, v in doc.get("counts", {}).items():
         lines.append(f"  {terminal_text(k)}: {v}")
+    lines.append("")
     if "overlap_slowdown" in doc:
-        lines.append(f"overlap slowdown of compute under communication: {doc['overlap_slowdown']:.4f} ({doc['overlap']})")
+        lines.append(f"overlap slowdown of compute under communication: {doc['overlap_slowdown']:.4f}")
+        details = [doc["overlap"]]
     else:
-        lines.append("overlap slowdown per rank: " + ", ".join(f"{s:.4f}" for s in doc["overlap_slowdown_per_rank"]))
+        lines.append("overlap slowdown of compute under communication, per rank: "
+                     + ", ".join(f"{s:.4f}" for s in doc["overlap_slowdown_per_rank"]))
+        details = doc["overlap"]
+    for r, d in enumerate(details):
+        if d:
+            lines.append(("  " if len(details) == 1 else f"  rank {r}: ") + "; ".join(f"{terminal_text(str(k))}: {v}" for k, v in d.items()))
     return "\n".join(lines) + "\n"
 
 
@@ -137,10 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     if a.json:
         text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
-        if a.json == "-":
+        if a.json == "-":  # the document alone on standard output
             sys.stdout.write(text)
             return 0
         with open(a.json, "w", encoding="utf-8") as fh:
             fh.write(text)
     sys.stdout.write(render(doc))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

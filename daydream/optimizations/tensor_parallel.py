@@ -32,10 +32,17 @@ link of ``bandwidth=`` elsewhere (default: the traced GPU's board link,
 synchronous: the next kernel of the stream waits for it), launched by a zero-time call right
 after the row GEMM's launch (:func:`insert_after_kernels`).
 
-**Not built:** the backward pass (Megatron's ``f`` all-reduce after the column GEMMs' input
-gradients, the split backward GEMMs): no trace here labels backward kernels with their block, so
-backward kernels are left unchanged and counted. Sequence parallelism; the memory of the split
-weights. ``degree=1`` runs the whole plan: every new shape equals its reference (``predict_shape``
+**Backward** (Megatron §3: the backward of ``f`` is an all-reduce, of ``g`` the identity): the
+backward GEMMs are matched to the forward ones by reverse launch order and sizes
+(:func:`match_backward`, inferred and counted: no trace labels backward kernels with their
+block); each forward GEMM's input gradient (``(K, N, M)``, :func:`input_gradient_of`) and weight
+gradient are split as it is (:func:`backward_split_field`: the field holding the column GEMM's
+``M`` or the row GEMM's ``K`` divided by ``N``), and an all-reduce of the input gradient
+(``N x K`` elements) runs after each column group's last input gradient. Backward kernels that are
+not GEMMs are left unchanged (counted).
+
+**Not built:** sequence parallelism; the memory of the split weights; non-GEMM backward kernels.
+``degree=1`` runs the whole plan: every new shape equals its reference (``predict_shape``
 is the identity there) and no all-reduce is issued (Megatron's ``_reduce`` returns its input
 when the group has one rank): the baseline.
 """
@@ -108,7 +115,8 @@ def insert_after_kernels(graph: TaskGraph, anchor: np.ndarray, dur_ns: np.ndarra
 def _blocks(labels: list[str], layer_id: np.ndarray) -> np.ndarray:
     """Per node (``layer_id`` into ``labels``), the id of its block: the layer path's prefix up to
     its outermost component whose class has several instances among ``layer_id``'s paths (not the
-    leaf); -1 none."""
+    leaf, unless that path is itself a block of other paths: work the block's own ``forward``
+    launches, e.g. a ``F.gelu`` between its linears); -1 none."""
     used = np.unique(layer_id[layer_id >= 0]).tolist()
     parts = {u: labels[u].split("/") for u in used}
     inst: dict[tuple[int, str], set] = {}
@@ -122,10 +130,114 @@ def _blocks(labels: list[str], layer_id: np.ndarray) -> np.ndarray:
             if len(inst[(d, _CLASS.sub("", c))]) > 1:
                 block_of[u] = names.setdefault("/".join(p[:d + 1]), len(names))
                 break
+    for u, p in parts.items():  # a kernel launched by the block's own forward (not a child module's)
+        if u not in block_of and "/".join(p) in names:
+            block_of[u] = names["/".join(p)]
     lut = np.full(len(labels) + 1, -1, np.int64)
     for u, b in block_of.items():
         lut[u] = b
     return lut[np.where(layer_id >= 0, layer_id, len(labels))]
+
+
+def match_backward(fwd_dims: np.ndarray, bwd_dims: np.ndarray) -> np.ndarray:
+    """Which forward GEMM each backward GEMM belongs to (inferred from the order and the shapes).
+
+    Autograd runs the backward of the forward ops in reverse order, and a linear's backward is its
+    input gradient (``dgrad``) and its weight gradient (``wgrad``), two GEMMs over the same three
+    sizes as the forward one (``{M, N, K}`` as a multiset). Walking the backward GEMMs in launch
+    order against the forward ones in reverse: a backward GEMM goes to the current forward GEMM
+    when its sizes match (at most two each), else to the next one back when they match that (the
+    current one had fewer: a frozen weight, an input without gradient), else to none.
+
+    Args:
+        fwd_dims: (F, 3) int64 (M, N, K) of the forward GEMMs in launch order.
+        bwd_dims: (Bk, 3) int64 (M, N, K) of the backward GEMMs in launch order.
+
+    Returns:
+        (Bk,) int64 index into the forward GEMMs, -1 none.
+    """
+    fs = np.sort(np.asarray(fwd_dims, np.int64).reshape(-1, 3), axis=1)
+    bs = np.sort(np.asarray(bwd_dims, np.int64).reshape(-1, 3), axis=1)
+    out = np.full(len(bs), -1, np.int64)
+    f, taken = len(fs) - 1, 0
+    for j in range(len(bs)):  # backward GEMMs of a step: tens to thousands
+        if f >= 0 and taken < 2 and (bs[j] == fs[f]).all():
+            out[j], taken = f, taken + 1
+        elif f >= 1 and (bs[j] == fs[f - 1]).all():
+            f, taken = f - 1, 1
+            out[j] = f
+    return out
+
+
+def input_gradient_of(fwd: tuple[int, int, int], bwd: list[tuple[int, int, int]]) -> int:
+    """Which of the backward GEMMs matched to one forward GEMM ``(M, N, K)`` (launch order) is its
+    input gradient: the one of shape ``(K, N, M)`` (``grad_out`` by the weight) when exactly one is,
+    else the first (autograd's ``AddmmBackward0``/``MmBackward0`` computes ``mat1``'s gradient
+    first); -1 for none."""
+    if not bwd:
+        return -1
+    M, N, K = fwd
+    hit = [i for i, b in enumerate(bwd) if tuple(b) == (K, N, M)]
+    return hit[0] if len(hit) == 1 else 0
+
+
+def backward_split_field(fwd: tuple[int, int, int], bwd: tuple[int, int, int], split: str, dgrad: bool) -> str:
+    """The field of a backward GEMM that the degree divides.
+
+    The forward GEMM is ``(M, N, K)`` (``M`` output features, ``N`` tokens, ``K`` input features);
+    its input gradient (``dgrad``) is ``(K, N, M)`` and its weight gradient ``{M, K}`` by ``N``
+    (reduced over the tokens, ``K' = N``). A column-parallel GEMM (``split="M"``) divides the field
+    holding the forward ``M``, a row-parallel one (``split="K"``) the field holding ``K``, the
+    token field (``N'`` of a dgrad, ``K'`` of a wgrad) last.
+    """
+    M, _, K = fwd
+    bm, bn, bk = bwd
+    v = M if split == "M" else K
+    order = ("M", "K", "N") if dgrad else ("M", "N", "K")
+    for f in order:
+        if {"M": bm, "N": bn, "K": bk}[f] == v:
+            return f
+    return order[0]
+
+
+def _backward_plan(graph: TaskGraph, d: KC.Described, col: list, row: np.ndarray, fwd: np.ndarray) -> dict:
+    """The backward's split (module docstring): the backward GEMMs of the column (``col``) and row
+    (``row``) GEMMs (indices into ``d.nodes``) and the field each divides, and the input-gradient
+    all-reduces after each column group's last input gradient (node ids, bytes)."""
+    k, nodes, pos, mp = d.kernels, d.nodes, graph.position_ns, graph.mapping
+    # the backward: GEMMs matched to the forward ones by order and shapes (inferred)
+    flin = np.nonzero((k.cls == "linear") & fwd[nodes])[0]
+    flin = flin[np.argsort(pos[nodes[flin]], kind="stable")]
+    blin = np.nonzero((k.cls == "linear") & (mp.phase[nodes] == 2))[0]
+    blin = blin[np.argsort(pos[nodes[blin]], kind="stable")]
+    dims = (lambda ix: np.stack([k.M[ix], k.N[ix], k.K[ix]], 1) if len(ix) else np.zeros((0, 3), np.int64))
+    owner = match_backward(dims(flin), dims(blin))
+    role = {int(c): "M" for c in col} | {int(r): "K" for r in row.tolist()}  # column: M split; row: K
+    # a column GEMM's group: the row partner after it (column GEMMs of one group share the input)
+    row_pos = np.sort(pos[nodes[row]]) if len(row) else np.zeros(0, np.int64)
+    grp = {int(c): int(np.searchsorted(row_pos, pos[nodes[c]])) for c in col}
+    bcol, bcol_f, brow, brow_f, last_dgrad = [], [], [], [], {}
+    matched: dict[int, list[int]] = {}
+    for j, o in zip(blin.tolist(), owner.tolist()):  # backward GEMMs: tens to thousands
+        if o >= 0 and int(flin[o]) in role:
+            matched.setdefault(int(flin[o]), []).append(j)
+    shape = (lambda i: (int(k.M[i]), int(k.N[i]), int(k.K[i])))
+    for f, js in matched.items():
+        split = role[f]
+        di = input_gradient_of(shape(f), [shape(j) for j in js])
+        for x, j in enumerate(js):
+            (bcol if split == "M" else brow).append(j)
+            (bcol_f if split == "M" else brow_f).append(backward_split_field(shape(f), shape(j), split, x == di))
+            if split == "M" and x == di:
+                key = grp[f]
+                if key not in last_dgrad or pos[nodes[j]] > pos[nodes[last_dgrad[key][0]]]:
+                    last_dgrad[key] = (j, f)
+    ag = sorted(last_dgrad.values(), key=lambda x: pos[nodes[x[0]]])
+    ag_after = nodes[np.array([j for j, _ in ag], np.int64)] if ag else np.zeros(0, np.int64)
+    ag_bytes = np.array([int(k.N[f]) * int(k.K[f]) * max(int(k.B[f]), 1) * _ELEM_BYTES.get(str(k.dtype[f]), 4)
+                         for _, f in ag], np.int64)
+    return {"col": bcol, "row": brow, "col_f": bcol_f, "row_f": brow_f, "ag_after": ag_after, "ag_bytes": ag_bytes,
+            "unmatched": int((owner < 0).sum())}
 
 
 def plan(graph: TaskGraph, d: KC.Described) -> dict:
@@ -191,15 +303,22 @@ def plan(graph: TaskGraph, d: KC.Described) -> dict:
     other = np.concatenate([np.nonzero(between)[0][bi < 0], attn[~is_attn & ~is_mem]])
     row = np.asarray(row, np.int64)
     esz = np.array([_ELEM_BYTES.get(str(x), 4) for x in k.dtype[row]], np.int64)
-    bwd = int(((mp.phase == 2) & (graph.node_kind == Kind.KERNEL) & (block >= 0)).sum())
+    bw = _backward_plan(graph, d, col, row, fwd)
+    bcol, brow = bw["col"], bw["row"]
+    bwd = int(((mp.phase == 2) & (graph.node_kind == Kind.KERNEL)).sum()) - len(bcol) - len(brow)
     counts = {"blocks": int(len(np.unique(block[nodes[lin]]))) if len(lin) else 0, "column-parallel GEMMs": len(col),
               "row-parallel GEMMs": len(row), "GEMMs left unsplit (no row partner, inferred)": unpaired,
               "kernels between a pair split by the library": int(len(attn_i[is_attn | is_mem])),
               "kernels between a pair without a description, time / degree (inferred)": int(len(other)),
-              "backward kernels in blocks left unchanged (backward split not built)": bwd}
+              "backward GEMMs of column-parallel GEMMs split (matched by order and shapes, inferred)": len(bcol),
+              "backward GEMMs of row-parallel GEMMs split (inferred)": len(brow),
+              "backward GEMMs matched to no forward GEMM": bw["unmatched"],
+              "input-gradient all-reduces (Megatron's f, after the column group's backward)": len(bw["ag_bytes"]),
+              "other backward kernels left unchanged (not split: their blocks are not labelled)": max(bwd, 0)}
     return {"col": np.asarray(col, np.int64), "row": row, "attn": attn_i[is_attn], "mem": attn_i[is_mem],
             "other": other.astype(np.int64), "ar_after": nodes[row], "ar_bytes": k.M[row] * k.N[row] * k.B[row] * esz,
-            "counts": counts}
+            "bwd": np.asarray(bcol + brow, np.int64), "bwd_field": np.array(bw["col_f"] + bw["row_f"], dtype=object),
+            "ag_after": bw["ag_after"], "ag_bytes": bw["ag_bytes"], "counts": counts}
 
 
 def _link_or_empty(text: str) -> str:
@@ -214,17 +333,23 @@ def _ceil_div(a: np.ndarray, n: int) -> np.ndarray:
 
 
 def split_times(d: KC.Described, pl: dict, degree: int, t_ns: np.ndarray, spec) -> tuple[np.ndarray, np.ndarray, int]:
-    """(indices into ``d.nodes``, their new times (point, ns), shapes not divisible by the degree)."""
+    """(indices into ``d.nodes``, their new times (point, ns), shapes not divisible by the degree):
+    the forward's column (``M``), row (``K``), attention (``B``) and memory-bound (``elems``)
+    kernels, and the backward GEMMs at the field :func:`backward_split_field` chose for each."""
     k = d.kernels
-    idx = np.concatenate([pl["col"], pl["row"], pl["attn"], pl["mem"]])
+    bwd = pl.get("bwd", np.zeros(0, np.int64))
+    idx = np.concatenate([pl["col"], pl["row"], pl["attn"], pl["mem"], bwd]).astype(np.int64)
     if not len(idx):
         return idx, np.zeros(0, np.int64), 0
     ref = k.take(idx)
     new = k.take(idx)
-    nc, nr, na = len(pl["col"]), len(pl["row"]), len(pl["attn"])
-    c, r, a, m = slice(0, nc), slice(nc, nc + nr), slice(nc + nr, nc + nr + na), slice(nc + nr + na, None)
+    fields = np.array(["M"] * len(pl["col"]) + ["K"] * len(pl["row"]) + ["B"] * len(pl["attn"]) + ["elems"] * len(pl["mem"])
+                      + list(pl.get("bwd_field", [])), dtype=object)
     rest = 0
-    for sl, f in ((c, "M"), (r, "K"), (a, "B"), (m, "elems")):
+    for f in ("M", "K", "N", "B", "elems"):
+        sl = fields == f
+        if not sl.any():
+            continue
         v = getattr(new, f)
         rest += int(np.count_nonzero(v[sl] % degree))
         v[sl] = np.maximum(_ceil_div(v[sl], degree), 1)
@@ -264,18 +389,22 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
         link_how = f"the {gpu.name}'s board link, inferred"
     net = network_of(p)
     fit, how = trace_fit(graph, net, p.get("fit", ""))
-    nb = pl["ar_bytes"]
+    # the row GEMMs' output all-reduces (g) and the column groups' input-gradient all-reduces (f)
+    nb = np.concatenate([pl["ar_bytes"], pl["ag_bytes"]]).astype(np.int64)
+    ar_at = np.concatenate([pl["ar_after"], pl["ag_after"]]).astype(np.int64)
     ar_d, by_fit = cf.collective_ns(fit, cm.ALL_REDUCE, nb, N, net)
+    n_f = len(pl["ag_bytes"])
     if N > 1:
         names = [f"ncclKernel_AllReduce_RING_LL_Sum_float (inserted, {int(x)} B, n={N})" for x in nb.tolist()]
-        o = np.argsort(graph.position_ns[pl["ar_after"]], kind="stable")
-        g, _ = insert_after_kernels(g, pl["ar_after"][o], ar_d[o], [names[i] for i in o])
+        o = np.argsort(graph.position_ns[ar_at], kind="stable")
+        g, _ = insert_after_kernels(g, ar_at[o], ar_d[o], [names[i] for i in o])
     before, after = int(t[idx].sum()), int(new_t.sum())
     c = pl["counts"]
     note = (f"Megatron tensor parallel over {N} GPUs on {net.intra.name} ({link_how}): {c['row-parallel GEMMs']} column/row pairs in "
             f"{c['blocks']} blocks (inferred from the op order); split kernels {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms "
             f"(kernel-cost library, {gpu.name}; {rest} shapes not divisible by {N}, rounded up); "
-            + (f"{len(nb)} all-reduces ({nb.sum() / 2**20:,.2f} MiB, {ar_d.sum() / 1e6:,.3f} ms; "
+            + (f"{len(nb)} all-reduces ({len(nb) - n_f} forward, {n_f} of input gradients; {nb.sum() / 2**20:,.2f} MiB, "
+               f"{ar_d.sum() / 1e6:,.3f} ms; "
                + (f"{by_fit} costed by {how}, " if fit is not None else "")
                + f"{len(nb) - by_fit} by the link preset); " if N > 1 else "no all-reduce (one rank); ")
             + "; ".join(f"{a}: {b}" for a, b in c.items()))
@@ -284,8 +413,9 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
 
 register(Optimization(
     name="tp", summary="Megatron tensor parallel over `degree` GPUs: each block's column/row GEMM pairs split, an "
-    "all-reduce after each row-parallel GEMM (forward pass)", apply=_apply, what_if=True,
-    params={"degree": Param(2, "tensor-parallel GPUs (Megatron's tensor_model_parallel_size)", int, lambda v: 1 <= v <= 1024, "1 to 1024"),
+    "all-reduce after each row-parallel GEMM and each column group's input gradient (forward and backward)",
+    apply=_apply, what_if=True,
+    params={"degree": Param(2, "tensor-parallel GPUs (Megatron's tensor_model_parallel_size; user's what-if)", int, lambda v: 1 <= v <= 1024, "1 to 1024"),
             "gpu": Param("", "the GPU the trace ran on; empty: the trace's device name", str),
             "fit": Param("", "a collective-cost fit (daydream-comm-fit --json FILE, e.g. of a job) for the all-reduces; "
                          "empty: the trace's own all-reduces where it has sized ones, else the link preset", str),

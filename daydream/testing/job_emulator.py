@@ -4,7 +4,9 @@ collectives synchronise the ranks as NCCL kernels do.
 A collective is a :class:`~daydream.testing.emulator.Launch` whose kernel name is an NCCL kernel
 (:data:`ALL_REDUCE`, ...) and whose ``kernel_dur_ns`` is its **transfer**. The k-th collective
 launched by each rank (in its collective thread's program order; NCCL requires every rank of a
-communicator to issue the same collectives in the same order) is one collective of the job. On
+communicator to issue the same collectives in the same order) is one collective of the job; a collective whose ``Launch.comm`` names a ``Process Group Name`` is
+matched the same way among the ranks that launch collectives of that group only (a pipeline's
+send/recv between two stages). On
 the GPU a collective kernel starts by the single-rank rules (its stream, its launch), then spins
 until the last participant's kernel has started, then transfers with the others until the last
 byte (the collective ends on every participant together)::
@@ -52,21 +54,34 @@ def collective_ops(program: Program) -> list[tuple[int, int]]:
     return out
 
 
+def group_of(op) -> str:
+    """A collective's communicator: its ``Process Group Name`` (``Launch.comm``), "" (the world)
+    when it names none."""
+    return str(dict(op.comm).get("Process Group Name", ""))
+
+
 @dataclass(frozen=True)
 class JobRun:
     """The runs of every rank (rank = index), the collectives' places in each program, the
-    last arrival of each collective (ns) and the rounds it took."""
+    last arrival of each collective of the job (ns; ordered by group name, then order in the
+    group) and the rounds it took; ``ids[r][j]``: the job collective (index into ``arrive_ns``)
+    of rank r's j-th collective."""
 
     runs: tuple[Run, ...]
     places: tuple[tuple[tuple[int, int], ...], ...]
     arrive_ns: tuple[int, ...]
     rounds: int
+    ids: tuple[tuple[int, ...], ...] = ()
 
     def collective_tasks(self, rank: int) -> list[int]:
         """Indices (into ``runs[rank].tasks``) of the rank's collectives, in order."""
         run = self.runs[rank]
         by_call = {(c.thread, c.op_index): c.task for c in run.calls}
         return [by_call[p] for p in self.places[rank]]
+
+    def rank_arrivals(self, rank: int) -> list[int]:
+        """The last arrival (ns) of each of the rank's collectives, in its order."""
+        return [self.arrive_ns[i] for i in self.ids[rank]]
 
 
 def _with_durations(program: Program, places: list[tuple[int, int]], durs: list[int]) -> Program:
@@ -78,26 +93,59 @@ def _with_durations(program: Program, places: list[tuple[int, int]], durs: list[
     return dataclasses.replace(program, threads=tuple(threads))
 
 
+def _job_ids(programs: list[Program], places) -> tuple[list[list[int]], int]:
+    """Per rank, the job collective of each of its collectives: within a group (``group_of``),
+    the k-th collective of each member rank is one collective (NCCL's rule per communicator)."""
+    groups = [[group_of(programs[r].threads[ti].ops[k]) for ti, k in places[r]] for r in range(len(programs))]
+    names = sorted({g for gs in groups for g in gs})
+    count = {g: [gs.count(g) for gs in groups if g in gs] for g in names}
+    if "" in count and len(count[""]) != len(programs):
+        count[""].append(0)
+    for g, c in count.items():
+        if len(set(c)) > 1:
+            raise ValueError(f"every rank of group {g!r} must launch the same number of collectives in it, got {c}")
+    base, n = {}, 0
+    for g in names:
+        base[g] = n
+        n += count[g][0]
+    ids = []
+    for gs in groups:
+        seen: dict[str, int] = {}
+        row = []
+        for g in gs:
+            row.append(base[g] + seen.get(g, 0))
+            seen[g] = seen.get(g, 0) + 1
+        ids.append(row)
+    return ids, n
+
+
 def emulate_job(programs: list[Program]) -> JobRun:
-    """Run a job (one program per rank, rank = index; see the module docstring).
+    """Run a job (one program per rank, rank = index; see the module docstring). Collectives
+    naming a ``Process Group Name`` (``Launch.comm``) are matched within that group's ranks
+    (e.g. a send/recv pair of two pipeline stages); the others among all ranks.
 
     Raises:
-        ValueError: the ranks have different numbers of collectives, or the rounds do not settle.
+        ValueError: the ranks of a group have different numbers of collectives in it, or the rounds
+            do not settle (a deadlock).
     """
     places = [collective_ops(p) for p in programs]
-    K = len(places[0]) if places else 0
-    if any(len(p) != K for p in places):
-        raise ValueError(f"every rank must launch the same number of collectives, got {[len(p) for p in places]}")
+    ids, K = _job_ids(programs, places)
     transfer = [[programs[r].threads[ti].ops[k].kernel_dur_ns for ti, k in places[r]] for r in range(len(programs))]
-    wait = [[0] * K for _ in programs]
+    joint = [0] * K
+    for r in range(len(programs)):
+        for j, i in enumerate(ids[r]):
+            joint[i] = max(joint[i], transfer[r][j])
+    wait = [[0] * len(p) for p in places]
     for rounds in range(1, K + 3):
-        joint = [max(transfer[r][k] for r in range(len(programs))) for k in range(K)]
-        runs = [emulate(_with_durations(p, places[r], [t + w for t, w in zip(joint, wait[r])]))
+        runs = [emulate(_with_durations(p, places[r], [joint[i] + w for i, w in zip(ids[r], wait[r])]))
                 for r, p in enumerate(programs)]
-        job = JobRun(tuple(runs), tuple(tuple(p) for p in places), (), rounds)
+        job = JobRun(tuple(runs), tuple(tuple(p) for p in places), (), rounds, tuple(tuple(x) for x in ids))
         starts = [[runs[r].tasks[i].start_ns for i in job.collective_tasks(r)] for r in range(len(runs))]
-        arrive = [max(s[k] for s in starts) for k in range(K)]
-        new = [[arrive[k] - s[k] for k in range(K)] for s in starts]
+        arrive = [0] * K
+        for r in range(len(runs)):
+            for j, i in enumerate(ids[r]):
+                arrive[i] = max(arrive[i], starts[r][j])
+        new = [[arrive[i] - s for i, s in zip(ids[r], starts[r])] for r in range(len(runs))]
         if new == wait:
             return dataclasses.replace(job, arrive_ns=tuple(arrive))
         wait = new

@@ -110,6 +110,7 @@ def _task_events(run: Run, ck: _Clock) -> list[dict]:
                          "registers per thread": 32, "shared memory": 0, "blocks per SM": 1.0, "warps per SM": 8.0,
                          "grid": list(_launch_of(c.op, t).grid), "block": list(_launch_of(c.op, t).block),
                          "est. achieved occupancy %": 12})
+            args.update(dict(getattr(_launch_of(c.op, t), "comm", ())))
             cat = "kernel"
             if t.graph_node is not None:  # a node of a cudaGraphLaunch: same correlation as its siblings
                 args.update({"graph id": c.op.graph_id, "graph node id": (c.op.graph_id << 16) + t.graph_node + 1})

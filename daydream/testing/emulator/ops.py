@@ -105,6 +105,10 @@ class Launch(_GpuWork):
             ``[132, 1, 1]`` / ``[256, 1, 1]`` of unshaped programs): a shaped program's kernels
             (:func:`~daydream.testing.emulator.generators.shaped_program`) give the grid their
             cost function tiles.
+        comm: (key, value) pairs written into the kernel's args (keyword; default none): a
+            collective's ``Process Group Name`` / ``Group size`` / ``Collective name``, as
+            PyTorch >= 2.1 copies them onto NCCL kernels (the job emulator matches collectives
+            within a ``Process Group Name``).
     """
 
     API: ClassVar[tuple[str, int]] = ("cudaLaunchKernel", 211)
@@ -114,6 +118,7 @@ class Launch(_GpuWork):
     call_dur_ns: int
     grid: tuple = field(default=(132, 1, 1), kw_only=True)
     block: tuple = field(default=(256, 1, 1), kw_only=True)
+    comm: tuple = field(default=(), kw_only=True)
 
     def gpu_dur(self) -> int:
         return self.kernel_dur_ns
