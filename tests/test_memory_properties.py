@@ -15,17 +15,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, event, given, settings
 from hypothesis import strategies as st
 
 from daydream.analysis import apply_all, resolve_opt
+from daydream.errors import NotApplicable
 from daydream.formats import load_trace
 from daydream.graph import build_graph
 from daydream.mapping import map_events
 from daydream.simulate import simulate
 from daydream.simulate.memory_replay import replay_memory
 from daydream.testing.emulator import (
-    Allocate, HostWork, Launch, OtherCall, Program, RangeBegin, RangeEnd, StreamSync, Thread, emulate, measure_latencies,
+    Allocate, HostWork, Launch, MemcpyAsync, OtherCall, Program, RangeBegin, RangeEnd, StreamSync, Thread, emulate, measure_latencies,
     memory_peaks, programs, to_kineto,
 )
 from daydream.testing.emulator.layered import layered_steps
@@ -49,6 +50,14 @@ def _peaks(g, tl) -> dict[int, tuple[int, list[int]]]:
 
 def _curves(g, tl) -> dict[int, tuple[list[int], list[int]]]:
     return {dm.device: (dm.ts_ns.tolist(), dm.allocated_bytes.tolist()) for dm in replay_memory(g, tl)}
+
+
+def _note_change(g, g2, tl2) -> None:
+    """Tell hypothesis's statistics whether the prediction moved the curve or changed a peak (a
+    property that only ever sees unchanged memory would test nothing)."""
+    base, pred = _curves(g, simulate(g)), _curves(g2, tl2)
+    event("predicted peaks differ from the baseline's" if _peaks(g, simulate(g)) != _peaks(g2, tl2) else "peaks unchanged")
+    event("allocator events moved or changed" if base != pred else "curve unchanged")
 
 
 def _emulated_curves(run) -> dict[int, tuple[list[int], list[int]]]:
@@ -92,6 +101,7 @@ def test_amp_activations_halve_equal_the_emulator(step, data):
         out_bytes=tuple(-(-b // 2) if low[-1] and i < last else b for i, b in enumerate(step.out_bytes)))
     changed = emulate(halved.program())
     tl2 = simulate(g2)
+    _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
     assert _curves(g2, tl2) == _emulated_curves(changed)  # amp's memory rule moves nothing: every event's time too
 
@@ -164,6 +174,7 @@ def test_fused_adam_memory_equals_the_emulator(prog):
     g2, applied = apply_all(g, [resolve_opt(f"fused-adam:launch_ns={_LAUNCH_NS}")])
     changed = emulate(_fused_adam_program(prog))
     tl2 = simulate(g2)
+    _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
     assert _curves(g2, tl2) == _emulated_curves(changed)
 
@@ -182,3 +193,112 @@ def test_fused_adam_drops_the_last_parameters_temporary():
     g2, applied = apply_all(g, [resolve_opt(f"fused-adam:launch_ns={_LAUNCH_NS}")])
     assert "2 per-parameter temporaries" in applied[0].note
     assert replay_memory(g2, simulate(g2)) == [] == list(emulate(_fused_adam_program(prog)).allocs)
+
+
+# ---------------------------------------------------------------------------------------------
+# what-ifs that change times only: the same allocations, moved with the calls they happen in
+# ---------------------------------------------------------------------------------------------
+def _stepped(prog: Program) -> Program:
+    """``prog`` with thread 0's ops inside one ``ProfilerStep#1`` range."""
+    th = prog.threads[0]
+    t0 = dataclasses.replace(th, ops=(RangeBegin(STEP), *th.ops, RangeEnd()))
+    return dataclasses.replace(prog, threads=(t0, *prog.threads[1:]))
+
+
+_DUR_FIELD = {"kernel": "kernel_dur_ns", "memcpy": "copy_dur_ns", "memset": "set_dur_ns"}
+
+
+def _with_task_durations(prog: Program, run, dur_by_corr: dict[int, int]) -> Program:
+    """``prog`` with each GPU task's duration replaced by ``dur_by_corr[its correlation id]``: the
+    program the target GPU runs (its CPU side, and so every allocation, unchanged)."""
+    new = {}
+    for t in run.tasks:
+        c = run.calls[t.call]
+        new[(c.thread, c.op_index)] = (_DUR_FIELD[t.kind], dur_by_corr[t.correlation])
+    threads = []
+    for i, th in enumerate(prog.threads):
+        ops = [dataclasses.replace(op, **{new[(i, k)][0]: new[(i, k)][1]}) if (i, k) in new else op for k, op in enumerate(th.ops)]
+        threads.append(dataclasses.replace(th, ops=tuple(ops)))
+    return dataclasses.replace(prog, threads=tuple(threads))
+
+
+@pytest.mark.slow
+@PROPS
+@given(programs(max_threads=3, max_ops=30, memory=True), st.booleans(), st.sampled_from(["L4", "H100 SXM", "B200"]))
+def test_gpu_upgrade_same_allocations_target_capacity(prog, totals, target):
+    """gpu-upgrade: the allocations are the traced ones, on the target's times; the emulator runs
+    the program with every GPU task at the predicted duration (the time rule is checked elsewhere:
+    here, that memory follows it), and the verdict is judged against the target's capacity."""
+    from daydream.costmodel.gpu_memory import CAPACITY
+    from daydream.report.memory_fit import memory_summary
+    prog = _stepped(prog)
+    run = emulate(prog)
+    assume(run.allocs and run.tasks)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph(run, totals=totals)
+    g2, _ = apply_all(g, [resolve_opt(f"gpu-upgrade:source=V100,target={target}")])
+    gpu = g2.node_kind != 0
+    dur = dict(zip(g2.correlation[gpu].tolist(), g2.dur_ns[gpu].tolist()))
+    changed = emulate(_with_task_durations(prog, run, dur))
+    # the graph's waits are those of the recorded interleaving of the threads' calls: exact where
+    # the target keeps it (the allocations between the calls may still change their order)
+    assume([(c.thread, c.op_index) for c in run.calls] == [(c.thread, c.op_index) for c in changed.calls])
+    tl2 = simulate(g2)
+    _note_change(g, g2, tl2)
+    assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
+    assert _curves(g2, tl2) == _emulated_curves(changed)
+    summ = memory_summary(g2, tl2)
+    for d in summ.devices:
+        if d.device >= 0:
+            assert d.capacity_bytes == CAPACITY[target][0]
+            assert d.fits == (d.needs_bytes <= d.capacity_bytes)
+
+
+@st.composite
+def _programs_with_value_reads(draw):
+    """Random allocating programs whose thread 0 reads a value 1..3 times (``loss.item()``: a
+    pinned device-to-host copy and a synchronize of its stream, inside ``aten::item``)."""
+    prog = draw(programs(max_threads=2, max_ops=24, memory=True))
+    ops = list(prog.threads[0].ops)
+    for _ in range(draw(st.integers(1, 3))):  # a balanced block between any two ops keeps the ranges balanced
+        s = draw(st.sampled_from([7, 20]))
+        at = draw(st.integers(0, len(ops)))
+        read = [RangeBegin("aten::item", "cpu_op"), RangeBegin("aten::_local_scalar_dense", "cpu_op"),
+                MemcpyAsync(s, "DtoH", 4, draw(st.integers(1, 20)) * 500, draw(st.integers(1, 8)) * 500),
+                StreamSync(s, draw(st.integers(1, 8)) * 500), RangeEnd(), RangeEnd()]
+        ops[at:at] = read
+    t0 = dataclasses.replace(prog.threads[0], ops=tuple(ops))
+    return _stepped(dataclasses.replace(prog, threads=(t0, *prog.threads[1:])))
+
+
+def _deferred_reads(prog: Program) -> Program:
+    """The program with each value read's synchronize deferred: the call returns after its own cost
+    (an API call that waits for nothing), the copy stays on its stream."""
+    ops = list(prog.threads[0].ops)
+    for k in range(len(ops)):
+        if isinstance(ops[k], StreamSync) and k >= 1 and isinstance(ops[k - 1], MemcpyAsync) and ops[k - 1].kind == "DtoH":
+            ops[k] = OtherCall("cudaGetDevice", ops[k].call_own_ns, cbid=17)
+    t0 = dataclasses.replace(prog.threads[0], ops=tuple(ops))
+    return dataclasses.replace(prog, threads=(t0, *prog.threads[1:]))
+
+
+@pytest.mark.slow
+@PROPS
+@given(_programs_with_value_reads(), st.booleans())
+def test_remove_syncs_allocations_move_with_their_calls(prog, totals):
+    run = emulate(prog)
+    assume(run.allocs)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph(run, mapped=True, totals=totals)
+    try:
+        g2, _ = apply_all(g, [resolve_opt("remove-syncs")])
+    except NotApplicable:
+        assume(False)
+    changed = emulate(_deferred_reads(prog))
+    # the graph's waits are those of the recorded interleaving of the threads' calls (a blocking call
+    # waits for what was launched before it): exact where the deferral keeps that interleaving
+    assume([(c.thread, c.op_index) for c in run.calls] == [(c.thread, c.op_index) for c in changed.calls])
+    tl2 = simulate(g2)
+    _note_change(g, g2, tl2)
+    assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
+    assert _curves(g2, tl2) == _emulated_curves(changed)
