@@ -302,3 +302,78 @@ def test_remove_syncs_allocations_move_with_their_calls(prog, totals):
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
     assert _curves(g2, tl2) == _emulated_curves(changed)
+
+
+@st.composite
+def _programs_with_hot_region(draw):
+    """Random allocating programs whose thread 0 has a ``hot_region`` range around a run of its ops
+    that begins after its first call (host time before a thread's first call is not modelled)."""
+    prog = draw(programs(max_threads=2, max_ops=24, memory=True))
+    ops = list(prog.threads[0].ops)
+    calls = [k for k, op in enumerate(ops) if not isinstance(op, (HostWork, Allocate, RangeBegin, RangeEnd))]
+    assume(calls)
+    a = draw(st.integers(calls[0] + 1, len(ops)))
+    b = draw(st.integers(a, len(ops)))
+    depth = [0]
+    for op in ops:  # the region must not cut a range in two
+        depth.append(depth[-1] + (1 if isinstance(op, RangeBegin) else -1 if isinstance(op, RangeEnd) else 0))
+    assume(depth[a] == depth[b] and min(depth[a:b + 1]) >= depth[a])
+    ops = ops[:a] + [RangeBegin("hot_region")] + ops[a:b] + [RangeEnd()] + ops[b:]
+    t0 = dataclasses.replace(prog.threads[0], ops=tuple(ops))
+    return _stepped(dataclasses.replace(prog, threads=(t0, *prog.threads[1:])))
+
+
+def _scaled_region(prog: Program, f: int) -> Program:
+    """Thread 0 with the host time inside ``hot_region`` ``f`` times as long: its host work, the
+    durations of its non-blocking calls and the own cost of its blocking ones."""
+    out, inside = [], False
+    for op in prog.threads[0].ops:
+        if op == RangeBegin("hot_region"):
+            inside = True
+        elif inside and op == RangeEnd() and not any(isinstance(o, RangeBegin) for o in out[out.index(RangeBegin("hot_region")) + 1:]):
+            inside = False
+        elif inside:
+            for name in ("dur_ns", "call_dur_ns", "call_own_ns"):
+                if hasattr(op, name):
+                    op = dataclasses.replace(op, **{name: getattr(op, name) * f})
+        out.append(op)
+    t0 = dataclasses.replace(prog.threads[0], ops=tuple(out))
+    return dataclasses.replace(prog, threads=(t0, *prog.threads[1:]))
+
+
+@pytest.mark.slow
+@PROPS
+@given(_programs_with_hot_region(), st.sampled_from([2, 3]), st.booleans())
+def test_scale_cpu_allocations_move_with_the_host_time(prog, f, totals):
+    """scale-cpu: the allocations move with the host time around them, an event inside a scaled gap
+    at its scaled distance from its call. Factors >= 1 only: at x0 an event recorded inside a step
+    lands on the step's last instant, where the emulator's step membership (by time, [start, end),
+    the trace reader's for ties) and the prediction's (the events' recorded identity) part."""
+    run = emulate(prog)
+    assume(run.allocs)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph(run, totals=totals)
+    try:
+        g2, _ = apply_all(g, [resolve_opt(f"scale-cpu:range=^hot_region$,factor={f}")])
+    except NotApplicable:
+        assume(False)
+    changed = emulate(_scaled_region(prog, f))
+    assume([(c.thread, c.op_index) for c in run.calls] == [(c.thread, c.op_index) for c in changed.calls])
+    tl2 = simulate(g2)
+    _note_change(g, g2, tl2)
+    assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
+    assert _curves(g2, tl2) == _emulated_curves(changed)
+
+
+def test_scale_cpu_scales_the_host_work_between_an_allocation_and_its_call():
+    """Bug found by the property above: an allocation 2 us of host work before its call stayed 2 us
+    before it where scale-cpu doubled that work (the recorded offset kept): 2 us early."""
+    ops = [Launch(7, _GEMM, 3_000, 1_000), RangeBegin("hot_region"), HostWork(1_000), Allocate(512), HostWork(2_000),
+           OtherCall("cudaGetDevice", 500, cbid=17), RangeEnd(), HostWork(700), Allocate(-512), OtherCall("cudaGetDevice", 500, cbid=17)]
+    prog = _stepped(Program([Thread(ops)], launch_latency_ns=5_000, gpu_gap_ns=1_000))
+    g = _graph(emulate(prog))
+    g2, _ = apply_all(g, [resolve_opt("scale-cpu:range=^hot_region$,factor=2")])
+    changed = emulate(_scaled_region(prog, 2))
+    got = _curves(g2, simulate(g2))
+    assert got == _emulated_curves(changed)
+    assert [t - prog.t0_ns for t in got[0][0]] == [1_000 + 2 * 1_000, 1_000 + 2 * (1_000 + 2_000 + 500) + 700]
