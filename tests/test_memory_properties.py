@@ -487,3 +487,108 @@ def test_fusion_drops_the_intermediate_and_moves_the_output_to_the_fused_launch(
     got = _curves(g2, simulate(g2))
     assert got == _emulated_curves(emulate(_fused_program(prog)))
     assert [t - prog.t0_ns for t in got[0][0]][0] == 1_000 and got[0][1] == [8192, 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# reconbn: BN and its ReLU fused (forward: the BN's kernel writes the ReLU's output; backward: the
+# BN backward reads the ReLU backward's input): the tensor between them never exists
+# ---------------------------------------------------------------------------------------------
+_BN_FW = "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, float*, float*, float, float)"
+_BN_BW = "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>(float, float, float, float, cudnnTensorStruct, float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float*, float*, float const*, float const*, float)"
+
+
+@st.composite
+def _bn_programs(draw):
+    """One step of 1..3 conv-BN-ReLU layers and their backward in reverse; a ReLU is in-place (no
+    allocation) or not (its output allocated, the BN's output freed after it); the ReLU backward
+    allocates its output, the BN backward its own and frees the ReLU backward's after its launch;
+    a ReLU backward may also allocate a block kept to the end (it moves with the fused call)."""
+    from daydream.testing.emulator.generators import _RELU, _RELU_BWD as _RELU_BW
+    ns = st.integers(1, 10).map(lambda v: v * 1_000)  # even: the BN kernels halve exactly
+    size = st.integers(1, 64).map(lambda v: v * 512)
+    addr = iter(range(_MID, _MID + (1 << 30), 4096))
+    ops, keep = [RangeBegin(STEP)], []
+    n = draw(st.integers(1, 3))
+    for _ in range(n):
+        y = (draw(size), next(addr))
+        ops += [HostWork(draw(ns)), Launch(7, _GEMM, draw(ns), draw(ns)),
+                HostWork(draw(ns)), Allocate(y[0], addr=y[1]), HostWork(draw(ns)), Launch(7, _BN_FW, draw(ns), draw(ns)), HostWork(draw(ns))]
+        if draw(st.booleans()):  # a non-inplace ReLU
+            z = (draw(size), next(addr))
+            ops += [Allocate(z[0], addr=z[1]), HostWork(draw(ns)), Launch(7, _RELU, draw(ns), draw(ns)), HostWork(draw(ns)),
+                    Allocate(-y[0], addr=y[1])]
+            keep.append(z)
+        else:
+            ops += [Launch(7, _RELU, draw(ns), draw(ns))]
+            keep.append(y)
+    for _ in range(n):
+        dy, dx = (draw(size), next(addr)), (draw(size), next(addr))
+        ops += [HostWork(draw(ns)), Allocate(dy[0], addr=dy[1])]
+        if draw(st.booleans()):
+            extra = (draw(size), next(addr))
+            ops += [Allocate(extra[0], addr=extra[1])]
+            keep.append(extra)
+        ops += [HostWork(draw(ns)), Launch(7, _RELU_BW, draw(ns), draw(ns)), HostWork(draw(ns)), Allocate(dx[0], addr=dx[1]),
+                HostWork(draw(ns)), Launch(7, _BN_BW, draw(ns), draw(ns)), HostWork(draw(ns)), Allocate(-dy[0], addr=dy[1]),
+                HostWork(draw(ns)), Launch(7, _GEMM, draw(ns), draw(ns))]
+        keep.append(dx)
+    ops += [HostWork(draw(ns)), StreamSync(7, 1_000), *[Allocate(-b, addr=a) for b, a in keep], RangeEnd()]
+    return Program([Thread(ops)], launch_latency_ns=5_000, gpu_gap_ns=1_000)
+
+
+def _reconbn_program(prog: Program) -> Program:
+    """The restructured program (reconbn with both factors 1/2): BN kernels half as long; each ReLU
+    kernel, its launch call and the host work since the call before it gone; the tensor between a
+    BN and its ReLU (the BN's output under a non-inplace ReLU, the ReLU backward's output) never
+    allocated; other allocations of a removed ReLU's host work made where it was: before the BN
+    forward's call (the fused kernel writes the ReLU's output), or right after the call before the
+    removed ReLU backward."""
+    from daydream.testing.emulator.generators import _RELU, _RELU_BWD as _RELU_BW
+    ops = list(prog.threads[0].ops)
+    calls = [k for k, op in enumerate(ops) if isinstance(op, (Launch, StreamSync))]
+    alloc_at, freed_at = {}, {}
+    for k, op in enumerate(ops):
+        if isinstance(op, Allocate):
+            (alloc_at if op.delta_bytes > 0 else freed_at)[op.addr] = k
+    nxt = {c: min((d for d in calls if d > c), default=len(ops)) for c in calls}
+    prv = {c: max((d for d in calls if d < c), default=-1) for c in calls}
+    mid, moved_fw, moved_bw, drop = set(), {}, {}, set()
+    for c in calls:
+        name = getattr(ops[c], "kernel_name", "")
+        if name == _RELU:
+            bn = prv[c]
+            drop.update(range(bn + 1, c + 1))  # the ReLU's call and its host work since the BN call
+            mid |= {a for a, k in alloc_at.items() if prv[bn] < k < bn and freed_at.get(a, 0) < nxt[c]}  # the BN's output, freed by the pair
+            moved_fw[bn] = [ops[k] for k in range(bn + 1, c) if isinstance(ops[k], Allocate)]
+        elif name == _RELU_BW:
+            bn = nxt[c]
+            drop.update(range(prv[c] + 1, c + 1))
+            mid |= {a for a, k in alloc_at.items() if prv[c] < k < c and freed_at.get(a, 0) < nxt[bn]}  # the ReLU backward's output
+            moved_bw[prv[c]] = [ops[k] for k in range(prv[c] + 1, c) if isinstance(ops[k], Allocate)]
+    out = []
+    for k, op in enumerate(ops):
+        if k in moved_fw:
+            out += [o for o in moved_fw[k] if o.addr not in mid]
+        if k not in drop and not (isinstance(op, Allocate) and op.addr in mid):
+            if getattr(op, "kernel_name", "") in (_BN_FW, _BN_BW):
+                op = dataclasses.replace(op, kernel_dur_ns=op.kernel_dur_ns // 2)
+            out.append(op)
+        if k in moved_bw:
+            out += [o for o in moved_bw[k] if o.addr not in mid]
+    t0 = dataclasses.replace(prog.threads[0], ops=tuple(out))
+    return dataclasses.replace(prog, threads=(t0,))
+
+
+@pytest.mark.slow
+@PROPS
+@given(_bn_programs())
+def test_reconbn_memory_equals_the_emulator(prog):
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    g = _graph(run, mapped=True)
+    g2, applied = apply_all(g, [resolve_opt("reconbn:fw_factor=0.5,bw_factor=0.5")])
+    changed = emulate(_reconbn_program(prog))
+    tl2 = simulate(g2)
+    _note_change(g, g2, tl2)
+    assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
+    assert _curves(g2, tl2) == _emulated_curves(changed)

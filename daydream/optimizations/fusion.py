@@ -181,7 +181,7 @@ def _apply(graph, p):
     group = np.full(graph.n, -1, dtype=np.int64)
     group[members] = c
     g = merge(graph, group, fused, drop=drop)  # each chain's first kernel becomes the fused kernel
-    g, n_mid = _without_intermediates(graph, g, members, c, drop)
+    g, n_mid = without_intermediates(graph, g, members, c, drop)
     gone = drop & (graph.node_kind == NODE_CPU)
     host_ns = int(graph.gap_ns[gone].sum() + graph.dur_ns[gone].sum())
     # the host time goes with the calls: on a CPU-bound trace it is all of the gain (a new user took
@@ -193,10 +193,13 @@ def _apply(graph, p):
                + (f"; {n_mid:,} intermediate tensors between fused kernels no longer allocated" if n_mid else ""))
 
 
-def _without_intermediates(graph, g, members: np.ndarray, chain: np.ndarray, dropped: np.ndarray):
+def without_intermediates(graph, g, members: np.ndarray, chain: np.ndarray, dropped: np.ndarray,
+                          heads: np.ndarray | None = None):
     """``g`` without the allocator events of the tensors that live only inside a fused chain
     (``docs/memory.md``, "fusion"), and their number. ``members``: the chains' kernels in launch
-    order per chain; ``chain``: the chain id of each.
+    order, grouped by chain; ``chain``: the chain id of each; ``dropped``: bool (graph.n,), the
+    tasks the what-if removed; ``heads``: per chain (in the order of ``members``) the launch call
+    of its fused kernel, default the chain's first (``reconbn``: the BN call, last in backward).
 
     The op that allocates is the one whose launch call comes next (``graph/memory_part.py``), and
     a tensor a chain member makes and a later member consumes is freed in eager PyTorch once its
@@ -207,10 +210,11 @@ def _without_intermediates(graph, g, members: np.ndarray, chain: np.ndarray, dro
     never exists in the fused kernel. The last member's output, inputs from outside the chain and
     blocks freed later are kept.
 
-    The events that stay but happened in the host work of a removed launch call (``dropped``: the
-    chain's other launch calls and the gaps before them: the last member's output, a free of an
-    input from outside) move to the fused kernel's launch call (the chain's first): at its start,
-    in their recorded order (after the thread's last call: its end plus their recorded offset).
+    The events that stay but happened in the host work of a removed launch call (the chain's other
+    launch calls and the gaps before them: the last member's output, a free of an input from
+    outside) move to the fused kernel's launch call: at its start (where the removed call came
+    before the fused one: at the start of the host work before it, where the removed work was), in
+    their recorded order (after the thread's last call: its end plus their recorded offset).
     Otherwise they would be re-anchored to the next surviving call at their recorded distance from
     it, which counts the removed host work (emulator property, ``tests/test_memory_properties.py``)."""
     gm = graph.memory
@@ -244,13 +248,19 @@ def _without_intermediates(graph, g, members: np.ndarray, chain: np.ndarray, dro
     drop = np.zeros(len(gm), bool)
     drop[al[inside]] = drop[fr[inside]] = True
     head = np.full(graph.n, -1, np.int64)  # the fused launch call of the chain each removed call belonged to
-    head[calls] = calls[first][np.cumsum(first) - 1]
+    head[calls] = (calls[first] if heads is None else np.asarray(heads, np.int64))[np.cumsum(first) - 1]
     moved = hit & dropped[node] & (head[node] >= 0) & ~drop
     new = g.memory
     if moved.any():
         anchor, offset = gm.anchor_row.copy(), gm.offset_ns.copy()
-        anchor[moved] = graph.row[head[node[moved]]]
-        offset[moved & ~gm.at_end] = 0
+        h = head[node[moved]]
+        anchor[moved] = graph.row[h]
+        # at the fused call's start; where the removed call came before it (a backward ReLU before its
+        # BN), at the start of the host work before the fused call: where the removed call's work was
+        before = graph.rec_start_ns[node[moved]] < graph.rec_start_ns[h]
+        prev = graph.lane_prev[h]
+        lead = np.where(prev >= 0, graph.rec_start_ns[h] - graph.rec_end_ns[np.maximum(prev, 0)], 0)
+        offset[moved] = np.where(gm.at_end[moved], offset[moved], np.where(before, -np.maximum(lead, 0), 0))
         new = dataclasses.replace(new, anchor_row=anchor, offset_ns=offset)
     return dataclasses.replace(g, memory=without_events(new, drop)), int(inside.sum())
 
