@@ -78,18 +78,48 @@ def _emulated_curves(run) -> dict[int, tuple[list[int], list[int]]]:
 _LOW, _KEPT = ("mm", "bmm"), ("relu", "add")
 
 
+def _with_weight_copies(prog: Program) -> Program:
+    """The autocast program's weight cast copies: each forward op on the 16-bit list with a recorded
+    fp32 weight (its last input) casts it once (a 2-byte copy, allocated before the op's output, in
+    the op) and keeps it while the backward may use it (autocast's cache and the op's saved tensor):
+    freed after the step's last backward function."""
+    ops, out, copies = list(prog.threads[0].ops), [], []
+    last_bwd = max(k for k, op in enumerate(ops) if isinstance(op, Launch) and op.kernel_name.startswith("bwd_"))
+    pending = None
+    for k, op in enumerate(ops):
+        if isinstance(op, RangeBegin) and op.dims and op.name.removeprefix("aten::") in _LOW:
+            rows, cols = op.dims[-1]
+            pending = rows * cols * 4 // 2
+        out.append(op)
+        if pending is not None and isinstance(op, HostWork):
+            copies.append(Allocate(pending, addr=_COPY + 4096 * len(copies)))
+            out.append(copies[-1])
+            pending = None
+        if k == last_bwd + 1:  # after the last backward function's free of its activation
+            out += [Allocate(-c.delta_bytes, addr=c.addr) for c in copies]
+    t0 = dataclasses.replace(prog.threads[0], ops=tuple(out))
+    return dataclasses.replace(prog, threads=(t0,))
+
+
+_COPY = 0x7C0000000000
+
+
 @pytest.mark.slow
 @PROPS
 @given(layered_steps(max_layers=4, max_ops=3), st.data())
-def test_amp_activations_halve_equal_the_emulator(step, data):
+def test_amp_memory_equals_the_emulator(step, data):
+    """amp (its memory rule; the kernel times are amp's time rule, checked elsewhere): 16-bit ops'
+    activations halved, a 16-bit copy of each recorded fp32 weight of theirs, the rest kept."""
     from daydream.optimizations.amp import AUTOCAST_LOW_OPS
     from daydream.optimizations.amp_memory import amp_memory
     names = tuple(data.draw(st.sampled_from(_LOW + _KEPT)) for _ in step.layers[0])
-    step = dataclasses.replace(step, op_names=names)
+    dims = tuple(data.draw(st.one_of(st.none(), st.tuples(st.integers(1, 64), st.integers(1, 256), st.integers(1, 256))
+                                     .map(lambda t: ((t[0], t[1]), (t[1], t[2]))))) for _ in names)
+    step = dataclasses.replace(step, op_names=names, op_dims=dims)
     run = emulate(step.program())
     assume(measure_latencies(run) == (5_000, 1_000))  # the replay's L and G are the program's
     g = _graph(run, mapped=True)
-    g2, _ = amp_memory(g, g, "amp", AUTOCAST_LOW_OPS)
+    g2, note = amp_memory(g, g, "amp", AUTOCAST_LOW_OPS)
     last = len(step.layers) - 1
     low = [n in _LOW for n in names]
     # the changed program: a 16-bit op's activation is half as big (rounded up); a layer's output is
@@ -99,7 +129,8 @@ def test_amp_activations_halve_equal_the_emulator(step, data):
         step, layers=tuple(tuple(dataclasses.replace(op, act_bytes=-(-op.act_bytes // 2)) if low[j] else op for j, op in enumerate(layer))
                            for layer in step.layers),
         out_bytes=tuple(-(-b // 2) if low[-1] and i < last else b for i, b in enumerate(step.out_bytes)))
-    changed = emulate(halved.program())
+    changed = emulate(_with_weight_copies(halved.program()))
+    event("weight copies" if any(d and lo for d, lo in zip(dims, low)) else "no weight copy")
     tl2 = simulate(g2)
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
