@@ -43,6 +43,7 @@ from ..transform import remove, scale
 from . import Optimization, Param, register
 from .comm_common import step_of_nodes
 from .common import name_mask
+from .fusion import without_intermediates
 
 BN_BW = r"(?i)bn_bw|batch_?norm_?backward|batchnorm_?bwd|BatchNormBwd|batch_norm_backward"
 BN_FW = r"(?i)bn_fw_tr|bn_fw(?!_inf)|batch_norm_collect_statistics|batch_norm_transform_input|batch_norm_elemt|batch_norm_stats|batchnorm_?fwd_?train|BatchNormFwdTrain|batch_norm_update_stats"
@@ -126,7 +127,6 @@ def _memory(graph, g, relu_fw: np.ndarray, relu_bw: np.ndarray, drop: np.ndarray
     the tensor one makes and the other consumes, freed after the pair (a non-inplace ReLU's input,
     the ReLU backward's output), is no longer allocated; an in-place ReLU allocates nothing, and
     nothing changes. What the removed ReLU calls' host work allocated moves to the BN's call."""
-    from .fusion import without_intermediates
     rf, rb = np.flatnonzero(relu_fw), np.flatnonzero(relu_bw)
     fw_pairs = np.stack([graph.lane_prev[rf], rf], 1)
     bw_pairs = np.stack([rb, graph.lane_next[rb]], 1)
