@@ -161,7 +161,8 @@ def _adam_programs(draw):
     ops.append(RangeBegin("Optimizer.step#Adam.step"))
     for k in range(draw(st.integers(2, 6))):
         b = draw(size)
-        ops += [HostWork(draw(ns)), Allocate(b, addr=_TMP + 4096 * k), HostWork(draw(ns)), Launch(7, _EW, draw(ns), draw(ns)),
+        state = [Allocate(draw(size)), HostWork(draw(ns))] if draw(st.integers(0, 3)) == 0 else []  # lazily made state: kept
+        ops += [HostWork(draw(ns)), *state, Allocate(b, addr=_TMP + 4096 * k), HostWork(draw(ns)), Launch(7, _EW, draw(ns), draw(ns)),
                 HostWork(draw(ns)), Allocate(-b, addr=_TMP + 4096 * k)]
     if draw(st.booleans()):
         ops += [HostWork(draw(ns)), OtherCall("cudaGetDevice", draw(ns), cbid=17)]
@@ -176,7 +177,8 @@ def _adam_programs(draw):
 def _fused_adam_program(prog: Program) -> Program:
     """The fused step as the emulator runs it: the temporaries not allocated; the first elementwise
     launch of the step launches one kernel of the summed time in ``_LAUNCH_NS``; the other launches
-    and the host work since the call before each are gone (the per-parameter Python loop)."""
+    and the host work since the call before each are gone (the per-parameter Python loop); state
+    that work allocated is allocated right before the fused launch."""
     ops = list(prog.threads[0].ops)
     a = ops.index(RangeBegin("Optimizer.step#Adam.step"))
     calls = [k for k, op in enumerate(ops) if isinstance(op, (Launch, OtherCall, StreamSync))]
@@ -188,6 +190,8 @@ def _fused_adam_program(prog: Program) -> Program:
     total = sum(ops[k].kernel_dur_ns for k in launches)
     keep = []
     for k, op in enumerate(ops):
+        if k == launches[0]:  # what the removed per-parameter work allocated besides (state) is made before the one launch
+            keep += [ops[i] for i in sorted(drop) if isinstance(ops[i], Allocate) and ops[i].addr is None]
         if k in drop or (isinstance(op, Allocate) and op.addr is not None and op.addr >= _TMP):
             continue  # gone, or a temporary of the unfused step
         keep.append(dataclasses.replace(op, kernel_dur_ns=total, call_dur_ns=_LAUNCH_NS) if k == launches[0] else op)
