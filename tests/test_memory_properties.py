@@ -627,3 +627,20 @@ def test_reconbn_memory_equals_the_emulator(prog):
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
     assert _curves(g2, tl2) == _emulated_curves(changed)
+
+
+def test_fused_adam_moves_lazily_made_state_to_the_fused_launch():
+    """Bug found by the property: state allocated in the second parameter's host work (removed with
+    its launch call) was re-anchored to the call after the step at its recorded distance, counting
+    the removed work: 3 us before the step's first call. Now it is made right before the fused launch."""
+    ops = [RangeBegin(STEP), RangeBegin("Optimizer.step#Adam.step")]
+    for k in range(2):
+        ops += [HostWork(500), *([Allocate(2048), HostWork(500)] if k else []), Allocate(512, addr=_TMP + 4096 * k), HostWork(500),
+                Launch(7, _EW, 500, 500), HostWork(500), Allocate(-512, addr=_TMP + 4096 * k)]
+    ops += [RangeEnd(), HostWork(500), StreamSync(7, 1_000), RangeEnd()]
+    prog = Program([Thread(ops)], launch_latency_ns=5_000, gpu_gap_ns=1_000)
+    g = _graph(emulate(prog))
+    g2, _ = apply_all(g, [resolve_opt(f"fused-adam:launch_ns={_LAUNCH_NS}")])
+    got = _curves(g2, simulate(g2))
+    assert got == _emulated_curves(emulate(_fused_adam_program(prog)))
+    assert [t - prog.t0_ns for t in got[0][0]] == [1_000] and got[0][1] == [2048]
