@@ -632,12 +632,12 @@ def test_reconbn_memory_equals_the_emulator(prog):
 def test_fused_adam_moves_lazily_made_state_to_the_fused_launch():
     """Bug found by the property: state allocated in the second parameter's host work (removed with
     its launch call) was re-anchored to the call after the step at its recorded distance, counting
-    the removed work: 3 us before the step's first call. Now it is made right before the fused launch."""
+    the removed work (here: before the program began). Now it is made right before the fused launch."""
     ops = [RangeBegin(STEP), RangeBegin("Optimizer.step#Adam.step")]
     for k in range(2):
-        ops += [HostWork(500), *([Allocate(2048), HostWork(500)] if k else []), Allocate(512, addr=_TMP + 4096 * k), HostWork(500),
+        ops += [HostWork(500), *([Allocate(2048), HostWork(4_000)] if k else []), Allocate(512, addr=_TMP + 4096 * k), HostWork(500),
                 Launch(7, _EW, 500, 500), HostWork(500), Allocate(-512, addr=_TMP + 4096 * k)]
-    ops += [RangeEnd(), HostWork(500), StreamSync(7, 1_000), RangeEnd()]
+    ops += [RangeEnd(), HostWork(3_000), StreamSync(7, 1_000), RangeEnd()]
     prog = Program([Thread(ops)], launch_latency_ns=5_000, gpu_gap_ns=1_000)
     g = _graph(emulate(prog))
     g2, _ = apply_all(g, [resolve_opt(f"fused-adam:launch_ns={_LAUNCH_NS}")])
