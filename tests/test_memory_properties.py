@@ -644,3 +644,23 @@ def test_fused_adam_moves_lazily_made_state_to_the_fused_launch():
     got = _curves(g2, simulate(g2))
     assert got == _emulated_curves(emulate(_fused_adam_program(prog)))
     assert [t - prog.t0_ns for t in got[0][0]] == [1_000] and got[0][1] == [2048]
+
+
+def test_remove_syncs_reorders_allocations_across_threads_and_raises_the_peak():
+    """The peak may change by reordering alone: thread 0 allocates A after a value read that waits
+    for a long kernel; thread 1 holds B during that wait. Deferred, A is allocated while B is alive:
+    the predicted peak is A + B, as the emulator's run of the deferred program says."""
+    a, b = 3 << 20, 2 << 20
+    t0 = [RangeBegin(STEP), Launch(7, _GEMM, 200_000, 2_000), RangeBegin("aten::item", "cpu_op"),
+          RangeBegin("aten::_local_scalar_dense", "cpu_op"), MemcpyAsync(7, "DtoH", 4, 1_000, 1_000), StreamSync(7, 1_000),
+          RangeEnd(), RangeEnd(), HostWork(1_000), Allocate(a), OtherCall("cudaGetDevice", 1_000, cbid=17), HostWork(1_000),
+          Allocate(-a), OtherCall("cudaGetDevice", 1_000, cbid=17), RangeEnd()]
+    t1 = [HostWork(1_000), Allocate(b), OtherCall("cudaGetDevice", 1_000, cbid=17), HostWork(100_000), Allocate(-b),
+          OtherCall("cudaGetDevice", 1_000, cbid=17)]
+    prog = Program([Thread(t0), Thread(t1, tid=5001, name="worker_1")], launch_latency_ns=5_000, gpu_gap_ns=1_000)
+    run = emulate(prog)
+    g = _graph(run, mapped=True)
+    g2, _ = apply_all(g, [resolve_opt("remove-syncs")])
+    changed = emulate(_deferred_reads(prog))
+    assert _peaks(g, simulate(g))[0][0] == max(a, b)
+    assert _peaks(g2, simulate(g2)) == memory_peaks(changed, (STEP,)) and memory_peaks(changed)[0][0] == a + b
