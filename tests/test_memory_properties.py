@@ -576,11 +576,12 @@ def _reconbn_program(prog: Program) -> Program:
     kernel, its launch call and the host work since the call before it gone; the tensor between a
     BN and its ReLU (the BN's output under a non-inplace ReLU, the ReLU backward's output) never
     allocated; other allocations of a removed ReLU's host work made where it was: before the BN
-    forward's call (the fused kernel writes the ReLU's output), or right after the call before the
-    removed ReLU backward."""
+    forward's call (the fused kernel writes the ReLU's output), or right after the surviving call
+    before the removed ReLU backward."""
     from daydream.testing.emulator.generators import _RELU, _RELU_BWD as _RELU_BW
     ops = list(prog.threads[0].ops)
     calls = [k for k, op in enumerate(ops) if isinstance(op, (Launch, StreamSync))]
+    relus = {k for k in calls if getattr(ops[k], "kernel_name", "") in (_RELU, _RELU_BW)}
     alloc_at, freed_at = {}, {}
     for k, op in enumerate(ops):
         if isinstance(op, Allocate):
@@ -599,11 +600,14 @@ def _reconbn_program(prog: Program) -> Program:
             bn = nxt[c]
             drop.update(range(prv[c] + 1, c + 1))
             mid |= {a for a, k in alloc_at.items() if prv[c] < k < c and freed_at.get(a, 0) < nxt[bn]}  # the ReLU backward's output
-            moved_bw[prv[c]] = [ops[k] for k in range(prv[c] + 1, c) if isinstance(ops[k], Allocate)]
+            kept = max((d for d in calls if d < c and d not in relus), default=-1)  # the surviving call before
+            moved_bw.setdefault(kept, []).extend(ops[k] for k in range(prv[c] + 1, c) if isinstance(ops[k], Allocate))
     out = []
     for k, op in enumerate(ops):
         if k in moved_fw:
             out += [o for o in moved_fw[k] if o.addr not in mid]
+        if isinstance(op, (RangeBegin, RangeEnd)):
+            drop.discard(k)  # ranges stay where they were
         if k not in drop and not (isinstance(op, Allocate) and op.addr in mid):
             if getattr(op, "kernel_name", "") in (_BN_FW, _BN_BW):
                 op = dataclasses.replace(op, kernel_dur_ns=op.kernel_dur_ns // 2)
@@ -664,3 +668,22 @@ def test_remove_syncs_reorders_allocations_across_threads_and_raises_the_peak():
     changed = emulate(_deferred_reads(prog))
     assert _peaks(g, simulate(g))[0][0] == max(a, b)
     assert _peaks(g2, simulate(g2)) == memory_peaks(changed, (STEP,)) and memory_peaks(changed)[0][0] == a + b
+
+
+def test_an_event_a_what_if_placed_keeps_its_place_under_scaled_host_time():
+    """reconbn moves what a removed ReLU backward's host work allocated to the start of the host
+    work before the BN backward's call; a later scale-cpu must scale that placement, not recompute
+    a distance from the event's recorded time (which counted the removed ReLU call)."""
+    from daydream.testing.emulator.generators import _RELU, _RELU_BWD
+    ops = [RangeBegin(STEP), HostWork(1_000), Launch(7, _GEMM, 4_000, 2_000), HostWork(1_000), Allocate(4096, addr=_MID),
+           HostWork(1_000), Launch(7, _BN_FW, 4_000, 2_000), Launch(7, _RELU, 2_000, 2_000), RangeBegin("hot_region"),
+           HostWork(2_000), Allocate(8192, addr=_MID + 4096), Allocate(1024, addr=_MID + 8192), HostWork(2_000),
+           Launch(7, _RELU_BWD, 2_000, 2_000), HostWork(1_000), Allocate(2048, addr=_MID + 12288), HostWork(1_000),
+           Launch(7, _BN_BW, 4_000, 2_000), HostWork(1_000), Allocate(-8192, addr=_MID + 4096), HostWork(1_000),
+           Launch(7, _GEMM, 4_000, 2_000), RangeEnd(), HostWork(1_000), StreamSync(7, 1_000),
+           *[Allocate(-b, addr=a) for b, a in ((4096, _MID), (1024, _MID + 8192), (2048, _MID + 12288))], RangeEnd()]
+    prog = Program([Thread(ops)], launch_latency_ns=5_000, gpu_gap_ns=1_000)
+    g = _graph(emulate(prog), mapped=True)
+    g2, _ = apply_all(g, [resolve_opt("reconbn:fw_factor=0.5,bw_factor=0.5"), resolve_opt("scale-cpu:range=^hot_region$,factor=2")])
+    changed = emulate(_scaled_region(_reconbn_program(prog), 2))
+    assert _curves(g2, simulate(g2)) == _emulated_curves(changed)

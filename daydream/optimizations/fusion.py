@@ -213,8 +213,9 @@ def without_intermediates(graph, g, members: np.ndarray, chain: np.ndarray, drop
     The events that stay but happened in the host work of a removed launch call (the chain's other
     launch calls and the gaps before them: the last member's output, a free of an input from
     outside) move to the fused kernel's launch call: at its start (where the removed call came
-    before the fused one: at the start of the host work before it, where the removed work was), in
-    their recorded order (after the thread's last call: its end plus their recorded offset).
+    before the fused one: right after the surviving call before the removed one, where the removed
+    work was), in their recorded order (after the thread's last call: its end plus their recorded
+    offset).
     Otherwise they would be re-anchored to the next surviving call at their recorded distance from
     it, which counts the removed host work (emulator property, ``tests/test_memory_properties.py``)."""
     gm = graph.memory
@@ -252,16 +253,22 @@ def without_intermediates(graph, g, members: np.ndarray, chain: np.ndarray, drop
     moved = hit & dropped[node] & (head[node] >= 0) & ~drop
     new = g.memory
     if moved.any():
-        anchor, offset = gm.anchor_row.copy(), gm.offset_ns.copy()
+        anchor, offset, at_end = gm.anchor_row.copy(), gm.offset_ns.copy(), gm.at_end.copy()
         h = head[node[moved]]
-        anchor[moved] = graph.row[h]
         # at the fused call's start; where the removed call came before it (a backward ReLU before its
-        # BN), at the start of the host work before the fused call: where the removed call's work was
-        before = graph.rec_start_ns[node[moved]] < graph.rec_start_ns[h]
-        prev = graph.lane_prev[h]
-        lead = np.where(prev >= 0, graph.rec_start_ns[h] - graph.rec_end_ns[np.maximum(prev, 0)], 0)
-        offset[moved] = np.where(gm.at_end[moved], offset[moved], np.where(before, -np.maximum(lead, 0), 0))
-        new = dataclasses.replace(new, anchor_row=anchor, offset_ns=offset)
+        # BN), right after the surviving call before the removed one: where the removed work was
+        before = (graph.rec_start_ns[node[moved]] < graph.rec_start_ns[h]) & ~gm.at_end[moved]
+        prev = graph.lane_prev[node[moved]]
+        for _ in range(graph.n):  # past removed calls (a few in a row at most)
+            still = (prev >= 0) & dropped[np.maximum(prev, 0)]
+            if not still.any():
+                break
+            prev = np.where(still, graph.lane_prev[np.maximum(prev, 0)], prev)
+        after_prev = before & (prev >= 0)
+        anchor[moved] = np.where(after_prev, graph.row[np.maximum(prev, 0)], graph.row[h])
+        offset[moved] = np.where(gm.at_end[moved], offset[moved], 0)
+        at_end[moved] = gm.at_end[moved] | after_prev
+        new = dataclasses.replace(new, anchor_row=anchor, offset_ns=offset, at_end=at_end)
     return dataclasses.replace(g, memory=without_events(new, drop)), int(inside.sum())
 
 

@@ -104,7 +104,10 @@ def _host_offsets(graph, ev, node, offset, at_end, ok, *, ts=None, pid=None, tid
     a = np.where(end, graph.rec_end_ns[n], np.minimum(ts[k], graph.rec_start_ns[n]))
     b = np.where(end, np.maximum(ts[k], graph.rec_end_ns[n]), graph.rec_start_ns[n])
     now = clock_of(graph).now(key, a, b)
-    out[k] = np.where(end, now, -now)
+    # only offsets that are still the recorded distance (a what-if that placed an event itself, e.g.
+    # fusion at its fused call, or activation-checkpointing in a recompute, keeps its placement)
+    recorded = np.where(end, offset[k] == ts[k] - graph.rec_end_ns[n], offset[k] == ts[k] - graph.rec_start_ns[n])
+    out[k] = np.where(recorded, np.where(end, now, -now), offset[k])
     return out
 
 
