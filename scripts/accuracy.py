@@ -46,6 +46,7 @@ SECTIONS: list[str] = [
     "accuracy_fidelity",
     "accuracy_memory_rules",
     "accuracy_collectives",
+    "accuracy_memory",
 ]
 
 

@@ -17,8 +17,10 @@ optimizer is the per-parameter launch overhead while the arithmetic stays the sa
    launched only them, are removed together with the CPU gaps before those calls (the
    per-parameter Python work of the step).
 4. Memory (``docs/memory.md``): the allocation/free pairs of one step (by address, both events
-   anchored to the step's calls), the per-parameter temporaries of an unfused step, are no longer
-   allocated.
+   anchored to the step's calls or recorded on its thread within its ``Optimizer.step#`` range,
+   else between its first and last call), the per-parameter temporaries of an unfused step, are no
+   longer allocated; the other events of the removed host work (lazily made state) move to the
+   fused launch call.
 
 When the step already runs fused optimizer kernels (``FusedAdamMathFunctor``,
 ``FusedOptimizerTensorListMetadata``, apex ``AdamFunctor``) the optimization does not apply.
@@ -137,6 +139,7 @@ def _apply(graph, p):
         after_ns += fused_ns
     g = merge(graph, group, np.asarray([x for kc in zip(k_ns, c_ns) for x in kc], dtype=np.int64))
     g, n_tmp = _without_step_temporaries(graph, g, gid)
+    g = _moved_to_fused_launch(graph, g, plans)
     which = optimizer_names(graph)
     note = (f"{len(plans)} optimizer step(s) ({how}{'; ' + ', '.join(which) if which else ''}): {n_k:,} kernels and {n_c:,} "
             f"launch calls -> {len(plans)} fused kernel(s) (GPU {before_ns / 1e6:,.3f} -> {after_ns / 1e6:,.3f} ms)")
@@ -149,8 +152,14 @@ def _apply(graph, p):
 
 def _without_step_temporaries(graph, g, gid):
     """``g`` without the allocator events of per-parameter temporaries (``docs/memory.md``): the
-    allocation/free pairs (by address) whose events both happen in one optimizer step (anchored to
-    its calls), which the fused kernel, updating in place, does not make; and their number."""
+    allocation/free pairs (by address) whose events both happen in one optimizer step, which the
+    fused kernel, updating in place, does not make; and their number.
+
+    An event is in step ``k`` when its anchor is one of the step's calls, or when it happened on
+    the step's thread within the step's span: its ``Optimizer.step#`` range where the steps were
+    found by ranges (the last parameter's temporary is freed after the step's last call, in the
+    range: anchored to the call after it), else from its first call's start to its last call's end.
+    """
     gm = graph.memory
     if gm is None or not len(gm):
         return g, 0
@@ -160,11 +169,63 @@ def _without_step_temporaries(graph, g, gid):
     j = np.minimum(np.searchsorted(rows[o], gm.anchor_row), len(rows) - 1) if len(rows) else np.zeros(len(gm), np.int64)
     hit = (gm.anchor_row >= 0) & (rows[o][j] == gm.anchor_row) if len(rows) else np.zeros(len(gm), bool)
     group = np.where(hit, gid[cpu[o][j]] if len(rows) else -1, -1)
+    group = np.where(group >= 0, group, _in_step_span(graph, gid, gm.events))
     al, fr = block_pairs(gm.events, np.arange(len(gm)))
     tmp = (group[al] >= 0) & (group[al] == group[fr])
     drop = np.zeros(len(gm), bool)
     drop[al[tmp]] = drop[fr[tmp]] = True
     return dataclasses.replace(g, memory=without_events(g.memory, drop)), int(tmp.sum())
+
+
+def _moved_to_fused_launch(graph, g, plans):
+    """``g`` with the allocator events that stay but happened in the host work of a removed launch
+    call (optimizer state allocated lazily in the first step, a block freed there) moved to the
+    fused kernel's launch call, at its start, in their recorded order: the fused step makes them
+    before its one launch. Otherwise they were re-anchored to the next surviving call at their
+    recorded distance from it, which counts the removed host work (emulator property,
+    ``tests/test_memory_properties.py``)."""
+    gm = g.memory
+    if gm is None or not len(gm):
+        return g
+    head = np.full(graph.n, -1, np.int64)
+    for _, calls in plans:  # a plan per optimizer step
+        head[calls[1:]] = calls[0]
+    cpu = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.row >= 0))
+    rows = graph.row[cpu]
+    o = np.argsort(rows, kind="stable")
+    if not len(rows):
+        return g
+    j = np.minimum(np.searchsorted(rows[o], gm.anchor_row), len(rows) - 1)
+    hit = (gm.anchor_row >= 0) & (rows[o][j] == gm.anchor_row)
+    node = np.where(hit, cpu[o][j], 0)
+    moved = hit & (head[node] >= 0) & ~gm.at_end
+    if not moved.any():
+        return g
+    anchor, offset = gm.anchor_row.copy(), gm.offset_ns.copy()
+    anchor[moved], offset[moved] = graph.row[head[node[moved]]], 0
+    return dataclasses.replace(g, memory=dataclasses.replace(gm, anchor_row=anchor, offset_ns=offset))
+
+
+def _in_step_span(graph, gid, ev) -> np.ndarray:
+    """int64 (len(ev),): the optimizer step (group id of ``gid``) whose span on the event's thread
+    holds the event's recorded time, -1 none (:func:`_without_step_temporaries`)."""
+    out = np.full(len(ev), -1, np.int64)
+    ids = sorted_unique(gid[gid >= 0])
+    if not len(ids):
+        return out
+    ranges = cpu_ranges(graph, r"^Optimizer\.step#")
+    member = np.flatnonzero(gid >= 0)
+    for k in ids.tolist():  # a Python step per optimizer step (one per training step), array work per event
+        calls = member[gid[member] == k]
+        pid, tid = int(graph.pid[calls[0]]), int(graph.tid[calls[0]])
+        lo, hi = int(graph.rec_start_ns[calls].min()), int(graph.rec_end_ns[calls].max())
+        rp, rt, rs, re_ = ranges
+        enclosing = np.flatnonzero((rp == pid) & (rt == tid) & (rs <= lo) & (re_ >= hi))
+        if len(enclosing):  # the innermost Optimizer.step range holding the step's calls
+            i = enclosing[np.argmin(re_[enclosing] - rs[enclosing])]
+            lo, hi = int(rs[i]), int(re_[i])
+        out[(out < 0) & (ev.pid == pid) & (ev.tid == tid) & (ev.ts_ns >= lo) & (ev.ts_ns <= hi)] = k
+    return out
 
 
 register(

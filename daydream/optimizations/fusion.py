@@ -40,6 +40,7 @@ launch that loads its module) stays, without its kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -49,6 +50,7 @@ from ..graph import kernels as K
 from ..errors import NotApplicable
 from ..events.table import Kind
 from ..graph import NODE_CPU
+from ..graph.memory_part import block_pairs, without_events
 from ..graph.startup import startup_calls
 from ..transform import merge
 from . import Optimization, Param, register
@@ -179,6 +181,7 @@ def _apply(graph, p):
     group = np.full(graph.n, -1, dtype=np.int64)
     group[members] = c
     g = merge(graph, group, fused, drop=drop)  # each chain's first kernel becomes the fused kernel
+    g, n_mid = without_intermediates(graph, g, members, c, drop)
     gone = drop & (graph.node_kind == NODE_CPU)
     host_ns = int(graph.gap_ns[gone].sum() + graph.dur_ns[gone].sum())
     # the host time goes with the calls: on a CPU-bound trace it is all of the gain (a new user took
@@ -186,7 +189,87 @@ def _apply(graph, p):
     return g, (f"{len(uniq):,} chains of {len(members):,} memory-bound kernels fused (mean {len(members) / len(uniq):.1f} per chain); "
                f"{len(drop_k):,} kernels removed; chain GPU time {int(total.sum()) / 1e6:,.3f} -> {int(fused.sum()) / 1e6:,.3f} ms; "
                f"host: {int(gone.sum()):,} launch calls and the CPU gaps before them removed, {host_ns / 1e6:,.3f} ms "
-               "(the per-op framework work a compiled graph no longer does)")
+               "(the per-op framework work a compiled graph no longer does)"
+               + (f"; {n_mid:,} intermediate tensors between fused kernels no longer allocated" if n_mid else ""))
+
+
+def without_intermediates(graph, g, members: np.ndarray, chain: np.ndarray, dropped: np.ndarray,
+                          heads: np.ndarray | None = None):
+    """``g`` without the allocator events of the tensors that live only inside a fused chain
+    (``docs/memory.md``, "fusion"), and their number. ``members``: the chains' kernels in launch
+    order, grouped by chain; ``chain``: the chain id of each; ``dropped``: bool (graph.n,), the
+    tasks the what-if removed; ``heads``: per chain (in the order of ``members``) the launch call
+    of its fused kernel, default the chain's first (``reconbn``: the BN call, last in backward).
+
+    The op that allocates is the one whose launch call comes next (``graph/memory_part.py``), and
+    a tensor a chain member makes and a later member consumes is freed in eager PyTorch once its
+    consumer has run: a block (allocation and free paired by address) whose allocation is anchored
+    to the launch call of a member other than the chain's last, and whose free is anchored to the
+    launch call of a later member of the same chain, or lies in the host work right after the
+    chain's last launch (anchored to the next call on the thread, or after the thread's last call),
+    never exists in the fused kernel. The last member's output, inputs from outside the chain and
+    blocks freed later are kept.
+
+    The events that stay but happened in the host work of a removed launch call (the chain's other
+    launch calls and the gaps before them: the last member's output, a free of an input from
+    outside) move to the fused kernel's launch call: at its start (where the removed call came
+    before the fused one: right after the surviving call before the removed one, where the removed
+    work was), in their recorded order (after the thread's last call: its end plus their recorded
+    offset).
+    Otherwise they would be re-anchored to the next surviving call at their recorded distance from
+    it, which counts the removed host work (emulator property, ``tests/test_memory_properties.py``)."""
+    gm = graph.memory
+    if gm is None or not len(gm) or not len(members):
+        return g, 0
+    calls = graph.launch[members]
+    call_chain = np.full(graph.n, -1, np.int64)
+    call_pos = np.full(graph.n, -1, np.int64)
+    first = np.r_[True, chain[1:] != chain[:-1]]
+    pos = np.arange(len(members)) - np.maximum.accumulate(np.where(first, np.arange(len(members)), 0))
+    call_chain[calls], call_pos[calls] = chain, pos
+    last = np.r_[chain[1:] != chain[:-1], True]
+    last_call = np.full(graph.n, -1, np.int64)  # the chain whose last launch call this is
+    last_call[calls[last]] = chain[last]
+    after = np.full(graph.n, -1, np.int64)  # the chain whose last launch call comes right before this call
+    nxt = graph.lane_next[calls[last]]
+    after[nxt[nxt >= 0]] = chain[last][nxt >= 0]
+    cpu = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.row >= 0))
+    rows = graph.row[cpu]
+    o = np.argsort(rows, kind="stable")
+    j = np.minimum(np.searchsorted(rows[o], gm.anchor_row), max(len(rows) - 1, 0))
+    hit = (gm.anchor_row >= 0) & (len(rows) > 0) & (rows[o][j] == gm.anchor_row) if len(rows) else np.zeros(len(gm), bool)
+    node = np.where(hit, cpu[o][j] if len(rows) else 0, 0)
+    ev_chain = np.where(hit & ~gm.at_end, call_chain[node], -1)
+    ev_pos = np.where(ev_chain >= 0, call_pos[node], -1)
+    ev_after = np.where(hit, np.where(gm.at_end, last_call[node], after[node]), -1)
+    al, fr = block_pairs(gm.events, np.arange(len(gm)))
+    is_last = last_call[np.maximum(node[al], 0)] == ev_chain[al]
+    inside = (ev_chain[al] >= 0) & ~is_last & (
+        ((ev_chain[fr] == ev_chain[al]) & (ev_pos[fr] > ev_pos[al])) | (ev_after[fr] == ev_chain[al]))
+    drop = np.zeros(len(gm), bool)
+    drop[al[inside]] = drop[fr[inside]] = True
+    head = np.full(graph.n, -1, np.int64)  # the fused launch call of the chain each removed call belonged to
+    head[calls] = (calls[first] if heads is None else np.asarray(heads, np.int64))[np.cumsum(first) - 1]
+    moved = hit & dropped[node] & (head[node] >= 0) & ~drop
+    new = g.memory
+    if moved.any():
+        anchor, offset, at_end = gm.anchor_row.copy(), gm.offset_ns.copy(), gm.at_end.copy()
+        h = head[node[moved]]
+        # at the fused call's start; where the removed call came before it (a backward ReLU before its
+        # BN), right after the surviving call before the removed one: where the removed work was
+        before = (graph.rec_start_ns[node[moved]] < graph.rec_start_ns[h]) & ~gm.at_end[moved]
+        prev = graph.lane_prev[node[moved]]
+        for _ in range(graph.n):  # past removed calls (a few in a row at most)
+            still = (prev >= 0) & dropped[np.maximum(prev, 0)]
+            if not still.any():
+                break
+            prev = np.where(still, graph.lane_prev[np.maximum(prev, 0)], prev)
+        after_prev = before & (prev >= 0)
+        anchor[moved] = np.where(after_prev, graph.row[np.maximum(prev, 0)], graph.row[h])
+        offset[moved] = np.where(gm.at_end[moved], offset[moved], 0)
+        at_end[moved] = gm.at_end[moved] | after_prev
+        new = dataclasses.replace(new, anchor_row=anchor, offset_ns=offset, at_end=at_end)
+    return dataclasses.replace(g, memory=without_events(new, drop)), int(inside.sum())
 
 
 register(

@@ -43,6 +43,7 @@ from ..transform import remove, scale
 from . import Optimization, Param, register
 from .comm_common import step_of_nodes
 from .common import name_mask
+from .fusion import without_intermediates
 
 BN_BW = r"(?i)bn_bw|batch_?norm_?backward|batchnorm_?bwd|BatchNormBwd|batch_norm_backward"
 BN_FW = r"(?i)bn_fw_tr|bn_fw(?!_inf)|batch_norm_collect_statistics|batch_norm_transform_input|batch_norm_elemt|batch_norm_stats|batchnorm_?fwd_?train|BatchNormFwdTrain|batch_norm_update_stats"
@@ -100,7 +101,7 @@ def _apply(graph, p):
         raise NotApplicable("no batch-normalization kernels in the trace (cuDNN bn_fw/bn_bw, ATen batch_norm)")
     g = scale(graph, fw, p["fw_factor"])
     g = scale(g, bw, p["bw_factor"])
-    n_relu = 0
+    n_relu = n_mid = 0
     if p["fuse_relu"]:
         relu = relu_fw | relu_bw
         drop = relu.copy()
@@ -111,10 +112,32 @@ def _apply(graph, p):
         drop[calls[n_drop[calls] == n_launched[calls]]] = True
         n_relu = int(relu.sum())
         g = remove(g, drop)
+        g, n_mid = _memory(graph, g, relu_fw, relu_bw, drop)
     bn_ns = int(graph.dur_ns[fw | bw].sum())
     relu_ns = int(graph.dur_ns[relu_fw | relu_bw].sum()) if p["fuse_relu"] else 0
     return g, (f"{int(fw.sum()):,} BN forward kernels x{p['fw_factor']:.3g}, {int(bw.sum()):,} BN backward x{p['bw_factor']:.3g}, "
-               f"{n_relu:,} ReLU kernels fused away (BN {bn_ns / 1e6:,.3f} ms, ReLU {relu_ns / 1e6:,.3f} ms before)")
+               f"{n_relu:,} ReLU kernels fused away (BN {bn_ns / 1e6:,.3f} ms, ReLU {relu_ns / 1e6:,.3f} ms before)"
+               + (f"; {n_mid:,} tensors between BN and its ReLU no longer allocated" if n_mid else ""))
+
+
+def _memory(graph, g, relu_fw: np.ndarray, relu_bw: np.ndarray, drop: np.ndarray):
+    """Memory (``docs/memory.md``, "reconbn"): each fused pair (BN forward and the ReLU after it;
+    the ReLU backward and the BN backward after it) is a chain of ``fusion``'s rule
+    (:func:`daydream.optimizations.fusion.without_intermediates`) whose fused kernel is the BN's:
+    the tensor one makes and the other consumes, freed after the pair (a non-inplace ReLU's input,
+    the ReLU backward's output), is no longer allocated; an in-place ReLU allocates nothing, and
+    nothing changes. What the removed ReLU calls' host work allocated moves to the BN's call."""
+    rf, rb = np.flatnonzero(relu_fw), np.flatnonzero(relu_bw)
+    fw_pairs = np.stack([graph.lane_prev[rf], rf], 1)
+    bw_pairs = np.stack([rb, graph.lane_next[rb]], 1)
+    pairs = np.concatenate([fw_pairs, bw_pairs]).astype(np.int64)
+    pairs = pairs[(pairs >= 0).all(axis=1) & (graph.launch[np.maximum(pairs, 0)] >= 0).all(axis=1)]
+    if not len(pairs):
+        return g, 0
+    bn = np.where(np.isin(pairs[:, 1], rf), pairs[:, 0], pairs[:, 1])  # forward: BN first; backward: BN second
+    members = pairs.reshape(-1)
+    chain = np.repeat(np.arange(len(pairs)), 2)
+    return without_intermediates(graph, g, members, chain, drop, heads=graph.launch[bn])
 
 
 register(

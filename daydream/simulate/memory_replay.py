@@ -20,7 +20,9 @@ import numpy as np
 
 from ..graph.memory_part import anchor_events
 from ..graph.memory_part import level_before as _before
+from ..graph.host_clock import clock_of
 from ..graph.model import NODE_CPU
+from ..graph.range_timeline import thread_key
 
 
 @dataclass(frozen=True)
@@ -66,19 +68,47 @@ def event_times(graph, timeline) -> np.ndarray:
     j = np.minimum(j, max(len(rows) - 1, 0))
     found = anchored & (len(rows) > 0) & (rows[by_row][j] == gm.anchor_row) if len(rows) else np.zeros(len(ev), bool)
     node = cpu[by_row[j]] if len(rows) else np.zeros(len(ev), np.int64)
-    t = np.where(found, np.where(gm.at_end, timeline.end_ns[node], timeline.start_ns[node]) + gm.offset_ns, t)
+    off = _host_offsets(graph, ev, node, gm.offset_ns, gm.at_end, found)
+    t = np.where(found, np.where(gm.at_end, timeline.end_ns[node], timeline.start_ns[node]) + off, t)
     lost = np.flatnonzero(anchored & ~found)  # anchor removed by a transformation: the same rule, survivors
     if len(lost):
         rec = cpu[graph.row[cpu] >= 0]
         a, off, end = anchor_events(ev.ts_ns[lost], ev.pid[lost], ev.tid[lost], graph.pid[rec], graph.tid[rec],
                                     graph.rec_start_ns[rec], graph.rec_end_ns[rec], rec)
         a0 = np.maximum(a, 0)
+        off = _host_offsets(graph, ev, a0, off, end, a >= 0, ts=ev.ts_ns[lost], pid=ev.pid[lost], tid=ev.tid[lost])
         t[lost] = np.where(a >= 0, np.where(end, timeline.end_ns[a0], timeline.start_ns[a0]) + off, t[lost])
     # one thread, one op at a time: the recorded order of a thread's events is kept
     for p, q in np.unique(np.stack([ev.pid, ev.tid], 1), axis=0).tolist():
         k = np.flatnonzero((ev.pid == p) & (ev.tid == q))
         t[k] = np.maximum.accumulate(t[k])
     return t
+
+
+def _host_offsets(graph, ev, node, offset, at_end, ok, *, ts=None, pid=None, tid=None) -> np.ndarray:
+    """The offsets (int64 ns) of events from their anchors' replayed start (or end, ``at_end``) as
+    the what-ifs scaled the host time between them (``TaskGraph.host_scales``, through
+    :func:`daydream.graph.host_clock.clock_of`): an allocation made 2 us of host work before its call
+    is made 1 us before it where ``scale-cpu`` halved that work (emulator property,
+    ``tests/test_memory_properties.py``). The recorded offsets where no what-if scaled host time."""
+    if not graph.host_scales or not ok.any():
+        return offset
+    ts = ev.ts_ns if ts is None else ts
+    pid = ev.pid if pid is None else pid
+    tid = ev.tid if tid is None else tid
+    out = offset.copy()
+    k = np.flatnonzero(ok)
+    n = node[k]
+    key = thread_key(pid[k], tid[k])
+    end = at_end[k]
+    a = np.where(end, graph.rec_end_ns[n], np.minimum(ts[k], graph.rec_start_ns[n]))
+    b = np.where(end, np.maximum(ts[k], graph.rec_end_ns[n]), graph.rec_start_ns[n])
+    now = clock_of(graph).now(key, a, b)
+    # only offsets that are still the recorded distance (a what-if that placed an event itself, e.g.
+    # fusion at its fused call, or activation-checkpointing in a recompute, keeps its placement)
+    recorded = np.where(end, offset[k] == ts[k] - graph.rec_end_ns[n], offset[k] == ts[k] - graph.rec_start_ns[n])
+    out[k] = np.where(recorded, np.where(end, now, -now), offset[k])
+    return out
 
 
 def replay_memory(graph, timeline) -> list[DeviceMemory]:

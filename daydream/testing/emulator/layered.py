@@ -55,6 +55,9 @@ class LayeredStep:
     pre_bwd_ns: tuple = ()
     #: per op index, the framework op's name (``aten::<name>``; its backward ``<Name>Backward0``); default ``op<j>``
     op_names: tuple = ()
+    #: per op index, the shapes of the forward op's inputs (``Input Dims``, all ``float``: the last
+    #: one its fp32 weight), or None; default: no shapes recorded
+    op_dims: tuple = ()
 
     def op_name(self, j: int) -> str:
         return self.op_names[j] if self.op_names else f"op{j}"
@@ -78,7 +81,10 @@ class LayeredStep:
                 body.append(Launch(op.stream, f"fwd_{i}_{j}", op.fwd_kernel_ns, op.fwd_call_ns))
                 if op.tmp_bytes:
                     body.append(Allocate(-op.tmp_bytes, addr=a(("tmp", i, j))))
-                out += body if replay else [RangeBegin(f"aten::{self.op_name(j)}", "cpu_op"), *body, RangeEnd()]
+                dims = self.op_dims[j] if self.op_dims else None
+                begin = RangeBegin(f"aten::{self.op_name(j)}", "cpu_op", dims=tuple(map(tuple, dims)) if dims else None,
+                                   types=("float",) * len(dims) if dims else None)
+                out += body if replay else [begin, *body, RangeEnd()]
             return out
 
         ops = [RangeBegin("ProfilerStep#1")]
