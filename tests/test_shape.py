@@ -261,13 +261,31 @@ def test_hidden_equals_the_emulator(tmp_path_factory, spec, fh):
     _check(tmp_path_factory.mktemp("h"), spec, {"hidden": fh}, f"shape:hidden={fh}")
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known bug (open in issue 34): batch x2, seq x0.5, hidden x0.5 on a block "
-                   "[add, linear(H -> 4H)]: the 4H GEMM is predicted 7,920 ns where the emulator's program at the new "
-                   "shapes runs it in 14,719 ns (from 28,319 ns)")
-def test_known_shape_bug_batch_up_seq_and_hidden_down(tmp_path):
+def test_batch_up_seq_and_hidden_down_on_a_grid_of_one_wave(tmp_path):
+    """Counterexample of the property below (issue 34): batch x2, seq x0.5, hidden x0.5 on a block
+    [add, linear(H -> 4H)] at B 7, S 100, H 384: the 4H GEMM (M 1536, N 700: 12 x 11 = 132 tiles of
+    128x64, one per SM of the H100) was read as a persistent kernel (grid = the SM count) and kept
+    132 blocks at the new shape: predicted 7,920 ns where the emulator's program runs it in
+    14,719 ns (66 tiles). A grid that is the shape's own tiling is tiles, not persistence."""
     spec = ShapedSpec(7, 100, 6 * 64, 6, ("add", "linear4"), 1, "fp32", 0, 1000)
     _check(tmp_path, spec, {"batch": 2, "seq": 0.5, "hidden": 0.5}, "shape:batch=2,seq=0.5,hidden=0.5")
+
+
+def test_a_grid_of_the_sm_count_that_is_the_tiling_is_not_persistent():
+    """The library's persistence rule (grid = the SM count) yields to the shape's tiling
+    (B·⌈M/TM⌉·⌈N/TN⌉ = the recorded grid: tiles); a grid of the SM count that is no tiling of the
+    shape, or a name saying ``persistent``, stays persistent."""
+    from daydream.costmodel import Kernels
+    from daydream.costmodel.kernel_time import source_geometry
+
+    gpu = find_spec(GPU)
+    assert gpu.sms == 132
+    tiled = Kernels.make("linear", "ampere_sgemm_128x64_tn", B=1, M=1536, N=700, K=384, grid=(132, 1, 1), dtype="fp32")
+    assert not source_geometry(tiled, gpu).persistent[0]
+    other = Kernels.make("linear", "ampere_sgemm_128x64_tn", B=1, M=8192, N=8192, K=384, grid=(132, 1, 1), dtype="fp32")
+    assert source_geometry(other, gpu).persistent[0]
+    named = Kernels.make("linear", "sm90_xmma_gemm_persistent_128x64", B=1, M=1536, N=700, K=384, grid=(132, 1, 1), dtype="fp32")
+    assert source_geometry(named, gpu).persistent[0]
 
 
 @pytest.mark.slow
