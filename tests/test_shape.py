@@ -290,12 +290,14 @@ def test_a_grid_of_the_sm_count_that_is_the_tiling_is_not_persistent():
 
 @pytest.mark.slow
 # derandomized: the examples are the same on every run (a drawn counterexample is a bug to record
-# above, not a flaky CI run)
-@settings(max_examples=60, deadline=None, derandomize=True,
+# above, not a flaky CI run); factors up and down mixed (the counterexample above was one)
+@settings(max_examples=100, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much])
-@given(shaped_specs(), st.sampled_from([2, 3]), st.sampled_from([0.5, 2]), st.sampled_from([0.5, 2]))
+@given(shaped_specs(), st.sampled_from([0.5, 2, 3, 4]), st.sampled_from([0.25, 0.5, 2, 4]), st.sampled_from([0.5, 2, 3]))
 def test_batch_seq_and_hidden_together_equal_the_emulator(tmp_path_factory, spec, fb, fs, fh):
-    assume(spec.S * fs == int(spec.S * fs) and spec.heads * fh == int(spec.heads * fh) and spec.heads * fh >= 1)
+    assume(spec.B * fb == int(spec.B * fb) and spec.B * fb >= 1)
+    assume(spec.S * fs == int(spec.S * fs) and spec.S * fs >= 2)
+    assume(spec.heads * fh == int(spec.heads * fh) and spec.heads * fh >= 1)
     _check(tmp_path_factory.mktemp("a"), spec, {"batch": fb, "seq": fs, "hidden": fh}, f"shape:batch={fb},seq={fs},hidden={fh}")
 
 
