@@ -472,8 +472,9 @@ def test_shape_series_on_a_linear_kernel_with_a_floor():
 @pytest.mark.slow
 def test_factor_one_is_the_identity_on_every_real_trace(real_graphs):
     """Every factor 1: each kernel re-costed at its own shapes (the library returns the measured
-    time), the data loader and CPU as recorded: the same graph times, the same replay."""
-    done = 0
+    time), the data loader and CPU as recorded: the same graph times, the same replay; the same
+    allocator's blocks and totals."""
+    done = mem = 0
     for name, g in real_graphs.items():
         if not (g.node_kind != NODE_CPU).any():
             continue
@@ -490,7 +491,12 @@ def test_factor_one_is_the_identity_on_every_real_trace(real_graphs):
                 assert "record_shapes" in str(e) or "no GPU kernels" in str(e), (name, str(e))
                 continue
             assert np.array_equal(g2.dur_ns, g.dur_ns) and np.array_equal(g2.gap_ns, g.gap_ns), (name, spec)
+            if spec.startswith("shape") and g.memory is not None and len(g.memory):  # the same blocks, the same level before
+                assert np.array_equal(g2.memory.events.bytes, g.memory.events.bytes), name
+                assert np.array_equal(g2.memory.events.total_allocated[g.memory.events.total_allocated >= 0],
+                                      g.memory.events.total_allocated[g.memory.events.total_allocated >= 0]), name
+                mem += 1
             tl = simulate(g2)
             assert np.array_equal(tl.start_ns, base.start_ns) and np.array_equal(tl.end_ns, base.end_ns), (name, spec)
             done += 1
-    assert done >= 20
+    assert done >= 20 and mem >= 3

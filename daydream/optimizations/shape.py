@@ -587,7 +587,8 @@ def _apply(graph, p):
 
 # ------------------------------------------------------------------------------- memory ------
 def _op_blocks(plan) -> tuple[np.ndarray, list]:
-    """(per node, the op index its launch call launched, -1 none; per op, its
+    """(per node, the op index its launch call launched, -1 none (:func:`~.shape_memory.resized_bytes`
+    takes each event's next launch call's); per op, its
     :func:`~.shape_memory.tensor_blocks`; an ambiguous op's none)."""
     L, how, ref, nrow, nds, graph = plan
     call_op = np.full(graph.n, -1, np.int64)

@@ -11,12 +11,17 @@ on a GPU is resized by what it is, first rule that applies:
    (what was allocated before the trace: taken to be the model's parameters, gradients and
    optimizer state, an assumption, said).
 2. **A tensor of its op** (activations, temporaries): the block's op is the launching op of the
-   call its allocation is anchored to (the op that allocates is the one whose call comes next,
-   docs/memory.md). Where that op's recorded shapes hold tensors whose allocator block is the
+   next launch call of its thread at or after the call its allocation is anchored to (the op that
+   allocates is the one whose call comes next, docs/memory.md; between allocating its output and
+   launching its kernel an op may query the device or the stream's capture: such calls launch
+   nothing). Where that op's recorded shapes hold tensors whose allocator block is the
    block's size (its inputs, and the output its kind makes: :func:`tensor_blocks`) and all of them
    have one new block size, the block takes it: so ``[B, S, H]`` grows ×batch·seq·hidden, an
    unfused attention's scores ``[B, nh, S, S]`` ×batch·hidden·seq², because their shapes say so.
-3. **Otherwise** (inferred, counted in the note): a block of the forward or backward pass × the
+3. **A workspace** (kept): a block of no tensor of its op's size freed before its thread's next
+   launch after its op's (it lives within the op: cuBLASLt's workspace of ``addmm``, 1 MiB blocks on
+   the H100 BERT trace): its size does not follow the shapes.
+4. **Otherwise** (inferred, counted in the note): a block of the forward or backward pass × the
    step's activation factor (``batch·seq·hidden``); of the optimizer step × ``hidden²·layers``;
    of another phase (data loading, unmapped) kept as recorded.
 
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.memory_part import block_pairs, changed_events, level_before
+from ..graph.memory_part import NODE_CPU, block_pairs, changed_events, level_before
 from ..mapping.rules import BACKWARD, FORWARD, OPTIMIZER
 from .amp_memory import _anchor_nodes
 
@@ -119,15 +124,35 @@ def _span(graph) -> tuple[int, int]:
     return min(s for _, s, *_ in steps), max(e for _, _, e, *_ in steps)
 
 
+def next_launches(graph, launched: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(per node, the position of the next launch call of its thread at or after it, -1 none; per
+    position, its node) over the CPU tasks in thread order (``launched``: bool per node, the call
+    launched a GPU task). Consecutive launches of a thread have consecutive positions."""
+    cpu = np.flatnonzero(graph.node_kind == NODE_CPU)
+    o = cpu[np.lexsort((graph.rec_start_ns[cpu], graph.tid[cpu], graph.pid[cpu]))]
+    lo = o[launched[o]]  # the launch calls in thread order: their positions
+    rank = np.full(len(o), len(lo), np.int64)
+    rank[launched[o]] = np.arange(len(lo))
+    nxt = np.minimum.accumulate(rank[::-1])[::-1]
+    j = np.minimum(nxt, max(len(lo) - 1, 0))
+    same = (nxt < len(lo)) & (graph.pid[lo[j]] == graph.pid[o]) & (graph.tid[lo[j]] == graph.tid[o]) if len(lo) else \
+        np.zeros(len(o), bool)
+    pos = np.full(graph.n, -1, np.int64)
+    pos[o] = np.where(same, nxt, -1)
+    return pos, lo
+
+
 def resized_bytes(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_state: float) -> tuple[np.ndarray, np.ndarray]:
     """(new ``Bytes`` of every event of ``gm``, how each was resized: :data:`STATE`, :data:`TENSOR`,
     :data:`INFERRED`, :data:`KEPT`) by the module's rules; ``call_op``: per node of ``graph``, the
-    index into ``blocks`` of the op its call launched (-1 none); ``blocks``: per op, its
-    :func:`tensor_blocks`."""
+    index into ``blocks`` of the op its call launched (-1: none, or it launched nothing);
+    ``blocks``: per op, its :func:`tensor_blocks`."""
     ev = gm.events
     n = len(ev)
     node = _anchor_nodes(graph, gm)
-    op = np.where(node >= 0, call_op[np.maximum(node, 0)], -1)
+    pos, lo = next_launches(graph, call_op >= 0)
+    at = np.where((node >= 0) & ~gm.at_end, pos[np.maximum(node, 0)], -1)  # each event's next launch (position)
+    op = np.where(at >= 0, call_op[lo[np.maximum(at, 0)]] if len(lo) else -1, -1)
     al, fr = block_pairs(ev, np.arange(n))
     free_of = np.full(n, -1, np.int64)
     free_of[al] = fr
@@ -145,7 +170,9 @@ def resized_bytes(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_
     new[state] = _scale(ev.bytes[state], f_state)
     t = _by_tensor(ev, alloc & ~state & (op >= 0), op, blocks)
     how[t > 0], new[t > 0] = TENSOR, t[t > 0]
-    rest = alloc & (how == KEPT)
+    ws = np.zeros(n, bool)  # a workspace: freed before the launch after its op's
+    ws[al] = (at[al] >= 0) & (at[fr] >= 0) & (at[fr] <= at[al] + 1)
+    rest = alloc & (how == KEPT) & ~ws
     for ph, f in ((FORWARD, f_act), (BACKWARD, f_act), (OPTIMIZER, f_state)):
         m = rest & (phase == ph)
         how[m], new[m] = INFERRED, _scale(ev.bytes[m], f)
@@ -177,7 +204,8 @@ def shape_memory(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_s
     words = (f"memory at the new shapes: {c[TENSOR]:,} blocks by their op's tensors, {c[STATE]:,} model-state blocks "
              f"x{f_state:g} (parameters, gradients, optimizer state ~ hidden^2 x layers; with what was allocated before "
              f"the trace: an assumption), {c[INFERRED]:,} blocks by the step factor (inferred: x{f_act:g} in the forward "
-             f"and backward, no tensor of their size in their op's shapes), {c[KEPT]:,} kept (other phases, host)")
+             f"and backward, no tensor of their size in their op's shapes), {c[KEPT]:,} kept (workspaces freed within their "
+             "op, other phases, host)")
     return mem, words
 
 
