@@ -41,8 +41,11 @@ the kernel library's wave fill (:func:`daydream.costmodel.kernel_time.wave_fill`
 floor stays there, a grid of a partial wave fills it before taking longer. Kernels without a
 recorded grid: ``floor + (t − floor)·S`` (said).
 
-Memory: activations scale with batch × seq (:func:`activation_factor`), the hook the memory model
-reads; this module does not predict memory.
+Memory (``shape`` without ``layers``): the allocator's events at the new shapes
+(:mod:`.shape_memory`: each block by its own op's tensor, model state × hidden²·layers, else the
+step factor batch·seq·hidden, inferred and counted), so the prediction has its peak and verdict;
+``fit=true`` sets the batch factor to the largest that fits (:func:`fit_batch`). A new depth and
+``problem-size`` drop the memory verdict (said).
 """
 
 from __future__ import annotations
@@ -371,14 +374,6 @@ def kernel_row(name: str, dims, types) -> dict | None:
 
 
 _OTHER_WORDS = ("conv", "index", "embedding", "gather", "scatter", "take", "nonzero", "masked_select", "cudnn")
-
-
-def activation_factor(p: dict) -> float:
-    """The memory hook: the factor by which the step's activations grow (batch × seq; the hidden
-    factor for the widths, depth for the layers: ``batch·seq·hidden·layers``; the attention
-    scores of an unfused attention grow ×seq² more). The memory model (another module) reads it;
-    this module predicts time only."""
-    return float(p["batch"]) * float(p["seq"]) * float(p["hidden"]) * float(p["layers"])
 
 
 # ------------------------------------------------------------------------------- the what-if --

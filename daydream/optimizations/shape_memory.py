@@ -41,9 +41,10 @@ from .amp_memory import _anchor_nodes
 #: the caching allocator's block granularity (bytes): PyTorch's CUDACachingAllocator rounds every
 #: request up to a multiple of it (``kMinBlockSize`` = 512, c10/cuda/CUDACachingAllocator.cpp)
 BLOCK_BYTES = 512
-#: bytes per element of a Kineto ``Input type``
+#: bytes per element of a Kineto ``Input type`` (the C++ types' sizes: 64-bit long, 16-bit half, 8-bit fp8)
 ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
                  "bool": 1, "unsigned char": 1, "signed char": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
+#: bytes per element of the cost library's storage precisions (the 32-, 16- and 8-bit formats)
 _DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 #: how a block was resized (the note's counts)
 STATE, TENSOR, INFERRED, KEPT = range(4)
