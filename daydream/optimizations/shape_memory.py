@@ -172,7 +172,7 @@ def resized_bytes(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_
     t = _by_tensor(ev, alloc & ~state & (op >= 0), op, blocks)
     how[t > 0], new[t > 0] = TENSOR, t[t > 0]
     ws = np.zeros(n, bool)  # a workspace: freed before the launch after its op's
-    ws[al] = (at[al] >= 0) & (at[fr] >= 0) & (at[fr] <= at[al] + 1)
+    ws[al] = (at[al] >= 0) & (at[fr] >= 0) & (at[fr] <= at[al] + 1) & (ev.pid[fr] == ev.pid[al]) & (ev.tid[fr] == ev.tid[al])
     rest = alloc & (how == KEPT) & ~ws
     for ph, f in ((FORWARD, f_act), (BACKWARD, f_act), (OPTIMIZER, f_state)):
         m = rest & (phase == ph)
