@@ -166,3 +166,15 @@ def test_a_block_is_its_next_launchs_op_and_a_workspace_is_kept():
     assert "1 kept (workspaces" in note
     want = memory_peaks(emulate(_with_workspace(shaped_program(spec, batch=2), 1 << 20)), ("ProfilerStep#1",))
     assert _peaks(g2) == want
+
+
+def test_batch_fit_refuses_a_new_depth_and_takes_true_or_false():
+    from daydream.errors import UsageError
+
+    spec = ShapedSpec(2, 64, 128, 2, ("ln", "linear"), 2, memory=True)
+    g, _ = _graph(shaped_program(spec))
+    with pytest.raises(NotApplicable, match="new depth"):
+        _apply(g, "shape:fit=true,layers=2")
+    with pytest.raises(UsageError, match="true/false"):
+        parse_spec("batch:fit=maybe")
+    assert parse_spec("batch:fit=no")[1]["fit"] is False and parse_spec("shape:fit=1")[1]["fit"] is True
