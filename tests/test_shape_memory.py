@@ -8,10 +8,10 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_shape import _roles_distinct
 
 from daydream.errors import NotApplicable
 from daydream.formats import load_trace
@@ -23,9 +23,13 @@ from daydream.simulate import simulate
 from daydream.simulate.memory_replay import replay_memory
 from daydream.testing.emulator import emulate, memory_peaks, to_kineto
 from daydream.testing.emulator.ops import Allocate, Launch, OtherCall, RangeBegin
-from daydream.testing.emulator.shaped import GPU, ShapedSpec, block_bytes, shaped_program, shaped_specs
-
-from test_shape import _roles_distinct
+from daydream.testing.emulator.shaped import (
+    GPU,
+    ShapedSpec,
+    block_bytes,
+    shaped_program,
+    shaped_specs,
+)
 
 CAPACITY = 85899345920  # the emulator's device (kineto_writer: totalGlobalMem)
 

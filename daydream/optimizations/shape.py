@@ -51,21 +51,20 @@ step factor batch·seq·hidden, inferred and counted), so the prediction has its
 from __future__ import annotations
 
 import dataclasses
-
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..costmodel import Kernels, default_constants, find_spec, predict_shape
+from ..costmodel.gpu_memory import device_capacity
 from ..costmodel.kernel_time import floor_ns, retile, source_geometry, wave_fill
 from ..costmodel.work import op_class
 from ..errors import NotApplicable
-from ..costmodel.gpu_memory import device_capacity
 from ..events.table import Kind
-from ..graph.memory_part import DEFAULT_FRAGMENTATION, recorded_margins
 from ..graph.host_clock import clock_of
 from ..graph.kernels import kernel_info
+from ..graph.memory_part import DEFAULT_FRAGMENTATION, recorded_margins
 from ..graph.range_timeline import thread_key
 from ..transform import set_duration, set_gap
 from ..util.display import terminal_text

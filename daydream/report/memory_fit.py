@@ -17,7 +17,6 @@ from ..mapping.rules import BACKWARD, FORWARD, OPTIMIZER, UNMAPPED
 from ..simulate.memory_replay import DeviceMemory, replay_memory
 from .report_model import DeviceMemoryStats, MemoryPart, MemoryStep, MemorySummary
 
-
 PARTS = ("parameters and persistent", "activations", "gradients", "optimizer state", "temporaries", "other")
 _RULES = {
     "parameters and persistent": "inferred: allocated before the step (or before the trace) and alive after it",
