@@ -47,6 +47,7 @@ SECTIONS: list[str] = [
     "accuracy_memory_rules",
     "accuracy_collectives",
     "accuracy_memory",
+    "accuracy_shapes",
 ]
 
 

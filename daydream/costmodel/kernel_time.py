@@ -19,8 +19,8 @@ Mechanisms and their sources:
   resident per SM (CUDA Occupancy Calculator rules: threads, blocks, registers, shared memory per
   SM of the GPU, CUDA C++ Programming Guide "Compute Capabilities"); ``u = b / (waves · SMs · r)``
   is the used share of the GPU. GEMM grids are re-tiled on the target: ``b = B·⌈M/TM⌉·⌈N/TN⌉·splitK``.
-  Persistent kernels (``persistent`` in the name, or a grid equal to the source's SM count) run
-  one block per SM of the target: ``u = 1`` and their grid follows the target's SM count.
+  Persistent kernels (``persistent`` in the name, or a grid equal to the source's SM count that is
+  not the shape's tiling ``B·⌈M/TM⌉·⌈N/TN⌉·splitK``) run one block per SM of the target: ``u = 1`` and their grid follows the target's SM count.
   Registers per thread of a cuBLAS SGEMM are not recorded by NeuSight: estimated as the tile's
   accumulators per thread plus :data:`SGEMM_EXTRA_REGS`, at most 255 (an assumption).
 * **Tile efficiency** ``e_tile = I / (I + c_tile)``, ``I = TM·TN/(TM+TN)`` the tile's operand reuse
@@ -243,7 +243,9 @@ def source_geometry(k: Kernels, gpu: Spec) -> Geometry:
     blocks = np.where(rec, blocks_rec, tiles)
     names = np.asarray(k.name, dtype=str)
     pers = np.char.find(np.char.lower(names), "persistent") >= 0
-    pers |= rec & (blocks_rec == gpu.sms)
+    # a grid of the SM count is persistent unless it is the shape's own tiling (then it is a grid of
+    # tiles that happens to fill the GPU once: found by the shape what-if's judge, issue 34)
+    pers |= rec & (blocks_rec == gpu.sms) & (blocks_rec != tiles)
     return Geometry(tile, threads, blocks, split, pers)
 
 

@@ -41,26 +41,30 @@ the kernel library's wave fill (:func:`daydream.costmodel.kernel_time.wave_fill`
 floor stays there, a grid of a partial wave fills it before taking longer. Kernels without a
 recorded grid: ``floor + (t − floor)·S`` (said).
 
-Memory: activations scale with batch × seq (:func:`activation_factor`), the hook the memory model
-reads; this module does not predict memory.
+Memory (``shape`` without ``layers``): the allocator's events at the new shapes
+(:mod:`.shape_memory`: each block by its own op's tensor, model state × hidden²·layers, else the
+step factor batch·seq·hidden, inferred and counted), so the prediction has its peak and verdict;
+``fit=true`` sets the batch factor to the largest that fits (:func:`fit_batch`). A new depth and
+``problem-size`` drop the memory verdict (said).
 """
 
 from __future__ import annotations
 
 import dataclasses
-
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..costmodel import Kernels, default_constants, find_spec, predict_shape
+from ..costmodel.gpu_memory import device_capacity
 from ..costmodel.kernel_time import floor_ns, retile, source_geometry, wave_fill
 from ..costmodel.work import op_class
 from ..errors import NotApplicable
 from ..events.table import Kind
 from ..graph.host_clock import clock_of
 from ..graph.kernels import kernel_info
+from ..graph.memory_part import DEFAULT_FRAGMENTATION, recorded_margins
 from ..graph.range_timeline import thread_key
 from ..transform import set_duration, set_gap
 from ..util.display import terminal_text
@@ -68,6 +72,7 @@ from . import Optimization, Param, register
 from .dataloader import _aligned, _batches
 from .gpu_upgrade import source_gpu
 from .shape_depth import _Launches, deepen, launches, repeating_block
+from .shape_memory import peak_needs, shape_memory, tensor_blocks
 
 #: ``Input type`` -> the cost library's storage precision
 _DTYPE = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "double": "fp32",
@@ -370,14 +375,6 @@ def kernel_row(name: str, dims, types) -> dict | None:
 _OTHER_WORDS = ("conv", "index", "embedding", "gather", "scatter", "take", "nonzero", "masked_select", "cudnn")
 
 
-def activation_factor(p: dict) -> float:
-    """The memory hook: the factor by which the step's activations grow (batch × seq; the hidden
-    factor for the widths, depth for the layers: ``batch·seq·hidden·layers``; the attention
-    scores of an unfused attention grow ×seq² more). The memory model (another module) reads it;
-    this module predicts time only."""
-    return float(p["batch"]) * float(p["seq"]) * float(p["hidden"]) * float(p["layers"])
-
-
 # ------------------------------------------------------------------------------- the what-if --
 def _gpu(graph, given: str):
     g, traced = source_gpu(graph, given)
@@ -394,8 +391,8 @@ _KIND_WORDS = {_ELEMS: "other kind", _AMBIG: "ambiguous", _NONE: "no shapes"}
 
 
 def _plan_ops(shapes: list, p: dict, weight: list | None = None) -> tuple:
-    """Per distinct op (``shapes``, with its kernels' time ``weight``): (how, element factor,
-    reference row, new row) and the roles."""
+    """Per distinct op (``shapes``, with its kernels' count ``weight``): (how, element factor,
+    reference row, new row), the roles, and each op's new ``Input Dims``."""
     f = {k: float(p[k]) for k in ("batch", "seq", "hidden")}
     opt_f = f["hidden"] ** 2 * float(p["layers"])
     roles = infer_roles(shapes, p, weight)
@@ -404,7 +401,7 @@ def _plan_ops(shapes: list, p: dict, weight: list | None = None) -> tuple:
                             "hidden= have no role there (batch= and layers= do; docs/scaling.md, limits)")
     tokens = _linear_rows(shapes) if roles.B < 0 or roles.S < 0 else -1
     cand = _candidates(roles, f, tokens)
-    how, fac, ref, new = [], [], [], []
+    how, fac, ref, new, nds = [], [], [], [], []
     for name, dims, types in shapes:  # distinct ops: a few hundred
         is_opt = any(w in name for w in _OPT_WORDS)
         nd, amb = _scaled_dims(dims, types, cand, opt_f if is_opt else None, name)
@@ -419,7 +416,8 @@ def _plan_ops(shapes: list, p: dict, weight: list | None = None) -> tuple:
         fac.append(x)
         ref.append(a)
         new.append(b)
-    return np.asarray(how, np.int64), np.asarray(fac, np.float64), ref, new, roles
+        nds.append(nd)
+    return np.asarray(how, np.int64), np.asarray(fac, np.float64), ref, new, roles, nds
 
 
 _COLS = ("cls", "B", "M", "N", "K", "elems", "inputs", "dtype")
@@ -479,13 +477,13 @@ def _recost(graph, p: dict, gpu) -> tuple[np.ndarray, dict]:
     L = launches(graph)
     new = graph.dur_ns.copy()
     t = graph.dur_ns[L.node]
-    info = {"kept": {}, "modelled": 0, "roles": ""}
+    info = {"kept": {}, "modelled": 0, "roles": "", "plan": None}
     has = L.shape >= 0
     how_k = np.full(len(L.node), _NONE, np.int64)
     if L.shapes and has.any():
         w = np.bincount(L.shape[has], minlength=len(L.shapes))  # each op by its kernels' count
-        how, fac, ref, nrow, roles = _plan_ops(L.shapes, p, w.tolist())
-        info["roles"] = roles.how
+        how, fac, ref, nrow, roles, nds = _plan_ops(L.shapes, p, w.tolist())
+        info["roles"], info["plan"] = roles.how, (L, how, ref, nrow, nds)
         how_k[has] = how[L.shape[has]]
         m = np.nonzero(how_k == _MODEL)[0]
         if len(m):
@@ -536,6 +534,9 @@ def _apply(graph, p):
         raise NotApplicable("no kernel's launching op has recorded shapes: record with torch.profiler(record_shapes=True) "
                             "(Kineto), or use problem-size:factor=S")
     gpu = _gpu(graph, p["gpu"])
+    fit_words = ""
+    if p.get("fit"):
+        p, fit_words = fit_batch(graph, p)
     new, info = _recost(graph, p, gpu)
     kern = graph.node_kind == Kind.KERNEL
     g = set_duration(graph, kern, new[kern])
@@ -565,11 +566,102 @@ def _apply(graph, p):
         words.append(depth)
     if loader:
         words.append(loader)
-    if g.memory is not None:  # no memory verdict rather than the baseline's under a new shape (docs/memory.md)
-        words.append(f"memory not predicted for a new shape (activations would grow about x{activation_factor(p):g}): "
+    if fit_words:
+        words.insert(1, fit_words)
+    if g.memory is not None and len(g.memory) and p["layers"] != 1:  # the copies' allocations are not made (docs/memory.md)
+        words.append("memory not predicted for a new depth (the repeated layers' allocations are not copied): "
                      "no memory verdict for this prediction")
         g = dataclasses.replace(g, memory=None)
+    elif g.memory is not None and len(g.memory) and info["plan"] is not None:
+        mem, said = _memory(graph, g.memory, p, info["plan"])
+        g = dataclasses.replace(g, memory=mem)
+        words.append(said)
     return g, "; ".join(words)
+
+
+# ------------------------------------------------------------------------------- memory ------
+def _op_blocks(plan) -> tuple[np.ndarray, list]:
+    """(per node, the op index its launch call launched, -1 none (:func:`~.shape_memory.resized_bytes`
+    takes each event's next launch call's); per op, its
+    :func:`~.shape_memory.tensor_blocks`; an ambiguous op's none)."""
+    L, how, ref, nrow, nds, graph = plan
+    call_op = np.full(graph.n, -1, np.int64)
+    m = L.shape >= 0
+    calls = graph.launch[L.node[m]]
+    call_op[calls[calls >= 0]] = L.shape[m][calls >= 0]
+    z = np.zeros(0, np.int64)
+    blocks = [(z, z) if how[i] == _AMBIG else
+              tensor_blocks(_tensors(dims, types), _tensors(nds[i], types), ref[i], nrow[i])
+              for i, (_, dims, types) in enumerate(L.shapes)]  # distinct ops: a few hundred
+    return call_op, blocks
+
+
+def _memory(graph, gm, p: dict, plan):
+    """(the allocator's events at the new shapes, the note's words): :mod:`.shape_memory`'s rules."""
+    call_op, blocks = _op_blocks((*plan, graph))
+    f_act = float(p["batch"]) * float(p["seq"]) * float(p["hidden"])
+    return shape_memory(graph, gm, call_op, blocks, f_act, float(p["hidden"]) ** 2 * float(p["layers"]))
+
+
+def _needs_at(graph, L, w, p: dict, b: int, B: int) -> dict:
+    """Per GPU: (peak, needs, capacity) of the step at batch ``b`` (of the traced ``B``)."""
+    q = dict(p, batch=b / B)
+    how, _, ref, nrow, _, nds = _plan_ops(L.shapes, q, w)
+    mem, _ = _memory(graph, graph.memory, q, (L, how, ref, nrow, nds))
+    return peak_needs(graph, mem, lambda d: device_capacity(list(graph.devices), d)[0], recorded_margins(graph.memory),
+                      DEFAULT_FRAGMENTATION)
+
+
+def _fits(needs: dict) -> bool:
+    return all(n <= c for _, n, c in needs.values())
+
+
+def _gib(b: int) -> str:
+    return f"{b / 2**30:,.2f} GiB"
+
+
+def fit_batch(graph, p: dict) -> tuple[dict, str]:
+    """``p`` with ``batch`` the largest factor ``b / B`` (``b`` an integer batch, ``B`` the traced
+    one) whose predicted memory (the shape memory model: peak allocated in recorded order × the
+    reserve margin) fits every GPU's capacity, and the note's words (the needs, the margin left,
+    what ``b + 1`` would need). Binary search: the peak grows with the batch.
+
+    Raises:
+        NotApplicable: no allocator events, no shapes, an unknown batch or capacity, a new depth,
+            or batch 1 does not fit.
+    """
+    if graph.memory is None or not len(graph.memory):
+        raise NotApplicable("batch fit needs the allocator's events: record with torch.profiler(profile_memory=True)")
+    if p["layers"] != 1:
+        raise NotApplicable("batch fit: memory is not predicted for a new depth (layers=1 with fit=true)")
+    L = launches(graph)
+    has = L.shape >= 0
+    w = np.bincount(L.shape[has], minlength=len(L.shapes)).tolist()
+    B = infer_roles(L.shapes, p, w).B
+    if B <= 0:
+        raise NotApplicable("batch fit: the traced batch size is not known: give batch_size=")
+    first = _needs_at(graph, L, w, p, 1, B)
+    if not first or any(c <= 0 for _, _, c in first.values()):
+        raise NotApplicable("batch fit: a GPU's memory capacity is not known (neither the trace nor the GPU table says it)")
+    if not _fits(first):
+        raise NotApplicable(f"batch fit: even a batch of 1 does not fit ({_words(first)})")
+    lo, hi = 1, int(B * 1024)  # the factor's range
+    if _fits(_needs_at(graph, L, w, p, hi, B)):
+        lo = hi
+    while lo < hi:  # largest b that fits: fits(lo), not fits(hi + 1)
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _fits(_needs_at(graph, L, w, p, mid, B)) else (lo, mid - 1)
+    at, nxt = _needs_at(graph, L, w, p, lo, B), _needs_at(graph, L, w, p, lo + 1, B)
+    said = (f"batch fit: the largest batch that fits is {lo} (x{lo / B:g} of the traced {B}; the memory model, peak "
+            f"in recorded order x the reserve margin): {_words(at)}; "
+            + (f"{lo + 1} would need " + ", ".join(f"{_gib(n)} on GPU {d}" for d, (_, n, _) in nxt.items())
+               if not _fits(nxt) else "the factor's limit (x1024)"))
+    return dict(p, batch=lo / B), said
+
+
+def _words(needs: dict) -> str:
+    return ", ".join(f"GPU {d}: peak {_gib(pk)}, needs {_gib(n)} of {_gib(c)} ({_gib(c - n)} to spare)"
+                     for d, (pk, n, c) in needs.items())
 
 
 def _problem_size(graph, p):
@@ -606,6 +698,17 @@ def _problem_size(graph, p):
     return g, note
 
 
+def _flag(v: str) -> bool:
+    """``true``/``false`` (also 1/0, yes/no)."""
+    t = str(v).strip().lower()
+    if t not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(v)
+    return t in ("true", "1", "yes")
+
+
+_flag.__name__ = "true/false"
+
+
 def _factor(name):
     return Param(1.0, f"{name} factor (user's what-if; 1 = as traced)", float, lambda v: 0 < v <= 1024, "0 < x <= 1024")
 
@@ -620,6 +723,8 @@ _SHAPE_PARAMS = {
     "layers": Param(1, "depth factor: the repeating block N times as often (integer)", int, lambda v: 1 <= v <= 64, "1 to 64"),
     "batch_size": _size("batch size"), "seq_len": _size("sequence length"), "hidden_size": _size("hidden size"),
     "heads": _size("number of attention heads"), "gpu": _GPU,
+    "fit": Param(False, "true: batch = the largest batch factor whose predicted memory fits every GPU (the memory model, "
+                 "docs/scaling.md); other factors as given", _flag),
 }
 
 register(Optimization(name="shape", summary="another batch / sequence / hidden size / depth: each op's shapes by the rule "
@@ -630,7 +735,7 @@ def _alias(name: str, key: str, typ=float):
     def apply(graph, p):
         q = {k: v.default for k, v in _SHAPE_PARAMS.items()}
         q.update({k: v for k, v in p.items() if k != "factor"})
-        q[key] = p["factor"]
+        q[key] = p["factor"] if not q.get("fit") else 1.0
         return _apply(graph, q)
 
     params = {k: v for k, v in _SHAPE_PARAMS.items() if k not in ("batch", "seq", "hidden", "layers")}

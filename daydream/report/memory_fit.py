@@ -12,15 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..costmodel.gpu_memory import GIB, device_capacity
-from ..graph.memory_part import block_pairs
+from ..graph.memory_part import DEFAULT_FRAGMENTATION, block_pairs
 from ..mapping.rules import BACKWARD, FORWARD, OPTIMIZER, UNMAPPED
 from ..simulate.memory_replay import DeviceMemory, replay_memory
 from .report_model import DeviceMemoryStats, MemoryPart, MemoryStep, MemorySummary
-
-#: Reserved / allocated margin where the trace records no reserve: the median of the recorded
-#: ratios (peak Total Reserved / peak Total Allocated of the GPU) over the four shared traces that
-#: record them: 1.20 (H100 BERT), 1.33 (H100 OWLv2), 1.53 (MI300 BERT), 1.93 (df_index_resolver).
-DEFAULT_FRAGMENTATION = 1.43
 
 PARTS = ("parameters and persistent", "activations", "gradients", "optimizer state", "temporaries", "other")
 _RULES = {

@@ -26,7 +26,7 @@ import numpy as np
 
 from ...costmodel import Kernels, find_spec, predict_model
 from ...costmodel.kernel_time import source_geometry
-from .ops import DeviceSync, HostWork, Launch, RangeBegin, RangeEnd
+from .ops import Allocate, DeviceSync, HostWork, Launch, RangeBegin, RangeEnd
 from .program import Program, Thread
 
 #: the GPU whose model times the shaped kernels take (the emulator's trace writes an H100-like
@@ -55,7 +55,9 @@ class ShapedSpec:
     ``H / heads``), ``block``: op kinds (:data:`KINDS`) of one layer, repeated ``layers`` times;
     ``dtype`` fp32 or bf16; ``host_ns``: host work before each op; ``call_ns``: each launch call's
     CPU time; ``loader_ns``: the data loader's host time for the batch (per sample: ``/ B``);
-    ``optimizer``: whether the step ends with the optimizer's kernel."""
+    ``optimizer``: whether the step ends with the optimizer's kernel; ``memory``: whether the
+    program allocates (parameters, activations, gradients, optimizer state) and runs a backward
+    pass (:func:`shaped_program`)."""
 
     B: int
     S: int
@@ -68,6 +70,8 @@ class ShapedSpec:
     call_ns: int = 4_000
     loader_ns: int = 40_000
     optimizer: bool = True
+    #: with the caching allocator's events and a backward pass (:func:`shaped_program`, memory)
+    memory: bool = False
 
 
 def dims_of(kind: str, B: int, S: int, H: int, nh: int) -> list:
@@ -119,6 +123,29 @@ def kernel_of(kind: str, B: int, S: int, H: int, nh: int, dtype: str) -> Kernels
     raise ValueError(f"unknown op kind {kind!r}")
 
 
+#: the caching allocator's block granularity: PyTorch's CUDACachingAllocator rounds every request up
+#: to a multiple of 512 bytes (``kMinBlockSize``, c10/cuda/CUDACachingAllocator.cpp)
+BLOCK_BYTES = 512
+_ESIZE = {"fp32": 4, "bf16": 2}
+
+
+def block_bytes(n: int) -> int:
+    """The allocator's block for a request of ``n`` bytes (:data:`BLOCK_BYTES` multiples, at least one)."""
+    return max(1, -(-n // BLOCK_BYTES)) * BLOCK_BYTES
+
+
+def output_elems(kind: str, B: int, S: int, H: int, nh: int) -> int:
+    """Elements of the output tensor of an op of ``kind`` (its activation, kept for the backward)."""
+    hd = H // nh
+    return {"linear": B * S * H, "linear4": B * S * 4 * H, "bmm_qk": B * nh * S * S, "bmm_pv": B * nh * S * hd,
+            "softmax": B * nh * S * S, "ln": B * S * H, "add": B * S * H, "gelu": B * S * 4 * H,
+            "sdpa": B * nh * S * hd}[kind]
+
+
+#: the backward kernel of every shaped op when the program has memory (ns: its time plays no part in the peaks)
+_BWD_NS = 5_000
+_BWD = "void at::native::elementwise_kernel<128, 2, backward>"
+
 #: every shaped kernel's block (the trace records it; the cost function uses it)
 BLOCK = (256, 1, 1)
 
@@ -153,22 +180,52 @@ def shaped_program(spec: ShapedSpec, batch: float = 1, seq: float = 1, hidden: f
     """The program of ``spec`` at the factors (module docstring): a ``ProfilerStep#1`` with the data
     loader's range (host time ``loader_ns · batch``), ``spec.layers · layers`` blocks, the optimizer's
     fused Adam kernel over the weights (``12·H²`` elements per layer: fp32 master weights, two
-    moments, the gradient: 4 tensors read and written), and a device synchronize."""
+    moments, the gradient: 4 tensors read and written), and a device synchronize.
+
+    With ``spec.memory``, the caching allocator's events (each request rounded up to
+    :data:`BLOCK_BYTES`): the fp32 parameters (``4·12·H²`` bytes per layer) allocated before the
+    step; each forward op's output (:func:`output_elems`, the spec's dtype) allocated before its
+    launch; then a backward (per op in reverse, an ``autograd::engine::evaluate_function`` range
+    that frees the op's output, allocates a linear op's fp32 weight gradient ``[H, out]`` (kept)
+    and launches a kernel of :data:`_BWD_NS`); Adam's two moments (``8·12·H²·layers`` bytes,
+    kept) allocated in the optimizer step. Each block at a distinct address."""
     B, S, H, nh = scaled(spec, batch, seq, hidden)
-    ops: list = [RangeBegin("ProfilerStep#1"),
-                 RangeBegin("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation"),
-                 HostWork(int(round(spec.loader_ns * B / spec.B))), RangeEnd()]
-    for layer in range(spec.layers * layers):
+    L = spec.layers * layers
+    n_par = 12 * H * H * L  # two H x H (..4H) weights per layer: 12 H^2 parameters
+    mem = spec.memory
+    addr = iter(range(0x7F0000000000, 0x7FFFFFFFFFFF, 1 << 32))  # a distinct address per block
+    ops: list = []
+    if mem:  # the model's fp32 parameters, one block per layer, before the step (alive after it)
+        ops += [Allocate(block_bytes(4 * 12 * H * H), addr=next(addr)) for _ in range(L)] + [HostWork(1_000)]
+    ops += [RangeBegin("ProfilerStep#1"),
+            RangeBegin("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation"),
+            HostWork(int(round(spec.loader_ns * B / spec.B))), RangeEnd()]
+    acts = []
+    for layer in range(L):
         ops.append(RangeBegin(f"nn.Module: Block_{layer}", "python_function"))
         for kind in spec.block:
             name, kname = KINDS[kind]
-            ops += _op(name, dims_of(kind, B, S, H, nh), spec.dtype, kname, kernel_of(kind, B, S, H, nh, spec.dtype), spec)
+            op = _op(name, dims_of(kind, B, S, H, nh), spec.dtype, kname, kernel_of(kind, B, S, H, nh, spec.dtype), spec)
+            if mem:  # the op's output, allocated before its kernel's launch and kept for the backward
+                a = (block_bytes(_ESIZE[spec.dtype] * output_elems(kind, B, S, H, nh)), next(addr))
+                acts.append((kind, a))
+                op.insert(3, Allocate(a[0], addr=a[1]))
+            ops += op
         ops.append(RangeEnd())
+    if mem:  # the backward: per op in reverse, the engine's function frees its activation (and makes the weight's gradient)
+        for kind, (b, ad) in reversed(acts):
+            ops += [HostWork(spec.host_ns), RangeBegin(f"autograd::engine::evaluate_function: {kind.capitalize()}Backward0"),
+                    Allocate(-b, addr=ad)]
+            if kind in ("linear", "linear4"):  # the fp32 gradient of its weight [H, out], alive after the step
+                ops.append(Allocate(block_bytes(4 * H * (H if kind == "linear" else 4 * H)), addr=next(addr)))
+            ops += [HostWork(1_000), Launch(_MAIN, _BWD, _BWD_NS, spec.call_ns, grid=(1, 1, 1)), RangeEnd()]
     if spec.optimizer:
-        n_par = 12 * H * H * spec.layers * layers  # two H x H (..4H) weights per layer: 12 H^2 parameters
         k = Kernels.make("elementwise", _ADAM, elems=4 * n_par, inputs=1, dtype="fp32")  # 4 tensors streamed
         ops.append(RangeBegin("Optimizer.step#Adam.step"))
-        ops += _op("aten::_fused_adam_", [[n_par], [n_par], [n_par], [n_par]], "fp32", _ADAM, k, spec)
+        op = _op("aten::_fused_adam_", [[n_par], [n_par], [n_par], [n_par]], "fp32", _ADAM, k, spec)
+        if mem:  # Adam's two fp32 moments, made at the first step and never freed
+            op.insert(3, Allocate(block_bytes(8 * n_par), addr=next(addr)))
+        ops += op
         ops.append(RangeEnd())
     ops.append(RangeEnd())
     ops += [HostWork(2_000), DeviceSync(3_000)]
