@@ -48,6 +48,7 @@ SECTIONS: list[str] = [
     "accuracy_collectives",
     "accuracy_memory",
     "accuracy_shapes",
+    "accuracy_kernels",  # kernel cost model per op class: leave-one-GPU-out, H100 <-> MI300X
 ]
 
 

@@ -104,3 +104,22 @@ def test_kernel_names_with_control_characters_round_trip(tmp_path):
     out = tmp_path / "out.csv"
     assert main(["predict", str(src), "--target", "Tesla T4", "-o", str(out)]) == 0
     assert _read(out)[1][3] == rows[0][3]  # data kept as is in the CSV; only messages are cleaned
+
+
+@pytest.mark.parametrize("target", ["NVIDIA A100-PCIE-40GB", "Tesla V100-PCIE-32GB", "Tesla T4"])
+def test_fp8_on_a_gpu_without_fp8_units_refused(tmp_path, capsys, target):
+    # try-out finding: --precision fp8 on an A100 was answered (as fp16) without a word
+    src = _write(tmp_path / "in.csv", ROWS[:1])
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(src), "--target", target, "--precision", "fp8", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fp8" in err and "FP8 units" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_fp8_on_an_fp8_gpu_accepted(tmp_path):
+    src = _write(tmp_path / "in.csv", ROWS[:1])
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(src), "--target", "H100 SXM", "--precision", "fp8", "-o", str(out)]) == 0
+    got = _read(out)
+    assert "fp8-unsupported" not in got[1][-1]

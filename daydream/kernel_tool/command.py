@@ -11,7 +11,10 @@ Latency``, ``Predicted Low`` and ``Predicted High`` (ms; low is the fast end) an
 Reason``. GPUs: NeuSight device names, daydream's GPU table names, or ``--gpu-config`` files in
 NeuSight's device_configs format (which also override the table for their device).
 
-Bad input: one line on stderr naming the file, the row and the column; exit status 2.
+Bad input: one line on stderr naming the file, the row and the column; exit status 2. A
+``--precision`` the target has no units for (``fp8`` on a GPU without FP8 Tensor Cores, e.g. A100,
+V100, T4) is refused the same way (the library itself predicts such a request as fp16, for the
+what-ifs).
 """
 
 from __future__ import annotations
@@ -56,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
 def _predict(args) -> int:
     configs = load_configs(args.gpu_config)
     tgt = resolve(args.target, configs)
+    if args.precision == "fp8" and not tgt.has_path("fp8"):
+        # predict_cross would time it as fp16 (what a what-if on such a GPU falls back to); asked for
+        # directly, it is a request the target cannot run: refuse rather than answer another question
+        raise InputError(f"--precision fp8: {clean(tgt.name, 80)} has no FP8 units (datasheet: no FP8 "
+                         f"Tensor Core / matrix-core peak); use --precision fp16 or bf16, or an FP8 GPU "
+                         f"(H100, H200, B200, L4, L40S, MI300X)")
     t = read_table(args.input)
     n = len(t.t_ns)
     low, point, high = np.zeros(n), np.zeros(n), np.zeros(n)
