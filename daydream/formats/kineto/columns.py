@@ -70,6 +70,9 @@ class _Columns:
 
     def __init__(self) -> None:
         self.n = 0
+        #: events that can become rows, and of them GPU tasks and CUDA runtime calls (graph tasks):
+        #: what the streaming reader's memory bound counts (``formats.row_budget``)
+        self.row_events = self.task_events = 0
         self.pair_ix = _Ids()
         self.ph_ix = _Ids()  # the fast path's ids of ph and cat values, and (ph id, cat id) -> pair id
         self.cat_ix = _Ids()
@@ -177,6 +180,7 @@ class _Columns:
         self._put("ext", ext)
         kind = self._kind_p[pair_of[ri]]
         gpu = self._gpu_p[pair_of[ri]]
+        self.row_events, self.task_events = self.row_events + m, self.task_events + int(np.count_nonzero(gpu | (kind == Kind.RUNTIME)))
         for cols, sel in (
             (("device", "stream", "correlation", "daydream_pid"), gpu | (kind == Kind.RUNTIME)),
             (("bytes",), (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)),
