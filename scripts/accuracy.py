@@ -42,7 +42,9 @@ MODEL_END = "<!-- end of verdicts -->"
 #: ``section(traces: Path, kernels: Path) -> list[str]`` returning Markdown lines (starting with its
 #: ``## `` heading), computed entirely by that run: no prose with numbers a rerun does not recompute.
 #: One module per subject (memory, kernel cost, shapes, collectives, what-ifs), appended in this order.
-SECTIONS: list[str] = []
+SECTIONS: list[str] = [
+    "accuracy_whatifs",
+]
 
 
 def tool_verdict(t) -> str:
