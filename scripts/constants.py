@@ -79,7 +79,7 @@ def _has_number(node) -> bool:
 OVERRIDES: dict[str, tuple[str, str]] = {
     "STARTUP_FACTOR": ("unsourced", "x1000: no measurement or citation"),
     "STARTUP_MIN_NS": ("unsourced", "1 ms: no measurement or citation"),
-    "GAP_TRIM": ("fit", "chosen by comparing results on the ResNet-50 development trace"),
+    "GAP_TRIM": ("fit", "fitted by scripts/fit_gap_trim.py on the Owlv2 H100 and mfu_2gpu_before traces, judged on the others"),
     "GAP_MIN_PAIRS": ("unsourced", "20 pairs: no source"),
     "HALF_SHARE": ("assumption", "a trace counts as already 16-bit when half its compute-bound kernel time is"),
     "RESUME_TOLERANCE_NS": ("assumption", "1 ms: no measurement"),
