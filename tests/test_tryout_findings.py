@@ -18,6 +18,7 @@ from daydream.formats import load_trace
 from daydream.mapping.rules import nvtx_base_name
 from daydream.optimizations.comm_common import MAX_PIECES, MIB, check_pieces
 from daydream.report.summary import EMPTY_PATH
+from derived import resnet50_weight_numel
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -1012,19 +1013,9 @@ def test_amp_casts_one_weight_per_forward_gemm_op():
     names = [t.names[i] for i in t.cols["name_id"]]
     casts = names.count("aten::conv2d") + names.count("aten::linear")
     steps = sum(n.startswith("ProfilerStep#") for n in set(names))
-    mb = _resnet50_weight_numel() * 4 * steps / 1e6
+    mb = resnet50_weight_numel() * 4 * steps / 1e6
     assert f"{casts} cast kernels (fp32 weights -> fp16, {mb:,.1f} MB) folded into their GEMMs" in note
 
-
-def _resnet50_weight_numel() -> int:
-    """Conv and fc weight elements of ResNet-50 (bottleneck stages of 3, 4, 6, 3 blocks, widths 64-512,
-    expansion 4, a 1x1 projection in each stage's first block; 7x7 stem; 2048 x 1000 fc)."""
-    n, inp = 7 * 7 * 3 * 64, 64
-    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
-        for b in range(blocks):
-            n += inp * width + 9 * width * width + width * 4 * width + (inp * 4 * width if b == 0 else 0)
-            inp = 4 * width
-    return n + 2048 * 1000
 
 
 def test_steps_of_no_length_do_not_make_the_answer_step(tmp_path):
