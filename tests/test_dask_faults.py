@@ -274,3 +274,7 @@ def test_safe_exception_builds_builtins_only(tmp_path, monkeypatch):
     assert safe_exception(b"\x80\x05junk").kind == "unreadable"
     nested = safe_exception(pickle.dumps(ValueError(_Payload(str(target)))))
     assert isinstance(nested, ClusterError) and not target.exists()
+    # a cluster cannot make the client exit or act as interrupted: those classes are only named
+    for exc in (SystemExit(7), KeyboardInterrupt()):
+        got = safe_exception(pickle.dumps(exc))
+        assert isinstance(got, ClusterError) and got.kind == f"builtins.{type(exc).__name__}"

@@ -183,7 +183,9 @@ class _Opaque:
 
 
 #: the exception classes an erred Dask task's pickle may build for real: Python's built-in ones
-SAFE_EXCEPTIONS = {n: c for n, c in vars(__import__("builtins")).items() if isinstance(c, type) and issubclass(c, BaseException)}
+#: that are ``Exception`` subclasses (not SystemExit, KeyboardInterrupt or GeneratorExit, which the
+#: client would act on when Dask raises them: a cluster could end the run with an exit code it chose)
+SAFE_EXCEPTIONS = {n: c for n, c in vars(__import__("builtins")).items() if isinstance(c, type) and issubclass(c, Exception)}
 
 
 def _tblib_exception(func, args_or_attrs, cause=None, tb=None, context=None, suppress_context=False, notes=None, args=(), *,
