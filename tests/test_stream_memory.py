@@ -4,8 +4,9 @@ A small .gz inflating to a dense but valid trace was read by the streaming reade
 capped the inflated bytes by ratio (``inflate_limit(held=False)``): 640 k kernels from a 242 KB
 file peaked at 680 MB where 10 x the file + 300 MB = 302 MB are promised. The reader now bounds
 the rows it decodes (``formats.row_budget``). The per-row costs were fitted on CPU-op-only and
-kernel-only families (docs in ``daydream/formats/__init__.py``); they are judged here on other
-data: kernel / runtime / CPU-op mixes, 16 events per timestamp, just under and past the cap.
+kernel-only and python_function-only families (``daydream/formats/__init__.py``); they are judged
+here on other data: Python frame / CPU op / runtime / kernel mixes, 16 per timestamp, just under
+and past the cap.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from daydream.formats import MEMORY_ALLOWANCE, MEMORY_PER_FILE_BYTE, ROW_PEAK_BYTES, TASK_PEAK_BYTES, row_budget
+from daydream.formats import MEMORY_ALLOWANCE, MEMORY_PER_FILE_BYTE, PYTHON_ROW_PEAK_BYTES, ROW_PEAK_BYTES, TASK_PEAK_BYTES, row_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1 << 20
@@ -42,11 +43,13 @@ print(json.dumps(out))
 
 
 def _mix(n_triples: int, tie: int) -> bytes:
-    """A valid trace of ``n_triples`` (CPU op, cudaLaunchKernel, kernel) linked by correlation,
-    ``tie`` triples per timestamp (so it compresses far better than a real trace)."""
+    """A valid trace of ``n_triples`` (Python frame, CPU op, cudaLaunchKernel, kernel) linked by
+    correlation, ``tie`` of them per timestamp (so it compresses far better than a real trace)."""
     ev = []
     for i in range(n_triples):
         t = i // tie
+        ev.append(f'{{"ph":"X","cat":"python_function","name":"model.py(12): forward","pid":1,"tid":1,"ts":{t},"dur":1,'
+                  f'"args":{{"Python id":{i}}}}}')
         ev.append(f'{{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":{t},"dur":1,"args":{{"External id":{i}}}}}')
         ev.append(f'{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":{t},"dur":1,'
                   f'"args":{{"correlation":{i},"External id":{i}}}}}')
@@ -56,7 +59,7 @@ def _mix(n_triples: int, tie: int) -> bytes:
 
 
 def _cost(n_triples: int) -> int:
-    return n_triples * (3 * ROW_PEAK_BYTES + 2 * TASK_PEAK_BYTES)
+    return n_triples * (3 * ROW_PEAK_BYTES + PYTHON_ROW_PEAK_BYTES + 2 * TASK_PEAK_BYTES)
 
 
 def _sized(tmp_path: Path, name: str, share: float, tie: int) -> Path:

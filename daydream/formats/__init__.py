@@ -97,6 +97,10 @@ INFLATE_HOLD = 2
 ROW_PEAK_BYTES = 456
 #: per graph task, more than ROW_PEAK_BYTES: fitted on the same families (1,050 - 451 B, rounded up)
 TASK_PEAK_BYTES = 600
+#: per ``python_function`` event (with_stack=True's Python frames, half of a real trace's events):
+#: fitted on the same way on a python_function-only family (100 k -> 400 k events: 65 -> 131 MB, 218 B
+#: per event); ``user_annotation`` ranges cost as much as CPU ops (443 B), so only this category is apart
+PYTHON_ROW_PEAK_BYTES = 224
 
 
 def row_budget(compressed_size: int) -> int:

@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 
 from ...events.table import Accounting, EventTable
-from .. import GZIP_MAGIC, ROW_PEAK_BYTES, TASK_PEAK_BYTES, inflate_limit, inflate_refused, row_budget, rows_refused
+from .. import GZIP_MAGIC, PYTHON_ROW_PEAK_BYTES, ROW_PEAK_BYTES, TASK_PEAK_BYTES, inflate_limit, inflate_refused, row_budget, rows_refused
 from . import times
 from .columns import _Columns
 from .metadata import _base_time_ns, _meta
@@ -223,7 +223,8 @@ def _stream(path: str, blocks, strict: bool = False) -> Optional[EventTable]:
 class _RowBound:
     """The memory promise on the streaming path: the rows decoded so far, and the graph tasks among
     them, may need at most ``formats.row_budget`` of the file's size (:data:`ROW_PEAK_BYTES` per
-    row, :data:`TASK_PEAK_BYTES` more per task), checked after each slice. A small .gz inflating
+    row, :data:`PYTHON_ROW_PEAK_BYTES` per ``python_function`` row, :data:`TASK_PEAK_BYTES` more per
+    task), checked after each slice. A small .gz inflating
     to a dense valid trace (640 k kernels from 242 KB) peaked at 680 MB where 302 MB were promised."""
 
     def __init__(self, path: str) -> None:
@@ -236,8 +237,9 @@ class _RowBound:
 
     def check(self, cols: _Columns) -> None:
         """Raise TraceFormatError when ``cols`` holds more rows than the budget allows."""
-        if self.budget is not None and cols.row_events * ROW_PEAK_BYTES + cols.task_events * TASK_PEAK_BYTES > self.budget:
-            raise rows_refused(self.path, cols.row_events, cols.task_events, self.size)
+        need = cols.row_events * ROW_PEAK_BYTES + cols.python_events * PYTHON_ROW_PEAK_BYTES + cols.task_events * TASK_PEAK_BYTES
+        if self.budget is not None and need > self.budget:
+            raise rows_refused(self.path, cols.row_events + cols.python_events, cols.task_events, self.size)
 
 
 def _stream_head(blocks, dec_doc: msgspec.json.Decoder) -> Optional[tuple[_Doc, bytearray]]:
