@@ -503,12 +503,27 @@ def _check_job_plot(args) -> None:
 
 
 class _Terminated(BaseException):
-    """SIGTERM (a kill, a batch scheduler's time limit) as an exception, so that ``finally`` blocks
-    run: an nsys export's private copy in the temporary folder (4.3 GB) was left behind."""
+    """SIGTERM (a kill, a batch scheduler's time limit) or SIGHUP (the terminal closed) as an
+    exception, so that ``finally`` blocks run: an nsys export's private copy in the temporary folder
+    (4.3 GB) was left behind. ``signum``: which."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise _Terminated()
+    raise _Terminated(signum)
+
+
+def _handle(signal, signums) -> dict:
+    """Install :func:`_on_sigterm` for each of ``signums`` whose handler is the default (a SIGHUP
+    that ``nohup`` ignores stays ignored); returns the previous handlers, to put back."""
+    prev = {}
+    for n in signums:
+        if n == signal.SIGTERM or signal.getsignal(n) == signal.SIG_DFL:
+            prev[n] = signal.signal(n, _on_sigterm)
+    return prev
 
 
 def _closed_stdio() -> bool:
@@ -535,14 +550,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import errors
 
-    prev = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
+    signums = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    prev = _handle(signal, signums) if threading.current_thread() is threading.main_thread() else {}
     errors.in_main = True
     try:
         return _main(argv)
     finally:
         errors.in_main = False
-        if prev is not None:
-            signal.signal(signal.SIGTERM, prev)
+        for n, h in prev.items():
+            signal.signal(n, h)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -560,9 +576,10 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("daydream-analyze: interrupted", file=sys.stderr)
         code = 130
-    except _Terminated:
-        print("daydream-analyze: terminated", file=sys.stderr)
-        code = 143
+    except _Terminated as e:
+        hup = e.signum != 15
+        print("daydream-analyze: hung up (the terminal closed)" if hup else "daydream-analyze: terminated", file=sys.stderr)
+        code = 128 + e.signum
     except BrokenPipeError:
         code = 0
         try:

@@ -49,6 +49,7 @@ SECTIONS: list[str] = [
     "accuracy_memory",
     "accuracy_shapes",
     "accuracy_kernels",  # kernel cost model per op class: leave-one-GPU-out, H100 <-> MI300X
+    "accuracy_whatifs",
 ]
 
 
@@ -154,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         "Beyond the iteration time, two GPU-side columns show how well the GPU timeline itself is",
         "reproduced: the error of the replayed GPU busy time (union of GPU task intervals over the",
         "window), and the median / 99th percentile of |replayed - recorded| GPU task start, in us.",
+        "",
+        "Fit data: the trim of the GPU gap `G`'s mean (`graph/build/latency.GAP_TRIM`) is fitted by",
+        "`scripts/fit_gap_trim.py` on `tracelens/h100_google_owlv2...` and `nsys_ai/mfu_2gpu_before`: their GPU start",
+        "errors are not a judgment of it; every other row is.",
         "",
         "The last column is the tool's own verdict on each replay (`report.trust`, the report's `baseline replay`",
         "line; rules in `docs/model.md`, \"How far the baseline replay is trusted\"): the step error's (with steps),",

@@ -77,10 +77,54 @@ def _has_number(node) -> bool:
 #: constants whose comment misleads the rules above, with what is known of their source (issue 39's
 #: audit); an entry whose constant no longer exists fails tests/test_constants_doc.py
 OVERRIDES: dict[str, tuple[str, str]] = {
-    "STARTUP_FACTOR": ("unsourced", "x1000: no measurement or citation"),
-    "STARTUP_MIN_NS": ("unsourced", "1 ms: no measurement or citation"),
-    "GAP_TRIM": ("fit", "chosen by comparing results on the ResNet-50 development trace"),
-    "GAP_MIN_PAIRS": ("unsourced", "20 pairs: no source"),
+    "STARTUP_FACTOR": ("assumption", "x1000 the trace's median call: no measurement or citation, to be measured"),
+    "STARTUP_MIN_NS": ("assumption", "1 ms: no measurement or citation, to be measured"),
+    # issue 39's second audit: each constant listed as unsourced, with its kind and what is known of its source
+    "CAPACITY": ("citation", "each entry's own datasheet, named in its source field"),
+    "DEFAULT_FLOOR_NS": ("assumption", "2 us, the middle of FLOOR_NS's measured floors (1.1-2.2 us), for GPUs without one"),
+    "REREADS": ("citation", "the kernels' algorithms in PyTorch's source: layer norm reads its row twice (moments, then "
+                "normalize: ATen cuda/layer_norm_kernel.cu), the block softmax three times (max, sum, write: cuda/SoftMax.cu "
+                "cunn_SoftMaxForward), the warp softmax once (the row held in registers: cuda/PersistentSoftmax.cuh)"),
+    "DEFAULT_TILE": ("fit", "cuBLAS's most common large FP32 tile in the development kernel data, which also judges it"),
+    "DEFAULT_LAUNCH_LATENCY_OTHER_NS": ("citation", "the lower median of DEFAULT_LAUNCH_LATENCY_NS, each entry cited"),
+    "MEMORY_BASE": ("limit", "part of the memory bound's allowance (docs/errors.md, Resource bounds): 38 MB measured after "
+                    "the imports, rounded up with the table's start"),
+    "INFLATE_HOLD": ("limit", "part of the memory bound: the reader's buffer grows by concatenation, two copies alive"),
+    "_DTYPE_OF": ("definition", "codes of PyTorch dtype names"),
+    "DEVICE_KINDS": ("citation", "Nsight Systems export schema: CUDA_MEMOPR_MEMORY_KIND values of device memory"),
+    "_FETCH_BATCH": ("limit", "rows fetched per SQLite batch: bounds memory, changes no result"),
+    "LAUNCH_OPTIONAL": ("definition", "formats of the saved table's optional members"),
+    "TOLERANCE_DIV": ("assumption", "half a gap G either side of the expected start: not measured"),
+    "NODE_CPU": ("definition", "the node_kind code of CPU tasks"),
+    "CONNECT_TIMEOUT_S": ("limit", "a timeout of the Dask path (docs/jobs.md, When the cluster fails)"),
+    "HANDSHAKE_TIMEOUT_S": ("limit", "a timeout of the Dask path (docs/jobs.md, When the cluster fails)"),
+    "WORKER_WAIT_S": ("limit", "a timeout of the Dask path (docs/jobs.md, When the cluster fails)"),
+    "POLL_S": ("limit", "how often the Dask path looks at the cluster: changes no result"),
+    "SERIES_FACTORS": ("definition", "the problem-size factors the kernel series are measured at (the data's grid)"),
+    "AUTOGRAD_THREAD_SHARE": ("assumption", "a majority rule (half of a thread's runtime calls inside backward contexts): "
+                              "not measured"),
+    "HIDDEN_MULTIPLES": ("citation", "Transformer widths: QKV 3H, MLP 4H (Vaswani et al. 2017); 2H and 8H, GLU variants "
+                         "(Shazeer 2020)"),
+    "_PROBE_NS": ("definition", "a probe time: the anchor is linear in it, so no result depends on it"),
+    "_SHAPE_PARAMS": ("definition", "the what-if's parameter table; each Param's default is its own row"),
+    "_COMMON": ("definition", "the what-ifs' shared parameter table; each Param's default is its own row"),
+    "PH_FWD": ("definition", "the forward phase's code in daydream.mapping.rules.PHASES"),
+    "DEFAULT_FRAGMENTATION": ("fit", "the median of the reserved/allocated ratios of the four shared traces that record "
+                              "them; used only on traces that record none, so none judges it yet"),
+    "PICTURE_COLUMNS": ("presentation", "the width in px of the SVG's plot area"),
+    "SCHEMA_DIR": ("definition", "a path, not a number"),
+    "WHATIF_MIN_SPEEDUP": ("presentation", "the least speed-up printed above 1.00x at two decimals"),
+    "TRUST_UNRELIABLE_PCT": ("limit", "a verdict threshold chosen by hand (the project's stated accuracy tiers, with "
+                             "TRUST_FAIR_PCT): it changes no prediction"),
+    "SUSPICIOUS_LAUNCH_LATENCY_NS": ("limit", "a warning threshold: no prediction depends on it"),
+    "FEW_STEPS": ("limit", "chooses between two passes that find the same members"),
+    "FRAME_TOP": ("presentation", "frames listed per phase"),
+    "_NEG": ("definition", "a sentinel below any time"),
+    "BOUND_BY_LANE": ("definition", "a sentinel code of Timeline.bound_start"),
+    "STALE_AFTER_S": ("limit", "age after which a left-over temporary is removed: changes no result"),
+    "GAP_TRIM": ("fit", "fitted by scripts/fit_gap_trim.py on the Owlv2 H100 and mfu_2gpu_before traces, judged on the others"),
+    "GAP_MIN_PAIRS": ("assumption", "20 pairs: below it one odd gap dominates a mean (con_kernel: 4 pairs, mean 23 ms); "
+                      "the count itself is not measured"),
     "HALF_SHARE": ("assumption", "a trace counts as already 16-bit when half its compute-bound kernel time is"),
     "RESUME_TOLERANCE_NS": ("assumption", "1 ms: no measurement"),
 }
@@ -93,7 +137,8 @@ def classify(name: str, comment: str, module: str = "") -> str:
         return "definition"
     if module.startswith("daydream/render/") or re.match(r"^_?TOP_|WIDTH|CHAR_W|_COLS$|_NAME$|_SPAN$|_BELOW$", name):
         return "presentation"
-    if name == "PARAM" and re.search(r"user's what-if|^number of|^\d: |, default 1$|slice size", comment):
+    if name == "PARAM" and re.search(r"user's what-if|^number of|^\d: |, default 1$|slice size|^depth factor|^problem-size factor|"
+                                     r"^data-parallel ranks|^ZeRO stage|^tensor-parallel GPUs|^host CPU speed relative", comment):
         return "what-if"
     for kind, rx in KINDS:
         if rx.search(comment):

@@ -186,3 +186,95 @@ def test_the_scheduler_killed_mid_run(job, capsys, tmp_path, monkeypatch):
     finally:
         _kill(w)
         _kill(p)
+
+
+def _cluster(tmp_path):
+    p, addr, _ = _scheduler(tmp_path)
+    w = _start(["distributed.cli.dask_worker", addr, "--nthreads", "1", "--no-nanny", "--no-dashboard"], tmp_path, "worker")
+    c = distributed.Client(addr, timeout=20)
+    c.wait_for_workers(1, timeout=30)
+    c.close()
+    return p, w, addr
+
+
+def _failing_read(a):
+    raise RuntimeError("the disk is on fire\x1b[2J\nsecond line")
+
+
+def test_a_worker_side_failure_travels_as_plain_data(job, capsys, tmp_path, monkeypatch):
+    """Any exception of the work on a worker comes back as (class name, message) through the wire
+    format: the task does not err, so the client unpickles no exception. Before, the RuntimeError
+    erred the task and came back pickled (distributed.client.clean_exception: pickle.loads)."""
+    unpickled = []
+    orig = distributed.client.clean_exception
+    monkeypatch.setattr(distributed.client, "clean_exception", lambda *a, **k: unpickled.append(a) or orig(*a, **k))
+    p, w, addr = _cluster(tmp_path)
+    try:
+        monkeypatch.setattr("daydream.job.load._read_star", _failing_read)
+        err = refused(capsys, job, "--scheduler", addr, says="failed (RuntimeError: the disk is on fire\\x1b[2J)", within=40)
+        assert "second line" not in err and "sent back as plain data" in err
+    finally:
+        _kill(w)
+        _kill(p)
+    assert unpickled == []
+
+
+def _mark(target: str) -> RuntimeError:
+    """What a hostile pickle calls on loading: makes a folder, in the coordinating process only
+    (Dask's worker loads the pickle once to check it)."""
+    if os.environ.get("DAYDREAM_TEST_CLIENT"):
+        os.mkdir(target)
+    return RuntimeError("payload")
+
+
+class _Payload(Exception):
+    """An exception whose pickle, when loaded, calls _mark: what a hostile cluster could send."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(target)
+        self.target = target
+
+    def __reduce__(self):
+        return (_mark, (self.target,))
+
+
+def _erring_call(fn, item):
+    raise _Payload(os.environ["DAYDREAM_TEST_PAYLOAD"])
+
+
+def test_an_erred_tasks_exception_is_never_unpickled(job, capsys, tmp_path, monkeypatch):
+    """A task that errs on the cluster (here: its function raises an exception whose pickle calls
+    a function that makes a folder) reaches the client as pickled bytes; daydream builds only
+    built-in exception classes from them and names any other callable instead of calling it: the
+    folder is never made. Before, Dask's pickle.loads made it in the coordinating process."""
+    target = tmp_path / "made-by-the-cluster"
+    monkeypatch.setenv("DAYDREAM_TEST_PAYLOAD", str(target))
+    p, w, addr = _cluster(tmp_path)  # the worker inherits the payload's path, not the client's mark
+    try:
+        monkeypatch.setenv("DAYDREAM_TEST_CLIENT", "1")
+        monkeypatch.syspath_prepend(str(ROOT / "tests"))  # the payload's module importable here, as the worker's is
+        monkeypatch.setattr(scale, "call", _erring_call)
+        refused(capsys, job, "--scheduler", addr, says="_mark", within=40)
+    finally:
+        _kill(w)
+        _kill(p)
+    assert not target.exists()
+
+
+def test_safe_exception_builds_builtins_only(tmp_path, monkeypatch):
+    import pickle
+
+    monkeypatch.setenv("DAYDREAM_TEST_CLIENT", "1")
+    from daydream.job.wire import ClusterError, safe_exception
+
+    assert repr(safe_exception(pickle.dumps(KeyError("k", 3)))) == repr(KeyError("k", 3))
+    target = tmp_path / "x"
+    got = safe_exception(pickle.dumps(_Payload(str(target))))
+    assert isinstance(got, ClusterError) and got.kind.endswith("._mark") and not target.exists()
+    assert safe_exception(b"\x80\x05junk").kind == "unreadable"
+    nested = safe_exception(pickle.dumps(ValueError(_Payload(str(target)))))
+    assert isinstance(nested, ClusterError) and not target.exists()
+    # a cluster cannot make the client exit or act as interrupted: those classes are only named
+    for exc in (SystemExit(7), KeyboardInterrupt()):
+        got = safe_exception(pickle.dumps(exc))
+        assert isinstance(got, ClusterError) and got.kind == f"builtins.{type(exc).__name__}"

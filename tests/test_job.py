@@ -30,6 +30,17 @@ def dlrm():
     return analyze_job([str(DLRM)])
 
 
+def _first_nccl_start(rank: int) -> int:
+    """The earliest start of an NCCL kernel in rank ``rank``'s table of the DLRM job (ns)."""
+    from daydream.events.table import Kind
+    from daydream.formats import load_trace
+
+    t = load_trace(str(next(DLRM.glob(f"dlrm_8rank_worker{rank}.*"))))
+    c = t.cols
+    nccl = np.array([t.names[i].startswith("nccl") for i in c["name_id"]], bool)
+    return int(c["start_ns"][(c["kind"] == Kind.KERNEL) & nccl].min())
+
+
 def test_rank_from_name():
     assert rank_from_name("dlrm_8rank_worker3.pt.trace.json.gz") == 3
     assert rank_from_name("/a/rank12_trace.json") == 12
@@ -77,9 +88,10 @@ def test_dlrm_job_matched_and_split(dlrm):
     assert {r.rank_source for r in dlrm.ranks} == {"trace"}
     assert m.clock == "shared" and not m.offset_ns.any()
     assert len(m) == 8 and m.member.all()
-    # the issue's numbers: the first all-to-all is 7.6 ms waiting on rank 1, 2.1 ms on rank 0
-    assert abs(m.wait_ns[1, 0] - 7.624e6) < 0.01e6
-    assert abs(m.wait_ns[0, 0] - 2.135e6) < 0.01e6
+    # the first all-to-all's waits, derived from the raw tables (shared clock): each rank waits from
+    # its first NCCL kernel's start until the last rank's (7.6 ms on rank 1, 2.1 ms on rank 0)
+    first = np.array([_first_nccl_start(r) for r in range(8)])
+    assert np.array_equal(m.wait_ns[:, 0], first.max() - first)
     assert int(m.ranks[m.last[0]]) == 7 and m.wait_ns[7, 0] == 0
     assert (m.wait_ns >= 0).all() and (m.transfer_ns >= 0).all()
     # wait + transfer is the recorded duration

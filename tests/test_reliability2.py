@@ -589,6 +589,39 @@ def test_sigterm_runs_the_cleanups_and_exits_143(monkeypatch, capsys):
     assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
 
 
+def test_sighup_runs_the_cleanups_and_exits_129(monkeypatch, capsys):
+    """SIGHUP (the terminal closed under a long run) killed the process outright (exit 129, no
+    cleanups: an output's temporary or an nsys export's private copy left behind). It now unwinds
+    like SIGTERM; a SIGHUP that nohup ignores stays ignored."""
+    import os
+    import signal
+    import time
+
+    from daydream import cli
+
+    cleaned = []
+
+    def run(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)
+        finally:
+            cleaned.append(True)
+        return 0
+
+    monkeypatch.setattr(cli, "run", run)
+    before = signal.getsignal(signal.SIGHUP)
+    assert cli.main(["--details", "x"]) == 129 and cleaned == [True]
+    assert "hung up" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGHUP) is before
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # under nohup: left ignored, the run goes on
+    try:
+        monkeypatch.setattr(cli, "run", lambda argv: (os.kill(os.getpid(), signal.SIGHUP), 0)[1])
+        assert cli.main(["--details", "x"]) == 0
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def test_every_error_survives_a_process_boundary():
     """--workers N read ranks in a process pool; a rank's TraceFormatError could not be unpickled in
     the parent (its __init__ takes three parts), so any unreadable rank became 'internal error

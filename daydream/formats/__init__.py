@@ -86,6 +86,41 @@ MEMORY_BASE = 100 << 20
 INFLATE_HOLD = 2
 
 
+#: bytes of peak memory of a whole run (load, graph, replay, report) per event that can become a
+#: table row, and more per such event that becomes a graph task (a GPU task or a CUDA runtime call).
+#: Fitted (the marginal cost of the worst family) on synthetic .json.gz families measured with
+#: ``ru_maxrss`` of a forked ``daydream-analyze --details``: CPU ops only (100 k -> 400 k events:
+#: 79 -> 215 MB, 451 B per event); kernels only, 4 events per timestamp (50 k -> 400 k: 81 -> 401 MB,
+#: 914 B) and 64 per timestamp (200 k -> 640 k: 218 -> 680 MB, 1,050 B: 599 B over a CPU op). Not
+#: judged on those: tests/test_stream_memory.py judges it on kernel/runtime/CPU-op mixes at other
+#: sizes and tie patterns (within the memory bound at 95 % of the cap; refused past it).
+ROW_PEAK_BYTES = 456
+#: per graph task, more than ROW_PEAK_BYTES: fitted on the same families (1,050 - 451 B, rounded up)
+TASK_PEAK_BYTES = 600
+#: per ``python_function`` event (with_stack=True's Python frames, half of a real trace's events):
+#: fitted on the same way on a python_function-only family (100 k -> 400 k events: 65 -> 131 MB, 218 B
+#: per event); ``user_annotation`` ranges cost as much as CPU ops (443 B), so only this category is apart
+PYTHON_ROW_PEAK_BYTES = 224
+
+
+def row_budget(compressed_size: int) -> int:
+    """Bytes the memory promise leaves for a table and what is built from it, for an input file of
+    ``compressed_size`` bytes: :data:`MEMORY_PER_FILE_BYTE` x the size + :data:`MEMORY_ALLOWANCE`
+    - :data:`MEMORY_BASE`. The streaming reader refuses a document whose rows and tasks
+    (:data:`ROW_PEAK_BYTES`, :data:`TASK_PEAK_BYTES` each) need more (:func:`rows_refused`)."""
+    return MEMORY_PER_FILE_BYTE * compressed_size + MEMORY_ALLOWANCE - MEMORY_BASE
+
+
+def rows_refused(path: str, rows: int, tasks: int, compressed_size: int) -> TraceFormatError:
+    """The error for a document (read a slice at a time) whose ``rows`` events that can become rows,
+    ``tasks`` of them graph tasks, need more memory than :func:`row_budget` allows."""
+    return TraceFormatError(
+        path, "traceEvents", f"{rows:,} events or more ({tasks:,} of them GPU tasks or CUDA calls) from a file of "
+        f"{compressed_size:,} bytes: analysing them needs more than daydream's memory bound of {MEMORY_PER_FILE_BYTE} x "
+        f"the file's size + {MEMORY_ALLOWANCE >> 20} MB; refused as a possible decompression bomb (a real trace this "
+        "dense can be read decompressed: gunzip it and pass the .json)")
+
+
 def inflate_limit(path: str, compressed_size: int, held: bool = True) -> int:
     """The most bytes a compressed stream of ``compressed_size`` bytes in ``path`` may inflate to:
     max(:data:`INFLATE_FLOOR`, :data:`INFLATE_RATIO` x the size); where the inflated bytes are
@@ -94,8 +129,8 @@ def inflate_limit(path: str, compressed_size: int, held: bool = True) -> int:
     :data:`MEMORY_ALLOWANCE` - :data:`MEMORY_BASE` (a 3 MB file of ratio 97 peaked at 664 MB where
     332 MB were promised). The streaming Kineto reader holds one slice at a time (``held=False``):
     a real trace inflates 8-30 times, so the memory cap alone would refuse every .json.gz over a
-    few tens of MB; a stream without event boundaries for 16 MiB falls back to the whole-document
-    path, which applies the cap."""
+    few tens of MB; it bounds instead the rows it decodes (:func:`row_budget`), and a stream without
+    event boundaries for 16 MiB falls back to the whole-document path, which applies the cap."""
     by_ratio = max(INFLATE_FLOOR, INFLATE_RATIO * compressed_size)
     if not held:
         return by_ratio

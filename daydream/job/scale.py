@@ -44,7 +44,7 @@ from typing import Callable, Iterator
 import msgspec
 
 from ..errors import DaydreamError, UsageError
-from .wire import call, result
+from .wire import ClusterError, call, result, safe_exception
 
 #: seconds to open the TCP connection to the scheduler
 CONNECT_TIMEOUT_S = 10.0
@@ -215,12 +215,38 @@ def dask_mapper(address: str, debug: bool = False) -> Iterator[Callable]:
                                  f"(0 workers); start one: dask worker {addr}") from None
             except Exception as e:  # noqa: BLE001
                 raise UsageError(f"--scheduler {named}: lost the Dask scheduler ({type(e).__name__}: {e})") from None
-            yield lambda fn, items: _run(distributed, client, fn, items, named)
+            with _no_exception_pickles(distributed):
+                yield lambda fn, items: _run(distributed, client, fn, items, named)
         finally:
             try:
                 client.close(timeout=2)
             except Exception:  # noqa: BLE001 - closing a client whose scheduler is gone
                 pass
+
+
+@contextmanager
+def _no_exception_pickles(distributed):
+    """While the client runs: the exception of an erred task (pickled bytes from the cluster) is
+    built by ``wire.safe_exception`` (built-in exception classes only; any other class becomes a
+    ``ClusterError`` naming it, never imported) and its traceback is dropped unread, instead of
+    ``pickle.loads`` of both in ``distributed.client.clean_exception``. Process-wide while it
+    lasts (Dask looks the function up in its module)."""
+    mod = distributed.client
+    orig = getattr(mod, "clean_exception", None)
+    if orig is None:  # another Dask: nothing to narrow (docs/jobs.md, "Trust")
+        yield
+        return
+
+    def clean_exception(exception=None, traceback=None, **kw):
+        if isinstance(exception, (bytes, bytearray)):
+            exception = safe_exception(exception)
+        return orig(exception, None, **kw)
+
+    mod.clean_exception = clean_exception
+    try:
+        yield
+    finally:
+        mod.clean_exception = orig
 
 
 def _run(distributed, client, fn, items, named: str) -> list:
@@ -253,7 +279,14 @@ def _run(distributed, client, fn, items, named: str) -> list:
                              f"{WORKER_WAIT_S:g} s (0 workers; {sum(f.status == 'finished' for f in futures)} of {len(futures)} ranks read)")
     try:
         return [result(b, f"the Dask worker reading rank file #{i}") for i, b in enumerate(client.gather(futures))]
-    except distributed.KilledWorker as e:
+    except ClusterError as e:
+        if e.kind.endswith("KilledWorker"):
+            raise UsageError(f"--scheduler {named}: a Dask worker died while reading a rank ({e.kind}); "
+                             "check the workers' memory and logs") from None
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise UsageError(f"--scheduler {named}: the Dask cluster could not read a rank ({first}); the scheduler and "
+                         "workers need the same Python packages as daydream (daydream itself included)") from None
+    except distributed.KilledWorker as e:  # another Dask, where the exception was not narrowed
         raise UsageError(f"--scheduler {named}: a Dask worker died while reading a rank ({e}); "
                          "check the workers' memory and logs") from None
     except (OSError, getattr(distributed, "CommClosedError", OSError)) as e:

@@ -143,22 +143,120 @@ def decode(data: bytes, where: str = "a Dask worker"):
         raise UsageError(f"{where} sent back a result daydream does not accept ({e}); is the cluster yours?") from None
 
 
+#: characters of a worker's error message kept (the rest is cut: a message is one line of the report)
+MESSAGE_CHARS = 2000
+
+
 def call(fn, item) -> bytes:
-    """``fn(item)`` encoded, on a worker: the result, or daydream's own error (a bad trace) as
-    (class, parts), so that nothing comes back pickled."""
+    """``fn(item)`` encoded, on a worker: the result, daydream's own error (a bad trace) as
+    (class, parts), or any other exception ``fn`` raised as ("WorkerError", [its class name, its
+    message]), so that the task never fails on the cluster and nothing comes back pickled (an
+    erred task's exception reaches the client as a pickle)."""
     try:
         return encode({"ok": fn(item)})
     except TraceFormatError as e:
         return encode({"error": ["TraceFormatError", [e.path, e.where, e.reason]]})
     except UsageError as e:
         return encode({"error": ["UsageError", [e.message]]})
+    except Exception as e:  # noqa: BLE001 - every other failure of the work travels as plain data
+        return encode({"error": ["WorkerError", [type(e).__name__[:200], str(e)[:MESSAGE_CHARS]]]})
+
+
+class ClusterError(Exception):
+    """An error the Dask cluster reported, as plain data: ``kind`` (a class name the cluster
+    gave, never imported) and ``message``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}" if message else kind)
+        self.kind, self.message = kind, message
+
+
+class _Opaque:
+    """What a restricted unpickle builds for any class it does not allow: it takes any arguments
+    and state and runs nothing."""
+
+    def __init__(self, *args, **kw) -> None:
+        self.args = args
+
+    def __setstate__(self, state) -> None:
+        pass
+
+
+#: the exception classes an erred Dask task's pickle may build for real: Python's built-in ones
+#: that are ``Exception`` subclasses (not SystemExit, KeyboardInterrupt or GeneratorExit, which the
+#: client would act on when Dask raises them: a cluster could end the run with an exit code it chose)
+SAFE_EXCEPTIONS = {n: c for n, c in vars(__import__("builtins")).items() if isinstance(c, type) and issubclass(c, Exception)}
+
+
+def _tblib_exception(func, args_or_attrs, cause=None, tb=None, context=None, suppress_context=False, notes=None, args=(), *,
+                     attrs: bool = False):
+    """``tblib.pickling_support``'s rebuilders (Dask installs them for every exception), for the
+    allowed classes only: the exception is built from its class and arguments (its attributes set
+    when ``attrs``), its cause and context kept where they are exceptions, its traceback dropped."""
+    if not (isinstance(func, type) and func in SAFE_EXCEPTIONS.values()):
+        return _Opaque(func)
+    inst = func.__new__(func, *args) if attrs else func(*args_or_attrs)
+    if attrs and isinstance(args_or_attrs, dict):
+        for k, v in args_or_attrs.items():
+            if isinstance(k, str) and not k.startswith("__"):
+                setattr(inst, k, v)
+    inst.__cause__ = cause if isinstance(cause, BaseException) else None
+    inst.__context__ = context if isinstance(context, BaseException) else None
+    return inst
+
+
+#: the tblib rebuilders a pickled exception from Dask names, by "module.name"
+_TBLIB = {"tblib.pickling_support.unpickle_exception": lambda *a, **k: _tblib_exception(*a, **k),
+          "tblib.pickling_support.unpickle_exception_with_attrs": lambda *a, **k: _tblib_exception(*a, attrs=True, **k)}
+
+
+def safe_exception(data) -> BaseException:
+    """The exception an erred Dask task sent (pickled bytes), built without running the cluster's
+    code: a built-in exception class is built with its arguments; any other class (Dask's
+    ``KilledWorker``, a class of the worker's code) is never imported: the result is a
+    :class:`ClusterError` naming it ("module.Class") with the text of its string arguments. A
+    pickle that does not load gives ``ClusterError("unreadable", ...)``."""
+    import io
+    import pickle
+
+    named: list[str] = []
+
+    class _Restricted(pickle.Unpickler):
+        def find_class(self, module, name):
+            full = f"{module}.{name}"
+            if full in _TBLIB:
+                return _TBLIB[full]
+            named.append(full)
+            if module == "builtins" and name in SAFE_EXCEPTIONS:
+                return SAFE_EXCEPTIONS[name]
+            return _Opaque
+
+        def persistent_load(self, pid):
+            return None
+
+    if isinstance(data, BaseException):
+        return data
+    if not isinstance(data, (bytes, bytearray)):
+        return ClusterError("unreadable", str(data)[:MESSAGE_CHARS])
+    try:
+        obj = _Restricted(io.BytesIO(bytes(data))).load()
+    except Exception as e:  # noqa: BLE001 - any damage of the bytes
+        return ClusterError("unreadable", f"an error pickle that does not load ({type(e).__name__})")
+    if isinstance(obj, BaseException) and all(not isinstance(a, _Opaque) for a in obj.args):
+        obj.__traceback__ = None
+        return obj
+    texts = [a for a in getattr(obj, "args", ()) if isinstance(a, (str, int, float))]
+    return ClusterError(next((n for n in named if not n.startswith("builtins.")), named[0] if named else "unknown"),
+                        " ".join(map(str, texts))[:MESSAGE_CHARS])
 
 
 def result(data: bytes, where: str = "a Dask worker"):
     """What :func:`call` returned: the value, or its error raised.
 
     Raises:
-        TraceFormatError, UsageError: the worker's error; UsageError: not such a result.
+        TraceFormatError, UsageError: the worker's error (any other exception the work raised on
+            the worker: a UsageError with its class name and message's first line); UsageError:
+            not such a result.
     """
     out = decode(data, where) if isinstance(data, bytes) else None
     if not isinstance(out, dict) or not ({"ok"} == set(out) or {"error"} == set(out)):
@@ -170,4 +268,7 @@ def result(data: bytes, where: str = "a Dask worker"):
         raise TraceFormatError(*parts)
     if kind == "UsageError" and len(parts) == 1 and isinstance(parts[0], str):
         raise UsageError(parts[0])
+    if kind == "WorkerError" and len(parts) == 2 and all(isinstance(p, str) for p in parts):
+        first = (parts[1].strip().splitlines() or [""])[0]
+        raise UsageError(f"{where} failed ({parts[0]}: {first}); the worker's own error, sent back as plain data")
     raise UsageError(f"{where} sent back an error daydream does not accept; is the cluster yours?")

@@ -61,7 +61,7 @@ register(
         what_if=True,
         params={
             "ratio": Param(4.0, "compression ratio (e.g. 4: fp32 -> 8-bit quantization; user's what-if)", float, lambda v: v >= 1, ">= 1"),
-            "efficiency": Param(0.8, "fraction of peak DRAM bandwidth a (de)compression pass reaches (streaming kernels: ~0.8)", float,
+            "efficiency": Param(0.8, "fraction of peak DRAM bandwidth a (de)compression pass reaches (streaming kernels: ~0.8; an assumption, not measured: override it)", float,
                                 lambda v: 0 < v <= 1, "0 to 1"),
             "mem_gbps": Param(900.0, "DRAM bandwidth, GB/s, when the trace's GPU is unknown (V100: 900, spec sheet)", float, lambda v: v > 0, "> 0"),
             **NETWORK_PARAMS,

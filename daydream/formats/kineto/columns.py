@@ -70,6 +70,11 @@ class _Columns:
 
     def __init__(self) -> None:
         self.n = 0
+        #: events that can become rows (``python_function`` ones apart: they cost less), and of them
+        #: GPU tasks and CUDA runtime calls (graph tasks): what the streaming reader's memory bound
+        #: counts (``formats.row_budget``)
+        self.row_events = self.python_events = self.task_events = 0
+        self._py_p = np.zeros(0, bool)  # per (ph, cat) pair: a python_function event
         self.pair_ix = _Ids()
         self.ph_ix = _Ids()  # the fast path's ids of ph and cat values, and (ph id, cat id) -> pair id
         self.cat_ix = _Ids()
@@ -177,6 +182,7 @@ class _Columns:
         self._put("ext", ext)
         kind = self._kind_p[pair_of[ri]]
         gpu = self._gpu_p[pair_of[ri]]
+        self._count_rows(pair_of[ri], gpu | (kind == Kind.RUNTIME))
         for cols, sel in (
             (("device", "stream", "correlation", "daydream_pid"), gpu | (kind == Kind.RUNTIME)),
             (("bytes",), (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)),
@@ -194,6 +200,17 @@ class _Columns:
                 self._put("cuda_sync_kind@", ri[sel] + base)
                 self._put("cuda_sync_kind", np.fromiter(map(conv.__getitem__, raw), np.int8, count=len(sel)))
         self.n += n
+
+    def _count_rows(self, pairs: np.ndarray, task: np.ndarray) -> None:
+        """Count the events of ``pairs`` (pair ids of events that can become rows) for the memory
+        bound: python_function ones apart, and the graph tasks among them (``task``, bool)."""
+        if len(self._py_p) < len(self.pair_ix):
+            new = list(self.pair_ix)[len(self._py_p):]
+            self._py_p = np.concatenate([self._py_p, np.array([c == "python_function" for _, c in new], bool)])
+        py = int(np.count_nonzero(self._py_p[pairs]))
+        self.python_events += py
+        self.row_events += len(pairs) - py
+        self.task_events += int(np.count_nonzero(task))
 
     def _add_launch(self, events, args: Optional[list], ext_all: Optional[np.ndarray], pair_of: np.ndarray, name_of: np.ndarray) -> None:
         """Add the launch facts of the kernel and op events (by category, any ph, as

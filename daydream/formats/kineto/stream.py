@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 
 from ...events.table import Accounting, EventTable
-from .. import GZIP_MAGIC, inflate_limit, inflate_refused
+from .. import GZIP_MAGIC, PYTHON_ROW_PEAK_BYTES, ROW_PEAK_BYTES, TASK_PEAK_BYTES, inflate_limit, inflate_refused, row_budget, rows_refused
 from . import times
 from .columns import _Columns
 from .metadata import _base_time_ns, _meta
@@ -200,13 +200,15 @@ def _stream(path: str, blocks, strict: bool = False) -> Optional[EventTable]:
         return None
     head_doc, buf = got
     cols = _Columns()
-    if not _stream_events(blocks, buf, dec_events, cols):
+    bound = _RowBound(path)
+    if not _stream_events(blocks, buf, dec_events, cols, bound):
         return None
     tail_doc, typed = _stream_tail(buf, dec_doc)
     del buf
     if tail_doc is None:
         return None
     cols.add(tail_doc.traceEvents, typed)
+    bound.check(cols)
     # a key written both before and after the array: the later one, as a whole-document decode
     for f in _Doc.__struct_fields__:
         if f != "traceEvents" and not bytes(getattr(tail_doc, f)):
@@ -216,6 +218,28 @@ def _stream(path: str, blocks, strict: bool = False) -> Optional[EventTable]:
     meta = _meta(path, tail_doc, acct, strict)
     base_ns = _base_time_ns(path, tail_doc)
     return _build_table(cols, base_ns, meta, acct)
+
+
+class _RowBound:
+    """The memory promise on the streaming path: the rows decoded so far, and the graph tasks among
+    them, may need at most ``formats.row_budget`` of the file's size (:data:`ROW_PEAK_BYTES` per
+    row, :data:`PYTHON_ROW_PEAK_BYTES` per ``python_function`` row, :data:`TASK_PEAK_BYTES` more per
+    task), checked after each slice. A small .gz inflating
+    to a dense valid trace (640 k kernels from 242 KB) peaked at 680 MB where 302 MB were promised."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.size = os.stat(path).st_size if path else 0
+        except OSError:
+            self.size = 0
+        self.budget = row_budget(self.size) if path else None
+
+    def check(self, cols: _Columns) -> None:
+        """Raise TraceFormatError when ``cols`` holds more rows than the budget allows."""
+        need = cols.row_events * ROW_PEAK_BYTES + cols.python_events * PYTHON_ROW_PEAK_BYTES + cols.task_events * TASK_PEAK_BYTES
+        if self.budget is not None and need > self.budget:
+            raise rows_refused(self.path, cols.row_events + cols.python_events, cols.task_events, self.size)
 
 
 def _stream_head(blocks, dec_doc: msgspec.json.Decoder) -> Optional[tuple[_Doc, bytearray]]:
@@ -251,7 +275,7 @@ def _stream_head(blocks, dec_doc: msgspec.json.Decoder) -> Optional[tuple[_Doc, 
     return head_doc, bytearray(head[m.end() - 1 :])
 
 
-def _stream_events(blocks, buf: bytearray, dec_events: _SliceDecoder, cols: _Columns) -> bool:
+def _stream_events(blocks, buf: bytearray, dec_events: _SliceDecoder, cols: _Columns, bound: Optional[_RowBound] = None) -> bool:
     """Add to ``cols`` the events of ``buf`` and the blocks after it, a slice of events at a time.
 
     ``buf`` always starts with the array's '['; it is read into up to ``_STREAM_CHUNK`` bytes
@@ -298,6 +322,8 @@ def _stream_events(blocks, buf: bytearray, dec_events: _SliceDecoder, cols: _Col
         need, seen = _STREAM_CHUNK, 0
         if not _add_slice(win, cands, dec_events, cols):
             return False
+        if bound is not None:
+            bound.check(cols)
 
 
 class _Window:

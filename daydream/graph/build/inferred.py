@@ -33,7 +33,7 @@ replay and predictions never run later than the emulator.
 
 ``L`` and ``G`` are measured before this stage and kept: the inference needs them, and tasks it
 links were measured as idle (ready at launch) at worst, which the lower median of ``L`` and the
-trimmed mean of ``G`` absorb.
+mean of ``G`` absorb.
 """
 
 from __future__ import annotations
