@@ -7,6 +7,7 @@ a prediction (scale-kernels) the emulator's run of the changed program with the 
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from daydream.graph.contention import started_overlapped, stretched_ns, with_con
 from daydream.simulate import simulate, simulate_events
 from daydream.simulate import contention as sim_contention
 from daydream.simulate.replay import replay
-from daydream.testing.emulator import DeviceSync, GraphLaunch, Launch, Program, Thread, emulate, measure_latencies, programs, to_kineto
+from daydream.testing.emulator import DeviceSync, GraphLaunch, Launch, Program, RangeBegin, RangeEnd, Thread, emulate, measure_latencies, programs, to_kineto
 from daydream.transform import scale
 
 
@@ -102,6 +103,17 @@ def test_replay_with_the_model_gives_the_recorded_times_and_counts_what_it_unstr
     assert ((on.end_ns - on.start_ns)[k] - (off.end_ns - off.start_ns)[k]).tolist() == [0, 5_000, 5_000, 0]
 
 
+def test_the_model_keeps_the_links_the_trace_lacks():
+    """Bug: with_contention copied ``counts`` into a plain dict, and the trust line lost its
+    "links missing from the trace" (seen on hta/df_index_resolver: 3,918 with the model off, none on)."""
+    from daydream.graph._arrays import Counts, count
+    g = _graph(emulate(_two_streams(), 1.5))
+    c = Counts(g.counts)
+    count(c, "gpu_task_without_launch", 3, missing=True)
+    g2 = with_contention(dataclasses.replace(g, counts=c), 1.5, "given")
+    assert g2.counts.missing == {"gpu_task_without_launch"} and g2.counts["gpu_task_without_launch"] == 3
+
+
 def test_bad_factor_is_refused():
     g = _graph(emulate(_two_streams()))
     for f in (0.0, -1.0, float("nan"), float("inf")):
@@ -155,3 +167,70 @@ def test_prediction_with_contention_equals_the_emulator(prog, pct, x):
     exp2, got2 = _times(changed, g2, simulate(g2))
     assert got2 == exp2
     event("prediction checked")
+
+
+def _names_program(names=4):
+    """``names`` kernels alone on stream 7, then each again on stream 20 beside a 150 us kernel
+    on stream 7, one ProfilerStep around it all. With contention 1.5: k0 (60 us), k1 (75 us) and
+    k2 (90 us) start while it runs and are stretched, k3 starts at 225 us, after it: alone."""
+    ops = [RangeBegin("ProfilerStep#1")]
+    durs = [40_000 + 10_000 * i for i in range(names)]
+    for i, d in enumerate(durs):
+        ops += [Launch(7, f"k{i}", d, 1_000), DeviceSync(100)]
+    ops += [Launch(7, "long", 150_000, 1_000)] + [Launch(20, f"k{i}", d, 1_000) for i, d in enumerate(durs)]
+    ops += [DeviceSync(100), RangeEnd()]
+    return Program([Thread(ops)], launch_latency_ns=5_000, gpu_gap_ns=1_000)
+
+
+@pytest.mark.slow
+def test_cli_contention_measured_and_given(tmp_path, capsys):
+    """Through daydream-analyze: ``measured`` finds the trace's 1.5 and says so (text and JSON),
+    the replay is exact with it; a prediction (every kernel 2x) equals the emulator's run of
+    that program with 1.5 (the window ends with stream 20's kernels, so ``f`` shows); a given
+    factor is said as given; off says nothing new."""
+    from daydream.cli import main
+    prog = _names_program()
+    trace = tmp_path / "t.json"
+    to_kineto(emulate(prog, 1.5), str(trace))
+    out_json = tmp_path / "r.json"
+    assert main([str(trace), "--contention", "measured", "--opt", "scale-kernels:factor=2", "--json", str(out_json), "--details"]) == 0
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("contention:"))
+    assert "x1.500 (measured on this trace: lower median over 3 kernel names of 3 overlapped-at-start / 3 alone" in line
+    assert "3 recorded kernels taken back to their alone duration" in line
+    r = json.loads(out_json.read_text())
+    assert (r["graph"]["contention_applied"], r["graph"]["contention_unstretched"]) == (1.5, 3)
+    assert r["graph"]["contention_applied_from"].startswith("measured on this trace")
+    w = r["window"]
+    assert w["replayed_ns"] == w["measured_ns"]  # exact baseline with the model on
+    changed = emulate(_scaled(prog, 2), 1.5)
+    assert r["predictions"][0]["window"]["predicted_ns"] == changed.end_ns - changed.trace_t0_ns
+    assert r["predictions"][0]["window"]["predicted_ns"] != emulate(_scaled(prog, 2)).end_ns - changed.trace_t0_ns  # f matters
+    assert main([str(trace), "--contention", "1.2", "--json", str(out_json)]) == 0
+    assert json.loads(out_json.read_text())["graph"]["contention_applied_from"] == "given: --contention 1.2"
+    assert main([str(trace), "--json", str(out_json)]) == 0
+    g = json.loads(out_json.read_text())["graph"]
+    assert g["contention_applied"] == 0.0 and g["contention"].endswith("measured, not used (--contention off)")
+
+
+def test_cli_bad_contention_is_one_line_exit_2(tmp_path, capsys):
+    from daydream.cli import main
+    trace = tmp_path / "t.json"
+    to_kineto(emulate(_two_streams()), str(trace))
+    for bad in ("fast", "0", "-1", "nan", "inf"):
+        assert main([str(trace), "--contention", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--contention" in err[0] and "Traceback" not in err[0]
+    assert main([str(trace), str(trace), "--contention", "measured"]) == 2  # a job: refused
+    assert "--contention apply to one trace" in capsys.readouterr().err
+
+
+def test_measured_without_a_factor_is_off_with_a_warning(tmp_path, capsys):
+    from daydream.cli import main
+    trace = tmp_path / "t.json"
+    to_kineto(emulate(_two_streams(), 1.5), str(trace))  # 3 names, none both alone and overlapped
+    out_json = tmp_path / "r.json"
+    assert main([str(trace), "--contention", "measured", "--json", str(out_json)]) == 0
+    r = json.loads(out_json.read_text())
+    assert r["graph"]["contention_applied"] == 0.0
+    assert any(w.startswith("--contention measured: contention not measured") for w in r["warnings"])

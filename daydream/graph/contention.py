@@ -20,6 +20,7 @@ starts while another stream's kernel runs (``simulate/contention.py``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -251,6 +252,6 @@ def with_contention(graph: TaskGraph, factor: float, source: str) -> TaskGraph:
     dur = graph.dur_ns.copy()
     kk = k[was]
     dur[kk] = np.floor(dur[kk].astype(np.float64) / factor + 0.5).astype(np.int64)
-    counts = dict(graph.counts)
+    counts = copy.copy(graph.counts)  # a Counts keeps its ``missing`` (the links the trust line lists)
     counts["contention_unstretched"] = int(was.sum())
     return dataclasses.replace(graph, dur_ns=dur, counts=counts, contention_factor=float(factor), contention_source=source)

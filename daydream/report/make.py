@@ -74,9 +74,16 @@ def _staging(fit) -> dict:
 
 
 def _contention(graph: TaskGraph) -> dict:
-    """The :class:`GraphSummary` fields of the trace's measured contention (not modelled)."""
+    """The :class:`GraphSummary` fields of the trace's measured contention and of the contention
+    model the replay used (``graph.contention_factor``, 0: off)."""
     c = measure_contention(graph)
-    return {"contention_factor": round(c.factor, 6), "contention": c.describe() + ("" if c.reason else "; measured, not modelled")}
+    on = graph.contention_factor > 0
+    out = {"contention_factor": round(c.factor, 6),
+           "contention": c.describe() + ("" if c.reason or on else "; measured, not used (--contention off)")}
+    if on:
+        out.update(contention_applied=float(graph.contention_factor), contention_applied_from=graph.contention_source,
+                   contention_unstretched=int(graph.counts.get("contention_unstretched", 0)))
+    return out
 
 
 def _window_note(graph: TaskGraph, rel: np.ndarray) -> str:

@@ -79,10 +79,16 @@ class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
     staging_ns_per_byte: float = 0.0
     staging_fit: str = ""
     #: contention between streams as the trace shows it (graph/contention.py): the factor
-    #: (overlapped / alone durations of the same kernel names; 0.0 not measured), the names and
-    #: instances it comes from, in words; measured, not used by the replay or the predictions
+    #: (overlapped-at-start / alone durations of the same kernel names; 0.0 not measured), the
+    #: names and instances it comes from, in words
     contention_factor: float = 0.0
     contention: str = ""
+    #: the contention model's factor the replay and every prediction used (``--contention``;
+    #: docs/model.md, "Contention between streams"; 0.0: off), where it came from, in words, and
+    #: how many kernels' recorded durations it took back to their alone duration (inferred)
+    contention_applied: float = 0.0
+    contention_applied_from: str = ""
+    contention_unstretched: int = 0
 
 
 class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
