@@ -1,5 +1,5 @@
 """Contention between streams, measured from a trace's own recorded timeline (docs/model.md,
-"Contention between streams: measured, not modelled").
+"Contention between streams").
 
 Two kernels on two streams of one GPU share its SMs and memory: each may run slower than alone.
 The trace shows it where the same kernel (by name) ran both alone and overlapped by other

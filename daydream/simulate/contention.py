@@ -26,8 +26,8 @@ from ..errors import DaydreamError
 from ..graph import TaskGraph
 from ..graph.contention import kernel_lanes, started_overlapped, stretched_ns
 
-#: the most replays one contended replay may take; a limit, not a model constant (the fixed point
-#: is reached in a few rounds on the development traces, docs/accuracy.md)
+#: the most replays one contended replay may take: a limit on the cost, not a model constant (the
+#: rounds each development trace took are in docs/accuracy.md)
 MAX_ROUNDS = 100
 
 
