@@ -25,7 +25,7 @@ from daydream.simulate import simulate, simulate_events
 from daydream.simulate import contention as sim_contention
 from daydream.simulate.replay import replay
 from daydream.testing.emulator import DeviceSync, GraphLaunch, Launch, Program, RangeBegin, RangeEnd, Thread, emulate, measure_latencies, programs, to_kineto
-from daydream.transform import scale
+from daydream.transform import scale, set_priority
 
 
 def _graph(run):
@@ -44,6 +44,16 @@ def _times(run, graph, tl):
     got = ({int(c): (int(s), int(e)) for c, s, e in zip(corr[cpu], tl.start_ns[cpu], tl.end_ns[cpu])},
            sorted((int(c), int(s), int(e)) for c, s, e in zip(corr[~cpu], tl.start_ns[~cpu], tl.end_ns[~cpu])))
     return exp, got
+
+
+def _holds_the_rule(g, tl) -> bool:
+    """Every kernel of the replay ``tl`` of ``g`` lasts f x its duration (rounded half up) exactly
+    when another stream's kernel of its device was running at its start, else its duration."""
+    k = np.flatnonzero(g.node_kind == Kind.KERNEL)
+    dev, stream = g.lane_keys[g.lane[k], 2], g.lane_keys[g.lane[k], 3]
+    over = started_overlapped(tl.start_ns[k], tl.end_ns[k], dev, stream)
+    want = np.where(over, stretched_ns(g.dur_ns[k], g.contention_factor), g.dur_ns[k])
+    return ((tl.end_ns[k] - tl.start_ns[k]) == want + tl.blocked_ns[k]).all()
 
 
 def _two_streams(long_ns=100_000):
@@ -114,6 +124,21 @@ def test_the_model_keeps_the_links_the_trace_lacks():
     assert g2.counts.missing == {"gpu_task_without_launch"} and g2.counts["gpu_task_without_launch"] == 3
 
 
+def test_priority_scheduled_stream_with_the_model():
+    """The event-driven replay (stream 20 scheduled by priority) runs the model too: the rule
+    holds on its result, which differs from the replay without the model (``a`` and ``b`` start
+    beside ``long``)."""
+    g = with_contention(_graph(emulate(_two_streams(), 1.5)), 1.5, "given")
+    names = [g.name(v) for v in range(g.n)]
+    pr = np.array([5 if nm == "c" else 0 for nm in names])
+    lane20 = int(g.lane[names.index("a")])
+    gp = set_priority(g, pr, [lane20])
+    tl = simulate(gp)
+    assert _holds_the_rule(gp, tl)
+    off = simulate(dataclasses.replace(gp, contention_factor=0.0))
+    assert tl.end_ns.tolist() != off.end_ns.tolist()
+
+
 def test_bad_factor_is_refused():
     g = _graph(emulate(_two_streams()))
     for f in (0.0, -1.0, float("nan"), float("inf")):
@@ -154,6 +179,7 @@ def test_prediction_with_contention_equals_the_emulator(prog, pct, x):
     tl = simulate(g)
     exp, got = _times(run, g, tl)
     assert got == exp
+    assert _holds_the_rule(g, tl)
     ev = simulate_events(g)
     assert ev.start_ns.tolist() == tl.start_ns.tolist() and ev.end_ns.tolist() == tl.end_ns.tolist()
     py = sim_contention.contended(g, lambda d: replay(g, g.order, compiled=False, dur=d))
