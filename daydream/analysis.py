@@ -19,7 +19,7 @@ from .optimizations import Optimization, check_composition, echo, load_all, pars
 from .optimizations.kernel_cost import range_ends, range_words
 from .render.chrome_trace import write_timeline
 from .report.report_model import AppliedOpt, PredictionRange, Ranked, Report, WaitBound
-from .report.make import build_prediction, build_report
+from .report.make import build_prediction, build_report, contention_note
 from .report.pictures import add_prediction_ops, pictures, step_picture
 from .report.windows import window_end_ns
 from .report.summary import WHATIF_MIN_SPEEDUP, answer_speedup, answer_whatifs, change_summary, median_step_speedup
@@ -157,6 +157,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
     graph = with_contention_option(build_graph(table, map_events(table)), contention, unsettled)
     graph, tl = _replay(graph, unsettled, "the baseline replay")
     report = build_report(graph, tl, recorded(graph))
+    report.graph.contention_stretched = tl.contention_stretched
     report.warnings += unsettled
     result = Result(report, graph, tl)
     report.pictures = pictures(graph, tl, report.steps)
@@ -170,6 +171,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             return result
         g2, tl2 = _replay(g2, report.warnings, "the prediction " + " + ".join(o.name for o, _ in opts))
         report.predictions.append(build_prediction(report, g2, tl2, applied))
+        applied[-1].note += contention_note(report, g2, tl2)
         report.predictions[-1].wait_bound = wait_bound(graph, g2)
         report.predictions[-1].range = prediction_range(report, g2, report.warnings)
         result.predicted_graph, result.predicted = g2, tl2
@@ -194,7 +196,8 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             g2, tl2 = _replay(g2, report.warnings, f"--opt all's {name}")
             pred = build_prediction(report, g2, tl2, applied)
             b = wait_bound(graph, g2)
-            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0,
+            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note + contention_note(report, g2, tl2),
+                               b.speedup if b else 0.0,
                                median_step_speedup(report.steps, pred.steps),
                                memory=pred.memory.line if pred.memory is not None else "", fits=_fits(pred.memory),
                                by_cause_ns=dict(pred.critical_path.by_cause_ns)))

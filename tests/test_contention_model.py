@@ -53,7 +53,7 @@ def _holds_the_rule(g, tl) -> bool:
     dev, stream = g.lane_keys[g.lane[k], 2], g.lane_keys[g.lane[k], 3]
     over = started_overlapped(tl.start_ns[k], tl.end_ns[k], dev, stream)
     want = np.where(over, stretched_ns(g.dur_ns[k], g.contention_factor), g.dur_ns[k])
-    return ((tl.end_ns[k] - tl.start_ns[k]) == want + tl.blocked_ns[k]).all()
+    return ((tl.end_ns[k] - tl.start_ns[k]) == want + tl.blocked_ns[k]).all() and tl.contention_stretched == int(over.sum())
 
 
 def _two_streams(long_ns=100_000):
@@ -198,7 +198,7 @@ def test_prediction_with_contention_equals_the_emulator(prog, pct, x):
 def _names_program(names=4):
     """``names`` kernels alone on stream 7, then each again on stream 20 beside a 150 us kernel
     on stream 7, one ProfilerStep around it all. With contention 1.5: k0 (60 us), k1 (75 us) and
-    k2 (90 us) start while it runs and are stretched, k3 starts at 225 us, after it: alone."""
+    k2 (90 us) start while it runs and are stretched, k3 starts after it (at 234 us): alone."""
     ops = [RangeBegin("ProfilerStep#1")]
     durs = [40_000 + 10_000 * i for i in range(names)]
     for i, d in enumerate(durs):
@@ -229,6 +229,11 @@ def test_cli_contention_measured_and_given(tmp_path, capsys):
     assert r["graph"]["contention_applied_from"].startswith("measured on this trace")
     w = r["window"]
     assert w["replayed_ns"] == w["measured_ns"]  # exact baseline with the model on
+    assert r["graph"]["contention_stretched"] == 3  # k0-k2 again
+    p = r["predictions"][0]
+    # 2x (us after the launch call): long runs 5-305; k0 6-126, k1 127-277, k2 278-458 start beside it, k3 at 459 alone
+    assert p["contention_stretched"] == 3
+    assert p["optimizations"][-1]["note"].endswith("contention x1.500: 3 kernels start beside another stream's and are stretched (baseline 3)")
     changed = emulate(_scaled(prog, 2), 1.5)
     assert r["predictions"][0]["window"]["predicted_ns"] == changed.end_ns - changed.trace_t0_ns
     assert r["predictions"][0]["window"]["predicted_ns"] != emulate(_scaled(prog, 2)).end_ns - changed.trace_t0_ns  # f matters

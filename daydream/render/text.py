@@ -208,7 +208,8 @@ def _contention_line(g) -> list[str]:
     if not g.contention_applied:
         return []
     return [f"  contention: kernels that start while another stream's kernel runs last x{g.contention_applied:.3f} "
-            f"({terminal_text(g.contention_applied_from)}); {g.contention_unstretched:,} recorded kernels taken back to their alone duration"]
+            f"({terminal_text(g.contention_applied_from)}); {g.contention_unstretched:,} recorded kernels taken back to their alone duration, "
+            f"{g.contention_stretched:,} stretched by the replay"]
 
 
 def windows_section(r: Report) -> list[str]:

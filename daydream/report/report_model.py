@@ -89,6 +89,8 @@ class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
     contention_applied: float = 0.0
     contention_applied_from: str = ""
     contention_unstretched: int = 0
+    #: kernels the baseline replay stretched under the model (-1: off)
+    contention_stretched: int = -1
 
 
 class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
@@ -191,6 +193,8 @@ class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     wait_bound: WaitBound | None = None  #: set where the trace has cross-stream waits without their event (daydream.analysis)
     memory: MemorySummary | None = None  #: the predicted memory (None: the trace has no allocator events)
     range: PredictionRange | None = None  #: set where a cost model gave kernels a range (daydream.analysis)
+    #: kernels the contention model stretched in the prediction's replay (``--contention``); -1: off
+    contention_stretched: int = -1
 
 
 class Ranked(msgspec.Struct, forbid_unknown_fields=True):

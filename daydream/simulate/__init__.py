@@ -62,8 +62,9 @@ def _run(graph: TaskGraph, order: np.ndarray, event_driven: bool) -> Timeline:
         else:
             def run(dur=None):
                 return replay(graph, order, dur=dur)
+        stretched = -1
         if graph.contention_factor > 0:  # the contention model (docs/model.md): its fixed point
-            s, e, b, _, _ = contended(graph, run)
+            s, e, b, stretched, _ = contended(graph, run)
         else:
             s, e, b = run()
         start = s if isinstance(s, np.ndarray) else np.fromiter(s, dtype=np.int64, count=graph.n)
@@ -73,7 +74,7 @@ def _run(graph: TaskGraph, order: np.ndarray, event_driven: bool) -> Timeline:
         raise TraceFormatError(
             src, "", "the replayed timeline runs past the int64 nanosecond range (about year 2262): "
             "the trace's timestamps or durations are damaged") from None
-    return Timeline(start, end, np.asarray(b, dtype=np.int64))
+    return Timeline(start, end, np.asarray(b, dtype=np.int64), contention_stretched=stretched)
 
 
 def with_bindings(graph: TaskGraph, tl: Timeline) -> Timeline:
