@@ -88,6 +88,19 @@ def test_emulator_stretches_what_starts_beside_another_stream():
     assert [t.end_ns - t.start_ns for t in run.tasks] == [12_000, 20_000, 10_000, 10_000]
 
 
+def test_another_devices_kernel_does_not_stretch():
+    """Only another stream *of the same device*: ``a`` on device 0 starts while ``long`` runs on
+    device 1 (not stretched), ``b`` on device 1's other stream while ``long`` runs (stretched);
+    the replay agrees."""
+    ops = [Launch(7, "long", 100_000, 1_000, device=1), Launch(20, "a", 10_000, 1_000, device=0),
+           Launch(20, "b", 10_000, 1_000, device=1), DeviceSync(100, device=1), DeviceSync(100, device=0)]
+    run = emulate(Program([Thread(ops)], launch_latency_ns=5_000, gpu_gap_ns=1_000), 2.0)
+    assert [(t.name, t.end_ns - t.start_ns) for t in run.tasks] == [("long", 100_000), ("a", 10_000), ("b", 20_000)]
+    g = with_contention(_graph(run), 2.0, "given")
+    exp, got = _times(run, g, simulate(g))
+    assert got == exp and g.counts["contention_unstretched"] == 1
+
+
 def test_emulator_settles_a_kernel_launched_later_that_starts_first():
     """``x`` is launched first on stream 7 behind a long kernel, ``y`` later on idle stream 20: in
     call order ``x`` is enqueued before ``y`` exists, yet ``x`` starts while ``y`` runs."""
@@ -165,9 +178,11 @@ def _scaled(prog: Program, x: int) -> Program:
 
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(programs(max_threads=2, max_ops=30, graph_launches=True), st.integers(100, 400), st.sampled_from([2, 3]))
+@given(programs(max_threads=2, max_ops=30, graph_launches=True, graph_streams=True), st.integers(100, 400),
+       st.sampled_from([2, 3]))
 def test_prediction_with_contention_equals_the_emulator(prog, pct, x):
-    """Over 150 derandomized programs (about 50 with stretched kernels, some needing 3+ rounds) (1-2 threads, 1-3 streams, graph launches) and factors
+    """Over 150 derandomized programs (1-2 threads, 1-3 streams, graph launches, some on streams
+    of their own; about 60 with stretched kernels, some needing 3+ rounds) and factors
     1.00-4.00: the baseline replay of the trace recorded with contention ``f`` (model on, ``f``)
     is the emulator's run; the prediction of every kernel ``x`` times longer is the emulator's run
     of that program with ``f`` (where the calls keep their order); the compiled, Python and
