@@ -54,13 +54,19 @@ def _on_off(rel: str, table, g, factor: float) -> str:
     """One row of the on/off table: the baseline replay's errors with ``--contention off`` and
     ``measured``, the kernels the model took back to their alone duration and stretched, and the
     replays its fixed point took (on the built graph, before the launch-order settling)."""
-    off, on = (analyze(table, contention=m).report.trust for m in ("off", "measured"))
+    r_off, r_on = (analyze(table, rank_all=True, contention=m).report for m in ("off", "measured"))
+    off, on = r_off.trust, r_on.trust
     gc = with_contention(g, factor, "measured")
     _, _, _, stretched, rounds = contended(gc, lambda d: replay(gc, gc.order, dur=d))
+    sp_on = {r.name: r.speedup for r in r_on.ranking if r.predicted_ns >= 0}
+    moved = [(abs(sp_on[r.name] - r.speedup), r.name, r.speedup, sp_on[r.name]) for r in r_off.ranking
+             if r.predicted_ns >= 0 and r.name in sp_on]
+    most = max(moved, default=None)
+    most_s = f"{most[1]} {most[2]:.3f}x / {most[3]:.3f}x" if most and most[0] > 0 else "none changed" if most else "–"
     return (f"| {rel} | {factor:.3f} | {gc.counts['contention_unstretched']:,} / {stretched:,} | {rounds} | "
             f"{off.window_error_pct:.3f} / {on.window_error_pct:.3f} | {off.max_step_error_pct:.3f} / {on.max_step_error_pct:.3f} "
             f"({on.steps}) | {off.gpu_start_error_p50_us:,.1f} / {on.gpu_start_error_p50_us:,.1f} | "
-            f"{off.gpu_start_error_p99_us:,.1f} / {on.gpu_start_error_p99_us:,.1f} |")
+            f"{off.gpu_start_error_p99_us:,.1f} / {on.gpu_start_error_p99_us:,.1f} | {most_s} |")
 
 
 def section(traces: Path, kernels: Path) -> list[str]:
@@ -91,10 +97,11 @@ def section(traces: Path, kernels: Path) -> list[str]:
         "ProfilerStep error (|replayed - measured| / measured, %, with the steps compared), and the GPU tasks'",
         "start error (median and p99 |replayed - recorded start|, us). *Kernels*: those the model took back to",
         "their alone duration (recorded / factor: they started while another stream's kernel ran) / those its",
-        "replay stretched; *rounds*: the replays its fixed point took (`simulate/contention.py`).",
+        "replay stretched; *rounds*: the replays its fixed point took (`simulate/contention.py`). *Most moved*:",
+        "the `--opt all` optimization whose predicted speed-up of the traced window the model changes most, off / on.",
         "",
-        "| trace | factor | kernels taken back / stretched | rounds | window error % off / on | max step error % off / on (steps) | GPU start p50 us off / on | p99 us off / on |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| trace | factor | kernels taken back / stretched | rounds | window error % off / on | max step error % off / on (steps) | GPU start p50 us off / on | p99 us off / on | most moved: speed-up off / on |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
         *on_off,
     ]
 
