@@ -34,7 +34,9 @@ def simulate(graph: TaskGraph, order: np.ndarray | None = None) -> Timeline:
     Raises:
         InternalError: ``order`` visits a node before something it depends on (a bug: every
             order daydream makes is topological).
-        DaydreamError: the graph has a cycle under its scheduling policy.
+        DaydreamError: the graph has a cycle under its scheduling policy; with the contention
+            model on (``graph.contention_factor > 0``), no fixed point within
+            :data:`.contention.MAX_ROUNDS` replays.
         TraceFormatError: a replayed time does not fit in int64 ns (damaged timestamps).
     """
     order = graph.order if order is None else np.asarray(order, dtype=np.int64)
