@@ -13,12 +13,13 @@ from typing import Any
 from .errors import DaydreamError, NotApplicable, UsageError
 from .events.table import EventTable
 from .graph import TaskGraph, build_graph
+from .graph.contention import measure_contention, with_contention
 from .mapping import map_events
 from .optimizations import Optimization, check_composition, echo, load_all, parse_spec
 from .optimizations.kernel_cost import range_ends, range_words
 from .render.chrome_trace import write_timeline
 from .report.report_model import AppliedOpt, PredictionRange, Ranked, Report, WaitBound
-from .report.make import build_prediction, build_report
+from .report.make import build_prediction, build_report, contention_note
 from .report.pictures import add_prediction_ops, pictures, step_picture
 from .report.windows import window_end_ns
 from .report.summary import WHATIF_MIN_SPEEDUP, answer_speedup, answer_whatifs, change_summary, median_step_speedup
@@ -93,31 +94,70 @@ def resolve_opt(spec) -> tuple[Optimization, dict[str, Any]]:
     raise TypeError(f"an optimization is 'name', 'name:p=v', ('name', {{'p': v}}) or a parse_spec() result, not {spec!r}")
 
 
-def analyze(table: EventTable, opts=(), *, rank_all: bool = False) -> Result:
+def analyze(table: EventTable, opts=(), *, rank_all: bool = False, contention: str | float = "off") -> Result:
     """Replay ``table``, apply ``opts`` composed in order (see :func:`resolve_opt` for the
     accepted forms) and predict; with ``rank_all`` also rank every optimization alone.
+    ``contention``: the contention model (docs/model.md, "Contention between streams") for the
+    replay and every prediction: "off" (default), "measured" (the trace's own factor,
+    :func:`daydream.graph.contention.measure_contention`; off, with a warning, where it cannot be
+    measured) or a factor > 0.
 
     Raises:
         TypeError: ``table`` is not an EventTable or an optimization has another form.
-        UsageError: unknown optimization, bad parameters, or one given twice.
+        UsageError: unknown optimization, bad parameters, or one given twice; a bad ``contention``.
     """
     if not isinstance(table, EventTable):
         raise TypeError("analyze() takes an EventTable: analyze(load_trace(path), ...)")
-    return _analyze(table, [resolve_opt(o) for o in opts], rank_all)
+    return _analyze(table, [resolve_opt(o) for o in opts], rank_all, contention_arg(contention))
 
 
-def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]], rank_all: bool) -> Result:
+def contention_arg(value: str | float) -> str | float:
+    """``--contention``'s value checked: "off", "measured" or a finite factor > 0 (a float).
+
+    Raises:
+        UsageError: anything else.
+    """
+    if isinstance(value, str) and value.strip().lower() in ("off", "measured"):
+        return value.strip().lower()
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        f = float("nan")
+    if not (f > 0 and f < float("inf")):
+        raise UsageError(f"--contention {value!r}: 'off', 'measured' or a factor > 0 (e.g. 1.34)")
+    return f
+
+
+def with_contention_option(graph: TaskGraph, contention: str | float, warnings: list[str]) -> TaskGraph:
+    """``graph`` with the contention model as ``contention`` asks (:func:`contention_arg` values);
+    "measured" where the trace shows no factor: ``graph`` unchanged and a line in ``warnings``."""
+    if contention == "off":
+        return graph
+    if contention == "measured":
+        c = measure_contention(graph)
+        if c.reason:
+            warnings.append(f"--contention measured: {c.describe()}; replayed without the contention model")
+            return graph
+        return with_contention(graph, c.factor, f"measured on this trace: lower median over {c.names:,} kernel names of "
+                                                f"{c.overlapped:,} overlapped-at-start / {c.alone:,} alone instances")
+    return with_contention(graph, float(contention), f"given: --contention {float(contention):g}")
+
+
+def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]], rank_all: bool,
+             contention: str | float = "off") -> Result:
     """Replay ``table``'s graph, apply ``opts`` (composed in order) and predict; with
     ``rank_all``, predict every registered optimization alone with its defaults and rank them.
+    ``contention``: as :func:`analyze` (checked).
 
     An optimization in ``opts`` that does not apply is reported in ``report.not_applicable`` with
     its reason (and there is no prediction).
     """
     jit.add_workload(len(table))  # small traces never import numba (daydream.util.jit: the workload gate)
-    graph = build_graph(table, map_events(table))
     unsettled: list[str] = []
+    graph = with_contention_option(build_graph(table, map_events(table)), contention, unsettled)
     graph, tl = _replay(graph, unsettled, "the baseline replay")
     report = build_report(graph, tl, recorded(graph))
+    report.graph.contention_stretched = tl.contention_stretched
     report.warnings += unsettled
     result = Result(report, graph, tl)
     report.pictures = pictures(graph, tl, report.steps)
@@ -131,6 +171,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             return result
         g2, tl2 = _replay(g2, report.warnings, "the prediction " + " + ".join(o.name for o, _ in opts))
         report.predictions.append(build_prediction(report, g2, tl2, applied))
+        applied[-1].note += contention_note(report, g2, tl2)
         report.predictions[-1].wait_bound = wait_bound(graph, g2)
         report.predictions[-1].range = prediction_range(report, g2, report.warnings)
         result.predicted_graph, result.predicted = g2, tl2
@@ -155,7 +196,8 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             g2, tl2 = _replay(g2, report.warnings, f"--opt all's {name}")
             pred = build_prediction(report, g2, tl2, applied)
             b = wait_bound(graph, g2)
-            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note, b.speedup if b else 0.0,
+            rows.append(Ranked(name, pred.window.predicted_ns, pred.window.speedup, applied[0].note + contention_note(report, g2, tl2),
+                               b.speedup if b else 0.0,
                                median_step_speedup(report.steps, pred.steps),
                                memory=pred.memory.line if pred.memory is not None else "", fits=_fits(pred.memory),
                                by_cause_ns=dict(pred.critical_path.by_cause_ns)))

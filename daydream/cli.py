@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="refuse to predict (exit 2) when the baseline replay is unreliable (a step or window error over 5 %%)",
     )
+    p.add_argument("--contention", default="off", metavar="off|measured|FACTOR",
+                   help="the contention model for the replay and every prediction: a kernel that starts while another "
+                   "stream's kernel runs lasts FACTOR x its time; 'measured': the trace's own factor (docs/model.md); default off")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"daydream {__version__}")
     return p
@@ -285,7 +288,7 @@ def _compare(result, args) -> None:
     from .analysis import analyze
     from .report.compare import compare
 
-    after = analyze(_load(args.compare_to, args.strict))
+    after = analyze(_load(args.compare_to, args.strict), contention=args.contention)
     result.report.comparison = compare(result, after)
 
 
@@ -358,8 +361,9 @@ def run(argv: list[str] | None = None) -> int:
         raise UsageError("--ranks and --workers apply to a job (several traces, or a folder of them), not to one trace")
     if "all" in args.opt and len(args.opt) > 1:
         raise UsageError("--opt all ranks each optimization alone; it cannot be combined with other --opt")
-    from .analysis import analyze
+    from .analysis import analyze, contention_arg
 
+    args.contention = contention_arg(args.contention)  # a usage error before the slow load
     specs = [] if args.opt == ["all"] else list(args.opt)
     if args.opt == ["all"]:
         specs = None
@@ -375,7 +379,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.save_table:
         _save_table(args.save_table, table)
     try:
-        result = analyze(table, opts, rank_all=specs is None)
+        result = analyze(table, opts, rank_all=specs is None, contention=args.contention)
     except TraceFormatError as e:  # found by the replay (e.g. damaged times): name the file the user gave
         if e.path == args.trace:
             raise
@@ -444,9 +448,10 @@ def _run_job(args) -> int:
     from .job import analyze_job, job_report_json, render_job_text
     from .job.load import expand_inputs
 
-    if args.timeline or args.save_table or args.compare_to or getattr(args, "csv", None) or "all" in args.opt:
+    if (args.timeline or args.save_table or args.compare_to or getattr(args, "csv", None) or "all" in args.opt
+            or str(getattr(args, "contention", "off")).lower() != "off"):
         raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json, --plot, --strict-replay and --workers; "
-                         "--opt all/--timeline/--save-table/--compare-to/--csv apply to one trace")
+                         "--opt all/--timeline/--save-table/--compare-to/--csv/--contention apply to one trace")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     try:

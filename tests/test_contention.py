@@ -30,30 +30,32 @@ def test_other_stream_cover_counts_the_union_once():
 
 def test_factor_is_the_lower_median_of_per_name_ratios():
     dur = np.array([100, 100, 130, 200, 300, 50, 60, 10, 10, 20])
-    cover = np.array([0, 0, 130, 0, 300, 0, 60, 5, 0, 20])  # kernel 7 is partly overlapped: neither
+    alone = np.array([1, 1, 0, 1, 0, 1, 0, 0, 1, 0], bool)
+    over = np.array([0, 0, 1, 0, 1, 0, 1, 0, 0, 1], bool)  # kernel 7 was overlapped after its start: neither
     key = np.array([1, 1, 1, 2, 2, 3, 3, 3, 4, 4])
-    assert contention_factor(dur, cover, key) == (1.3, 4, 5, 4)  # ratios 1.2, 1.3, 1.5, 2.0: the lower median
-    assert contention_factor(dur[:5], cover[:5], key[:5])[0] == 0.0  # 2 names < MIN_CONTENTION_NAMES
+    assert contention_factor(dur, alone, over, key) == (1.3, 4, 5, 4)  # ratios 1.2, 1.3, 1.5, 2.0: the lower median
+    assert contention_factor(dur[:5], alone[:5], over[:5], key[:5])[0] == 0.0  # 2 names < MIN_CONTENTION_NAMES
     assert MIN_CONTENTION_NAMES == 3
 
 
-def _program(factor_pct, names=4, L=5_000):
+def _program(names=4, L=5_000):
     """Each of ``names`` kernels runs alone on stream 7 (a device sync after each), then again on
-    stream 20 while a long kernel runs on stream 7, its duration stretched by ``factor_pct`` %:
-    the trace a GPU with that contention would record."""
+    stream 20 while a long kernel runs on stream 7: emulated with contention ``f``
+    (``emulate(prog, f)``), each of those starts while ``long`` runs and lasts ``f`` x, the trace
+    a GPU with that contention would record (``long`` started on an idle GPU: not stretched)."""
     ops = []
     durs = [40_000 + 10_000 * i for i in range(names)]
     for i, d in enumerate(durs):
         ops += [Launch(7, f"k{i}", d, 1_000), DeviceSync(100)]
     ops += [Launch(7, "long", 10_000_000, 1_000)]
-    ops += [Launch(20, f"k{i}", d * factor_pct // 100, 1_000) for i, d in enumerate(durs)]
+    ops += [Launch(20, f"k{i}", d, 1_000) for i, d in enumerate(durs)]
     ops += [DeviceSync(100)]
     return Program([Thread(ops)], launch_latency_ns=L, gpu_gap_ns=0)
 
 
 def test_measured_factor_on_a_trace_built_to_show_it(tmp_path):
     p = tmp_path / "c.json"
-    to_kineto(emulate(_program(150)), str(p))
+    to_kineto(emulate(_program(), 1.5), str(p))
     c = measure_contention(build_graph(load_trace(str(p))))
     assert (c.factor, c.names, c.alone, c.overlapped, c.reason) == (1.5, 4, 4, 4, "")
     assert "x1.500" in c.describe()
@@ -61,7 +63,7 @@ def test_measured_factor_on_a_trace_built_to_show_it(tmp_path):
 
 def test_too_few_names_is_said(tmp_path):
     p = tmp_path / "c.json"
-    to_kineto(emulate(_program(150, names=2)), str(p))
+    to_kineto(emulate(_program(names=2), 1.5), str(p))
     c = measure_contention(build_graph(load_trace(str(p))))
     assert c.factor == 0.0 and c.names == 2 and "at least 3 needed" in c.reason
     assert c.describe().startswith("contention not measured")
@@ -117,11 +119,11 @@ def test_group_median_is_numpys_per_group():
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.integers(100, 400), st.integers(3, 6), st.integers(2_000, 15_000))
 def test_measured_factor_is_the_stretch_the_trace_was_built_with(tmp_path_factory, pct, names, L):
-    """Over programs whose overlapped kernels are stretched by ``pct`` % (durations multiples of
-    100 ns, so every name's ratio is exactly ``pct / 100``), the measured factor is that stretch,
-    from every name and instance."""
+    """Over programs the emulator runs with contention ``pct / 100`` (durations multiples of
+    10_000 ns, so every name's stretched duration, rounded, is exactly ``pct / 100`` x), the
+    measured factor is that stretch, from every name and instance: measuring and applying agree."""
     p = tmp_path_factory.mktemp("c") / "c.json"
-    to_kineto(emulate(_program(pct, names=names, L=L)), str(p))
+    to_kineto(emulate(_program(names=names, L=L), pct / 100), str(p))
     c = measure_contention(build_graph(load_trace(str(p))))
     assert c.factor == pytest.approx(pct / 100, rel=1e-12)
     assert (c.names, c.alone, c.overlapped, c.reason) == (names, names, names, "")

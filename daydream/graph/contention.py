@@ -1,21 +1,28 @@
 """Contention between streams, measured from a trace's own recorded timeline (docs/model.md,
-"Contention between streams: measured, not modelled").
+"Contention between streams").
 
 Two kernels on two streams of one GPU share its SMs and memory: each may run slower than alone.
 The trace shows it where the same kernel (by name) ran both alone and overlapped by other
 streams' kernels: :func:`measure_contention` takes, per kernel name on a device, the ratio of the
-median recorded duration of its instances that other streams' kernels overlapped for their whole
-duration to the median of those no other stream's kernel overlapped at all, and the factor is the
-lower median of those ratios over the names that have both. It also measures how late
+median recorded duration of its instances that started while another stream's kernel of the
+device was running (:func:`started_overlapped`) to the median of those no other stream's kernel
+overlapped at all, and the factor is the lower median of those ratios over the names that have
+both. That is the recorded counterpart of the model the replay can apply (docs/model.md,
+"Contention between streams"): a kernel that starts while another stream's kernel of its device
+runs lasts ``factor`` x its alone time. It also measures how late
 collective (NCCL/RCCL) kernels start after what their launch (+ ``L``) and stream predecessor
 (+ ``G``) allow, apart for those whose ready time fell while another stream's kernel ran.
 
-Nothing here changes a replay or a prediction: the numbers are reported (``docs/accuracy.md``),
-and the replay does not stretch overlapped work (see the docs for why).
+The numbers are reported (``docs/accuracy.md``); :func:`with_contention` turns the model on for
+a graph (``--contention``), and :mod:`daydream.simulate` then stretches the kernels its replay
+starts while another stream's kernel runs (``simulate/contention.py``).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +31,7 @@ from ..events.table import Kind
 from .kernels import kernel_info
 from .model import NODE_CPU, TaskGraph
 
-#: the fewest kernel names with both alone and wholly overlapped instances for a factor, a limit:
+#: the fewest kernel names with both alone and overlapped-at-start instances for a factor, a limit:
 #: the lower median of three ratios is the fewest that one odd name cannot set by itself (what
 #: "enough" means here; chosen before looking at any trace)
 MIN_CONTENTION_NAMES = 3
@@ -38,8 +45,10 @@ class Contention:
         factor: lower median over ``names`` of (median duration overlapped / median duration
             alone), dimensionless; 0.0 when fewer than :data:`MIN_CONTENTION_NAMES` names have
             both (``reason`` says so).
-        names: kernel names (per device) with instances both alone and wholly overlapped.
-        alone, overlapped: their instances, alone and wholly overlapped, over those names.
+        names: kernel names (per device) with instances both alone and overlapped at their start.
+        alone, overlapped: their instances, alone (no other stream's kernel overlapped them at
+            all) and overlapped at their start (another stream's kernel was running when they
+            started), over those names.
         kernels: kernels looked at (with a recorded interval, duration > 0).
         comm_late_alone_ns, comm_late_overlapped_ns: median lateness (ns) of collective
             kernels whose ready time found no other stream's kernel running / found one running
@@ -65,7 +74,7 @@ class Contention:
         if self.reason:
             return f"contention not measured: {self.reason}"
         return (f"contention x{self.factor:.3f}: lower median of {self.names:,} kernel names' overlapped / alone median "
-                f"durations ({self.overlapped:,} wholly overlapped and {self.alone:,} alone instances)")
+                f"durations ({self.overlapped:,} overlapped-at-start and {self.alone:,} alone instances)")
 
 
 def _covered(a: np.ndarray, b: np.ndarray, us: np.ndarray, ue: np.ndarray) -> np.ndarray:
@@ -111,6 +120,25 @@ def other_stream_cover(start: np.ndarray, end: np.ndarray, device: np.ndarray, s
     return out
 
 
+def started_overlapped(start: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """Per interval (a kernel's ``[start, end)``, ns): whether an interval of another stream of the
+    same device was running at its start, ``other.start <= start < other.end`` (an empty
+    ``other`` never runs). Shapes (n,) in, bool (n,) out; one pass per (device, stream)."""
+    out = np.zeros(len(start), bool)
+    run = end > start
+    for d in np.unique(device).tolist():
+        on_d = device == d
+        for s in np.unique(stream[on_d]).tolist():
+            mine = on_d & (stream == s)
+            us, ue = _union(start[on_d & ~mine & run], end[on_d & ~mine & run])
+            if not len(us):
+                continue
+            t = start[mine]
+            j = np.searchsorted(us, t, side="right") - 1
+            out[mine] = (j >= 0) & (t < ue[np.maximum(j, 0)])
+    return out
+
+
 def _group_median(key: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct keys, the median of ``val`` per key, as ``np.median``: the mean of the two
     middle values for an even count). Shapes (n,) in, (k,) out; one sort, no loop."""
@@ -122,13 +150,13 @@ def _group_median(key: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndar
     return k[first], (v[lo] + v[hi]) / 2
 
 
-def contention_factor(dur: np.ndarray, cover: np.ndarray, key: np.ndarray) -> tuple[float, int, int, int]:
-    """(factor, names, alone, overlapped) from kernel durations ``dur`` (ns), their ``cover`` by
-    other streams (ns) and a per-kernel ``key`` (name and device): alone = cover 0, overlapped =
-    cover equal to the duration. Factor 0.0 when fewer than :data:`MIN_CONTENTION_NAMES` keys
-    have both."""
-    alone = cover == 0
-    over = (cover >= dur) & (dur > 0)
+def contention_factor(dur: np.ndarray, alone: np.ndarray, over: np.ndarray, key: np.ndarray) -> tuple[float, int, int, int]:
+    """(factor, names, alone, overlapped) from kernel durations ``dur`` (ns), whether each ran
+    ``alone`` (bool: no other stream's kernel overlapped it) or ``over`` (bool: started while
+    another stream's kernel ran) and a per-kernel ``key`` (name and device). Shapes (n,). Factor
+    0.0 when fewer than :data:`MIN_CONTENTION_NAMES` keys have both."""
+    alone = alone & ~over
+    over = over & (dur > 0)
     ka, kb = np.unique(key[alone]), np.unique(key[over])
     both = np.intersect1d(ka, kb)
     if len(both) < MIN_CONTENTION_NAMES:
@@ -150,9 +178,9 @@ def measure_contention(graph: TaskGraph) -> Contention:
     dev, stream = graph.lane_keys[graph.lane[k], 2], graph.lane_keys[graph.lane[k], 3]
     cover = other_stream_cover(s, e, dev, stream)
     key = graph.name_id[k].astype(np.int64) * (int(dev.max()) + 2) + (dev + 1)
-    f, names, n_alone, n_over = contention_factor(e - s, cover, key)
-    reason = "" if f > 0 else (f"{names:,} kernel name{'s' * (names != 1)} ran both alone and wholly overlapped by another "
-                               f"stream's kernels (at least {MIN_CONTENTION_NAMES} needed)")
+    f, names, n_alone, n_over = contention_factor(e - s, cover == 0, started_overlapped(s, e, dev, stream), key)
+    reason = "" if f > 0 else (f"{names:,} kernel name{'s' * (names != 1)} ran both alone and started while another "
+                               f"stream's kernel ran (at least {MIN_CONTENTION_NAMES} needed)")
     late = _comm_lateness(graph, k, s, e, dev, stream)
     return Contention(f, names, n_alone, n_over, len(k), *late, reason=reason)
 
@@ -186,3 +214,44 @@ def _comm_lateness(graph: TaskGraph, k, s, e, dev, stream) -> tuple[int, int, in
             busy[mine] = _covered(ready[mine], ready[mine] + 1, us, ue) > 0
     med = [int(np.median(late[m])) if m.any() else -1 for m in (~busy, busy)]
     return med[0], med[1], int((~busy).sum()), int(busy.sum())
+
+
+def kernel_lanes(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kernel node ids, their device, their stream): the tasks the contention model stretches
+    and the lanes it compares. Shapes (k,)."""
+    k = np.flatnonzero(graph.node_kind == Kind.KERNEL)
+    return k, graph.lane_keys[graph.lane[k], 2], graph.lane_keys[graph.lane[k], 3]
+
+
+def stretched_ns(dur: np.ndarray, factor: float) -> np.ndarray:
+    """``factor`` x ``dur`` (ns, int64 (n,)) rounded half up: the duration of a kernel that starts
+    while another stream's kernel runs (docs/model.md, "Contention between streams")."""
+    return np.floor(dur.astype(np.float64) * factor + 0.5).astype(np.int64)
+
+
+def with_contention(graph: TaskGraph, factor: float, source: str) -> TaskGraph:
+    """``graph`` with the contention model on (``graph.contention_factor = factor``, ``source``
+    saying where the factor came from): every replay of it and of the graphs what-ifs make from
+    it stretches the kernels it starts while another stream's kernel of their device runs
+    (:mod:`daydream.simulate.contention`).
+
+    The recording already holds the stretch: a kernel that started while another stream's kernel
+    of its device ran (:func:`started_overlapped` over the recorded intervals) gets the duration
+    it would have alone, recorded / ``factor`` rounded half up (ns), so the baseline replay
+    stretches it back (exactly, for ``factor >= 1``: ``round(round(f d) / f) = d``). How many
+    were so changed is counted (``counts["contention_unstretched"]``).
+
+    Raises:
+        ValueError: ``factor`` not finite and > 0.
+    """
+    if not (math.isfinite(factor) and factor > 0):
+        raise ValueError(f"a contention factor is a finite number > 0, not {factor!r}")
+    k, dev, stream = kernel_lanes(graph)
+    s, e = graph.rec_start_ns[k], graph.rec_end_ns[k]
+    was = started_overlapped(s, e, dev, stream)
+    dur = graph.dur_ns.copy()
+    kk = k[was]
+    dur[kk] = np.floor(dur[kk].astype(np.float64) / factor + 0.5).astype(np.int64)
+    counts = copy.copy(graph.counts)  # a Counts keeps its ``missing`` (the links the trust line lists)
+    counts["contention_unstretched"] = int(was.sum())
+    return dataclasses.replace(graph, dur_ns=dur, counts=counts, contention_factor=float(factor), contention_source=source)

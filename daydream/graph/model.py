@@ -157,6 +157,13 @@ class TaskGraph:
     #: profiler steps, the trace's file and world size: :class:`~daydream.graph.facts.TraceFacts`),
     #: taken at build; None for a graph made otherwise. Kept by every transformation.
     facts: TraceFacts | None = None
+    #: the contention model's factor (docs/model.md, "Contention between streams"): a kernel the
+    #: replay starts while another stream's kernel of its device runs lasts this x its duration;
+    #: 0.0 off (the default). Set by :func:`daydream.graph.contention.with_contention`, kept by
+    #: every transformation.
+    contention_factor: float = 0.0
+    #: where :attr:`contention_factor` came from, in words ("" when off)
+    contention_source: str = ""
 
     # ------------------------------------------------------------------ node views ----------
     def staging_extra_ns(self) -> np.ndarray | None:

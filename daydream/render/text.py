@@ -198,8 +198,18 @@ def header_section(r: Report) -> list[str]:
         (f"  launch latency L = {g.launch_latency_ns / 1e3:,.3f} us, GPU gap G = {g.gpu_gap_ns / 1e3:,.3f} us"
          + (f", pageable staging S = {g.staging_latency_ns / 1e3:,.3f} us" if g.staging_latency_ns else "") + " (measured)"
          if g.gpu_tasks else "  launch latency L, GPU gap G: not measured (no GPU task in the trace)"),
+        *_contention_line(g),
         *(f"  warning: {w}" for w in r.warnings),
     ]
+
+
+def _contention_line(g) -> list[str]:
+    """The contention model's line when the replay used it (``--contention``)."""
+    if not g.contention_applied:
+        return []
+    return [f"  contention: kernels that start while another stream's kernel runs last x{g.contention_applied:.3f} "
+            f"({terminal_text(g.contention_applied_from)}); {g.contention_unstretched:,} recorded kernels taken back to their alone duration, "
+            f"{g.contention_stretched:,} stretched by the replay"]
 
 
 def windows_section(r: Report) -> list[str]:

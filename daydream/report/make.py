@@ -74,9 +74,16 @@ def _staging(fit) -> dict:
 
 
 def _contention(graph: TaskGraph) -> dict:
-    """The :class:`GraphSummary` fields of the trace's measured contention (not modelled)."""
+    """The :class:`GraphSummary` fields of the trace's measured contention and of the contention
+    model the replay used (``graph.contention_factor``, 0: off)."""
     c = measure_contention(graph)
-    return {"contention_factor": round(c.factor, 6), "contention": c.describe() + ("" if c.reason else "; measured, not modelled")}
+    on = graph.contention_factor > 0
+    out = {"contention_factor": round(c.factor, 6),
+           "contention": c.describe() + ("" if c.reason or on else "; measured, not used (--contention off)")}
+    if on:
+        out.update(contention_applied=float(graph.contention_factor), contention_applied_from=graph.contention_source,
+                   contention_unstretched=int(graph.counts.get("contention_unstretched", 0)))
+    return out
 
 
 def _window_note(graph: TaskGraph, rel: np.ndarray) -> str:
@@ -212,7 +219,17 @@ def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list
     steps = [_predicted(w.name, b, graph, tl, w.replayed_start_ns, w.replayed_end_ns, w.members, w.members, groups[id(w)])
              for w, b in _step_pairs(sw, base.steps)]
     _, cp = critical_path(graph, tl, *_phase_args(graph))
-    return Prediction(applied, window, steps, cp, _predicted_processes(base, graph, tl), memory=memory_summary(graph, tl))
+    return Prediction(applied, window, steps, cp, _predicted_processes(base, graph, tl), memory=memory_summary(graph, tl),
+                      contention_stretched=tl.contention_stretched)
+
+
+def contention_note(base: Report, graph: TaskGraph, tl: Timeline) -> str:
+    """What the contention model did in the prediction ``tl`` of ``graph`` beside the baseline
+    ``base``, for its note ("" when the model is off)."""
+    if tl.contention_stretched < 0:
+        return ""
+    return (f"; contention x{graph.contention_factor:.3f}: {tl.contention_stretched:,} kernels start beside another stream's "
+            f"and are stretched (baseline {base.graph.contention_stretched:,})")
 
 
 def _step_pairs(sw: list, base_steps: list[WindowStats]) -> list[tuple]:

@@ -79,10 +79,18 @@ class GraphSummary(msgspec.Struct, forbid_unknown_fields=True):
     staging_ns_per_byte: float = 0.0
     staging_fit: str = ""
     #: contention between streams as the trace shows it (graph/contention.py): the factor
-    #: (overlapped / alone durations of the same kernel names; 0.0 not measured), the names and
-    #: instances it comes from, in words; measured, not used by the replay or the predictions
+    #: (overlapped-at-start / alone durations of the same kernel names; 0.0 not measured), the
+    #: names and instances it comes from, in words
     contention_factor: float = 0.0
     contention: str = ""
+    #: the contention model's factor the replay and every prediction used (``--contention``;
+    #: docs/model.md, "Contention between streams"; 0.0: off), where it came from, in words, and
+    #: how many kernels' recorded durations it took back to their alone duration (inferred)
+    contention_applied: float = 0.0
+    contention_applied_from: str = ""
+    contention_unstretched: int = 0
+    #: kernels the baseline replay stretched under the model (-1: off)
+    contention_stretched: int = -1
 
 
 class AppliedOpt(msgspec.Struct, forbid_unknown_fields=True):
@@ -185,6 +193,8 @@ class Prediction(msgspec.Struct, forbid_unknown_fields=True):
     wait_bound: WaitBound | None = None  #: set where the trace has cross-stream waits without their event (daydream.analysis)
     memory: MemorySummary | None = None  #: the predicted memory (None: the trace has no allocator events)
     range: PredictionRange | None = None  #: set where a cost model gave kernels a range (daydream.analysis)
+    #: kernels the contention model stretched in the prediction's replay (``--contention``); -1: off
+    contention_stretched: int = -1
 
 
 class Ranked(msgspec.Struct, forbid_unknown_fields=True):

@@ -56,12 +56,13 @@ def kernel():
     return jit.compiled_calling(globals(), "_finish_c", _finish, _kernel)
 
 
-def use_kernel(graph, p, forced: bool = False) -> bool:
+def use_kernel(graph, p, forced: bool = False, dur: np.ndarray | None = None) -> bool:
     """Whether :func:`run` should replay this graph: :func:`daydream.util.jit.wanted` (size
-    :data:`MIN_TASKS`), every time within int64 (:func:`fits_int64`), numba importable."""
+    :data:`MIN_TASKS`), every time within int64 (:func:`fits_int64`, with the durations ``dur``
+    replayed, default ``graph.dur_ns``), numba importable."""
     if not jit.wanted(graph.n, MIN_TASKS, forced):
         return False
-    return fits_int64(p, graph.dur_ns, graph.gap_ns) and kernel() is not None
+    return fits_int64(p, graph.dur_ns if dur is None else dur, graph.gap_ns) and kernel() is not None
 
 
 def run(p, order: np.ndarray, dur: np.ndarray, gap: np.ndarray, fn=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -64,8 +64,9 @@ def _dependents(graph: TaskGraph, on_plane: list[bool]):
     return on_start, on_end, need_start, wait_left
 
 
-def simulate_priority(graph: TaskGraph) -> tuple[list, list, list]:
-    """(start, end, blocked) of every task, honouring the graph's priority lanes.
+def simulate_priority(graph: TaskGraph, dur: np.ndarray | None = None) -> tuple[list, list, list]:
+    """(start, end, blocked) of every task, honouring the graph's priority lanes. ``dur``: the
+    durations to replay (int64 (n,), ns), default ``graph.dur_ns``.
 
     Raises:
         DaydreamError: the dependencies cannot all be satisfied (a cycle).
@@ -80,7 +81,7 @@ def simulate_priority(graph: TaskGraph) -> tuple[list, list, list]:
     rank = np.empty(n, dtype=np.int64)
     rank[graph.order] = np.arange(n)
     rank = rank.tolist()
-    dur, gap = graph.dur_ns.tolist(), graph.gap_ns.tolist()
+    dur, gap = (graph.dur_ns if dur is None else dur).tolist(), graph.gap_ns.tolist()
     st = _State(graph)
     cands: dict[int, list[tuple[int, int, int]]] = {ln: [] for ln in plane}
     lane_free = {ln: st.t0 for ln in plane}

@@ -354,7 +354,7 @@ def _in_lists(ptr: np.ndarray, src, ae, off, ph) -> dict[int, list[tuple[int, bo
     return {v: rows[bounds[v]:bounds[v + 1]] for v in nodes}
 
 
-def replay(graph: TaskGraph, order: np.ndarray, compiled: bool | None = None) -> tuple:
+def replay(graph: TaskGraph, order: np.ndarray, compiled: bool | None = None, dur: np.ndarray | None = None) -> tuple:
     """(start, end, blocked) of every node, ns, visiting ``order`` (must be valid): int64 arrays
     from the compiled kernel (:mod:`.compiled`), lists of ints from the Python loop.
 
@@ -363,13 +363,16 @@ def replay(graph: TaskGraph, order: np.ndarray, compiled: bool | None = None) ->
     (:func:`daydream.util.jit.loaded`: a prediction's smaller graph after a big baseline), every time
     provably within int64); True/False force the choice (True still falls back when numba is
     missing or a time could leave int64).
-    Both give the same times to the nanosecond (tests/test_replay_compiled.py).
+    Both give the same times to the nanosecond (tests/test_replay_compiled.py). ``dur``: the
+    durations to replay (int64 (n,), ns), default ``graph.dur_ns`` (the contention model's
+    stretched ones, :mod:`.contention`).
     """
     n = graph.n
+    dur_ns = graph.dur_ns if dur is None else dur
     pr = prepare(graph, order)
     forced = compiled is True or (compiled is None and jit.loaded(compiled_kernel._kernel))
-    if (compiled is not False) and compiled_kernel.use_kernel(graph, pr, forced=forced):
-        return compiled_kernel.run(pr, np.ascontiguousarray(order, np.int64), graph.dur_ns, graph.gap_ns)
+    if (compiled is not False) and compiled_kernel.use_kernel(graph, pr, forced=forced, dur=dur_ns):
+        return compiled_kernel.run(pr, np.ascontiguousarray(order, np.int64), dur_ns, graph.gap_ns)
     t0, L, G = pr.t0, pr.L, pr.G
     V_LAUNCH, V_CPU0, V_GPU0 = n, n + 1, n + 2
     prev, code, a_col, deferred = pr.prev, pr.code, pr.a_col, pr.deferred
@@ -397,10 +400,10 @@ def replay(graph: TaskGraph, order: np.ndarray, compiled: bool | None = None) ->
         blocked[u] = w - s_u
         end[u] = w + dur[u]
 
-    dur = graph.dur_ns.tolist()
+    dur = dur_ns.tolist()
     gap = graph.gap_ns.tolist()
     for v, p, c, a, d in zip(order.tolist(), prev[order].tolist(), code[order].tolist(), a_col[order].tolist(),
-                             graph.dur_ns[order].tolist()):
+                             dur_ns[order].tolist()):
         if c == 1:  # call after the previous call on its thread plus the gap (a)
             s = end[p] + a
             start[v] = s

@@ -28,6 +28,9 @@ class Timeline:
     bound_start: np.ndarray | None = None
     bound_base: np.ndarray | None = None
     bound_end: np.ndarray | None = None
+    #: kernels the contention model stretched in this replay (docs/model.md, "Contention between
+    #: streams"); -1: the model was off (or a recorded timeline)
+    contention_stretched: int = -1
 
     @property
     def span_end_ns(self) -> int:

@@ -19,6 +19,10 @@ Semantics in short (``docs/model.md`` is the contract):
   (streams are FIFO in launch order) and, for the first task on a stream launched after a
   :class:`StreamWaitEvent`, the last task on the recorded stream launched before the
   :class:`EventRecord` the wait binds to (the latest record of the event issued before the wait).
+* Contention (optional, ``emulate(program, contention=f)``; ``docs/model.md``, "Contention between
+  streams"): a kernel that starts while a kernel of another stream of its device is running lasts
+  ``f`` x its duration (rounded half up); the run is repeated with the stretched set the previous
+  run showed until it repeats itself (a kernel launched later may start earlier).
 * "Launched before" means: the launching call's start is earlier. Calls of different threads
   that start at the same nanosecond are ordered by (thread index, op index); the emulator gives
   correlation ids in that order, so ordering ties by correlation id reproduces it.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -235,8 +236,11 @@ class _Emulator:
     """The state of one :func:`emulate` run: thread clocks, open ranges, lanes, events, the heap
     of next calls keyed by ``(start, thread, op)``."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, contention: float = 0.0, stretched: frozenset = frozenset()):
         self.program = program
+        self.contention = contention  # the stretch factor of the kernels in ``stretched``
+        self.stretched = stretched  # (thread, op index, graph node or None) of the kernels it stretches
+        self.current: tuple[int, int] = (-1, -1)  # (thread, op index) of the call being executed
         self.threads = program.threads
         n = len(self.threads)
         self.calls: list[CallRecord] = []
@@ -333,6 +337,7 @@ class _Emulator:
         name, cbid = op.api()
         call_idx = len(self.calls)
         task_idx = bound = self.queued_for = None
+        self.current = (i, k)
         if isinstance(op, _GpuWork):
             stream_prev = self.lane_last.get((op.device, op.stream))
             task_idx = self.enqueue(op, pid, s, call_idx, corr, ext)
@@ -345,7 +350,7 @@ class _Emulator:
                 entry = [(self.lane_last[lane], 0)] if lane in self.lane_last else []
                 entry += [(p, self.program.wait_latency_ns) for p in dict.fromkeys(self.pending_waits.pop(lane, []))]
             for node, kernel in enumerate(op.nodes()):
-                t = self.enqueue(kernel, pid, s, call_idx, corr, ext, slot=False, entry=entry if node == 0 else ())
+                t = self.enqueue(kernel, pid, s, call_idx, corr, ext, slot=False, entry=entry if node == 0 else (), node=node)
                 self.tasks[t] = dataclasses.replace(self.tasks[t], graph_node=node)
                 task_idx = t if task_idx is None else task_idx
             if op.run_stream != op.stream:  # what the launch stream runs next follows the graph
@@ -368,7 +373,7 @@ class _Emulator:
         self.advance(i)
 
     def enqueue(self, op: _GpuWork, pid: int, s: int, call_idx: int, corr: int, ext: int | None, slot: bool = True,
-                entry=()) -> int:
+                entry=(), node: int | None = None) -> int:
         """Append the GPU task of ``op`` (launched at ``s``); returns its index. ``slot``: it takes
         a launch-queue slot of its own (a graph's nodes share their launch's one). ``entry``:
         further ``(predecessor task, extra latency ns)`` pairs, each bounding the start at its
@@ -385,8 +390,11 @@ class _Emulator:
         preds += [p for p, _ in entry if p not in preds]
         kind, tname = op.task_name()
         task_idx = len(self.tasks)
+        dur = op.gpu_dur()
+        if kind == "kernel" and (*self.current, node) in self.stretched:  # contention: f x, rounded half up
+            dur = int(math.floor(dur * self.contention + 0.5))
         self.tasks.append(TaskRecord(kind=kind, name=tname, device=op.device, stream=op.stream, call=call_idx,
-                                     correlation=corr, ready_ns=ready, start_ns=start, end_ns=start + op.gpu_dur(),
+                                     correlation=corr, ready_ns=ready, start_ns=start, end_ns=start + dur,
                                      preds=tuple(preds), bytes=getattr(op, "bytes", 0), external_id=ext))
         self.lane_last[lane] = task_idx
         self.used_lanes.setdefault(pid, {})[lane] = None
@@ -430,13 +438,46 @@ class _Emulator:
         return [], None
 
 
-def emulate(program: Program) -> Run:
+def emulate(program: Program, contention: float = 0.0) -> Run:
     """Run ``program`` under the rules of ``docs/model.md``; all times in integer ns.
+
+    ``contention`` (> 0: on): a kernel that starts while a kernel of another stream of its device
+    is running (that one's start <= its start < that one's end) lasts ``contention`` x its
+    duration, rounded half up. The emulator enqueues tasks in call order, and a kernel launched
+    later on an idle stream may start before one launched earlier, so the run is repeated with
+    the set of stretched kernels the previous run showed until the set repeats itself.
 
     Returns:
         the :class:`Run`: every call's and GPU task's start and end.
+
+    Raises:
+        ValueError: with ``contention``, the stretched set cycles without settling.
     """
-    return _Emulator(program).run()
+    if not contention > 0:
+        return _Emulator(program).run()
+    stretched: frozenset = frozenset()
+    seen = {stretched}
+    while True:
+        run = _Emulator(program, contention, stretched).run()
+        now = _started_while_other_stream_ran(run)
+        if now == stretched:
+            return run
+        if now in seen:
+            raise ValueError(f"contention x{contention}: the stretched kernels cycle without settling")
+        seen.add(now)
+        stretched = now
+
+
+def _started_while_other_stream_ran(run: Run) -> frozenset:
+    """(thread, op index, graph node) of every kernel of ``run`` that started while a kernel of
+    another stream of its device ran (plain pairwise check: the reference, not fast)."""
+    out = set()
+    kernels = [t for t in run.tasks if t.kind == "kernel"]
+    for t in kernels:
+        if any(o.device == t.device and o.stream != t.stream and o.start_ns <= t.start_ns < o.end_ns for o in kernels):
+            c = run.calls[t.call]
+            out.add((c.thread, c.op_index, t.graph_node))
+    return frozenset(out)
 
 
 def measure_latencies(run: Run) -> tuple[int, int]:
