@@ -178,7 +178,7 @@ def recorded_margins(gm: GraphMemory) -> dict[int, float]:
     return out
 
 
-def changed_events(gm: GraphMemory, cols: dict, anchor_row, offset_ns, at_end, step, phase, group, seq,
+def changed_events(gm: GraphMemory, cols: dict, anchor_row, offset_ns, at_end, step, phase, group, seq, *,
                    before_delta: dict | None = None, before: dict | None = None) -> GraphMemory:
     """``gm`` with the events of a changed program (a what-if that changes what is allocated):
     ``cols`` the :class:`MemoryEvents` columns of every event, ``ts_ns`` the recorded instant each

@@ -199,7 +199,7 @@ def shape_memory(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_s
     n = len(ev)
     mem = changed_events(gm, cols, gm.anchor_row, gm.offset_ns, gm.at_end, gm.step,
                          gm.phase if gm.phase is not None else np.zeros(n, np.uint8), np.zeros(n, np.int64),
-                         np.arange(n, dtype=np.int64), before)
+                         np.arange(n, dtype=np.int64), before=before)
     alloc = ev.bytes > 0
     c = np.bincount(how[alloc], minlength=4)
     words = (f"memory at the new shapes: {c[TENSOR]:,} blocks by their op's tensors, {c[STATE]:,} model-state blocks "
