@@ -28,7 +28,7 @@ from ..analysis import apply_all
 from ..simulate.critical_path import communication_mask
 from ..errors import NotApplicable, UsageError
 from ..report.job_model import JobPrediction
-from ..optimizations import check_composition, parse_spec
+from ..optimizations import check_composition, parse_spec, split_params
 from ..transform import scale, scale_gaps
 from .couple import Coupled, couple
 from .load import RankTrace
@@ -51,7 +51,7 @@ def parse_job_specs(specs: list[str], world: int) -> list[tuple[Any, dict[str, A
         if name.strip() != STRAGGLER:
             out.append(parse_spec(s))
             continue
-        kv = dict(item.partition("=")[::2] for item in rest.split(",") if item.strip())
+        kv = split_params(s, rest)
         if set(kv) != {"rank"}:
             raise UsageError(f"--opt {s!r}: straggler takes one parameter, rank=R (the rank made as fast as the median)")
         try:

@@ -1,0 +1,51 @@
+"""Defects a new user found trying the tool on the real traces (issues 31/36/37 follow-ups), each
+pinned with the right behaviour: each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from daydream.cli import main
+from daydream.errors import UsageError
+from daydream.optimizations import parse_spec, split_params
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces"
+needs_traces = pytest.mark.skipif(not TRACES.exists(), reason="../shared/traces absent")
+FIXTURE = ROOT / "fixtures" / "train_step.json.gz"
+
+
+# --- 4. a pattern with a comma -------------------------------------------------------------------
+
+def test_a_quoted_value_may_hold_commas():
+    # was: 'factor=2' never reached: the parser split "a{1,3}" at its comma and refused "3}"
+    _, p = parse_spec('scale-kernels:pattern="a{1,3}",factor=2')
+    assert p["pattern"] == "a{1,3}" and p["factor"] == 2.0
+    assert p.given["pattern"] == "a{1,3}"
+    _, p = parse_spec("scale-kernels:factor=0.5 , pattern='x,y\"z'")
+    assert p["pattern"] == 'x,y"z' and p["factor"] == 0.5
+    assert split_params("s", "") == {} and split_params("s", "a=1,b=2") == {"a": "1", "b": "2"}
+
+
+@pytest.mark.parametrize("rest, words", [
+    ('pattern="a{1,3},factor=2', 'quote " of pattern is not closed'),
+    ('pattern="a"b,factor=2', 'text after the closing quote " of pattern'),
+    ("pattern=a{1,3},factor=2", "a value holding a comma goes in quotes"),
+    ("factor=2,", "name=value"),
+    ("factor=2,factor='3'", "given twice"),
+])
+def test_malformed_quoted_specs_are_usage_errors(rest, words):
+    with pytest.raises(UsageError, match=None) as e:
+        parse_spec("scale-kernels:" + rest)
+    assert words in str(e.value)
+
+
+def test_a_quoted_pattern_reaches_the_prediction(capsys):
+    # a regex repeat count {1,1} holds a comma; it matches the fixture's two sgemm kernels
+    assert main([str(FIXTURE), "--opt", "scale-kernels:pattern='sgemm_128x64_(nn|tn){1,1}',factor=0.5"]) == 0
+    out = capsys.readouterr().out
+    assert main([str(FIXTURE), "--opt", "scale-kernels:pattern=sgemm_128x64_(nn|tn),factor=0.5"]) == 0
+    assert "what-if scale-kernels: median step" in out and out == capsys.readouterr().out
