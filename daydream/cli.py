@@ -420,11 +420,15 @@ EXIT_NOT_APPLICABLE = 3
 
 
 def _not_applicable_status(report) -> int:
-    """0, or :data:`EXIT_NOT_APPLICABLE` with one stderr line per requested optimization that does
-    not apply (``--opt all`` ranks them instead, and exits 0)."""
-    for name, why in report.not_applicable.items():
+    """0, or :data:`EXIT_NOT_APPLICABLE` with one stderr line per optimization asked for by name
+    that does not apply (``--opt all`` ranks them instead, lists them in ``not_applicable`` too,
+    and exits 0)."""
+    from .report.report_model import requested_not_applicable
+
+    asked = requested_not_applicable(report.not_applicable, getattr(report, "ranking", []))
+    for name, why in asked.items():
         print(_one_line(f"daydream-analyze: not applicable: {name}: {why}"), file=sys.stderr)
-    return EXIT_NOT_APPLICABLE if report.not_applicable else 0
+    return EXIT_NOT_APPLICABLE if asked else 0
 
 
 def _write_tables(args, report) -> None:

@@ -49,3 +49,26 @@ def test_a_quoted_pattern_reaches_the_prediction(capsys):
     out = capsys.readouterr().out
     assert main([str(FIXTURE), "--opt", "scale-kernels:pattern=sgemm_128x64_(nn|tn),factor=0.5"]) == 0
     assert "what-if scale-kernels: median step" in out and out == capsys.readouterr().out
+
+
+# --- 5. --opt all --json lists what does not apply ----------------------------------------------
+
+def test_opt_all_json_lists_the_rows_that_do_not_apply(tmp_path, capsys):
+    # was: "not_applicable": {} beside ranking rows with predicted_ns -1
+    out = tmp_path / "r.json"
+    assert main([str(FIXTURE), "--opt", "all", "--json", str(out)]) == 0  # --opt all's exit status stays 0
+    assert "not applicable" not in capsys.readouterr().err
+    d = json.loads(out.read_text())
+    na = {r["name"]: r["note"] for r in d["ranking"] if r["predicted_ns"] < 0}
+    assert na and d["not_applicable"] == na
+    # asked for by name, it is still exit status 3 with its stderr line
+    assert main([str(FIXTURE), "--opt", "reconbn", "--json", str(out)]) == 3
+    assert "not applicable: reconbn" in capsys.readouterr().err
+    assert set(json.loads(out.read_text())["not_applicable"]) == {"reconbn"}
+
+
+def test_the_schema_says_what_not_applicable_holds():
+    from daydream.report.schemas import SCHEMAS
+    for name in ("report.schema.json", "job_report.schema.json"):
+        s = json.dumps(SCHEMAS[name]())
+        assert "every ranking row whose predicted_ns is -1" in s
