@@ -72,3 +72,38 @@ def test_the_schema_says_what_not_applicable_holds():
     for name in ("report.schema.json", "job_report.schema.json"):
         s = json.dumps(SCHEMAS[name]())
         assert "every ranking row whose predicted_ns is -1" in s
+
+
+# --- 3. a job's --plot draws its --opt ------------------------------------------------------------
+
+DLRM = TRACES / "param_dlrm"
+
+
+def _bars(svg: str) -> list[tuple[str, list[tuple[str, float]]]]:
+    """(class, [(title name, value ms)]) of every bar group of an SVG document."""
+    import xml.etree.ElementTree as ET
+
+    ns = "{http://www.w3.org/2000/svg}"
+    root = ET.fromstring(svg.split("\n", 1)[1])
+    out = []
+    for g in root.iter(ns + "g"):
+        if "row" in (g.get("class") or "").split():
+            bars = [t.text.rsplit(": ", 1) for r in g.iter(ns + "rect") for t in r.iter(ns + "title")]
+            out.append((g.get("class"), [(n, float(v.replace(",", ""))) for n, v in bars]))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DLRM.exists(), reason="../shared/traces/param_dlrm absent")
+def test_job_plot_draws_the_prediction(tmp_path, capsys):
+    # was: the job's plot drew measured and coupled replay only, whatever --opt asked
+    svg, js = tmp_path / "job.svg", tmp_path / "job.json"
+    assert main([str(DLRM), "--opt", "scale-kernels:factor=0.5", "--json", str(js), "--plot", str(svg)]) == 0
+    capsys.readouterr()
+    rep = json.loads(js.read_text())
+    p = rep["predictions"][0]
+    text = svg.read_text()
+    drawn = [b for c, b in _bars(text) if "prediction" in c.split()]
+    assert drawn == [[("predicted (coupled replay after --opt)", round(ns / 1e6, 3))] for ns in p["rank_predicted_ns"]]
+    assert f"what-if scale-kernels: job step {p['replayed_ns'] / 1e6:.3f} -&gt; {p['predicted_ns'] / 1e6:.3f} ms" in text
+    assert p["speedup"] > 1.0
