@@ -107,3 +107,35 @@ def test_job_plot_draws_the_prediction(tmp_path, capsys):
     assert drawn == [[("predicted (coupled replay after --opt)", round(ns / 1e6, 3))] for ns in p["rank_predicted_ns"]]
     assert f"what-if scale-kernels: job step {p['replayed_ns'] / 1e6:.3f} -&gt; {p['predicted_ns'] / 1e6:.3f} ms" in text
     assert p["speedup"] > 1.0
+
+
+# --- 2. the nsys kernel table names the op from emit_nvtx / autograd-nvtx ranges --------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TRACES.exists(), reason="../shared/traces absent")
+@pytest.mark.parametrize("name", ["mfu_2gpu_before.sqlite", "mfu_2gpu_after.sqlite"])
+def test_nsys_kernel_table_names_the_nvtx_op(name):
+    # was: every row "(no op)" though the trace's NVTX ranges are aten:: ops (--pytorch=autograd-nvtx)
+    import numpy as np
+
+    from daydream.analysis import analyze
+    from daydream.formats import load_trace
+    from daydream.graph.model import NODE_CPU
+    from daydream.report.tables import NO_OP
+
+    r = analyze(load_trace(TRACES / "nsys_ai" / name))
+    g = r.graph
+    gpu = np.flatnonzero(g.node_kind != NODE_CPU)
+    rows = r.report.tables.kernels
+    # only the GPU tasks whose launching call lies outside the trace's window have no op
+    assert sum(k.calls for k in rows if k.op == NO_OP) == int((g.launch[gpu] < 0).sum()) < len(gpu) // 100
+    # the op is the base name of an emit_nvtx range, never its ", seq = N, op_id = M" suffix
+    ops = {k.op for k in rows if k.op != NO_OP}
+    assert "aten::addmm" in ops and not any("seq =" in o for o in ops)
+    # a kernel row's op is the mapper's op of each of its kernels (docs/mapping.md)
+    want: dict[tuple[str, str], int] = {}
+    for v in gpu.tolist():
+        o = int(g.mapping.op_id[v])
+        key = (g.name(v), g.mapping.labels[o] if o >= 0 else NO_OP)
+        want[key] = want.get(key, 0) + 1
+    assert {(k.name, k.op): k.calls for k in rows} == want
