@@ -194,3 +194,79 @@ def test_lazy_module_load_is_not_predicted_away(opt):
     gaps = int(g.gap_ns[calls].sum())
     assert w.replayed_ns - w.predicted_ns <= gaps + 10_000
     assert "one-time part" in r.report.predictions[0].optimizations[0].note
+
+
+# --- 6. a job takes --opt all and --timeline ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dlrm_all(tmp_path_factory):
+    out = tmp_path_factory.mktemp("all") / "all.json"
+    assert main([str(DLRM), "--opt", "all", "--json", str(out)]) == 0  # not applicable ones: still 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DLRM.exists(), reason="../shared/traces/param_dlrm absent")
+def test_job_opt_all_ranks_every_optimization(dlrm_all, capsys):
+    # was: "a job (several traces) takes --opt NAME ...; --opt all ... apply to one trace", exit 2
+    from daydream.optimizations import load_all
+
+    rep = dlrm_all
+    ranked = {n for n, o in load_all().items() if not o.what_if}
+    names = [p["name"] for p in rep["predictions"]]
+    assert rep["ranked"] and set(names) | set(rep["not_applicable"]) == ranked and not set(names) & set(rep["not_applicable"])
+    assert [p["speedup"] for p in rep["predictions"]] == sorted((p["speedup"] for p in rep["predictions"]), reverse=True)
+    # each row is the prediction that --opt NAME alone makes on the job
+    best = rep["predictions"][0]
+    from daydream.job import analyze_job
+
+    one = analyze_job([str(DLRM)], opts=[best["name"]]).report.predictions[0]
+    assert (one.predicted_ns, one.rank_predicted_ns) == (best["predicted_ns"], best["rank_predicted_ns"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DLRM.exists(), reason="../shared/traces/param_dlrm absent")
+def test_job_timeline_one_process_set_per_rank(tmp_path):
+    # was: "--timeline ... apply to one trace", exit 2
+    import gzip
+
+    import numpy as np
+
+    from daydream.job import analyze_job
+
+    job = analyze_job([str(DLRM)], opts=["scale-kernels:factor=0.5"], timeline=True)
+    path = tmp_path / "job.json.gz"
+    job.write_timeline(str(path))
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    ev = doc["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert {e["pid"] for e in ev if "pid" in e} == set(names)  # every process named
+    by_rank: dict[int, set[int]] = {}
+    for p, n in names.items():
+        by_rank.setdefault(int(n.split(":")[0].removeprefix("rank ")), set()).add(p)
+    assert sorted(by_rank) == [int(r.rank) for r in job.ranks]
+    assert sum(len(v) for v in by_rank.values()) == len(names)  # no pid shared by two ranks
+    # each rank's baseline kernels: its coupled replay's, on the lowest rank's clock
+    base = doc["baseTimeNanoseconds"]
+    for i, r in enumerate(job.ranks):
+        g, tl = job.coupled.graphs[i], job.coupled.timelines[i]
+        k = np.flatnonzero(g.node_kind == 2)
+        want = sorted(((tl.start_ns[k] - job.matching.offset_ns[i] - base) / 1000.0).tolist())
+        gpu = {p for p in by_rank[int(r.rank)] if names[p].startswith(f"rank {r.rank}: baseline: GPU")}
+        got = sorted(e["ts"] for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel" and e["pid"] in gpu)
+        assert got == pytest.approx(want, abs=1e-3)
+    flows = [e for e in ev if e.get("ph") in ("s", "f")]
+    ids = {}
+    for e in flows:
+        ids.setdefault(e["id"], set()).add(int(names[e["pid"]].split(":")[0].removeprefix("rank ")))
+    assert all(len(v) == 1 for v in ids.values())  # no flow joins two ranks
+
+
+@pytest.mark.skipif(not DLRM.exists(), reason="../shared/traces/param_dlrm absent")
+def test_job_refuses_what_stays_single_trace(tmp_path, capsys):
+    assert main([str(DLRM), "--opt", "all", "--opt", "amp"]) == 2
+    assert "cannot be combined" in capsys.readouterr().err
+    assert main([str(DLRM), "--timeline", "-"]) == 2
+    assert "--timeline -" in capsys.readouterr().err
+    assert main([str(DLRM), "--compare-to", str(DLRM)]) == 2
+    assert "--compare-to" in capsys.readouterr().err

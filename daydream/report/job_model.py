@@ -141,6 +141,8 @@ class JobReport(msgspec.Struct, forbid_unknown_fields=True):
     counts: dict[str, int]
     predictions: list[JobPrediction] = []
     not_applicable: Annotated[dict[str, str], msgspec.Meta(description=NOT_APPLICABLE_DOC)] = {}
+    #: True under --opt all: ``predictions`` is the ranking, each optimization alone, best first
+    ranked: bool = False
     critical_path: JobCriticalPath | None = None  #: of the coupled replay, across ranks
     #: how far the coupled baseline replay is trusted: the job step's own error decides ("good",
     #: "fair", "unreliable"); the reason lists every rank's verdict
