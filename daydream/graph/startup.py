@@ -14,8 +14,9 @@ A kernel's first launch in its process loads the kernel's module under lazy load
 Programming Guide, "Lazy Loading"; ``CUDA_MODULE_LOADING=LAZY``): :func:`first_launch_one_time_ns`
 gives each first launch call over STARTUP_MIN_NS the part of its time that no repeat launch
 explains, derived per trace from the process's repeat launches (launches of a kernel launched
-before, whose module is loaded). ``fusion`` and ``cuda-graphs`` keep that part: a fused kernel is a new
-kernel whose module loads at its first launch, and a graph's capture loads its kernels' modules.
+before, whose module is loaded). ``fusion`` and ``cuda-graphs`` keep that part: a fused kernel is
+a new kernel whose module loads at its first launch, and a graph's capture loads its kernels'
+modules.
 Before, on nsys_ai ``mock.sqlite`` (two launches, each a kernel's first, 17.4 and 17.8 ms) both
 predicted the second launch's 17.8 ms gone (1.083x).
 """
@@ -48,10 +49,11 @@ def startup_calls(graph: TaskGraph) -> np.ndarray:
 def first_launch_one_time_ns(graph: TaskGraph) -> np.ndarray:
     """The one-time part (ns, int64, shape (n,); 0 for every other node) of each kernel's first
     launch call in its process that lasts over STARTUP_MIN_NS (a launch returns in microseconds;
-    a module load takes milliseconds): the call's duration minus the longest repeat launch call of the
-    process (a call launching a kernel whose name that process launched before; a wait for room in
-    the launch queue inside it only makes it a looser bound on a launch's own cost), at least 0. A process without a repeat launch gives
-    no steady launch cost to subtract: its first launch calls are one-time as a whole.
+    a module load takes milliseconds): the call's duration minus the longest repeat launch call
+    of the process (a call launching a kernel whose name that process launched before; a wait for
+    room in the launch queue inside it only makes it a looser bound on a launch's own cost), at
+    least 0. A process without a repeat launch gives no steady launch cost to subtract: its long
+    first launch calls are one-time as a whole.
 
     Sources: lazy loading (CUDA C++ Programming Guide, "Lazy Loading", CUDA 11.7+): a kernel's
     module is loaded at its first launch. A first launch within a steady launch's time has 0."""
