@@ -145,11 +145,11 @@ def test_nsys_kernel_table_names_the_nvtx_op(name):
 
 def test_first_launch_one_time_part_is_beyond_the_longest_repeat_launch():
     import numpy as np
+    from tablebuilder import TB
 
     from daydream.graph import build_graph
     from daydream.graph.startup import first_launch_one_time_ns
     from daydream.mapping import map_events
-    from tablebuilder import TB
 
     tb = TB()
     calls = []

@@ -18,12 +18,12 @@ from ..errors import DaydreamError, NotApplicable, UsageError
 from ..formats import MAX_WORLD_SIZE
 from ..optimizations import load_all
 from ..render.chrome_trace import timeline_doc, write_job_timeline
+from ..render.job_text import render_job_text
 from ..simulate.critical_path import critical_path
 from .couple import Coupled, couple
 from .load import RankTrace, expand_inputs, load_ranks
 from .match import Matching, check_world, match
 from .reporting import JobReport, build_job_report, job_report_json
-from ..render.job_text import render_job_text
 from .whatif import STRAGGLER, parse_job_specs, predict
 
 __all__ = ["Coupled", "Job", "JobReport", "Matching", "RankTrace", "analyze_job", "couple", "expand_inputs",
