@@ -206,6 +206,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
                 best = (answer_speedup(rows[-1]), name, g2, tl2)
         rows.sort(key=lambda r: (r.predicted_ns < 0, -answer_speedup(r), r.name))
         report.ranking = rows
+        report.not_applicable.update({r.name: r.note for r in rows if r.predicted_ns < 0})
         if best is not None:
             report.pictures.step = step_picture(graph, tl, best[2], best[3], best[1], report.pictures.step_position)
     if report.summary is not None:

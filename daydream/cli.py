@@ -424,11 +424,15 @@ EXIT_NOT_APPLICABLE = 3
 
 
 def _not_applicable_status(report) -> int:
-    """0, or :data:`EXIT_NOT_APPLICABLE` with one stderr line per requested optimization that does
-    not apply (``--opt all`` ranks them instead, and exits 0)."""
-    for name, why in report.not_applicable.items():
+    """0, or :data:`EXIT_NOT_APPLICABLE` with one stderr line per optimization asked for by name
+    that does not apply (``--opt all`` ranks them instead, lists them in ``not_applicable`` too,
+    and exits 0)."""
+    from .report.report_model import requested_not_applicable
+
+    asked = {} if getattr(report, "ranked", False) else requested_not_applicable(report.not_applicable, getattr(report, "ranking", []))
+    for name, why in asked.items():
         print(_one_line(f"daydream-analyze: not applicable: {name}: {why}"), file=sys.stderr)
-    return EXIT_NOT_APPLICABLE if report.not_applicable else 0
+    return EXIT_NOT_APPLICABLE if asked else 0
 
 
 def _write_tables(args, report) -> None:
@@ -448,10 +452,15 @@ def _run_job(args) -> int:
     from .job import analyze_job, job_report_json, render_job_text
     from .job.load import expand_inputs
 
-    if (args.timeline or args.save_table or args.compare_to or getattr(args, "csv", None) or "all" in args.opt
+    if (args.save_table or args.compare_to or getattr(args, "csv", None)
             or str(getattr(args, "contention", "off")).lower() != "off"):
-        raise UsageError("a job (several traces) takes --opt NAME, --ranks, --json, --plot, --strict-replay and --workers; "
-                         "--opt all/--timeline/--save-table/--compare-to/--csv/--contention apply to one trace")
+        raise UsageError("a job (several traces) takes --opt NAME or all, --ranks, --json, --plot, --timeline, --strict-replay "
+                         "and --workers; --save-table/--compare-to/--csv/--contention apply to one trace")
+    rank_all = "all" in args.opt
+    if rank_all and len(args.opt) > 1:
+        raise UsageError("--opt all ranks each optimization alone; it cannot be combined with other --opt")
+    if args.timeline == "-":
+        raise UsageError("--timeline - (standard output) is for one trace; give a job's timeline a file name")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     try:
@@ -459,7 +468,7 @@ def _run_job(args) -> int:
     except ValueError:
         raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
     _check_job_plot(args)
-    if args.opt:  # before connecting to a cluster or reading any rank
+    if args.opt and not rank_all:  # before connecting to a cluster or reading any rank
         from .formats import MAX_WORLD_SIZE
         from .job.whatif import parse_job_specs
 
@@ -468,18 +477,22 @@ def _run_job(args) -> int:
     inputs = expand_inputs(paths)
     _check_output(args.json, "--json", inputs)
     _check_output(args.plot, "--plot", inputs)
+    _check_output(args.timeline, "--timeline", inputs)
+    opts = [] if rank_all else args.opt
     if args.scheduler:
         from .job.scale import dask_mapper
 
         with dask_mapper(args.scheduler, debug=args.debug) as mapper:
-            job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, mapper=mapper)
+            job = analyze_job(paths, opts=opts, only=only, strict=args.strict, mapper=mapper, rank_all=rank_all,
+                              timeline=bool(args.timeline))
     else:
         from .job.load import cap_workers
 
         workers, why = cap_workers(args.workers, inputs) if args.workers > 1 else (1, "")
         if why:
             _warn(f"--workers {args.workers}: reading with {workers} processes ({why})")
-        job = analyze_job(paths, opts=args.opt, only=only, strict=args.strict, workers=workers)
+        job = analyze_job(paths, opts=opts, only=only, strict=args.strict, workers=workers, rank_all=rank_all,
+                          timeline=bool(args.timeline))
     for r in job.ranks:
         for w in r.warnings:
             _warn(w)
@@ -488,6 +501,12 @@ def _run_job(args) -> int:
                                "predictions refused (--strict-replay)")
     if args.json:
         _write(args.json, job_report_json(job.report))
+    if args.timeline:
+        _atomic(args.timeline, job.write_timeline)
+        if job.predicted is None and args.opt:
+            _warn(f"{args.timeline}: holds the coupled baseline replay only "
+                  + ("(--opt all ranks each optimization alone; give --opt NAME for a prediction's timeline)"
+                     if rank_all else "(the --opt asked did not apply)"))
     if args.plot:
         from .render.job_svg import render_job_html, render_job_svg
 

@@ -50,6 +50,7 @@ SECTIONS: list[str] = [
     "accuracy_shapes",
     "accuracy_kernels",  # kernel cost model per op class: leave-one-GPU-out, H100 <-> MI300X
     "accuracy_whatifs",
+    "accuracy_findings",  # try-out findings: first launches kept by fusion/cuda-graphs, the nsys launching op
 ]
 
 

@@ -222,7 +222,7 @@ def test_cli_job_opt(capsys):
     out = capsys.readouterr().out
     assert "what-if fused-adam on ranks 0,3" in out
     assert main(["--details", str(DLRM), "--opt", "amp", "--ranks", "9"]) == 2
-    assert main(["--details", str(DLRM), "--opt", "all"]) == 2
+    assert main(["--details", str(DLRM), "--opt", "all", "--opt", "amp"]) == 2  # --opt all alone (a job ranks too)
 
 
 @needs_traces

@@ -106,8 +106,10 @@ def _group_names(graph: TaskGraph, coll: Collectives) -> np.ndarray:
     return out
 
 
-def read_rank(path: str, index: int = 0, strict: bool = False) -> RankTrace:
+def read_rank(path: str, index: int = 0, strict: bool = False, full_table: bool = False) -> RankTrace:
     """Read ``path``, build its graph and find its collectives (picklable: runs in a worker).
+    ``full_table``: keep the graph's whole table (a job's ``--timeline`` draws from it), not
+    :func:`slim_table`'s part.
 
     Raises:
         TraceFormatError: the file cannot be read.
@@ -120,7 +122,8 @@ def read_rank(path: str, index: int = 0, strict: bool = False) -> RankTrace:
     coll = find_collectives(graph)
     group = _group_names(graph, coll)
     meta = table.meta
-    graph.table = slim_table(table)
+    if not full_table:
+        graph.table = slim_table(table)
     if meta.rank >= 0:
         rank, src = int(meta.rank), "trace"
     elif rank_from_name(path) >= 0:
@@ -141,14 +144,15 @@ def slim_table(table):
     return table.take(np.nonzero(keep)[0])
 
 
-def _read_star(a: tuple[str, int, bool]) -> RankTrace:
+def _read_star(a: tuple[str, int, bool, bool]) -> RankTrace:
     return read_rank(*a)
 
 
 def load_ranks(paths: list[str], *, strict: bool = False, workers: int = 1,
-               mapper: Callable | None = None) -> list[RankTrace]:
+               mapper: Callable | None = None, full_tables: bool = False) -> list[RankTrace]:
     """Read every rank (in a process pool of ``workers`` when > 1, or with ``mapper(fn, items)``,
-    e.g. a Dask client's map-and-gather), then give each its rank.
+    e.g. a Dask client's map-and-gather), then give each its rank. ``full_tables``: see
+    :func:`read_rank`.
 
     A trace's own rank wins; the others keep their file-name rank or their position. Returns the
     ranks sorted by rank.
@@ -157,7 +161,7 @@ def load_ranks(paths: list[str], *, strict: bool = False, workers: int = 1,
         UsageError: two files claim one rank, or their world sizes differ.
         TraceFormatError: a file cannot be read.
     """
-    items = [(p, i, strict) for i, p in enumerate(paths)]
+    items = [(p, i, strict, full_tables) for i, p in enumerate(paths)]
     if mapper is not None:
         ranks = list(mapper(_read_star, items))
     elif workers > 1 and len(items) > 1:

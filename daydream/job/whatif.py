@@ -28,7 +28,7 @@ from ..analysis import apply_all
 from ..simulate.critical_path import communication_mask
 from ..errors import NotApplicable, UsageError
 from ..report.job_model import JobPrediction
-from ..optimizations import check_composition, parse_spec
+from ..optimizations import check_composition, parse_spec, split_params
 from ..transform import scale, scale_gaps
 from .couple import Coupled, couple
 from .load import RankTrace
@@ -51,7 +51,7 @@ def parse_job_specs(specs: list[str], world: int) -> list[tuple[Any, dict[str, A
         if name.strip() != STRAGGLER:
             out.append(parse_spec(s))
             continue
-        kv = dict(item.partition("=")[::2] for item in rest.split(",") if item.strip())
+        kv = split_params(s, rest)
         if set(kv) != {"rank"}:
             raise UsageError(f"--opt {s!r}: straggler takes one parameter, rank=R (the rank made as fast as the median)")
         try:
@@ -171,7 +171,7 @@ def _by_reason(why: dict[str, str]) -> str:
 
 
 def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple[Any, dict[str, Any]]],
-            only: list[int] | None = None) -> JobPrediction:
+            only: list[int] | None = None, keep: list[Coupled] | None = None) -> JobPrediction:
     """The job replayed coupled after ``opts`` (composed in order) on the ranks ``only``
     (rank numbers; default all; ``straggler`` names its own rank and is judged on the job as the
     optimizations before it left it).
@@ -180,6 +180,8 @@ def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple
         NotApplicable: no selected rank takes the optimizations, a straggler rank is not behind
             the median rank, or an optimization removes a collective.
         UsageError: ``world-size`` on some ranks only (it changes every collective's group).
+
+    ``keep``: where given, the predicted coupled replay is appended to it (``--timeline``).
     """
     if only is not None and any(o[0] != STRAGGLER and o[0].name == "world-size" for o in opts):
         raise UsageError("--opt world-size changes the group size of every collective, so it applies to every rank: drop --ranks")
@@ -205,6 +207,8 @@ def predict(ranks: list[RankTrace], m: Matching, base: Coupled, opts: list[tuple
             k = j
         now = None
     c = _coupled(ranks, graphs, m)
+    if keep is not None:
+        keep.append(c)
     pred = job_windows(c.graphs, c.timelines)
     base_ns = max(w[3] - w[2] for w in rows)
     pred_ns = [int(w[3] - w[2]) for w in pred]

@@ -144,16 +144,55 @@ def parse_spec(spec: str) -> tuple[Optimization, dict[str, Any]]:
         raise UsageError(f"{name} is a what-if of a job: give every rank's trace (or their folder), docs/jobs.md")
     if opt is None:
         raise UsageError(f"unknown optimization {name!r}; --list-opts shows the available ones ({', '.join(opts)})")
-    overrides: dict[str, str] = {}
-    if rest.strip():
-        for item in rest.split(","):
-            k, eq, v = item.partition("=")
-            if not eq or not k.strip():
-                raise UsageError(f"--opt {spec!r}: parameters are written name=value, separated by commas")
-            if k.strip() in overrides:
-                raise UsageError(f"--opt {spec!r}: parameter {k.strip()!r} given twice")
-            overrides[k.strip()] = v.strip()
-    return opt, opt.resolve(overrides)
+    return opt, opt.resolve(split_params(spec, rest))
+
+
+def split_params(spec: str, rest: str) -> dict[str, str]:
+    """The parameters after ``name:`` in ``spec`` as name -> value text. Items are separated by
+    commas; a value in double or single quotes (``pattern="a{1,3}"``, ``pattern='a,b'``) may hold
+    commas and the other quote, and loses its quotes. Every ``--opt`` (single traces and jobs) goes
+    through here.
+
+    Raises:
+        UsageError: an item without ``=``, a parameter given twice, an unclosed quote, or text
+            after a closing quote before the next comma.
+    """
+    out: dict[str, str] = {}
+    if not rest.strip():
+        return out
+    malformed = (f"--opt {spec!r}: parameters are written name=value, separated by commas; "
+                 "a value holding a comma goes in quotes (pattern=\"a{1,3}\")")
+    i, n = 0, len(rest)
+    while True:
+        eq = rest.find("=", i)
+        comma = rest.find(",", i)
+        if eq < 0 or (0 <= comma < eq) or not rest[i:eq].strip():
+            raise UsageError(malformed)
+        k = rest[i:eq].strip()
+        j = eq + 1
+        while j < n and rest[j].isspace():
+            j += 1
+        if j < n and rest[j] in "\"'":
+            q = rest[j]
+            close = rest.find(q, j + 1)
+            if close < 0:
+                raise UsageError(f"--opt {spec!r}: the quote {q} of {k} is not closed")
+            v = rest[j + 1:close]
+            end = rest.find(",", close + 1)
+            end = n if end < 0 else end
+            if rest[close + 1:end].strip():
+                raise UsageError(f"--opt {spec!r}: text after the closing quote {q} of {k}; "
+                                 "separate parameters with commas")
+        else:
+            end = rest.find(",", j)
+            end = n if end < 0 else end
+            v = rest[j:end].strip()
+        if k in out:
+            raise UsageError(f"--opt {spec!r}: parameter {k!r} given twice")
+        out[k] = v
+        if end >= n:
+            return out
+        i = end + 1
 
 
 def check_composition(opts: list[tuple[Optimization, dict[str, Any]]]) -> None:

@@ -12,7 +12,7 @@ from ..util.arrays import sorted_unique, unique_inverse
 from ..events.cuda_api import ApiRole, api_role
 from ..events.table import Kind
 from ..graph import NODE_CPU, TaskGraph, lower_median
-from ..graph.startup import startup_calls
+from ..graph.startup import first_launch_one_time_ns, startup_calls
 from ..graph.edges import EdgeKind
 from ..mapping.rules import PHASES
 from ..graph.memo import cached
@@ -42,11 +42,13 @@ def _cpu_roles(graph: TaskGraph) -> np.ndarray:
 def median_launch_ns(graph: TaskGraph) -> int:
     """Lower median of the recorded durations (ns) of the calls that launched a kernel, one-time
     start-up calls left out (:func:`daydream.graph.startup.startup_calls`: a first launch that loads
-    its module is no launch's cost); 0 when there are none."""
+    its module is no launch's cost) and each kernel's first launch without its one-time part
+    (:func:`daydream.graph.startup.first_launch_one_time_ns`); 0 when there are none."""
     k = (graph.node_kind == Kind.KERNEL) & (graph.launch >= 0)
     calls = sorted_unique(graph.launch[k])
     steady = calls[~startup_calls(graph)[calls]]
-    return lower_median(graph.dur_ns[steady if len(steady) else calls])
+    use = steady if len(steady) else calls
+    return lower_median(graph.dur_ns[use] - first_launch_one_time_ns(graph)[use])
 
 
 def has_dependents(graph: TaskGraph) -> np.ndarray:

@@ -18,7 +18,9 @@ driver as their dependencies finish. Model:
   its module, which a graphed program pays as well): the program would have to split its graph
   there too, and those calls stay. Every run with two or more kernel
   launches becomes one graph launch: its first call stays, with duration ``graph_launch_ns``
-  (it now stands for ``cudaGraphLaunch``), and every other call of the run is removed with the
+  (it now stands for ``cudaGraphLaunch``) plus the one-time part of the run's kernels' first
+  launches (:func:`daydream.graph.startup.first_launch_one_time_ns`: module loading, which the
+  capture pays too), and every other call of the run is removed with the
   CPU gap before it (event records, stream waits and host-side queries are captured or vanish
   too: the cross-stream dependencies they made stay in the graph as GPU-to-GPU edges).
 * GPU tasks keep their durations. The removed calls' GPU tasks become launched by the graph
@@ -43,7 +45,7 @@ import numpy as np
 from ..util.arrays import sorted_unique
 from ..errors import NotApplicable
 from ..graph import NODE_CPU
-from ..graph.startup import startup_calls
+from ..graph.startup import first_launch_one_time_ns, startup_calls
 from ..events.table import Kind
 from ..transform import merge
 from . import Optimization, Param, integer_ns, register
@@ -134,8 +136,14 @@ def _apply(graph, p):
     drop = np.zeros(graph.n, dtype=bool)
     drop[seq[~first]] = True
     glaunch = p["graph_launch_ns"] if p["graph_launch_ns"] >= 0 else median_launch_ns(graph)
-    removed_cpu_ns = int(graph.dur_ns[drop].sum() + graph.gap_ns[drop].sum())
-    g = merge(graph, np.where(in_good, run_of, -1), int(glaunch))  # each run becomes its first call, the graph launch
+    # a kernel's first launch keeps its one-time part (module loading): the capture loads the modules
+    once = first_launch_one_time_ns(graph)
+    runs = sorted_unique(run_of[in_good])
+    extra = np.bincount(np.searchsorted(runs, run_of[in_good]), weights=once[in_good], minlength=len(runs)).astype(np.int64)
+    kept_ns = int(extra.sum())
+    removed_cpu_ns = int(graph.dur_ns[drop].sum() + graph.gap_ns[drop].sum()) - int(once[drop].sum())
+    # each run becomes its first call, the graph launch (plus the one-time part of its first launches)
+    g = merge(graph, np.where(in_good, run_of, -1), int(glaunch) + extra)
     mem_note = ""
     if graph.memory is not None and len(graph.memory):
         node = anchor_nodes(graph, graph.memory)
@@ -143,7 +151,10 @@ def _apply(graph, p):
         ev_region = np.where((node >= 0) & ~graph.memory.at_end & in_good[n0], rid[n0], -1)
         g, _, mem_note = graph_pool(g, ev_region)
     return g, (f"{len(heads):,} graph launch{'es' * (len(heads) != 1)} ({how}; {glaunch:,} ns{' each' * (len(heads) != 1)}) replace {int(in_good.sum()):,} API calls; "
-               f"{removed_cpu_ns / 1e6:,.3f} ms of CPU calls and gaps removed" + (f"; {mem_note}" if mem_note else ""))
+               f"{removed_cpu_ns / 1e6:,.3f} ms of CPU calls and gaps removed"
+               + (f"; {int((once[in_good] > 0).sum()):,} kernels' first launches keep their one-time part ({kept_ns / 1e6:,.3f} ms, "
+                  "module loading: a graph's capture loads its kernels' modules too) in the graph launch" if kept_ns else "")
+               + (f"; {mem_note}" if mem_note else ""))
 
 
 register(

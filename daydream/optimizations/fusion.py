@@ -35,7 +35,10 @@ member (a fused kernel still does all of that member's work):
 Transformation: the first kernel of each chain takes the fused duration; the other members are
 removed with their launch calls and the CPU gaps before those calls (the per-op framework work a
 compiled graph no longer does); a one-time start-up call (:mod:`daydream.graph.startup`: a first
-launch that loads its module) stays, without its kernel.
+launch that loads its module) stays, without its kernel; a kernel's first launch keeps its one-time
+part (:func:`daydream.graph.startup.first_launch_one_time_ns`: its time beyond the process's
+longest repeat launch, module loading), without the CPU gap before it: the fused kernel is a new
+kernel, and its module loads at its first launch.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ from ..errors import NotApplicable
 from ..events.table import Kind
 from ..graph import NODE_CPU
 from ..graph.memory_part import block_pairs, without_events
-from ..graph.startup import startup_calls
-from ..transform import merge
+from ..graph.startup import first_launch_one_time_ns, startup_calls
+from ..transform import merge, set_duration, set_gap
 from . import Optimization, Param, register
 from .common import has_dependents, lane_order, mapped_phase
 
@@ -177,19 +180,30 @@ def _apply(graph, p):
     n_dropped = np.bincount(graph.launch[drop_k], minlength=graph.n)
     calls = sorted_unique(graph.launch[drop_k])
     # one-time start-up calls stay (a compiled program loads its kernels' modules too)
-    drop[calls[(n_dropped[calls] == n_launched[calls]) & ~startup_calls(graph)[calls]]] = True
+    emptied = calls[(n_dropped[calls] == n_launched[calls]) & ~startup_calls(graph)[calls]]
+    # a kernel's first launch keeps its one-time part (module load: the fused kernel is a new kernel,
+    # loaded at its first launch), without the launch's own cost and the CPU gap before it
+    once = first_launch_one_time_ns(graph)
+    keep = np.zeros(graph.n, dtype=bool)
+    keep[emptied[once[emptied] > 0]] = True
+    drop[emptied[once[emptied] == 0]] = True
     group = np.full(graph.n, -1, dtype=np.int64)
     group[members] = c
-    g = merge(graph, group, fused, drop=drop)  # each chain's first kernel becomes the fused kernel
+    base = set_duration(set_gap(graph, keep, 0), keep, once[keep]) if keep.any() else graph
+    g = merge(base, group, fused, drop=drop)  # each chain's first kernel becomes the fused kernel
     g, n_mid = without_intermediates(graph, g, members, c, drop)
     gone = drop & (graph.node_kind == NODE_CPU)
     host_ns = int(graph.gap_ns[gone].sum() + graph.dur_ns[gone].sum())
+    kept_ns = int(once[keep].sum())
+    host_ns += int(graph.gap_ns[keep].sum() + graph.dur_ns[keep].sum()) - kept_ns
+    once_note = (f"; {int(keep.sum()):,} of them a kernel's first launch: its one-time part ({kept_ns / 1e6:,.3f} ms, module "
+                 "loading; the fused kernel loads its own) stays" if keep.any() else "")
     # the host time goes with the calls: on a CPU-bound trace it is all of the gain (a new user took
     # the GPU-time figure alone for the prediction's cause)
     return g, (f"{len(uniq):,} chains of {len(members):,} memory-bound kernels fused (mean {len(members) / len(uniq):.1f} per chain); "
                f"{len(drop_k):,} kernels removed; chain GPU time {int(total.sum()) / 1e6:,.3f} -> {int(fused.sum()) / 1e6:,.3f} ms; "
-               f"host: {int(gone.sum()):,} launch calls and the CPU gaps before them removed, {host_ns / 1e6:,.3f} ms "
-               "(the per-op framework work a compiled graph no longer does)"
+               f"host: {int(gone.sum() + keep.sum()):,} launch calls and the CPU gaps before them removed, {host_ns / 1e6:,.3f} ms "
+               "(the per-op framework work a compiled graph no longer does)" + once_note
                + (f"; {n_mid:,} intermediate tensors between fused kernels no longer allocated" if n_mid else ""))
 
 

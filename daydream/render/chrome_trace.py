@@ -506,6 +506,61 @@ def write_timeline(path: str, predicted: tuple[TaskGraph, Timeline], baseline: t
     Raises:
         OSError: the file cannot be written (the CLI turns it into a usage error).
     """
+    _write(path, timeline_doc(predicted, baseline, critical=critical, annotations=annotations))
+
+
+def write_job_timeline(path: str, ranks: list[tuple[int, dict, int]]) -> None:
+    """Write one Chrome-trace JSON of a job (gzip if ``path`` ends in .gz): ``ranks`` holds per
+    rank (rank number, its :func:`timeline_doc`, the ns to add to its times to put them on the
+    job's clock: the lowest rank's). Each rank's processes (host, GPUs, critical path) get pids of
+    their own, numbered from 1 in rank order, named ``rank R: ...``, and sorted rank by rank; flow
+    ids are renumbered so that no two ranks share one; times move onto one base.
+
+    Raises:
+        OSError: the file cannot be written (the CLI turns it into a usage error).
+    """
+    base_ns = min((d["baseTimeNanoseconds"] + shift for _, d, shift in ranks), default=0)
+    base_ns = (base_ns // 1_000_000_000) * 1_000_000_000
+    events: list[dict] = []
+    devices: list[dict] = []
+    next_pid, next_flow, next_sort = 1, 1, 0
+    for r, doc, shift in ranks:
+        evs = doc["traceEvents"]
+        pids = sorted({e["pid"] for e in evs if "pid" in e})
+        pid_map = {p: next_pid + i for i, p in enumerate(pids)}
+        next_pid += len(pids)
+        flows = sorted({e["id"] for e in evs if "id" in e and e.get("ph") in ("s", "t", "f")})
+        flow_map = {f: next_flow + i for i, f in enumerate(flows)}
+        next_flow += len(flows)
+        dt_us = (doc["baseTimeNanoseconds"] + shift - base_ns) / 1000.0
+        for e in evs:  # the events of a rank's file, as the single-trace writer makes them
+            e = dict(e)
+            if "pid" in e:
+                e["pid"] = pid_map[e["pid"]]
+            if "ts" in e:
+                e["ts"] = e["ts"] + dt_us
+            if "id" in e and e.get("ph") in ("s", "t", "f"):
+                e["id"] = flow_map[e["id"]]
+            if e.get("ph") == "M" and e["name"] == "process_name":
+                e["args"] = {"name": f"rank {r}: {e['args']['name']}"}
+            elif e.get("ph") == "M" and e["name"] == "process_sort_index":
+                e["args"] = {"sort_index": next_sort + e["args"]["sort_index"]}
+            events.append(e)
+        next_sort += 1 + max((e["args"]["sort_index"] for e in evs if e.get("ph") == "M" and e["name"] == "process_sort_index"), default=0)
+        devices += [{"id": x["id"], "name": f"rank {r}: {x['name']}"} for x in doc.get("deviceProperties", [])]
+    _write(path, {
+        "schemaVersion": 1,
+        "displayTimeUnit": "ns",
+        "baseTimeNanoseconds": base_ns,
+        "deviceProperties": devices,
+        "traceName": f"{TRACE_NAME_PREFIX}job of {len(ranks)} ranks",
+        "traceEvents": events,
+    })
+
+
+def timeline_doc(predicted: tuple[TaskGraph, Timeline], baseline: tuple[TaskGraph, Timeline] | None = None,
+                 *, critical: dict[int, np.ndarray] | None = None, annotations: list[dict | None] | None = None) -> dict:
+    """The Chrome-trace document :func:`write_timeline` writes (arguments as there)."""
     g = predicted[0]
     base_ns = (int(g.t0_ns) // 1_000_000_000) * 1_000_000_000
     sides = [(predicted, "predicted: " if baseline else "", (0, 0, 0))]
@@ -523,11 +578,11 @@ def write_timeline(path: str, predicted: tuple[TaskGraph, Timeline], baseline: t
     for i in reversed(range(len(sides))):  # the baseline above the prediction
         ev, nxt = _order_events(sides[i][0][0], sides[i][2], gpu_pid, gpu_pid - 1 - i, nxt)
         order += ev
-    _write(path, {
+    return {
         "schemaVersion": 1,
         "displayTimeUnit": "ns",
         "baseTimeNanoseconds": base_ns,
         "deviceProperties": [{"id": d.id, "name": d.name} for d in g.table.meta.devices],
         "traceName": f"{TRACE_NAME_PREFIX}{g.table.meta.source}",
         "traceEvents": order + events + chains,
-    })
+    }

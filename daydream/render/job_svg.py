@@ -1,5 +1,6 @@
 """Pictures of a job's report (:class:`~daydream.report.job_model.JobReport`, ``daydream-analyze
-FOLDER --plot FILE.svg`` or ``.html``): per rank, its step measured and in the coupled replay,
+FOLDER --plot FILE.svg`` or ``.html``): per rank, its step measured and in the coupled replay
+(with ``--opt``: and predicted, each what-if's coupled replay, as the single-trace plot draws it),
 and its recorded time inside collectives split into waiting for each peer (the rank that
 arrived last) and transfer (after the last arrival). The straggler's rows are marked.
 
@@ -37,12 +38,17 @@ def _rank_label(r: RankRow, straggler: int | None) -> str:
 
 def _step_rows(rep: JobReport, straggler: int | None) -> list[Row]:
     rows = []
-    for r in rep.rank_rows[:MAX_RANKS]:
+    for i, r in enumerate(rep.rank_rows[:MAX_RANKS]):
         cls = " straggler" if r.rank == straggler else ""
         rows.append(Row(_rank_label(r, straggler), "measured", [("step_measured", _ms(r.measured_ns))],
                         right=f"{_ms(r.measured_ns):.3f} ms", cls="row measured" + cls))
         rows.append(Row("", "coupled replay", [("step_replayed", _ms(r.replayed_ns))],
                         right=f"error {r.error_pct:+.2f} %", cls="row replayed" + cls))
+        for p in rep.predictions:
+            if i < len(p.rank_predicted_ns):
+                ns = p.rank_predicted_ns[i]
+                rows.append(Row("", _name(p.name, SUB_CHARS), [("step_predicted", _ms(ns))],
+                                right=f"{r.replayed_ns / max(ns, 1):.3f}x", cls="row prediction" + cls))
     return rows
 
 
@@ -69,8 +75,15 @@ def fig_job(rep: JobReport) -> tuple[str, float]:
     full = int((WIDTH - 2 * LABEL_X) / CHAR_W)
     out = [_text(LABEL_X, 22, "Job: each rank's step and its wait for peers", cls="title"),
            _text(LABEL_X, 38, _name(f"{rep.ranks} ranks, {rep.collectives} collectives, clock {rep.clock}; {line}", full), cls="note")]
-    svg, y = _panel(44, "Each rank's traced window: measured, then the coupled replay (dashed: the job's step, measured)",
-                    _step_rows(rep, who), "time (ms)", ["step_measured", "step_replayed"], mark=_ms(rep.step_measured_ns))
+    whatifs = [f"what-if {p.name}: job step {_ms(p.replayed_ns):.3f} -> {_ms(p.predicted_ns):.3f} ms ({p.speedup:.3f}x)"
+               for p in rep.predictions] + [f"what-if {k}: not applicable: {v}" for k, v in rep.not_applicable.items()]
+    out += [_text(LABEL_X, 54 + 16 * k, _name(w, full), cls="note") for k, w in enumerate(whatifs)]
+    top = 44 + 16 * len(whatifs)
+    what = ", then each --opt's prediction (right: the rank's speed-up)" if rep.predictions else ""
+    svg, y = _panel(top, f"Each rank's traced window: measured, then the coupled replay{what} (dashed: the job's step, measured)",
+                    _step_rows(rep, who), "time (ms)",
+                    ["step_measured", "step_replayed"] + (["step_predicted"] if rep.predictions else []),
+                    mark=_ms(rep.step_measured_ns))
     out.append(svg)
     svg, y = _panel(y + 8, "Time inside collectives, recorded: waiting, by the peer that arrived last (rN), then transfer",
                     _wait_rows(rep, who), "time (ms); left of the bar: collectives the rank reached last", ["wait_a", "wait_b", "transfer"])
@@ -101,6 +114,8 @@ def render_job_html(rep: JobReport) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>daydream job report</title>\n"
             "<style>body{font-family:sans-serif;margin:1em auto;max-width:860px}figure{margin:0 0 1.5em}</style>\n"
             f"</head>\n<body>\n<h1>{_heading(rep)}</h1>\n"
-            "<p>Times in ms. Per rank: its traced window measured and in the coupled replay; then its recorded time "
+            "<p>Times in ms. Per rank: its traced window measured and in the coupled replay"
+            + (", then predicted by each what-if (the job replayed coupled after it)" if rep.predictions else "")
+            + "; then its recorded time "
             "inside collectives, waiting for each peer that arrived last, and transfer.</p>\n"
             f"<figure>{_svg(body, h, 'fig-job', JOB_SERIES)}</figure>\n</body>\n</html>\n")

@@ -96,6 +96,10 @@ def render_job_text(r: JobReport) -> str:
             size = f"{x.size_bytes:,} B" if x.size_bytes >= 0 else "size unknown"
             out.append(f"  {x.index:>3} {x.op}{grp} {size}  rank {x.last_rank} / {x.last_rank_replayed}  "
                        f"{_ms(x.wait_max_ns)}  {_ms(x.transfer_ns)}")
+    if r.ranked:
+        out += ["", f"--opt all: {len(r.predictions)} optimizations alone, each replayed coupled on "
+                    + ("the ranks asked" if any(p.ranks and len(p.ranks) < r.ranks for p in r.predictions) else "every rank")
+                    + ", best first by the job step; " + (f"{len(r.not_applicable)} not applicable (below)" if r.not_applicable else "all apply")]
     for p in r.predictions:
         who = f" on ranks {','.join(map(str, p.ranks))}" if p.ranks else ""
         mark = "  UNRELIABLE: see the baseline replay above" if r.trust == "unreliable" else ""

@@ -72,6 +72,7 @@ SERIES: dict[str, tuple[str, str, str]] = {
 JOB_SERIES: dict[str, tuple[str, str, str]] = {
     "step_measured": ("measured", "#9ecae1", "diag"),
     "step_replayed": ("coupled replay", "#0b2f6b", "solid"),
+    "step_predicted": ("predicted (coupled replay after --opt)", "#d55e00", "backdiag"),
     "wait_a": ("waiting for peer rN (rank N)", "#e69f00", "dots"),
     "wait_b": ("the next peer waited for", "#f3eb7a", "horiz"),
     "transfer": ("transfer (after the last arrival)", "#2f8f5b", "backdiag"),

@@ -24,6 +24,7 @@ from ..report.report_model import (
     Prediction,
     Report,
     Trust,
+    requested_not_applicable,
 )
 from ..report.summary import ANSWER_NAME_MAX, EMPTY_PATH, answer_speedup, answer_steps, median
 from .table_text import tables_text
@@ -488,7 +489,7 @@ def sections(r: Report) -> list[list[str]]:
         critical_path_section("critical path of the replayed baseline", r.critical_path),
         waits_section(r.critical_path),
         *(prediction_section(p, r.trust) for p in r.predictions),
-        *(not_applicable_section(name, why) for name, why in r.not_applicable.items()),
+        *(not_applicable_section(name, why) for name, why in requested_not_applicable(r.not_applicable, r.ranking).items()),
         ranking_section(r),
         *tables_text(r.tables),
         input_section(r),
@@ -638,7 +639,7 @@ def asked_lines(r: Report) -> list[str]:
                 step += f"per-step speed-ups {sp[0]:.3f}x to {sp[-1]:.3f}x (median {mid:.3f}x), "
         out.append(f"  what-if {' + '.join(o.name for o in p.optimizations)}: {step}traced window {_ms(w.replayed_ns)} -> "
                    f"{_ms(w.predicted_ns)} ms ({w.speedup:.3f}x)" + ("  UNRELIABLE: see the baseline replay below" if bad else ""))
-    out += [f"  what-if {name}: not applicable: {why}" for name, why in r.not_applicable.items()]
+    out += [f"  what-if {name}: not applicable: {why}" for name, why in requested_not_applicable(r.not_applicable, r.ranking).items()]
     return out
 
 

@@ -5,7 +5,11 @@ msgspec structs whose JSON Schema is ``schemas/job_report.schema.json``. Built b
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
+
+from .report_model import NOT_APPLICABLE_DOC
 
 JOB_REPORT_VERSION = 3  #: 2: replay trust per rank and for the job; 3: per-rank memory
 
@@ -136,7 +140,9 @@ class JobReport(msgspec.Struct, forbid_unknown_fields=True):
     straggler: Straggler | None
     counts: dict[str, int]
     predictions: list[JobPrediction] = []
-    not_applicable: dict[str, str] = {}
+    not_applicable: Annotated[dict[str, str], msgspec.Meta(description=NOT_APPLICABLE_DOC)] = {}
+    #: True under --opt all: ``predictions`` is the ranking, each optimization alone, best first
+    ranked: bool = False
     critical_path: JobCriticalPath | None = None  #: of the coupled replay, across ranks
     #: how far the coupled baseline replay is trusted: the job step's own error decides ("good",
     #: "fair", "unreliable"); the reason lists every rank's verdict

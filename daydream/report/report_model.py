@@ -9,6 +9,8 @@ renderers (:mod:`daydream.render.text`, :mod:`daydream.render.svg`) read these s
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from ..simulate.critical_path import CriticalPath
@@ -290,6 +292,19 @@ class Pictures(msgspec.Struct, forbid_unknown_fields=True):
     step_position: int | None = None  #: position in Report.steps of the step pictured (None: the window)
 
 
+#: the schema's description of ``Report.not_applicable`` (and of a job report's)
+NOT_APPLICABLE_DOC = ("Optimizations that do not apply: name -> reason. With --opt NAME: the optimizations asked for "
+                      "(composed ones joined by ' + '), and exit status 3. With --opt all: every ranking row whose "
+                      "predicted_ns is -1 (its note is the reason), and exit status 0.")
+
+
+def requested_not_applicable(not_applicable: dict[str, str], ranking: list) -> dict[str, str]:
+    """The entries of ``not_applicable`` asked for by name (``--opt NAME``): those that are not a
+    row of ``ranking`` (``--opt all`` lists its rows that do not apply in both)."""
+    ranked = {r.name for r in ranking}
+    return {k: v for k, v in not_applicable.items() if k not in ranked}
+
+
 class Report(msgspec.Struct, forbid_unknown_fields=True):
     """The whole analysis of one trace."""
 
@@ -302,7 +317,7 @@ class Report(msgspec.Struct, forbid_unknown_fields=True):
     critical_path: CriticalPath  #: of the replayed baseline
     predictions: list[Prediction] = []
     ranking: list[Ranked] = []
-    not_applicable: dict[str, str] = {}  #: requested optimizations that do not apply: name -> reason
+    not_applicable: Annotated[dict[str, str], msgspec.Meta(description=NOT_APPLICABLE_DOC)] = {}
     processes: list[WindowStats] = []  #: each process (rank) of a multi-process trace, its own window
     warnings: list[str] = []  #: what limits the trust in the replay or the predictions
     phases: list[GroupStats] = []  #: forward / backward / optimizer / communication / other / unmapped

@@ -181,6 +181,18 @@ def gpu_time_by_op(graph: TaskGraph, tl: Timeline, ref: TaskGraph | None = None)
     return out
 
 
+def _kernel_ops(graph: TaskGraph, gpu: np.ndarray, rt) -> tuple[np.ndarray, list[str]]:
+    """(per GPU task of ``gpu``, the index of its launching op into the labels or -1; the labels)
+    for the kernel table: the innermost ``cpu_op`` enclosing the launch call (``rt``: the op
+    timeline of :func:`_op_timeline`), or, in a trace without ``cpu_op`` rows (Nsight Systems),
+    the mapper's op (docs/mapping.md, "Layer path, op": the innermost op-like NVTX range enclosing
+    the launch, such as emit_nvtx's or ``--pytorch=autograd-nvtx``'s ``aten::mm, seq = 12, op_id = 7``
+    as ``aten::mm``)."""
+    if (graph.table.kind == Kind.CPU_OP).any() or graph.mapping is None:
+        return _launch_labels(graph, gpu, rt), list(rt.labels)
+    return graph.mapping.op_id[gpu].astype(np.int64), list(graph.mapping.labels)
+
+
 def build_tables(graph: TaskGraph, rec: Timeline) -> Tables:
     """The :class:`Tables` of a graph's recorded timeline ``rec``."""
     t = graph.table
@@ -188,20 +200,20 @@ def build_tables(graph: TaskGraph, rec: Timeline) -> Tables:
     # ---- kernels, by (name, launching op)
     gpu = np.flatnonzero(graph.node_kind != NODE_CPU)
     dur = (rec.end_ns - rec.start_ns)[gpu].astype(np.int64)
-    op_lab = _launch_labels(graph, gpu, rt)
+    op_lab, labels = _kernel_ops(graph, gpu, rt)
     kernels: list[KernelRow] = []
     if len(gpu):
         cls = kernel_info(graph).cls[gpu].astype(np.int64)
-        key = (graph.name_id[gpu].astype(np.int64) * (len(rt.labels) + 1) + (op_lab + 1))
+        key = (graph.name_id[gpu].astype(np.int64) * (len(labels) + 1) + (op_lab + 1))
         uk, calls, tot, lo, hi = _group_stats(key, dur)
         first = np.zeros(len(uk), np.int64)
         _, inv = unique_inverse(key)
         first[inv.reshape(-1)[::-1]] = np.arange(len(key))[::-1]
         all_gpu = int(dur.sum())
         for i in np.lexsort((uk, -tot)).tolist():  # one row per (name, op): the table itself
-            nid, ol = divmod(int(uk[i]), len(rt.labels) + 1)
+            nid, ol = divmod(int(uk[i]), len(labels) + 1)
             c = int(cls[first[i]])
-            kernels.append(KernelRow(graph.names[nid], rt.labels[ol - 1] if ol else NO_OP, CLASSES[c] if c < len(CLASSES) else "other",
+            kernels.append(KernelRow(graph.names[nid], labels[ol - 1] if ol else NO_OP, CLASSES[c] if c < len(CLASSES) else "other",
                                      int(calls[i]), int(tot[i]), int(tot[i] // calls[i]), int(lo[i]), int(hi[i]), _pct(tot[i], all_gpu)))
     # ---- ops
     ops: list[OpRow] = []
