@@ -270,3 +270,26 @@ def test_backward_split_and_input_gradient_allreduce_equal_the_emulator(blocks, 
     gpu = g2.node_kind != NODE_CPU
     assert sorted(zip(pred.start_ns[gpu].tolist(), pred.end_ns[gpu].tolist())) == sorted(
         (x.start_ns, x.end_ns) for x in crun.tasks), note
+
+
+def test_degree_one_needs_no_link():
+    """tp:degree=1 issues no all-reduce, so a GPU without a board link preset (MI300X) is no reason
+    to refuse it: it was not applicable ("the MI300X's board link is not known") on the MI300
+    BERT trace, where degree 1 must be the identity; degree 2 still asks for the link."""
+    import tempfile
+
+    from daydream.errors import NotApplicable
+    prog, _ = mlp_training_step(2, 64, 64)
+    run = emulate(prog)
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.json")
+        to_kineto(run, p)
+        t = load_trace(p)
+        g = build_graph(t, map_events(t))
+    opt, params = parse_spec("tp:degree=1,gpu=MI300X")
+    g1, note = opt.apply(g, params)
+    assert "no link: one rank" in note
+    assert int(simulate(g1).end_ns.max()) == int(simulate(g).end_ns.max())
+    opt, params = parse_spec("tp:degree=2,gpu=MI300X")
+    with pytest.raises(NotApplicable, match="board link"):
+        opt.apply(g, params)

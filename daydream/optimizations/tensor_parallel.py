@@ -363,7 +363,8 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
         raise NotApplicable("the trace has no layer mapping (module annotations): the blocks' GEMMs cannot be found")
     gpu, name = source_gpu(graph, p["gpu"])
     if gpu is None:
-        raise NotApplicable(f"the traced GPU {name!r} is not in the GPU table; give tp:gpu=NAME")
+        what = f"the traced GPU {name!r} is not in the GPU table" if name else "the trace does not name its GPU"
+        raise NotApplicable(f"{what}; give tp:gpu=NAME")
     spec = from_table(gpu)
     row = KM.match_launches(graph, graph.facts.launch) if graph.facts is not None else np.full(graph.n, -1, np.int64)
     d = KC.describe(graph, spec, row, KM.work_item_grid(graph))
@@ -382,25 +383,27 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     if len(oth):
         g = set_duration(g, np.isin(np.arange(graph.n), oth), np.rint(graph.dur_ns[np.sort(oth)] / N).astype(np.int64))
     link_how = "given"
-    if not p["bandwidth"]:
-        if gpu.name not in BOARD_LINKS:
-            raise NotApplicable(f"the {gpu.name}'s board link is not known; give tp:bandwidth=PRESET")
-        p = {**p, "bandwidth": BOARD_LINKS[gpu.name][0]}
-        link_how = f"the {gpu.name}'s board link, inferred"
-    net = network_of(p)
-    fit, how = trace_fit(graph, net, p.get("fit", ""))
-    # the row GEMMs' output all-reduces (g) and the column groups' input-gradient all-reduces (f)
     nb = np.concatenate([pl["ar_bytes"], pl["ag_bytes"]]).astype(np.int64)
-    ar_at = np.concatenate([pl["ar_after"], pl["ag_after"]]).astype(np.int64)
-    ar_d, by_fit = cf.collective_ns(fit, cm.ALL_REDUCE, nb, N, net)
     n_f = len(pl["ag_bytes"])
-    if N > 1:
+    net, fit, how, by_fit, ar_d = None, None, "", 0, np.zeros(len(nb), np.int64)
+    if N > 1:  # one rank has no all-reduce (Megatron's _reduce returns its input), so it needs no link
+        if not p["bandwidth"]:
+            if gpu.name not in BOARD_LINKS:
+                raise NotApplicable(f"the {gpu.name}'s board link is not known; give tp:bandwidth=PRESET")
+            p = {**p, "bandwidth": BOARD_LINKS[gpu.name][0]}
+            link_how = f"the {gpu.name}'s board link, inferred"
+        net = network_of(p)
+        fit, how = trace_fit(graph, net, p.get("fit", ""))
+        # the row GEMMs' output all-reduces (g) and the column groups' input-gradient all-reduces (f)
+        ar_at = np.concatenate([pl["ar_after"], pl["ag_after"]]).astype(np.int64)
+        ar_d, by_fit = cf.collective_ns(fit, cm.ALL_REDUCE, nb, N, net)
         names = [f"ncclKernel_AllReduce_RING_LL_Sum_float (inserted, {int(x)} B, n={N})" for x in nb.tolist()]
         o = np.argsort(graph.position_ns[ar_at], kind="stable")
         g, _ = insert_after_kernels(g, ar_at[o], ar_d[o], [names[i] for i in o])
     before, after = int(t[idx].sum()), int(new_t.sum())
     c = pl["counts"]
-    note = (f"Megatron tensor parallel over {N} GPUs on {net.intra.name} ({link_how}): {c['row-parallel GEMMs']} column/row pairs in "
+    on = f"on {net.intra.name} ({link_how})" if net is not None else "(no link: one rank)"
+    note = (f"Megatron tensor parallel over {N} GPUs {on}: {c['row-parallel GEMMs']} column/row pairs in "
             f"{c['blocks']} blocks (inferred from the op order); split kernels {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms "
             f"(kernel-cost library, {gpu.name}; {rest} shapes not divisible by {N}, rounded up); "
             + (f"{len(nb)} all-reduces ({len(nb) - n_f} forward, {n_f} of input gradients; {nb.sum() / 2**20:,.2f} MiB, "
