@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import numpy as np
 
+from ..events.memory import MemoryEvents
 from ..graph.memory_part import block_pairs, level_before
 from ..mapping.rules import FORWARD
 from .memory_rules import _size, block_classes, edit_events
@@ -87,28 +89,12 @@ def stage_memory(graph, g, steps, units, bounds, runs, M: int) -> tuple[object, 
     if (ev.addr[on] < 0).all():
         return g, "memory per stage: not modelled (the allocator's events have no addresses: blocks cannot be paired)"
     ne = len(ev)
-    phase = gm.phase if gm.phase is not None else np.zeros(ne, np.uint8)
     # block ids: an allocation and its free share one; unpaired events their own
     al, fr = block_pairs(ev, on)
     block = np.arange(ne, dtype=np.int64)
     block[fr] = al
-    # model state: level before, persistent blocks, the largest step's gradients and optimizer state
-    before, exact = level_before(ev, on)
-    a, f, grad, opt = block_classes(gm)
-    a_on = ev.device[a] == dev
-    persistent = a_on & (f < 0) & (gm.step[a] < 0)
-    per_step = np.bincount(np.maximum(gm.step[a[a_on & (grad | opt)]], 0), weights=ev.bytes[a[a_on & (grad | opt)]])
-    state = before + int(ev.bytes[a[persistent]].sum()) + (int(per_step.max()) if len(per_step) else 0)
-    # the stages' share of the forward time
-    rec = np.zeros(S, np.float64)
+    state, exact, state_s, share, state_blocks = _model_state(graph, gm, on, dev, steps, units, bounds)
     stage_of_unit = np.searchsorted(bounds, np.arange(int(bounds[-1])), "right") - 1
-    for (fk, _), u in zip(steps, units):
-        rec += np.bincount(stage_of_unit[u], weights=graph.dur_ns[fk], minlength=S)
-    if not rec.sum():  # no forward time recorded: the stages' share of units
-        rec = np.diff(bounds).astype(np.float64)
-    share = rec / rec.sum()
-    tot = int(rec.sum())
-    state_s = np.array([state * int(x) // tot for x in rec.astype(np.int64).tolist()], np.int64)
     ids = sorted({int(d) for d in ev.devices()} | {int(x) for x in np.unique(graph.device[graph.device >= 0])})
     stage_dev = [dev] + [max(ids) + s for s in range(1, S)]
     # the events replaced: every event of the stages' GPU
@@ -116,37 +102,15 @@ def stage_memory(graph, g, steps, units, bounds, runs, M: int) -> tuple[object, 
     adds, n_fwd = [], 0
     win = [(int(graph.rec_start_ns[graph.launch[fk[0]]]) if graph.launch[fk[0]] >= 0 else int(graph.rec_start_ns[fk[0]]),
             int(graph.rec_end_ns[bk[-1]])) for fk, bk in steps]
-    step_of_ev = gm.step
     for (fk, bk), u, r, (w0, w1) in zip(steps, units, runs, win):  # steps: a few
         calls = graph.launch[fk]
         call_ts = np.where(calls >= 0, graph.rec_start_ns[np.maximum(calls, 0)], graph.rec_start_ns[fk])
-        # this step's events on the GPU: those in the recorded step holding its first forward kernel
-        st_idx = step_of_ev[on]
-        sid = np.bincount(st_idx[(ev.ts_ns[on] >= w0) & (ev.ts_ns[on] <= w1) & (st_idx >= 0)]).argmax() \
-            if ((ev.ts_ns[on] >= w0) & (ev.ts_ns[on] <= w1) & (st_idx >= 0)).any() else -1
-        mine = on[(st_idx == sid)] if sid >= 0 else on[(ev.ts_ns[on] >= w0) & (ev.ts_ns[on] <= w1)]
-        fwd_ev = mine[(phase[mine] == FORWARD) & (ev.bytes[mine] > 0)]
-        # a temporary: freed before the launch call after its op's (the op's own host work)
-        allc = np.concatenate([calls, graph.launch[bk]])
-        allc = np.sort(graph.rec_start_ns[allc[allc >= 0]])
-        free_of = np.full(ne, -1, np.int64)
-        free_of[al] = fr
-        fe = free_of[fwd_ev]
-        nxt = np.searchsorted(allc, ev.ts_ns[fwd_ev], "left") + 1
-        limit = np.where(nxt < len(allc), allc[np.minimum(nxt, len(allc) - 1)], np.iinfo(np.int64).max)
-        tmp = (fe >= 0) & (ev.ts_ns[np.maximum(fe, 0)] <= limit)
-        fwd_ev = np.sort(np.concatenate([fwd_ev, fe[tmp]]))
+        sid, fwd_ev, ev_stage = _forward_events(graph, gm, on, block, al, fr, fk, bk, u, stage_of_unit, call_ts, (w0, w1))
         n_fwd += len(fwd_ev)
-        k = np.minimum(np.searchsorted(call_ts, ev.ts_ns[fwd_ev], "left"), len(fk) - 1)
-        ev_stage = stage_of_unit[u[k]]
-        first = {}
-        for i, (e, s_) in enumerate(zip(fwd_ev.tolist(), ev_stage.tolist())):  # one step's forward events
-            first.setdefault(int(block[e]), s_)
-            ev_stage[i] = first[int(block[e])]
         anchor = int(graph.row[calls[0]]) if calls[0] >= 0 else -1
         for s in range(S):  # stages: a few
             sel = fwd_ev[ev_stage == s]
-            b, mb = stage_events(ev.bytes[sel], block[sel], r.orders[s], M)
+            b, _ = stage_events(ev.bytes[sel], block[sel], r.orders[s], M)
             kk = len(b)
             if not kk:
                 continue
@@ -155,7 +119,7 @@ def stage_memory(graph, g, steps, units, bounds, runs, M: int) -> tuple[object, 
                          "anchor_row": np.full(kk, anchor), "offset_ns": np.zeros(kk, np.int64), "at_end": np.zeros(kk, bool),
                          "step": np.full(kk, sid, np.int32), "phase": np.full(kk, FORWARD, np.uint8),
                          "group": np.full(kk, -1, np.int64)})
-    n_other = int(drop.sum()) - n_fwd - int(np.isin(block[on], a[(grad | opt | persistent) & a_on]).sum())
+    n_other = int(drop.sum()) - n_fwd - int(np.isin(block[on], state_blocks).sum())
     add = {c: np.concatenate([x[c] for x in adds]) for c in adds[0]} if adds else None
     # the stage devices' level before the window: its state share (the recorded level is replaced)
     mem = edit_events(gm, drop=drop, add=add, before_delta=None)
@@ -173,9 +137,64 @@ def stage_memory(graph, g, steps, units, bounds, runs, M: int) -> tuple[object, 
     return dataclasses.replace(g, memory=mem, devices=devices), note
 
 
-def _copy_device(d, new_id: int):
-    import msgspec
+def _model_state(graph, gm, on, dev: int, steps, units, bounds):
+    """(model state bytes, level before exact?, (S,) each stage's share (floor), (S,) the shares,
+    allocation events of the state's blocks): the level before the window, the blocks allocated
+    outside every step and not freed in the trace, the largest step's gradient and optimizer-state
+    blocks; shared by the stages' recorded forward time (their units' share where none)."""
+    ev = gm.events
+    S = len(bounds) - 1
+    before, exact = level_before(ev, on)
+    a, f, grad, opt = block_classes(gm)
+    a_on = ev.device[a] == dev
+    persistent = a_on & (f < 0) & (gm.step[a] < 0)
+    per_step = np.bincount(np.maximum(gm.step[a[a_on & (grad | opt)]], 0), weights=ev.bytes[a[a_on & (grad | opt)]])
+    state = before + int(ev.bytes[a[persistent]].sum()) + (int(per_step.max()) if len(per_step) else 0)
+    rec = np.zeros(S, np.float64)
+    stage_of_unit = np.searchsorted(bounds, np.arange(int(bounds[-1])), "right") - 1
+    for (fk, _), u in zip(steps, units):
+        rec += np.bincount(stage_of_unit[u], weights=graph.dur_ns[fk], minlength=S)
+    if not rec.sum():  # no forward time recorded: the stages' share of units
+        rec = np.diff(bounds).astype(np.float64)
+    tot = int(rec.sum())
+    state_s = np.array([state * int(x) // tot for x in rec.astype(np.int64).tolist()], np.int64)
+    return state, exact, state_s, rec / rec.sum(), a[(grad | opt | persistent) & a_on]
 
+
+def _forward_events(graph, gm, on, block, al, fr, fk, bk, u, stage_of_unit, call_ts, win):
+    """(the step's index in ``gm.step_names`` or -1, its forward events on the GPU in recorded
+    order, each one's stage): allocations in the forward phase, and the frees of those freed
+    before the launch call after their op's (temporaries), each given to the stage of the next
+    forward kernel launched at or after it (a free to its allocation's stage)."""
+    ev = gm.events
+    ne = len(ev)
+    phase = gm.phase if gm.phase is not None else np.zeros(ne, np.uint8)
+    w0, w1 = win
+    st_idx = gm.step[on]
+    inside = (ev.ts_ns[on] >= w0) & (ev.ts_ns[on] <= w1)
+    # this step's events: those of the recorded step holding most of its window's events
+    sid = int(np.bincount(st_idx[inside & (st_idx >= 0)]).argmax()) if (inside & (st_idx >= 0)).any() else -1
+    mine = on[st_idx == sid] if sid >= 0 else on[inside]
+    fwd_ev = mine[(phase[mine] == FORWARD) & (ev.bytes[mine] > 0)]
+    calls = np.concatenate([graph.launch[fk], graph.launch[bk]])
+    allc = np.sort(graph.rec_start_ns[calls[calls >= 0]])
+    free_of = np.full(ne, -1, np.int64)
+    free_of[al] = fr
+    fe = free_of[fwd_ev]
+    nxt = np.searchsorted(allc, ev.ts_ns[fwd_ev], "left") + 1
+    limit = np.where(nxt < len(allc), allc[np.minimum(nxt, len(allc) - 1)], np.iinfo(np.int64).max)
+    tmp = (fe >= 0) & (ev.ts_ns[np.maximum(fe, 0)] <= limit)
+    fwd_ev = np.sort(np.concatenate([fwd_ev, fe[tmp]]))
+    k = np.minimum(np.searchsorted(call_ts, ev.ts_ns[fwd_ev], "left"), len(fk) - 1)
+    ev_stage = stage_of_unit[u[k]]
+    first = {}
+    for i, (e, s_) in enumerate(zip(fwd_ev.tolist(), ev_stage.tolist())):  # one step's forward events
+        first.setdefault(int(block[e]), s_)
+        ev_stage[i] = first[int(block[e])]
+    return sid, fwd_ev, ev_stage
+
+
+def _copy_device(d, new_id: int):
     return msgspec.structs.replace(d, id=new_id)
 
 
@@ -188,6 +207,4 @@ def _with_levels(gm, levels: dict, exact: bool):
         m = cols["device"] == d
         run = lvl + np.cumsum(np.where(m, cols["bytes"], 0))
         cols["total_allocated"] = np.where(m, run if exact else -1, cols["total_allocated"])
-    from ..events.memory import MemoryEvents
-
     return dataclasses.replace(gm, events=MemoryEvents.from_columns(cols, sort=False))
