@@ -447,7 +447,7 @@ register(Optimization(
             "fit": Param("", "a collective-cost fit (daydream-comm-fit --json FILE, e.g. of a job) for the all-reduces; "
                          "empty: the trace's own all-reduces where it has sized ones, else the link preset", str),
             "opt_state": Param(2.0, "memory: optimizer-state bytes per weight byte held from before the window, where the "
-                               "trace has an optimizer step (Adam/AdamW: exp_avg and exp_avg_sq = 2; SGD with momentum 1)",
+                               "trace has an optimizer step (Adam/AdamW: exp_avg and exp_avg_sq, torch.optim.Adam docs = 2; SGD with momentum 1)",
                                float, lambda v: 0 <= v <= 16, "0 to 16"),
             **NETWORK_PARAMS,
             "bandwidth": Param("", "link of the tensor-parallel group: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth "

@@ -37,7 +37,8 @@ from ..graph.memory_part import block_pairs, level_before
 from ..mapping.rules import OPTIMIZER
 from .memory_rules import _size, anchor_nodes, edit_events
 
-_ELEM = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+#: bytes per element of each dtype (as tensor_parallel._ELEM_BYTES; a definition)
+_ELEM_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 def _round512(b: np.ndarray) -> np.ndarray:
@@ -48,7 +49,7 @@ def output_bytes(k, i: np.ndarray) -> np.ndarray:
     """int64 output bytes of described kernels ``i`` (``-1`` where not a GEMM or memory-bound
     kernel): ``M N max(B, 1)`` of ``linear``/``bmm``, ``elems`` of elementwise/ln/softmax, at the
     element size."""
-    esz = np.array([_ELEM.get(str(x), 4) for x in k.dtype[i].tolist()], np.int64)
+    esz = np.array([_ELEM_BYTES.get(str(x), 4) for x in k.dtype[i].tolist()], np.int64)
     cls = k.cls[i]
     gemm = np.isin(cls, ["linear", "bmm"])
     mem = np.isin(cls, ["elementwise", "ln", "softmax"])
