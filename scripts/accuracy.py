@@ -49,6 +49,7 @@ SECTIONS: list[str] = [
     "accuracy_memory",
     "accuracy_shapes",
     "accuracy_kernels",  # kernel cost model per op class: leave-one-GPU-out, H100 <-> MI300X
+    "accuracy_parallelism",  # fsdp, zero, tp, pp on every trace: predict or say why (issue 35)
 ]
 
 

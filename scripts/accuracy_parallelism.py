@@ -22,9 +22,9 @@ SPECS = ("fsdp", "zero:stage=1", "zero:stage=2", "zero:stage=3", "tp:degree=2", 
 
 
 def _reason(text: str) -> str:
-    """The reason's first clause, without counts (so that the same reason groups)."""
-    head = re.split(r"[;:(]", text, maxsplit=1)[0].strip()
-    return re.sub(r"[\d,]+", "N", head).replace("|", "\\|")
+    """The reason's first clause, its counts of kernels or units as N (so that the same reason groups)."""
+    head = re.split(r"[;:]", text, maxsplit=1)[0].strip()
+    return re.sub(r"\b\d[\d,]* (?=collective kernels|forward units)", "N ", head).replace("|", "\\|")
 
 
 def section(traces: Path, kernels: Path) -> list[str]:
