@@ -61,7 +61,7 @@ def section(traces: Path, kernels: Path) -> list[str]:
         pred = "<br>".join(ok[s]) if ok[s] else "none"
         na = "<br>".join(f"{k} ({v})" for k, v in why[s].most_common())
         out.append(f"| `{s}` | {pred} | {na} |")
-    out += ["", f"{len(paths)} traces. `pp` needs a training step whose forward has several layers and, for the send/recv "
-            "size, shapes the kernel-cost library describes at the cut (or `act_bytes=`); `fsdp`/`zero` a one-GPU trace "
-            "with `AccumulateGrad` input shapes; `tp` module annotations, shapes and a GPU of the table."]
+    out += ["", (f"{len(paths)} traces. `pp` needs a training step whose forward has several layers and, for the send/recv "
+                 "size, shapes the kernel-cost library describes at the cut (or `act_bytes=`); `fsdp`/`zero` a one-GPU trace "
+                 "with `AccumulateGrad` input shapes; `tp` module annotations, shapes and a GPU of the table.")]
     return out
