@@ -51,6 +51,7 @@ SECTIONS: list[str] = [
     "accuracy_kernels",  # kernel cost model per op class: leave-one-GPU-out, H100 <-> MI300X
     "accuracy_whatifs",
     "accuracy_findings",  # try-out findings: first launches kept by fusion/cuda-graphs, the nsys launching op
+    "accuracy_parallelism",  # fsdp, zero, tp, pp on every trace: predict or say why (issue 35)
 ]
 
 

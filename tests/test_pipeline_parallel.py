@@ -276,3 +276,81 @@ def test_pp_pipelines_every_profiler_step():
     a, b = s[o[:n_per]], s[o[n_per:]]
     assert (a - a[0]).tolist() == (b - b[0]).tolist()
     assert b[0] >= tl.end_ns[items[o[:n_per]]].max()  # the second step's pipeline after the first's flush
+
+
+# ---------------------------------------------------------------- per-stage memory ------
+def _stage_memory_case(step, S, M, sched, state):
+    """(prediction per stage GPU: (peak, step peaks), the emulator's run of the stages' programs
+    with the allocations the pipeline's semantics make, note)."""
+    import dataclasses
+
+    from daydream.simulate.memory_replay import replay_memory
+    from daydream.testing.emulator import Allocate, HostWork, emulate, memory_peaks
+
+    prog = step.program()
+    th = prog.threads[0]
+    if state:  # the model's state, allocated before the step and held (parameters)
+        th = dataclasses.replace(th, ops=[Allocate(state, addr=0x100000), HostWork(1_000), *th.ops])
+    prog = dataclasses.replace(prog, threads=[th])
+    g = _graph(emulate(prog))
+    opt, params = parse_spec(f"pp:stages={S},microbatches={M},schedule={sched},act_bytes=4096,bandwidth=nvlink3")
+    pl = plan(g, params)
+    g2, note = opt.apply(g, params)
+    pred = {dm.device: (dm.peak_allocated_bytes, [s.allocated_bytes for s in dm.steps]) for dm in replay_memory(g2, simulate(g2))
+            if dm.device >= 0}
+    # the semantics: stage s runs layers [b[s], b[s+1]); a micro-batch's forward allocates each of its ops' tensors at
+    # 1/M (ceil): the activation, the temporary (freed after the op's launch), the layer's output (its last op's)
+    b = pl["bounds"]
+    c = (lambda x: -(-x // M))
+    fwd_mem, rec = [], []
+    for s in range(S):
+        ev = []
+        for i in range(int(b[s]), int(b[s + 1])):
+            for j, op in enumerate(step.layers[i]):
+                ev.append((c(op.act_bytes), ("act", i, j)))
+                if op.tmp_bytes:
+                    ev.append((c(op.tmp_bytes), ("tmp", i, j)))
+                if j == len(step.layers[i]) - 1:
+                    ev.append((c(step.out_bytes[i]), ("out", i)))
+                if op.tmp_bytes:
+                    ev.append((-c(op.tmp_bytes), ("tmp", i, j)))
+        fwd_mem.append(ev)
+        rec.append(sum(op.fwd_kernel_ns for i in range(int(b[s]), int(b[s + 1])) for op in step.layers[i]))
+    if not sum(rec):
+        rec = np.diff(b).tolist()
+    state_s = [state * int(x) // int(sum(rec)) for x in rec]
+    fs, bs = pl["stage_ns"][0]
+    job = emulate_job(pipeline_job(fs, bs, pl["p2p"], M, sched, state_bytes=state_s, fwd_mem=fwd_mem,
+                                   call_ns=1_000))
+    emu = {}
+    for s, run in enumerate(job.runs):
+        pk = memory_peaks(run, ("ProfilerStep#1",)).get(0, (0, [0]))
+        emu[0 if s == 0 else s] = pk
+    return pred, emu, note
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(layered_steps(max_layers=6), st.integers(2, 4), st.integers(1, 6), st.sampled_from(SCHEDULES),
+       st.sampled_from([0, 1 << 20, 12_345_678]))
+def test_pp_stage_peaks_equal_the_emulated_stages(step, S, M, sched, state):
+    """Each stage's (rank's) predicted peak and step peak equal the job emulator's run of the
+    stages' programs allocating, per micro-batch, their layers' tensors at 1/M and holding their
+    share of the model's state: ``state_s + activations held x`` a micro-batch's activations (plus
+    the forward's temporaries)."""
+    assume(len(step.layers) >= S)
+    pred, emu, note = _stage_memory_case(step, S, M, sched, state)
+    assert pred == emu, note
+
+
+def test_pp_stage_memory_holds_the_schedules_micro_batches():
+    """Four equal one-op layers of 1 MiB activations, no temporaries, 4 stages of 8 micro-batches:
+    1F1B holds min(S-s, M) = 4/3/2/1 micro-batches of 128 KiB (+ the layer output's 1/8), GPipe 8 on every stage."""
+    from daydream.testing.emulator.layered import LayeredStep, LayerOp
+    op = LayerOp(7, 1_000, 2_000, 10_000, 1_500, 2_000, 20_000, 1 << 20, 0)
+    step = LayeredStep(((op,),) * 4, (1 << 20,) * 4)
+    mb = (1 << 20) // 8 * 2  # activation + output per micro-batch
+    for sched, held in (("1f1b", [4, 3, 2, 1]), ("gpipe", [8] * 4)):
+        pred, emu, note = _stage_memory_case(step, 4, 8, sched, 4 << 20)
+        assert pred == emu, note
+        assert [pred[d][0] for d in sorted(pred)] == [(1 << 20) + h * mb for h in held], note

@@ -197,3 +197,24 @@ def test_fsdp_costs_its_collectives_with_a_given_fit(tmp_path):
     note = slow.optimizations[0].note
     assert "collective times by the fit in" in note and " 0 of " not in note
     assert slow.window.predicted_ns > base.window.predicted_ns
+
+
+@pytest.mark.parametrize("spec", ["zero:stage=1,world=1", "zero:stage=2,world=1", "fsdp:world=1", "zero:stage=0"])
+def test_one_rank_is_the_baseline_without_gradient_shapes(tmp_path, spec):
+    """world=1 (or stage 0) shards nothing: the baseline on every trace. It was not applicable
+    ("gradient sizes not found", "already has collective kernels") where the trace lacked what
+    only sharding over several ranks needs; world=8 still says so."""
+    from daydream.errors import NotApplicable
+    from daydream.optimizations import parse_spec
+    from daydream.testing.emulator import Program, StreamSync, Thread
+
+    prog = Program([Thread([Launch(7, "gemm", 10_000, 3_000), StreamSync(7, 1_000)])])
+    p = tmp_path / "t.json"
+    to_kineto(emulate(prog), str(p))
+    g = build_graph(load_trace(str(p)))
+    opt, params = parse_spec(spec)
+    g1, note = opt.apply(g, params)
+    assert g1 is g and "the baseline" in note
+    opt, params = parse_spec(spec.replace("world=1", "world=8").replace("stage=0", "stage=2"))
+    with pytest.raises(NotApplicable, match="gradient sizes"):
+        opt.apply(g, params)

@@ -270,3 +270,108 @@ def test_backward_split_and_input_gradient_allreduce_equal_the_emulator(blocks, 
     gpu = g2.node_kind != NODE_CPU
     assert sorted(zip(pred.start_ns[gpu].tolist(), pred.end_ns[gpu].tolist())) == sorted(
         (x.start_ns, x.end_ns) for x in crun.tasks), note
+
+
+def test_degree_one_needs_no_link():
+    """tp:degree=1 issues no all-reduce, so a GPU without a board link preset (MI300X) is no reason
+    to refuse it: it was not applicable ("the MI300X's board link is not known") on the MI300
+    BERT trace, where degree 1 must be the identity; degree 2 still asks for the link."""
+    import tempfile
+
+    from daydream.errors import NotApplicable
+    prog, _ = mlp_training_step(2, 64, 64)
+    run = emulate(prog)
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.json")
+        to_kineto(run, p)
+        t = load_trace(p)
+        g = build_graph(t, map_events(t))
+    opt, params = parse_spec("tp:degree=1,gpu=MI300X")
+    g1, note = opt.apply(g, params)
+    assert "no link: one rank" in note
+    assert int(simulate(g1).end_ns.max()) == int(simulate(g).end_ns.max())
+    opt, params = parse_spec("tp:degree=2,gpu=MI300X")
+    with pytest.raises(NotApplicable, match="board link"):
+        opt.apply(g, params)
+
+
+def _with_outputs(prog, roles, T: int, H: int, N: int):
+    """``prog`` (:func:`mlp_training_step`) with each GEMM and the forward GELU allocating its
+    output before its launch, at one tensor-parallel rank's size (``N`` = 1: the traced program):
+    Megatron's split outputs ``/ N`` (the column GEMM's and the GELU's ``T x 4H``, the row GEMM's
+    input gradient ``T x 4H``, both weight gradients), the row GEMM's output and the column GEMM's
+    input gradient whole (fp32). Activations (forward outputs) are freed after their block's last
+    backward GEMM, input gradients after the next GEMM's launch, weight gradients kept. The GELU's
+    backward allocates nothing here: the tool does not split backward non-GEMM kernels (a limit)."""
+    import dataclasses
+
+    from daydream.testing.emulator import Allocate
+    full = {("col", "fwd"): T * 4 * H, ("gelu", "fwd"): T * 4 * H, ("row", "fwd"): T * H, ("row", "dgrad"): T * 4 * H,
+            ("row", "wgrad"): 4 * H * H, ("col", "dgrad"): T * H, ("col", "wgrad"): H * 4 * H}
+    split = {("col", "fwd"), ("gelu", "fwd"), ("row", "dgrad"), ("row", "wgrad"), ("col", "wgrad")}
+    size = (lambda key: 4 * full[key] // (N if key in split else 1))
+    out, acts, pending, block, backward = [], {}, [], 0, False
+    for i, op in enumerate(prog.threads[0].ops):
+        role = roles.get(i)
+        if not isinstance(op, Launch) or (role is None and backward):
+            out.append(op)
+            continue
+        key = (role[0], role[1]) if role else ("gelu", "fwd")
+        block = role[2] if role else block
+        backward = backward or key[1] != "fwd"
+        a = 0x6F0000000000 + 4096 * i
+        out += [Allocate(size(key), addr=a), op]
+        out += [Allocate(-sz, addr=x) for x, sz in pending]
+        pending = [(a, size(key))] if key[1] == "dgrad" else []
+        if key[1] == "fwd":
+            acts.setdefault(block, []).append((a, size(key)))
+        if key == ("col", "wgrad"):  # the block's backward is done: its activations go
+            out += [Allocate(-sz, addr=x) for x, sz in acts.pop(block, [])]
+    return dataclasses.replace(prog, threads=[dataclasses.replace(prog.threads[0], ops=out)])
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.integers(2, 3), st.sampled_from([16, 32, 64, 128, 256]), st.sampled_from([16, 32, 64]), st.sampled_from([2, 4, 8]))
+def test_tp_memory_per_rank_equals_the_emulated_rank(blocks, T, H, N):
+    """One rank's predicted peaks (per device and step) equal the emulator's run of the program
+    allocating one rank's tensors: the split GEMMs' outputs and weight gradients / N, the rest
+    whole (Megatron §3; the rule in daydream/optimizations/tp_memory.py)."""
+    import tempfile
+
+    from daydream.simulate.memory_replay import replay_memory
+    from daydream.testing.emulator import memory_peaks
+    prog, roles = mlp_training_step(blocks, T, H)
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.json")
+        to_kineto(emulate(_with_outputs(prog, roles, T, H, 1)), p)
+        t = load_trace(p)
+        g = build_graph(t, map_events(t))
+    opt, params = parse_spec(f"tp:degree={N},bandwidth=nvlink4,gpu=H100 SXM")
+    g2, note = opt.apply(g, params)
+    pred = {dm.device: (dm.peak_allocated_bytes, [s.allocated_bytes for s in dm.steps]) for dm in replay_memory(g2, simulate(g2))}
+    want = memory_peaks(emulate(_with_outputs(prog, roles, T, H, N)), ("ProfilerStep#1",))
+    assert pred == want, note
+    assert f"{5 * blocks} split ops' output blocks shrunk to 1/{N}" in note, note
+
+
+@pytest.mark.slow
+def test_tp_memory_takes_the_split_weights_from_the_level_before_on_bert():
+    """H100 BERT-small (4 blocks, hidden 512, fp16, inference): the split GEMMs' weights are 4 x
+    (Q, K, V, output 512 x 512 + the MLP's 512 x 2048 and 2048 x 512) = 4 x 12 x 512^2 elements x
+    2 B = 24 MiB, each counted once (it counted every launch before); one rank of 2 holds half: the
+    level before the window drops by 12 MiB, and the 8 row GEMMs' outputs stay whole."""
+    path = os.path.join(TRACES, "tracelens", "h100_gaunernst_bert-small-uncased__1016001.json.gz")
+    if not os.path.exists(path):
+        pytest.skip("shared traces not present")
+    from daydream.simulate.memory_replay import replay_memory
+    t = load_trace(path)
+    g = build_graph(t, map_events(t))
+    opt, params = parse_spec("tp:degree=2")
+    g2, note = opt.apply(g, params)
+    w = 4 * 12 * 512 * 512 * 2
+    assert f"(1-1/2) x {w / 2**20:,.1f} MiB of weights" in note, note
+    base = {d.device: d.before_bytes for d in replay_memory(g, simulate(g))}
+    pred = {d.device: d.before_bytes for d in replay_memory(g2, simulate(g2))}
+    assert pred[0] == base[0] - w // 2
+    assert "8 whole outputs kept" in note

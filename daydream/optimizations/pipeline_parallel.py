@@ -65,6 +65,7 @@ from . import Optimization, Param, register
 from . import kernel_cost as KC
 from .comm_common import NETWORK_PARAMS, network_of, trace_fit
 from .gpu_upgrade import source_gpu
+from .pipeline_memory import stage_memory
 from .pipeline_schedule import (
     FWD,
     P2P,
@@ -389,6 +390,7 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
         r = run_schedule(fs, bs, p2p, M, sched, gpu_gap_ns=G)
         out_runs.append(r)
         g, _ = insert_pipeline(g, int(new_id[a]), int(new_id[b]), stage_lanes, link_lanes, r, fs, bs, p2p, act)
+    g, mem_note = stage_memory(graph, g, steps, pl["units"], bounds, out_runs, M)
     r0 = out_runs[0]
     fs0, bs0 = runs[0]
     note = (f"{S}-stage pipeline, {M} micro-batches, {sched} ({len(steps)} step(s)): stages cut at units "
@@ -400,7 +402,8 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
             f"(ideal for equal stages (S-1)/(M+S-1) = {ideal_bubble_fraction(S, M):.1%}); activations held per stage "
             f"{'/'.join(str(int(x)) for x in r0.held)} micro-batches (1/{M} of the step's each); "
             f"{sum(sum(k == P2P for k, _ in o) for o in r0.orders) // 2} exchanges a step; "
-            f"{int(drop.sum()) + 2 * len(steps)} forward/backward kernels folded into the pipeline (2 a step kept as 0-ns anchors)")
+            f"{int(drop.sum()) + 2 * len(steps)} forward/backward kernels folded into the pipeline (2 a step kept as 0-ns anchors); "
+            f"{mem_note}")
     return g, note
 
 

@@ -325,6 +325,8 @@ def _stage12(graph: TaskGraph, p, net, r, b, s_of, steps):
 
 
 def _apply_stage(graph: TaskGraph, p, stage: int):
+    if p["world"] == 1 or stage == 0:  # before any check: one rank (or no sharding) is the baseline on every trace
+        return graph, f"world={p['world']}, stage={stage}: nothing sharded; the baseline"
     have = int(kernel_is_collective(graph).sum())
     if have:
         raise NotApplicable(f"the trace already has {have:,} collective kernels (it is distributed already); sharding is "
@@ -332,8 +334,6 @@ def _apply_stage(graph: TaskGraph, p, stage: int):
     r, b, note = gradients_from_trace(graph)
     if not len(r):
         raise NotApplicable(f"gradient sizes not found: {note}; record with record_shapes=True")
-    if p["world"] == 1 or stage == 0:
-        return graph, f"world={p['world']}, stage={stage}: nothing sharded; the baseline"
     if graph.mapping is None:
         raise NotApplicable("the trace has no phase mapping (forward/backward/optimizer)")
     steps = step_of_nodes(graph)

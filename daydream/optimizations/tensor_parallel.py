@@ -67,6 +67,7 @@ from ..transform.insertion import insert_tasks
 from . import Optimization, Param, register
 from . import kernel_cost as KC
 from .gpu_upgrade import source_gpu
+from .tp_memory import split_memory
 from .comm_common import NETWORK_PARAMS, _link, network_of, trace_fit
 
 PH_FWD = 1  # daydream.mapping.rules.PHASES
@@ -336,11 +337,18 @@ def split_times(d: KC.Described, pl: dict, degree: int, t_ns: np.ndarray, spec) 
     """(indices into ``d.nodes``, their new times (point, ns), shapes not divisible by the degree):
     the forward's column (``M``), row (``K``), attention (``B``) and memory-bound (``elems``)
     kernels, and the backward GEMMs at the field :func:`backward_split_field` chose for each."""
+    idx, new_t, rest, _, _ = split_shapes(d, pl, degree, t_ns, spec)
+    return idx, new_t, rest
+
+
+def split_shapes(d: KC.Described, pl: dict, degree: int, t_ns: np.ndarray, spec):
+    """:func:`split_times` plus the field each kernel's split divides and the kernels at the
+    split shape (``Kernels``, one per index)."""
     k = d.kernels
     bwd = pl.get("bwd", np.zeros(0, np.int64))
     idx = np.concatenate([pl["col"], pl["row"], pl["attn"], pl["mem"], bwd]).astype(np.int64)
     if not len(idx):
-        return idx, np.zeros(0, np.int64), 0
+        return idx, np.zeros(0, np.int64), 0, np.zeros(0, object), k.take(idx)
     ref = k.take(idx)
     new = k.take(idx)
     fields = np.array(["M"] * len(pl["col"]) + ["K"] * len(pl["row"]) + ["B"] * len(pl["attn"]) + ["elems"] * len(pl["mem"])
@@ -354,7 +362,7 @@ def split_times(d: KC.Described, pl: dict, degree: int, t_ns: np.ndarray, spec) 
         rest += int(np.count_nonzero(v[sl] % degree))
         v[sl] = np.maximum(_ceil_div(v[sl], degree), 1)
     p = predict_shape(ref, t_ns[idx], new, spec)
-    return idx, np.maximum(np.rint(p.point), 0).astype(np.int64), rest
+    return idx, np.maximum(np.rint(p.point), 0).astype(np.int64), rest, fields, new
 
 
 def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
@@ -363,7 +371,8 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
         raise NotApplicable("the trace has no layer mapping (module annotations): the blocks' GEMMs cannot be found")
     gpu, name = source_gpu(graph, p["gpu"])
     if gpu is None:
-        raise NotApplicable(f"the traced GPU {name!r} is not in the GPU table; give tp:gpu=NAME")
+        what = f"the traced GPU {name!r} is not in the GPU table" if name else "the trace does not name its GPU"
+        raise NotApplicable(f"{what}; give tp:gpu=NAME")
     spec = from_table(gpu)
     row = KM.match_launches(graph, graph.facts.launch) if graph.facts is not None else np.full(graph.n, -1, np.int64)
     d = KC.describe(graph, spec, row, KM.work_item_grid(graph))
@@ -372,7 +381,7 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
         raise NotApplicable("no column/row GEMM pair found in the blocks (needs module annotations and record_shapes=True): "
                             + "; ".join(f"{a}: {b}" for a, b in pl["counts"].items()))
     t = graph.dur_ns[d.nodes]
-    idx, new_t, rest = split_times(d, pl, N, t, spec)
+    idx, new_t, rest, fields, new = split_shapes(d, pl, N, t, spec)
     mask = np.zeros(graph.n, bool)
     mask[d.nodes[idx]] = True
     dur = graph.dur_ns.copy()
@@ -382,33 +391,51 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     if len(oth):
         g = set_duration(g, np.isin(np.arange(graph.n), oth), np.rint(graph.dur_ns[np.sort(oth)] / N).astype(np.int64))
     link_how = "given"
-    if not p["bandwidth"]:
-        if gpu.name not in BOARD_LINKS:
-            raise NotApplicable(f"the {gpu.name}'s board link is not known; give tp:bandwidth=PRESET")
-        p = {**p, "bandwidth": BOARD_LINKS[gpu.name][0]}
-        link_how = f"the {gpu.name}'s board link, inferred"
-    net = network_of(p)
-    fit, how = trace_fit(graph, net, p.get("fit", ""))
-    # the row GEMMs' output all-reduces (g) and the column groups' input-gradient all-reduces (f)
     nb = np.concatenate([pl["ar_bytes"], pl["ag_bytes"]]).astype(np.int64)
-    ar_at = np.concatenate([pl["ar_after"], pl["ag_after"]]).astype(np.int64)
-    ar_d, by_fit = cf.collective_ns(fit, cm.ALL_REDUCE, nb, N, net)
     n_f = len(pl["ag_bytes"])
-    if N > 1:
+    net, fit, how, by_fit, ar_d = None, None, "", 0, np.zeros(len(nb), np.int64)
+    if N > 1:  # one rank has no all-reduce (Megatron's _reduce returns its input), so it needs no link
+        if not p["bandwidth"]:
+            if gpu.name not in BOARD_LINKS:
+                raise NotApplicable(f"the {gpu.name}'s board link is not known; give tp:bandwidth=PRESET")
+            p = {**p, "bandwidth": BOARD_LINKS[gpu.name][0]}
+            link_how = f"the {gpu.name}'s board link, inferred"
+        net = network_of(p)
+        fit, how = trace_fit(graph, net, p.get("fit", ""))
+        # the row GEMMs' output all-reduces (g) and the column groups' input-gradient all-reduces (f)
+        ar_at = np.concatenate([pl["ar_after"], pl["ag_after"]]).astype(np.int64)
+        ar_d, by_fit = cf.collective_ns(fit, cm.ALL_REDUCE, nb, N, net)
         names = [f"ncclKernel_AllReduce_RING_LL_Sum_float (inserted, {int(x)} B, n={N})" for x in nb.tolist()]
         o = np.argsort(graph.position_ns[ar_at], kind="stable")
         g, _ = insert_after_kernels(g, ar_at[o], ar_d[o], [names[i] for i in o])
+    g, mem_note = split_memory(graph, g, d, idx, fields, new, N, _weight_bytes(graph, d, pl), p["opt_state"])
     before, after = int(t[idx].sum()), int(new_t.sum())
     c = pl["counts"]
-    note = (f"Megatron tensor parallel over {N} GPUs on {net.intra.name} ({link_how}): {c['row-parallel GEMMs']} column/row pairs in "
+    on = f"on {net.intra.name} ({link_how})" if net is not None else "(no link: one rank)"
+    note = (f"Megatron tensor parallel over {N} GPUs {on}: {c['row-parallel GEMMs']} column/row pairs in "
             f"{c['blocks']} blocks (inferred from the op order); split kernels {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms "
             f"(kernel-cost library, {gpu.name}; {rest} shapes not divisible by {N}, rounded up); "
             + (f"{len(nb)} all-reduces ({len(nb) - n_f} forward, {n_f} of input gradients; {nb.sum() / 2**20:,.2f} MiB, "
                f"{ar_d.sum() / 1e6:,.3f} ms; "
                + (f"{by_fit} costed by {how}, " if fit is not None else "")
                + f"{len(nb) - by_fit} by the link preset); " if N > 1 else "no all-reduce (one rank); ")
-            + "; ".join(f"{a}: {b}" for a, b in c.items()))
+            + "; ".join(f"{a}: {b}" for a, b in c.items()) + (f"; {mem_note}" if mem_note else ""))
     return g, note
+
+
+def _weight_bytes(graph: TaskGraph, d: KC.Described, pl: dict) -> int:
+    """The split GEMMs' weights (``K x M`` at the element size), each counted once: per distinct
+    (layer, ``K``, ``M``, dtype) of the column and row GEMMs (a layer's weight is the same tensor
+    in every step and iteration; before, every launch was counted, 3.9x OWLv2's weights)."""
+    k = d.kernels
+    i = np.concatenate([pl["col"], pl["row"]]).astype(np.int64)
+    if not len(i):
+        return 0
+    esz = np.array([_ELEM_BYTES.get(str(x), 4) for x in k.dtype[i].tolist()], np.int64)
+    lay = graph.mapping.layer_id[d.nodes[i]].astype(np.int64)
+    keys = np.stack([lay, k.K[i].astype(np.int64), k.M[i].astype(np.int64), esz])
+    _, first = np.unique(keys, axis=1, return_index=True)
+    return int((k.K[i][first].astype(np.int64) * k.M[i][first] * esz[first]).sum())
 
 
 register(Optimization(
@@ -419,6 +446,9 @@ register(Optimization(
             "gpu": Param("", "the GPU the trace ran on; empty: the trace's device name", str),
             "fit": Param("", "a collective-cost fit (daydream-comm-fit --json FILE, e.g. of a job) for the all-reduces; "
                          "empty: the trace's own all-reduces where it has sized ones, else the link preset", str),
+            "opt_state": Param(2.0, "memory: optimizer-state bytes per weight byte held from before the window, where the "
+                               "trace has an optimizer step (Adam/AdamW: exp_avg and exp_avg_sq, torch.optim.Adam docs = 2; SGD with momentum 1)",
+                               float, lambda v: 0 <= v <= 16, "0 to 16"),
             **NETWORK_PARAMS,
             "bandwidth": Param("", "link of the tensor-parallel group: a preset (" + ", ".join(cm.PRESETS) + ") or a bandwidth "
                                "with its unit; empty: the traced GPU's board link (daydream/costmodel/gpus.py BOARD_LINKS, "
