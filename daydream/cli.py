@@ -536,12 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import errors
 
     prev = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
-    from .util.pages import small_pages
-
     errors.in_main = True
     try:
-        with small_pages():  # big temporaries without THP compaction (daydream/util/pages.py)
-            return _main(argv)
+        return _main(argv)
     finally:
         errors.in_main = False
         if prev is not None:

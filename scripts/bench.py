@@ -504,35 +504,22 @@ print(json.dumps({"wall": wall, "cpu": cpu, "rows": len(df), "hwm_mb": hwm, "imp
 
 
 def child_main(argv: list[str]) -> int:
-    import contextlib
-
+    mode, path = argv[0], argv[1]
     root = os.environ.get("DAYDREAM_SRC", str(ROOT))
     sys.path.insert(0, root)
-    try:  # every stage as the command runs it: without numpy's huge-page advice (daydream/util/pages.py)
-        from daydream.util.pages import small_pages
-    except ImportError:  # an older tree (--compare-src) runs as its command did
-        small_pages = contextlib.nullcontext
-    with small_pages():
-        r = _child_run(argv)
-    print(json.dumps(r))
-    return 0
-
-
-def _child_run(argv: list[str]) -> dict:
-    mode, path = argv[0], argv[1]
     if mode == "load":
-        return child_load(path)
-    if mode == "bare-json":
-        return child_bare_json(path)
-    if mode == "bare-sql":
-        return child_bare_sql(path)
-    if mode == "pipeline":
-        return child_pipeline(path)
-    if mode == "save":
-        return child_save(path, argv[2])
-    if mode == "profile":
-        return child_profile(path, argv[2])
-    if mode == "cli":
+        r = child_load(path)
+    elif mode == "bare-json":
+        r = child_bare_json(path)
+    elif mode == "bare-sql":
+        r = child_bare_sql(path)
+    elif mode == "pipeline":
+        r = child_pipeline(path)
+    elif mode == "save":
+        r = child_save(path, argv[2])
+    elif mode == "profile":
+        r = child_profile(path, argv[2])
+    elif mode == "cli":
         import contextlib
         import io
 
@@ -540,8 +527,11 @@ def _child_run(argv: list[str]) -> dict:
 
         with contextlib.redirect_stdout(io.StringIO()):
             code = main([path] + argv[2:])
-        return {"wall": time.perf_counter() - _T0, "code": code, "hwm_mb": _hwm_mb()}
-    raise SystemExit(f"unknown child mode {mode}")
+        r = {"wall": time.perf_counter() - _T0, "code": code, "hwm_mb": _hwm_mb()}
+    else:
+        raise SystemExit(f"unknown child mode {mode}")
+    print(json.dumps(r))
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
