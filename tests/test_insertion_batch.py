@@ -77,7 +77,11 @@ def _random_batch(g, rng) -> dict:
 
 
 @pytest.mark.slow
-def test_insert_tasks_is_its_loop_reference(graph):
+@pytest.mark.parametrize("passes", [16, 0])  # 0: the task-by-task ranks at once
+def test_insert_tasks_is_its_loop_reference(graph, passes, monkeypatch):
+    import daydream.transform.insertion as ins
+
+    monkeypatch.setattr(ins, "RANK_PASSES", passes)
     rng = np.random.default_rng(38)
     seen = {"ok": 0, "error": 0}
     for _ in range(200):

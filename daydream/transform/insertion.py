@@ -453,6 +453,29 @@ def _new_edges(graph: TaskGraph, t: _Tasks, lane_src: np.ndarray, at: np.ndarray
             np.concatenate([graph.edge_origin, np.full(len(o), Origin.INSERTED, np.uint8)]))
 
 
+#: passes of :func:`_visit_order`'s vectorized ranks before it ranks task by task instead (each
+#: pass settles one level of dependency between tasks at different lanes' ends: the what-ifs need
+#: one or two; a longer chain would make the passes quadratic)
+RANK_PASSES = 16
+
+
+def _ranks_in_turn(old_rank: np.ndarray, t: _Tasks, first_src: np.ndarray) -> np.ndarray:
+    """The new tasks' ranks one at a time (O(K) Python steps): an anchored task its anchor's, a task at
+    a lane's end the latest of its lane predecessor, launch and waits (-1 none)."""
+    rk = old_rank.tolist()
+    n = len(rk)
+    waits: dict[int, list[int]] = {}
+    for k, x in zip(t.pred_k.tolist(), t.pred_x.tolist()):
+        waits.setdefault(k, []).append(x)
+    for k, (a, fs, la) in enumerate(zip(t.after.tolist(), first_src.tolist(), t.launch.tolist())):
+        if a >= 0:
+            rk.append(rk[a])
+        else:
+            srcs = [x for x in (fs, la, *waits.get(k, ())) if x >= 0]
+            rk.append(max(rk[x] for x in srcs) if srcs else -1)
+    return np.asarray(rk[n:], np.int64)
+
+
 def _visit_order(graph: TaskGraph, t: _Tasks, first_src: np.ndarray) -> np.ndarray:
     """A visiting order: the old one, each new task right after its anchor (by task index among
     those), a task at a lane's end right after the latest of its lane predecessor, launch and
@@ -486,7 +509,7 @@ def _visit_order(graph: TaskGraph, t: _Tasks, first_src: np.ndarray) -> np.ndarr
     pos = np.empty(k_n, np.int64)
     pos[o] = np.arange(len(o))
     span = n + k_n + 2
-    while True:
+    for _ in range(RANK_PASSES):
         before = rank[n:].copy()
         rank[n + anch] = rank[c.root[anch]]
         if len(o):
@@ -496,6 +519,8 @@ def _visit_order(graph: TaskGraph, t: _Tasks, first_src: np.ndarray) -> np.ndarr
             rank[n + o] = run
         if np.array_equal(before, rank[n:]):
             break
+    else:  # long chains of dependencies across lanes' ends: task by task, as the one-by-one insertion ranks them
+        rank[n:] = _ranks_in_turn(rank[:n], t, first_src)
     grp = np.zeros(n + k_n, np.int64)
     grp[n:] = np.where(t.after >= 0, 1, 2)
     sub = np.concatenate([np.zeros(n, np.int64), np.arange(k_n)])
