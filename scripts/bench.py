@@ -1104,7 +1104,7 @@ def _jit_section(t: dict) -> list[str]:
     if not rows:
         return []
     L = ["## JIT tiers: when numba pays", "",
-         *([f"Measured on {t['measured_on']} (`--jit-only`), after the run above.", ""] if t.get("measured_on") else []),
+         *([f"Measured on {t['measured_on']} (`--jit-only`), apart from the run above (its date is at the top), on the code before that run's changes.", ""] if t.get("measured_on") else []),
          "Whole `daydream-analyze FILE` (no `--opt`), one fresh process per cell, CPU seconds (user + sys; wall in the raw "
          "numbers). `off`: `DAYDREAM_JIT=off`. `compiled`: warm numba cache, workload gate disabled "
          "(`DAYDREAM_JIT_BREAK_EVEN=0`: the per-kernel size thresholds alone, what every run did before the gate). "
