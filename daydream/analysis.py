@@ -28,6 +28,7 @@ from .simulate.critical_path import critical_path
 from .simulate.launch_order import settle
 from .transform import with_latent_waits
 from .util import jit
+from .util.arrays import small_pages
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Result:
             raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 
 
+@small_pages  # the what-ifs' graph copies and temporaries (daydream.util.arrays.small_pages)
 def apply_all(graph: TaskGraph, opts: list[tuple[Optimization, dict[str, Any]]]) -> tuple[TaskGraph, list[AppliedOpt]]:
     """Apply optimizations in order (each sees the graph the previous one made).
 

@@ -1104,7 +1104,7 @@ def _jit_section(t: dict) -> list[str]:
     if not rows:
         return []
     L = ["## JIT tiers: when numba pays", "",
-         *([f"Measured on {t['measured_on']} (`--jit-only`), after the run above.", ""] if t.get("measured_on") else []),
+         *([f"Measured on {t['measured_on']} (`--jit-only`), apart from the run above (its date is at the top), on the code before that run's changes.", ""] if t.get("measured_on") else []),
          "Whole `daydream-analyze FILE` (no `--opt`), one fresh process per cell, CPU seconds (user + sys; wall in the raw "
          "numbers). `off`: `DAYDREAM_JIT=off`. `compiled`: warm numba cache, workload gate disabled "
          "(`DAYDREAM_JIT_BREAK_EVEN=0`: the per-kernel size thresholds alone, what every run did before the gate). "
@@ -1374,10 +1374,14 @@ than its input; read ratios within one run, not across runs."""
 HOTSPOT_NOTES = """The rows are cProfile's, of this run; a compiled kernel shows as one row (numba's own modules, when
 listed, are its one-off loading of the cached kernels)."""
 
-CHANGES = """What changed in the round measured here (issue 38): the JIT workload gate (numba not imported below the
-break-even of the "JIT tiers" table), range ends placed over their own run of calls only (the second prediction was
-steps x calls), and this bench's bounds (gzip by the loader's library, growth check, JIT tiers). Results are identical
-before and after (CLI outputs diffed on the fixture and real traces)."""
+CHANGES = """What changed in the round measured here (issue 38, its second round): the report's and the what-ifs' stages
+run without numpy's huge-page advice (`util.arrays.small_pages`, as the mapping and graph build already did: with THP
+`defrag=madvise` the first touch of each big temporary compacted memory in kernel time, which grew faster than the
+input); the trust line's "ended before" of the 50 worst-placed GPU tasks by one sort instead of 50 passes over the
+graph; the report's op timeline by the compiled sweep and once per baseline (it was the numpy passes, once per
+prediction and picture); user patterns over many names with one interval timer per batch; `insert_tasks` without
+per-task loops. Results are identical before and after (CLI text, JSON and timeline outputs diffed on the fixture and
+every real trace of ../shared/traces: /work/relayout/snapshot.sh)."""
 
 
 if __name__ == "__main__":

@@ -74,3 +74,18 @@ def test_small_pages_restores_numpy_setting(monkeypatch):
         assert inner(False) == 7 and seen[-1] is True
     finally:
         arrays._set_madvise_hugepage(was)
+
+
+def test_report_and_what_if_stages_run_on_small_pages():
+    """The stages whose big temporaries grew the kernel time faster than the input at 4 M rows
+    (docs/performance.md) run under small_pages, as the mapping and the graph build do."""
+    from daydream.util import arrays
+
+    if arrays._set_madvise_hugepage is None:
+        pytest.skip("numpy without the huge-page switch")
+    from daydream.analysis import apply_all
+    from daydream.graph.build import build_graph
+    from daydream.report.make import build_prediction, build_report
+
+    for fn in (build_graph, build_report, build_prediction, apply_all):
+        assert getattr(fn, "__wrapped__", None) is not None and fn.__code__ is arrays.small_pages(lambda: 0).__code__, fn

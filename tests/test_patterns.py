@@ -97,3 +97,26 @@ def test_scale_kernels_pattern_goes_through_re2(capsys):
 
     for m in (scale_cpu, scale_kernels):  # no Python-re compile of a user pattern is left
         assert "re.compile(compile_pattern" not in inspect.getsource(m)
+
+
+def test_search_mask_is_search_per_text_and_keeps_the_budget(monkeypatch):
+    """search_mask: one bool per text, as ``search(text) is not None``, for RE2 and for a
+    look-around pattern (one timer for the batch); a backtracking text in a batch spends the
+    budget as a lone search does."""
+    import daydream.util.patterns as pat
+    from daydream.util.patterns import search_mask
+
+    texts = ["volta_sgemm", "NCCLKernel_AllReduce", "", "ncc", "aten::mm, seq = 3"]
+    for pattern in ("^(?!nccl)", "nccl|mm", r"(m)\1"):
+        rx = compile_user_pattern(pattern, ignore_case=True)
+        got = search_mask(rx, texts)
+        assert got.dtype == bool and got.tolist() == [rx.search(t) is not None for t in texts], pattern
+    assert search_mask(compile_user_pattern("^(?!x)"), []).shape == (0,)
+    monkeypatch.setattr(pat, "MATCH_BUDGET_S", 0.3)
+    rx = compile_user_pattern("(a+)+$(?!x)")
+    t0 = time.perf_counter()
+    with pytest.raises(DaydreamError, match="catastrophic backtracking"):
+        search_mask(rx, ["aa", "a" * 40 + "b", "aa"])
+    assert time.perf_counter() - t0 < 2
+    with pytest.raises(DaydreamError, match="took over"):
+        search_mask(rx, ["aa"])

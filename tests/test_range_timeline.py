@@ -79,3 +79,20 @@ def test_long_run_of_one_start():
     for fn in [R._timeline_kernel] + ([R._timeline_fn()] if R._timeline_fn() is not None else []):
         _same(ref, R._timeline_compiled(fn, *case))
 
+
+
+def test_labelled_timeline_is_the_numpy_timeline_in_every_jit_mode(monkeypatch):
+    """The report's op timeline (daydream/report/tables.py) goes through labelled_timeline: every
+    range at one level, innermost, name ids as the table stores them (int32); compiled (JIT on)
+    or not (off), the numpy passes' segments."""
+    rng = np.random.default_rng(5)
+    n = 400
+    s = rng.integers(0, 3000, n).astype(np.int64)
+    e = s + rng.integers(1, 500, n)
+    key = R.thread_key(rng.integers(0, 2, n), rng.integers(0, 3, n))
+    nid = rng.integers(0, 9, n).astype(np.int32)
+    case = ([f"op{i}" for i in range(9)], key, s, e, nid, np.zeros(n, np.int64), np.zeros(n, bool))
+    ref = R.range_timeline_numpy(*case)
+    for mode in ("off", "on"):
+        monkeypatch.setenv("DAYDREAM_JIT", mode)
+        _same(ref, R.labelled_timeline(*case))

@@ -319,3 +319,44 @@ def test_a_short_step_is_no_step_measured_at_zero():
     t = analyze(load_trace(str(TRACES / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"))).report.trust
     assert t.steps == 2 and t.max_step_error_pct < TRUST_FAIR_PCT
     assert (t.verdict, t.start_verdict) == ("good", "unreliable") and t.start_line
+
+
+def _ended_before_reference(graph, rec, x: int) -> int:
+    """The mask of every GPU task per query (the definition _ended_before_many must give)."""
+    import numpy as np
+
+    from daydream.graph import NODE_CPU
+
+    dev = graph.lane_keys[graph.lane, 2]
+    m = ((graph.node_kind != NODE_CPU) & (graph.lane != graph.lane[x]) & (dev == dev[x]) & (graph.position_ns <= graph.position_ns[x])
+         & (rec.end_ns <= rec.start_ns[x]))
+    c = np.nonzero(m)[0]
+    return int(c[np.argmax(rec.end_ns[c])]) if len(c) else -1
+
+
+def test_ended_before_many_is_the_mask_definition():
+    """Ties of recorded ends (the lowest id wins), three streams over two devices, and runs of
+    over 256 same-stream tasks (the backward scan's chunks double past them)."""
+    import numpy as np
+
+    from daydream.graph import NODE_CPU, build_graph
+    from daydream.mapping import map_events
+    from daydream.report.trust import _ended_before_many
+    from daydream.simulate import recorded
+
+    rng = np.random.default_rng(3)
+    b = TB()
+    t = 1_000
+    for i in range(900):
+        c = b.call("cudaLaunchKernel", t, t + 2_000)
+        stream, dev = [(7, 0), (8, 0), (9, 1)][0 if 300 <= i < 700 else int(rng.integers(3))]
+        ks = t + 5_000 + int(rng.integers(0, 4)) * 1_000  # coarse starts: equal ends are common
+        b.gpu(c, ks, ks + 1_000 * int(rng.integers(1, 5)), stream=stream, device=dev)
+        t += 3_000
+    table = b.table()
+    g = build_graph(table, map_events(table))
+    rec = recorded(g)
+    xs = np.flatnonzero(g.node_kind != NODE_CPU)
+    got = _ended_before_many(g, rec, xs)
+    assert got.tolist() == [_ended_before_reference(g, rec, int(x)) for x in xs]
+    assert (got >= 0).sum() > len(xs) // 2 and (got < 0).any()

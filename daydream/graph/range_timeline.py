@@ -125,6 +125,23 @@ def range_timeline(graph: TaskGraph, rules: tuple[RangeRule, ...] = RANGE_RULES)
 TIMELINE_MIN = 50_000
 
 
+def labelled_timeline(names: list[str], key: np.ndarray, s: np.ndarray, e: np.ndarray, nid: np.ndarray,
+                      pr: np.ndarray, outer: np.ndarray) -> RangeTimeline:
+    """:func:`range_timeline_numpy`'s result (same arguments and shapes: int64 ``key``, ``s``, ``e``
+    ns with ``e > s``, ``nid``, ``pr``; bool ``outer``), by the compiled sweep from
+    :data:`TIMELINE_MIN` ranges as :func:`range_timeline` chooses it (the same segments, to the
+    nanosecond: tests/test_range_timeline.py). The report's op timelines (innermost ``cpu_op``
+    per instant, daydream/report/tables.py) take it: 1 M-event nsys bench table, 592,658 ranges,
+    the numpy passes' sparse-table walk (``_last_reaching``) was 2.1 s of the ``--opt all`` run
+    under cProfile."""
+    if jit.wanted(len(s), TIMELINE_MIN, jit.loaded(_timeline_kernel)):
+        fn = _timeline_fn()
+        if fn is not None:
+            return _timeline_compiled(fn, names, np.asarray(key, np.int64), np.asarray(s, np.int64), np.asarray(e, np.int64),
+                                      np.asarray(nid, np.int64), np.asarray(pr, np.int64), np.asarray(outer, bool))
+    return range_timeline_numpy(names, key, s, e, nid, pr, outer)
+
+
 def _empty() -> RangeTimeline:
     z = np.zeros(0, np.int64)
     return RangeTimeline(z, z, z, z, [])

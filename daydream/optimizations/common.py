@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..util.arrays import sorted_unique, unique_inverse
+from ..util.patterns import search_mask
 from ..events.cuda_api import ApiRole, api_role
 from ..events.table import Kind
 from ..graph import NODE_CPU, TaskGraph, lower_median
@@ -74,8 +75,8 @@ def cpu_ranges(graph: TaskGraph, pattern: str) -> tuple[np.ndarray, np.ndarray, 
         return z, z, z, z
     uniq, inv = cached(graph, "common.cpu_range_names", lambda: unique_inverse(cr.name_id))  # structure: shared by the patterns
     rx = compile_pattern(pattern)
-    names, search = graph.names, rx.search
-    hit = np.fromiter([search(names[i]) is not None for i in uniq.tolist()], dtype=bool, count=len(uniq))
+    names = graph.names
+    hit = search_mask(rx, [names[i] for i in uniq.tolist()])
     r = np.nonzero(hit[inv])[0]
     key = np.stack([cr.pid[r], cr.tid[r], cr.start_ns[r], cr.end_ns[r]], axis=1).astype(np.int64)
     key = np.unique(key, axis=0) if len(key) else key.reshape(0, 4)
@@ -131,7 +132,7 @@ def mapped_labels_match(graph: TaskGraph, key: str, pattern: str) -> np.ndarray:
     if mp is None or not mp.labels:
         return out
     rx = compile_pattern(pattern)
-    hit = np.fromiter((rx.search(s) is not None for s in mp.labels), dtype=bool, count=len(mp.labels))
+    hit = search_mask(rx, mp.labels)
     ids = np.asarray(getattr(mp, key))
     ok = ids >= 0
     out[ok] = hit[ids[ok]]

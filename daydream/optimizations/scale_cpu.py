@@ -20,7 +20,7 @@ from ..errors import NotApplicable
 from ..graph.host_clock import HostClock
 from ..graph.range_timeline import thread_key
 from ..transform import MAX_PATTERN_CHARS, set_duration, set_gap
-from ..util.patterns import compile_user_pattern
+from ..util.patterns import compile_user_pattern, search_mask
 from . import Optimization, Param, register
 
 
@@ -31,7 +31,7 @@ def _match(graph, pattern: str) -> np.ndarray:
         return np.zeros(0, bool)
     rx = compile_user_pattern(pattern, ignore_case=True)
     uniq, inv = np.unique(cr.name_id, return_inverse=True)
-    hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), bool, len(uniq))
+    hit = search_mask(rx, [graph.names[i] for i in uniq.tolist()])
     return hit[inv.reshape(-1)]
 
 

@@ -13,7 +13,7 @@ from ..util.arrays import unique_inverse
 from ..errors import NotApplicable
 from ..graph.memo import cached
 from ..transform import scale, select
-from ..util.patterns import compile_user_pattern
+from ..util.patterns import compile_user_pattern, search_mask
 from . import Optimization, Param, register
 
 
@@ -30,7 +30,7 @@ def _kernel_names(graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _apply(graph, p):
     rx = compile_user_pattern(p["pattern"], ignore_case=True)
     kern, uniq, inv = _kernel_names(graph)
-    hit = np.fromiter((rx.search(graph.names[int(i)]) is not None for i in uniq), bool, len(uniq))
+    hit = search_mask(rx, [graph.names[i] for i in uniq.tolist()])
     m = np.zeros(graph.n, bool)
     m[kern] = hit[inv]
     n = int(np.count_nonzero(m))

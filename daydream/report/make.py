@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..util.arrays import sorted_unique
+from ..util.arrays import small_pages, sorted_unique
 from ..graph.collectives import find_collectives
 from ..simulate.critical_path import communication_mask, critical_path, gpu_relevant
 from ..graph import NODE_CPU, EdgeKind, TaskGraph
@@ -92,6 +92,7 @@ def _window_note(graph: TaskGraph, rel: np.ndarray) -> str:
     return f"ends with the GPU work; {n_out} thread(s) that never launch or wait for GPU work not counted" if n_out > 0 and rel.any() else ""
 
 
+@small_pages  # its many big temporaries (daydream.util.arrays.small_pages)
 def build_report(graph: TaskGraph, tl: Timeline, rec: Timeline) -> Report:
     """Assemble the report of a replay ``tl`` against the recorded timeline ``rec``."""
     t = graph.table
@@ -208,6 +209,7 @@ def _predicted(name, base: WindowStats, graph, tl, lo, hi, members, busy_members
     )
 
 
+@small_pages
 def build_prediction(base: Report, graph: TaskGraph, tl: Timeline, applied: list[AppliedOpt]) -> Prediction:
     """The prediction made by simulating the transformed ``graph`` (timeline ``tl``)."""
     rel = gpu_relevant(graph)

@@ -22,9 +22,10 @@ from ..events.table import Kind
 from ..graph import NODE_CPU, TaskGraph
 from ..graph.collectives import OP_LABELS, Op, find_collectives
 from ..graph.kernels import CLASSES, kernel_info
+from ..graph.memo import cached
 from ..mapping.rules import nvtx_base_name
 from ..simulate.carry import cpu_range_rows
-from ..graph.range_timeline import range_timeline_numpy, split_by_range, thread_key
+from ..graph.range_timeline import labelled_timeline, split_by_range, thread_key
 from ..simulate import Timeline
 from ..simulate.critical_path import communication_mask
 from ..util.arrays import unique_inverse
@@ -111,13 +112,20 @@ def _group_stats(key: np.ndarray, dur: np.ndarray):
 
 def _op_timeline(graph: TaskGraph, rows: np.ndarray | None = None):
     """(op rows, the innermost-op timeline of every thread) from the table's ``cpu_op`` rows (or
-    the given table ``rows``)."""
+    the given table ``rows``); of the ``cpu_op`` rows, kept in the graph's structure memo (the
+    report's tables and its op labels share it)."""
+    if rows is None:
+        return cached(graph, "op_timeline", lambda: _op_timeline_of(graph, None))
+    return _op_timeline_of(graph, rows)
+
+
+def _op_timeline_of(graph: TaskGraph, rows: np.ndarray | None):
     t = graph.table
     r = np.flatnonzero((t.kind == Kind.CPU_OP) & (t.end_ns > t.start_ns)) if rows is None else rows[t.end_ns[rows] > t.start_ns[rows]]
     key = thread_key(t.pid[r].astype(np.int64), t.tid[r].astype(np.int64))
     n = len(r)
-    rt = range_timeline_numpy(list(t.names), key, t.start_ns[r], t.end_ns[r], t.name_id[r].astype(np.int64),
-                              np.zeros(n, np.int64), np.zeros(n, bool))
+    rt = labelled_timeline(list(t.names), key, t.start_ns[r], t.end_ns[r], t.name_id[r].astype(np.int64),
+                           np.zeros(n, np.int64), np.zeros(n, bool))
     return r, rt
 
 
@@ -139,7 +147,13 @@ def _launch_labels(graph: TaskGraph, gpu: np.ndarray, rt) -> np.ndarray:
 
 
 def _op_labels(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(GPU task nodes, their launching op's index into the labels or -1, the labels: op names)."""
+    """(GPU task nodes, their launching op's index into the labels or -1, the labels: op names);
+    kept in the graph's structure memo (they read nodes, launches and recorded times only), so the
+    report's, each prediction's and the pictures' op tables of one baseline compute them once."""
+    return cached(graph, "op_labels", lambda: _op_labels_of(graph))
+
+
+def _op_labels_of(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, list[str]]:
     t = graph.table
     rows = None
     if not (t.kind == Kind.CPU_OP).any():

@@ -185,12 +185,11 @@ def insert_launches(graph: TaskGraph, *, lane: int, anchor: np.ndarray, like: np
     if min(anchor.min(), like.min()) < 0 or max(anchor.max(), like.max()) >= n or (graph.node_kind[anchor] != NODE_CPU).any() \
             or (graph.node_kind[like] == NODE_CPU).any() or len(like) != k_n or len(dur_ns) != k_n or len(names) != k_n:
         raise DaydreamError("insert_launches: anchors must be CPU tasks and like GPU tasks of the graph, one per kernel")
-    after = np.empty(2 * k_n, np.int64)
-    last_call: dict = {}
-    for k, a in enumerate(anchor.tolist()):  # each call after the calls inserted at its anchor before it
-        after[2 * k], after[2 * k + 1] = last_call.get(a, a), -1
-        last_call[a] = n + 2 * k
     calls = n + 2 * np.arange(k_n)
+    o = np.argsort(anchor, kind="stable")  # each call after the call inserted at its anchor just before it
+    same = np.r_[False, anchor[o][1:] == anchor[o][:-1]]
+    after = np.full(2 * k_n, -1, np.int64)
+    after[2 * o] = np.where(same, calls[np.r_[o[0], o[:-1]]], anchor[o])
     g, new = insert_tasks(graph, after=after, lane=np.repeat(graph.lane[anchor], 2) * np.tile([1, 0], k_n) + np.tile([0, lane], k_n),
                           like=np.stack([np.full(k_n, -1), like], 1).ravel(),
                           launch=np.stack([np.full(k_n, -1), calls], 1).ravel(),
@@ -263,22 +262,50 @@ class _Tasks(NamedTuple):
     gap: np.ndarray
     at_ns: np.ndarray | None
     names: list
-    preds: dict  #: task index -> list of nodes
-    succs: dict
+    pred_k: np.ndarray  #: (P,) task index of each given pred pair, in the order given
+    pred_x: np.ndarray  #: (P,) its node
+    succ_k: np.ndarray  #: (S,) likewise for succs
+    succ_x: np.ndarray
+
+
+def _roots(par: np.ndarray) -> np.ndarray:
+    """Per element the end of its chain of ``par`` links (``par[i] <= i``; a root links to
+    itself), by pointer doubling: O(K log depth)."""
+    while True:
+        nxt = par[par]
+        if np.array_equal(nxt, par):
+            return par
+        par = nxt
+
+
+def _pairs(given, name: str, k_n: int, n_all: int) -> tuple[np.ndarray, np.ndarray]:
+    """(task index, node) arrays of ``preds`` or ``succs`` pairs, checked."""
+    a = np.asarray([(int(k), int(x)) for k, x in given] if not isinstance(given, np.ndarray) else given, np.int64).reshape(-1, 2)
+    k, x = a[:, 0].copy(), a[:, 1].copy()
+    if ((k < 0) | (k >= k_n) | (x < 0) | (x >= n_all)).any():
+        raise DaydreamError(f"insert_tasks: {name} must pair a task index with a node")
+    return k, x
 
 
 def _task_table(graph, after, dur_ns, names, kind, lane, like, launch, gap_ns, at_ns, preds, succs) -> _Tasks | None:
-    """The arguments of :func:`insert_tasks` checked, one value per task (None: no task)."""
+    """The arguments of :func:`insert_tasks` checked, one value per task (None: no task). The
+    model task and the lane of a task anchored on an inserted task are its anchor's, resolved
+    along anchor chains by pointer doubling (no loop over the tasks)."""
     n = graph.n
     after = np.atleast_1d(np.asarray(after, np.int64))
     k_n = len(after)
     if k_n == 0:
         return None
     new = n + np.arange(k_n, dtype=np.int64)
-    kinds = [kind] * k_n if isinstance(kind, str) else list(kind)
-    if len(kinds) != k_n or any(x not in KIND_NAMES for x in kinds):
-        raise DaydreamError(f"insert_tasks: one kind per task, of {sorted(KIND_NAMES)}")
-    code = np.array([KIND_NAMES[x] for x in kinds], np.int64)
+    if isinstance(kind, str):
+        if kind not in KIND_NAMES:
+            raise DaydreamError(f"insert_tasks: one kind per task, of {sorted(KIND_NAMES)}")
+        code = np.full(k_n, KIND_NAMES[kind], np.int64)
+    else:
+        kinds = list(kind)
+        if len(kinds) != k_n or any(x not in KIND_NAMES for x in kinds):
+            raise DaydreamError(f"insert_tasks: one kind per task, of {sorted(KIND_NAMES)}")
+        code = np.array([KIND_NAMES[x] for x in kinds], np.int64)
     names = [names] * k_n if isinstance(names, str) else list(names)
     per = lambda v, fill: np.broadcast_to(np.asarray(fill if v is None else v, np.int64), (k_n,)).copy()  # noqa: E731
     launch, like_in = per(launch, -1), per(like, -1)
@@ -287,31 +314,27 @@ def _task_table(graph, after, dur_ns, names, kind, lane, like, launch, gap_ns, a
     if bad.any() or len(names) != k_n or len(sorted_unique(after[after >= 0])) != int((after >= 0).sum()):
         raise DaydreamError("insert_tasks: anchors, launches and model tasks must be nodes (or earlier inserted tasks), "
                             "one per task, each anchor once")
-    like_out: list[int] = []
-    lanes = ln.tolist()
-    anchor_lane = graph.lane[np.where((after >= 0) & (after < n), after, 0)].tolist() if n else [-1] * k_n
-    for k, (a, lk) in enumerate(zip(after.tolist(), like_in.tolist())):
-        if lk < 0 and a < 0:
+    idx = np.arange(k_n, dtype=np.int64)
+    on_new = after >= n
+    up = np.where(on_new, after - n, idx)  # an anchor inserted earlier: its task index (< own)
+    like_out = np.where(like_in >= 0, like_in, after)[_roots(np.where((like_in < 0) & on_new, up, idx))]
+    old_anchor = (after >= 0) & ~on_new
+    base_lane = ln.copy()
+    base_lane[old_anchor] = graph.lane[after[old_anchor]]
+    lanes = base_lane[_roots(up)]  # the lane of the chain's first task (its old anchor's, or given at a lane's end)
+    no_model = (like_in < 0) & (after < 0)
+    mismatch = (after >= 0) & (ln >= 0) & (ln != lanes)
+    if no_model.any() or mismatch.any():  # the first offending task's message, as a loop over the tasks says it
+        first_nm = int(np.argmax(no_model)) if no_model.any() else k_n
+        if first_nm <= (int(np.argmax(mismatch)) if mismatch.any() else k_n):
             raise DaydreamError("insert_tasks: a task at a lane's end needs a model task (like)")
-        like_out.append(lk if lk >= 0 else (like_out[a - n] if a >= n else a))
-        if a >= 0:
-            a_lane = anchor_lane[k] if a < n else lanes[a - n]
-            lanes[k] = a_lane if lanes[k] < 0 else lanes[k]
-            if lanes[k] != a_lane:
-                raise DaydreamError("insert: the anchor must be on the lane the task is inserted on")
-    ln, like_out = np.asarray(lanes, np.int64), np.asarray(like_out, np.int64)
-    if (ln < 0).any() or (ln >= len(graph.lanes)).any() or (graph.lane_is_gpu[ln] != (code != NODE_CPU)).any():
+        raise DaydreamError("insert: the anchor must be on the lane the task is inserted on")
+    if (lanes < 0).any() or (lanes >= len(graph.lanes)).any() or (graph.lane_is_gpu[lanes] != (code != NODE_CPU)).any():
         raise DaydreamError("insert: the lane does not fit the task kind (CPU tasks go on threads, GPU tasks on streams)")
-    pairs = {}
-    for name, given in (("preds", preds), ("succs", succs)):
-        d: dict = {}
-        for k, x in given:
-            if not 0 <= int(k) < k_n or not 0 <= int(x) < n + k_n:
-                raise DaydreamError(f"insert_tasks: {name} must pair a task index with a node")
-            d.setdefault(int(k), []).append(int(x))
-        pairs[name] = d
-    return _Tasks(new, after, code, ln, like_out, launch, per(dur_ns, 0), np.where(code == NODE_CPU, per(gap_ns, 0), 0),
-                  None if at_ns is None else per(at_ns, 0), names, pairs["preds"], pairs["succs"])
+    pk, px = _pairs(preds, "preds", k_n, n + k_n)
+    sk, sx = _pairs(succs, "succs", k_n, n + k_n)
+    return _Tasks(new, after, code, lanes, like_out, launch, per(dur_ns, 0), np.where(code == NODE_CPU, per(gap_ns, 0), 0),
+                  None if at_ns is None else per(at_ns, 0), names, pk, px, sk, sx)
 
 
 def _new_nodes(graph: TaskGraph, t: _Tasks) -> TaskGraph:
@@ -332,81 +355,174 @@ def _new_nodes(graph: TaskGraph, t: _Tasks) -> TaskGraph:
     return dataclasses.replace(g, names=[*graph.names, *t.names])
 
 
+class _Chains(NamedTuple):
+    """The anchor chains of one call: each node anchors one task at most, so the tasks anchored
+    (directly or through inserted tasks) on a node ``r`` that is an old node or a task at a lane's
+    end form a path after it, task indices increasing along it."""
+
+    root: np.ndarray  #: (K,) node id: an anchored task's chain root; a task at a lane's end: its own id
+    key: np.ndarray  #: sorted ``root * (K + 1) + k`` of the anchored tasks
+    k: np.ndarray  #: their task indices, in ``key``'s order
+
+
+def _chains(graph: TaskGraph, t: _Tasks) -> _Chains:
+    n, k_n = graph.n, len(t.new)
+    idx = np.arange(k_n, dtype=np.int64)
+    a = t.after
+    par_task = np.clip(a - n, 0, k_n - 1)
+    up = (a >= n) & (a[par_task] >= 0)  # anchored on an inserted task that is itself anchored
+    top = _roots(np.where(up, par_task, idx))
+    root = np.where(a >= 0, a[top], n + idx)
+    anch = np.flatnonzero(a >= 0)
+    key = root[anch] * (k_n + 1) + anch
+    o = np.argsort(key, kind="stable")
+    return _Chains(root, key[o], anch[o])
+
+
+def _chain_end(c: _Chains, r: np.ndarray, before: np.ndarray, k_n: int, n: int) -> np.ndarray:
+    """Per root node ``r`` (-1: none, answered -1): the last node of its chain made of the tasks
+    of index < ``before``: the last such task (``n + k``), or ``r`` itself."""
+    if not len(c.key):
+        return r.copy()
+    q = np.searchsorted(c.key, np.maximum(r, 0) * (k_n + 1) + before, "left") - 1
+    ok = (q >= 0) & (r >= 0)
+    hit = ok.copy()
+    hit[ok] = c.key[q[ok]] // (k_n + 1) == r[ok]
+    return np.where(hit, n + c.k[np.maximum(q, 0)], r)
+
+
 def _splice(graph: TaskGraph, t: _Tasks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The lane links of the new tasks, as the one-by-one insertion makes them: (per task the
     source of its lane edge, -1 none; per old node the task its old lane-successor edge now leaves
-    from, -1 unchanged; per task its lane predecessor when it was inserted)."""
-    n = graph.n
-    lane_src = np.full(len(t.new), -1, np.int64)
-    first_src = lane_src.copy()
+    from, -1 unchanged; per task its lane predecessor when it was inserted).
+
+    An anchored task follows its anchor; its chain (:class:`_Chains`) ends before the anchor's old
+    lane successor. A task at a lane's end follows, when inserted, the end of the chain of the
+    lane's previous end task (or of the lane's old tail) so far, and at the end, that chain's
+    last task."""
+    n, k_n = graph.n, len(t.new)
+    c = _chains(graph, t)
+    lane_src = np.where(t.after >= 0, t.after, -1)
+    first_src = np.full(k_n, -1, np.int64)
     at = np.full(n, -1, np.int64)
-    holder: dict = {}  # node -> who holds the lane edge leaving it: ("old", node) or ("new", task index)
-    lane_end: dict = {}
-    if (t.after < 0).any():
+    roots_old = c.key // (k_n + 1)
+    is_last = np.r_[roots_old[1:] != roots_old[:-1], True] if len(roots_old) else np.zeros(0, bool)
+    last_root, last_k = roots_old[is_last], c.k[is_last]
+    old = last_root < n
+    moved = last_root[old]
+    has_next = graph.lane_next[moved] >= 0  # an old node's lane-successor edge leaves from its chain's last task
+    at[moved[has_next]] = n + last_k[old][has_next]
+    end = np.flatnonzero(t.after < 0)
+    if len(end):
         tails = np.flatnonzero(graph.lane_next < 0)
-        last = np.full(len(graph.lanes), -1, np.int64)
-        last[graph.lane[tails]] = tails
-        lane_end = dict(enumerate(last.tolist()))
-    for k, (a, ln) in enumerate(zip(t.after.tolist(), t.lane.tolist())):
-        v = n + k
-        if a < 0:  # at the lane's end
-            prev = lane_end[ln]
-            lane_src[k] = first_src[k] = prev
-            if prev >= 0:
-                holder[prev] = ("new", k)
-            lane_end[ln] = v
-            continue
-        h = holder.get(a, ("old", a))
-        if h[0] == "old":
-            at[h[1]] = v
-        else:
-            lane_src[h[1]] = v
-        holder[v], holder[a] = h, ("new", k)
-        lane_src[k] = a
-        if lane_end.get(ln) == a:
-            lane_end[ln] = v
+        tail = np.full(len(graph.lanes), -1, np.int64)
+        tail[graph.lane[tails]] = tails
+        o = end[np.argsort(t.lane[end], kind="stable")]  # the lane-end tasks by lane, then index
+        ln = t.lane[o]
+        new_lane = np.r_[True, ln[1:] != ln[:-1]]
+        prev = np.where(new_lane, tail[ln], n + np.r_[-1, o[:-1]])  # the root each one follows
+        first_src[o] = _chain_end(c, prev, o, k_n, n)
+        lane_src[o] = _chain_end(c, prev, np.full(len(o), k_n), k_n, n)
     return lane_src, at, first_src
 
 
 def _new_edges(graph: TaskGraph, t: _Tasks, lane_src: np.ndarray, at: np.ndarray):
     """The edge arrays: the old edges (lane-successor edges relinked to the new tasks), then each
-    new task's edges in the order of its single insertion."""
-    n = graph.n
+    new task's edges in the order of its single insertion (after an anchor: lane edge, launch,
+    waits, consumers; at a lane's end: waits, launch, lane edge, consumers), by one sort."""
+    n, k_n = graph.n, len(t.new)
     src = _relink_lane_successors(graph, at)
-    node_cpu = np.append(graph.node_kind == NODE_CPU, t.code == NODE_CPU).tolist()
-    add: list[tuple[int, int, int]] = []  # (source, destination, kind)
-    for k, (a, ls, la) in enumerate(zip(t.after.tolist(), lane_src.tolist(), t.launch.tolist())):
-        v, cpu = n + k, node_cpu[n + k]
-        lane_e = [(ls, EdgeKind.THREAD if cpu else EdgeKind.STREAM)] if ls >= 0 else []
-        launch_e = [(la, EdgeKind.LAUNCH)] if la >= 0 and not cpu else []
-        wait_e = [(p, EdgeKind.WAIT if cpu else EdgeKind.XSTREAM) for p in t.preds.get(k, ())]
-        for s, kd in (lane_e + launch_e + wait_e) if a >= 0 else (wait_e + launch_e + lane_e):
-            add.append((s, v, int(kd)))
-        add += [(v, s, int(EdgeKind.WAIT if node_cpu[s] else EdgeKind.XSTREAM)) for s in t.succs.get(k, ())]
-    a = np.asarray(add, np.int64).reshape(-1, 3)
-    return (np.concatenate([src, a[:, 0]]), np.concatenate([graph.edge_dst, a[:, 1]]),
-            np.concatenate([graph.edge_kind, a[:, 2].astype(np.uint8)]),
-            np.concatenate([graph.edge_origin, np.full(len(a), Origin.INSERTED, np.uint8)]))
+    node_cpu = np.append(graph.node_kind == NODE_CPU, t.code == NODE_CPU)
+    cpu = node_cpu[n:]
+    anchored = t.after >= 0
+    wait_kind = np.where(cpu, int(EdgeKind.WAIT), int(EdgeKind.XSTREAM))
+    le = np.flatnonzero(lane_src >= 0)
+    la = np.flatnonzero((t.launch >= 0) & ~cpu)
+    parts = [  # (task, slot, sub, source, destination, kind)
+        (le, np.where(anchored[le], 0, 2), np.zeros(len(le), np.int64), lane_src[le], n + le,
+         np.where(cpu[le], int(EdgeKind.THREAD), int(EdgeKind.STREAM))),
+        (la, np.ones(len(la), np.int64), np.zeros(len(la), np.int64), t.launch[la], n + la, np.full(len(la), int(EdgeKind.LAUNCH))),
+        (t.pred_k, np.where(anchored[t.pred_k], 2, 0), np.arange(len(t.pred_k)), t.pred_x, n + t.pred_k, wait_kind[t.pred_k]),
+        (t.succ_k, np.full(len(t.succ_k), 3), np.arange(len(t.succ_k)), n + t.succ_k, t.succ_x,
+         np.where(node_cpu[t.succ_x], int(EdgeKind.WAIT), int(EdgeKind.XSTREAM))),
+    ]
+    k, slot, sub, s, d, kd = (np.concatenate([np.asarray(p[i], np.int64) for p in parts]) for i in range(6))
+    o = np.lexsort((sub, slot, k))
+    return (np.concatenate([src, s[o]]), np.concatenate([graph.edge_dst, d[o]]),
+            np.concatenate([graph.edge_kind, kd[o].astype(np.uint8)]),
+            np.concatenate([graph.edge_origin, np.full(len(o), Origin.INSERTED, np.uint8)]))
+
+
+#: passes of :func:`_visit_order`'s vectorized ranks before it ranks task by task instead (each
+#: pass settles one level of dependency between tasks at different lanes' ends: the what-ifs need
+#: one or two; a longer chain would make the passes quadratic)
+RANK_PASSES = 16
+
+
+def _ranks_in_turn(old_rank: np.ndarray, t: _Tasks, first_src: np.ndarray) -> np.ndarray:
+    """The new tasks' ranks one at a time (O(K) Python steps): an anchored task its anchor's, a task at
+    a lane's end the latest of its lane predecessor, launch and waits (-1 none)."""
+    rk = old_rank.tolist()
+    n = len(rk)
+    waits: dict[int, list[int]] = {}
+    for k, x in zip(t.pred_k.tolist(), t.pred_x.tolist()):
+        waits.setdefault(k, []).append(x)
+    for k, (a, fs, la) in enumerate(zip(t.after.tolist(), first_src.tolist(), t.launch.tolist())):
+        if a >= 0:
+            rk.append(rk[a])
+        else:
+            srcs = [x for x in (fs, la, *waits.get(k, ())) if x >= 0]
+            rk.append(max(rk[x] for x in srcs) if srcs else -1)
+    return np.asarray(rk[n:], np.int64)
 
 
 def _visit_order(graph: TaskGraph, t: _Tasks, first_src: np.ndarray) -> np.ndarray:
     """A visiting order: the old one, each new task right after its anchor (by task index among
     those), a task at a lane's end right after the latest of its lane predecessor, launch and
     waits (after the anchored ones at that place). Valid unless a task waits for something
-    visited after its anchor (the caller repairs that)."""
+    visited after its anchor (the caller repairs that).
+
+    An anchored task takes its chain root's place; a task at a lane's end the latest of its
+    launch and waits and of the lane's previous end task (or old tail: the chain its lane
+    predecessor is on), so along a lane a running maximum. Ranks that depend on tasks at other
+    lanes' ends settle by repeating the two steps until nothing changes (a pass per such level
+    of dependency: one or two in the what-ifs)."""
     n, k_n = graph.n, len(t.new)
     rank = np.empty(n + k_n, np.int64)
     rank[graph.order] = np.arange(n)
-    rk = rank[:n].tolist()  # plain lists: one look-up per task
+    rank[n:] = -1
+    c = _chains(graph, t)
+    anch = np.flatnonzero(t.after >= 0)
+    end = np.flatnonzero(t.after < 0)
+    o = end[np.argsort(t.lane[end], kind="stable")]
+    ln = t.lane[o]
+    new_lane = np.r_[True, ln[1:] != ln[:-1]] if len(o) else np.zeros(0, bool)
+    seg = np.cumsum(new_lane) - 1
+    tails = np.flatnonzero(graph.lane_next < 0)
+    tail = np.full(len(graph.lanes), -1, np.int64)
+    tail[graph.lane[tails]] = tails
+    head_src = np.where(new_lane, first_src[o], -1)  # a lane's first end task: its predecessor (on the old tail's chain)
+    own_k = np.concatenate([o, o, t.pred_k[t.after[t.pred_k] < 0]])
+    own_x = np.concatenate([head_src, t.launch[o], t.pred_x[t.after[t.pred_k] < 0]])
+    keep = own_x >= 0
+    own_k, own_x = own_k[keep], own_x[keep]
+    pos = np.empty(k_n, np.int64)
+    pos[o] = np.arange(len(o))
+    span = n + k_n + 2
+    for _ in range(RANK_PASSES):
+        before = rank[n:].copy()
+        rank[n + anch] = rank[c.root[anch]]
+        if len(o):
+            own = np.full(len(o), -1, np.int64)
+            np.maximum.at(own, pos[own_k], rank[own_x])
+            run = np.maximum.accumulate(seg * span + own + 1) - seg * span - 1  # a running maximum per lane
+            rank[n + o] = run
+        if np.array_equal(before, rank[n:]):
+            break
+    else:  # long chains of dependencies across lanes' ends: task by task, as the one-by-one insertion ranks them
+        rank[n:] = _ranks_in_turn(rank[:n], t, first_src)
     grp = np.zeros(n + k_n, np.int64)
     grp[n:] = np.where(t.after >= 0, 1, 2)
-    for k, (a, fs, la) in enumerate(zip(t.after.tolist(), first_src.tolist(), t.launch.tolist())):
-        if a >= 0:
-            rk.append(rk[a])
-        else:
-            srcs = [x for x in (fs, la, *t.preds.get(k, ())) if x >= 0]
-            rk.append(max(rk[x] for x in srcs) if srcs else -1)
-    rank[n:] = rk[n:]
     sub = np.concatenate([np.zeros(n, np.int64), np.arange(k_n)])
     ids = np.concatenate([graph.order, t.new])
     return ids[np.lexsort((sub[ids], grp[ids], rank[ids]))].astype(np.int64)

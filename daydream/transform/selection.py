@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..util.patterns import compile_user_pattern
+from ..util.patterns import compile_user_pattern, search_mask
 from ..util.arrays import unique_inverse
 from ..errors import DaydreamError
 from ..events.table import Kind
@@ -122,7 +122,7 @@ def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) 
     cand = np.ones(graph.n, dtype=bool) if subset is None else np.asarray(subset, dtype=bool)
     if cand.any():
         uniq, inv = unique_inverse(graph.name_id[cand])
-        hit = np.fromiter((rx.search(graph.names[i]) is not None for i in uniq.tolist()), dtype=bool, count=len(uniq))
+        hit = search_mask(rx, [graph.names[i] for i in uniq.tolist()])
         out[cand] = hit[inv]
     return out
 
@@ -130,5 +130,5 @@ def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) 
 def _regex_mask(strings: np.ndarray, pattern: str) -> np.ndarray:
     rx = compile_pattern(pattern)
     uniq, inv = np.unique(strings.astype(str), return_inverse=True)
-    hit = np.fromiter((rx.search(s) is not None for s in uniq), dtype=bool, count=len(uniq))
+    hit = search_mask(rx, uniq.tolist())
     return hit[inv.reshape(-1)]

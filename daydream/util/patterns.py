@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import re2
 
 from ..errors import DaydreamError
@@ -93,6 +94,16 @@ class _Bounded:
                              "which backtracks): simplify it, e.g. without nested repeats like (a+)+")
 
     def search(self, text: str, *args):
+        return self._searches([text], args, False)[0]
+
+    def search_many(self, texts: list[str]) -> np.ndarray:
+        """Per text whether :meth:`search` finds a match (bool, shape (len(texts),)): the same
+        budget and errors, one interval timer for them all (setting and clearing the timer and
+        the handler per search cost more than the searches: 18,500 distinct range names of the
+        1 M nsys bench table, 0.6 s under cProfile)."""
+        return np.array(self._searches(texts, (), True), bool).reshape(len(texts))
+
+    def _searches(self, texts: list[str], args: tuple, found: bool) -> list:
         if threading.current_thread() is not threading.main_thread():
             raise DaydreamError(f"regular expression {self.pattern!r}: look-around and back-references can be matched "
                                 "only in the main thread (their time bound is a signal); use an expression without them")
@@ -102,7 +113,10 @@ class _Bounded:
         t0 = time.perf_counter()
         try:
             signal.setitimer(signal.ITIMER_REAL, self._left)
-            return self._rx.search(text, *args)
+            search = self._rx.search
+            if found:
+                return [search(t, *args) is not None for t in texts]
+            return [search(t, *args) for t in texts]
         except _Timeout:
             self._left = 0.0
             raise self._refuse() from None
@@ -110,3 +124,14 @@ class _Bounded:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, prev)
             self._left -= time.perf_counter() - t0
+
+
+def search_mask(rx, texts) -> np.ndarray:
+    """Per text of ``texts`` (a sequence of str) whether the compiled user pattern ``rx``
+    (:func:`compile_user_pattern`) finds a match: bool array of ``len(texts)``. Errors as
+    ``rx.search``'s (a look-around pattern over its budget, or off the main thread)."""
+    many = getattr(rx, "search_many", None)
+    if many is not None:
+        return many(list(texts))
+    search = rx.search
+    return np.fromiter((search(t) is not None for t in texts), bool, count=len(texts))
