@@ -1,0 +1,36 @@
+"""Try-out findings of issues 31/33/35/37's follow-ups: each was seen on the merged tool on a real
+trace (or a trace made to show it) and is pinned here with the right behaviour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daydream.cli import main
+from daydream.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces"
+needs_traces = pytest.mark.skipif(not TRACES.exists(), reason="../shared/traces absent")
+RESNET = TRACES / "kineto_tbplugin" / "resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
+DLRM = TRACES / "param_dlrm"
+
+
+def test_straggler_negative_rank_is_not_said_against_the_format_limit():
+    from daydream.job.whatif import parse_job_specs
+
+    # was: "the job has ranks 0..1048575" (the format's largest world size, before the ranks are read)
+    with pytest.raises(UsageError) as e:
+        parse_job_specs(["straggler:rank=-1"], None)
+    assert "numbered from 0" in str(e.value) and "1048575" not in str(e.value)
+    with pytest.raises(UsageError, match=r"ranks 0\.\.7"):
+        parse_job_specs(["straggler:rank=8"], 8)
+    assert parse_job_specs(["straggler:rank=9"], None) == [("straggler", {"rank": 9})]  # judged once the job is read
+
+
+@needs_traces
+def test_straggler_negative_rank_on_a_job_cli(capsys):
+    assert main([str(DLRM), "--opt", "straggler:rank=-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1048575" not in err and "numbered from 0" in err
