@@ -34,3 +34,20 @@ def test_straggler_negative_rank_on_a_job_cli(capsys):
     assert main([str(DLRM), "--opt", "straggler:rank=-1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "1048575" not in err and "numbered from 0" in err
+
+
+@needs_traces
+@pytest.mark.slow
+def test_activation_checkpointing_bad_pattern_is_bad_input(capsys):
+    # was: exit 3 ("not applicable: layers='(' is not a regular expression"); scale-kernels' pattern=( exits 2
+    assert main([str(RESNET), "--opt", "activation-checkpointing:layers=("]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad regular expression '('" in err
+
+
+def test_activation_checkpointing_pattern_goes_through_the_bounded_matcher():
+    from daydream.errors import DaydreamError
+    from daydream.optimizations.activation_checkpointing import unit_paths
+
+    with pytest.raises(DaydreamError, match="bad regular expression"):
+        unit_paths(["a.b"], {0}, "(")
