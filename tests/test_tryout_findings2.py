@@ -51,3 +51,30 @@ def test_activation_checkpointing_pattern_goes_through_the_bounded_matcher():
 
     with pytest.raises(DaydreamError, match="bad regular expression"):
         unit_paths(["a.b"], {0}, "(")
+
+
+def test_plural_and_parameter_type_descriptions():
+    from daydream.optimizations import REGISTRY, load_all
+    from daydream.util.display import plural
+
+    assert (plural(1, "GPU"), plural(4, "GPU"), plural(1, "micro-batch", "micro-batches")) == ("1 GPU", "4 GPUs", "1 micro-batch")
+    assert plural(2048, "micro-batch", "micro-batches") == "2,048 micro-batches"
+    load_all()
+    # was: "bandwidth='0GB/s' is not a valid a link preset ...": a description with its own article read twice
+    with pytest.raises(UsageError) as e:
+        REGISTRY["tp"].resolve({"bandwidth": "0GB/s"})
+    assert "valid a " not in str(e.value) and "is not a link preset" in str(e.value)
+    for opt in REGISTRY.values():
+        for k, p in opt.params.items():
+            name = getattr(p.type, "__name__", "")
+            assert not name.startswith(("a ", "an ")) or "valid" not in name, (opt.name, k)
+
+
+@needs_traces
+@pytest.mark.slow
+def test_one_gpu_and_one_micro_batch_in_the_notes(capsys):
+    bert = TRACES / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+    main(["--details", str(bert), "--opt", "tp:degree=1", "--opt", "pp:stages=1,microbatches=1"])
+    out = capsys.readouterr().out
+    assert "over 1 GPU on" in out and "over 1 GPUs" not in out
+    assert "1 micro-batch of" in out and "1 micro-batches" not in out

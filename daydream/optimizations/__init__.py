@@ -83,7 +83,9 @@ class Optimization:
             try:
                 v = p.type(raw)
             except (TypeError, ValueError):
-                raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a valid {getattr(p.type, '__name__', 'value')}") from None
+                what = getattr(p.type, "__name__", "value")  # a description that has its article is used as it is
+                what = what if what.startswith(("a ", "an ")) else "a valid " + what
+                raise UsageError(f"--opt {self.name}: {k}={raw!r} is not {what}") from None
             if isinstance(v, float) and v != v:
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a number")
             if isinstance(v, float) and abs(v) == float("inf"):  # no model parameter is infinite; its arithmetic would give NaN

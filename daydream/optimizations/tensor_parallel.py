@@ -68,6 +68,7 @@ from . import Optimization, Param, register
 from . import kernel_cost as KC
 from .gpu_upgrade import source_gpu
 from .comm_common import NETWORK_PARAMS, _link, network_of, trace_fit
+from ..util.display import plural
 
 PH_FWD = 1  # daydream.mapping.rules.PHASES
 _ELEM_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -400,8 +401,8 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
         g, _ = insert_after_kernels(g, ar_at[o], ar_d[o], [names[i] for i in o])
     before, after = int(t[idx].sum()), int(new_t.sum())
     c = pl["counts"]
-    note = (f"Megatron tensor parallel over {N} GPUs on {net.intra.name} ({link_how}): {c['row-parallel GEMMs']} column/row pairs in "
-            f"{c['blocks']} blocks (inferred from the op order); split kernels {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms "
+    note = (f"Megatron tensor parallel over {plural(N, 'GPU')} on {net.intra.name} ({link_how}): "
+            f"{plural(c['row-parallel GEMMs'], 'column/row pair')} in {plural(c['blocks'], 'block')} (inferred from the op order); split kernels {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms "
             f"(kernel-cost library, {gpu.name}; {rest} shapes not divisible by {N}, rounded up); "
             + (f"{len(nb)} all-reduces ({len(nb) - n_f} forward, {n_f} of input gradients; {nb.sum() / 2**20:,.2f} MiB, "
                f"{ar_d.sum() / 1e6:,.3f} ms; "
