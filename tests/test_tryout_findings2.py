@@ -78,3 +78,79 @@ def test_one_gpu_and_one_micro_batch_in_the_notes(capsys):
     out = capsys.readouterr().out
     assert "over 1 GPU on" in out and "over 1 GPUs" not in out
     assert "1 micro-batch of" in out and "1 micro-batches" not in out
+
+
+def _pairs(shapes, parent, grand, core_after, ranks=None):
+    """pair_linears on one block: ``shapes`` (M, N, K) per linear; ``core_after[i]``: core kernels
+    launched after linear i before the next one; ``ranks``: launch order (default: a kernel between each)."""
+    import numpy as np
+
+    from daydream.optimizations.tensor_parallel import pair_linears
+
+    n = len(shapes)
+    M, N, K = (np.array([s[c] for s in shapes], np.int64) for c in range(3))
+    before = np.concatenate([[0], np.cumsum(core_after)[:-1]]).astype(np.int64)
+    end = np.full(n, int(np.sum(core_after)), np.int64)
+    rank = np.asarray(ranks if ranks is not None else [2 * i for i in range(n)], np.int64)
+    return pair_linears(np.zeros(n, np.int64), rank, N, K, M, np.asarray(parent, np.int64), np.asarray(grand, np.int64),
+                        before, end)
+
+
+def test_tp_pairs_q_k_v_as_one_column_group_across_a_scale_kernel():
+    # OWLv2's attention: q_proj, (q * scale), k_proj, (copy), v_proj, copies, bmm/softmax/bmm, out_proj; MLP fc1 -> fc2.
+    # was: q_proj paired with a square k_proj as its row partner, v_proj with out_proj (3 all-reduces a layer)
+    sq, up, down = (1024, 5185, 1024), (4096, 5185, 1024), (1024, 5185, 4096)
+    groups, rows, unpaired = _pairs([sq, sq, sq, sq, up, down], parent=[0, 0, 0, 0, 1, 1], grand=[9] * 6,
+                                    core_after=[0, 0, 3, 0, 0, 0])
+    assert groups == [[0, 1, 2], [4]] and rows == [3, 5] and unpaired == 0  # 2 all-reduces a layer
+    # launched back to back (BERT's query/key/value): one group as before
+    groups, rows, _ = _pairs([sq, sq, sq, sq], parent=[0, 0, 0, 1], grand=[9] * 4, core_after=[0, 0, 3, 0],
+                             ranks=[0, 1, 2, 10])
+    assert groups == [[0, 1, 2]] and rows == [3]
+
+
+def test_tp_square_mlp_without_an_attention_core_keeps_its_row_partner():
+    # a square MLP (OWLv2's box head: dense0, gelu, dense1): no core kernel after the linears, so the
+    # GELU between them does not make one input of them: dense0 column, dense1 row
+    sq = (1024, 5184, 1024)
+    groups, rows, unpaired = _pairs([sq, sq, (4, 5184, 1024)], parent=[0, 0, 0], grand=[9] * 3, core_after=[0, 0, 0])
+    assert groups == [[0]] and rows == [1] and unpaired == 1
+
+
+def test_tp_row_partner_is_never_the_next_layers_q_proj():
+    # OWLv2's text MLP: fc1 (3072 x 768), fc2 a split-K kernel the library does not describe, then
+    # the next layer's q_proj (768 x 768) fits fc1's row shape rule: it is in another layer
+    groups, rows, unpaired = _pairs([(3072, 5, 768), (768, 5, 768), (768, 5, 768), (768, 5, 768), (768, 5, 768)],
+                                    parent=[0, 1, 1, 1, 1], grand=[5, 6, 6, 6, 6], core_after=[0, 0, 0, 3, 0])
+    assert rows == [4] and groups == [[1, 2, 3]] and unpaired == 1
+
+
+@needs_traces
+@pytest.mark.slow
+def test_tp_on_owlv2_splits_qkv_then_out_proj_and_fc1_then_fc2():
+    import numpy as np
+
+    from daydream.analysis import analyze
+    from daydream.costmodel import kernel_model as KM
+    from daydream.costmodel.specs import from_table
+    from daydream.formats import load_trace
+    from daydream.optimizations import kernel_cost as KC
+    from daydream.optimizations import tensor_parallel as TP
+    from daydream.optimizations.gpu_upgrade import source_gpu
+
+    g = analyze(load_trace(TRACES / "tracelens" / "h100_google_owlv2-large-patch14-ensemble__1016001.json.gz")).graph
+    d = KC.describe(g, from_table(source_gpu(g, "")[0]), KM.match_launches(g, g.facts.launch), KM.work_item_grid(g))
+    pl, mp = TP.plan(g, d), g.mapping
+    path = [mp.labels[mp.layer_id[d.nodes[i]]].split("/") for i in range(len(d.nodes))]
+    lin = np.nonzero((d.kernels.cls == "linear") & (mp.phase[d.nodes] == TP.PH_FWD))[0]
+    last = {}  # each attention module's last linear: its out_proj
+    for i in lin.tolist():
+        if path[i][-2].startswith("Owlv2Attention_"):
+            mod, idx = "/".join(path[i][:-1]), int(path[i][-1].rpartition("_")[2])
+            last[mod] = max(last.get(mod, -1), idx)
+    attn_rows = [i for i in pl["row"].tolist() if path[i][-2].startswith("Owlv2Attention_")]
+    assert attn_rows and all(int(path[i][-1].rpartition("_")[2]) == last["/".join(path[i][:-1])] for i in attn_rows)
+    # one attention row and at most one MLP row per encoder layer instance: q, k, v one column group
+    assert len(attn_rows) == len(lin[[path[i][-2].startswith("Owlv2Attention_") for i in lin]]) // 4
+    # no row partner in another layer than its group (was: the text MLP's fc1 paired with the next layer's q_proj)
+    assert pl["counts"]["kernels between a pair without a description, time / degree (inferred)"] == 0
