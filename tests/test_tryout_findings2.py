@@ -154,3 +154,38 @@ def test_tp_on_owlv2_splits_qkv_then_out_proj_and_fc1_then_fc2():
     assert len(attn_rows) == len(lin[[path[i][-2].startswith("Owlv2Attention_") for i in lin]]) // 4
     # no row partner in another layer than its group (was: the text MLP's fc1 paired with the next layer's q_proj)
     assert pl["counts"]["kernels between a pair without a description, time / degree (inferred)"] == 0
+
+
+def test_tp_over_one_node_without_an_inter_link_is_warned_of():
+    from daydream.optimizations import REGISTRY, load_all
+
+    load_all()
+    tp = REGISTRY["tp"]
+    # was: tp:degree=1024 with gpus_per_node=8 and no inter= costed silently as one node of NVLink
+    w = tp.warn(None, tp.resolve({"degree": "1024"}))
+    assert len(w) == 1 and "128 nodes" in w[0] and "inter=" in w[0]
+    assert tp.warn(None, tp.resolve({"degree": "8"})) == []
+    assert tp.warn(None, tp.resolve({"degree": "16", "inter": "ib200"})) == []
+    assert tp.warn(None, tp.resolve({"degree": "16", "gpus_per_node": "16"})) == []
+
+
+@needs_traces
+@pytest.mark.slow
+def test_warnings_reach_the_answer(capsys):
+    bert = TRACES / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+    assert main([str(bert), "--opt", "tp:degree=1024"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: tp: degree=1024 spans 128 nodes" in out
+    # dataloader: 256 workers x 64 batches ahead of ResNet-50's 18.4 MiB batches, pinned: 294 GiB (was: not a word)
+    assert main([str(RESNET), "--opt", "dataloader:num_workers=256,prefetch_factor=64"]) == 0
+    out = capsys.readouterr().out
+    batch = 32 * 3 * 224 * 224 * 4 + 32 * 8  # the ImageNet batch the trace copies: 32 float32 images + int64 labels
+    assert f"warning: dataloader: 16384 pinned batches hold {16384 * batch / 2**30:,.1f} GiB" in out.replace("\n    ", " ")
+    assert main([str(RESNET), "--opt", "dataloader"]) == 0
+    assert "warning: dataloader" not in capsys.readouterr().out
+
+
+def test_host_bound_is_the_dgx_h100_per_gpu_share():
+    from daydream.costmodel.gpu_memory import GIB, HOST_BYTES_PER_GPU
+
+    assert HOST_BYTES_PER_GPU == 2048 * GIB // 8  # DGX H100 datasheet: 2 TB system memory, 8 GPUs

@@ -67,6 +67,9 @@ class Optimization:
     params: dict[str, Param] = field(default_factory=dict)
     #: a generic what-if (e.g. scale-kernels): may be given several times, and is not ranked by --opt all
     what_if: bool = False
+    #: ``warn(graph, params) -> [line]``: what the prediction assumed that the user should know
+    #: (a tp degree over one node costed on the intra-node link), shown as the report's warnings
+    warn: Callable[[TaskGraph, dict[str, Any]], list[str]] | None = None
 
     def resolve(self, overrides: dict[str, str]) -> dict[str, Any]:
         """Defaults overridden by ``overrides`` (strings from the command line), type-checked.

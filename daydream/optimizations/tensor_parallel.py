@@ -484,8 +484,20 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     return g, note
 
 
+def _warn(graph: TaskGraph, p) -> list[str]:
+    """A degree over one node (``gpus_per_node``) with no ``inter=`` link: costed as one node of the
+    intra-node link, as :func:`daydream.costmodel.comm.collective_ns` does without one (optimistic:
+    the group's all-reduces would cross nodes); said, not guessed (no inter-node link is inferred)."""
+    N, g = int(p["degree"]), int(p["gpus_per_node"])
+    if N > g and not p.get("inter"):
+        return [f"degree={N} spans {-(-N // g)} nodes of gpus_per_node={g}, but no inter= link was given: its all-reduces "
+                f"are costed as one node of the intra-node link (optimistic); give inter=PRESET (e.g. ib200) or a "
+                f"bandwidth for the links between nodes"]
+    return []
+
+
 register(Optimization(
-    name="tp", summary="Megatron tensor parallel over `degree` GPUs: each block's column/row GEMM pairs split, an "
+    name="tp", warn=_warn, summary="Megatron tensor parallel over `degree` GPUs: each block's column/row GEMM pairs split, an "
     "all-reduce after each row-parallel GEMM and each column group's input gradient (forward and backward)",
     apply=_apply, what_if=True,
     params={"degree": Param(2, "tensor-parallel GPUs (Megatron's tensor_model_parallel_size; user's what-if)", int, lambda v: 1 <= v <= 1024, "1 to 1024"),
