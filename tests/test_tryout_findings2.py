@@ -189,3 +189,23 @@ def test_host_bound_is_the_dgx_h100_per_gpu_share():
     from daydream.costmodel.gpu_memory import GIB, HOST_BYTES_PER_GPU
 
     assert HOST_BYTES_PER_GPU == 2048 * GIB // 8  # DGX H100 datasheet: 2 TB system memory, 8 GPUs
+
+
+@needs_traces
+@pytest.mark.slow
+def test_prediction_memory_verdicts_on_resnet(capsys):
+    # (a) the prediction's verdict on the one-screen answer (was: only the baseline's "fits", "does not fit" behind --details)
+    assert main([str(RESNET), "--opt", "batch:factor=2"]) == 0
+    out = capsys.readouterr().out
+    head = out.split("\n\n")[0]
+    assert "predicted memory: GPU 0: does not fit" in head.replace("\n    ", " ")
+    # (b) cuda-graphs without addresses: the verdict is the baseline's, and says so (was: a plain "fits")
+    assert main(["--details", str(RESNET), "--opt", "cuda-graphs"]) == 0
+    out = capsys.readouterr().out.replace("\n    ", " ")
+    assert "predicted memory: GPU 0: baseline's, not modelled by cuda-graphs" in out
+    # (c) fsdp without totals or addresses: an estimate, not "at least" (docs/memory.md: no longer a lower bound)
+    assert main(["--details", str(RESNET), "--opt", "fsdp"]) == 0
+    out = capsys.readouterr().out.replace("\n    ", " ")
+    line = next(x for x in out.splitlines() if x.startswith("  predicted memory:"))
+    assert "at least" not in line and "fits (peak " in line
+    assert "the peak is a lower bound" not in out and "estimate, not a lower bound" in out

@@ -140,7 +140,9 @@ def graph_pool(g, region: np.ndarray) -> tuple[object, dict[int, int], str]:
     if not inr.any():
         return g, {}, "memory: no allocation inside a captured region (the allocations are the recorded ones)"
     if (ev.addr[inr] < 0).any():
-        return g, {}, "memory: not modelled (the trace's allocator events have no addresses: blocks cannot be paired)"
+        g = dataclasses.replace(g, memory=dataclasses.replace(gm, not_modelled=gm.not_modelled + ("cuda-graphs",)))
+        return g, {}, ("memory: not modelled (the trace's allocator events have no addresses: blocks cannot be paired); "
+                       "the memory verdict is the baseline's")
     ne = len(ev)
     al, fr = block_pairs(ev, np.arange(ne))
     free_of = np.full(ne, -1, np.int64)
@@ -247,8 +249,12 @@ def sharded_blocks(g, world: int, stage: int, state: dict, devices: list[int]) -
                  f"(inferred: the sharded part of the {cats} the events do not show, from the gradient shapes)")
     elif delta:
         note += "; nothing allocated before the window to shard"
-    else:
+    elif (ev.addr >= 0).any():
         note += "; the level before the window is not recorded (no totals): kept (the peak is a lower bound)"
+    else:  # no totals, no addresses: the unsharded state kept, the gathered units added (docs/memory.md)
+        note += ("; the level before the window is not recorded (no totals) and kept unsharded: the per-rank peak is an "
+                 "estimate, not a lower bound")
+        mem = dataclasses.replace(mem, not_lower_bound=True)
     return dataclasses.replace(g, memory=mem), note
 
 

@@ -50,7 +50,7 @@ def fit(dm: DeviceMemory, gm, devices: list) -> tuple[float, str, int, int, str,
     else:
         frag, src = DEFAULT_FRAGMENTATION, "default (median of the shared traces' recorded ratios)"
     needs = int(np.ceil(dm.peak_allocated_bytes * frag))
-    least = "at least " if not dm.exact_before else ""
+    least = "at least " if not dm.exact_before and not gm.not_lower_bound else ""
     if dm.device < 0:
         return frag, src, needs, -1, "", None, f"host memory: peak {least}{_gib(dm.peak_allocated_bytes)} GiB (not judged)"
     cap, cap_src = device_capacity(devices, dm.device)
@@ -136,9 +136,11 @@ def memory_summary(graph, tl) -> MemorySummary | None:
     devs = []
     for dm in curves:
         frag, src, needs, cap, cap_src, fits, verdict = fit(dm, gm, list(graph.devices))
+        if gm.not_modelled:  # a what-if whose memory change is not modelled: these are the baseline's events
+            verdict = f"baseline's, not modelled by {', '.join(gm.not_modelled)}: {verdict}"
         devs.append(DeviceMemoryStats(
-            dm.device, len(dm.event), dm.peak_allocated_bytes, not dm.exact_before, dm.peak_reserved_bytes, round(frag, 4), src,
-            needs, cap, cap_src, fits, verdict, _steps(dm, gm)))
+            dm.device, len(dm.event), dm.peak_allocated_bytes, not dm.exact_before and not gm.not_lower_bound,
+            dm.peak_reserved_bytes, round(frag, 4), src, needs, cap, cap_src, fits, verdict, _steps(dm, gm)))
     gpu = [d for d in devs if d.device >= 0]
     line = "; ".join(f"GPU {d.device}: {d.verdict}" for d in gpu) if gpu else devs[0].verdict
     return MemorySummary(devs, line, gm.n_unanchored)
