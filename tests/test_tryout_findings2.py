@@ -209,3 +209,54 @@ def test_prediction_memory_verdicts_on_resnet(capsys):
     line = next(x for x in out.splitlines() if x.startswith("  predicted memory:"))
     assert "at least" not in line and "fits (peak " in line
     assert "the peak is a lower bound" not in out and "estimate, not a lower bound" in out
+
+
+def test_memory_curve_keeps_the_peak_and_the_time_order():
+    import numpy as np
+
+    from daydream.report.memory_fit import CURVE_BUCKETS, curve
+    from daydream.simulate.memory_replay import DeviceMemory
+
+    rng = np.random.default_rng(7)
+    n = 10_000
+    a = np.cumsum(rng.integers(-1000, 1000, n)) + 10**6
+    ts = np.cumsum(rng.integers(1, 50, n)) + 500
+    dm = DeviceMemory(0, ts, a, np.arange(n), 0, True, int(a.max()), -1)
+    c = curve(dm, 500)
+    assert len(c.t_ns) <= 2 * CURVE_BUCKETS and max(c.allocated_bytes) == a.max() and min(c.allocated_bytes) == a.min()
+    assert c.t_ns == sorted(c.t_ns) and c.t_ns[0] >= 0
+    small = DeviceMemory(1, ts[:10], a[:10], np.arange(10), 0, True, int(a[:10].max()), -1)
+    assert curve(small, 0).allocated_bytes == a[:10].tolist()  # few events: every one kept
+
+
+@needs_traces
+@pytest.mark.slow
+def test_plot_draws_the_memory_curves_of_baseline_and_prediction(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    # issue 32: "a memory curve in --plot (baseline and each prediction)"; there was none
+    out = tmp_path / "p.svg"
+    assert main([str(RESNET), "--opt", "batch:factor=2", "--plot", str(out)]) == 0
+    ns = "{http://www.w3.org/2000/svg}"
+    fig = next(g for g in ET.parse(out).getroot().iter(ns + "g") if g.get("id") == "fig-memory")
+    lines = fig.findall(f".//{ns}polyline")
+    assert [x.find(ns + "title").text for x in lines] == ["replayed baseline", "predicted (batch)"]
+    # the predicted curve reaches higher (a larger batch: its peak is the prediction's, above the baseline's)
+    top = [min(float(p.split(",")[1]) for p in x.get("points").split()) for x in lines]
+    assert top[1] < top[0]
+
+
+def test_memory_figure_escapes_its_labels():
+    from daydream.render.svg import fig_memory
+    from daydream.report.report_model import MemoryCurve
+
+    class P:  # a prediction whose optimization name is markup
+        optimizations = [type("O", (), {"name": "<b>x&y</b>"})()]
+        memory = type("M", (), {"curves": [MemoryCurve(0, [0, 10], [1, 2])], "devices": []})()
+
+    class R:
+        memory = type("M", (), {"curves": [MemoryCurve(0, [0, 5], [1, 3])], "devices": []})()
+        predictions = [P()]
+
+    svg, _ = fig_memory(R())
+    assert "<b>" not in svg and "&lt;b&gt;x&amp;y&lt;/b&gt;" in svg

@@ -15,7 +15,7 @@ from ..costmodel.gpu_memory import GIB, device_capacity
 from ..graph.memory_part import DEFAULT_FRAGMENTATION, block_pairs
 from ..mapping.rules import BACKWARD, FORWARD, OPTIMIZER, UNMAPPED
 from ..simulate.memory_replay import DeviceMemory, replay_memory
-from .report_model import DeviceMemoryStats, MemoryPart, MemoryStep, MemorySummary
+from .report_model import DeviceMemoryStats, MemoryCurve, MemoryPart, MemoryStep, MemorySummary
 
 PARTS = ("parameters and persistent", "activations", "gradients", "optimizer state", "temporaries", "other")
 _RULES = {
@@ -127,6 +127,25 @@ def _steps(dm: DeviceMemory, gm) -> list[MemoryStep]:
     return out
 
 
+#: buckets of consecutive events a device's curve is cut into for the report (each kept as its
+#: lowest and highest level): a figure 438 px wide (``render.svg``) shows no more than ~400 columns
+CURVE_BUCKETS = 400
+
+
+def curve(dm: DeviceMemory, t0_ns: int) -> MemoryCurve:
+    """``dm``'s allocated curve in at most ``2 x`` :data:`CURVE_BUCKETS` points (:class:`MemoryCurve`);
+    times in ns from ``t0_ns``. Numpy over the events, no Python loop."""
+    a, t = np.asarray(dm.allocated_bytes, np.int64), np.asarray(dm.ts_ns, np.int64) - int(t0_ns)
+    n = len(a)
+    if n <= 2 * CURVE_BUCKETS:
+        return MemoryCurve(dm.device, t.tolist(), a.tolist())
+    bucket = np.arange(n) * CURVE_BUCKETS // n  # consecutive events, equal counts
+    o_lo, o_hi = np.lexsort((a, bucket)), np.lexsort((-a, bucket))
+    first = np.searchsorted(bucket[o_lo], np.arange(CURVE_BUCKETS))  # bucket is sorted in both orders
+    keep = np.unique(np.concatenate([o_lo[first], o_hi[first]]))  # indices, in event (time) order
+    return MemoryCurve(dm.device, t[keep].tolist(), a[keep].tolist())
+
+
 def memory_summary(graph, tl) -> MemorySummary | None:
     """The memory of ``graph`` replayed on ``tl`` (None when the trace has no allocator events)."""
     gm = graph.memory
@@ -143,4 +162,4 @@ def memory_summary(graph, tl) -> MemorySummary | None:
             dm.peak_reserved_bytes, round(frag, 4), src, needs, cap, cap_src, fits, verdict, _steps(dm, gm)))
     gpu = [d for d in devs if d.device >= 0]
     line = "; ".join(f"GPU {d.device}: {d.verdict}" for d in gpu) if gpu else devs[0].verdict
-    return MemorySummary(devs, line, gm.n_unanchored)
+    return MemorySummary(devs, line, gm.n_unanchored, [curve(dm, int(graph.t0_ns)) for dm in curves])
