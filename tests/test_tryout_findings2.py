@@ -235,8 +235,8 @@ def test_plot_draws_the_memory_curves_of_baseline_and_prediction(tmp_path):
     import xml.etree.ElementTree as ET
 
     # issue 32: "a memory curve in --plot (baseline and each prediction)"; there was none
-    out = tmp_path / "p.svg"
-    assert main([str(RESNET), "--opt", "batch:factor=2", "--plot", str(out)]) == 0
+    out, js = tmp_path / "p.svg", tmp_path / "r.json"
+    assert main([str(RESNET), "--opt", "batch:factor=2", "--plot", str(out), "--json", str(js)]) == 0
     ns = "{http://www.w3.org/2000/svg}"
     fig = next(g for g in ET.parse(out).getroot().iter(ns + "g") if g.get("id") == "fig-memory")
     lines = fig.findall(f".//{ns}polyline")
@@ -244,6 +244,17 @@ def test_plot_draws_the_memory_curves_of_baseline_and_prediction(tmp_path):
     # the predicted curve reaches higher (a larger batch: its peak is the prediction's, above the baseline's)
     top = [min(float(p.split(",")[1]) for p in x.get("points").split()) for x in lines]
     assert top[1] < top[0]
+    # the figure's numbers are the report's: heights above the axis in the ratio of the two GPU peaks
+    import json
+
+    rep = json.loads(js.read_text())
+    peak = [next(d["peak_allocated_bytes"] for d in m["devices"] if d["device"] == 0)
+            for m in (rep["memory"], rep["predictions"][0]["memory"])]
+    axis = next(float(x.get("y1")) for x in fig.iter(ns + "line") if x.get("stroke") == "#000" and x.get("y1") == x.get("y2")
+                and float(x.get("x1")) == 262 and not x.get("stroke-dasharray"))
+    h = [axis - t for t in top]
+    ratio = peak[1] / peak[0]
+    assert abs(h[1] / h[0] - ratio) <= ratio * (0.1 / h[0] + 0.1 / h[1])  # points written at 0.1 px
 
 
 def test_memory_figure_escapes_its_labels():
