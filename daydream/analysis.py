@@ -171,6 +171,7 @@ def _analyze(table: EventTable, opts: list[tuple[Optimization, dict[str, Any]]],
             names = " + ".join(o.name for o, _ in opts)
             report.not_applicable[names] = str(e)
             return result
+        report.warnings += [f"{o.name}: {w}" for o, prm in opts if o.warn is not None for w in o.warn(graph, prm)]
         g2, tl2 = _replay(g2, report.warnings, "the prediction " + " + ".join(o.name for o, _ in opts))
         report.predictions.append(build_prediction(report, g2, tl2, applied))
         applied[-1].note += contention_note(report, g2, tl2)

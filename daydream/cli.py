@@ -469,10 +469,9 @@ def _run_job(args) -> int:
         raise UsageError(f"--ranks {args.ranks!r}: rank numbers separated by commas (e.g. 0,3)") from None
     _check_job_plot(args)
     if args.opt and not rank_all:  # before connecting to a cluster or reading any rank
-        from .formats import MAX_WORLD_SIZE
         from .job.whatif import parse_job_specs
 
-        parse_job_specs(list(args.opt), MAX_WORLD_SIZE)
+        parse_job_specs(list(args.opt), None)
     paths = [args.trace, *args.more_traces]
     inputs = expand_inputs(paths)
     _check_output(args.json, "--json", inputs)

@@ -47,10 +47,12 @@ def section(traces: Path, kernels: Path) -> list[str]:
         what = "transfers" if len(paths) > 1 else "durations, with waits"
         for name, o in doc["ops"].items():
             fr, pr = o["fit_residual"], o["preset_residual"]
-            one = o["count"] > 0 and o["size_min_bytes"] == o["size_max_bytes"]
-            fit = (f"{o['latency_us']:,.1f} us, {o['busbw_GBps']:,.1f} GB/s" if not one else
-                   f"one size: preset scaled ({o['latency_us']:,.1f} us, {o['busbw_GBps']:,.1f} GB/s)")
+            scale = o.get("one_size_preset_scale")
+            fit = (f"{o['latency_us']:,.1f} us, {o['busbw_GBps']:,.1f} GB/s" if not scale else
+                   f"one size, not a fit: preset x {scale:.2f}")
+            err = f"{_pct(fr['median_abs'])} / {_pct(fr['p90_abs'])}" if not scale else "-"
+            pre = (f"{_pct(pr['median_abs'])} / {_pct(pr['p90_abs'])} ({pr['median_signed']:+.1%})" if pr else
+                   "- (link not known)")
             out.append(f"| {label} ({what}) | {name} | {o['count']} x n={o['group_size']} | {o['size_min_bytes']:,} - "
-                       f"{o['size_max_bytes']:,} | {fit} | {_pct(fr['median_abs'])} / {_pct(fr['p90_abs'])} | {doc['preset']} | "
-                       f"{_pct(pr['median_abs'])} / {_pct(pr['p90_abs'])} ({pr['median_signed']:+.1%}) |")
+                       f"{o['size_max_bytes']:,} | {fit} | {err} | {doc['preset'] or '-'} | {pre} |")
     return out

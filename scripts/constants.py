@@ -112,6 +112,8 @@ OVERRIDES: dict[str, tuple[str, str]] = {
     "DEFAULT_FRAGMENTATION": ("fit", "the median of the reserved/allocated ratios of the four shared traces that record "
                               "them; used only on traces that record none, so none judges it yet"),
     "PICTURE_COLUMNS": ("presentation", "the width in px of the SVG's plot area"),
+    "CURVE_BUCKETS": ("presentation", "points a memory curve keeps for the --plot figure (every peak kept); no number "
+                      "the report judges depends on it"),
     "SCHEMA_DIR": ("definition", "a path, not a number"),
     "WHATIF_MIN_SPEEDUP": ("presentation", "the least speed-up printed above 1.00x at two decimals"),
     "TRUST_UNRELIABLE_PCT": ("limit", "a verdict threshold chosen by hand (the project's stated accuracy tiers, with "

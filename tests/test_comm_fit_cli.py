@@ -58,3 +58,42 @@ def test_json_to_stdout_is_the_document_alone(capsys):
     assert main([p]) == 0
     text = capsys.readouterr().out
     assert all(name in text for name in doc["ops"]) and "{" not in text
+
+
+def test_one_size_row_is_marked_not_a_fit():
+    # was: b200's one all-gather shown as "fitted" L 21.69 us, busbw 1,336 GB/s (above NVLink 5's peak), |err| 0.0 %
+    doc = _doc("all-gather")
+    doc["ops"]["all-gather"].update(size_min_bytes=402176, size_max_bytes=402176, count=1, one_size_preset_scale=0.6734)
+    row = next(x for x in render(doc).splitlines() if x.startswith("all-gather"))
+    assert "one size:" in row and "preset x 0.67" in row and "not a fit" in row and "12.50" not in row
+
+
+def test_one_size_fit_carries_its_preset_scale_and_no_link_still_fits():
+    import numpy as np
+
+    from daydream.costmodel import comm as cm
+    from daydream.costmodel import comm_fit as cf
+
+    net = cm.Network(cm.PRESETS["nvlink4"])
+    ag = next(k for k, v in cf.OP_NAMES.items() if v == "all-gather")
+    pre = float(cm.collective_ns(ag, np.array([1 << 20]), 8, net)[0])
+    f = cf.fit([ag], [1 << 20], [8], [2 * pre], net, "t")
+    assert abs(f.ops[ag].preset_scale - 2.0) < 1e-9 and f.to_json()["ops"]["all-gather"]["one_size_preset_scale"] == 2.0
+    # the JSON round trip keeps it (a fit=FILE document)
+    assert cf.from_json(f.to_json(), net).ops[ag].preset_scale == 2.0
+    # no preset: lines fitted, nothing compared; one size counted as not fitted (was: refused, exit 2)
+    s = np.array([1 << 16, 1 << 20, 1 << 22])
+    g = cf.fit([ag, ag, ag, ag], [*s, 1 << 20], [8, 8, 8, 4], [10_000, 30_000, 90_000, 5_000], None, "t")
+    assert g.to_json()["preset"] is None and g.ops[ag].preset_residual == {} and g.ops[ag].preset_scale == 0
+    h = cf.fit([ag], [1 << 20], [8], [10_000], None, "t")
+    assert not h.ops and sum(h.counts.values()) == 1
+
+
+@pytest.mark.slow
+def test_unknown_link_fits_and_skips_only_the_preset_comparison(capsys):
+    p = os.path.join(TRACES, "nsys_ai", "mfu_2gpu_before.sqlite")
+    if not os.path.exists(p):
+        pytest.skip("shared traces not present")
+    assert main([p]) == 0  # was: exit 2, "link ... not known: give --link"
+    out = capsys.readouterr().out
+    assert "preset compared: none" in out and "--link" in out

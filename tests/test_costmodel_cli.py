@@ -70,6 +70,11 @@ def test_gpu_config_target_and_stdout(tmp_path, capsys):
     (lambda r: r.__setitem__(2, "Quantum GPU\x1b[31m"), "row 3, column 'Device'"),
     (lambda r: (r.__setitem__(0, "frob\x07"), r.__setitem__(3, "mystery_kernel")), "row 3, column 'OPName'"),
     (lambda r: r.__setitem__(13, ""), "row 3, column 'K'"),
+    # try-out: an integer beyond int64 was an OverflowError traceback (exit 1)
+    (lambda r: r.__setitem__(11, "99999999999999999999"), "row 3, column 'M'"),
+    (lambda r: r.__setitem__(11, "1e300"), "row 3, column 'M'"),
+    # try-out: an unknown OPName was classed by its kernel name ('sgemm' -> linear) and predicted silently
+    (lambda r: r.__setitem__(0, "foo"), "row 3, column 'OPName'"),
 ])
 def test_bad_row_exit_2(tmp_path, capsys, mutate, where):
     rows = [list(r) for r in ROWS]

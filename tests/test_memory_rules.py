@@ -147,8 +147,10 @@ def test_pool_without_addresses_is_left_alone():
                             Launch(7, "k", 1_000, 500), RangeEnd()])])
     g = _graph(emulate(prog))
     g.memory.events.addr[:] = -1
-    g2, pool, note = graph_pool(g, _step_regions(g, {0}))
-    assert g2 is g and pool == {} and "no addresses" in note
+    g2, pool, note = graph_pool(g, _step_regions(g, {0}), "cuda-graphs")
+    # the events left alone, and marked: the prediction's verdict is then labelled the baseline's, not modelled
+    assert g2.memory.events is g.memory.events and g2.memory.not_modelled == ("cuda-graphs",)
+    assert pool == {} and "no addresses" in note and g2.dur_ns is g.dur_ns and g2.n == g.n
 
 
 @pytest.mark.slow

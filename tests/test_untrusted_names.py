@@ -98,3 +98,18 @@ def test_a_newline_in_a_name_cannot_forge_a_report_line(tmp_path, capsys):
     out, _ = capsys.readouterr()
     assert "\\nfake line: answer 1000x" in out
     assert not any(line.startswith("fake line") for line in out.split("\n"))
+
+
+def test_csv_cells_from_names_are_cleaned_like_the_terminal(tmp_path, capsys):
+    # was: kernels.csv/ops.csv held the raw ESC/BEL/NUL/U+202E of the names (`cat kernels.csv` cleared the screen)
+    import csv
+
+    trace = _hostile_trace(tmp_path)
+    assert run([str(trace), "--csv", str(tmp_path / "csv")]) == 0
+    capsys.readouterr()
+    for name in ("kernels.csv", "ops.csv"):
+        text = (tmp_path / "csv" / name).read_text(encoding="utf-8")
+        assert "\x1b" not in text and "\x07" not in text and "\x00" not in text and "\u202e" not in text
+        rows = list(csv.reader(text.splitlines()))
+        cells = [c for r in rows[1:] for c in r]
+        assert any(c.startswith("\\x1b[2J\\x1b]0;t\\x07\\x00\\u202e<script>") for c in cells), name  # shown, escaped

@@ -85,6 +85,9 @@ class OpFit:
     busbw: float
     fit_residual: dict
     preset_residual: dict
+    #: > 0: one size only, so no line is fitted: the preset scaled by this factor (the median
+    #: recorded / preset time); ``latency_ns`` and ``busbw`` are the preset's times it, not a fit
+    preset_scale: float = 0.0
 
 
 @dataclass
@@ -93,17 +96,19 @@ class CommFit:
     fitted times are ("transfer" on a job, "duration (includes peer wait)" on one rank); counts."""
 
     ops: dict[int, OpFit]
-    preset: cm.Network
+    preset: cm.Network | None
     source: str
     counts: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """JSON-ready: ``{"source", "preset", "ops": {name: {...}}, "counts"}`` (GB/s, us)."""
-        return {"source": self.source, "preset": self.preset.intra.name, "counts": dict(self.counts),
+        return {"source": self.source, "preset": self.preset.intra.name if self.preset is not None else None,
+                "counts": dict(self.counts),
                 "ops": {OP_NAMES[o]: {"count": f.count, "group_size": f.group, "size_min_bytes": f.size_min,
                                       "size_max_bytes": f.size_max, "latency_us": round(f.latency_ns / 1e3, 3),
                                       "busbw_GBps": round(f.busbw / 1e9, 4), "fit_residual": f.fit_residual,
-                                      "preset_residual": f.preset_residual}
+                                      "preset_residual": f.preset_residual,
+                                      **({"one_size_preset_scale": round(f.preset_scale, 4)} if f.preset_scale > 0 else {})}
                         for o, f in sorted(self.ops.items())}}
 
 
@@ -125,7 +130,8 @@ def from_json(doc: dict, preset: cm.Network, where: str = "fit") -> CommFit:
                 raise ValueError(f"{name}: busbw_GBps must be > 0")
             ops[by_name[name]] = OpFit(by_name[name], int(o["count"]), int(o["group_size"]), int(o["size_min_bytes"]),
                                        int(o["size_max_bytes"]), float(o["latency_us"]) * 1e3, bw,
-                                       dict(o.get("fit_residual", {})), dict(o.get("preset_residual", {})))
+                                       dict(o.get("fit_residual", {})), dict(o.get("preset_residual", {})),
+                                       float(o.get("one_size_preset_scale", 0.0) or 0.0))
         return CommFit(ops, preset, str(doc.get("source", "")), {})
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{where}: not a daydream-comm-fit document ({type(e).__name__}: {e})") from None
@@ -152,13 +158,16 @@ def _nnls2(x: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float]:
     return min(cands, key=lambda c: float((W * (c[0] + c[1] * x - t) ** 2).sum()))
 
 
-def fit(op, size_bytes, n, t_ns, preset: cm.Network, source: str) -> CommFit:
+def fit(op, size_bytes, n, t_ns, preset: cm.Network | None, source: str) -> CommFit:
     """Fit each operation's latency and bus bandwidth on recorded collectives (module docstring).
 
     Args:
         op, size_bytes, n, t_ns: per collective (K,): :mod:`daydream.costmodel.comm` op codes, the
             nccl-tests size ``S`` (bytes; < 0 unknown), the group size, the time fitted (ns).
         preset: the network the presets give (the traced link); residuals are reported for it too.
+            None: the link is not known: lines are fitted, nothing is compared (empty preset
+            residuals), and an operation of one size, which only scales the preset, is not fitted
+            (counted).
         source: what ``t_ns`` is (reported).
 
     Returns:
@@ -174,9 +183,14 @@ def fit(op, size_bytes, n, t_ns, preset: cm.Network, source: str) -> CommFit:
         m &= n == nn
         x = _xfer_factor(o, nn) * s[m].astype(np.float64) * 1e9  # ns per (1/B) at B in bytes/s
         tt = t[m].astype(np.float64)
-        pre = cm.collective_ns(o, s[m], nn, preset).astype(np.float64)
+        pre = cm.collective_ns(o, s[m], nn, preset).astype(np.float64) if preset is not None else None
+        r = 0.0
         if len(np.unique(s[m])) >= 2:
             L, k = _nnls2(x, tt, 1.0 / tt)
+        elif pre is None:
+            key = "operation of one size and no preset to scale (not fitted: give --link)"
+            counts[key] = counts.get(key, 0) + int(m.sum())
+            continue
         else:
             r = float(np.median(tt / pre))  # one size: the preset scaled to it (latency and transfer alike)
             L = r * float(pre[0] - _xfer_factor(o, nn) * s[m][0] * 1e9 / preset.intra.bandwidth)
@@ -184,7 +198,7 @@ def fit(op, size_bytes, n, t_ns, preset: cm.Network, source: str) -> CommFit:
         busbw = 1.0 / k if k > 0 else float("inf")
         model = L + k * x
         ops[int(o)] = OpFit(int(o), int(m.sum()), nn, int(s[m].min()), int(s[m].max()), L, busbw,
-                            _residuals(model, tt), _residuals(pre, tt))
+                            _residuals(model, tt), _residuals(pre, tt) if pre is not None else {}, r)
     return CommFit(ops, preset, source, counts)
 
 

@@ -15,6 +15,11 @@ from .gpus import find_gpu
 
 GIB = 1 << 30
 
+#: Host memory one GPU's process can be expected to have, bytes, where the trace records no host
+#: RAM: the per-GPU share of the DGX H100's system memory (NVIDIA DGX H100 datasheet: 2 TB of
+#: system memory for 8 GPUs = 256 GB each). Pinned (page-locked) host memory above it is warned of.
+HOST_BYTES_PER_GPU = 2048 * GIB // 8
+
 #: GPU table name -> (capacity, bytes; source)
 CAPACITY: dict[str, tuple[int, str]] = {
     "V100 PCIe": (16 * GIB, "NVIDIA Tesla V100 datasheet (16 or 32 GB HBM2; the 16 GB part, the smaller)"),

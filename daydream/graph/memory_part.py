@@ -56,6 +56,12 @@ class GraphMemory:
     #: changes what is allocated (its own reserve is not known: its events carry no ``Total
     #: Reserved``); None: read the margin from the events (``report/memory_fit.fit``)
     fragmentation: dict | None = None
+    #: what-ifs whose memory change is not modelled on these events (cuda-graphs' pool without
+    #: addresses): the memory is the baseline's, and a prediction's verdict says so
+    not_modelled: tuple[str, ...] = ()
+    #: the peak is an estimate, not a lower bound, though the level before the window is not
+    #: recorded (sharding without totals or addresses: unsharded state kept plus gathered units)
+    not_lower_bound: bool = False
 
     def __len__(self) -> int:
         return len(self.events)

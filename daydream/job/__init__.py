@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import DaydreamError, NotApplicable, UsageError
-from ..formats import MAX_WORLD_SIZE
 from ..optimizations import load_all
 from ..render.chrome_trace import timeline_doc, write_job_timeline
 from ..render.job_text import render_job_text
@@ -91,7 +90,7 @@ def analyze_job(paths: list[str], *, opts: list[str] = (), only: list[int] | Non
         raise UsageError("--ranks does not apply to straggler:rank=R, which names its rank; --ranks selects the ranks "
                          "of the other optimizations")
     if opts:  # every --opt checked before the ranks are read (a misspelt one was said after); ranks in range below
-        parse_job_specs(list(opts), MAX_WORLD_SIZE)
+        parse_job_specs(list(opts), None)
     ranks = load_ranks(expand_inputs(paths), strict=strict, workers=workers, mapper=mapper, full_tables=timeline)
     world = check_world(ranks)
     m = match(ranks)

@@ -34,11 +34,13 @@ from .match import check_world, match
 EXIT_INPUT = 2
 
 
-def preset_of(graph, link: str) -> tuple[cm.Network, str]:
-    """(the preset network, how it was chosen): ``link`` (a preset name), else the GPU's board link.
+def preset_of(graph, link: str) -> tuple[cm.Network | None, str]:
+    """(the preset network, how it was chosen): ``link`` (a preset name), else the GPU's board link;
+    (None, why) when no link is given and the GPU's board link is not known: the fit is made, only
+    the preset comparison is left out.
 
     Raises:
-        UsageError: an unknown preset, or no link given and the GPU's board link not known.
+        UsageError: an unknown preset.
     """
     if link:
         if link.lower() not in cm.PRESETS:
@@ -46,7 +48,7 @@ def preset_of(graph, link: str) -> tuple[cm.Network, str]:
         return cm.Network(cm.PRESETS[link.lower()]), "given by --link"
     gpu, dev = source_gpu(graph, "")
     if gpu is None or gpu.name not in BOARD_LINKS:
-        raise UsageError(f"the link the collectives ran on is not known (GPU {dev or 'not named'}): give --link PRESET")
+        return None, f"none: the link is not known (GPU {dev or 'not named'}); give --link PRESET to compare one"
     return cm.Network(cm.PRESETS[BOARD_LINKS[gpu.name][0]]), f"inferred from the GPU, {gpu.name}"
 
 
@@ -110,16 +112,20 @@ def render(doc: dict) -> str:
     collectives, with the preset's median signed error (its bias: + slower than recorded)."""
     lines = [f"collective-cost fit on {len(doc['traces'])} trace(s): {doc['collectives']} collectives",
              f"time fitted: {doc['source']}",
-             f"preset compared: {terminal_text(doc['preset'])} ({terminal_text(doc['link'])})", ""]
+             (f"preset compared: {terminal_text(doc['preset'])} ({terminal_text(doc['link'])})" if doc["preset"] else
+              f"preset compared: {terminal_text(doc['link'])}"), ""]
     head = ["operation", "count", "n", "sizes (B)", "L (us)", "busbw (GB/s)", "fit |err| med", "p90",
             "preset |err| med", "p90", "preset bias"]
     rows = []
     for name, o in doc["ops"].items():
         fr, pr = o["fit_residual"], o["preset_residual"]
+        scale = o.get("one_size_preset_scale")
+        # one size fits no line: the preset scaled to it, said so (its L and busbw are the preset's, scaled)
+        fit = ([f"{o['latency_us']:,.2f}", f"{o['busbw_GBps']:,.3f}", f"{fr['median_abs']:.1%}", f"{fr['p90_abs']:.1%}"]
+               if not scale else ["one size:", f"preset x {scale:.2f}", "not a fit", "-"])
+        cmp = ([f"{pr['median_abs']:.1%}", f"{pr['p90_abs']:.1%}", f"{pr['median_signed']:+.1%}"] if pr else ["-"] * 3)
         rows.append([terminal_text(name), f"{o['count']:,}", str(o["group_size"]),
-                     f"{o['size_min_bytes']:,}-{o['size_max_bytes']:,}", f"{o['latency_us']:,.2f}", f"{o['busbw_GBps']:,.3f}",
-                     f"{fr['median_abs']:.1%}", f"{fr['p90_abs']:.1%}", f"{pr['median_abs']:.1%}", f"{pr['p90_abs']:.1%}",
-                     f"{pr['median_signed']:+.1%}"])
+                     f"{o['size_min_bytes']:,}-{o['size_max_bytes']:,}", *fit, *cmp])
     lines += _table(head, rows) if rows else ["(no sized collective)"]
     for k, v in doc.get("counts", {}).items():
         lines.append(f"  {terminal_text(k)}: {v}")

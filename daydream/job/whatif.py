@@ -38,9 +38,10 @@ from .reporting import job_memory, job_windows
 STRAGGLER = "straggler"  #: listed by --list-opts from daydream.optimizations.JOB_ONLY
 
 
-def parse_job_specs(specs: list[str], world: int) -> list[tuple[Any, dict[str, Any]]]:
+def parse_job_specs(specs: list[str], world: int | None) -> list[tuple[Any, dict[str, Any]]]:
     """Each ``--opt`` of a job: ``straggler:rank=R`` as ("straggler", {"rank": R}), the others
-    through :func:`~daydream.optimizations.parse_spec`.
+    through :func:`~daydream.optimizations.parse_spec`. ``world``: the job's rank count, or None
+    before the ranks are read (a rank is then checked to be 0 or more only).
 
     Raises:
         UsageError: unknown optimization, bad parameters, or a rank outside the job.
@@ -58,7 +59,9 @@ def parse_job_specs(specs: list[str], world: int) -> list[tuple[Any, dict[str, A
             r = int(kv["rank"])
         except ValueError:
             raise UsageError(f"--opt {s!r}: rank={kv['rank']!r} is not an integer") from None
-        if not 0 <= r < world:
+        if r < 0:
+            raise UsageError(f"--opt {s!r}: ranks are numbered from 0")
+        if world is not None and r >= world:
             raise UsageError(f"--opt {s!r}: the job has ranks 0..{world - 1}")
         if (STRAGGLER, {"rank": r}) in out:
             raise UsageError(f"--opt {s!r}: straggler:rank={r} is given twice")

@@ -67,6 +67,9 @@ class Optimization:
     params: dict[str, Param] = field(default_factory=dict)
     #: a generic what-if (e.g. scale-kernels): may be given several times, and is not ranked by --opt all
     what_if: bool = False
+    #: ``warn(graph, params) -> [line]``: what the prediction assumed that the user should know
+    #: (a tp degree over one node costed on the intra-node link), shown as the report's warnings
+    warn: Callable[[TaskGraph, dict[str, Any]], list[str]] | None = None
 
     def resolve(self, overrides: dict[str, str]) -> dict[str, Any]:
         """Defaults overridden by ``overrides`` (strings from the command line), type-checked.
@@ -83,7 +86,9 @@ class Optimization:
             try:
                 v = p.type(raw)
             except (TypeError, ValueError):
-                raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a valid {getattr(p.type, '__name__', 'value')}") from None
+                what = getattr(p.type, "__name__", "value")  # a description that has its article is used as it is
+                what = what if what.startswith(("a ", "an ")) else "a valid " + what
+                raise UsageError(f"--opt {self.name}: {k}={raw!r} is not {what}") from None
             if isinstance(v, float) and v != v:
                 raise UsageError(f"--opt {self.name}: {k}={raw!r} is not a number")
             if isinstance(v, float) and abs(v) == float("inf"):  # no model parameter is infinite; its arithmetic would give NaN

@@ -53,6 +53,7 @@ from ..transform import insert_tasks, set_gap
 from ..transform.selection import KIND_NAMES
 from . import Optimization, Param, register
 from .common import cpu_nodes_in_ranges, mapped_phase
+from ..util.patterns import compile_user_pattern
 
 _KIND_OF_CODE = {v: k for k, v in KIND_NAMES.items()}
 _BWD_PREFIX = "autograd::engine::evaluate_function: "
@@ -75,7 +76,7 @@ def unit_paths(labels: list[str], paths: set[int], regex: str | None) -> list[st
         parts = labels[i].split("/")
         prefixes.update("/".join(parts[:k]) for k in range(1, len(parts) + 1))
     if regex:
-        rx = re.compile(regex)
+        rx = compile_user_pattern(regex)
         chosen = {p for p in prefixes if rx.search(p)}
     else:
         siblings: dict[tuple[str, str], set[str]] = {}
@@ -287,11 +288,8 @@ def _stream_anchor(graph, lane: int, t_ns: int, rank) -> int:
 
 def _apply(graph, p):
     regex = p["layers"] or None
-    if regex:
-        try:
-            re.compile(regex)
-        except re.error as e:
-            raise NotApplicable(f"layers={regex!r} is not a regular expression ({e})") from None
+    if regex:  # a bad pattern is bad input (DaydreamError: exit 2), like scale-kernels' pattern, not "not applicable"
+        compile_user_pattern(regex)
     insts, units, skipped = find_instances(graph, regex)
     if not insts:
         why = ", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "none found"

@@ -149,7 +149,7 @@ def _apply(graph, p):
         node = anchor_nodes(graph, graph.memory)
         n0 = np.maximum(node, 0)
         ev_region = np.where((node >= 0) & ~graph.memory.at_end & in_good[n0], rid[n0], -1)
-        g, _, mem_note = graph_pool(g, ev_region)
+        g, _, mem_note = graph_pool(g, ev_region, "cuda-graphs")
     return g, (f"{len(heads):,} graph launch{'es' * (len(heads) != 1)} ({how}; {glaunch:,} ns{' each' * (len(heads) != 1)}) replace {int(in_good.sum()):,} API calls; "
                f"{removed_cpu_ns / 1e6:,.3f} ms of CPU calls and gaps removed"
                + (f"; {int((once[in_good] > 0).sum()):,} kernels' first launches keep their one-time part ({kept_ns / 1e6:,.3f} ms, "

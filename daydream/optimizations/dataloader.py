@@ -41,6 +41,7 @@ import dataclasses
 import numpy as np
 
 from ..errors import NotApplicable
+from ..costmodel.gpu_memory import GIB, HOST_BYTES_PER_GPU
 from ..graph import EdgeKind, Offset, Phase, Rule, lower_median, register_kind
 from ..graph.host_clock import clock_of
 from ..graph.range_timeline import thread_key
@@ -200,9 +201,27 @@ def _aligned(y, values, n, mask):
     return out[mask]
 
 
+def _warn(graph, p) -> list[str]:
+    """Pinned batches over :data:`~daydream.costmodel.gpu_memory.HOST_BYTES_PER_GPU` (the trace
+    records no host RAM: the per-GPU share of a DGX H100's, datasheet): the prediction assumes host
+    memory the machine may not have."""
+    if not p["pin_memory"] or graph.memory is None or not len(graph.memory):
+        return []
+    try:
+        pid, tid, s, _, _ = _batches(graph)
+    except NotApplicable:
+        return []
+    held = int(p["prefetch_factor"]) * int(p["num_workers"]) * batch_bytes(graph, pid, tid, s)
+    if held <= HOST_BYTES_PER_GPU:
+        return []
+    return [f"{int(p['prefetch_factor']) * int(p['num_workers'])} pinned batches hold {held / GIB:,.1f} GiB of page-locked "
+            f"host memory, above {HOST_BYTES_PER_GPU // GIB} GiB (the trace records no host RAM: the per-GPU share of a "
+            f"DGX H100's 2 TB, NVIDIA datasheet); the machine may not have it: lower num_workers or prefetch_factor"]
+
+
 register(
     Optimization(
-        name="dataloader",
+        name="dataloader", warn=_warn,
         summary="data loading moved to DataLoader worker processes (PyTorch num_workers=N)",
         apply=_apply,
         params={

@@ -110,7 +110,7 @@ def held_blocks(g, held: dict[int, int]):
     return dataclasses.replace(g, memory=edit_events(gm, add=add))
 
 
-def graph_pool(g, region: np.ndarray) -> tuple[object, dict[int, int], str]:
+def graph_pool(g, region: np.ndarray, whose: str = "") -> tuple[object, dict[int, int], str]:
     """``g`` with the private memory pool of captured CUDA graphs (``torch.cuda.graphs``: "a
     graph's private pool ... its blocks stay reserved for the graph while it lives"; the graphs of
     one program share one pool, as ``make_graphed_callables`` and ``graph(pool=...)`` do).
@@ -129,7 +129,9 @@ def graph_pool(g, region: np.ndarray) -> tuple[object, dict[int, int], str]:
 
     Returns:
         (new graph, pool bytes per device, note words). Regions with an event without an address
-        (PyTorch before 1.10: blocks cannot be paired) leave the memory unchanged, and say so.
+        (PyTorch before 1.10: blocks cannot be paired) leave the memory unchanged, and say so; with
+        ``whose`` (the calling what-if's name) the events are marked not modelled by it
+        (``GraphMemory.not_modelled``: the prediction's verdict says it is the baseline's).
     """
     gm = g.memory
     if gm is None or not len(gm):
@@ -140,7 +142,10 @@ def graph_pool(g, region: np.ndarray) -> tuple[object, dict[int, int], str]:
     if not inr.any():
         return g, {}, "memory: no allocation inside a captured region (the allocations are the recorded ones)"
     if (ev.addr[inr] < 0).any():
-        return g, {}, "memory: not modelled (the trace's allocator events have no addresses: blocks cannot be paired)"
+        if whose:  # the what-if calling, named in the prediction's verdict
+            g = dataclasses.replace(g, memory=dataclasses.replace(gm, not_modelled=gm.not_modelled + (whose,)))
+        return g, {}, ("memory: not modelled (the trace's allocator events have no addresses: blocks cannot be paired); "
+                       "the memory verdict is the baseline's")
     ne = len(ev)
     al, fr = block_pairs(ev, np.arange(ne))
     free_of = np.full(ne, -1, np.int64)
@@ -247,8 +252,12 @@ def sharded_blocks(g, world: int, stage: int, state: dict, devices: list[int]) -
                  f"(inferred: the sharded part of the {cats} the events do not show, from the gradient shapes)")
     elif delta:
         note += "; nothing allocated before the window to shard"
-    else:
+    elif (ev.addr >= 0).any():
         note += "; the level before the window is not recorded (no totals): kept (the peak is a lower bound)"
+    else:  # no totals, no addresses: the unsharded state kept, the gathered units added (docs/memory.md)
+        note += ("; the level before the window is not recorded (no totals) and kept unsharded: the per-rank peak is an "
+                 "estimate, not a lower bound")
+        mem = dataclasses.replace(mem, not_lower_bound=True)
     return dataclasses.replace(g, memory=mem), note
 
 

@@ -75,6 +75,7 @@ from .pipeline_schedule import (
     run_schedule,
 )
 from .tensor_parallel import _ELEM_BYTES, _blocks, _link_or_empty
+from ..util.display import plural
 
 PH_FWD, PH_BWD = 1, 2  # daydream.mapping.rules.PHASES
 
@@ -103,7 +104,7 @@ def cut_units(unit_ns: np.ndarray, S: int) -> np.ndarray:
     """
     n = len(unit_ns)
     if n < S:
-        raise NotApplicable(f"{n} forward units (blocks or layers) cannot make {S} stages")
+        raise NotApplicable(f"{plural(n, 'forward unit')} (blocks or layers) cannot make {S} stages")
     pre = np.concatenate([[0], np.cumsum(unit_ns, dtype=np.float64)])
     want = pre[-1] * np.arange(1, S) / S
     i = np.clip(np.searchsorted(pre, want), 1, n)
@@ -364,7 +365,7 @@ def plan(graph: TaskGraph, p: dict) -> dict:
 def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     S, M, sched = int(p["stages"]), int(p["microbatches"]), p["schedule"]
     if S == 1:
-        return graph, f"one stage: no pipeline (the baseline; {M} micro-batches of the same total work)"
+        return graph, f"one stage: no pipeline (the baseline; {plural(M, 'micro-batch', 'micro-batches')} of the same total work)"
     pl = plan(graph, p)
     steps, bounds, n_units, p2p, act = pl["steps"], pl["bounds"], pl["n_units"], pl["p2p"], pl["act"]
     # the graph: per step, anchors kept at 0 ns, the rest of its forward/backward removed
@@ -393,7 +394,7 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     g, mem_note = stage_memory(graph, g, steps, pl["units"], bounds, out_runs, M)
     r0 = out_runs[0]
     fs0, bs0 = runs[0]
-    note = (f"{S}-stage pipeline, {M} micro-batches, {sched} ({len(steps)} step(s)): stages cut at units "
+    note = (f"{S}-stage pipeline, {plural(M, 'micro-batch', 'micro-batches')}, {sched} ({len(steps)} step(s)): stages cut at units "
             f"{'/'.join(str(int(x)) for x in bounds[1:-1])} of {n_units} ({'given' if p['cuts'] else 'balanced forward time'}); "
             f"per micro-batch forward {'/'.join(f'{x / 1e3:,.1f}' for x in fs0)} us, backward "
             f"{'/'.join(f'{x / 1e3:,.1f}' for x in bs0)} us (backward by the stages' forward share, inferred); "

@@ -14,11 +14,14 @@ residual adds and dropouts outside the pairs are replicated on every rank (uncha
 outermost module of the mapping's layer path whose class (the name without ``_k``) has several
 instances (``BertLayer_0.._3``, ``TransformerBlock_0..``). Its ``linear`` kernels (the kernel-cost
 library's class, :mod:`.kernel_cost`; shapes ``M`` output features, ``N`` tokens, ``K`` input
-features) are read in launch order: a **column group** is a run of consecutive linears with the
-same input (tokens and ``K``); the next linear is its **row** partner when its output returns to
-the block's width (its ``M`` equals the group's ``K``) and its input is at most the group's outputs
-(its ``K`` <= the sum of their ``M``). A group without such a partner is left unsplit (counted):
-e.g. an MoE router, an LM head outside the repeated blocks.
+features) are read in launch order: a **column group** is a run of linears with the same input
+(tokens and ``K``) launched back to back, or in one module with the attention core (``bmm``,
+``softmax``, fused attention) after them and none between (Q, K, V with a scale or copies between,
+:func:`pair_linears`); the next linear is its **row** partner when its output returns to
+the block's width (its ``M`` equals the group's ``K``), its input is at most the group's outputs
+(its ``K`` <= the sum of their ``M``) and it is in the group's attention or layer module. A group
+without such a partner is left unsplit (counted): e.g. an MoE router, an LM head outside the
+repeated blocks.
 
 **Times.** Split GEMMs and the work between: :func:`daydream.costmodel.kernel_time.predict_shape`
 at the new shape (``M / N`` column, ``K / N`` row, ``B / N`` attention, ``elems / N``; ceiling
@@ -69,6 +72,7 @@ from . import kernel_cost as KC
 from .gpu_upgrade import source_gpu
 from .tp_memory import split_memory
 from .comm_common import NETWORK_PARAMS, _link, network_of, trace_fit
+from ..util.display import plural
 
 PH_FWD = 1  # daydream.mapping.rules.PHASES
 _ELEM_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -241,6 +245,80 @@ def _backward_plan(graph: TaskGraph, d: KC.Described, col: list, row: np.ndarray
             "unmatched": int((owner < 0).sum())}
 
 
+#: Op classes of the attention core (:mod:`.kernel_cost`'s): the kernels that read Q, K and V
+#: together (QK^T and PV as ``bmm``, their ``softmax``, or one fused ``attention`` kernel). A column
+#: group (Megatron §3's column-parallel QKV) is the linears of one input before the core.
+CORE_CLASSES = ("attention", "bmm", "softmax")
+
+
+def _parents(labels: list[str], layer_id: np.ndarray, up: int = 1) -> np.ndarray:
+    """Per node, an id of its layer path ``up`` modules up (1: the path without its last module,
+    a linear's attention or MLP module; 2: the module holding that); -1 for a node without a layer."""
+    ids: dict[str, int] = {}
+    lut = np.full(len(labels) + 1, -1, np.int64)
+    for u in np.unique(layer_id[layer_id >= 0]).tolist():  # distinct layer paths: hundreds
+        lut[u] = ids.setdefault("/".join(labels[u].split("/")[:-up]), len(ids))
+    return lut[np.where(layer_id >= 0, layer_id, len(labels))]
+
+
+def pair_linears(block: np.ndarray, rank: np.ndarray, N: np.ndarray, K: np.ndarray, M: np.ndarray, parent: np.ndarray,
+                 grand: np.ndarray, core_before: np.ndarray,
+                 core_end: np.ndarray) -> tuple[list[list[int]], list[int], int]:
+    """Megatron's column groups and their row partners among a block's forward linears.
+
+    Args: one entry per linear, sorted by (block, launch order): ``block`` id; ``rank``: launch
+        order among all kernels (consecutive: launched back to back); ``N`` tokens, ``K`` input and
+        ``M`` output features (:mod:`.kernel_cost`'s shapes); ``parent``: id of the module that
+        holds the linear (:func:`_parents`), ``grand`` of the module holding that (``up=2``);
+        ``core_before``: attention-core kernels
+        (:data:`CORE_CLASSES`) launched in the block before it; ``core_end``: those in its block.
+
+    A **column group** is a run of linears of one input (same ``N`` and ``K``): launched back to
+    back, or, within one module and with no core kernel between them, closed by a core kernel
+    before the block's next linear: Q, K and V read the same activation and the core reads their
+    outputs (OWLv2's ``q_proj(x) * scale``, then ``k_proj``, ``v_proj`` with copies between; the
+    scale kernel broke the back-to-back run, so a square ``k_proj`` became ``q_proj``'s row
+    partner). The next linear is the group's **row partner** when its output returns to the block's
+    width (its ``M`` equals the group's ``K``) and its input is at most the group's outputs (``K``
+    <= the sum of their ``M``) and it is in the same module two levels up (the attention or the
+    layer: a row partner is never the next layer's ``q_proj``, which OWLv2's text MLP, whose second
+    linear runs as a split-K kernel the library does not describe, left next in line) (Megatron §3:
+    ColumnParallel QKV then RowParallel out-projection; the MLP's first and second linear).
+
+    Returns:
+        (groups, rows, unpaired): groups as lists of indices, each group's row partner's index,
+        and the number of linears in groups without a partner (left unsplit).
+    """
+    n = len(block)
+    groups: list[list[int]] = []
+    rows: list[int] = []
+    unpaired = 0
+    i = 0
+    while i < n:  # linears in blocks: tens to thousands
+        b = block[i]
+
+        def one_input(x: int) -> bool:
+            return block[x] == b and N[x] == N[i] and K[x] == K[i]
+
+        j = i + 1
+        while j < n and one_input(j) and rank[j] == rank[j - 1] + 1:
+            j += 1
+        e = i + 1
+        while e < n and one_input(e) and parent[e] == parent[i] and parent[i] >= 0 and core_before[e] == core_before[e - 1]:
+            e += 1
+        if e > j and (core_before[e] if e < n and block[e] == b else core_end[i]) > core_before[e - 1]:
+            j = e  # one input across the kernels between (a scale, copies), the core after it
+        grp = list(range(i, j))
+        if j < n and block[j] == b and M[j] == K[i] and K[j] <= M[i:j].sum() and grand[j] == grand[i]:
+            groups.append(grp)
+            rows.append(j)
+            i = j + 1
+        else:
+            unpaired += len(grp)
+            i = j
+    return groups, rows, unpaired
+
+
 def plan(graph: TaskGraph, d: KC.Described) -> dict:
     """The split of the forward pass (module docstring).
 
@@ -261,31 +339,26 @@ def plan(graph: TaskGraph, d: KC.Described) -> dict:
     kern_all = np.nonzero(graph.node_kind == Kind.KERNEL)[0]
     rank = np.full(graph.n, -1, np.int64)
     rank[kern_all[np.argsort(pos[kern_all], kind="stable")]] = np.arange(len(kern_all))
-    col, row, pairs = [], [], []
-    unpaired = 0
-    i = 0
-    while i < len(lin):  # linears in blocks: tens to thousands
-        b = block[nodes[lin[i]]]
-        j = i + 1
-        while (j < len(lin) and block[nodes[lin[j]]] == b and k.N[lin[j]] == k.N[lin[i]] and k.K[lin[j]] == k.K[lin[i]]
-               and rank[nodes[lin[j]]] == rank[nodes[lin[j - 1]]] + 1):  # launched back to back: one input
-            j += 1
-        grp = lin[i:j]
-        if j < len(lin) and block[nodes[lin[j]]] == b and k.M[lin[j]] == k.K[lin[i]] and k.K[lin[j]] <= k.M[grp].sum():
-            col += grp.tolist()
-            row.append(int(lin[j]))
-            pairs.append((int(nodes[grp[0]]), int(nodes[lin[j]])))
-            i = j + 1
-        else:
-            unpaired += len(grp)
-            i = j
-    # the work between each pair (launch order), in the pair's block
+    # forward kernels in blocks by (block, launch order); the attention core among them
     in_d = np.full(graph.n, -1, np.int64)
     in_d[nodes] = np.arange(len(nodes))
     kern = np.nonzero((graph.node_kind == Kind.KERNEL) & fwd & (block >= 0))[0]
-    key = block[kern] * (graph.n + 1) + rank[kern]  # kernels by (block, launch order)
+    key = block[kern] * (graph.n + 1) + rank[kern]
     o = np.argsort(key, kind="stable")
     kern, key = kern[o], key[o]
+    core = np.cumsum((in_d[kern] >= 0) & np.isin(k.cls[np.maximum(in_d[kern], 0)], CORE_CLASSES))
+    ln = nodes[lin]
+    at = np.searchsorted(key, block[ln] * (graph.n + 1) + rank[ln])
+    core_before = np.where(at > 0, core[np.maximum(at - 1, 0)], 0) if len(kern) else np.zeros(len(lin), np.int64)
+    last = np.searchsorted(key, (block[ln] + 1) * (graph.n + 1)) - 1  # the block's last kernel
+    core_end = core[np.maximum(last, 0)] if len(kern) else np.zeros(len(lin), np.int64)
+    parent, grand = _parents(mp.labels, mp.layer_id), _parents(mp.labels, mp.layer_id, 2)
+    groups, row_l, unpaired = pair_linears(block[ln], rank[ln], k.N[lin], k.K[lin], k.M[lin], parent[ln], grand[ln],
+                                           core_before, core_end)
+    col = [int(lin[x]) for g in groups for x in g]
+    row = [int(lin[x]) for x in row_l]
+    pairs = [(int(nodes[lin[g[0]]]), int(nodes[lin[r]])) for g, r in zip(groups, row_l)]
+    # the work between each pair (launch order), in the pair's block
     between = np.zeros(graph.n, bool)
     if pairs:
         pa = np.asarray(pairs, np.int64)
@@ -412,8 +485,8 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     before, after = int(t[idx].sum()), int(new_t.sum())
     c = pl["counts"]
     on = f"on {net.intra.name} ({link_how})" if net is not None else "(no link: one rank)"
-    note = (f"Megatron tensor parallel over {N} GPUs {on}: {c['row-parallel GEMMs']} column/row pairs in "
-            f"{c['blocks']} blocks (inferred from the op order); split kernels {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms "
+    note = (f"Megatron tensor parallel over {plural(N, 'GPU')} {on}: {plural(c['row-parallel GEMMs'], 'column/row pair')} in "
+            f"{plural(c['blocks'], 'block')} (inferred from the op order); split kernels {before / 1e6:,.3f} -> {after / 1e6:,.3f} ms "
             f"(kernel-cost library, {gpu.name}; {rest} shapes not divisible by {N}, rounded up); "
             + (f"{len(nb)} all-reduces ({len(nb) - n_f} forward, {n_f} of input gradients; {nb.sum() / 2**20:,.2f} MiB, "
                f"{ar_d.sum() / 1e6:,.3f} ms; "
@@ -438,8 +511,20 @@ def _weight_bytes(graph: TaskGraph, d: KC.Described, pl: dict) -> int:
     return int((k.K[i][first].astype(np.int64) * k.M[i][first] * esz[first]).sum())
 
 
+def _warn(graph: TaskGraph, p) -> list[str]:
+    """A degree over one node (``gpus_per_node``) with no ``inter=`` link: costed as one node of the
+    intra-node link, as :func:`daydream.costmodel.comm.collective_ns` does without one (optimistic:
+    the group's all-reduces would cross nodes); said, not guessed (no inter-node link is inferred)."""
+    N, g = int(p["degree"]), int(p["gpus_per_node"])
+    if N > g and not p.get("inter"):
+        return [f"degree={N} spans {-(-N // g)} nodes of gpus_per_node={g}, but no inter= link was given: its all-reduces "
+                f"are costed as one node of the intra-node link (optimistic); give inter=PRESET (e.g. ib200) or a "
+                f"bandwidth for the links between nodes"]
+    return []
+
+
 register(Optimization(
-    name="tp", summary="Megatron tensor parallel over `degree` GPUs: each block's column/row GEMM pairs split, an "
+    name="tp", warn=_warn, summary="Megatron tensor parallel over `degree` GPUs: each block's column/row GEMM pairs split, an "
     "all-reduce after each row-parallel GEMM and each column group's input gradient (forward and backward)",
     apply=_apply, what_if=True,
     params={"degree": Param(2, "tensor-parallel GPUs (Megatron's tensor_model_parallel_size; user's what-if)", int, lambda v: 1 <= v <= 1024, "1 to 1024"),

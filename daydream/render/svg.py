@@ -17,6 +17,9 @@ lines, then the trace); the HTML title is the trace's file name (:func:`page_tit
 3. *One step, baseline and predicted* (``fig-timeline``): ``Report.pictures.step``, the lanes'
    busy intervals of the baseline replay above the prediction's, on one time axis.
 4. *GPU busy vs idle*: per window, measured and replayed, in ms summed over devices.
+4b. *Memory* (``fig-memory``, where the trace has allocator events): the allocated bytes over the
+   window (``MemorySummary.curves``), the replayed baseline and each prediction as step curves on
+   one time axis, one plot per GPU (at most 4), the capacity as a dashed line when near.
 5. *Predicted against measured* (``--compare-to``): per window, kernel class and critical-path
    cause, the prediction (or, without ``--opt``, this trace) beside the other trace's
    measurement, with the error in % (where the quantity is above the comparison's floor).
@@ -436,6 +439,81 @@ def fig_compare(r: Report) -> tuple[str, float]:
     return "".join(out), y
 
 
+#: line styles of the memory figure's curves, in order: the baseline, then each prediction
+#: (colour, dash pattern: told apart in grey-scale print by the dashes)
+CURVE_STYLES = (("#0b2f6b", ""), ("#d55e00", "6,3"), ("#2f8f5b", "2,2"), ("#c77cae", "8,3,2,3"), ("#555555", "1,3"))
+MEMORY_H = 150  #: height of one device's memory plot (px)
+
+
+def _memory_series(r: Report) -> list[tuple[str, object]]:
+    """(label, MemorySummary) of the baseline and each prediction with curves (labels not escaped)."""
+    out = [("replayed baseline", r.memory)] if r.memory is not None and r.memory.curves else []
+    out += [(f"predicted ({_opt_label(p)})", p.memory) for p in r.predictions if p.memory is not None and p.memory.curves]
+    return out[:len(CURVE_STYLES)]
+
+
+def fig_memory(r: Report) -> tuple[str, float]:
+    """Figure: allocated memory over the window (``MemorySummary.curves``), the replayed baseline
+    and each prediction on one time axis, one plot per GPU (host memory where no GPU has events);
+    a dashed line at the device's capacity when it is within the plot."""
+    series = _memory_series(r)
+    devs = sorted({c.device for _, m in series for c in m.curves})
+    devs = [d for d in devs if d >= 0] or devs
+    out = [_text(LABEL_X, 22, "Memory allocated over the window, baseline and predicted", cls="title")]
+    y = 34.0
+    span = max((c.t_ns[-1] for _, m in series for c in m.curves if c.t_ns), default=1) or 1
+    for d in devs[:4]:
+        curves = [(lab, next((c for c in m.curves if c.device == d), None), m) for lab, m in series]
+        top = max((max(c.allocated_bytes, default=0) for _, c, _ in curves if c is not None), default=0) / 2**30 or 1.0
+        cap = next((x.capacity_bytes for _, _, m in curves for x in m.devices if x.device == d and x.capacity_bytes > 0), -1)
+        cap_gib = cap / 2**30 if cap > 0 and cap / 2**30 <= 1.5 * top else None
+        ticks = _ticks(max(top, cap_gib or 0))
+        vmax = ticks[-1] or 1.0
+        y0, y1 = y + 18, y + 18 + MEMORY_H
+        sx, sy = (PLOT_X1 - PLOT_X0) / span, MEMORY_H / vmax
+        out.append(_text(LABEL_X, y + 12, "host memory" if d < 0 else f"GPU {d}", cls="sub"))
+        for t in ticks:
+            yy = y1 - t * sy
+            out.append(f'<line class="grid" x1="{PLOT_X0}" y1="{yy:.1f}" x2="{PLOT_X1}" y2="{yy:.1f}"/>')
+            out.append(_text(PLOT_X0 - 6, yy + 4, f"{t:g}", "end"))
+        out.append(_text(LABEL_X, (y0 + y1) / 2, "GiB allocated", cls="note"))
+        if cap_gib is not None:
+            yy = y1 - cap_gib * sy
+            out.append(f'<line x1="{PLOT_X0}" y1="{yy:.1f}" x2="{PLOT_X1}" y2="{yy:.1f}" stroke="#000" stroke-dasharray="4,3"/>')
+            out.append(_text(PLOT_X1, yy - 3, f"capacity {cap_gib:.1f} GiB", "end", "note"))
+        for (lab, c, _), (colour, dash) in zip(curves, CURVE_STYLES):
+            if c is None or not c.t_ns:
+                continue
+            xs = [PLOT_X0 + t * sx for t in c.t_ns]  # at most 2 x CURVE_BUCKETS points (memory_fit)
+            ys = [y1 - b / 2**30 * sy for b in c.allocated_bytes]
+            # a step curve: each level holds until the next event
+            px = [v for v in xs for _ in (0, 1)][1:]
+            py = [v for v in ys for _ in (0, 1)][:-1]
+            pts = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(px, py))
+            da = f' stroke-dasharray="{dash}"' if dash else ""
+            out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{da} points="{pts}">'
+                       f"<title>{_name(lab, 80)}</title></polyline>")
+        out.append(f'<line x1="{PLOT_X0}" y1="{y1:.1f}" x2="{PLOT_X1}" y2="{y1:.1f}" stroke="#000"/>')
+        y = y1 + 4
+    ticks = _ticks(span / 1e6)
+    for t in ticks:
+        if t * 1e6 * (PLOT_X1 - PLOT_X0) / span <= PLOT_X1 - PLOT_X0 + 0.5:
+            out.append(_text(PLOT_X0 + t * 1e6 * (PLOT_X1 - PLOT_X0) / span, y + 10, f"{t:g}", "middle"))
+    out.append(_text((PLOT_X0 + PLOT_X1) / 2, y + 26, "time from the window's start (ms)", "middle", "note"))
+    y += 44
+    x = PLOT_X0
+    for (lab, _), (colour, dash) in zip(series, CURVE_STYLES):  # the legend: a line per series, its label
+        text = _name(lab, 60)
+        w = 30 + len(terminal_text(lab, 60)) * CHAR_W + 14
+        if x + w > WIDTH - 10:
+            x, y = PLOT_X0, y + 16
+        da = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(f'<line x1="{x:.1f}" y1="{y - 4:.1f}" x2="{x + 24:.1f}" y2="{y - 4:.1f}" stroke="{colour}" stroke-width="2"{da}/>')
+        out.append(_text(x + 29, y, text))
+        x += w
+    return "".join(out), y + 10
+
+
 def figures(r: Report) -> list[tuple[str, str, float]]:
     """(id, SVG body, height) of each figure the report has data for."""
     figs = [("fig-causes", *fig_causes(r))]
@@ -444,6 +522,8 @@ def figures(r: Report) -> list[tuple[str, str, float]]:
     if r.pictures is not None and r.pictures.step is not None:
         figs.append(("fig-timeline", *fig_timeline(r)))
     figs.append(("fig-gpu", *fig_gpu(r)))
+    if _memory_series(r):
+        figs.append(("fig-memory", *fig_memory(r)))
     if r.comparison is not None:
         figs.append(("fig-compare", *fig_compare(r)))
     return figs
@@ -507,7 +587,8 @@ def render_html(r: Report) -> str:
             "h1{font-size:1.3em;font-family:monospace}.answer,.src{font-family:monospace;margin:.2em 0}.src{color:#444}</style>\n"
             f"</head>\n<body>\n<h1>{markup_text(head[0])}</h1>\n{answer}<p class=\"src\">{markup_text(head[-1])}</p>\n"
             "<p>Times in ms. The baseline and each prediction side by side (critical path by cause, steps, top ops); "
-            "the ranking of --opt all (when run); one step as a timeline, baseline and predicted; GPU busy vs idle time.</p>\n"
+            "the ranking of --opt all (when run); one step as a timeline, baseline and predicted; GPU busy vs idle time; "
+            "memory allocated over the window, baseline and predicted (when the trace has allocator events).</p>\n"
             f"{figs}\n</body>\n</html>\n")
 
 

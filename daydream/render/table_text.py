@@ -161,12 +161,16 @@ def tables_text(t: Tables | None) -> list[list[str]]:
 
 
 def _cell(v):
-    """A CSV cell: None empty; a text that a spreadsheet would run as a formula (``=``, ``+``, ``-``,
-    ``@`` first: a name from the trace is untrusted) kept as text by a leading apostrophe."""
+    """A CSV cell: None empty; a text (a name from the trace is untrusted) with each non-printable
+    character as its escape (:func:`~daydream.util.display.terminal_text`, not cut: ESC/BEL bytes
+    would reach the terminal of whoever ``cat``s the file), then, where a spreadsheet would run it
+    as a formula (``=``, ``+``, ``-``, ``@`` first), kept as text by a leading apostrophe."""
     if v is None:
         return ""
-    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + v
+    if isinstance(v, str):
+        v = terminal_text(v)
+        if v[:1] in ("=", "+", "-", "@"):
+            return "'" + v
     return v
 
 
@@ -177,8 +181,8 @@ CSV_FILES = {"kernels.csv": ("kernels", KernelRow), "ops.csv": ("ops", OpRow), "
 
 def write_csv(t: Tables, folder: str) -> list[str]:
     """Every row of each table as ``folder/NAME.csv`` (one header line: the struct's field names;
-    times in ns as in --json); the paths written. Names are written as the trace has them (CSV
-    quoting), so a spreadsheet reads them whole."""
+    times in ns as in --json); the paths written. Names are written whole (CSV quoting), their
+    non-printable characters as escapes (as on the terminal), so a spreadsheet reads them whole."""
     os.makedirs(folder, exist_ok=True)
     out = []
     for fname, (attr, struct) in CSV_FILES.items():

@@ -615,8 +615,8 @@ def _disagree(step: float, median: float, steps: int) -> bool:  # noqa: F811 (me
 def asked_lines(r: Report) -> list[str]:
     """The answer to each ``--opt`` asked, right under the answer line: the median step replayed and
     predicted (true medians over the answer's steps) and its speed-up, the spread of the per-step
-    speed-ups, then the traced window's, labelled (the prediction's section has the details); or
-    why it does not apply."""
+    speed-ups, then the traced window's, labelled (the prediction's section has the details), and
+    the prediction's memory verdict where the trace has allocator events; or why it does not apply."""
     out = []
     kept = {id(w) for w in answer_steps(r.steps)}  # the steps the answer's median is taken over
     steps = [i for i, w in enumerate(r.steps) if id(w) in kept]
@@ -639,6 +639,8 @@ def asked_lines(r: Report) -> list[str]:
                 step += f"per-step speed-ups {sp[0]:.3f}x to {sp[-1]:.3f}x (median {mid:.3f}x), "
         out.append(f"  what-if {' + '.join(o.name for o in p.optimizations)}: {step}traced window {_ms(w.replayed_ns)} -> "
                    f"{_ms(w.predicted_ns)} ms ({w.speedup:.3f}x)" + ("  UNRELIABLE: see the baseline replay below" if bad else ""))
+        if p.memory is not None:  # the prediction's verdict under its what-if (the memory line below is the baseline's)
+            out.append(f"  predicted memory: {p.memory.line}")
     out += [f"  what-if {name}: not applicable: {why}" for name, why in requested_not_applicable(r.not_applicable, r.ranking).items()]
     return out
 

@@ -15,7 +15,7 @@ from ..costmodel.gpu_memory import GIB, device_capacity
 from ..graph.memory_part import DEFAULT_FRAGMENTATION, block_pairs
 from ..mapping.rules import BACKWARD, FORWARD, OPTIMIZER, UNMAPPED
 from ..simulate.memory_replay import DeviceMemory, replay_memory
-from .report_model import DeviceMemoryStats, MemoryPart, MemoryStep, MemorySummary
+from .report_model import DeviceMemoryStats, MemoryCurve, MemoryPart, MemoryStep, MemorySummary
 
 PARTS = ("parameters and persistent", "activations", "gradients", "optimizer state", "temporaries", "other")
 _RULES = {
@@ -50,7 +50,7 @@ def fit(dm: DeviceMemory, gm, devices: list) -> tuple[float, str, int, int, str,
     else:
         frag, src = DEFAULT_FRAGMENTATION, "default (median of the shared traces' recorded ratios)"
     needs = int(np.ceil(dm.peak_allocated_bytes * frag))
-    least = "at least " if not dm.exact_before else ""
+    least = "at least " if not dm.exact_before and not gm.not_lower_bound else ""
     if dm.device < 0:
         return frag, src, needs, -1, "", None, f"host memory: peak {least}{_gib(dm.peak_allocated_bytes)} GiB (not judged)"
     cap, cap_src = device_capacity(devices, dm.device)
@@ -127,6 +127,25 @@ def _steps(dm: DeviceMemory, gm) -> list[MemoryStep]:
     return out
 
 
+#: buckets of consecutive events a device's curve is cut into for the report (each kept as its
+#: lowest and highest level): a figure 438 px wide (``render.svg``) shows no more than ~400 columns
+CURVE_BUCKETS = 400
+
+
+def curve(dm: DeviceMemory, t0_ns: int) -> MemoryCurve:
+    """``dm``'s allocated curve in at most ``2 x`` :data:`CURVE_BUCKETS` points (:class:`MemoryCurve`);
+    times in ns from ``t0_ns``. Numpy over the events, no Python loop."""
+    a, t = np.asarray(dm.allocated_bytes, np.int64), np.asarray(dm.ts_ns, np.int64) - int(t0_ns)
+    n = len(a)
+    if n <= 2 * CURVE_BUCKETS:
+        return MemoryCurve(dm.device, t.tolist(), a.tolist())
+    bucket = np.arange(n) * CURVE_BUCKETS // n  # consecutive events, equal counts
+    o_lo, o_hi = np.lexsort((a, bucket)), np.lexsort((-a, bucket))
+    first = np.searchsorted(bucket[o_lo], np.arange(CURVE_BUCKETS))  # bucket is sorted in both orders
+    keep = np.unique(np.concatenate([o_lo[first], o_hi[first]]))  # indices, in event (time) order
+    return MemoryCurve(dm.device, t[keep].tolist(), a[keep].tolist())
+
+
 def memory_summary(graph, tl) -> MemorySummary | None:
     """The memory of ``graph`` replayed on ``tl`` (None when the trace has no allocator events)."""
     gm = graph.memory
@@ -136,9 +155,11 @@ def memory_summary(graph, tl) -> MemorySummary | None:
     devs = []
     for dm in curves:
         frag, src, needs, cap, cap_src, fits, verdict = fit(dm, gm, list(graph.devices))
+        if gm.not_modelled:  # a what-if whose memory change is not modelled: these are the baseline's events
+            verdict = f"baseline's, not modelled by {', '.join(gm.not_modelled)}: {verdict}"
         devs.append(DeviceMemoryStats(
-            dm.device, len(dm.event), dm.peak_allocated_bytes, not dm.exact_before, dm.peak_reserved_bytes, round(frag, 4), src,
-            needs, cap, cap_src, fits, verdict, _steps(dm, gm)))
+            dm.device, len(dm.event), dm.peak_allocated_bytes, not dm.exact_before and not gm.not_lower_bound,
+            dm.peak_reserved_bytes, round(frag, 4), src, needs, cap, cap_src, fits, verdict, _steps(dm, gm)))
     gpu = [d for d in devs if d.device >= 0]
     line = "; ".join(f"GPU {d.device}: {d.verdict}" for d in gpu) if gpu else devs[0].verdict
-    return MemorySummary(devs, line, gm.n_unanchored)
+    return MemorySummary(devs, line, gm.n_unanchored, [curve(dm, int(graph.t0_ns)) for dm in curves])

@@ -162,12 +162,23 @@ class DeviceMemoryStats(msgspec.Struct, forbid_unknown_fields=True):
     steps: list[MemoryStep] = []
 
 
+class MemoryCurve(msgspec.Struct, forbid_unknown_fields=True):
+    """One device's allocated bytes over the replayed (or predicted) window, for the ``--plot``
+    memory figure: at most ``2 x memory_fit.CURVE_BUCKETS`` points, each bucket of consecutive
+    events kept as its lowest and highest level (in time order), so the peak is drawn exactly."""
+
+    device: int  #: GPU index; -1 host memory
+    t_ns: list[int]  #: replayed time of each point, ns from the window's start
+    allocated_bytes: list[int]  #: bytes allocated after the event at that time
+
+
 class MemorySummary(msgspec.Struct, forbid_unknown_fields=True):
     """The memory of the window, from the allocator's events replayed (``docs/memory.md``)."""
 
     devices: list[DeviceMemoryStats]
     line: str  #: the one-line answer ("GPU 0: fits (peak ...)")
     unanchored_events: int = 0  #: events on threads without CPU tasks (kept at their recorded time)
+    curves: list[MemoryCurve] = []  #: per device, its allocated curve, downsampled (the --plot memory figure)
 
 
 class PredictionRange(msgspec.Struct, forbid_unknown_fields=True):

@@ -41,3 +41,9 @@ def terminal_lines(text: str) -> str:
 def markup_text(text: str) -> str:
     """``text`` for HTML or SVG: markup characters escaped, non-printable ones as escapes."""
     return html.escape(terminal_text(text), quote=True)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` agreeing in number: ``1 GPU``, ``4 GPUs``, ``1 micro-batch``, ``2,048 micro-batches``
+    (``many``: the plural when it is not ``word + "s"``)."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
