@@ -76,7 +76,7 @@ def test_one_gpu_and_one_micro_batch_in_the_notes(capsys):
     bert = TRACES / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
     main(["--details", str(bert), "--opt", "tp:degree=1", "--opt", "pp:stages=1,microbatches=1"])
     out = capsys.readouterr().out
-    assert "over 1 GPU on" in out and "over 1 GPUs" not in out
+    assert "over 1 GPU " in out and "over 1 GPUs" not in out  # degree 1 needs no link: "over 1 GPU (no link: one rank)"
     assert "1 micro-batch of" in out and "1 micro-batches" not in out
 
 
