@@ -31,6 +31,10 @@ from .program import Program, Thread
 
 _STREAMS = (7, 20, 24)
 _GRAPH_STREAMS = (101, 102)  #: streams only graph kernels run on (``programs(graph_streams=True)``)
+#: device ``d``'s stream ids are ``_STREAMS`` (and ``_GRAPH_STREAMS``) + ``d`` x this: every stream
+#: id names one device's stream, as CUPTI's do (``CUpti_ActivityStream.streamId``: "a unique
+#: stream ID"), so a trace's ``wait_on_stream`` names the event's stream across devices
+_DEVICE_STREAM_STEP = 1000
 _KERNELS = ("ampere_sgemm_128x64_tn", "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float> >",
             "void at::native::reduce_kernel<512, 1>", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)")
 _OTHER_CALLS = (("cudaGetDevice", 4), ("cudaStreamIsCapturing", 317), ("cudaEventQuery", 138))
@@ -79,7 +83,7 @@ class _ThreadDraw:
         draw, st = self.draw, self.st
         kernels = draw(st.lists(st.tuples(st.sampled_from(_KERNELS), self.gpu_dur), min_size=1, max_size=4))
         own = self.graph_streams and self.last_plain is not None and draw(st.booleans())
-        node_stream = draw(st.sampled_from(_GRAPH_STREAMS)) if own else None
+        node_stream = draw(st.sampled_from(_GRAPH_STREAMS)) + _DEVICE_STREAM_STEP * d if own else None
         self.ops.append(GraphLaunch(s, kernels, draw(self.call), graph_id=len(self.ops) + 1, device=d, node_stream=node_stream))
         self.last_lane = lane
 
@@ -180,7 +184,8 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
     """Hypothesis strategy of valid random programs.
 
     1..``max_threads`` threads (one process), streams from ``(7, 20, 24)[:max_streams]`` on
-    ``max_devices`` devices, 0..``max_ops`` ops per thread. Durations in ns: kernels and copies
+    ``max_devices`` devices (device ``d``'s stream ids + 1000 ``d``: ids unique across devices, as
+    CUPTI's are; events recorded on one device are waited for on any), 0..``max_ops`` ops per thread. Durations in ns: kernels and copies
     1_000..200_000, calls 1_000..20_000, own costs of blocking calls 0..20_000, host work
     0..50_000; ``L`` in 2_000..15_000, ``G`` in 0..min(L, 3_000); ``staging_bytes`` 0 (every pageable
     host-to-device copy synchronizes its stream: a trace of them shows no threshold). A thread syncs on or waits for an
@@ -213,7 +218,7 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
         n_threads = draw(st.integers(1, max_threads))
         streams = _STREAMS[: draw(st.integers(1, max_streams))]
         devices = tuple(range(draw(st.integers(1, max_devices))))
-        lanes = [(d, s) for d in devices for s in streams]
+        lanes = [(d, s + _DEVICE_STREAM_STEP * d) for d in devices for s in streams]
         choices = _CHOICES + ("graph", "graph") if graph_launches else _CHOICES
         choices = choices + ("alloc", "alloc", "free", "free") if memory else choices
         threads = []
