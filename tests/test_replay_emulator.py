@@ -62,6 +62,20 @@ def test_replay_reproduces_emulator_exactly(tmp_path_factory, prog):
 
 @pytest.mark.slow
 @SETTINGS
+@given(programs(max_devices=2, shared_stream_ids=True, graph_launches=True, graph_streams=True))
+def test_replay_with_stream_ids_shared_by_devices(tmp_path_factory, prog):
+    """Two devices with the same stream ids (7, 20, 24 on each), events recorded on the thread's
+    current device and waited for on either: the event's device is the recording thread's last
+    launch's (docs/model.md, rule 6), and the replay is exact."""
+    run = emulate(prog)
+    assume(measure_latencies(run) == (prog.L, prog.G))
+    graph, tl = _replay(tmp_path_factory.mktemp("e"), run)
+    _assert_exact(run, graph, tl)
+    event(f"cross-device event waits: {'some' if cross_device_waits(run) else 'none'}")
+
+
+@pytest.mark.slow
+@SETTINGS
 @given(programs(sync_events=False))  # one device: a cudaDeviceSynchronize without its sync record
 # does not say its device, and the builder then waits for every device (docs/model.md); a program
 # syncing device 1 alone is not told from the trace (hypothesis finds it at once with two)
