@@ -14,8 +14,14 @@ from hypothesis import assume
 from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
 from daydream.simulate import simulate
-from daydream.testing.emulator import HostWork, Launch, RangeBegin, RangeEnd, emulate, to_kineto
+from daydream.testing.emulator import HostWork, Launch, RangeBegin, RangeEnd, StreamWaitEvent, emulate, to_kineto
 from daydream.transform import add_kernel_after, remove, scale
+
+
+def cross_device_waits(run) -> int:
+    """How many ``cudaStreamWaitEvent`` calls of ``run`` wait for an event recorded on another device."""
+    return sum(1 for c in run.calls if isinstance(c.op, StreamWaitEvent) and c.bound_record is not None
+               and run.calls[c.bound_record].op.device != c.op.device)
 
 
 def _graph_of(tmp, run):

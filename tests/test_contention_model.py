@@ -26,6 +26,7 @@ from daydream.simulate import contention as sim_contention
 from daydream.simulate.replay import replay
 from daydream.testing.emulator import DeviceSync, GraphLaunch, Launch, Program, RangeBegin, RangeEnd, Thread, emulate, measure_latencies, programs, to_kineto
 from daydream.transform import scale, set_priority
+from emulated_checks import cross_device_waits
 
 
 def _graph(run):
@@ -178,11 +179,12 @@ def _scaled(prog: Program, x: int) -> Program:
 
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(programs(max_threads=2, max_ops=30, graph_launches=True, graph_streams=True), st.integers(100, 400),
+@given(programs(max_threads=2, max_ops=30, graph_launches=True, graph_streams=True, max_devices=2), st.integers(100, 400),
        st.sampled_from([2, 3]))
 def test_prediction_with_contention_equals_the_emulator(prog, pct, x):
-    """Over 150 derandomized programs (1-2 threads, 1-3 streams, graph launches, some on streams
-    of their own; about 60 with stretched kernels, some needing 3+ rounds) and factors
+    """Over 150 derandomized programs (1-2 threads, 1-2 devices with cross-device event waits,
+    1-3 streams, graph launches, some on streams of their own; some with stretched kernels, some
+    needing 3+ rounds) and factors
     1.00-4.00: the baseline replay of the trace recorded with contention ``f`` (model on, ``f``)
     is the emulator's run; the prediction of every kernel ``x`` times longer is the emulator's run
     of that program with ``f`` (where the calls keep their order); the compiled, Python and
@@ -202,6 +204,7 @@ def test_prediction_with_contention_equals_the_emulator(prog, pct, x):
     assert [a.tolist() for a in py[:3]] == [a.tolist() for a in cc[:3]] and py[3:] == cc[3:]
     assert py[0].tolist() == tl.start_ns.tolist() and py[1].tolist() == tl.end_ns.tolist()
     event(f"kernels stretched: {'some' if py[3] else 'none'}; rounds {min(py[4], 3)}{'+' * (py[4] > 3)}")
+    event(f"cross-device event waits: {'some' if cross_device_waits(run) else 'none'}")
     changed = emulate(_scaled(prog, x), f)
     assume([(c.thread, c.op_index) for c in run.calls] == [(c.thread, c.op_index) for c in changed.calls])
     g2 = scale(g, g.node_kind == Kind.KERNEL, float(x))

@@ -113,7 +113,7 @@ def test_graph_kernels_share_the_call_and_replay_exactly(tmp_path):
 
 @pytest.mark.slow
 @SETTINGS
-@given(programs(graph_launches=True))
+@given(programs(max_devices=2, graph_launches=True))
 def test_replay_of_graph_launch_programs_is_exact(tmp_path_factory, prog):
     assume(_has_graph(prog))
     run = emulate(prog)
@@ -267,7 +267,7 @@ def test_pageable_copy_after_a_graph_on_its_own_stream_waits_for_the_graph(tmp_p
 
 @pytest.mark.slow
 @SETTINGS
-@given(programs(graph_launches=True, graph_streams=True), st.sampled_from([0.0, 0.5, 3.0]))
+@given(programs(max_devices=2, graph_launches=True, graph_streams=True), st.sampled_from([0.0, 0.5, 3.0]))
 def test_graphs_on_streams_of_their_own_replay_and_predict_exactly(tmp_path_factory, prog, factor):
     """Replay exact and every kernel scaled by ``factor`` predicts the emulator's changed run,
     over programs whose graphs often run on a stream of their own."""

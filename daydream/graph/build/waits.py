@@ -163,6 +163,30 @@ class WaitIndex:
             out[m] = L
         return out
 
+    def event_lane(self, pid: np.ndarray, dev: np.ndarray, stream: np.ndarray, hint: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """GPU lane of the stream an event was recorded on (shape (k,) each; -1 none), and where
+        its device is inferred (bool, (k,)). A sync record names that stream by id only
+        (Kineto ``wait_on_stream``), and ``dev`` (the record's ``device``) may be another
+        device's: ``cudaStreamWaitEvent`` works across devices (docs/model.md, rule 6). The
+        stream id held by one device's lane of the process names that lane (CUPTI stream ids
+        are unique, ``CUpti_ActivityStream.streamId``); an id several devices hold (a trace
+        that reuses ids per device) is taken on the device ``hint`` (the recording thread's
+        current device: the device of its last launch before the record; -1 none), else on
+        ``dev`` (inferred, counted by the caller)."""
+        k = len(pid)
+        n = np.zeros(k, np.int64)
+        first, at_dev, at_hint = (np.full(k, -1, np.int64) for _ in range(3))
+        for L in np.nonzero(self.lane_is_gpu)[0].tolist():  # lanes are few (streams), queries vectorized
+            _, lp, ld, ls = self.lane_keys[L].tolist()
+            m = (pid == lp) & (stream == ls)
+            n += m
+            first[m & (first < 0)] = L
+            at_dev[m & (dev == ld)] = L
+            at_hint[m & (hint == ld)] = L
+        several = n > 1
+        out = np.where(several, np.where(at_hint >= 0, at_hint, at_dev), first)
+        return out, several
+
     #: graph launches standing in their launch stream (:meth:`set_graph_entries`), or None
     _graphs: tuple | None = None
 
@@ -415,9 +439,16 @@ def cross_stream_waits(ix: WaitIndex, role, si: SyncInfo, rec: RecordCalls, coun
     # the waits without an event link are left to the inference stage (graph/inferred.py)
     idx = np.nonzero(m & linked_waits(si))[0]
     rc = rec.find(ix.c_pid[idx], si.link_corr[idx])
-    prod_lane = ix.find_lane(ix.c_pid[idx], si.device[idx], si.link_stream[idx])
-    cons_lane = ix.find_lane(ix.c_pid[idx], si.device[idx], si.stream[idx])
     r0 = np.maximum(rc, 0)
+    # the event's stream may be another device's (a cross-device wait): found by its id, not on
+    # the wait's device only (before, such a wait found the waiting device's lane of that id,
+    # and lost its edge: issue 36)
+    hint_lane = np.where(rc >= 0, ix.last_launch_lane_before[r0], -1)
+    hint = np.where(hint_lane >= 0, ix.lane_keys[np.maximum(hint_lane, 0), 2], -1)
+    prod_lane, several = ix.event_lane(ix.c_pid[idx], si.device[idx], si.link_stream[idx], hint)
+    count(counts, "cross-stream wait on a stream id several devices hold (event's device: the recording thread's last launch's)",
+          int((several & (rc >= 0)).sum()))
+    cons_lane = ix.find_lane(ix.c_pid[idx], si.device[idx], si.stream[idx])
     prod = np.where(rc >= 0, ix.last_before(prod_lane, ix.c_start[r0], ix.c_corr[r0]), -1)
     cons = ix.first_after(cons_lane, ix.c_start[idx], ix.c_corr[idx])
     ok = (prod >= 0) & (cons >= 0) & (prod_lane != cons_lane)

@@ -31,6 +31,10 @@ from .program import Program, Thread
 
 _STREAMS = (7, 20, 24)
 _GRAPH_STREAMS = (101, 102)  #: streams only graph kernels run on (``programs(graph_streams=True)``)
+#: device ``d``'s stream ids are ``_STREAMS`` (and ``_GRAPH_STREAMS``) + ``d`` x this: every stream
+#: id names one device's stream, as CUPTI's do (``CUpti_ActivityStream.streamId``: "a unique
+#: stream ID"), so a trace's ``wait_on_stream`` names the event's stream across devices
+_DEVICE_STREAM_STEP = 1000
 _KERNELS = ("ampere_sgemm_128x64_tn", "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float> >",
             "void at::native::reduce_kernel<512, 1>", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)")
 _OTHER_CALLS = (("cudaGetDevice", 4), ("cudaStreamIsCapturing", 317), ("cudaEventQuery", 138))
@@ -54,6 +58,8 @@ class _ThreadDraw:
         self.last_lane = None
         self.last_plain = None  # the lane of its last launch other than a graph launch
         self.graph_streams = False  # draw graphs whose kernels run on a stream of their own
+        self.current_device_records = False
+        self.stream_step = _DEVICE_STREAM_STEP  # device d's stream ids: the ids + d x this  # records only on the device of the thread's last launch
         self.depth = 0
         self.live: list[tuple[int, int]] = []  # (bytes, device) this thread allocated and holds
 
@@ -79,7 +85,7 @@ class _ThreadDraw:
         draw, st = self.draw, self.st
         kernels = draw(st.lists(st.tuples(st.sampled_from(_KERNELS), self.gpu_dur), min_size=1, max_size=4))
         own = self.graph_streams and self.last_plain is not None and draw(st.booleans())
-        node_stream = draw(st.sampled_from(_GRAPH_STREAMS)) if own else None
+        node_stream = draw(st.sampled_from(_GRAPH_STREAMS)) + self.stream_step * d if own else None
         self.ops.append(GraphLaunch(s, kernels, draw(self.call), graph_id=len(self.ops) + 1, device=d, node_stream=node_stream))
         self.last_lane = lane
 
@@ -122,6 +128,12 @@ class _ThreadDraw:
                 return
             lane = self.last_lane
             ev = (self.ti, ev)
+        elif self.current_device_records:
+            # a stream id several devices hold: the record is on the thread's current device (the
+            # one it launched to last), as the builder takes it (docs/model.md, rule 6)
+            if self.last_lane is None:
+                return
+            lane = (self.last_lane[0], lane[1])
         self.ops.append(EventRecord(ev, lane[1], self.draw(self.call), device=lane[0]))
         self.recorded.append(ev)
 
@@ -176,11 +188,12 @@ class _ThreadDraw:
 
 def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, max_devices: int = 1,
              sync_events: bool = True, graph_launches: bool = False, wait_latency: bool = False,
-             graph_streams: bool = False, memory: bool = False):
+             graph_streams: bool = False, memory: bool = False, shared_stream_ids: bool = False):
     """Hypothesis strategy of valid random programs.
 
     1..``max_threads`` threads (one process), streams from ``(7, 20, 24)[:max_streams]`` on
-    ``max_devices`` devices, 0..``max_ops`` ops per thread. Durations in ns: kernels and copies
+    ``max_devices`` devices (device ``d``'s stream ids + 1000 ``d``: ids unique across devices, as
+    CUPTI's are; events recorded on one device are waited for on any), 0..``max_ops`` ops per thread. Durations in ns: kernels and copies
     1_000..200_000, calls 1_000..20_000, own costs of blocking calls 0..20_000, host work
     0..50_000; ``L`` in 2_000..15_000, ``G`` in 0..min(L, 3_000); ``staging_bytes`` 0 (every pageable
     host-to-device copy synchronizes its stream: a trace of them shows no threshold). A thread syncs on or waits for an
@@ -201,6 +214,10 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
             before run their kernels on a stream of their own (101 or 102: only graph kernels run
             there), ``GraphLaunch.node_stream``.
         wait_latency: also draw ``Program.wait_latency_ns`` in ``0..L`` (else 0).
+        shared_stream_ids: every device has the same stream ids (a trace that reuses ids per
+            device), and an event is recorded only on the device the thread launched to last (any
+            stream of it; none before the thread's first launch): the builder's rule for an id
+            several devices hold.
         memory: also draw :class:`Allocate` ops (allocations of 512 B .. 1 GiB on a lane's device or
             the host, and frees of what the thread holds), about one op in six.
     """
@@ -213,13 +230,16 @@ def programs(*, max_threads: int = 3, max_streams: int = 3, max_ops: int = 40, m
         n_threads = draw(st.integers(1, max_threads))
         streams = _STREAMS[: draw(st.integers(1, max_streams))]
         devices = tuple(range(draw(st.integers(1, max_devices))))
-        lanes = [(d, s) for d in devices for s in streams]
+        step = 0 if shared_stream_ids else _DEVICE_STREAM_STEP
+        lanes = [(d, s + step * d) for d in devices for s in streams]
         choices = _CHOICES + ("graph", "graph") if graph_launches else _CHOICES
         choices = choices + ("alloc", "alloc", "free", "free") if memory else choices
         threads = []
         for ti in range(n_threads):
             td = _ThreadDraw(draw, st, ti, sync_events)
             td.graph_streams = graph_streams
+            td.current_device_records = shared_stream_ids
+            td.stream_step = step
             for _ in range(draw(st.integers(0, max_ops))):
                 choice = draw(st.sampled_from(choices))
                 td.step(choice, draw(st.sampled_from(lanes)))
