@@ -117,6 +117,15 @@ def _by_tensor(ev, cand: np.ndarray, op: np.ndarray, blocks: list) -> np.ndarray
     return out
 
 
+def paired_blocks(gm) -> bool:
+    """Whether every GPU allocator event of ``gm`` has a block address (PyTorch >= 1.10's ``Addr``):
+    the rules resize an allocation and its free together, which needs them paired
+    (:func:`~daydream.graph.memory_part.block_pairs`); without addresses a resized allocation's
+    free would keep its recorded size and the level would drift by the difference each time."""
+    ev = gm.events
+    return bool((ev.addr[ev.device >= 0] >= 0).all())
+
+
 def _span(graph) -> tuple[int, int]:
     """(first step's recorded start, last step's recorded end), ns; the whole trace without steps."""
     steps = graph.facts.steps if graph.facts is not None else ()
@@ -199,7 +208,7 @@ def shape_memory(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_s
     n = len(ev)
     mem = changed_events(gm, cols, gm.anchor_row, gm.offset_ns, gm.at_end, gm.step,
                          gm.phase if gm.phase is not None else np.zeros(n, np.uint8), np.zeros(n, np.int64),
-                         np.arange(n, dtype=np.int64), before)
+                         np.arange(n, dtype=np.int64), before=before)
     alloc = ev.bytes > 0
     c = np.bincount(how[alloc], minlength=4)
     words = (f"memory at the new shapes: {c[TENSOR]:,} blocks by their op's tensors, {c[STATE]:,} model-state blocks "
