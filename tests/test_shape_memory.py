@@ -8,6 +8,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -123,22 +124,30 @@ def test_factor_one_keeps_the_level_before_the_window_and_every_part(spec):
 
 
 @pytest.mark.slow
-@settings(max_examples=80, deadline=None, derandomize=True,
+@settings(max_examples=120, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(shaped_specs().map(lambda s: dataclasses.replace(s, memory=True)), st.sampled_from([0.5, 1, 2, 3, 4]),
-       st.sampled_from([0.25, 0.5, 1, 2, 4]), st.sampled_from([0.5, 1, 2, 3]))
-def test_predicted_peaks_equal_the_emulators_run_of_the_reshaped_program(spec, fb, fs, fh):
+       st.sampled_from([0.25, 0.5, 1, 2, 4]), st.sampled_from([0.5, 1, 2, 3]), st.booleans())
+def test_predicted_peaks_equal_the_emulators_run_of_the_reshaped_program(spec, fb, fs, fh, totals):
     """Every device's peak and the step's peak, predicted from the trace of the program with
-    allocations, equal the emulator's run of the program at the new batch, sequence and width."""
+    allocations, equal the emulator's run of the program at the new batch, sequence and width.
+    Without addresses and totals (``totals`` False: PyTorch 1.8) blocks cannot be paired: no memory
+    verdict, said (at factor 1: the recorded events)."""
     assume(spec.B * fb == int(spec.B * fb) and spec.B * fb >= 1)
     assume(spec.S * fs == int(spec.S * fs) and spec.S * fs >= 2)
     assume(spec.heads * fh == int(spec.heads * fh) and spec.heads * fh >= 1)
     f = {"batch": fb, "seq": fs, "hidden": fh}
     assume(_roles_distinct(spec, f))
     assume(any(k in spec.block for k in ("ln", "add", "gelu", "softmax", "sdpa")))  # an activation names the batch
-    g, _ = _graph(shaped_program(spec))
+    g, _ = _graph(shaped_program(spec), totals)
     g2, note = _apply(g, f"shape:batch={fb},seq={fs},hidden={fh}")
     assume("two roles" not in note)  # the shapes cannot tell: kept and said (tests/test_shape.py)
+    if not totals:
+        if (fb, fs, fh) == (1, 1, 1):
+            assert _verdict(g2) == _verdict(g)
+        else:
+            assert g2.memory is None and "no block addresses" in note, note
+        return
     assert "0 blocks by the step factor" in note and "0 kept (workspaces" in note, note  # every activation by its own tensor
     assert _peaks(g2) == _want(spec, **f)
 
@@ -209,3 +218,104 @@ def test_batch_fit_refuses_a_new_depth_and_takes_true_or_false():
     with pytest.raises(UsageError, match="true/false"):
         parse_spec("batch:fit=maybe")
     assert parse_spec("batch:fit=no")[1]["fit"] is False and parse_spec("shape:fit=1")[1]["fit"] is True
+
+
+def test_blocks_without_addresses_are_not_resized_and_it_is_said():
+    """PyTorch 1.8's allocator events (no addresses, no totals: ResNet-50 of kineto_tbplugin) cannot
+    pair an allocation with its free: resizing the one and not the other leaked the difference at
+    each block (batch x2 read "peak at least 22.4 GiB", 8.6x the recorded 2.60). Not modelled: no
+    memory verdict, said; the fit refuses; at factor 1 the recorded events stay."""
+    spec = ShapedSpec(3, 100, 128, 2, ("ln", "softmax"), 2, memory=True)
+    g, _ = _graph(shaped_program(spec), totals=False)
+    assert (g.memory.events.addr < 0).all() and (g.memory.events.total_allocated < 0).all()
+    for what in ("shape:batch=2", "batch:factor=0.5", "seq:factor=2", "hidden:factor=2"):
+        g2, note = _apply(g, what)
+        assert g2.memory is None and "no block addresses" in note and "no memory verdict" in note, (what, note)
+    with pytest.raises(NotApplicable, match="no block addresses"):
+        _apply(g, "batch:fit=true")
+    g1, note = _apply(g, "batch:factor=1")
+    assert "memory as recorded" in note and "blocks by their op's tensors" not in note
+    assert np.array_equal(g1.memory.events.bytes, g.memory.events.bytes) and _verdict(g1) == _verdict(g)
+
+
+@pytest.mark.parametrize("alias,key,f", [("seq", "seq", 2), ("hidden", "hidden", 2), ("seq", "seq", 0.5)])
+def test_an_aliass_fit_keeps_its_own_factor(alias, key, f):
+    """``seq:fit=true,factor=F`` fits the batch at seq xF (--list-opts: "other factors as given"),
+    as ``shape:fit=true,seq=F`` does: the factor was once dropped (the note said "seq x1")."""
+    spec = ShapedSpec(8, 512, 1024, 8, ("softmax", "bmm_qk", "gelu", "linear4"), 3, memory=True)
+    g, _ = _graph(shaped_program(spec))
+    g2, note = _apply(g, f"{alias}:fit=true,factor={f}")
+    g3, note3 = _apply(g, f"shape:fit=true,{key}={f}")
+    assert f"{key} x{f:g}" in note and note == note3
+    b = int(note.split("the largest batch that fits is ")[1].split(" ")[0])
+    assert _want(spec, batch=b / 8, **{key: f})[0][0] <= CAPACITY < _want(spec, batch=(b + 1) / 8, **{key: f})[0][0]
+    assert _peaks(g2) == _peaks(g3) == _want(spec, batch=b / 8, **{key: f})
+
+
+_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def _real(rel):
+    p = _TRACES / rel
+    if not p.exists():
+        pytest.skip(f"no {rel}")
+    t = load_trace(str(p))
+    return build_graph(t, map_events(t))
+
+
+def _parts(g, tl=None):
+    """Per GPU, the first step's (peak, {part: bytes}) but the reserve's slack."""
+    s = memory_summary(g, simulate(g) if tl is None else tl)
+    return {d.device: (d.steps[0].peak_allocated_bytes, {q.name: q.bytes for q in d.steps[0].parts if q.name != "allocator slack"})
+            for d in s.devices if d.device >= 0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", ["tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
+                                 "tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz"])
+def test_batch_on_real_traces_moves_the_activations_not_the_model_state(rel):
+    """A new user's try-out (issue 34/32): at batch x1 the peak and parts are the recorded ones (the
+    model state was doubled); x2 keeps the parameters and persistent part (alive across steps,
+    allocated before the trace: not of the batch) and doubles the rest (every block of the step on
+    these traces is a [B, ...] tensor or kept: 2x up to the allocator's 512-byte blocks); x0.5 lowers
+    the peak (it rose: 0.17 vs 0.09 GiB on BERT)."""
+    g = _real(rel)
+    base = _parts(g)
+    for f in (1, 2, 0.5):
+        g2, _ = _apply(g, f"batch:factor={f}")
+        got = _parts(g2)
+        for d, (peak, parts) in base.items():
+            p2, q2 = got[d]
+            state = parts.get("parameters and persistent", 0)
+            assert q2.get("parameters and persistent", 0) == state, (rel, f)
+            rest, rest2 = peak - state, p2 - state
+            if f == 1:
+                assert (p2, q2) == (peak, parts)
+            else:
+                assert abs(rest2 / rest - f) < 0.05 * f, (rel, f, rest, rest2)
+                assert (p2 < peak) == (f < 1)
+
+
+@pytest.mark.slow
+def test_pytorch_18_resnet_gets_no_memory_verdict_at_a_new_batch():
+    """ResNet-50 (PyTorch 1.8: no addresses, no totals): batch x2 read "peak at least 22.4 GiB"
+    (8.6x), x0.5 10.9 GiB, and the fit 63 at 21.82 GiB, from allocations resized without their
+    frees. Now: said, no verdict; the fit refuses; seq/hidden's fit alike."""
+    g = _real("kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz")
+    assert (g.memory.events.addr[g.memory.events.device >= 0] < 0).all()
+    for f in (2, 0.5):
+        g2, note = _apply(g, f"batch:factor={f}")
+        assert g2.memory is None and "no block addresses" in note
+    for spec in ("batch:fit=true", "seq:fit=true,factor=1"):
+        with pytest.raises(NotApplicable, match="no block addresses"):
+            _apply(g, spec)
+
+
+@pytest.mark.slow
+def test_an_aliass_fit_keeps_its_factor_on_bert():
+    """``seq:fit=true,factor=4`` and ``hidden:fit=true,factor=8`` on the H100 BERT trace said
+    "batch x1024, seq x1, hidden x1" (batch:fit=true's answer): the fit at the given factor."""
+    g = _real("tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz")
+    for spec, said in (("seq:fit=true,factor=4", "seq x4, hidden x1"), ("hidden:fit=true,factor=8", "seq x1, hidden x8")):
+        _, note = _apply(g, spec)
+        assert said in note and "batch fit: the largest batch that fits is" in note, note

@@ -72,7 +72,7 @@ from . import Optimization, Param, register
 from .dataloader import _aligned, _batches
 from .gpu_upgrade import source_gpu
 from .shape_depth import _Launches, deepen, launches, repeating_block
-from .shape_memory import peak_needs, shape_memory, tensor_blocks
+from .shape_memory import paired_blocks, peak_needs, shape_memory, tensor_blocks
 
 #: ``Input type`` -> the cost library's storage precision
 _DTYPE = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "double": "fp32",
@@ -572,6 +572,13 @@ def _apply(graph, p):
         words.append("memory not predicted for a new depth (the repeated layers' allocations are not copied): "
                      "no memory verdict for this prediction")
         g = dataclasses.replace(g, memory=None)
+    elif g.memory is not None and len(g.memory) and not paired_blocks(g.memory):
+        if (p["batch"], p["seq"], p["hidden"]) == (1, 1, 1):  # nothing to resize: the recorded events
+            words.append("memory as recorded (every factor 1; the allocator's GPU events have no block addresses: "
+                         "another factor gets no memory verdict)")
+        else:
+            words.append(_UNPAIRED + ": no memory verdict for this prediction")
+            g = dataclasses.replace(g, memory=None)
     elif g.memory is not None and len(g.memory) and info["plan"] is not None:
         mem, said = _memory(graph, g.memory, p, info["plan"])
         g = dataclasses.replace(g, memory=mem)
@@ -580,6 +587,11 @@ def _apply(graph, p):
 
 
 # ------------------------------------------------------------------------------- memory ------
+#: why a trace's allocator events are not resized (docs/memory.md, "shape")
+_UNPAIRED = ("memory not predicted at the new shapes: the allocator's GPU events have no block addresses (PyTorch < 1.10), "
+             "so an allocation cannot be paired with its free (resizing one without the other would leak)")
+
+
 def _op_blocks(plan) -> tuple[np.ndarray, list]:
     """(per node, the op index its launch call launched, -1 none (:func:`~.shape_memory.resized_bytes`
     takes each event's next launch call's); per op, its
@@ -634,6 +646,8 @@ def fit_batch(graph, p: dict) -> tuple[dict, str]:
         raise NotApplicable("batch fit needs the allocator's events: record with torch.profiler(profile_memory=True)")
     if p["layers"] != 1:
         raise NotApplicable("batch fit: memory is not predicted for a new depth (layers=1 with fit=true)")
+    if not paired_blocks(graph.memory):
+        raise NotApplicable("batch fit: " + _UNPAIRED)
     L = launches(graph)
     has = L.shape >= 0
     w = np.bincount(L.shape[has], minlength=len(L.shapes)).tolist()
@@ -735,7 +749,8 @@ def _alias(name: str, key: str, typ=float):
     def apply(graph, p):
         q = {k: v.default for k, v in _SHAPE_PARAMS.items()}
         q.update({k: v for k, v in p.items() if k != "factor"})
-        q[key] = p["factor"] if not q.get("fit") else 1.0
+        # fit=true searches the batch at the other factors as given (--list-opts): only batch's own factor is the fit's
+        q[key] = 1.0 if q.get("fit") and key == "batch" else p["factor"]
         return _apply(graph, q)
 
     params = {k: v for k, v in _SHAPE_PARAMS.items() if k not in ("batch", "seq", "hidden", "layers")}
