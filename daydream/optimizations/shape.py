@@ -639,8 +639,9 @@ def fit_batch(graph, p: dict) -> tuple[dict, str]:
     what ``b + 1`` would need). Binary search: the peak grows with the batch.
 
     Raises:
-        NotApplicable: no allocator events, no shapes, an unknown batch or capacity, a new depth,
-            or batch 1 does not fit.
+        NotApplicable: no allocator events, events without block addresses (PyTorch < 1.10:
+            :func:`~.shape_memory.paired_blocks`), no shapes, an unknown batch or capacity, a new
+            depth, or batch 1 does not fit.
     """
     if graph.memory is None or not len(graph.memory):
         raise NotApplicable("batch fit needs the allocator's events: record with torch.profiler(profile_memory=True)")

@@ -28,6 +28,8 @@ on a GPU is resized by what it is, first rule that applies:
 Sizes are the allocator's blocks: a request rounded up to :data:`BLOCK_BYTES` (PyTorch's
 CUDACachingAllocator ``kMinBlockSize``, c10/cuda/CUDACachingAllocator.cpp). A scaled block whose
 recorded size is a multiple of it is rounded up again. Host memory (device −1) is kept.
+The rules need every GPU event's block address (:func:`paired_blocks`); the caller
+(``shape._apply``) drops the memory verdict of a trace without them, and says so.
 """
 
 from __future__ import annotations
