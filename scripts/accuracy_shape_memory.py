@@ -27,7 +27,7 @@ TRACES = ("tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
           "tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz",
           "hta/df_index_resolver.json.gz",
           "kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz")
-FACTORS = (1, 2, 0.5)
+FACTORS = (1, 2, 4, 0.5)
 STATE = "parameters and persistent"
 #: what-ifs whose fit answer is reported: the batch alone, and the batch at seq x2 (the alias keeps its factor)
 FITS = ("batch:fit=true", "seq:fit=true,factor=2")

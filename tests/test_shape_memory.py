@@ -179,19 +179,25 @@ def test_batch_fit_needs_the_allocators_events():
         _apply(g, "batch:fit=true")
 
 
-def _with_workspace(prog, ws: int):
+def _with_workspace(prog, ws: int, held: int = 0):
     """Each layer norm's op: a device query between its output's allocation and its launch, and a
-    workspace of ``ws`` bytes allocated before its launch and freed after it (cuBLASLt's, say)."""
+    workspace of ``ws`` bytes allocated before its launch and freed after it (cuBLASLt's, say);
+    ``held``: its last ``held`` workspaces freed at the end of the thread's ops instead (a
+    workspace freed at the step's synchronize: MI300 BERT)."""
     th = prog.threads[0]
-    ops, in_ln = [], False
+    n_ln = sum(isinstance(op, RangeBegin) and op.name == "aten::native_layer_norm" for op in th.ops)
+    ops, in_ln, k, late = [], False, 0, []
     for op in th.ops:
         if isinstance(op, RangeBegin) and op.name == "aten::native_layer_norm":
-            in_ln = True
+            in_ln, k = True, k + 1
         if in_ln and isinstance(op, Launch):
-            ops += [OtherCall("cudaDeviceGetAttribute", 500), Allocate(ws, addr=0x2000), op, Allocate(-ws, addr=0x2000)]
+            a = 0x2000 + 0x100000000 * k
+            ops += [OtherCall("cudaDeviceGetAttribute", 500), Allocate(ws, addr=a), op]
+            (late if k > n_ln - held else ops).append(Allocate(-ws, addr=a))
             in_ln = False
             continue
         ops.append(op)
+    ops = ops[:-1] + late + ops[-1:]
     return dataclasses.replace(prog, threads=[dataclasses.replace(th, ops=ops)])
 
 
@@ -205,6 +211,19 @@ def test_a_block_is_its_next_launchs_op_and_a_workspace_is_kept():
     assert "2 blocks by their op's tensors" in note and "0 blocks by the step factor" in note, note
     assert "1 kept (workspaces" in note
     want = memory_peaks(emulate(_with_workspace(shaped_program(spec, batch=2), 1 << 20)), ("ProfilerStep#1",))
+    assert _peaks(g2) == want
+
+
+def test_a_block_of_a_workspaces_size_held_longer_is_kept():
+    """A block of no tensor's size that outlives its op but has the size of a workspace freed
+    within its op is that workspace, held longer (the BLAS handle's one size): kept, not scaled by
+    the step factor (the MI300 BERT trace's 76 MiB hipBLASLt block freed at the step's synchronize
+    was x1024 under batch:fit=true: 84.5 GiB at batch 1024, most of it that one block)."""
+    spec = ShapedSpec(3, 100, 128, 2, ("ln", "softmax"), 2, memory=True)
+    g, _ = _graph(_with_workspace(shaped_program(spec), 1 << 20, held=1))
+    g2, note = _apply(g, "shape:batch=2")
+    assert "0 blocks by the step factor" in note and "2 kept (workspaces" in note, note
+    want = memory_peaks(emulate(_with_workspace(shaped_program(spec, batch=2), 1 << 20, held=1)), ("ProfilerStep#1",))
     assert _peaks(g2) == want
 
 
@@ -225,10 +244,10 @@ def test_blocks_without_addresses_are_not_resized_and_it_is_said():
     pair an allocation with its free: resizing the one and not the other leaked the difference at
     each block (batch x2 read "peak at least 22.4 GiB", 8.6x the recorded 2.60). Not modelled: no
     memory verdict, said; the fit refuses; at factor 1 the recorded events stay."""
-    spec = ShapedSpec(3, 100, 128, 2, ("ln", "softmax"), 2, memory=True)
+    spec = ShapedSpec(4, 100, 128, 2, ("ln", "softmax"), 2, memory=True)
     g, _ = _graph(shaped_program(spec), totals=False)
     assert (g.memory.events.addr < 0).all() and (g.memory.events.total_allocated < 0).all()
-    for what in ("shape:batch=2", "batch:factor=0.5", "seq:factor=2", "hidden:factor=2"):
+    for what in ("shape:batch=2", "batch:factor=0.5", "batch:factor=0.5,batch_size=4", "seq:factor=2", "hidden:factor=2"):
         g2, note = _apply(g, what)
         assert g2.memory is None and "no block addresses" in note and "no memory verdict" in note, (what, note)
     with pytest.raises(NotApplicable, match="no block addresses"):
@@ -275,13 +294,17 @@ def _parts(g, tl=None):
                                  "tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz"])
 def test_batch_on_real_traces_moves_the_activations_not_the_model_state(rel):
     """A new user's try-out (issue 34/32): at batch x1 the peak and parts are the recorded ones (the
-    model state was doubled); x2 keeps the parameters and persistent part (alive across steps,
-    allocated before the trace: not of the batch) and doubles the rest (every block of the step on
-    these traces is a [B, ...] tensor or kept: 2x up to the allocator's 512-byte blocks); x0.5 lowers
-    the peak (it rose: 0.17 vs 0.09 GiB on BERT)."""
+    model state was doubled); x2 and x0.5 keep the parameters and persistent part (alive across
+    steps, allocated before the trace: not of the batch); every other block is scaled by a factor
+    between 1 (kept: workspaces, tensors without the batch) and F (a [B, ...] tensor), rounded up to
+    512-byte blocks, so the rest of the peak is between its recorded size and F times it (1 % for
+    the rounding), and the peak rises. x0.5 (its peak rose: 0.17 vs 0.09 GiB on BERT) is refused:
+    both traced a batch of 1."""
     g = _real(rel)
     base = _parts(g)
-    for f in (1, 2, 0.5):
+    with pytest.raises(NotApplicable, match="traced batch 1 is 0.5 samples, not a whole batch"):
+        _apply(g, "batch:factor=0.5")
+    for f in (1, 2, 3):
         g2, _ = _apply(g, f"batch:factor={f}")
         got = _parts(g2)
         for d, (peak, parts) in base.items():
@@ -292,8 +315,9 @@ def test_batch_on_real_traces_moves_the_activations_not_the_model_state(rel):
             if f == 1:
                 assert (p2, q2) == (peak, parts)
             else:
-                assert abs(rest2 / rest - f) < 0.05 * f, (rel, f, rest, rest2)
-                assert (p2 < peak) == (f < 1)
+                lo, hi = sorted((rest, f * rest))
+                assert lo <= rest2 <= hi * 1.01, (rel, f, rest, rest2)
+                assert p2 > peak, (rel, f)
 
 
 @pytest.mark.slow
@@ -303,7 +327,7 @@ def test_pytorch_18_resnet_gets_no_memory_verdict_at_a_new_batch():
     frees. Now: said, no verdict; the fit refuses; seq/hidden's fit alike."""
     g = _real("kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz")
     assert (g.memory.events.addr[g.memory.events.device >= 0] < 0).all()
-    for f in (2, 0.5):
+    for f in (2, 0.5):  # 64 and 16 of the traced 32
         g2, note = _apply(g, f"batch:factor={f}")
         assert g2.memory is None and "no block addresses" in note
     for spec in ("batch:fit=true", "seq:fit=true,factor=1"):
@@ -319,3 +343,17 @@ def test_an_aliass_fit_keeps_its_factor_on_bert():
     for spec, said in (("seq:fit=true,factor=4", "seq x4, hidden x1"), ("hidden:fit=true,factor=8", "seq x1, hidden x8")):
         _, note = _apply(g, spec)
         assert said in note and "batch fit: the largest batch that fits is" in note, note
+
+
+def test_a_batch_factor_that_makes_no_whole_batch_is_refused():
+    """x0.5 of a traced batch of 1 (H100 BERT, OWLv2) rounded the [1, S, H] tensors to [0, S, H]
+    (one 512-byte block) while the merged [B·S, H] rows halved: OWLv2's rest of the peak went to
+    0.49x, below what halving every block allows. A factor that makes no whole batch is refused,
+    said; one that does (x1/3 of 3) is not."""
+    spec = ShapedSpec(3, 100, 128, 2, ("ln", "softmax"), 1, memory=True)
+    g, _ = _graph(shaped_program(spec))
+    for what in ("batch:factor=0.5", "shape:batch=0.1", "batch:factor=1.5"):
+        with pytest.raises(NotApplicable, match="not a whole batch"):
+            _apply(g, what)
+    g2, _ = _apply(g, "batch:factor=0.3333333333")
+    assert _peaks(g2) == _want(spec, batch=1 / 3)

@@ -392,10 +392,19 @@ _KIND_WORDS = {_ELEMS: "other kind", _AMBIG: "ambiguous", _NONE: "no shapes"}
 
 def _plan_ops(shapes: list, p: dict, weight: list | None = None) -> tuple:
     """Per distinct op (``shapes``, with its kernels' count ``weight``): (how, element factor,
-    reference row, new row), the roles, and each op's new ``Input Dims``."""
+    reference row, new row), the roles, and each op's new ``Input Dims``.
+
+    Raises:
+        NotApplicable: the batch factor makes no whole batch of the inferred one (x0.5 of a
+            traced batch of 1: its ``[1, S, H]`` tensors rounded to ``[0, S, H]``, 512-byte blocks,
+            while the merged ``[B·S, H]`` rows halved), or seq/hidden on images."""
     f = {k: float(p[k]) for k in ("batch", "seq", "hidden")}
     opt_f = f["hidden"] ** 2 * float(p["layers"])
     roles = infer_roles(shapes, p, weight)
+    nb = roles.B * f["batch"]
+    if roles.B > 0 and (round(nb) < 1 or abs(nb - round(nb)) > 1e-6):  # a dimension of B would round to another batch, or 0
+        raise NotApplicable(f"batch x{f['batch']:g} of the traced batch {roles.B} is {nb:g} samples, not a whole batch: "
+                            "give a factor that makes one (or batch_size= where the inferred batch is wrong)")
     if roles.image and (f["seq"] != 1 or f["hidden"] != 1) and p.get("seq_len", 0) <= 0:
         raise NotApplicable("the step's 4-D activations are images [N, C, H, W] (convolutions, norms, pooling): seq= and "
                             "hidden= have no role there (batch= and layers= do; docs/scaling.md, limits)")

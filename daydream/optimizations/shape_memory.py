@@ -20,7 +20,10 @@ on a GPU is resized by what it is, first rule that applies:
    unfused attention's scores ``[B, nh, S, S]`` ×batch·hidden·seq², because their shapes say so.
 3. **A workspace** (kept): a block of no tensor of its op's size freed before its thread's next
    launch after its op's (it lives within the op: cuBLASLt's workspace of ``addmm``, 1 MiB blocks on
-   the H100 BERT trace): its size does not follow the shapes.
+   the H100 BERT trace), or of such a block's size on its device (a workspace held longer: the
+   BLAS handle's workspace has one size, ``CUBLASLT_WORKSPACE_SIZE``, not the shapes'; one of the
+   MI300 BERT trace's 76 MiB hipBLASLt blocks is freed at the step's synchronize): its size does
+   not follow the shapes.
 4. **Otherwise** (inferred, counted in the note): a block of the forward or backward pass × the
    step's activation factor (``batch·seq·hidden``); of the optimizer step × ``hidden²·layers``;
    of another phase (data loading, unmapped) kept as recorded.
@@ -184,6 +187,12 @@ def resized_bytes(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_
     how[t > 0], new[t > 0] = TENSOR, t[t > 0]
     ws = np.zeros(n, bool)  # a workspace: freed before the launch after its op's
     ws[al] = (at[al] >= 0) & (at[fr] >= 0) & (at[fr] <= at[al] + 1) & (ev.pid[fr] == ev.pid[al]) & (ev.tid[fr] == ev.tid[al])
+    ws &= how == KEPT
+    # ... or of such a workspace's size on its device, held longer (the BLAS handle's workspace has
+    # one size, set per handle, not by the shapes: the MI300 BERT trace's 76 MiB hipBLASLt blocks,
+    # one of them freed at the step's synchronize)
+    key = ev.device.astype(np.int64) * (int(ev.bytes.max(initial=0)) + 1) + ev.bytes
+    ws |= alloc & (how == KEPT) & np.isin(key, key[ws])
     rest = alloc & (how == KEPT) & ~ws
     for ph, f in ((FORWARD, f_act), (BACKWARD, f_act), (OPTIMIZER, f_state)):
         m = rest & (phase == ph)
@@ -217,7 +226,7 @@ def shape_memory(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_s
              f"x{f_state:g} (parameters, gradients, optimizer state ~ hidden^2 x layers; with what was allocated before "
              f"the trace: an assumption), {c[INFERRED]:,} blocks by the step factor (inferred: x{f_act:g} in the forward "
              f"and backward, no tensor of their size in their op's shapes), {c[KEPT]:,} kept (workspaces freed within their "
-             "op, other phases, host)")
+             "op or of their size, other phases, host)")
     return mem, words
 
 
