@@ -20,7 +20,7 @@ on a GPU is resized by what it is, first rule that applies:
    unfused attention's scores ``[B, nh, S, S]`` ×batch·hidden·seq², because their shapes say so.
 3. **A workspace** (kept): a block of no tensor of its op's size freed before its thread's next
    launch after its op's (it lives within the op: cuBLASLt's workspace of ``addmm``, 1 MiB blocks on
-   the H100 BERT trace), or of such a block's size on its device (a workspace held longer: the
+   the H100 BERT trace), or of such a block's size (above :data:`BLOCK_BYTES`) on its device (a workspace held longer: the
    BLAS handle's workspace has one size, ``CUBLASLT_WORKSPACE_SIZE``, not the shapes'; one of the
    MI300 BERT trace's 76 MiB hipBLASLt blocks is freed at the step's synchronize): its size does
    not follow the shapes.
@@ -190,9 +190,9 @@ def resized_bytes(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_
     ws &= how == KEPT
     # ... or of such a workspace's size on its device, held longer (the BLAS handle's workspace has
     # one size, set per handle, not by the shapes: the MI300 BERT trace's 76 MiB hipBLASLt blocks,
-    # one of them freed at the step's synchronize)
+    # one of them freed at the step's synchronize); not the allocator's smallest block, any small tensor's
     key = ev.device.astype(np.int64) * (int(ev.bytes.max(initial=0)) + 1) + ev.bytes
-    ws |= alloc & (how == KEPT) & np.isin(key, key[ws])
+    ws |= alloc & (how == KEPT) & (ev.bytes > BLOCK_BYTES) & np.isin(key, key[ws])
     rest = alloc & (how == KEPT) & ~ws
     for ph, f in ((FORWARD, f_act), (BACKWARD, f_act), (OPTIMIZER, f_state)):
         m = rest & (phase == ph)
