@@ -20,8 +20,8 @@ from daydream.graph import build_graph
 from daydream.mapping import map_events
 from daydream.optimizations import parse_spec
 from daydream.optimizations import shape_memory as SM
-from daydream.simulate import simulate
 from daydream.report.memory_fit import memory_summary
+from daydream.simulate import simulate
 from daydream.simulate.memory_replay import replay_memory
 from daydream.testing.emulator import emulate, memory_peaks, to_kineto
 from daydream.testing.emulator.ops import Allocate, Launch, OtherCall, RangeBegin
