@@ -48,6 +48,7 @@ SECTIONS: list[str] = [
     "accuracy_collectives",
     "accuracy_memory",
     "accuracy_shapes",
+    "accuracy_shape_memory",  # memory at a new batch: model state kept, the rest's ratio, the fit
     "accuracy_kernels",  # kernel cost model per op class: leave-one-GPU-out, H100 <-> MI300X
     "accuracy_whatifs",
     "accuracy_findings",  # try-out findings: first launches kept by fusion/cuda-graphs, the nsys launching op

@@ -21,7 +21,9 @@ from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
 from daydream.optimizations import parse_spec
 from daydream.optimizations import shape as SH
+from daydream.report.memory_fit import memory_summary
 from daydream.simulate import simulate
+from daydream.simulate.memory_replay import replay_memory
 from daydream.testing.emulator import emulate, measure_latencies, to_kineto
 from daydream.testing.emulator.shaped import (
     GPU,
@@ -475,6 +477,27 @@ def test_shape_series_on_a_linear_kernel_with_a_floor():
 
 
 # ---------------------------------------------------------------- identity on real traces ------
+def _same_memory_verdict(g, base, g2, tl, name):
+    """What a user reads is the baseline's: each device's peak (with the level before the window:
+    a shape what-if's new level was once added to the recorded one, model state x2 at factor 1),
+    the timeline's "allocated bytes" counter (the replay's level after each event) and each step's
+    peak and parts (the prediction's reserve is not known: no "allocator slack" part)."""
+    r0 = {dm.device: dm for dm in replay_memory(g, base)}
+    r1 = {dm.device: dm for dm in replay_memory(g2, tl)}
+    assert r0.keys() == r1.keys(), name
+    for d, a in r0.items():
+        b = r1[d]
+        assert (b.before_bytes, b.peak_allocated_bytes) == (a.before_bytes, a.peak_allocated_bytes), (name, d)
+        assert np.array_equal(b.allocated_bytes, a.allocated_bytes), (name, d)  # the --timeline counter
+    s0, s1 = memory_summary(g, base), memory_summary(g2, tl)
+    for d0, d1 in zip(s0.devices, s1.devices):
+        assert d1.peak_allocated_bytes == d0.peak_allocated_bytes, (name, d0.device)
+        for t0, t1 in zip(d0.steps, d1.steps):
+            assert t1.peak_allocated_bytes == t0.peak_allocated_bytes, (name, t0.name)
+            assert [(q.name, q.bytes) for q in t1.parts] == [(q.name, q.bytes) for q in t0.parts
+                                                              if q.name != "allocator slack"], (name, t0.name)
+
+
 @pytest.mark.slow
 def test_factor_one_is_the_identity_on_every_real_trace(real_graphs):
     """Every factor 1: each kernel re-costed at its own shapes (the library returns the measured
@@ -504,5 +527,7 @@ def test_factor_one_is_the_identity_on_every_real_trace(real_graphs):
                 mem += 1
             tl = simulate(g2)
             assert np.array_equal(tl.start_ns, base.start_ns) and np.array_equal(tl.end_ns, base.end_ns), (name, spec)
+            if spec.startswith("shape") and g.memory is not None and len(g.memory):
+                _same_memory_verdict(g, base, g2, tl, name)
             done += 1
     assert done >= 20 and mem >= 3

@@ -199,7 +199,8 @@ def changed_events(gm: GraphMemory, cols: dict, anchor_row, offset_ns, at_end, s
     level is recorded (exact), at most down to zero. ``before``: per device, the changed program's
     level before the window (bytes) where the what-if changes it (a shape what-if's parameters),
     replacing the recorded one before ``before_delta`` is added; used only where the recorded level
-    is exact."""
+    is exact. Both keyword-only: one passed by position once landed on the other (a shape what-if's
+    new level was added to the recorded one: model state doubled at factor 1)."""
     ev = gm.events
     o = np.lexsort((np.asarray(seq), np.asarray(group), cols["ts_ns"]))
     cols = {c: np.asarray(a)[o] for c, a in cols.items()}

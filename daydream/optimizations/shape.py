@@ -72,7 +72,7 @@ from . import Optimization, Param, register
 from .dataloader import _aligned, _batches
 from .gpu_upgrade import source_gpu
 from .shape_depth import _Launches, deepen, launches, repeating_block
-from .shape_memory import peak_needs, shape_memory, tensor_blocks
+from .shape_memory import paired_blocks, peak_needs, shape_memory, tensor_blocks
 
 #: ``Input type`` -> the cost library's storage precision
 _DTYPE = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "double": "fp32",
@@ -392,10 +392,19 @@ _KIND_WORDS = {_ELEMS: "other kind", _AMBIG: "ambiguous", _NONE: "no shapes"}
 
 def _plan_ops(shapes: list, p: dict, weight: list | None = None) -> tuple:
     """Per distinct op (``shapes``, with its kernels' count ``weight``): (how, element factor,
-    reference row, new row), the roles, and each op's new ``Input Dims``."""
+    reference row, new row), the roles, and each op's new ``Input Dims``.
+
+    Raises:
+        NotApplicable: the batch factor makes no whole batch of the inferred one (x0.5 of a
+            traced batch of 1: its ``[1, S, H]`` tensors rounded to ``[0, S, H]``, 512-byte blocks,
+            while the merged ``[B·S, H]`` rows halved), or seq/hidden on images."""
     f = {k: float(p[k]) for k in ("batch", "seq", "hidden")}
     opt_f = f["hidden"] ** 2 * float(p["layers"])
     roles = infer_roles(shapes, p, weight)
+    nb = roles.B * f["batch"]
+    if roles.B > 0 and (round(nb) < 1 or abs(nb - round(nb)) > 1e-6):  # a dimension of B would round to another batch, or 0
+        raise NotApplicable(f"batch x{f['batch']:g} of the traced batch {roles.B} is {nb:g} samples, not a whole batch: "
+                            "give a factor that makes one (or batch_size= where the inferred batch is wrong)")
     if roles.image and (f["seq"] != 1 or f["hidden"] != 1) and p.get("seq_len", 0) <= 0:
         raise NotApplicable("the step's 4-D activations are images [N, C, H, W] (convolutions, norms, pooling): seq= and "
                             "hidden= have no role there (batch= and layers= do; docs/scaling.md, limits)")
@@ -572,6 +581,13 @@ def _apply(graph, p):
         words.append("memory not predicted for a new depth (the repeated layers' allocations are not copied): "
                      "no memory verdict for this prediction")
         g = dataclasses.replace(g, memory=None)
+    elif g.memory is not None and len(g.memory) and not paired_blocks(g.memory):
+        if (p["batch"], p["seq"], p["hidden"]) == (1, 1, 1):  # nothing to resize: the recorded events
+            words.append("memory as recorded (every factor 1; the allocator's GPU events have no block addresses: "
+                         "another factor gets no memory verdict)")
+        else:
+            words.append(_UNPAIRED + ": no memory verdict for this prediction")
+            g = dataclasses.replace(g, memory=None)
     elif g.memory is not None and len(g.memory) and info["plan"] is not None:
         mem, said = _memory(graph, g.memory, p, info["plan"])
         g = dataclasses.replace(g, memory=mem)
@@ -580,6 +596,11 @@ def _apply(graph, p):
 
 
 # ------------------------------------------------------------------------------- memory ------
+#: why a trace's allocator events are not resized (docs/memory.md, "shape")
+_UNPAIRED = ("memory not predicted at the new shapes: the allocator's GPU events have no block addresses (PyTorch < 1.10), "
+             "so an allocation cannot be paired with its free (resizing one without the other would leak)")
+
+
 def _op_blocks(plan) -> tuple[np.ndarray, list]:
     """(per node, the op index its launch call launched, -1 none (:func:`~.shape_memory.resized_bytes`
     takes each event's next launch call's); per op, its
@@ -627,13 +648,16 @@ def fit_batch(graph, p: dict) -> tuple[dict, str]:
     what ``b + 1`` would need). Binary search: the peak grows with the batch.
 
     Raises:
-        NotApplicable: no allocator events, no shapes, an unknown batch or capacity, a new depth,
-            or batch 1 does not fit.
+        NotApplicable: no allocator events, events without block addresses (PyTorch < 1.10:
+            :func:`~.shape_memory.paired_blocks`), no shapes, an unknown batch or capacity, a new
+            depth, or batch 1 does not fit.
     """
     if graph.memory is None or not len(graph.memory):
         raise NotApplicable("batch fit needs the allocator's events: record with torch.profiler(profile_memory=True)")
     if p["layers"] != 1:
         raise NotApplicable("batch fit: memory is not predicted for a new depth (layers=1 with fit=true)")
+    if not paired_blocks(graph.memory):
+        raise NotApplicable("batch fit: " + _UNPAIRED)
     L = launches(graph)
     has = L.shape >= 0
     w = np.bincount(L.shape[has], minlength=len(L.shapes)).tolist()
@@ -735,7 +759,8 @@ def _alias(name: str, key: str, typ=float):
     def apply(graph, p):
         q = {k: v.default for k, v in _SHAPE_PARAMS.items()}
         q.update({k: v for k, v in p.items() if k != "factor"})
-        q[key] = p["factor"] if not q.get("fit") else 1.0
+        # fit=true searches the batch at the other factors as given (--list-opts): only batch's own factor is the fit's
+        q[key] = 1.0 if q.get("fit") and key == "batch" else p["factor"]
         return _apply(graph, q)
 
     params = {k: v for k, v in _SHAPE_PARAMS.items() if k not in ("batch", "seq", "hidden", "layers")}

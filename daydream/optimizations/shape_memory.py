@@ -20,7 +20,10 @@ on a GPU is resized by what it is, first rule that applies:
    unfused attention's scores ``[B, nh, S, S]`` ×batch·hidden·seq², because their shapes say so.
 3. **A workspace** (kept): a block of no tensor of its op's size freed before its thread's next
    launch after its op's (it lives within the op: cuBLASLt's workspace of ``addmm``, 1 MiB blocks on
-   the H100 BERT trace): its size does not follow the shapes.
+   the H100 BERT trace), or of such a block's size (above :data:`BLOCK_BYTES`) on its device (a workspace held longer: the
+   BLAS handle's workspace has one size, ``CUBLASLT_WORKSPACE_SIZE``, not the shapes'; one of the
+   MI300 BERT trace's 76 MiB hipBLASLt blocks is freed at the step's synchronize): its size does
+   not follow the shapes.
 4. **Otherwise** (inferred, counted in the note): a block of the forward or backward pass × the
    step's activation factor (``batch·seq·hidden``); of the optimizer step × ``hidden²·layers``;
    of another phase (data loading, unmapped) kept as recorded.
@@ -28,6 +31,8 @@ on a GPU is resized by what it is, first rule that applies:
 Sizes are the allocator's blocks: a request rounded up to :data:`BLOCK_BYTES` (PyTorch's
 CUDACachingAllocator ``kMinBlockSize``, c10/cuda/CUDACachingAllocator.cpp). A scaled block whose
 recorded size is a multiple of it is rounded up again. Host memory (device −1) is kept.
+The rules need every GPU event's block address (:func:`paired_blocks`); the caller
+(``shape._apply``) drops the memory verdict of a trace without them, and says so.
 """
 
 from __future__ import annotations
@@ -117,6 +122,15 @@ def _by_tensor(ev, cand: np.ndarray, op: np.ndarray, blocks: list) -> np.ndarray
     return out
 
 
+def paired_blocks(gm) -> bool:
+    """Whether every GPU allocator event of ``gm`` has a block address (PyTorch >= 1.10's ``Addr``):
+    the rules resize an allocation and its free together, which needs them paired
+    (:func:`~daydream.graph.memory_part.block_pairs`); without addresses a resized allocation's
+    free would keep its recorded size and the level would drift by the difference each time."""
+    ev = gm.events
+    return bool((ev.addr[ev.device >= 0] >= 0).all())
+
+
 def _span(graph) -> tuple[int, int]:
     """(first step's recorded start, last step's recorded end), ns; the whole trace without steps."""
     steps = graph.facts.steps if graph.facts is not None else ()
@@ -173,6 +187,12 @@ def resized_bytes(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_
     how[t > 0], new[t > 0] = TENSOR, t[t > 0]
     ws = np.zeros(n, bool)  # a workspace: freed before the launch after its op's
     ws[al] = (at[al] >= 0) & (at[fr] >= 0) & (at[fr] <= at[al] + 1) & (ev.pid[fr] == ev.pid[al]) & (ev.tid[fr] == ev.tid[al])
+    ws &= how == KEPT
+    # ... or of such a workspace's size on its device, held longer (the BLAS handle's workspace has
+    # one size, set per handle, not by the shapes: the MI300 BERT trace's 76 MiB hipBLASLt blocks,
+    # one of them freed at the step's synchronize); not the allocator's smallest block, any small tensor's
+    key = ev.device.astype(np.int64) * (int(ev.bytes.max(initial=0)) + 1) + ev.bytes
+    ws |= alloc & (how == KEPT) & (ev.bytes > BLOCK_BYTES) & np.isin(key, key[ws])
     rest = alloc & (how == KEPT) & ~ws
     for ph, f in ((FORWARD, f_act), (BACKWARD, f_act), (OPTIMIZER, f_state)):
         m = rest & (phase == ph)
@@ -206,7 +226,7 @@ def shape_memory(graph, gm, call_op: np.ndarray, blocks: list, f_act: float, f_s
              f"x{f_state:g} (parameters, gradients, optimizer state ~ hidden^2 x layers; with what was allocated before "
              f"the trace: an assumption), {c[INFERRED]:,} blocks by the step factor (inferred: x{f_act:g} in the forward "
              f"and backward, no tensor of their size in their op's shapes), {c[KEPT]:,} kept (workspaces freed within their "
-             "op, other phases, host)")
+             "op or of their size, other phases, host)")
     return mem, words
 
 
