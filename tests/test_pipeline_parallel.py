@@ -67,6 +67,87 @@ def test_schedule_model_equals_the_emulated_job(pl):
         assert sum(waits) == model.bubble_ns[s]
 
 
+@st.composite
+def interleaved_pipelines(draw):
+    """Interleaved jobs: 2-4 ranks, 2-3 chunks each, ``M`` a multiple of ``S`` (Megatron's rule)."""
+    S = draw(st.integers(2, 4))
+    V = draw(st.integers(2, 3))
+    M = S * draw(st.integers(1, 3))
+    t = st.integers(1_000, 200_000)
+    fwd = draw(st.lists(t, min_size=S * V, max_size=S * V))
+    bwd = draw(st.lists(t, min_size=S * V, max_size=S * V))
+    p2p = draw(st.lists(st.integers(0, 50_000), min_size=S, max_size=S))
+    L = draw(st.integers(0, 20_000))
+    G = draw(st.integers(0, L))
+    call = draw(st.integers(0, 30_000))
+    return fwd, bwd, p2p, M, "interleaved", {"call_ns": call, "launch_latency_ns": L, "gpu_gap_ns": G, "chunks": V}
+
+
+@pytest.mark.slow
+@settings(max_examples=45, deadline=None, derandomize=True)
+@given(interleaved_pipelines())
+def test_interleaved_schedule_model_equals_the_emulated_job(pl):
+    """Every item's start and end, the step and each rank's bubble of the interleaved schedule (V
+    chunks per rank, the wrap link from the last rank to the first) equal the job emulator's run."""
+    test_schedule_model_equals_the_emulated_job.hypothesis.inner_test(pl)
+
+
+@pytest.mark.parametrize("S,V,M", [(2, 2, 2), (2, 3, 4), (3, 2, 3), (4, 2, 8), (4, 3, 4), (4, 4, 12), (5, 2, 10)])
+def test_interleaved_equal_chunks_idle_the_papers_bubble(S, V, M):
+    """Derived from the schedule (Narayanan et al. SC 2021 §2.2.2): with a rank's micro-batch of
+    forward ``V f`` and backward ``V b`` cut into ``V`` equal chunks (``f``, ``b`` each), no
+    transfer and no host cost, each rank computes ``V M (f + b)``. The last rank's first forward
+    waits for chunk 0 of micro-batch 0 on ranks ``0..S-2`` (``(S-1) f``), rank 0's last backward
+    for chunk 0's gradient from ranks ``S-1..1`` (``(S-1) b``); the schedule adds no other stall,
+    so every rank idles ``(S-1)(f+b)``, the paper's bubble ``(S-1)(t_f + t_b)/V`` of a rank's
+    micro-batch ``t = V (f + b)``, and the step is ``(V M + S - 1)(f + b)``: an idle fraction
+    ``(S-1)/(V M + S - 1)`` (the paper's ``(S-1)/(V M)`` is relative to the ideal ``V M (f + b)``)."""
+    f, b = 3_000, 7_000
+    r = run_schedule([f] * (S * V), [b] * (S * V), [0] * S, M, "interleaved", chunks=V)
+    assert r.idle_ns.tolist() == [(S - 1) * (f + b)] * S
+    assert r.step_ns == (V * M + S - 1) * (f + b)
+    assert r.bubble_fraction == pytest.approx((S - 1) / (V * M + S - 1))
+    assert r.bubble_fraction == pytest.approx(ideal_bubble_fraction(S, M, V))
+    one = run_schedule([V * f] * S, [V * b] * S, [0] * (S - 1), M, "1f1b")
+    assert one.idle_ns.tolist() == [V * x for x in r.idle_ns.tolist()]  # the bubble shrinks V-fold
+
+
+@pytest.mark.parametrize("S,M", [(1, 1), (2, 3), (4, 8), (5, 2)])
+def test_interleaved_one_chunk_is_1f1b(S, M):
+    for s in range(S):
+        assert stage_order(S, M, "interleaved", s, 1) == stage_order(S, M, "1f1b", s)
+    fwd, bwd, p2p = list(range(1_000, 1_000 + S)), list(range(5_000, 5_000 + S)), [700] * (S - 1)
+    a = run_schedule(fwd, bwd, p2p, M, "interleaved", chunks=1, call_ns=300, launch_latency_ns=900)
+    b = run_schedule(fwd, bwd, p2p, M, "1f1b", call_ns=300, launch_latency_ns=900)
+    assert a.step_ns == b.step_ns and a.bubble_ns.tolist() == b.bubble_ns.tolist()
+
+
+@pytest.mark.parametrize("S,M,V", [(3, 4, 2), (4, 6, 2), (1, 4, 2), (2, 3, 3)])
+def test_interleaved_refuses_micro_batches_not_a_multiple_of_stages(S, M, V):
+    with pytest.raises(ValueError, match="multiple of S"):
+        stage_order(S, M, "interleaved", 0, V)
+
+
+@pytest.mark.parametrize("S,M,V", [(2, 2, 2), (3, 6, 3), (4, 8, 2), (4, 4, 3)])
+def test_interleaved_orders_hold_every_chunk_micro_batch_once_and_links_agree(S, M, V):
+    from daydream.optimizations.pipeline_schedule import megatron_compute_order
+    orders = [stage_order(S, M, "interleaved", s, V) for s in range(S)]
+    for s, o in enumerate(orders):
+        f = [x for k, x in o if k == FWD]
+        b = [x for k, x in o if k == BWD]
+        assert sorted(f) == sorted(b) == list(range(V * M))
+        assert all(o.index((FWD, x)) < o.index((BWD, x)) for x in range(V * M))
+        # Megatron's warm-up: (S-s-1) 2 + (V-1) S forwards before the first backward
+        first_b = [k for k, _ in o if k != P2P].index(BWD)
+        assert first_b == min((S - s - 1) * 2 + (V - 1) * S, V * M) + (1 if V * M > (S - s - 1) * 2 + (V - 1) * S else 0)
+        # chunk order: micro-batches in groups of S, depth-first through the chunks
+        assert f[:S * V] == [v * M + i for v in range(V) for i in range(S)][:len(f[:S * V])]
+        assert megatron_compute_order(S, M, V, s)[0] == [(k, x) for k, x in o if k != P2P]
+    for link in range(S):  # the wrap link S-1 joins the last rank and the first
+        n = [sum(k == P2P and x == link for k, x in orders[q]) for q in (link, (link + 1) % S)]
+        assert n[0] == n[1] > 0
+
+
 @pytest.mark.parametrize("sched", SCHEDULES)
 @pytest.mark.parametrize("S,M", [(1, 1), (1, 4), (2, 1), (2, 4), (4, 4), (4, 8), (8, 3), (5, 16)])
 def test_equal_stages_idle_the_ideal_bubble(sched, S, M):
