@@ -199,7 +199,7 @@ def test_job_report_bubble_equals_the_schedules(tmp_path, sched):
 
 
 # ---------------------------------------------------------------- the pp what-if on a trace ------
-_ITEM = re.compile(r"^pp stage (\d+) (forward|backward) micro-batch (\d+) ")
+_ITEM = re.compile(r"^pp stage (\d+)(?: chunk (\d+))? (forward|backward) micro-batch (\d+) ")
 _XCH = re.compile(r"^ncclDevKernel_SendRecv pp link (\d+)-\d+ exchange (\d+) ")
 
 
@@ -212,23 +212,41 @@ def test_pp_graph_runs_the_pipeline_the_emulator_runs(step, S, M, sched, act):
     job emulator gives the stages' programs (given the plan's per-micro-batch times): one offset,
     the instant the pipeline starts."""
     assume(len(step.layers) >= S)
+    _graph_runs_the_emulated_pipeline(step, S, M, sched, act, 1)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(layered_steps(max_layers=6), st.sampled_from([(2, 2), (2, 3), (3, 2)]), st.integers(1, 3), st.integers(1, 1 << 24))
+def test_pp_interleaved_graph_runs_the_pipeline_the_emulator_runs(step, SV, m, act):
+    """As above for ``schedule=interleaved``: the layers cut into ``S V`` chunks, every chunk's
+    items and every exchange (the wrap link too) at the job emulator's times."""
+    S, V = SV
+    assume(len(step.layers) >= S * V)
+    _graph_runs_the_emulated_pipeline(step, S, S * m, "interleaved", act, V)
+
+
+def _graph_runs_the_emulated_pipeline(step, S, M, sched, act, V):
     g = _graph(emulate(step.program()))
-    opt, params = parse_spec(f"pp:stages={S},microbatches={M},schedule={sched},act_bytes={act},bandwidth=nvlink3")
+    opt, params = parse_spec(f"pp:stages={S},microbatches={M},schedule={sched},chunks={V},act_bytes={act},bandwidth=nvlink3")
     pl = plan(g, params)
     g2, note = opt.apply(g, params)
     tl = simulate(g2)
     names = g2.node_names()
     fs, bs = pl["stage_ns"][0]
+    assert len(fs) == S * V and len(pl["p2p"]) == (S if V > 1 else S - 1)
     G = int(g.gpu_gap_ns)
-    job = emulate_job(pipeline_job(fs, bs, pl["p2p"], M, sched, launch_latency_ns=G, gpu_gap_ns=G))
+    job = emulate_job(pipeline_job(fs, bs, pl["p2p"], M, sched, launch_latency_ns=G, gpu_gap_ns=G, chunks=V))
     t0 = job.runs[0].program.t0_ns
     emu, pred = {}, {}
+    n_links = S if V > 1 else S - 1
     for s, run in enumerate(job.runs):
         for t in run.tasks:
             if t.name.startswith("pp_"):
-                _, kind, mb = t.name.split("_")
-                emu[(s, "forward" if kind == "fwd" else "backward", int(mb))] = (t.start_ns - t0, t.end_ns - t0)
-        if s < S - 1:  # the exchanges of link s: rank s's collectives in group pp_link_s, in order
+                _, kind, x = t.name.split("_")
+                v, mb = divmod(int(x), M) if V > 1 else (None, int(x))
+                emu[(s, v, "forward" if kind == "fwd" else "backward", mb)] = (t.start_ns - t0, t.end_ns - t0)
+        if s < n_links:  # the exchanges of link s: rank s's collectives in group pp_link_s, in order
             coll = job.collective_tasks(s)
             arr = job.rank_arrivals(s)
             k = 0
@@ -240,10 +258,14 @@ def test_pp_graph_runs_the_pipeline_the_emulator_runs(step, S, M, sched, act):
         m = _ITEM.match(nm) or _XCH.match(nm)
         if m is None:
             continue
-        key = (int(m.group(1)), m.group(2), int(m.group(3))) if m.re is _ITEM else ("x", int(m.group(1)), int(m.group(2)))
+        if m.re is _ITEM:
+            key = (int(m.group(1)), None if m.group(2) is None else int(m.group(2)), m.group(3), int(m.group(4)))
+        else:
+            key = ("x", int(m.group(1)), int(m.group(2)))
         pred[key] = (int(tl.start_ns[i]), int(tl.end_ns[i]))
     assert set(pred) == set(emu), note
-    off = pred[(0, "forward", 0)][0] - emu[(0, "forward", 0)][0]
+    k0 = (0, 0 if V > 1 else None, "forward", 0)
+    off = pred[k0][0] - emu[k0][0]
     assert {k: (a - off, b - off) for k, (a, b) in pred.items()} == emu, note
     # the step's end (the final stream synchronize) waits for the pipeline's flush
     assert int(tl.end_ns.max()) >= max(b for _, b in pred.values())
@@ -360,7 +382,7 @@ def test_pp_pipelines_every_profiler_step():
 
 
 # ---------------------------------------------------------------- per-stage memory ------
-def _stage_memory_case(step, S, M, sched, state):
+def _stage_memory_case(step, S, M, sched, state, V=1):
     """(prediction per stage GPU: (peak, step peaks), the emulator's run of the stages' programs
     with the allocations the pipeline's semantics make, note)."""
     import dataclasses
@@ -374,17 +396,17 @@ def _stage_memory_case(step, S, M, sched, state):
         th = dataclasses.replace(th, ops=[Allocate(state, addr=0x100000), HostWork(1_000), *th.ops])
     prog = dataclasses.replace(prog, threads=[th])
     g = _graph(emulate(prog))
-    opt, params = parse_spec(f"pp:stages={S},microbatches={M},schedule={sched},act_bytes=4096,bandwidth=nvlink3")
+    opt, params = parse_spec(f"pp:stages={S},microbatches={M},schedule={sched},chunks={V},act_bytes=4096,bandwidth=nvlink3")
     pl = plan(g, params)
     g2, note = opt.apply(g, params)
     pred = {dm.device: (dm.peak_allocated_bytes, [s.allocated_bytes for s in dm.steps]) for dm in replay_memory(g2, simulate(g2))
             if dm.device >= 0}
-    # the semantics: stage s runs layers [b[s], b[s+1]); a micro-batch's forward allocates each of its ops' tensors at
-    # 1/M (ceil): the activation, the temporary (freed after the op's launch), the layer's output (its last op's)
+    # the semantics: chunk s (rank s % S) runs layers [b[s], b[s+1]); a micro-batch's forward allocates each of its
+    # ops' tensors at 1/M (ceil): the activation, the temporary (freed after the op's launch), the layer's output
     b = pl["bounds"]
     c = (lambda x: -(-x // M))
     fwd_mem, rec = [], []
-    for s in range(S):
+    for s in range(S * V):
         ev = []
         for i in range(int(b[s]), int(b[s + 1])):
             for j, op in enumerate(step.layers[i]):
@@ -399,10 +421,11 @@ def _stage_memory_case(step, S, M, sched, state):
         rec.append(sum(op.fwd_kernel_ns for i in range(int(b[s]), int(b[s + 1])) for op in step.layers[i]))
     if not sum(rec):
         rec = np.diff(b).tolist()
+    rec = [sum(rec[s::S]) for s in range(S)]  # a rank's chunks
     state_s = [state * int(x) // int(sum(rec)) for x in rec]
     fs, bs = pl["stage_ns"][0]
     job = emulate_job(pipeline_job(fs, bs, pl["p2p"], M, sched, state_bytes=state_s, fwd_mem=fwd_mem,
-                                   call_ns=1_000))
+                                   call_ns=1_000, chunks=V))
     emu = {}
     for s, run in enumerate(job.runs):
         pk = memory_peaks(run, ("ProfilerStep#1",)).get(0, (0, [0]))
@@ -424,6 +447,20 @@ def test_pp_stage_peaks_equal_the_emulated_stages(step, S, M, sched, state):
     assert pred == emu, note
 
 
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(layered_steps(max_layers=6), st.sampled_from([(2, 2), (2, 3), (3, 2)]), st.integers(1, 3),
+       st.sampled_from([0, 1 << 20, 12_345_678]))
+def test_pp_interleaved_stage_peaks_equal_the_emulated_stages(step, SV, m, state):
+    """As above for ``schedule=interleaved``: each rank's forward of chunk ``v`` allocates that
+    chunk's layers' tensors at 1/M and its backward frees them; every rank's peak and step peak
+    equal the job emulator's."""
+    S, V = SV
+    assume(len(step.layers) >= S * V)
+    pred, emu, note = _stage_memory_case(step, S, S * m, "interleaved", state, V)
+    assert pred == emu, note
+
+
 def test_pp_stage_memory_holds_the_schedules_micro_batches():
     """Four equal one-op layers of 1 MiB activations, no temporaries, 4 stages of 8 micro-batches:
     1F1B holds min(S-s, M) = 4/3/2/1 micro-batches of 128 KiB (+ the layer output's 1/8), GPipe 8 on every stage."""
@@ -435,3 +472,20 @@ def test_pp_stage_memory_holds_the_schedules_micro_batches():
         pred, emu, note = _stage_memory_case(step, 4, 8, sched, 4 << 20)
         assert pred == emu, note
         assert [pred[d][0] for d in sorted(pred)] == [(1 << 20) + h * mb for h in held], note
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("pp:stages=4,microbatches=6,schedule=interleaved,chunks=2,act_bytes=4096", "multiple of stages"),
+    ("pp:stages=2,microbatches=4,schedule=1f1b,chunks=2,act_bytes=4096", "needs schedule=interleaved"),
+])
+def test_pp_interleaved_bad_spec_exits_2_with_one_line(spec, needle, capsys):
+    """Megatron refuses an interleaved run whose micro-batches are not a multiple of the stages;
+    ``chunks`` without the interleaved schedule is a mistake: one line, exit 2, no traceback."""
+    from pathlib import Path
+
+    from daydream.cli import main
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "train_step.json.gz"
+    code = main([str(fixture), "--opt", spec])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0]
