@@ -429,7 +429,7 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     what = f"{sched}, {V} chunks per rank (model chunk v*{S}+s on rank s)" if V > 1 else sched
     note = (f"{S}-stage pipeline, {M} micro-batches, {what} ({len(steps)} step(s)): {'chunks' if V > 1 else 'stages'} cut at units "
             f"{'/'.join(str(int(x)) for x in bounds[1:-1])} of {n_units} ({'given' if p['cuts'] else 'balanced forward time'}); "
-            f"per micro-batch forward {'/'.join(f'{x / 1e3:,.1f}' for x in fs0)} us, backward "
+            f"per micro-batch{' and model chunk' if V > 1 else ''} forward {'/'.join(f'{x / 1e3:,.1f}' for x in fs0)} us, backward "
             f"{'/'.join(f'{x / 1e3:,.1f}' for x in bs0)} us (backward by the stages' forward share, inferred); "
             f"{pl['how']}; the first step's pipeline {r0.step_ns / 1e6:,.3f} ms of GPU time, bubble (waits at send/recv) per stage "
             f"{'/'.join(f'{x / 1e6:,.3f}' for x in r0.bubble_ns)} ms, idle {r0.bubble_fraction:.1%} of the step "
