@@ -489,3 +489,13 @@ def test_pp_interleaved_bad_spec_exits_2_with_one_line(spec, needle, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize("S,V,M", [(2, 2, 2), (2, 3, 4), (4, 2, 8), (4, 3, 4), (5, 2, 15)])
+def test_interleaved_activations_held(S, V, M):
+    """Megatron's order holds, at its peak, its warm-up forwards ``w = (S-s-1) 2 + (V-1) S`` plus
+    the first steady-state forward (each pair then backwards one), all ``V M`` when ``w >= V M``:
+    chunk-micro-batches (rank 0 at S=4, V=2, M=8: 11 of 1/2 a stage's each, vs 1F1B's 4 whole)."""
+    r = run_schedule([1] * (S * V), [1] * (S * V), [0] * S, M, "interleaved", chunks=V)
+    want = [min((S - s - 1) * 2 + (V - 1) * S + 1, V * M) for s in range(S)]
+    assert r.held.tolist() == want
