@@ -499,3 +499,15 @@ def test_interleaved_activations_held(S, V, M):
     r = run_schedule([1] * (S * V), [1] * (S * V), [0] * S, M, "interleaved", chunks=V)
     want = [min((S - s - 1) * 2 + (V - 1) * S + 1, V * M) for s in range(S)]
     assert r.held.tolist() == want
+
+
+@pytest.mark.slow
+def test_interleaved_orders_agree_and_never_deadlock():
+    """The claim of docs/distributed.md: for 2-6 ranks, 2-4 chunks and M up to 3S, the two ranks of
+    every link agree on its exchanges' order (``interleaved_orders`` raises otherwise) and the
+    schedule runs to the end (``run_schedule`` raises on a deadlock), every rank idling the bubble."""
+    for S in range(2, 7):
+        for V in range(2, 5):
+            for M in (S, 2 * S, 3 * S):
+                r = run_schedule([5] * (S * V), [9] * (S * V), [0] * S, M, "interleaved", chunks=V)
+                assert r.idle_ns.tolist() == [(S - 1) * 14] * S
