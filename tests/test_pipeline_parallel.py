@@ -511,3 +511,22 @@ def test_interleaved_orders_agree_and_never_deadlock():
             for M in (S, 2 * S, 3 * S):
                 r = run_schedule([5] * (S * V), [9] * (S * V), [0] * S, M, "interleaved", chunks=V)
                 assert r.idle_ns.tolist() == [(S - 1) * 14] * S
+
+
+@pytest.mark.slow
+def test_job_report_bubble_equals_the_interleaved_schedules(tmp_path):
+    """As ``test_job_report_bubble_equals_the_schedules`` for 3 ranks of 2 chunks each (the wrap
+    link's group joins ranks 2 and 0): the job report's bubble, compute and transfer per rank
+    equal the schedule model's."""
+    from daydream.job import analyze_job
+    fwd = [100_000, 140_000, 90_000, 80_000, 120_000, 60_000]
+    bwd = [200_000, 260_000, 170_000, 150_000, 230_000, 120_000]
+    p2p, M = [12_000, 9_000, 15_000], 6
+    kw = {"call_ns": 2_000, "launch_latency_ns": 5_000, "gpu_gap_ns": 1_000, "chunks": 2}
+    model = run_schedule(fwd, bwd, p2p, M, "interleaved", **kw)
+    job = emulate_job(pipeline_job(fwd, bwd, p2p, M, "interleaved", p2p_bytes=4 << 20, **kw))
+    res = analyze_job(write_job(job, tmp_path))
+    assert [x.bubble_ns for x in res.report.idle] == model.bubble_ns.tolist()
+    assert [x.peer_wait_ns for x in res.report.idle] == [0, 0, 0]
+    assert [x.compute_ns for x in res.report.idle] == model.busy_ns.tolist()
+    assert [x.transfer_ns for x in res.report.idle] == model.transfer_ns.tolist()
