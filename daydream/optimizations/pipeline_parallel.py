@@ -1,7 +1,11 @@
-"""``pp:stages=S,microbatches=M,schedule=1f1b|gpipe``: what if the model's layers were cut into
-``S`` pipeline stages, one GPU each, and each step ran ``M`` micro-batches through them?
-(GPipe, Huang et al., NeurIPS 2019; PipeDream-Flush / 1F1B as Megatron-LM runs it, Narayanan et
-al., SC 2021, §2.2.)
+"""``pp:stages=S,microbatches=M,schedule=1f1b|gpipe|interleaved,chunks=V``: what if the model's
+layers were cut into ``S`` pipeline stages, one GPU each, and each step ran ``M`` micro-batches
+through them? (GPipe, Huang et al., NeurIPS 2019; PipeDream-Flush / 1F1B as Megatron-LM runs it,
+Narayanan et al., SC 2021, §2.2; interleaved, §2.2.2: the units cut into ``S V`` model chunks at
+balanced forward time, chunk ``c`` on rank ``c mod S``, each chunk's times as a stage's below, an
+exchange per link costed at the largest activation among the cuts it carries, the wrap link from
+the last rank to the first; ``M`` must be a multiple of ``S``: :class:`UsageError` otherwise,
+exit 2; :mod:`.pipeline_schedule`.)
 
 **Stages.** The forward kernels of each step in launch order, grouped into **units**: the
 mapping's block (the outermost repeated module, as ``tp`` finds it) where the trace has repeated
