@@ -459,7 +459,7 @@ register(Optimization(
             "chunks": Param(1, "model chunks per rank for schedule=interleaved (Megatron's "
                             "virtual_pipeline_model_parallel_size; user's what-if); 1: 1f1b", int,
                             lambda v: 1 <= v <= 64, "1 to 64"),
-            "cuts": Param("", "first unit (block or layer, 0-based) of stages 1..S-1, separated by '/'; empty: "
+            "cuts": Param("", "first unit (block or layer, 0-based) of stages 1..S-1 (interleaved: of chunks 1..S*V-1), separated by '/'; empty: "
                           "balanced forward time", str),
             "act_bytes": Param(0, "bytes sent between stages per micro-batch and direction (user's what-if); 0: from the shapes", int,
                                lambda v: v >= 0, ">= 0"),
