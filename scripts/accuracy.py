@@ -53,6 +53,7 @@ SECTIONS: list[str] = [
     "accuracy_whatifs",
     "accuracy_findings",  # try-out findings: first launches kept by fusion/cuda-graphs, the nsys launching op
     "accuracy_parallelism",  # fsdp, zero, tp, pp on every trace: predict or say why (issue 35)
+    "accuracy_pipeline_interleaved",  # pp:schedule=interleaved: model vs emulator, the bubble, DLRM (issue 35)
 ]
 
 

@@ -12,7 +12,8 @@ stages replace (sizes in bytes):
 * **Its backward of a micro-batch** frees that micro-batch's blocks still alive (the activations:
   freed in the traced backward or later, docs/memory.md's breakdown). So the stage holds, at its
   peak, ``activations held x`` its per-micro-batch activations: 1F1B ``min(S-s, M)`` micro-batches,
-  GPipe ``M`` (:func:`.pipeline_schedule.activations_held`).
+  GPipe ``M`` (:func:`.pipeline_schedule.activations_held`). Interleaved (``V`` chunks per rank):
+  the forward of chunk ``v`` replays the events of that chunk's units, its backward frees them.
 * **Model state** (the level before the window, blocks allocated outside every step and not freed
   in the trace, and the largest step's gradient and optimizer-state blocks,
   :func:`.memory_rules.block_classes`): held from before the window, the stage's share being its
@@ -43,24 +44,31 @@ from .memory_rules import _size, block_classes, edit_events
 from .pipeline_schedule import BWD, FWD
 
 
-def stage_events(fwd_bytes: np.ndarray, fwd_block: np.ndarray, order: list, M: int) -> tuple[np.ndarray, np.ndarray]:
+def stage_events(fwd_bytes, fwd_block, order: list, M: int) -> tuple[np.ndarray, np.ndarray]:
     """One stage's events of a step in program order: per ``(FWD, i)`` item the forward's events
     (``fwd_bytes``: signed bytes in recorded order; ``fwd_block``: the block id of each, paired
     allocation and free share it) at ``ceil(|b| / M)``, per ``(BWD, i)`` the frees of micro-batch
-    ``i``'s blocks still alive. Returns (signed bytes, micro-batch) per event."""
-    b = np.asarray(fwd_bytes, np.int64)
-    blk = np.asarray(fwd_block, np.int64)
-    mb_bytes = np.sign(b) * (-(-np.abs(b) // M))
-    # blocks alive after the forward: allocated in it and not freed in it
-    live = {}
-    for x, k in zip(mb_bytes.tolist(), blk.tolist()):  # one stage's forward events: tens to thousands
-        if x > 0:
-            live[k] = live.get(k, 0) + x
-        elif k in live:
-            live[k] += x
-    alive = np.array([v for v in live.values() if v > 0], np.int64)
+    ``i``'s blocks still alive. Interleaved (``fwd_bytes``, ``fwd_block``: lists, one array per
+    local chunk ``v``): item ``x = v M + i`` replays chunk ``v``'s events. Returns (signed bytes,
+    item ``x``) per event."""
+    if isinstance(fwd_bytes, np.ndarray) or not len(fwd_bytes) or np.isscalar(fwd_bytes[0]):
+        fwd_bytes, fwd_block = [fwd_bytes], [fwd_block]
+    per_chunk = []
+    for fb, fk in zip(fwd_bytes, fwd_block):  # chunks: a few
+        b = np.asarray(fb, np.int64)
+        blk = np.asarray(fk, np.int64)
+        mb_bytes = np.sign(b) * (-(-np.abs(b) // M))
+        # blocks alive after the forward: allocated in it and not freed in it
+        live = {}
+        for x, k in zip(mb_bytes.tolist(), blk.tolist()):  # one stage's forward events: tens to thousands
+            if x > 0:
+                live[k] = live.get(k, 0) + x
+            elif k in live:
+                live[k] += x
+        per_chunk.append((mb_bytes, np.array([v for v in live.values() if v > 0], np.int64)))
     out, mbs = [], []
     for kind, i in order:  # the stage's items: hundreds
+        mb_bytes, alive = per_chunk[i // M if len(per_chunk) > 1 else 0]
         if kind == FWD:
             out.append(mb_bytes)
             mbs.append(np.full(len(mb_bytes), i))
@@ -72,16 +80,17 @@ def stage_events(fwd_bytes: np.ndarray, fwd_block: np.ndarray, order: list, M: i
     return np.concatenate(out), np.concatenate(mbs)
 
 
-def stage_memory(graph, g, steps, units, bounds, runs, M: int) -> tuple[object, str]:
+def stage_memory(graph, g, steps, units, bounds, runs, M: int, V: int = 1) -> tuple[object, str]:
     """``g`` (the ``pp`` graph) with one GPU per stage and its allocator events (module docstring).
-    ``steps``/``units``/``bounds`` from :func:`.pipeline_parallel.plan`; ``runs``: per step its
-    :class:`.pipeline_schedule.PipelineRun`. Unchanged where the graph has no memory events on the
-    stages' GPU."""
+    ``steps``/``units``/``bounds`` from :func:`.pipeline_parallel.plan` (``bounds``: ``S V + 1``
+    chunk boundaries when interleaved with ``V`` chunks per rank, chunk ``c`` on rank ``c mod S``);
+    ``runs``: per step its :class:`.pipeline_schedule.PipelineRun`. Unchanged where the graph has
+    no memory events on the stages' GPU."""
     gm = graph.memory
     if gm is None or not len(gm):
         return g, "memory: no allocator events (no per-stage peak)"
     ev = gm.events
-    S = len(bounds) - 1
+    S = (len(bounds) - 1) // V
     dev = int(graph.device[steps[0][0][0]])
     on = np.flatnonzero(ev.device == dev)
     if not len(on):
@@ -93,8 +102,8 @@ def stage_memory(graph, g, steps, units, bounds, runs, M: int) -> tuple[object, 
     al, fr = block_pairs(ev, on)
     block = np.arange(ne, dtype=np.int64)
     block[fr] = al
-    state, exact, state_s, share, state_blocks = _model_state(graph, gm, on, dev, steps, units, bounds)
-    stage_of_unit = np.searchsorted(bounds, np.arange(int(bounds[-1])), "right") - 1
+    chunk_of_unit = np.searchsorted(bounds, np.arange(int(bounds[-1])), "right") - 1
+    state, exact, state_s, share, state_blocks = _model_state(graph, gm, on, dev, steps, units, chunk_of_unit % S, S)
     ids = sorted({int(d) for d in ev.devices()} | {int(x) for x in np.unique(graph.device[graph.device >= 0])})
     stage_dev = [dev] + [max(ids) + s for s in range(1, S)]
     # the events replaced: every event of the stages' GPU
@@ -105,12 +114,12 @@ def stage_memory(graph, g, steps, units, bounds, runs, M: int) -> tuple[object, 
     for (fk, bk), u, r, (w0, w1) in zip(steps, units, runs, win):  # steps: a few
         calls = graph.launch[fk]
         call_ts = np.where(calls >= 0, graph.rec_start_ns[np.maximum(calls, 0)], graph.rec_start_ns[fk])
-        sid, fwd_ev, ev_stage = _forward_events(graph, gm, on, block, al, fr, fk, bk, u, stage_of_unit, call_ts, (w0, w1))
+        sid, fwd_ev, ev_chunk = _forward_events(graph, gm, on, block, al, fr, fk, bk, u, chunk_of_unit, call_ts, (w0, w1))
         n_fwd += len(fwd_ev)
         anchor = int(graph.row[calls[0]]) if calls[0] >= 0 else -1
         for s in range(S):  # stages: a few
-            sel = fwd_ev[ev_stage == s]
-            b, _ = stage_events(ev.bytes[sel], block[sel], r.orders[s], M)
+            sel = [fwd_ev[ev_chunk == v * S + s] for v in range(V)]
+            b, _ = stage_events([ev.bytes[x] for x in sel], [block[x] for x in sel], r.orders[s], M)
             kk = len(b)
             if not kk:
                 continue
@@ -137,13 +146,12 @@ def stage_memory(graph, g, steps, units, bounds, runs, M: int) -> tuple[object, 
     return dataclasses.replace(g, memory=mem, devices=devices), note
 
 
-def _model_state(graph, gm, on, dev: int, steps, units, bounds):
+def _model_state(graph, gm, on, dev: int, steps, units, stage_of_unit, S: int):
     """(model state bytes, level before exact?, (S,) each stage's share (floor), (S,) the shares,
     allocation events of the state's blocks): the level before the window, the blocks allocated
     outside every step and not freed in the trace, the largest step's gradient and optimizer-state
     blocks; shared by the stages' recorded forward time (their units' share where none)."""
     ev = gm.events
-    S = len(bounds) - 1
     before, exact = level_before(ev, on)
     a, f, grad, opt = block_classes(gm)
     a_on = ev.device[a] == dev
@@ -151,11 +159,10 @@ def _model_state(graph, gm, on, dev: int, steps, units, bounds):
     per_step = np.bincount(np.maximum(gm.step[a[a_on & (grad | opt)]], 0), weights=ev.bytes[a[a_on & (grad | opt)]])
     state = before + int(ev.bytes[a[persistent]].sum()) + (int(per_step.max()) if len(per_step) else 0)
     rec = np.zeros(S, np.float64)
-    stage_of_unit = np.searchsorted(bounds, np.arange(int(bounds[-1])), "right") - 1
     for (fk, _), u in zip(steps, units):
         rec += np.bincount(stage_of_unit[u], weights=graph.dur_ns[fk], minlength=S)
     if not rec.sum():  # no forward time recorded: the stages' share of units
-        rec = np.diff(bounds).astype(np.float64)
+        rec = np.bincount(stage_of_unit, minlength=S).astype(np.float64)
     tot = int(rec.sum())
     state_s = np.array([state * int(x) // tot for x in rec.astype(np.int64).tolist()], np.int64)
     return state, exact, state_s, rec / rec.sum(), a[(grad | opt | persistent) & a_on]

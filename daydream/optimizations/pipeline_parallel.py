@@ -1,7 +1,11 @@
-"""``pp:stages=S,microbatches=M,schedule=1f1b|gpipe``: what if the model's layers were cut into
-``S`` pipeline stages, one GPU each, and each step ran ``M`` micro-batches through them?
-(GPipe, Huang et al., NeurIPS 2019; PipeDream-Flush / 1F1B as Megatron-LM runs it, Narayanan et
-al., SC 2021, §2.2.)
+"""``pp:stages=S,microbatches=M,schedule=1f1b|gpipe|interleaved,chunks=V``: what if the model's
+layers were cut into ``S`` pipeline stages, one GPU each, and each step ran ``M`` micro-batches
+through them? (GPipe, Huang et al., NeurIPS 2019; PipeDream-Flush / 1F1B as Megatron-LM runs it,
+Narayanan et al., SC 2021, §2.2; interleaved, §2.2.2: the units cut into ``S V`` model chunks at
+balanced forward time, chunk ``c`` on rank ``c mod S``, each chunk's times as a stage's below, an
+exchange per link costed at the largest activation among the cuts it carries, the wrap link from
+the last rank to the first; ``M`` must be a multiple of ``S``: :class:`UsageError` otherwise,
+exit 2; :mod:`.pipeline_schedule`.)
 
 **Stages.** The forward kernels of each step in launch order, grouped into **units**: the
 mapping's block (the outermost repeated module, as ``tp`` finds it) where the trace has repeated
@@ -229,11 +233,15 @@ def _items(orders: list) -> list[tuple]:
 
 
 def insert_pipeline(graph: TaskGraph, first: int, last: int, stage_lanes: list[int], link_lanes: list[int],
-                    run: PipelineRun, fwd_ns, bwd_ns, p2p_ns, p2p_bytes) -> tuple[TaskGraph, np.ndarray]:
+                    run: PipelineRun, fwd_ns, bwd_ns, p2p_ns, p2p_bytes, M: int = 1) -> tuple[TaskGraph, np.ndarray]:
     """Insert one step's pipeline (module docstring) between the anchors ``first`` and ``last``
     (GPU task node ids): every stage's first item waits for ``first``, ``last`` for every stage's
-    last item. Returns (new graph, the inserted tasks' ids)."""
+    last item. ``fwd_ns``/``bwd_ns`` per stage, or per model chunk ``v S + s`` when
+    ``len(fwd_ns) > S`` (interleaved; ``M`` decodes its items). Returns (new graph, the inserted
+    tasks' ids)."""
     n = graph.n
+    S = len(run.orders)
+    V = len(fwd_ns) // S
     items = _items(run.orders)
     node_of: dict[tuple[int, int], int] = {}  # (stage, item) -> inserted index
     lane, dur, names, preds, succs = [], [], [], [], []
@@ -241,10 +249,12 @@ def insert_pipeline(graph: TaskGraph, first: int, last: int, stage_lanes: list[i
     for t, it in enumerate(items):  # the step's items: hundreds
         if it[0] == "c":
             _, s, j = it
-            kind, mb = run.orders[s][j]
+            kind, x = run.orders[s][j]
             lane.append(stage_lanes[s])
-            d = fwd_ns[s] if kind == FWD else bwd_ns[s]
-            names.append(f"pp stage {s} {'forward' if kind == FWD else 'backward'} micro-batch {mb} (inserted)")
+            v, mb = (x // M, x % M) if V > 1 else (0, x)
+            d = fwd_ns[v * S + s] if kind == FWD else bwd_ns[v * S + s]
+            ch = f" chunk {v}" if V > 1 else ""
+            names.append(f"pp stage {s}{ch} {'forward' if kind == FWD else 'backward'} micro-batch {mb} (inserted)")
             if prev[s] is None:
                 preds.append((t, first))
             elif items[prev[s]][0] == "x":
@@ -255,7 +265,7 @@ def insert_pipeline(graph: TaskGraph, first: int, last: int, stage_lanes: list[i
             _, link, k, a, b = it
             lane.append(link_lanes[link])
             d = p2p_ns[link]
-            names.append(f"ncclDevKernel_SendRecv pp link {link}-{link + 1} exchange {k} ({int(p2p_bytes[link])} B, inserted)")
+            names.append(f"ncclDevKernel_SendRecv pp link {link}-{(link + 1) % S} exchange {k} ({int(p2p_bytes[link])} B, inserted)")
             for s, _ in (a, b):
                 preds.append((t, first if prev[s] is None else n + prev[s]))
                 prev[s] = t
@@ -289,6 +299,24 @@ def p2p_ns(graph: TaskGraph, p: dict, act: np.ndarray) -> tuple[np.ndarray, str]
     return np.asarray(t, np.int64), f"{net.intra.name} ({link_how}" + (f"; {by_fit} costed by {fit_how}" if fit is not None else "") + ")"
 
 
+def chunks_of(p: dict) -> int:
+    """``V``: the model chunks per rank (``chunks=``; 1 unless ``schedule=interleaved``).
+
+    Raises:
+        UsageError: ``chunks >= 2`` with another schedule, or interleaved with ``chunks >= 2`` and
+            ``microbatches`` not a multiple of ``stages`` (Megatron's requirement).
+    """
+    S, M, V = int(p["stages"]), int(p["microbatches"]), int(p.get("chunks", 1))
+    if V > 1 and p["schedule"] != "interleaved":
+        raise UsageError(f"--opt pp: chunks={V} needs schedule=interleaved (got schedule={p['schedule']})")
+    if p["schedule"] != "interleaved" or S == 1:
+        return 1
+    if V > 1 and M % S:
+        raise UsageError(f"--opt pp: schedule=interleaved needs microbatches a multiple of stages (Megatron's "
+                         f"requirement); got microbatches={M}, stages={S}")
+    return V
+
+
 def plan(graph: TaskGraph, p: dict) -> dict:
     """The pipeline of each step (module docstring), for ``stages >= 2``.
 
@@ -303,6 +331,8 @@ def plan(graph: TaskGraph, p: dict) -> dict:
             stages, no activation size, no link known. UsageError: bad ``cuts``.
     """
     S, M = int(p["stages"]), int(p["microbatches"])
+    V = chunks_of(p)
+    C = S * V  # model chunks (stages when V = 1); chunk c on rank c % S
     mp = graph.mapping
     if mp is None or not (mp.layer_id >= 0).any():
         raise NotApplicable("the trace has no layer mapping (module annotations): the stages cannot be cut at layers")
@@ -329,29 +359,34 @@ def plan(graph: TaskGraph, p: dict) -> dict:
     unit_ns = np.zeros(n_units, np.float64)
     for (f, _), u in zip(steps, units):
         np.add.at(unit_ns, u, graph.dur_ns[f])
-    bounds = _given_cuts(p["cuts"], S, n_units) if p["cuts"] else cut_units(unit_ns, S)
-    stage_of_unit = np.searchsorted(bounds, np.arange(n_units), "right") - 1
+    if V > 1 and n_units < C:
+        raise NotApplicable(f"{n_units} forward units (blocks or layers) cannot make {S} stages x {V} chunks")
+    bounds = _given_cuts(p["cuts"], C, n_units) if p["cuts"] else cut_units(unit_ns, C)
+    stage_of_unit = np.searchsorted(bounds, np.arange(n_units), "right") - 1  # the model chunk
     described = _described(graph, p.get("gpu", ""))
     # send/recv bytes per micro-batch at each cut
     if p["act_bytes"] > 0:
-        act = np.full(S - 1, int(p["act_bytes"]), np.int64)
+        act = np.full(C - 1, int(p["act_bytes"]), np.int64)
         act_how = "given"
     else:
         f0, u0 = steps[0][0], units[0]
-        last = np.array([f0[np.nonzero(u0 < bounds[k])[0][-1]] for k in range(1, S)], np.int64)
+        last = np.array([f0[np.nonzero(u0 < bounds[k])[0][-1]] for k in range(1, C)], np.int64)
         ob = _act_bytes(graph, last, described)
         if (ob < 0).any():
             raise NotApplicable("the activation size at a stage cut is not known (the last forward kernel before it has no "
                                 "shapes the kernel-cost library describes): give pp:act_bytes=BYTES per micro-batch")
         act = np.maximum(ob // M, 1)
         act_how = "from the shapes of the last forward kernel before each cut, / M"
+    if V > 1:  # link l carries cuts l, l + S, ...; the last link (the wrap) cuts S-1, 2S-1, ...
+        act = np.array([act[np.arange(link, C - 1, S)].max() for link in range(S)], np.int64)
+        act_how += "; per link the largest of its cuts"
     p2p, link_how = p2p_ns(graph, p, act)
     stage_ns, by_lib = [], 0
     for (f, bw), u in zip(steps, units):
-        rec = np.bincount(stage_of_unit[u], weights=graph.dur_ns[f], minlength=S)
+        rec = np.bincount(stage_of_unit[u], weights=graph.dur_ns[f], minlength=C)
         t_mb, nl = microbatch_ns(graph, f, M, described)
         by_lib += nl
-        fs = np.bincount(stage_of_unit[u], weights=t_mb, minlength=S)
+        fs = np.bincount(stage_of_unit[u], weights=t_mb, minlength=C)
         # backward: the step's, by the stages' forward share, at the forward's micro-batch efficiency
         bs = float(graph.dur_ns[bw].sum()) * fs / max(rec.sum(), 1.0)
         stage_ns.append((np.rint(fs).astype(np.int64), np.rint(bs).astype(np.int64)))
@@ -364,6 +399,7 @@ def plan(graph: TaskGraph, p: dict) -> dict:
 
 def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     S, M, sched = int(p["stages"]), int(p["microbatches"]), p["schedule"]
+    V = chunks_of(p)
     if S == 1:
         return graph, f"one stage: no pipeline (the baseline; {plural(M, 'micro-batch', 'micro-batches')} of the same total work)"
     pl = plan(graph, p)
@@ -373,7 +409,8 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     dev = int(graph.device[steps[0][0][0]])
     pid = int(graph.lane_keys[graph.lane[steps[0][0][0]]][1])
     base = int(graph.stream[graph.node_kind != 0].max()) + 1
-    g, _, lanes = add_lanes(g, streams=[{"pid": pid, "device": dev, "stream": base + i} for i in range(2 * S - 1)])
+    n_links = S if V > 1 else S - 1
+    g, _, lanes = add_lanes(g, streams=[{"pid": pid, "device": dev, "stream": base + i} for i in range(S + n_links)])
     stage_lanes, link_lanes = lanes[:S], lanes[S:]
     drop = np.zeros(graph.n, bool)
     anchors, runs = [], pl["stage_ns"]
@@ -388,20 +425,22 @@ def _apply(graph: TaskGraph, p) -> tuple[TaskGraph, str]:
     G = int(graph.gpu_gap_ns)
     out_runs = []
     for (a, b), (fs, bs) in zip(anchors, runs):
-        r = run_schedule(fs, bs, p2p, M, sched, gpu_gap_ns=G)
+        r = run_schedule(fs, bs, p2p, M, sched, gpu_gap_ns=G, chunks=V)
         out_runs.append(r)
-        g, _ = insert_pipeline(g, int(new_id[a]), int(new_id[b]), stage_lanes, link_lanes, r, fs, bs, p2p, act)
-    g, mem_note = stage_memory(graph, g, steps, pl["units"], bounds, out_runs, M)
+        g, _ = insert_pipeline(g, int(new_id[a]), int(new_id[b]), stage_lanes, link_lanes, r, fs, bs, p2p, act, M)
+    g, mem_note = stage_memory(graph, g, steps, pl["units"], bounds, out_runs, M, V)
     r0 = out_runs[0]
     fs0, bs0 = runs[0]
-    note = (f"{S}-stage pipeline, {plural(M, 'micro-batch', 'micro-batches')}, {sched} ({len(steps)} step(s)): stages cut at units "
+    what = f"{sched}, {V} chunks per rank (model chunk v*{S}+s on rank s)" if V > 1 else sched
+    note = (f"{S}-stage pipeline, {plural(M, 'micro-batch', 'micro-batches')}, {what} ({len(steps)} step(s)): {'chunks' if V > 1 else 'stages'} cut at units "
             f"{'/'.join(str(int(x)) for x in bounds[1:-1])} of {n_units} ({'given' if p['cuts'] else 'balanced forward time'}); "
-            f"per micro-batch forward {'/'.join(f'{x / 1e3:,.1f}' for x in fs0)} us, backward "
+            f"per micro-batch{' and model chunk' if V > 1 else ''} forward {'/'.join(f'{x / 1e3:,.1f}' for x in fs0)} us, backward "
             f"{'/'.join(f'{x / 1e3:,.1f}' for x in bs0)} us (backward by the stages' forward share, inferred); "
             f"{pl['how']}; the first step's pipeline {r0.step_ns / 1e6:,.3f} ms of GPU time, bubble (waits at send/recv) per stage "
             f"{'/'.join(f'{x / 1e6:,.3f}' for x in r0.bubble_ns)} ms, idle {r0.bubble_fraction:.1%} of the step "
-            f"(ideal for equal stages (S-1)/(M+S-1) = {ideal_bubble_fraction(S, M):.1%}); activations held per stage "
-            f"{'/'.join(str(int(x)) for x in r0.held)} micro-batches (1/{M} of the step's each); "
+            f"(ideal for equal stages (S-1)/({'V*' if V > 1 else ''}M+S-1) = {ideal_bubble_fraction(S, M, V):.1%}); "
+            f"activations held per stage {'/'.join(str(int(x)) for x in r0.held)} "
+            f"{'chunk-micro-batches (each 1/' + str(M) + ' of its chunk' + chr(39) + 's step activations)' if V > 1 else 'micro-batches (1/' + str(M) + ' of the step' + chr(39) + 's each)'}; "
             f"{sum(sum(k == P2P for k, _ in o) for o in r0.orders) // 2} exchanges a step; "
             f"{int(drop.sum()) + 2 * len(steps)} forward/backward kernels folded into the pipeline (2 a step kept as 0-ns anchors); "
             f"{mem_note}")
@@ -415,9 +454,13 @@ register(Optimization(
                             lambda v: 1 <= v <= 256, "1 to 256"),
             "microbatches": Param(8, "micro-batches per step (GPipe's M; Megatron's num_microbatches; user's what-if)", int,
                                   lambda v: 1 <= v <= 4096, "1 to 4096"),
-            "schedule": Param("1f1b", "1f1b (PipeDream-Flush, Megatron's default) or gpipe", str,
-                              lambda v: v in SCHEDULES, "1f1b or gpipe"),
-            "cuts": Param("", "first unit (block or layer, 0-based) of stages 1..S-1, separated by '/'; empty: "
+            "schedule": Param("1f1b", "1f1b (PipeDream-Flush, Megatron's default), gpipe, or interleaved (1F1B over "
+                              "`chunks` model chunks per rank; Narayanan et al. SC 2021 §2.2.2)", str,
+                              lambda v: v in SCHEDULES, "1f1b, gpipe or interleaved"),
+            "chunks": Param(1, "model chunks per rank for schedule=interleaved (Megatron's "
+                            "virtual_pipeline_model_parallel_size; user's what-if); 1: 1f1b", int,
+                            lambda v: 1 <= v <= 64, "1 to 64"),
+            "cuts": Param("", "first unit (block or layer, 0-based) of stages 1..S-1 (interleaved: of chunks 1..S*V-1), separated by '/'; empty: "
                           "balanced forward time", str),
             "act_bytes": Param(0, "bytes sent between stages per micro-batch and direction (user's what-if); 0: from the shapes", int,
                                lambda v: v >= 0, ">= 0"),

@@ -14,6 +14,21 @@ exchange on link ``l`` (between stages ``l`` and ``l + 1``) that both stages tak
   exist (first and last stage). The k-th exchange on a link is the same one on both of its stages
   (the orders agree, as Megatron's must: NCCL would deadlock otherwise).
 
+- **Interleaved** (Narayanan et al., SC 2021, §2.2.2, Fig. 4 bottom; Megatron's
+  ``forward_backward_pipelining_with_interleaving``): the model is cut into ``S V`` chunks, rank
+  ``s`` holding chunks ``s, s + S, ..., s + (V-1) S`` (``V`` = ``chunks``, Megatron's
+  ``virtual_pipeline_model_parallel_size``); ``M`` must be a multiple of ``S``. The forward and
+  backward items are Megatron's order (:func:`megatron_compute_order`: ``(S-s-1) 2 + (V-1) S``
+  warm-up forwards, 1F1B pairs, cool-down backwards; micro-batches in groups of ``S`` depth-first
+  through the chunks). The exchanges (:func:`interleaved_orders`) join consecutive chunks: link
+  ``l`` between ranks ``l`` and ``l+1``, and the **wrap** link ``S-1`` from the last rank's chunk
+  ``v`` to the first rank's chunk ``v+1``; each message sits at Megatron's communication points
+  (after each warm-up forward, each steady-state pair, each cool-down backward), the messages of a
+  link between the same two points fused into one exchange. What differs from Megatron: its
+  ``_communicate`` posts the sends and receives to both neighbours of a point as one NCCL group
+  (concurrently); here a rank takes part in a point's exchanges one after the other, in link order.
+  ``chunks=1`` is 1F1B.
+
 **Timing** (one GPU stream per stage, the CUDA semantics of :mod:`daydream.testing.emulator`):
 each stage's host launches its items back to back from ``t0``, each call taking ``call_ns``; an
 item is ready ``L`` after its call starts and starts at ``max(ready, end of the stage's previous
@@ -23,33 +38,44 @@ an exchange at once; both are the same bytes). Each stage's **bubble** is its ti
 exchanges for the other stage (``max start - own start``); its **idle** is the step minus its
 compute and transfers. With equal stages (``f + b`` a micro-batch), no transfer and no host cost,
 every stage idles ``(S-1)(f+b)`` of a step of ``(M+S-1)(f+b)``: the bubble fraction
-``(S-1)/(M+S-1)`` (GPipe §2.3; Narayanan et al. §2.2.1), for both schedules.
+``(S-1)/(M+S-1)`` (GPipe §2.3; Narayanan et al. §2.2.1), for both schedules; interleaved with
+``V`` equal chunks of ``(f+b)/V``: ``(S-1)(f+b)/V`` of ``(M + (S-1)/V)(f+b)``, the fraction
+``(S-1)/(V M + S - 1)`` (§2.2.2).
 
 **Memory**: activations held on stage ``s`` = the most micro-batches forwarded and not yet
-backwarded along its order: ``M`` for GPipe, ``min(S-s, M)`` for 1F1B.
+backwarded along its order: ``M`` for GPipe, ``min(S-s, M)`` for 1F1B; interleaved: chunk-micro-
+batches (each ``1/V`` of a stage's micro-batch when the chunks are equal).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-SCHEDULES = ("1f1b", "gpipe")
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
 
 #: item kinds of a stage's order
 FWD, BWD, P2P = 0, 1, 2
 
 
-def stage_order(S: int, M: int, schedule: str, s: int) -> list[tuple[int, int]]:
-    """Stage ``s``'s items in issue order: ``(FWD, micro-batch)``, ``(BWD, micro-batch)`` or
-    ``(P2P, link)`` (module docstring).
+def stage_order(S: int, M: int, schedule: str, s: int, chunks: int = 1) -> list[tuple[int, int]]:
+    """Stage ``s``'s items in issue order: ``(FWD, x)``, ``(BWD, x)`` or ``(P2P, link)`` (module
+    docstring); ``x`` the micro-batch, for ``interleaved`` ``v M + i``: micro-batch ``i`` of the
+    rank's local chunk ``v`` (model chunk ``v S + s``; :func:`item_chunk`). ``interleaved`` with
+    ``chunks=1`` is ``1f1b`` (Megatron's non-interleaved path).
 
     Raises:
-        ValueError: an unknown schedule, or ``s`` outside ``0..S-1``, or ``M < 1``.
+        ValueError: an unknown schedule, ``s`` outside ``0..S-1``, ``M < 1``, ``chunks < 1``, or
+            interleaved (``chunks >= 2``) with ``S < 2`` or ``M`` not a multiple of ``S``.
     """
-    if schedule not in SCHEDULES or not 0 <= s < S or M < 1:
-        raise ValueError(f"bad pipeline: schedule={schedule!r}, stage {s} of {S}, {M} micro-batches")
+    if schedule not in SCHEDULES or not 0 <= s < S or M < 1 or chunks < 1:
+        raise ValueError(f"bad pipeline: schedule={schedule!r}, stage {s} of {S}, {M} micro-batches, {chunks} chunks")
+    if schedule == "interleaved" and chunks > 1:
+        return list(interleaved_orders(S, M, chunks)[s])
+    if schedule == "interleaved":
+        schedule = "1f1b"
     up = [(P2P, s - 1)] if s > 0 else []
     down = [(P2P, s)] if s < S - 1 else []
     out: list[tuple[int, int]] = []
@@ -70,6 +96,101 @@ def stage_order(S: int, M: int, schedule: str, s: int) -> list[tuple[int, int]]:
     for i in range(w):
         out += down + [(BWD, r + i)] + up
     return out
+
+
+def item_chunk(x: int, M: int) -> tuple[int, int]:
+    """A compute item's ``x`` (:func:`stage_order`) as (local chunk, micro-batch)."""
+    return x // M, x % M
+
+
+def megatron_compute_order(S: int, M: int, V: int, s: int) -> tuple[list[tuple[int, int]], list[int]]:
+    """Rank ``s``'s forward/backward items of the interleaved schedule as Megatron-LM's
+    ``forward_backward_pipelining_with_interleaving`` issues them, and its communication points.
+
+    Of ``T = M V`` chunk-micro-batches, ``w = min((S-s-1) 2 + (V-1) S, T)`` warm-up forwards, then
+    ``T - w`` pairs (forward ``w + k``, backward ``k``), then the cool-down backwards; the ``k``-th
+    forward runs local chunk ``(k mod S V) // S`` (the ``k``-th backward ``V - 1 -`` that) on
+    micro-batch ``(k // S V) S + k mod S`` (``get_model_chunk_id``: groups of ``S`` micro-batches
+    depth-first through the chunks). Points (indices into the items, 0 the start): where Megatron
+    calls ``_communicate``: before the first item, after each warm-up forward, after each
+    (forward, backward) pair, after each cool-down backward.
+
+    Returns:
+        (items ``(FWD|BWD, v M + i)``, sorted point indices).
+    """
+    T = M * V
+    w = min((S - s - 1) * 2 + (V - 1) * S, T)
+
+    def item(kind: int, k: int) -> tuple[int, int]:
+        c = (k % (S * V)) // S
+        return kind, (c if kind == FWD else V - 1 - c) * M + (k // (S * V)) * S + k % S
+
+    items: list[tuple[int, int]] = []
+    points = [0]
+    for k in range(w):
+        items.append(item(FWD, k))
+        points.append(len(items))
+    for k in range(T - w):
+        items += [item(FWD, w + k), item(BWD, k)]
+        points.append(len(items))
+    for k in range(T - w, T):
+        items.append(item(BWD, k))
+        points.append(len(items))
+    return items, sorted(set(points))
+
+
+@functools.lru_cache(maxsize=64)
+def interleaved_orders(S: int, M: int, V: int) -> tuple[list[tuple[int, int]], ...]:
+    """Every rank's items of the interleaved schedule (module docstring, "Interleaved"): Megatron's
+    compute order (:func:`megatron_compute_order`) with the exchanges between consecutive model
+    chunks at its communication points.
+
+    Model chunk ``c = v S + s`` is rank ``s``'s local chunk ``v``; cut ``c`` (chunk ``c`` to
+    ``c + 1``) is on link ``c mod S`` (link ``l`` joins ranks ``l`` and ``l + 1``, link ``S - 1``
+    the last rank and the first: the wrap). Each activation (and gradient) is sent at the
+    producer's first point after its item and received at the consumer's last point before its
+    item; the messages of a link between the same two points are one exchange (fused, both
+    directions at once, as Megatron's ``send_forward_backward_recv_forward_backward``); a link's
+    exchanges run in the order of their points, which is the same on both ranks (checked: raises
+    otherwise); at a point a rank takes part in its exchanges in link order.
+
+    Raises:
+        ValueError: ``S < 2``, ``V < 2``, ``M`` not a multiple of ``S`` (Megatron's requirement), or
+            the two ranks of a link disagree on its exchanges' order.
+    """
+    if S < 2 or V < 2 or M < 1 or M % S:
+        raise ValueError(f"interleaved needs S >= 2 stages, V >= 2 chunks and micro-batches a multiple of S; "
+                         f"got S={S}, V={V}, M={M}")
+    comp = [megatron_compute_order(S, M, V, s) for s in range(S)]
+    pos = [{it: j for j, it in enumerate(items)} for items, _ in comp]
+    pts = [np.asarray(p, np.int64) for _, p in comp]
+    xch: dict[tuple[int, int, int], int] = {}  # (link, point on rank l, point on rank l+1) -> messages
+    for c in range(S * V - 1):  # cuts x micro-batches: thousands at most
+        a, b, va, vb = c % S, (c + 1) % S, c // S, (c + 1) // S
+        for i in range(M):
+            for pr, pit, cr, cit in ((a, (FWD, va * M + i), b, (FWD, vb * M + i)),
+                                     (b, (BWD, vb * M + i), a, (BWD, va * M + i))):
+                p_send = int(pts[pr][np.searchsorted(pts[pr], pos[pr][pit] + 1)])
+                p_recv = int(pts[cr][np.searchsorted(pts[cr], pos[cr][cit], "right") - 1])
+                key = (a, p_send, p_recv) if pr == a else (a, p_recv, p_send)
+                xch[key] = xch.get(key, 0) + 1
+    at: list[dict[int, list[int]]] = [{} for _ in range(S)]  # per rank: point -> links, one per exchange
+    for link in range(S):
+        ks = sorted((lo, hi) for (l_, lo, hi) in xch if l_ == link)
+        if [h for _, h in ks] != sorted(h for _, h in ks):
+            raise ValueError(f"the ranks of link {link} disagree on its exchanges' order (S={S}, M={M}, V={V})")
+        for lo, hi in ks:
+            at[link].setdefault(lo, []).append(link)
+            at[(link + 1) % S].setdefault(hi, []).append(link)
+    out = []
+    for s, (items, _) in enumerate(comp):
+        o: list[tuple[int, int]] = []
+        for j in range(len(items) + 1):
+            o += [(P2P, link) for link in sorted(at[s].get(j, []))]
+            if j < len(items):
+                o.append(items[j])
+        out.append(o)
+    return tuple(out)
 
 
 def activations_held(order: list[tuple[int, int]]) -> int:
@@ -113,20 +234,23 @@ class PipelineRun:
         return float(self.idle_ns.mean() / self.step_ns) if self.step_ns else 0.0
 
 
-def ideal_bubble_fraction(S: int, M: int) -> float:
-    """``(S-1)/(M+S-1)``: the idle fraction of each stage's step for equal stages without
-    transfers (GPipe §2.3)."""
-    return (S - 1) / (M + S - 1)
+def ideal_bubble_fraction(S: int, M: int, V: int = 1) -> float:
+    """``(S-1)/(V M+S-1)``: the idle fraction of each stage's step for equal stages (equal chunks)
+    without transfers (GPipe §2.3; interleaved with ``V`` chunks: Narayanan et al. SC 2021 §2.2.2,
+    whose ``(S-1)/(V M)`` is the bubble over the ideal time instead of over the step)."""
+    return (S - 1) / (V * M + S - 1)
 
 
 def run_schedule(fwd_ns, bwd_ns, p2p_ns, M: int, schedule: str, *, call_ns: int = 0, launch_latency_ns: int = 0,
-                 gpu_gap_ns: int = 0) -> PipelineRun:
+                 gpu_gap_ns: int = 0, chunks: int = 1) -> PipelineRun:
     """Time one step of the pipeline (module docstring).
 
     Args:
-        fwd_ns, bwd_ns: (S,) ns, one micro-batch's forward / backward on each stage.
-        p2p_ns: (S-1,) ns, an exchange's transfer on each link.
-        M: micro-batches. schedule: "1f1b" or "gpipe".
+        fwd_ns, bwd_ns: (S,) ns, one micro-batch's forward / backward on each stage; interleaved
+            with ``chunks = V >= 2``: (S V,) per model chunk ``v S + s`` (rank ``s``'s chunk ``v``).
+        p2p_ns: (S-1,) ns, an exchange's transfer on each link; interleaved: (S,), the last the
+            wrap link (last rank to first).
+        M: micro-batches. schedule: "1f1b", "gpipe" or "interleaved"; chunks: ``V``.
         call_ns: each launch call's host time; launch_latency_ns, gpu_gap_ns: ``L`` and ``G``.
 
     Returns:
@@ -138,10 +262,13 @@ def run_schedule(fwd_ns, bwd_ns, p2p_ns, M: int, schedule: str, *, call_ns: int 
     fwd = np.asarray(fwd_ns, np.int64)
     bwd = np.asarray(bwd_ns, np.int64)
     p2p = np.asarray(p2p_ns, np.int64)
-    S = len(fwd)
-    if len(bwd) != S or len(p2p) != max(S - 1, 0) or S < 1:
-        raise ValueError(f"need S forward and backward times and S-1 link times, got {len(fwd)}, {len(bwd)}, {len(p2p)}")
-    orders = [stage_order(S, M, schedule, s) for s in range(S)]
+    V = int(chunks) if schedule == "interleaved" else 1
+    S = len(fwd) // V
+    n_links = S if V > 1 else max(S - 1, 0)
+    if len(fwd) != S * V or len(bwd) != S * V or len(p2p) != n_links or S < 1:
+        raise ValueError(f"need {V} x S forward and backward times and {'S' if V > 1 else 'S-1'} link times, "
+                         f"got {len(fwd)}, {len(bwd)}, {len(p2p)}")
+    orders = [stage_order(S, M, schedule, s, V) for s in range(S)]
     start = [np.zeros(len(o), np.int64) for o in orders]
     end = [np.zeros(len(o), np.int64) for o in orders]
     nxt = [0] * S
@@ -165,7 +292,8 @@ def run_schedule(fwd_ns, bwd_ns, p2p_ns, M: int, schedule: str, *, call_ns: int 
                 nxt[s] += 1
                 progress = True
                 if kind != P2P:
-                    d = int(fwd[s] if kind == FWD else bwd[s])
+                    c = (x // M) * S + s
+                    d = int(fwd[c] if kind == FWD else bwd[c])
                     start[s][j], end[s][j] = st, st + d
                     busy[s] += d
                     last_end[s] = st + d

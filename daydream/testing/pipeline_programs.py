@@ -25,31 +25,35 @@ def link_group(link: int) -> str:
 
 
 def pipeline_job(fwd_ns, bwd_ns, p2p_ns, M: int, schedule: str, *, call_ns: int = 0, launch_latency_ns: int = 0,
-                 gpu_gap_ns: int = 0, p2p_bytes: int = 0, state_bytes=None, fwd_mem=None) -> list[Program]:
+                 gpu_gap_ns: int = 0, p2p_bytes: int = 0, state_bytes=None, fwd_mem=None, chunks: int = 1) -> list[Program]:
     """The stages' programs (rank = stage); arguments as
     :func:`~daydream.optimizations.pipeline_schedule.run_schedule` (``p2p_bytes``: the exchanged
-    message's size, written into the kernels' args as ``In msg nelems`` of int8).
+    message's size, written into the kernels' args as ``In msg nelems`` of int8; interleaved with
+    ``chunks = V >= 2``: ``fwd_ns``, ``bwd_ns`` and ``fwd_mem`` per model chunk ``v S + s``, a
+    compute kernel named ``pp_fwd_<x>`` with ``x = v M + i``, and link ``S - 1`` the wrap).
 
     Memory (``state_bytes`` (S,) bytes and ``fwd_mem``: per stage, a micro-batch forward's
     allocations and frees in order, ``(signed bytes, block key)``; either given): each stage
     allocates its state before ``ProfilerStep#1`` (a range around its items), a forward allocates
     its micro-batch's blocks in order before its kernel's launch call, and a backward frees, after
     its launch call, that micro-batch's blocks still alive (its activations)."""
-    S = len(fwd_ns)
+    V = int(chunks) if schedule == "interleaved" else 1
+    S = len(fwd_ns) // V
     mem = state_bytes is not None or fwd_mem is not None
     progs = []
     for s in range(S):
         ops = []
         alive: dict = {}  # (micro-batch, key) -> bytes
-        for kind, x in stage_order(S, M, schedule, s):
+        for kind, x in stage_order(S, M, schedule, s, V):
             if kind == _P2P:
                 comm = (("Process Group Name", link_group(x)), ("Group size", 2), ("Collective name", "send"),
                         ("In msg nelems", int(p2p_bytes)), ("Out msg nelems", int(p2p_bytes)), ("dtype", "Char"))
                 ops.append(Launch(STREAM, P2P, int(p2p_ns[x]), call_ns, comm=comm))
             else:
-                d = fwd_ns[s] if kind == FWD else bwd_ns[s]
+                c = (x // M) * S + s  # the model chunk
+                d = fwd_ns[c] if kind == FWD else bwd_ns[c]
                 if kind == FWD and fwd_mem is not None:
-                    for b, key in fwd_mem[s]:
+                    for b, key in fwd_mem[c]:
                         addr = _addr(s, x, key)
                         ops.append(Allocate(int(b), addr=addr))
                         alive[(x, key)] = alive.get((x, key), 0) + int(b)
