@@ -20,7 +20,7 @@ from daydream.graph import build_graph
 from daydream.simulate import simulate
 from daydream.simulate.memory_replay import replay_memory
 from daydream.testing.emulator import (
-    Allocate, HostWork, Launch, Program, RangeBegin, RangeEnd, StreamSync, Thread, emulate, measure_latencies,
+    Allocate, DeviceSync, HostWork, Launch, OtherCall, Program, RangeBegin, RangeEnd, StreamSync, Thread, emulate, measure_latencies,
     memory_peaks, programs, to_kineto,
 )
 from daydream.transform import scale
@@ -77,6 +77,26 @@ def test_hand_example_allocations_follow_their_calls():
     changed = emulate(prog.map_ops(lambda op: dataclasses.replace(op, kernel_dur_ns=100_000) if isinstance(op, Launch) else op))
     g = _graph(run, True)
     _check(g, simulate(scale(g, g.node_kind == 2, 2.0)), changed)
+
+
+def test_a_step_holds_the_events_its_replayed_interval_holds():
+    """Issue 32 (found with --hypothesis-seed=2): another thread's allocation recorded inside the
+    step lies after the step's end once the step's kernel is twice as fast. A step's peak is over
+    the events that happen while it runs in the predicted program, as the profiler of that program
+    would count them, not over the events it held in the trace (that gave 1,500 here, the emulator
+    500; without the first allocation, a step with events where the emulator has none)."""
+    prog = _stepped(Program([
+        Thread([Launch(7, "k", 100_000, 10_000), DeviceSync(call_own_ns=5_000)]),
+        Thread([OtherCall("cudaEventQuery", 2_000), HostWork(1_000), Allocate(500), HostWork(60_000), Allocate(1_000),
+                OtherCall("cudaEventQuery", 2_000)], tid=5002)]))
+    run = emulate(prog)
+    changed = emulate(prog.map_ops(lambda op: dataclasses.replace(op, kernel_dur_ns=50_000) if isinstance(op, Launch) else op))
+    assert memory_peaks(run, (STEP,)) == {0: (1_500, [1_500])}
+    assert memory_peaks(changed, (STEP,)) == {0: (1_500, [500])}  # the second allocation is after the step's end
+    for totals in (True, False):
+        g = _graph(run, totals)
+        _check(g, simulate(g), run)
+        _check(g, simulate(scale(g, g.node_kind == 2, 0.5)), changed)
 
 
 @pytest.mark.slow

@@ -22,6 +22,8 @@ from ..graph.memory_part import anchor_events
 from ..graph.memory_part import level_before as _before
 from ..graph.host_clock import clock_of
 from ..graph.model import NODE_CPU
+from ..graph.steps import profiler_steps
+from .carry import boundaries
 from ..graph.range_timeline import thread_key
 
 
@@ -53,6 +55,9 @@ class DeviceMemory:
     peak_allocated_bytes: int
     peak_reserved_bytes: int
     steps: list[StepPeak] = field(default_factory=list)
+    #: int32 per event (replayed order): index into ``graph.memory.step_names`` of the
+    #: ``ProfilerStep`` whose (replayed) interval holds the event's (replayed) time, -1 none
+    step_of: np.ndarray | None = None
 
 
 def event_times(graph, timeline) -> np.ndarray:
@@ -117,7 +122,37 @@ def replay_memory(graph, timeline) -> list[DeviceMemory]:
     gm = graph.memory
     if gm is None or not len(gm):
         return []
-    return _curves(gm, event_times(graph, timeline))
+    t = event_times(graph, timeline)
+    return _curves(gm, t, _step_of(gm, t, step_intervals(graph, timeline)))
+
+
+def step_intervals(graph, timeline) -> tuple[np.ndarray, np.ndarray]:
+    """(start_ns, end_ns), int64 shape (len(graph.memory.step_names),): each ``ProfilerStep#N``
+    CPU range as replayed on ``timeline`` (:func:`daydream.simulate.carry.boundaries`, the rule
+    every CPU range and the report's step windows move by: a boundary keeps its share of the CPU
+    gap before the next call of its thread, or its distance to the thread's last call's end); the
+    recorded interval on a thread without API calls in the graph."""
+    steps = profiler_steps(graph.table)
+    s = np.array([x[1] for x in steps], np.int64)
+    e = np.array([x[2] for x in steps], np.int64)
+    for i, (_, _, _, pid, tid) in enumerate(steps):  # a handful of steps
+        nodes = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.pid == pid) & (graph.tid == tid))
+        if len(nodes):
+            nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
+            b = boundaries(graph, timeline, nodes, np.array([s[i], e[i]], np.int64), ends=np.array([False, True]))
+            s[i], e[i] = int(b[0]), max(int(b[1]), int(b[0]))
+    return s, e
+
+
+def _step_of(gm, t: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """int32 per event: the step whose interval ``[start, end)`` holds time ``t`` (-1 none; where
+    intervals overlap, the later step), as the build assigns recorded times
+    (:func:`daydream.graph.memory_part.memory_part`)."""
+    step = np.full(len(t), -1, np.int32)
+    for i, (s, e) in enumerate(zip(*windows)):
+        if i < len(gm.step_names):
+            step[(t >= s) & (t < e)] = i
+    return step
 
 
 def recorded_memory(graph) -> list[DeviceMemory]:
@@ -126,10 +161,10 @@ def recorded_memory(graph) -> list[DeviceMemory]:
     gm = graph.memory
     if gm is None or not len(gm):
         return []
-    return _curves(gm, gm.events.ts_ns)
+    return _curves(gm, gm.events.ts_ns, gm.step)
 
 
-def _curves(gm, t: np.ndarray) -> list[DeviceMemory]:
+def _curves(gm, t: np.ndarray, step_of: np.ndarray) -> list[DeviceMemory]:
     ev = gm.events
     out = []
     for d in ev.devices():
@@ -139,8 +174,9 @@ def _curves(gm, t: np.ndarray) -> list[DeviceMemory]:
         level = before + np.cumsum(ev.bytes[o])
         res = ev.total_reserved[o]
         steps = []
+        so = step_of[o]
         for s, name in enumerate(gm.step_names):
-            at = np.flatnonzero(gm.step[o] == s)
+            at = np.flatnonzero(so == s)
             if not len(at):
                 continue
             start_level = int(level[at[0] - 1]) if at[0] > 0 else before
@@ -148,7 +184,7 @@ def _curves(gm, t: np.ndarray) -> list[DeviceMemory]:
             steps.append(StepPeak(name, max(start_level, int(level[at].max())), int(r.max()) if (r >= 0).all() else -1))
         out.append(DeviceMemory(
             d, t[o], level, o, before, exact, max(before, int(level.max())),
-            int(res.max()) if (res >= 0).all() else -1, steps))
+            int(res.max()) if (res >= 0).all() else -1, steps, so))
     return out
 
 
