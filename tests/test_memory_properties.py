@@ -378,12 +378,11 @@ def _scaled_region(prog: Program, f: int) -> Program:
 
 @pytest.mark.slow
 @PROPS
-@given(_programs_with_hot_region(), st.sampled_from([2, 3]), st.booleans())
+@given(_programs_with_hot_region(), st.sampled_from([0, 2, 3]), st.booleans())
 def test_scale_cpu_allocations_move_with_the_host_time(prog, f, totals):
     """scale-cpu: the allocations move with the host time around them, an event inside a scaled gap
-    at its scaled distance from its call. Factors >= 1 only: at x0 an event recorded inside a step
-    lands on the step's last instant, where the emulator's step membership (by time, [start, end),
-    the trace reader's for ties) and the prediction's (the events' recorded identity) part."""
+    at its scaled distance from its call. At x0 an event recorded inside a step can land on the
+    step's last instant: both sides count a step's events by time, [start, end) (issue 32)."""
     run = emulate(prog)
     assume(run.allocs)
     assume(measure_latencies(run) == (prog.L, prog.G))
@@ -412,6 +411,22 @@ def test_scale_cpu_scales_the_host_work_between_an_allocation_and_its_call():
     got = _curves(g2, simulate(g2))
     assert got == _emulated_curves(changed)
     assert [t - prog.t0_ns for t in got[0][0]] == [1_000 + 2 * 1_000, 1_000 + 2 * (1_000 + 2_000 + 500) + 700]
+
+
+def test_scale_cpu_moves_a_step_end_after_the_last_call_with_the_scaled_host_time():
+    """Bug found by the property above at x0 (issue 32): a step boundary after its thread's last call
+    kept its recorded distance to that call while scale-cpu scaled the host work in it, so the step
+    ended late (x2: early) and held an allocation the emulator's step does not (x2: lost one it
+    holds). At x0 the allocation lands on the step's last instant: out of the step, [start, end)."""
+    ops = [Launch(7, _GEMM, 3_000, 1_000), RangeBegin("hot_region"), OtherCall("cudaGetDevice", 500, cbid=17),
+           HostWork(1_000), Allocate(512), HostWork(1_000), RangeEnd()]
+    prog = _stepped(Program([Thread(ops)], launch_latency_ns=5_000, gpu_gap_ns=1_000))
+    g = _graph(emulate(prog))
+    for f, want in ((0, []), (2, [512])):
+        g2, _ = apply_all(g, [resolve_opt(f"scale-cpu:range=^hot_region$,factor={f}")])
+        changed = emulate(_scaled_region(prog, f))
+        assert memory_peaks(changed, (STEP,)) == {0: (512, want)}
+        assert _peaks(g2, simulate(g2)) == memory_peaks(changed, (STEP,))
 
 
 # ---------------------------------------------------------------------------------------------
