@@ -361,19 +361,30 @@ def _programs_with_hot_region(draw):
 def _scaled_region(prog: Program, f: int) -> Program:
     """Thread 0 with the host time inside ``hot_region`` ``f`` times as long: its host work, the
     durations of its non-blocking calls and the own cost of its blocking ones."""
-    out, inside = [], False
+    out, depth = [], 0  # depth: ranges open inside hot_region, itself included (0: outside)
     for op in prog.threads[0].ops:
-        if op == RangeBegin("hot_region"):
-            inside = True
-        elif inside and op == RangeEnd() and not any(isinstance(o, RangeBegin) for o in out[out.index(RangeBegin("hot_region")) + 1:]):
-            inside = False
-        elif inside:
+        if op == RangeBegin("hot_region") and not depth:
+            depth = 1
+        elif depth and isinstance(op, (RangeBegin, RangeEnd)):
+            depth += 1 if isinstance(op, RangeBegin) else -1
+        elif depth:
             for name in ("dur_ns", "call_dur_ns", "call_own_ns"):
                 if hasattr(op, name):
                     op = dataclasses.replace(op, **{name: getattr(op, name) * f})
         out.append(op)
     t0 = dataclasses.replace(prog.threads[0], ops=tuple(out))
     return dataclasses.replace(prog, threads=(t0, *prog.threads[1:]))
+
+
+def test_scaled_region_ends_with_hot_region_when_ranges_nest_in_it():
+    """Bug in the judge's program (found at --hypothesis-seed=14, 400 examples): with a range nested
+    in ``hot_region``, the host time after ``hot_region`` was scaled as well."""
+    call = OtherCall("cudaGetDevice", 500, cbid=17)
+    prog = Program([Thread([RangeBegin("hot_region"), RangeBegin("inner"), call, RangeEnd(), HostWork(100), RangeEnd(),
+                            HostWork(100), call])])
+    got = _scaled_region(prog, 2).threads[0].ops
+    assert got == (RangeBegin("hot_region"), RangeBegin("inner"), dataclasses.replace(call, call_dur_ns=1_000), RangeEnd(),
+                   HostWork(200), RangeEnd(), HostWork(100), call)
 
 
 @pytest.mark.slow
