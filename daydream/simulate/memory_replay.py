@@ -7,7 +7,9 @@ replayed time of the one before it on its thread). The allocated bytes of a devi
 event are the level before the window plus the running sum of ``bytes`` in replayed order (ties:
 recorded order). The level before the window is ``Total Allocated - Bytes`` of the device's first
 event where the trace records totals (exact); without totals it is unknown, and the smallest level
-that keeps the curve at or above zero is used: its peaks are then lower bounds ("at least").
+that keeps the recorded curve and the replayed one at or above zero is used (what the process held
+before the window does not depend on the order of the window's events): its peaks are then lower
+bounds ("at least").
 Reserved bytes (the caching allocator's pool) change only with the events that grew or released it:
 each event carries its recorded ``Total Reserved``. ``docs/memory.md`` has the rules and limits.
 """
@@ -171,7 +173,10 @@ def _curves(gm, t: np.ndarray, step_of: np.ndarray) -> list[DeviceMemory]:
         k = np.flatnonzero(ev.device == d)  # recorded order
         before, exact = _before(ev, k)
         o = k[np.lexsort((np.arange(len(k)), t[k]))]  # replayed order, ties: recorded
-        level = before + np.cumsum(ev.bytes[o])
+        csum = np.cumsum(ev.bytes[o])
+        if not exact:  # a lower bound: what keeps the recorded curve and this one at or above zero
+            before = max(before, -int(csum.min()))
+        level = before + csum
         res = ev.total_reserved[o]
         steps = []
         so = step_of[o]
