@@ -24,9 +24,9 @@ from ..graph.memory_part import anchor_events
 from ..graph.memory_part import level_before as _before
 from ..graph.host_clock import clock_of
 from ..graph.model import NODE_CPU
+from ..graph.range_timeline import thread_key
 from ..graph.steps import profiler_steps
 from .carry import boundaries
-from ..graph.range_timeline import thread_key
 
 
 @dataclass(frozen=True)
@@ -137,19 +137,27 @@ def step_intervals(graph, timeline) -> tuple[np.ndarray, np.ndarray]:
     steps = profiler_steps(graph.table)
     s = np.array([x[1] for x in steps], np.int64)
     e = np.array([x[2] for x in steps], np.int64)
-    for i, (_, _, _, pid, tid) in enumerate(steps):  # a handful of steps
-        nodes = np.flatnonzero((graph.node_kind == NODE_CPU) & (graph.pid == pid) & (graph.tid == tid))
-        if len(nodes):
-            nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
-            b = boundaries(graph, timeline, nodes, np.array([s[i], e[i]], np.int64), ends=np.array([False, True]))
-            s[i], e[i] = int(b[0]), max(int(b[1]), int(b[0]))
+    if not len(steps):
+        return s, e
+    key = thread_key(np.array([x[3] for x in steps], np.int64), np.array([x[4] for x in steps], np.int64))
+    cpu = np.flatnonzero(graph.node_kind == NODE_CPU)
+    cpu_key = thread_key(graph.pid[cpu], graph.tid[cpu])
+    for k in np.unique(key).tolist():  # the steps' threads: one or a few
+        nodes = cpu[cpu_key == k]
+        if not len(nodes):
+            continue
+        nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
+        i = np.flatnonzero(key == k)
+        b = boundaries(graph, timeline, nodes, np.concatenate([s[i], e[i]]),
+                       ends=np.concatenate([np.zeros(len(i), bool), np.ones(len(i), bool)]))
+        s[i], e[i] = b[:len(i)], np.maximum(b[len(i):], b[:len(i)])
     return s, e
 
 
 def _step_of(gm, t: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """int32 per event: the step whose interval ``[start, end)`` holds time ``t`` (-1 none; where
     intervals overlap, the later step), as the build assigns recorded times
-    (:func:`daydream.graph.memory_part.memory_part`)."""
+    (:func:`daydream.graph.memory_part.capture_memory`)."""
     step = np.full(len(t), -1, np.int32)
     for i, (s, e) in enumerate(zip(*windows)):
         if i < len(gm.step_names):
