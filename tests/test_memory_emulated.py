@@ -20,8 +20,8 @@ from daydream.graph import build_graph
 from daydream.simulate import simulate
 from daydream.simulate.memory_replay import replay_memory
 from daydream.testing.emulator import (
-    Allocate, HostWork, Launch, Program, RangeBegin, RangeEnd, StreamSync, Thread, emulate, measure_latencies,
-    memory_peaks, programs, to_kineto,
+    Allocate, DeviceSync, HostWork, Launch, OtherCall, Program, RangeBegin, RangeEnd, StreamSync, Thread, emulate, measure_latencies,
+    memory_peaks, programs, same_level_before, to_kineto,
 )
 from daydream.transform import scale
 
@@ -79,20 +79,58 @@ def test_hand_example_allocations_follow_their_calls():
     _check(g, simulate(scale(g, g.node_kind == 2, 2.0)), changed)
 
 
+def test_a_step_holds_the_events_its_replayed_interval_holds():
+    """Issue 32 (found with --hypothesis-seed=2): another thread's allocation recorded inside the
+    step lies after the step's end once the step's kernel is twice as fast. A step's peak is over
+    the events that happen while it runs in the predicted program, as the profiler of that program
+    would count them, not over the events it held in the trace (that gave 1,500 here, the emulator
+    500; without the first allocation, a step with events where the emulator has none)."""
+    prog = _stepped(Program([
+        Thread([Launch(7, "k", 100_000, 10_000), DeviceSync(call_own_ns=5_000)]),
+        Thread([OtherCall("cudaEventQuery", 2_000), HostWork(1_000), Allocate(500), HostWork(60_000), Allocate(1_000),
+                OtherCall("cudaEventQuery", 2_000)], tid=5002)]))
+    run = emulate(prog)
+    changed = emulate(prog.map_ops(lambda op: dataclasses.replace(op, kernel_dur_ns=50_000) if isinstance(op, Launch) else op))
+    assert memory_peaks(run, (STEP,)) == {0: (1_500, [1_500])}
+    assert memory_peaks(changed, (STEP,)) == {0: (1_500, [500])}  # the second allocation is after the step's end
+    for totals in (True, False):
+        g = _graph(run, totals)
+        _check(g, simulate(g), run)
+        _check(g, simulate(scale(g, g.node_kind == 2, 0.5)), changed)
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 32, --hypothesis-seed=36 before derandomizing): an event recorded at the "
+                   "instant of a call of no length is anchored to that call's start; after it in program order, it "
+                   "should move to its end when a prediction makes the call wait (the trace does not say which)")
+def test_an_allocation_after_a_sync_that_found_the_gpu_idle_moves_with_its_wait():
+    prog = _stepped(Program([Thread([Launch(7, "k", 10_000, 1_000), HostWork(20_000), DeviceSync(call_own_ns=0), Allocate(512),
+                                     OtherCall("cudaGetDevice", 500, cbid=17)])]))
+    run = emulate(prog)
+    changed = emulate(prog.map_ops(lambda op: dataclasses.replace(op, kernel_dur_ns=30_000) if isinstance(op, Launch) else op))
+    assert changed.allocs[0].ts_ns > run.allocs[0].ts_ns  # the sync waits now, and the allocation after it
+    g = _graph(run, True)
+    _check(g, simulate(scale(g, g.node_kind == 2, 3.0)), changed)
+
+
 @pytest.mark.slow
 # (no shrinking: these programs take minutes to shrink; a failure prints its whole example)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+          phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(programs(max_threads=3, max_ops=30, memory=True), st.booleans(), st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5]))
 def test_memory_replay_and_scale_kernels_equal_the_emulator(prog, totals, factor):
     prog = _stepped(prog)
     run = emulate(prog)
     assume(run.allocs)
     assume(measure_latencies(run) == (prog.L, prog.G))
-    g = _graph(run, totals)
-    _check(g, simulate(g), run)  # the baseline replay
     changed_prog = prog.map_ops(lambda op: dataclasses.replace(op, kernel_dur_ns=int(op.kernel_dur_ns * factor))
                                 if isinstance(op, Launch) else op)
     changed = emulate(changed_prog)
+    # one level before the program for both runs (a trace with totals records it; without totals the
+    # reader knows the recorded run's own lower bound only)
+    shared, changed = same_level_before(run, changed)
+    run = shared if totals else run
+    g = _graph(run, totals)
+    _check(g, simulate(g), run)  # the baseline replay
     kern = g.node_kind == 2
     g2 = scale(g, kern, factor)
     tl2 = simulate(g2)

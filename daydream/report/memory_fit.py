@@ -71,7 +71,7 @@ def step_parts(dm: DeviceMemory, gm, s: int, peak_at: int) -> list[MemoryPart]:
         return []
     pos = np.full(len(ev), -1, np.int64)
     pos[dm.event] = np.arange(len(dm.event))
-    in_step = np.flatnonzero(gm.step[dm.event] == s)
+    in_step = np.flatnonzero(dm.step_of == s)
     first, last = int(in_step[0]), int(in_step[-1])
     at = max(peak_at, first - 1)
     al, fr = block_pairs(ev, k)
@@ -115,7 +115,7 @@ def step_parts(dm: DeviceMemory, gm, s: int, peak_at: int) -> list[MemoryPart]:
 def _steps(dm: DeviceMemory, gm) -> list[MemoryStep]:
     out = []
     for s, name in enumerate(gm.step_names):
-        at = np.flatnonzero(gm.step[dm.event] == s)
+        at = np.flatnonzero(dm.step_of == s)
         if not len(at):
             continue
         before = int(dm.allocated_bytes[at[0] - 1]) if at[0] > 0 else dm.before_bytes

@@ -8,7 +8,8 @@ scaled it (``TaskGraph.host_scales``: ``scale-cpu`` inside its ranges, a faster 
 straggler's work everywhere), and never more than the gap ``x`` now has: so host time added or
 removed after a step's start (its DataLoader fetch) stays in the step, a range shrinks with the
 calls and gaps a transformation removed, and nested ranges stay nested. After the thread's last
-call a boundary keeps its recorded distance to that call's end. This is the rule the report places
+call a boundary keeps its recorded distance to that call's end (the host time in it scaled as the
+what-ifs scaled it). This is the rule the report places
 ProfilerStep boundaries by (``daydream.report.windows._replayed_boundaries``), vectorized over every range
 of a thread. A range on a thread without API calls in the graph
 keeps its recorded times.
@@ -131,5 +132,11 @@ def boundaries(graph: TaskGraph, tl: Timeline, nodes: np.ndarray, b: np.ndarray,
         lead = clock_of(graph).now(thread_key(graph.pid[x], graph.tid[x]), np.minimum(b, graph.rec_start_ns[x]), graph.rec_start_ns[x])
     before = tl.start_ns[x] - np.clip(lead, 0, graph.gap_ns[x])
     y = nodes[-1]
-    after = tl.end_ns[y] + (b - graph.rec_end_ns[y])
+    tail = b - graph.rec_end_ns[y]
+    if graph.host_scales:  # the host time after the thread's last call, as the what-ifs scaled it
+        ye = np.full(np.shape(b), graph.rec_end_ns[y], np.int64)
+        scaled = clock_of(graph).now(thread_key(np.full(np.shape(b), graph.pid[y]), np.full(np.shape(b), graph.tid[y])), ye,
+                                     np.maximum(b, ye))
+        tail = np.where(tail > 0, scaled, tail)
+    after = tl.end_ns[y] + tail
     return np.where(inside, before, after).astype(np.int64)

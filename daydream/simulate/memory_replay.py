@@ -7,7 +7,9 @@ replayed time of the one before it on its thread). The allocated bytes of a devi
 event are the level before the window plus the running sum of ``bytes`` in replayed order (ties:
 recorded order). The level before the window is ``Total Allocated - Bytes`` of the device's first
 event where the trace records totals (exact); without totals it is unknown, and the smallest level
-that keeps the curve at or above zero is used: its peaks are then lower bounds ("at least").
+that keeps the recorded curve and the replayed one at or above zero is used (what the process held
+before the window does not depend on the order of the window's events): its peaks are then lower
+bounds ("at least").
 Reserved bytes (the caching allocator's pool) change only with the events that grew or released it:
 each event carries its recorded ``Total Reserved``. ``docs/memory.md`` has the rules and limits.
 """
@@ -23,6 +25,8 @@ from ..graph.memory_part import level_before as _before
 from ..graph.host_clock import clock_of
 from ..graph.model import NODE_CPU
 from ..graph.range_timeline import thread_key
+from ..graph.steps import profiler_steps
+from .carry import boundaries
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,9 @@ class DeviceMemory:
     peak_allocated_bytes: int
     peak_reserved_bytes: int
     steps: list[StepPeak] = field(default_factory=list)
+    #: int32 per event (replayed order): index into ``graph.memory.step_names`` of the
+    #: ``ProfilerStep`` whose (replayed) interval holds the event's (replayed) time, -1 none
+    step_of: np.ndarray | None = None
 
 
 def event_times(graph, timeline) -> np.ndarray:
@@ -117,7 +124,45 @@ def replay_memory(graph, timeline) -> list[DeviceMemory]:
     gm = graph.memory
     if gm is None or not len(gm):
         return []
-    return _curves(gm, event_times(graph, timeline))
+    t = event_times(graph, timeline)
+    return _curves(gm, t, _step_of(gm, t, step_intervals(graph, timeline)))
+
+
+def step_intervals(graph, timeline) -> tuple[np.ndarray, np.ndarray]:
+    """(start_ns, end_ns), int64 shape (len(graph.memory.step_names),): each ``ProfilerStep#N``
+    CPU range as replayed on ``timeline`` (:func:`daydream.simulate.carry.boundaries`, the rule
+    every CPU range and the report's step windows move by: a boundary keeps its share of the CPU
+    gap before the next call of its thread, or its distance to the thread's last call's end); the
+    recorded interval on a thread without API calls in the graph."""
+    steps = profiler_steps(graph.table)
+    s = np.array([x[1] for x in steps], np.int64)
+    e = np.array([x[2] for x in steps], np.int64)
+    if not len(steps):
+        return s, e
+    key = thread_key(np.array([x[3] for x in steps], np.int64), np.array([x[4] for x in steps], np.int64))
+    cpu = np.flatnonzero(graph.node_kind == NODE_CPU)
+    cpu_key = thread_key(graph.pid[cpu], graph.tid[cpu])
+    for k in np.unique(key).tolist():  # the steps' threads: one or a few
+        nodes = cpu[cpu_key == k]
+        if not len(nodes):
+            continue
+        nodes = nodes[np.argsort(graph.rec_start_ns[nodes], kind="stable")]
+        i = np.flatnonzero(key == k)
+        b = boundaries(graph, timeline, nodes, np.concatenate([s[i], e[i]]),
+                       ends=np.concatenate([np.zeros(len(i), bool), np.ones(len(i), bool)]))
+        s[i], e[i] = b[:len(i)], np.maximum(b[len(i):], b[:len(i)])
+    return s, e
+
+
+def _step_of(gm, t: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """int32 per event: the step whose interval ``[start, end)`` holds time ``t`` (-1 none; where
+    intervals overlap, the later step), as the build assigns recorded times
+    (:func:`daydream.graph.memory_part.capture_memory`)."""
+    step = np.full(len(t), -1, np.int32)
+    for i, (s, e) in enumerate(zip(*windows)):
+        if i < len(gm.step_names):
+            step[(t >= s) & (t < e)] = i
+    return step
 
 
 def recorded_memory(graph) -> list[DeviceMemory]:
@@ -126,21 +171,25 @@ def recorded_memory(graph) -> list[DeviceMemory]:
     gm = graph.memory
     if gm is None or not len(gm):
         return []
-    return _curves(gm, gm.events.ts_ns)
+    return _curves(gm, gm.events.ts_ns, gm.step)
 
 
-def _curves(gm, t: np.ndarray) -> list[DeviceMemory]:
+def _curves(gm, t: np.ndarray, step_of: np.ndarray) -> list[DeviceMemory]:
     ev = gm.events
     out = []
     for d in ev.devices():
         k = np.flatnonzero(ev.device == d)  # recorded order
         before, exact = _before(ev, k)
         o = k[np.lexsort((np.arange(len(k)), t[k]))]  # replayed order, ties: recorded
-        level = before + np.cumsum(ev.bytes[o])
+        csum = np.cumsum(ev.bytes[o])
+        if not exact:  # a lower bound: what keeps the recorded curve and this one at or above zero
+            before = max(before, -int(csum.min()))
+        level = before + csum
         res = ev.total_reserved[o]
         steps = []
+        so = step_of[o]
         for s, name in enumerate(gm.step_names):
-            at = np.flatnonzero(gm.step[o] == s)
+            at = np.flatnonzero(so == s)
             if not len(at):
                 continue
             start_level = int(level[at[0] - 1]) if at[0] > 0 else before
@@ -148,7 +197,7 @@ def _curves(gm, t: np.ndarray) -> list[DeviceMemory]:
             steps.append(StepPeak(name, max(start_level, int(level[at].max())), int(r.max()) if (r >= 0).all() else -1))
         out.append(DeviceMemory(
             d, t[o], level, o, before, exact, max(before, int(level.max())),
-            int(res.max()) if (res >= 0).all() else -1, steps))
+            int(res.max()) if (res >= 0).all() else -1, steps, so))
     return out
 
 

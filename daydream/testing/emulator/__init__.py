@@ -70,12 +70,12 @@ from .ops import (
     WaitHandover,
 )
 from .program import DEFAULT_T0_NS, Program, Thread
-from .run import AllocRecord, CallRecord, RangeRecord, Run, TaskRecord, emulate, measure_latencies, memory_peaks
+from .run import AllocRecord, CallRecord, RangeRecord, Run, TaskRecord, emulate, level_before, measure_latencies, memory_peaks, same_level_before
 
 __all__ = [
     "HostWork", "Allocate", "AllocRecord", "Launch", "GraphLaunch", "MemcpyAsync", "Memcpy", "MemsetAsync", "DeviceSync", "StreamSync",
     "EventRecord", "EventSync", "StreamWaitEvent", "OtherCall", "RangeBegin", "RangeEnd", "Handover", "WaitHandover",
     "Op", "Thread", "Program", "CallRecord", "TaskRecord", "RangeRecord", "Run",
-    "emulate", "to_kineto", "measure_latencies", "memory_peaks", "programs", "training_step_program",
+    "emulate", "to_kineto", "measure_latencies", "memory_peaks", "level_before", "same_level_before", "programs", "training_step_program",
     "DEFAULT_T0_NS", "EMULATED_STAGING_BYTES",
 ]

@@ -151,21 +151,45 @@ class AllocRecord:
     total_reserved: int
 
 
-def _allocator(raw: list[tuple[int, int, int, int, int]]) -> tuple[AllocRecord, ...]:
+def _allocator(raw: list[tuple[int, int, int, int, int]], before: dict[int, int] | None = None) -> tuple[AllocRecord, ...]:
     """The records of ``raw`` (ts, thread, op index, bytes, device) in the allocator's order. A
     device's level starts at what its frees of blocks never allocated in the program need (blocks
-    allocated before it: the smallest start that keeps the level at or above 0)."""
+    allocated before it: the smallest start that keeps the level at or above 0), or at ``before``'s
+    bytes for the device where that is more."""
     out, level, low = [], {}, {}
     for ts, th, k, b, d in sorted(raw):
         level[d] = level.get(d, 0) + b
         low[d] = min(low.get(d, 0), level[d])
-    level = {d: -v for d, v in low.items()}
+    level = {d: max(-v, (before or {}).get(d, 0)) for d, v in low.items()}
     high = dict(level)
     for seq, (ts, th, k, b, d) in enumerate(sorted(raw)):
         level[d] = level.get(d, 0) + b
         high[d] = max(high.get(d, 0), level[d])
         out.append(AllocRecord(th, k, ts, b, d, seq, level[d], high[d]))
     return tuple(out)
+
+
+def level_before(run: "Run") -> dict[int, int]:
+    """Per device: bytes allocated before ``run``'s program (:func:`_allocator`)."""
+    out: dict[int, int] = {}
+    for a in run.allocs:
+        out.setdefault(a.device, a.total_allocated - a.bytes)
+    return out
+
+
+def same_level_before(*runs: "Run") -> tuple["Run", ...]:
+    """``runs`` of one program and its changed versions, each device's level before the program
+    made the same in all: the largest of theirs. What a process held before the traced window does
+    not depend on the order the window's events come in, but the smallest level that keeps a run's
+    curve at or above 0 does (another thread's free before an allocation, or after it), so a run's
+    own level is only a lower bound of the process's; the largest of them is the lower bound that
+    holds for every run (issue 32: scale-cpu and scale-kernels reorder events across threads)."""
+    before: dict[int, int] = {}
+    for r in runs:
+        for d, v in level_before(r).items():
+            before[d] = max(before.get(d, 0), v)
+    return tuple(dataclasses.replace(r, allocs=_allocator([(a.ts_ns, a.thread, a.op_index, a.bytes, a.device) for a in r.allocs],
+                                                           before)) for r in runs)
 
 
 def memory_peaks(run: "Run", steps: tuple[str, ...] = ()) -> dict[int, tuple[int, list[int]]]:
