@@ -72,6 +72,7 @@ from . import Optimization, Param, register
 from .dataloader import _aligned, _batches
 from .gpu_upgrade import source_gpu
 from .shape_depth import _Launches, deepen, launches, repeating_block
+from .shape_depth_memory import depth_memory, problem_size_memory
 from .shape_memory import peak_needs, shape_memory, tensor_blocks
 
 #: ``Input type`` -> the cost library's storage precision
@@ -568,13 +569,13 @@ def _apply(graph, p):
         words.append(loader)
     if fit_words:
         words.insert(1, fit_words)
-    if g.memory is not None and len(g.memory) and p["layers"] != 1:  # the copies' allocations are not made (docs/memory.md)
-        words.append("memory not predicted for a new depth (the repeated layers' allocations are not copied): "
-                     "no memory verdict for this prediction")
-        g = dataclasses.replace(g, memory=None)
-    elif g.memory is not None and len(g.memory) and info["plan"] is not None:
-        mem, said = _memory(graph, g.memory, p, info["plan"])
+    mem = graph.memory
+    if mem is not None and len(mem) and info["plan"] is not None and (p["layers"] == 1 or any(p[k] != 1 for k in ("batch", "seq", "hidden"))):
+        mem, said = _memory(graph, mem, dict(p, layers=1), info["plan"])  # the depth's state: depth_memory's
         g = dataclasses.replace(g, memory=mem)
+        words.append(said)
+    if mem is not None and len(mem) and p["layers"] > 1:  # the copies' allocations (shape_depth_memory)
+        g, said = depth_memory(graph, g, block, (p["layers"] - 1) * block.count, p["layers"], launches(graph), mem)
         words.append(said)
     return g, "; ".join(words)
 
@@ -692,10 +693,8 @@ def _problem_size(graph, p):
             "no shapes used"
             + (" (the trace has shapes: shape:batch=,seq=,hidden= models each op's kind)" if shapes else "")
             + "; CPU time as recorded")
-    if g.memory is not None:
-        note += "; memory not predicted for a new problem size: no memory verdict for this prediction"
-        g = dataclasses.replace(g, memory=None)
-    return g, note
+    g, said = problem_size_memory(graph, g, S)
+    return g, note + (f"; {said}" if said else "")
 
 
 def _flag(v: str) -> bool:

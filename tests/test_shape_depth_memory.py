@@ -1,0 +1,84 @@
+"""Memory at a new depth (``layers``) and a new problem size (``problem-size``):
+daydream/optimizations/shape_depth_memory.py; docs/memory.md, "layers" and "problem-size". The
+judge is the emulator's run of the deepened program with its allocations
+(daydream/testing/emulator/shaped.py, ``ShapedSpec.memory``: the backward is unlabelled, as the
+autograd engine records it, so the block's backward is inferred)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_shape import _roles_distinct
+from test_shape_memory import _apply, _graph, _peaks, _want
+
+from daydream.optimizations import parse_spec
+from daydream.testing.emulator import emulate, memory_peaks
+from daydream.testing.emulator.shaped import ShapedSpec, block_bytes, shaped_program, shaped_specs
+
+
+def test_a_new_depth_predicts_the_peak_of_the_deepened_program():
+    """layers x2 on a 2-layer step (layer norm, linear): the peak is the emulator's run of the
+    4-layer program; the note says what was copied, inferred and scaled."""
+    spec = ShapedSpec(2, 64, 128, 2, ("ln", "linear"), 2, memory=True)
+    g, _ = _graph(shaped_program(spec))
+    g2, note = _apply(g, "layers:factor=2")
+    assert g2.memory is not None and "2 allocator events of the block copied with each of its 2 copies" in note, note
+    assert "inferred" in note and "x2 (the block's share of the GEMM weights 1)" in note, note
+    assert _peaks(g2) == _want(spec, layers=2)
+    assert _peaks(g2) != _peaks(g)  # (the property below cannot pass by leaving the events alone)
+
+
+def test_without_gemm_weights_the_whole_model_is_the_block_and_said():
+    spec = ShapedSpec(2, 64, 128, 2, ("ln", "softmax"), 2, memory=True)
+    g, _ = _graph(shaped_program(spec))
+    g2, note = _apply(g, "layers:factor=3")
+    assert "no GEMM weight recorded: the whole model taken to be the repeated block, an assumption" in note, note
+    assert _peaks(g2) == _want(spec, layers=3)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(shaped_specs(min_layers=2).map(lambda s: dataclasses.replace(s, memory=True)), st.sampled_from([2, 3, 4]))
+def test_predicted_peaks_equal_the_emulators_run_of_the_deepened_program(spec, n):
+    """Every device's peak and the step's peak, predicted from the trace of the layered program
+    with allocations at depth xn, equal the emulator's run of the program with n times the layers."""
+    assume(any(k in spec.block for k in ("ln", "add", "gelu", "softmax", "sdpa")))  # an activation names the roles
+    g, _ = _graph(shaped_program(spec))
+    g2, note = _apply(g, f"shape:layers={n}")
+    assert "memory at the new depth" in note, note
+    assert _peaks(g2) == _want(spec, layers=n)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(shaped_specs(min_layers=2).map(lambda s: dataclasses.replace(s, memory=True)), st.sampled_from([2, 3]),
+       st.sampled_from([0.5, 2]))
+def test_depth_and_batch_together_equal_the_emulator(spec, n, fb):
+    """layers and batch at once: the blocks resized by their tensors (shape_memory), then copied."""
+    assume(spec.B * fb == int(spec.B * fb) and spec.B * fb >= 1)
+    assume(_roles_distinct(spec, {"batch": fb, "seq": 1, "hidden": 1}))
+    assume(any(k in spec.block for k in ("ln", "add", "gelu", "softmax", "sdpa")))
+    g, _ = _graph(shaped_program(spec))
+    g2, note = _apply(g, f"shape:layers={n},batch={fb}")
+    assume("two roles" not in note)
+    assert _peaks(g2) == _want(spec, layers=n, batch=fb)
+
+
+def test_problem_size_scales_activations_and_keeps_the_model_state():
+    """problem-size x2 (no shapes used): the activations (forward to backward) double, the
+    parameters, gradients and Adam's moments stay (the data, not the model). The emulator's run at
+    batch x2 allocates exactly that: its peak is the prediction's."""
+    spec = ShapedSpec(4, 128, 128, 2, ("ln", "linear", "gelu"), 2, memory=True)
+    g, _ = _graph(shaped_program(spec))
+    g2, note = _apply(g, "problem-size:factor=2")
+    assert g2.memory is not None and "6 activation blocks (forward to backward)" in note, note
+    assert "model-state blocks and the level before the window kept (a problem size is the data, not the model)" in note
+    old, new = g.memory.events.bytes, g2.memory.events.bytes
+    assert sorted(new[new > 0].tolist()) != sorted(old[old > 0].tolist())
+    assert _peaks(g2) == _want(spec, batch=2)
+    assert int(new.sum()) == int(old.sum())  # every scaled block is freed with its new size
