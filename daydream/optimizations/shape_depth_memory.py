@@ -6,7 +6,11 @@ it. The allocator's events repeat with the block:
 
 1. **The block's own events** (anchored to one of its CPU tasks: the op that allocates is the one
    whose call comes next, docs/memory.md) are copied once per copy, each anchored to the copy of
-   its task (as the copied tasks are), in the block's recorded order, after the block's last event.
+   its task (as the copied tasks are), in the block's recorded order, in the deeper program's
+   order: the copies' forward events after the block's last forward event; where the backward is
+   mapped to the layers (its tasks are the block's, copied with it), the copies' backward events
+   before the block's first backward event (the backward runs the layers in reverse: the copies,
+   deepest, first).
 2. **Its kept activations' backward** (an allocation copied by 1 whose free is not: freed in a
    backward that is not mapped to the layers, as the autograd engine records it, so that
    :func:`~.shape_depth.deepen` did not copy it): the backward runs the layers in reverse, so the
@@ -127,8 +131,9 @@ def depth_memory(graph, g, block, copies: int, factor: int, L, gm=None):
     src = [np.arange(ne)]
     anchor, offset, at_end = [gm.anchor_row], [gm.offset_ns], [gm.at_end]
     ts, group, seq, ph, step = [ev.ts_ns.astype(np.int64)], [np.zeros(ne, np.int64)], [np.arange(ne, dtype=np.int64)], [phase], [gm.step]
-    t_fwd = int(ev.ts_ns[own].max()) if len(own) else 0
-    cpu_pos = np.flatnonzero(graph.node_kind[block.nodes] == NODE_CPU)
+    own_b = phase[own] == BACKWARD  # a backward mapped to the layers: the copies' backward runs before the block's
+    t_own = np.where(own_b, int(ev.ts_ns[own[own_b]].min()) if own_b.any() else 0,
+                     int(ev.ts_ns[own[~own_b]].max()) if (~own_b).any() else 0)
     for c in range(copies):
         if len(own):  # rule 1: anchored to the copy of its task
             copy_row = row[graph.n + c * k + pos[node[own]]]
@@ -136,8 +141,8 @@ def depth_memory(graph, g, block, copies: int, factor: int, L, gm=None):
             anchor.append(copy_row)
             offset.append(gm.offset_ns[own])
             at_end.append(gm.at_end[own])
-            ts.append(np.full(len(own), t_fwd))
-            group.append(np.full(len(own), 1))
+            ts.append(t_own)
+            group.append(np.where(own_b, -1, 1))
             seq.append(c * ne + np.arange(len(own)))
             ph.append(phase[own])
             step.append(gm.step[own])
@@ -159,7 +164,6 @@ def depth_memory(graph, g, block, copies: int, factor: int, L, gm=None):
             seq.append(c * ne + np.arange(len(bwd_rng)))
             ph.append(phase[bwd_rng])
             step.append(gm.step[bwd_rng])
-    del cpu_pos
     s = np.concatenate(src)
     cols = {c_: np.asarray(a)[s] for c_, a in cols.items()}
     cols["ts_ns"] = np.concatenate(ts)
@@ -171,15 +175,17 @@ def depth_memory(graph, g, block, copies: int, factor: int, L, gm=None):
                 before[int(d)] = int(np.ceil(lvl * f_state))
     mem = changed_events(gm, cols, np.concatenate(anchor), np.concatenate(offset), np.concatenate(at_end),
                          np.concatenate(step), np.concatenate(ph), np.concatenate(group), np.concatenate(seq), before=before)
+    nb = int(own_b.sum()) if len(own) else 0
     words = (f"memory at the new depth: {len(own):,} allocator events of the block copied with each of its {copies} copies "
-             f"(anchored to the copied calls)"
+             f"(anchored to the copied calls" + (f"; {nb:,} in a backward mapped to the layers, the copies' before the block's"
+                                                   if nb else "") + ")"
              + (f"; {len(dangling) - len(late):,} of its blocks kept for a backward not mapped to the layers: each copy runs "
                 f"the last occurrence's backward events ({len(bwd_rng):,}, inferred: the backward's first events up to the "
                 "call that frees the block's last kept activation) at the backward's start" if len(bwd_rng) else "")
              + f"; model state (parameters before the step, optimizer state, the level before the window) x{f_state:g} "
              + (f"(the block's share of the GEMM weights {share:.3g})" if recorded else
                 "(no GEMM weight recorded: the whole model taken to be the repeated block, an assumption)")
-             + "; gradients with the copied backward")
+             + ("; gradients with the copied backward" if nb or len(bwd_rng) else ""))
     return dataclasses.replace(g, memory=mem), words
 
 
