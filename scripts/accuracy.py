@@ -52,6 +52,7 @@ SECTIONS: list[str] = [
     "accuracy_whatifs",
     "accuracy_findings",  # try-out findings: first launches kept by fusion/cuda-graphs, the nsys launching op
     "accuracy_parallelism",  # fsdp, zero, tp, pp on every trace: predict or say why (issue 35)
+    "accuracy_depth_memory",  # layers and problem-size: the peak and verdict (issue 32)
 ]
 
 

@@ -45,7 +45,8 @@ Memory (``shape`` without ``layers``): the allocator's events at the new shapes
 (:mod:`.shape_memory`: each block by its own op's tensor, model state × hidden²·layers, else the
 step factor batch·seq·hidden, inferred and counted), so the prediction has its peak and verdict;
 ``fit=true`` sets the batch factor to the largest that fits (:func:`fit_batch`). A new depth and
-``problem-size`` drop the memory verdict (said).
+``problem-size``: :mod:`.shape_depth_memory` (the block's events copied with its copies, model
+state × 1 + (F−1)·share; the forward's and backward's blocks × S).
 """
 
 from __future__ import annotations
@@ -634,7 +635,8 @@ def fit_batch(graph, p: dict) -> tuple[dict, str]:
     if graph.memory is None or not len(graph.memory):
         raise NotApplicable("batch fit needs the allocator's events: record with torch.profiler(profile_memory=True)")
     if p["layers"] != 1:
-        raise NotApplicable("batch fit: memory is not predicted for a new depth (layers=1 with fit=true)")
+        raise NotApplicable("batch fit: not with a new depth (the search runs the shape memory model at depth 1: "
+                            "layers=1 with fit=true)")
     L = launches(graph)
     has = L.shape >= 0
     w = np.bincount(L.shape[has], minlength=len(L.shapes)).tolist()

@@ -101,6 +101,7 @@ def depth_memory(graph, g, block, copies: int, factor: int, L, gm=None):
     free_of = np.full(ne, -1, np.int64)
     free_of[al] = fr
     dangling = own[(ev.bytes[own] > 0) & (free_of[own] >= 0) & ~in_block[np.maximum(free_of[own], 0)]]
+    n_unpaired = int(((ev.bytes[own] > 0) & (free_of[own] < 0) & (ev.device[own] >= 0)).sum())
     bwd = np.flatnonzero(phase == BACKWARD)
     # rule 2: the block's backward events (inferred)
     bwd_rng = np.zeros(0, np.int64)
@@ -185,7 +186,9 @@ def depth_memory(graph, g, block, copies: int, factor: int, L, gm=None):
              + f"; model state (parameters before the step, optimizer state, the level before the window) x{f_state:g} "
              + (f"(the block's share of the GEMM weights {share:.3g})" if recorded else
                 "(no GEMM weight recorded: the whole model taken to be the repeated block, an assumption)")
-             + ("; gradients with the copied backward" if nb or len(bwd_rng) else ""))
+             + ("; gradients with the copied backward" if nb or len(bwd_rng) else "")
+             + (f"; {n_unpaired:,} of the block's allocations have no free paired by address (the trace records no "
+                "addresses): their copies are never freed" if n_unpaired else ""))
     return dataclasses.replace(g, memory=mem), words
 
 
@@ -201,7 +204,9 @@ def problem_size_memory(graph, g, factor: float):
        change with it.
     2. **Activations and temporaries** × ``S``: the other blocks allocated in the forward or the
        backward (activations kept from the forward for the backward, temporaries freed within an
-       op), rounded up to the allocator's blocks (:data:`~.shape_memory.BLOCK_BYTES`).
+       op), rounded up to the allocator's blocks (:data:`~.shape_memory.BLOCK_BYTES`), with their
+       frees; a block whose free cannot be paired by address (PyTorch 1.8 records none) is kept
+       (counted: scaling it without its free would leak its growth).
     3. **Otherwise** kept: blocks of other phases (data loading, the optimizer's temporaries,
        unmapped), host memory.
     """
@@ -220,7 +225,9 @@ def problem_size_memory(graph, g, factor: float):
     t_free = np.where(free_of >= 0, ev.ts_ns[np.maximum(free_of, 0)], np.iinfo(np.int64).max)
     alloc = (ev.device >= 0) & (ev.bytes > 0)
     state = alloc & (t_free >= e1) & ((ev.ts_ns < s0) | (phase == BACKWARD) | (phase == OPTIMIZER))
-    act = alloc & ~state & ((phase == FORWARD) | (phase == BACKWARD))
+    fb = alloc & ~state & ((phase == FORWARD) | (phase == BACKWARD))
+    act = fb & (free_of >= 0)  # paired with its free (by address: PyTorch 1.8's events have none)
+    unpaired = int((fb & (free_of < 0)).sum())
     kept_fb = act & (phase == FORWARD) & (free_of >= 0) & (phase[np.maximum(free_of, 0)] == BACKWARD)
     new = ev.bytes.copy()
     new[act] = _scale(ev.bytes[act], factor)
@@ -234,5 +241,7 @@ def problem_size_memory(graph, g, factor: float):
     words = (f"memory at problem size x{factor:g} (inferred, no shapes): {int(kept_fb.sum()):,} activation blocks (forward to "
              f"backward) and {int(act.sum()) - int(kept_fb.sum()):,} other blocks of the forward and backward x{factor:g}; "
              f"{n_state:,} model-state blocks and the level before the window kept (a problem size is the data, not the model); "
-             f"{int(alloc.sum()) - int(act.sum()) - n_state:,} blocks of other phases kept")
+             + (f"{unpaired:,} blocks of the forward and backward without a free paired by address kept (the trace records "
+                "no addresses: their frees cannot be told); " if unpaired else "")
+             + f"{int(alloc.sum()) - int(fb.sum()) - n_state:,} blocks of other phases kept")
     return dataclasses.replace(g, memory=mem), words
