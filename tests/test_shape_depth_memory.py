@@ -54,6 +54,19 @@ def test_a_new_depth_predicts_the_peak_of_the_deepened_program():
     assert "inferred" in note and "x2 (the block's share of the GEMM weights 1)" in note, note
     assert _peaks(g2) == _want(spec, layers=2)
     assert _peaks(g2) != _peaks(g)  # (the property below cannot pass by leaving the events alone)
+    # the copies' events are anchored to the copied calls: tasks of their own (rows below -1), each
+    # launching the kernel its original's call launched
+    import numpy as np
+
+    m = g2.memory
+    copied = np.flatnonzero(m.anchor_row < -1)
+    assert len(copied) == 2 * 2  # 2 copies x the block's 2 activations
+    node_of = {int(r): v for v, r in enumerate(g2.row.tolist()) if r < -1}
+    launched = {int(c): v for v, c in enumerate(g2.launch.tolist()) if c >= 0}
+    got = sorted(g2.names[g2.name_id[launched[node_of[int(r)]]]] for r in m.anchor_row[copied])
+    assert got == ["ampere_sgemm_128x64_tn", "ampere_sgemm_128x64_tn", "void at::native::vectorized_layer_norm_kernel<float, "
+                   "float>", "void at::native::vectorized_layer_norm_kernel<float, float>"], got
+    assert all(node_of[int(r)] >= g.n for r in m.anchor_row[copied])
 
 
 def test_the_copies_activations_are_freed_in_the_backward_before_the_optimizers_peak():
