@@ -103,8 +103,8 @@ def section(traces: Path, kernels: Path) -> list[str]:
             same += got == want
             rows.append(f"| {spec.block} x{spec.layers}, B {spec.B}, S {spec.S}, H {spec.H}, {spec.dtype} | x{n} | "
                         f"{_mib(got.get(0, 0))} | {_mib(want.get(0, 0))} |")
-    out += ["", f"Emulated training steps (a backward the layers do not map: its block's part inferred), deepened: "
-            f"{same} of {total} predicted peaks equal the emulator's run of the deeper program (the property over 60 "
-            "random programs each, mapped and unmapped backward: `tests/test_shape_depth_memory.py`).", "",
+    out += ["", (f"Emulated training steps (a backward the layers do not map: its block's part inferred), deepened: "
+                 f"{same} of {total} predicted peaks equal the emulator's run of the deeper program (the properties over "
+                 "random programs, mapped and unmapped backward: `tests/test_shape_depth_memory.py`)."), "",
             "| block x layers, shape | depth | predicted peak MiB | emulator's peak MiB |", "|---|---|---|---|", *rows]
     return out

@@ -576,7 +576,7 @@ def _apply(graph, p):
         g = dataclasses.replace(g, memory=mem)
         words.append(said)
     if mem is not None and len(mem) and p["layers"] > 1:  # the copies' allocations (shape_depth_memory)
-        g, said = depth_memory(graph, g, block, (p["layers"] - 1) * block.count, p["layers"], launches(graph), mem)
+        g, said = depth_memory(graph, g, block, (p["layers"] - 1) * block.count, p["layers"], launches(graph), mem, kernel_row)
         words.append(said)
     return g, "; ".join(words)
 

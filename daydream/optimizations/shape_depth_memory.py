@@ -36,6 +36,9 @@ and rule 1 copies its events: rule 2 has nothing left. Sizes in bytes, times in 
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..graph import NODE_CPU
@@ -45,12 +48,11 @@ from .amp_memory import _anchor_nodes
 from .shape_memory import _scale, _span
 
 
-def weight_share(graph, block, L) -> tuple[float, bool]:
+def weight_share(graph, block, L, kernel_row) -> tuple[float, bool]:
     """(the block's share of the model's GEMM weights, recorded?): the repeated block's linear ops'
-    weight elements (``M·K`` of :func:`~.shape.kernel_row`, × its occurrences) over every forward
-    linear op's; (1.0, False) where no forward GEMM records its shapes. ``L``: :func:`~.shape_depth.launches`."""
-    from .shape import kernel_row  # (shape imports this module)
-
+    weight elements (``M·K`` of ``kernel_row(name, dims, types)``, :func:`~.shape.kernel_row`, ×
+    its occurrences) over every forward linear op's; (1.0, False) where no forward GEMM records
+    its shapes. ``L``: :func:`~.shape_depth.launches`."""
     m = graph.mapping
     if m is None or not len(L.shapes):
         return 1.0, False
@@ -59,8 +61,7 @@ def weight_share(graph, block, L) -> tuple[float, bool]:
         r = kernel_row(name, dims, types)
         if r is not None and r["cls"] == "linear":
             w[i] = r["M"] * r["K"]
-    has = L.shape >= 0
-    fwd = has & (m.phase[L.node] == FORWARD)
+    fwd = (L.shape >= 0) & (m.phase[L.node] == FORWARD)
     per = np.where(fwd, w[np.maximum(L.shape, 0)], 0)
     total = int(per.sum())
     if total <= 0:
@@ -69,28 +70,87 @@ def weight_share(graph, block, L) -> tuple[float, bool]:
     return min(1.0, mine / total), True
 
 
-def depth_memory(graph, g, block, copies: int, factor: int, L, gm=None):
-    """(``g`` with the allocator's events of the deepened step, the note's words) by the module's
-    rules. ``graph``: the recorded graph; ``g``: :func:`~.shape_depth.deepen`'s result (``copies``
-    copies of ``block``, its tasks ``graph.n ..`` in copy order); ``factor``: the depth factor F;
-    ``L``: :func:`~.shape_depth.launches` of ``graph``; ``gm``: the events to deepen (default
-    ``graph.memory``; a shape what-if's resized events). The copies' CPU tasks get rows of their
-    own (below every row of ``g``: inserted, yet addressable by memory anchors)."""
-    import dataclasses
+@dataclass
+class _Parts:
+    """The events of the deepened step, gathered per part (lists of arrays, concatenated once)."""
 
-    gm = graph.memory if gm is None else gm
-    if gm is None or not len(gm):
-        return g, ""
+    src: list
+    anchor: list
+    offset: list
+    at_end: list
+    ts: list
+    group: list
+    seq: list
+    phase: list
+    step: list
+
+    def add(self, gm, phase, src, anchor=None, offset=None, at_end=None, ts=None, group=0, seq=None):
+        """Events copied from ``src`` (original indices), at their own anchor unless given."""
+        n = len(src)
+        self.src.append(src)
+        self.anchor.append(gm.anchor_row[src] if anchor is None else np.broadcast_to(anchor, n))
+        self.offset.append(gm.offset_ns[src] if offset is None else np.broadcast_to(offset, n))
+        self.at_end.append(gm.at_end[src] if at_end is None else np.broadcast_to(at_end, n))
+        self.ts.append(gm.events.ts_ns[src].astype(np.int64) if ts is None else np.broadcast_to(ts, n))
+        self.group.append(np.broadcast_to(group, n))
+        self.seq.append(np.arange(n) if seq is None else seq)
+        self.phase.append(phase[src])
+        self.step.append(gm.step[src])
+
+
+def _block_backward(gm, phase, in_block, dangling, free_of) -> tuple[np.ndarray, np.ndarray]:
+    """(the block's backward events (inferred, rule 2), the frees of its kept blocks freed outside
+    the backward): indices into ``gm``'s events."""
+    ne = len(gm)
+    bwd = np.flatnonzero(phase == BACKWARD)
+    if not len(dangling):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    f = free_of[dangling]
+    inb = np.isin(f, bwd) & (f >= (bwd[0] if len(bwd) else ne))
+    late = f[~inb]  # freed before the backward or outside it: with the original
+    if not inb.any():
+        return np.zeros(0, np.int64), late
+    last = int(f[inb].max())
+    end = int(np.flatnonzero((np.arange(ne) >= last) & (gm.anchor_row == gm.anchor_row[last]) & (phase == BACKWARD)).max())
+    rng = np.arange(int(bwd[0]), end + 1)
+    return rng[~in_block[rng]], late
+
+
+def _state_bytes(graph, gm, phase, free_of, in_block, f_state: float) -> np.ndarray:
+    """New ``Bytes`` of every event: model state (rule 3) × ``f_state``, with its frees."""
     ev = gm.events
-    ne = len(ev)
-    k = len(block.nodes)
-    # rows for the copies' CPU tasks
+    s0, e1 = _span(graph)
+    t_free = np.where(free_of >= 0, ev.ts_ns[np.maximum(free_of, 0)], np.iinfo(np.int64).max)
+    state = (ev.device >= 0) & (ev.bytes > 0) & (t_free >= e1) & ((ev.ts_ns < s0) | (phase == OPTIMIZER)) & ~in_block
+    nbytes = ev.bytes.copy()
+    nbytes[state] = _scale(ev.bytes[state], f_state)
+    has_free = state & (free_of >= 0)
+    nbytes[free_of[has_free]] = -nbytes[has_free]
+    return nbytes
+
+
+def _copy_rows(graph, g, copies: int, k: int):
+    """``g`` with rows of their own for the copies' CPU tasks (nodes ``graph.n ..``, below every row)."""
     row = g.row.copy()
     new_nodes = graph.n + np.arange(copies * k)
     cpu_new = new_nodes[g.node_kind[new_nodes] == NODE_CPU]
-    low = min(int(row.min()), -1)
-    row[cpu_new] = low - 1 - np.arange(len(cpu_new))
-    g = dataclasses.replace(g, row=row)
+    row[cpu_new] = min(int(row.min()), -1) - 1 - np.arange(len(cpu_new))
+    return dataclasses.replace(g, row=row)
+
+
+def depth_memory(graph, g, block, copies: int, factor: int, L, gm, kernel_row):
+    """(``g`` with the allocator's events of the deepened step, the note's words) by the module's
+    rules. ``graph``: the recorded graph; ``g``: :func:`~.shape_depth.deepen`'s result (``copies``
+    copies of ``block``, its tasks ``graph.n ..`` in copy order); ``factor``: the depth factor F;
+    ``L``: :func:`~.shape_depth.launches` of ``graph``; ``gm``: the events to deepen
+    (``graph.memory``, or a shape what-if's resized events); ``kernel_row``: :func:`~.shape.kernel_row`.
+    The copies' CPU tasks get rows of their own (below every row of ``g``: inserted, yet
+    addressable by memory anchors)."""
+    if gm is None or not len(gm):
+        return g, ""
+    ev = gm.events
+    ne, k = len(ev), len(block.nodes)
+    g = _copy_rows(graph, g, copies, k)
     pos = np.full(graph.n, -1, np.int64)
     pos[block.nodes] = np.arange(k)
     node = _anchor_nodes(graph, gm)
@@ -102,94 +162,55 @@ def depth_memory(graph, g, block, copies: int, factor: int, L, gm=None):
     free_of[al] = fr
     dangling = own[(ev.bytes[own] > 0) & (free_of[own] >= 0) & ~in_block[np.maximum(free_of[own], 0)]]
     n_unpaired = int(((ev.bytes[own] > 0) & (free_of[own] < 0) & (ev.device[own] >= 0)).sum())
-    bwd = np.flatnonzero(phase == BACKWARD)
-    # rule 2: the block's backward events (inferred)
-    bwd_rng = np.zeros(0, np.int64)
-    late = np.zeros(0, np.int64)
-    if len(dangling):
-        f = free_of[dangling]
-        inb = np.isin(f, bwd) & (f >= (bwd[0] if len(bwd) else ne))
-        late = f[~inb]  # freed before the backward or outside it: with the original
-        if inb.any():
-            last = int(f[inb].max())
-            at = gm.anchor_row[last]
-            end = int(np.flatnonzero((np.arange(ne) >= last) & (gm.anchor_row == at) & (phase == BACKWARD)).max())
-            bwd_rng = np.arange(int(bwd[0]), end + 1)
-            bwd_rng = bwd_rng[~in_block[bwd_rng]]
-    # model state
-    share, recorded = weight_share(graph, block, L)
+    bwd_rng, late = _block_backward(gm, phase, in_block, dangling, free_of)
+    share, recorded = weight_share(graph, block, L, kernel_row)
     f_state = 1.0 + (factor - 1) * share
-    s0, e1 = _span(graph)
-    t_free = np.where(free_of >= 0, ev.ts_ns[np.maximum(free_of, 0)], np.iinfo(np.int64).max)
-    state = (ev.device >= 0) & (ev.bytes > 0) & (t_free >= e1) & ((ev.ts_ns < s0) | (phase == OPTIMIZER)) & ~in_block
-    nbytes = ev.bytes.copy()
-    nbytes[state] = _scale(ev.bytes[state], f_state)
-    has_free = state & (free_of >= 0)
-    nbytes[free_of[has_free]] = -nbytes[has_free]
-    # the events: recorded (group 0), forward copies after the block's last event, backward copies before the backward
     cols = ev.columns()
-    cols["bytes"] = nbytes
-    src = [np.arange(ne)]
-    anchor, offset, at_end = [gm.anchor_row], [gm.offset_ns], [gm.at_end]
-    ts, group, seq, ph, step = [ev.ts_ns.astype(np.int64)], [np.zeros(ne, np.int64)], [np.arange(ne, dtype=np.int64)], [phase], [gm.step]
+    cols["bytes"] = _state_bytes(graph, gm, phase, free_of, in_block, f_state)
+    parts = _Parts(*([] for _ in range(9)))
+    parts.add(gm, phase, np.arange(ne))  # the recorded events (group 0)
     own_b = phase[own] == BACKWARD  # a backward mapped to the layers: the copies' backward runs before the block's
     t_own = np.where(own_b, int(ev.ts_ns[own[own_b]].min()) if own_b.any() else 0,
                      int(ev.ts_ns[own[~own_b]].max()) if (~own_b).any() else 0)
+    b0 = int(np.flatnonzero(phase == BACKWARD)[0]) if len(bwd_rng) else 0
     for c in range(copies):
         if len(own):  # rule 1: anchored to the copy of its task
-            copy_row = row[graph.n + c * k + pos[node[own]]]
-            src.append(own)
-            anchor.append(copy_row)
-            offset.append(gm.offset_ns[own])
-            at_end.append(gm.at_end[own])
-            ts.append(t_own)
-            group.append(np.where(own_b, -1, 1))
-            seq.append(c * ne + np.arange(len(own)))
-            ph.append(phase[own])
-            step.append(gm.step[own])
+            parts.add(gm, phase, own, anchor=g.row[graph.n + c * k + pos[node[own]]], ts=t_own, group=np.where(own_b, -1, 1),
+                      seq=c * ne + np.arange(len(own)))
         if len(late):  # freed with the original
-            src.append(late)
-            for a_, b_ in ((anchor, gm.anchor_row), (offset, gm.offset_ns), (at_end, gm.at_end), (ph, phase), (step, gm.step)):
-                a_.append(b_[late])
-            ts.append(ev.ts_ns[late].astype(np.int64))
-            group.append(np.full(len(late), 1))
-            seq.append(c * ne + late)
+            parts.add(gm, phase, late, group=1, seq=c * ne + late)
         if len(bwd_rng):  # rule 2: at the backward's start, before it
-            b0 = int(bwd[0])
-            src.append(bwd_rng)
-            anchor.append(np.full(len(bwd_rng), gm.anchor_row[b0]))
-            offset.append(np.full(len(bwd_rng), gm.offset_ns[b0]))
-            at_end.append(np.full(len(bwd_rng), gm.at_end[b0]))
-            ts.append(np.full(len(bwd_rng), int(ev.ts_ns[b0])))
-            group.append(np.full(len(bwd_rng), -1))
-            seq.append(c * ne + np.arange(len(bwd_rng)))
-            ph.append(phase[bwd_rng])
-            step.append(gm.step[bwd_rng])
-    s = np.concatenate(src)
-    cols = {c_: np.asarray(a)[s] for c_, a in cols.items()}
-    cols["ts_ns"] = np.concatenate(ts)
+            parts.add(gm, phase, bwd_rng, anchor=gm.anchor_row[b0], offset=gm.offset_ns[b0], at_end=gm.at_end[b0],
+                      ts=int(ev.ts_ns[b0]), group=-1, seq=c * ne + np.arange(len(bwd_rng)))
+    cols = {c_: np.asarray(a)[np.concatenate(parts.src)] for c_, a in cols.items()}
+    cols["ts_ns"] = np.concatenate(parts.ts)
     before = {}
     for d in ev.devices():
         if d >= 0:
             lvl, exact = level_before(ev, np.flatnonzero(ev.device == d))
             if exact:
                 before[int(d)] = int(np.ceil(lvl * f_state))
-    mem = changed_events(gm, cols, np.concatenate(anchor), np.concatenate(offset), np.concatenate(at_end),
-                         np.concatenate(step), np.concatenate(ph), np.concatenate(group), np.concatenate(seq), before=before)
+    cat = (lambda a: np.concatenate(a))
+    mem = changed_events(gm, cols, cat(parts.anchor), cat(parts.offset), cat(parts.at_end), cat(parts.step),
+                         cat(parts.phase), cat(parts.group), cat(parts.seq), before=before)
     nb = int(own_b.sum()) if len(own) else 0
-    words = (f"memory at the new depth: {len(own):,} allocator events of the block copied with each of its {copies} copies "
-             f"(anchored to the copied calls" + (f"; {nb:,} in a backward mapped to the layers, the copies' before the block's"
-                                                   if nb else "") + ")"
-             + (f"; {len(dangling) - len(late):,} of its blocks kept for a backward not mapped to the layers: each copy runs "
-                f"the last occurrence's backward events ({len(bwd_rng):,}, inferred: the backward's first events up to the "
-                "call that frees the block's last kept activation) at the backward's start" if len(bwd_rng) else "")
-             + f"; model state (parameters before the step, optimizer state, the level before the window) x{f_state:g} "
-             + (f"(the block's share of the GEMM weights {share:.3g})" if recorded else
-                "(no GEMM weight recorded: the whole model taken to be the repeated block, an assumption)")
-             + ("; gradients with the copied backward" if nb or len(bwd_rng) else "")
-             + (f"; {n_unpaired:,} of the block's allocations have no free paired by address (the trace records no "
-                "addresses): their copies are never freed" if n_unpaired else ""))
+    words = _depth_words(len(own), copies, nb, len(dangling) - len(late), len(bwd_rng), f_state, share, recorded, n_unpaired)
     return dataclasses.replace(g, memory=mem), words
+
+
+def _depth_words(n_own, copies, nb, n_kept, n_bwd, f_state, share, recorded, n_unpaired) -> str:
+    return (f"memory at the new depth: {n_own:,} allocator events of the block copied with each of its {copies} copies "
+            f"(anchored to the copied calls" + (f"; {nb:,} in a backward mapped to the layers, the copies' before the block's"
+                                                  if nb else "") + ")"
+            + (f"; {n_kept:,} of its blocks kept for a backward not mapped to the layers: each copy runs "
+               f"the last occurrence's backward events ({n_bwd:,}, inferred: the backward's first events up to the "
+               "call that frees the block's last kept activation) at the backward's start" if n_bwd else "")
+            + f"; model state (parameters before the step, optimizer state, the level before the window) x{f_state:g} "
+            + (f"(the block's share of the GEMM weights {share:.3g})" if recorded else
+               "(no GEMM weight recorded: the whole model taken to be the repeated block, an assumption)")
+            + ("; gradients with the copied backward" if nb or n_bwd else "")
+            + (f"; {n_unpaired:,} of the block's allocations have no free paired by address (the trace records no "
+               "addresses): their copies are never freed" if n_unpaired else ""))
 
 
 def problem_size_memory(graph, g, factor: float):
@@ -210,8 +231,6 @@ def problem_size_memory(graph, g, factor: float):
     3. **Otherwise** kept: blocks of other phases (data loading, the optimizer's temporaries,
        unmapped), host memory.
     """
-    import dataclasses
-
     gm = graph.memory
     if gm is None or not len(gm):
         return g, ""
