@@ -7,6 +7,7 @@ autograd engine records it, so the block's backward is inferred)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -163,3 +164,28 @@ def test_problem_size_keeps_blocks_whose_free_cannot_be_paired():
     g2, note = _apply(g, "problem-size:factor=2")
     assert "6 blocks of the forward and backward without a free paired by address kept" in note, note
     assert g2.memory.events.bytes.tolist() == g.memory.events.bytes.tolist()
+
+
+BERT = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BERT.exists(), reason="shared trace not present")
+def test_on_the_h100_bert_trace_factor_one_is_the_identity_and_depth_adds_the_copies():
+    """problem-size:factor=1 keeps every block and total; layers:factor=2 keeps a memory verdict
+    whose peak grows (an inference-only trace: no
+    backward, so nothing inferred there), its model state by the block's GEMM share (said)."""
+    import numpy as np
+
+    from daydream.formats import load_trace
+    from daydream.graph import build_graph
+    from daydream.mapping import map_events
+
+    t = load_trace(str(BERT))
+    g = build_graph(t, map_events(t))
+    g1, note = _apply(g, "problem-size:factor=1")
+    assert np.array_equal(g1.memory.events.bytes, g.memory.events.bytes) and "memory at problem size x1" in note
+    g2, note = _apply(g, "layers:factor=2")
+    assert g2.memory is not None and "the block's share of the GEMM weights" in note, note
+    assert "inferred: the backward's first events" not in note
+    assert _peaks(g2)[0][0] > _peaks(g)[0][0]
