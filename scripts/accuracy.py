@@ -54,6 +54,7 @@ SECTIONS: list[str] = [
     "accuracy_findings",  # try-out findings: first launches kept by fusion/cuda-graphs, the nsys launching op
     "accuracy_parallelism",  # fsdp, zero, tp, pp on every trace: predict or say why (issue 35)
     "accuracy_pipeline_interleaved",  # pp:schedule=interleaved: model vs emulator, the bubble, DLRM (issue 35)
+    "accuracy_depth_memory",  # layers and problem-size: the peak and verdict (issue 32)
 ]
 
 

@@ -152,11 +152,12 @@ def test_predicted_peaks_equal_the_emulators_run_of_the_reshaped_program(spec, f
     assert _peaks(g2) == _want(spec, **f)
 
 
-def test_a_new_depth_drops_the_memory_verdict_and_says_so():
+def test_a_new_depth_keeps_the_memory_verdict():
+    """(It used to drop it; the depth's rules and their emulator property: tests/test_shape_depth_memory.py.)"""
     spec = ShapedSpec(2, 64, 128, 2, ("ln", "linear"), 2, memory=True)
     g, _ = _graph(shaped_program(spec))
     g2, note = _apply(g, "shape:layers=2")
-    assert g2.memory is None and "memory not predicted for a new depth" in note
+    assert g2.memory is not None and "memory at the new depth" in note and _peaks(g2) == _want(spec, layers=2)
 
 
 def test_batch_fit_answers_the_largest_batch_that_fits():

@@ -45,7 +45,8 @@ Memory (``shape`` without ``layers``): the allocator's events at the new shapes
 (:mod:`.shape_memory`: each block by its own op's tensor, model state × hidden²·layers, else the
 step factor batch·seq·hidden, inferred and counted), so the prediction has its peak and verdict;
 ``fit=true`` sets the batch factor to the largest that fits (:func:`fit_batch`). A new depth and
-``problem-size`` drop the memory verdict (said).
+``problem-size``: :mod:`.shape_depth_memory` (the block's events copied with its copies, model
+state × 1 + (F−1)·share; the forward's and backward's blocks × S).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from . import Optimization, Param, register
 from .dataloader import _aligned, _batches
 from .gpu_upgrade import source_gpu
 from .shape_depth import _Launches, deepen, launches, repeating_block
+from .shape_depth_memory import depth_memory, problem_size_memory
 from .shape_memory import paired_blocks, peak_needs, shape_memory, tensor_blocks
 
 #: ``Input type`` -> the cost library's storage precision
@@ -577,20 +579,21 @@ def _apply(graph, p):
         words.append(loader)
     if fit_words:
         words.insert(1, fit_words)
-    if g.memory is not None and len(g.memory) and p["layers"] != 1:  # the copies' allocations are not made (docs/memory.md)
-        words.append("memory not predicted for a new depth (the repeated layers' allocations are not copied): "
-                     "no memory verdict for this prediction")
+    mem = graph.memory
+    other = any(p[k] != 1 for k in ("batch", "seq", "hidden"))
+    if mem is not None and len(mem) and not paired_blocks(mem) and other:
+        words.append(_UNPAIRED + ": no memory verdict for this prediction")
         g = dataclasses.replace(g, memory=None)
-    elif g.memory is not None and len(g.memory) and not paired_blocks(g.memory):
-        if (p["batch"], p["seq"], p["hidden"]) == (1, 1, 1):  # nothing to resize: the recorded events
-            words.append("memory as recorded (every factor 1; the allocator's GPU events have no block addresses: "
-                         "another factor gets no memory verdict)")
-        else:
-            words.append(_UNPAIRED + ": no memory verdict for this prediction")
-            g = dataclasses.replace(g, memory=None)
-    elif g.memory is not None and len(g.memory) and info["plan"] is not None:
-        mem, said = _memory(graph, g.memory, p, info["plan"])
+        mem = None
+    elif mem is not None and len(mem) and not paired_blocks(mem) and p["layers"] == 1:  # nothing to resize: the recorded events
+        words.append("memory as recorded (every factor 1; the allocator's GPU events have no block addresses: "
+                     "another factor gets no memory verdict)")
+    elif mem is not None and len(mem) and info["plan"] is not None and (p["layers"] == 1 or other):
+        mem, said = _memory(graph, mem, dict(p, layers=1), info["plan"])  # the depth's state: depth_memory's
         g = dataclasses.replace(g, memory=mem)
+        words.append(said)
+    if mem is not None and len(mem) and p["layers"] > 1:  # the copies' allocations (shape_depth_memory)
+        g, said = depth_memory(graph, g, block, (p["layers"] - 1) * block.count, p["layers"], launches(graph), mem, kernel_row)
         words.append(said)
     return g, "; ".join(words)
 
@@ -655,7 +658,8 @@ def fit_batch(graph, p: dict) -> tuple[dict, str]:
     if graph.memory is None or not len(graph.memory):
         raise NotApplicable("batch fit needs the allocator's events: record with torch.profiler(profile_memory=True)")
     if p["layers"] != 1:
-        raise NotApplicable("batch fit: memory is not predicted for a new depth (layers=1 with fit=true)")
+        raise NotApplicable("batch fit: not with a new depth (the search runs the shape memory model at depth 1: "
+                            "layers=1 with fit=true)")
     if not paired_blocks(graph.memory):
         raise NotApplicable("batch fit: " + _UNPAIRED)
     L = launches(graph)
@@ -716,10 +720,8 @@ def _problem_size(graph, p):
             "no shapes used"
             + (" (the trace has shapes: shape:batch=,seq=,hidden= models each op's kind)" if shapes else "")
             + "; CPU time as recorded")
-    if g.memory is not None:
-        note += "; memory not predicted for a new problem size: no memory verdict for this prediction"
-        g = dataclasses.replace(g, memory=None)
-    return g, note
+    g, said = problem_size_memory(graph, g, S)
+    return g, note + (f"; {said}" if said else "")
 
 
 def _flag(v: str) -> bool:
