@@ -20,7 +20,7 @@ IDENTITY = ("tp:degree=1", "pp:stages=1", "zero:stage=3,world=1")
 #: what a refusal names: the missing recording option, annotation, shape, size, GPU or link, or
 #: why the trace is not a one-GPU training step
 MISSING = re.compile(r"record_shapes|input shapes|layer mapping|module annotations|column/row GEMM pair|GPU table|"
-                     r"does not name its GPU|board link|act_bytes|collective kernels|forward units|forward and backward|"
+                     r"does not name its GPU|board link|act_bytes|collective kernels|forward units?|forward and backward|"
                      r"bandwidth|phase mapping")
 
 
