@@ -18,6 +18,7 @@ from ..graph.edges import EdgeKind
 from ..mapping.rules import PHASES
 from ..graph.memo import cached
 from ..transform import compile_pattern, name_mask  # noqa: F401 - name_mask re-exported for the optimizations
+from ..transform.selection import name_hits
 
 #: API roles that make a CPU call wait for the GPU (they split CUDA-graph regions and are never
 #: removed by an optimization).
@@ -74,9 +75,7 @@ def cpu_ranges(graph: TaskGraph, pattern: str) -> tuple[np.ndarray, np.ndarray, 
         z = np.zeros(0, np.int64)
         return z, z, z, z
     uniq, inv = cached(graph, "common.cpu_range_names", lambda: unique_inverse(cr.name_id))  # structure: shared by the patterns
-    rx = compile_pattern(pattern)
-    names = graph.names
-    hit = search_mask(rx, [names[i] for i in uniq.tolist()])
+    hit = name_hits(graph, pattern, uniq)  # each distinct name searched once per pattern and graph structure
     r = np.nonzero(hit[inv])[0]
     key = np.stack([cr.pid[r], cr.tid[r], cr.start_ns[r], cr.end_ns[r]], axis=1).astype(np.int64)
     key = np.unique(key, axis=0) if len(key) else key.reshape(0, 4)
