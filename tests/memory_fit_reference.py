@@ -1,6 +1,6 @@
 """The memory report's per-step loops as they were before they were made linear: ``step_parts`` and
 ``_steps`` of daydream/report/memory_fit.py and ``_curves`` and ``recorded_peaks`` of
-daydream/simulate/memory_replay.py at commit 4db9d68, unchanged but for the imports made absolute.
+daydream/simulate/memory_replay.py at commit 4db9d68 (and the per-thread loop of its ``event_times``), unchanged but for the imports made absolute.
 The reference that tests/test_memory_fit_linear.py compares the vectorized versions with, output for output."""
 from __future__ import annotations
 
@@ -123,3 +123,11 @@ def recorded_peaks(graph) -> dict[int, tuple[int, list[int]]]:
                 steps.append(max(int(tot[at[0]] - ev.bytes[k[at[0]]]), int(tot[at].max())))
         out[d] = (max(first, int(tot.max())), steps)
     return out
+
+
+def hold_thread_order(t, pid, tid):
+    """The end of ``event_times`` at commit 4db9d68 (the loop over threads), on bare arrays."""
+    for p, q in np.unique(np.stack([pid, tid], 1), axis=0).tolist():
+        k = np.flatnonzero((pid == p) & (tid == q))
+        t[k] = np.maximum.accumulate(t[k])
+    return t

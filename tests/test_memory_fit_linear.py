@@ -82,3 +82,13 @@ def test_a_free_replayed_before_its_allocation_is_never_held_from_before_the_ste
     # levels -100, 0, 50: the peak is the last event; only the 50-byte block is alive there
     assert s.peak_allocated_bytes == 50
     assert [(p.name, p.bytes) for p in s.parts] == [("other", 50)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 200))
+def test_thread_order_hold_equals_the_loop_over_threads(seed, n):
+    rng = np.random.default_rng(seed)
+    t = rng.integers(0, 50, n).astype(np.int64)
+    pid = rng.choice([1, 2, 2**40], n).astype(np.int64)  # a pid beyond 32 bits: no packed key may merge threads
+    tid = rng.choice([1, 3, 2**33 + 1, -1], n).astype(np.int64)
+    assert np.array_equal(memory_replay.hold_thread_order(t.copy(), pid, tid), ref.hold_thread_order(t.copy(), pid, tid))
