@@ -105,9 +105,9 @@ def _blocks(dm: DeviceMemory, gm):
 
 def steps_parts(dm: DeviceMemory, gm, first: np.ndarray, last: np.ndarray, peak_at: np.ndarray) -> list[list[MemoryPart]]:
     """Per step (its first and last position in ``dm``'s replayed order and the position of its
-    peak, -1: before the window; int64 arrays of shape (S,)), what its memory is at the peak by the
-    rules of ``_RULES`` (the parts at or above zero bytes, then the allocator slack where recorded);
-    [] per step without addresses.
+    peak, from ``first - 1`` to ``last``, -1: before the window; int64 arrays of shape (S,)), what
+    its memory is at the peak by the rules of ``_RULES`` (the parts of nonzero bytes, then the
+    allocator slack where recorded); [] per step without addresses.
 
     Linear in blocks + steps: a block alive at the peak ``at`` (allocated at or before it, freed
     after it) was allocated in the step (``first <= a <= at``: classified one by one, among the
