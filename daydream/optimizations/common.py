@@ -95,21 +95,38 @@ def cpu_nodes_in_ranges(graph: TaskGraph, ranges, *, same_thread: bool) -> np.nd
     if not cpu.any() or len(s) == 0:
         return out
     # calls sorted by (process, [thread,] recorded start): a range's candidates are one slice of them
-    # (two binary searches), so the cost is the calls once plus each range's own calls, not the
-    # calls once per range (ranges grow with the trace: a step or a batch each)
+    # (found for all ranges at once by binary searches on one integer key: the thread's group, then
+    # the start's rank among all the times), so the cost is the calls once plus each range's own
+    # calls, not the calls once per range (ranges grow with the trace: a step or a batch each)
     idx = np.flatnonzero(cpu & (graph.rec_end_ns >= graph.rec_start_ns))
     thr = graph.tid[idx] if same_thread else np.zeros(len(idx), graph.tid.dtype)
     o = np.lexsort((graph.rec_start_ns[idx], thr, graph.pid[idx]))
     idx, thr = idx[o], thr[o]
     npid, ns, ne = graph.pid[idx], graph.rec_start_ns[idx], graph.rec_end_ns[idx]
+    pid, tid, s, e = (np.asarray(x, np.int64) for x in (pid, tid, s, e))
+    if len(idx):
+        rthr = tid if same_thread else np.zeros(len(s), np.int64)
+        head = np.flatnonzero(np.r_[True, (npid[1:] != npid[:-1]) | (thr[1:] != thr[:-1])])
+        gid = np.cumsum(np.r_[True, (npid[1:] != npid[:-1]) | (thr[1:] != thr[:-1])]) - 1
+        up = np.unique(np.r_[npid[head].astype(np.int64), pid])
+        ut = np.unique(np.r_[thr[head].astype(np.int64), rthr])
+        gkey = np.searchsorted(up, npid[head]) * len(ut) + np.searchsorted(ut, thr[head])  # ascending: groups in (pid, thread) order
+        rkey = np.searchsorted(up, pid) * len(ut) + np.searchsorted(ut, rthr)
+        j = np.minimum(np.searchsorted(gkey, rkey), len(gkey) - 1)
+        found = gkey[j] == rkey
+        times = np.unique(np.r_[ns.astype(np.int64), s, e])
+        span = len(times) + 1
+        ckey = gid * span + np.searchsorted(times, ns)  # ascending: by group, then start
+        lo = np.searchsorted(ckey, j * span + np.searchsorted(times, s), "left")
+        hi = np.searchsorted(ckey, j * span + np.searchsorted(times, e), "right")
+        cnt = np.where(found, np.maximum(hi - lo, 0), 0)
+        ri = np.repeat(np.arange(len(s)), cnt)
+        at = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)
+        ok = ne[at] <= e[ri]  # start >= s, end <= e (so start <= e)
+        np.maximum.at(out, idx[at[ok]], ri[ok])  # ranges overlapping on a thread: the last one wins
     odd = np.flatnonzero(cpu & (graph.rec_end_ns < graph.rec_start_ns))  # ending before they start: checked one by one as before
-    for i in range(len(s)):  # a Python step per range (steps, batches, optimizer steps), array work per call inside it
-        lo, hi = np.searchsorted(npid, pid[i], "left"), np.searchsorted(npid, pid[i], "right")
-        if same_thread:
-            lo, hi = lo + np.searchsorted(thr[lo:hi], tid[i], "left"), lo + np.searchsorted(thr[lo:hi], tid[i], "right")
-        a, b = lo + np.searchsorted(ns[lo:hi], s[i], "left"), lo + np.searchsorted(ns[lo:hi], e[i], "right")
-        out[idx[a:b][ne[a:b] <= e[i]]] = i  # start >= s, end <= e (so start <= e)
-        if len(odd):
+    if len(odd):
+        for i in range(len(s)):  # a Python step per range, only where such calls exist
             m = (graph.pid[odd] == pid[i]) & (graph.rec_start_ns[odd] >= s[i]) & (graph.rec_end_ns[odd] <= e[i])
             if same_thread:
                 m &= graph.tid[odd] == tid[i]
