@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +47,7 @@ def _program(seed: int, n: int, n_steps: int, totals: bool, phases: bool) -> tup
     return gm, t
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(0, 80), st.integers(0, 6), st.booleans(), st.booleans())
 def test_linear_memory_report_equals_the_per_step_loops(seed, n, n_steps, totals, phases):
