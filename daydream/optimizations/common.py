@@ -96,7 +96,7 @@ def cpu_nodes_in_ranges(graph: TaskGraph, ranges, *, same_thread: bool) -> np.nd
         return out
     # calls sorted by (process, [thread,] recorded start): a range's candidates are one slice of them
     # (found for all ranges at once by binary searches on one integer key: the thread's group, then
-    # the start's rank among all the times), so the cost is the calls once plus each range's own
+    # the start), so the cost is the calls once plus each range's own
     # calls, not the calls once per range (ranges grow with the trace: a step or a batch each)
     idx = np.flatnonzero(cpu & (graph.rec_end_ns >= graph.rec_start_ns))
     thr = graph.tid[idx] if same_thread else np.zeros(len(idx), graph.tid.dtype)
@@ -114,11 +114,24 @@ def cpu_nodes_in_ranges(graph: TaskGraph, ranges, *, same_thread: bool) -> np.nd
         rkey = np.searchsorted(up, pid) * len(ut) + np.searchsorted(ut, rthr)
         j = np.minimum(np.searchsorted(gkey, rkey), len(gkey) - 1)
         found = gkey[j] == rkey
-        times = np.unique(np.r_[ns.astype(np.int64), s, e])
-        span = len(times) + 1
-        ckey = gid * span + np.searchsorted(times, ns)  # ascending: by group, then start
-        lo = np.searchsorted(ckey, j * span + np.searchsorted(times, s), "left")
-        hi = np.searchsorted(ckey, j * span + np.searchsorted(times, e), "right")
+        # one ascending key: each group's starts shifted past the group before it (a range's bounds
+        # clamped to its group's span first: the same calls fall inside), no sort of the times
+        gmin, gmax = ns[head].astype(np.int64), np.maximum.reduceat(ns, head).astype(np.int64)
+        width = gmax - gmin + 3
+        if float(width.astype(np.float64).sum()) < 2.0 ** 62:
+            goff = np.cumsum(width) - width
+            ckey = ns - gmin[gid] + goff[gid]
+
+            def key(t):
+                return np.clip(t, gmin[j] - 1, gmax[j] + 1) - gmin[j] + goff[j]
+        else:  # spans too wide for one int64 key: the starts' ranks among all the times instead
+            times = np.unique(np.r_[ns.astype(np.int64), s, e])
+            span = len(times) + 1
+            ckey = gid * span + np.searchsorted(times, ns)
+
+            def key(t):
+                return j * span + np.searchsorted(times, t)
+        lo, hi = np.searchsorted(ckey, key(s), "left"), np.searchsorted(ckey, key(e), "right")
         cnt = np.where(found, np.maximum(hi - lo, 0), 0)
         ri = np.repeat(np.arange(len(s)), cnt)
         at = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)
