@@ -117,8 +117,8 @@ def cpu_nodes_in_ranges(graph: TaskGraph, ranges, *, same_thread: bool) -> np.nd
         # one ascending key: each group's starts shifted past the group before it (a range's bounds
         # clamped to its group's span first: the same calls fall inside), no sort of the times
         gmin, gmax = ns[head].astype(np.int64), np.maximum.reduceat(ns, head).astype(np.int64)
-        width = gmax - gmin + 3
-        if float(width.astype(np.float64).sum()) < 2.0 ** 62:
+        if float((gmax.astype(np.float64) - gmin.astype(np.float64) + 3).sum()) < 2.0 ** 62:  # in floats: no int64 overflow
+            width = gmax - gmin + 3
             goff = np.cumsum(width) - width
             ckey = ns - gmin[gid] + goff[gid]
 
