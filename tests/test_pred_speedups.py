@@ -235,3 +235,26 @@ def test_step_members_by_pass_and_by_sort_agree(monkeypatch):
             assert x[:5] == y[:5] and np.array_equal(x.idx, y.idx)  # the ids are the members (the per-step mask is gone)
             assert all(np.array_equal(p, q) for p, q in zip(x.kinds, y.kinds))
             assert len(x.devices) == len(y.devices) and all(np.array_equal(p, q) for p, q in zip(x.devices, y.devices))
+
+
+def test_cpu_nodes_in_ranges_with_spans_too_wide_for_one_key():
+    """Times so far apart that the shifted starts would not fit an int64: the ranks' key (the
+    fallback branch) gives what a pass per range gives."""
+    import dataclasses
+
+    from daydream.optimizations.common import cpu_nodes_in_ranges
+
+    g = _graph_cache()
+    cpu = np.flatnonzero(g.is_cpu & (g.row >= 0))
+    rs, re_ = g.rec_start_ns.copy(), g.rec_end_ns.copy()
+    lo_c, hi_c = cpu[0], cpu[-1]
+    rs[lo_c], re_[lo_c] = -(5 << 60), -(5 << 60) + 10  # about -5.8e18 and +5.8e18 ns: spans over 2**62
+    rs[hi_c], re_[hi_c] = 5 << 60, (5 << 60) + 10
+    g = dataclasses.replace(g, rec_start_ns=rs, rec_end_ns=re_)
+    s = np.array([-(6 << 60), int(np.median(rs[cpu])), 4 << 60], np.int64)
+    e = np.array([-(4 << 60), int(np.median(rs[cpu])) + 10**9, 6 << 60], np.int64)
+    ranges = (g.pid[[lo_c, cpu[len(cpu) // 2], hi_c]].astype(np.int64), g.tid[[lo_c, cpu[len(cpu) // 2], hi_c]].astype(np.int64), s, e)
+    for same in (True, False):
+        got = cpu_nodes_in_ranges(g, ranges, same_thread=same)
+        assert np.array_equal(got, _nodes_in_ranges_reference(g, ranges, same))
+        assert got[lo_c] == 0 and got[hi_c] == 2

@@ -47,10 +47,12 @@ import numpy as np
 
 from ..errors import NotApplicable
 from ..graph import NODE_CPU
+from ..graph.memo import cached
 from ..graph.memory_part import block_pairs, changed_events
 from ..mapping.rules import BACKWARD, FORWARD
 from ..transform import insert_tasks, set_gap
 from ..transform.selection import KIND_NAMES
+from ..util.arrays import unique_inverse
 from . import Optimization, Param, register
 from .common import cpu_nodes_in_ranges, mapped_phase
 from ..util.patterns import compile_user_pattern
@@ -110,8 +112,9 @@ def _named_ranges(graph, keep) -> _Ranges:
     if cr is None or not len(cr.pid):
         z = np.zeros(0, np.int64)
         return _Ranges(z, z, z, z, z)
-    uniq, inv = np.unique(cr.name_id, return_inverse=True)
-    ok = np.fromiter((bool(keep(graph.names[i])) for i in uniq.tolist()), bool, len(uniq))[inv.reshape(-1)]
+    # the distinct names once per graph structure (shared with common.cpu_ranges): this runs once per unit
+    uniq, inv = cached(graph, "common.cpu_range_names", lambda: unique_inverse(cr.name_id))
+    ok = np.fromiter((bool(keep(graph.names[i])) for i in uniq.tolist()), bool, len(uniq))[inv]
     r = _Ranges(cr.pid[ok].astype(np.int64), cr.tid[ok].astype(np.int64), cr.start_ns[ok].astype(np.int64),
                 cr.end_ns[ok].astype(np.int64), cr.name_id[ok].astype(np.int64))
     key = np.stack(list(r), 1)
@@ -237,8 +240,12 @@ def find_instances(graph, regex: str | None) -> tuple[list[_Instance], list[str]
         inside = cpu_nodes_in_ranges(graph, mods.as4(), same_thread=True)
         labelled_bwd = np.flatnonzero(bwd_m & under)
         inst_idx = sorted(set(inside[fwd_m & under].tolist()) - {-1}, key=lambda i: int(mods.start[i]))
+        # each instance's forward calls (index order) by one stable sort, not a whole-graph mask per instance
+        own = np.flatnonzero(fwd_m & under & (inside >= 0))
+        own = own[np.argsort(inside[own], kind="stable")]
+        own_at = np.searchsorted(inside[own], np.arange(len(mods.pid) + 1))
         for q, i in enumerate(inst_idx):
-            calls = np.flatnonzero(fwd_m & under & (inside == i))
+            calls = own[own_at[i]:own_at[i + 1]]
             calls = calls[np.argsort(rank[calls], kind="stable")]
             span = (int(mods.pid[i]), int(mods.tid[i]), int(mods.start[i]), int(mods.end[i]))
             step = next(((s, e) for s, e in steps if s <= span[2] and span[3] <= e), (span[2], np.iinfo(np.int64).max))

@@ -18,6 +18,7 @@ from ..graph.edges import EdgeKind
 from ..mapping.rules import PHASES
 from ..graph.memo import cached
 from ..transform import compile_pattern, name_mask  # noqa: F401 - name_mask re-exported for the optimizations
+from ..transform.selection import name_hits
 
 #: API roles that make a CPU call wait for the GPU (they split CUDA-graph regions and are never
 #: removed by an optimization).
@@ -74,9 +75,7 @@ def cpu_ranges(graph: TaskGraph, pattern: str) -> tuple[np.ndarray, np.ndarray, 
         z = np.zeros(0, np.int64)
         return z, z, z, z
     uniq, inv = cached(graph, "common.cpu_range_names", lambda: unique_inverse(cr.name_id))  # structure: shared by the patterns
-    rx = compile_pattern(pattern)
-    names = graph.names
-    hit = search_mask(rx, [names[i] for i in uniq.tolist()])
+    hit = name_hits(graph, pattern, uniq)  # each distinct name searched once per pattern and graph structure
     r = np.nonzero(hit[inv])[0]
     key = np.stack([cr.pid[r], cr.tid[r], cr.start_ns[r], cr.end_ns[r]], axis=1).astype(np.int64)
     key = np.unique(key, axis=0) if len(key) else key.reshape(0, 4)
@@ -96,21 +95,51 @@ def cpu_nodes_in_ranges(graph: TaskGraph, ranges, *, same_thread: bool) -> np.nd
     if not cpu.any() or len(s) == 0:
         return out
     # calls sorted by (process, [thread,] recorded start): a range's candidates are one slice of them
-    # (two binary searches), so the cost is the calls once plus each range's own calls, not the
-    # calls once per range (ranges grow with the trace: a step or a batch each)
+    # (found for all ranges at once by binary searches on one integer key: the thread's group, then
+    # the start), so the cost is the calls once plus each range's own
+    # calls, not the calls once per range (ranges grow with the trace: a step or a batch each)
     idx = np.flatnonzero(cpu & (graph.rec_end_ns >= graph.rec_start_ns))
     thr = graph.tid[idx] if same_thread else np.zeros(len(idx), graph.tid.dtype)
     o = np.lexsort((graph.rec_start_ns[idx], thr, graph.pid[idx]))
     idx, thr = idx[o], thr[o]
     npid, ns, ne = graph.pid[idx], graph.rec_start_ns[idx], graph.rec_end_ns[idx]
+    pid, tid, s, e = (np.asarray(x, np.int64) for x in (pid, tid, s, e))
+    if len(idx):
+        rthr = tid if same_thread else np.zeros(len(s), np.int64)
+        head = np.flatnonzero(np.r_[True, (npid[1:] != npid[:-1]) | (thr[1:] != thr[:-1])])
+        gid = np.cumsum(np.r_[True, (npid[1:] != npid[:-1]) | (thr[1:] != thr[:-1])]) - 1
+        up = np.unique(np.r_[npid[head].astype(np.int64), pid])
+        ut = np.unique(np.r_[thr[head].astype(np.int64), rthr])
+        gkey = np.searchsorted(up, npid[head]) * len(ut) + np.searchsorted(ut, thr[head])  # ascending: groups in (pid, thread) order
+        rkey = np.searchsorted(up, pid) * len(ut) + np.searchsorted(ut, rthr)
+        j = np.minimum(np.searchsorted(gkey, rkey), len(gkey) - 1)
+        found = gkey[j] == rkey
+        # one ascending key: each group's starts shifted past the group before it (a range's bounds
+        # clamped to its group's span first: the same calls fall inside), no sort of the times
+        gmin, gmax = ns[head].astype(np.int64), np.maximum.reduceat(ns, head).astype(np.int64)
+        if float((gmax.astype(np.float64) - gmin.astype(np.float64) + 3).sum()) < 2.0 ** 62:  # in floats: no int64 overflow
+            width = gmax - gmin + 3
+            goff = np.cumsum(width) - width
+            ckey = ns - gmin[gid] + goff[gid]
+
+            def key(t):
+                return np.clip(t, gmin[j] - 1, gmax[j] + 1) - gmin[j] + goff[j]
+        else:  # spans too wide for one int64 key: the starts' ranks among all the times instead
+            times = np.unique(np.r_[ns.astype(np.int64), s, e])
+            span = len(times) + 1
+            ckey = gid * span + np.searchsorted(times, ns)
+
+            def key(t):
+                return j * span + np.searchsorted(times, t)
+        lo, hi = np.searchsorted(ckey, key(s), "left"), np.searchsorted(ckey, key(e), "right")
+        cnt = np.where(found, np.maximum(hi - lo, 0), 0)
+        ri = np.repeat(np.arange(len(s)), cnt)
+        at = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)
+        ok = ne[at] <= e[ri]  # start >= s, end <= e (so start <= e)
+        np.maximum.at(out, idx[at[ok]], ri[ok])  # ranges overlapping on a thread: the last one wins
     odd = np.flatnonzero(cpu & (graph.rec_end_ns < graph.rec_start_ns))  # ending before they start: checked one by one as before
-    for i in range(len(s)):  # a Python step per range (steps, batches, optimizer steps), array work per call inside it
-        lo, hi = np.searchsorted(npid, pid[i], "left"), np.searchsorted(npid, pid[i], "right")
-        if same_thread:
-            lo, hi = lo + np.searchsorted(thr[lo:hi], tid[i], "left"), lo + np.searchsorted(thr[lo:hi], tid[i], "right")
-        a, b = lo + np.searchsorted(ns[lo:hi], s[i], "left"), lo + np.searchsorted(ns[lo:hi], e[i], "right")
-        out[idx[a:b][ne[a:b] <= e[i]]] = i  # start >= s, end <= e (so start <= e)
-        if len(odd):
+    if len(odd):
+        for i in range(len(s)):  # a Python step per range, only where such calls exist
             m = (graph.pid[odd] == pid[i]) & (graph.rec_start_ns[odd] >= s[i]) & (graph.rec_end_ns[odd] <= e[i])
             if same_thread:
                 m &= graph.tid[odd] == tid[i]

@@ -62,6 +62,49 @@ class DeviceMemory:
     step_of: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class StepGroups:
+    """The positions of a sequence (e.g. a device's events in replayed order) grouped by step, for
+    per-step reductions in one pass (no loop over steps doing whole-sequence work).
+
+    ``step``: the steps that have positions (ascending; int64, shape (S,)); ``first``/``last``: each
+    one's smallest and largest position; ``order``: all grouped positions, step by step, ascending
+    within a step (shape (P,)); ``starts``: where each step's run begins in ``order`` (shape (S,))."""
+
+    step: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    order: np.ndarray
+    starts: np.ndarray
+
+    def max(self, values: np.ndarray) -> np.ndarray:
+        """Per step, the largest of ``values`` (indexed by position) over its positions (shape (S,))."""
+        return np.maximum.reduceat(values[self.order], self.starts) if len(self.starts) else values[:0]
+
+    def min(self, values: np.ndarray) -> np.ndarray:
+        """Per step, the smallest of ``values`` over its positions (shape (S,))."""
+        return np.minimum.reduceat(values[self.order], self.starts) if len(self.starts) else values[:0]
+
+    def argmax(self, values: np.ndarray) -> np.ndarray:
+        """Per step, the first position (smallest) where ``values`` reaches the step's largest, as
+        ``np.argmax`` over the step's positions in ascending order picks it (int64, shape (S,))."""
+        if not len(self.starts):
+            return np.zeros(0, np.int64)
+        v = values[self.order]
+        top = np.repeat(self.max(values), np.diff(np.r_[self.starts, len(self.order)]))
+        return np.minimum.reduceat(np.where(v == top, self.order, np.iinfo(np.int64).max), self.starts)
+
+
+def step_groups(step_of: np.ndarray, n_steps: int) -> StepGroups:
+    """:class:`StepGroups` of ``step_of`` (per position, the step index; -1 or >= ``n_steps``: none)."""
+    pos = np.flatnonzero((step_of >= 0) & (step_of < n_steps))
+    order = pos[np.argsort(step_of[pos], kind="stable")].astype(np.int64)
+    st = step_of[order].astype(np.int64)
+    starts = np.flatnonzero(np.r_[True, st[1:] != st[:-1]]) if len(st) else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], len(order)] - 1
+    return StepGroups(st[starts], order[starts], order[ends] if len(order) else np.zeros(0, np.int64), order, starts)
+
+
 def event_times(graph, timeline) -> np.ndarray:
     """int64 replayed time of each memory event of ``graph`` on ``timeline`` (see module docstring)."""
     gm = graph.memory
@@ -86,8 +129,19 @@ def event_times(graph, timeline) -> np.ndarray:
         off = _host_offsets(graph, ev, a0, off, end, a >= 0, ts=ev.ts_ns[lost], pid=ev.pid[lost], tid=ev.tid[lost])
         t[lost] = np.where(a >= 0, np.where(end, timeline.end_ns[a0], timeline.start_ns[a0]) + off, t[lost])
     # one thread, one op at a time: the recorded order of a thread's events is kept
-    for p, q in np.unique(np.stack([ev.pid, ev.tid], 1), axis=0).tolist():
-        k = np.flatnonzero((ev.pid == p) & (ev.tid == q))
+    return hold_thread_order(t, ev.pid, ev.tid)
+
+
+def hold_thread_order(t: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """``t`` (int64 ns, per event in recorded order) with each event of a thread (``pid``, ``tid``)
+    held at or after the one before it on that thread (a running maximum per thread; in place, and
+    returned). The threads are grouped by one stable sort (a 2-column ``np.unique(axis=0)`` and a
+    mask per thread cost more than the rest of the replay on big traces)."""
+    o = np.lexsort((tid, pid))  # stable: a thread's events stay in recorded order
+    p, q = pid[o], tid[o]
+    cut = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (q[1:] != q[:-1]), True]) if len(o) else np.zeros(1, np.int64)
+    for lo, hi in zip(cut[:-1].tolist(), cut[1:].tolist()):  # one step per thread, array work inside
+        k = o[lo:hi]
         t[k] = np.maximum.accumulate(t[k])
     return t
 
@@ -186,15 +240,13 @@ def _curves(gm, t: np.ndarray, step_of: np.ndarray) -> list[DeviceMemory]:
             before = max(before, -int(csum.min()))
         level = before + csum
         res = ev.total_reserved[o]
-        steps = []
         so = step_of[o]
-        for s, name in enumerate(gm.step_names):
-            at = np.flatnonzero(so == s)
-            if not len(at):
-                continue
-            start_level = int(level[at[0] - 1]) if at[0] > 0 else before
-            r = res[at]
-            steps.append(StepPeak(name, max(start_level, int(level[at].max())), int(r.max()) if (r >= 0).all() else -1))
+        g = step_groups(so, len(gm.step_names))
+        start_level = np.where(g.first > 0, level[np.maximum(g.first - 1, 0)], before)
+        peak = g.max(level)
+        r_max, r_min = g.max(res), g.min(res)
+        steps = [StepPeak(gm.step_names[s], max(int(b), int(p)), int(rm) if rn >= 0 else -1)
+                 for s, b, p, rm, rn in zip(g.step.tolist(), start_level.tolist(), peak.tolist(), r_max.tolist(), r_min.tolist())]
         out.append(DeviceMemory(
             d, t[o], level, o, before, exact, max(before, int(level.max())),
             int(res.max()) if (res >= 0).all() else -1, steps, so))
@@ -215,10 +267,7 @@ def recorded_peaks(graph) -> dict[int, tuple[int, list[int]]]:
         if not len(k) or (tot < 0).any():
             continue
         first = int(tot[0] - ev.bytes[k[0]])
-        steps = []
-        for s in range(len(gm.step_names)):
-            at = np.flatnonzero(gm.step[k] == s)
-            if len(at):
-                steps.append(max(int(tot[at[0]] - ev.bytes[k[at[0]]]), int(tot[at].max())))
+        g = step_groups(gm.step[k], len(gm.step_names))
+        steps = np.maximum(tot[g.first] - ev.bytes[k[g.first]], g.max(tot)).tolist()
         out[d] = (max(first, int(tot.max())), steps)
     return out

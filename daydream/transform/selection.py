@@ -8,7 +8,8 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..util.patterns import compile_user_pattern, search_mask
-from ..util.arrays import unique_inverse
+from ..util.arrays import sorted_unique, unique_inverse
+from ..graph.memo import cached, memo
 from ..errors import DaydreamError
 from ..events.table import Kind
 from ..mapping.rules import PHASES
@@ -122,9 +123,33 @@ def name_mask(graph: TaskGraph, pattern: str, subset: np.ndarray | None = None) 
     cand = np.ones(graph.n, dtype=bool) if subset is None else np.asarray(subset, dtype=bool)
     if cand.any():
         uniq, inv = unique_inverse(graph.name_id[cand])
-        hit = search_mask(rx, [graph.names[i] for i in uniq.tolist()])
-        out[cand] = hit[inv]
+        out[cand] = name_hits(graph, pattern, uniq, rx)[inv]
     return out
+
+
+def name_hits(graph: TaskGraph, pattern: str, ids: np.ndarray, rx=None) -> np.ndarray:
+    """Whether each name ``graph.names[i]`` of ``ids`` (int array, shape (k,)) matches ``pattern``
+    (``re.search``; ``rx``: it compiled, else compiled here). Each name is searched once per
+    pattern and graph structure: the answers are kept in the graph's structure memo
+    (:mod:`daydream.graph.memo`, shared by the graphs that differ from it in durations only, e.g.
+    ``--opt all``'s what-ifs on one baseline), so a name the optimizations ask about again (the
+    step and optimizer ranges of every what-if that reads them) is not searched again.
+
+    Raises:
+        DaydreamError: a bad or over-long regular expression.
+    """
+    rx = compile_pattern(pattern) if rx is None else rx
+    names = graph.names
+    known, hit = cached(graph, "name hits " + pattern, lambda: (np.zeros(len(names), bool), np.zeros(len(names), bool)))
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(known) < len(names):  # names added to this graph's list since (kept answers stay true)
+        known, hit = np.r_[known, np.zeros(len(names) - len(known), bool)], np.r_[hit, np.zeros(len(names) - len(known), bool)]
+        memo(graph)["name hits " + pattern] = (known, hit)
+    todo = sorted_unique(ids[~known[ids]])
+    if len(todo):
+        hit[todo] = search_mask(rx, [names[i] for i in todo.tolist()])
+        known[todo] = True
+    return hit[ids]
 
 
 def _regex_mask(strings: np.ndarray, pattern: str) -> np.ndarray:
