@@ -61,6 +61,9 @@ def test_replay_reproduces_emulator_exactly(tmp_path_factory, prog):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason="known bug (open in issue 36): a record on a stream id another device also holds, "
+                   "on a device where that stream ran nothing, is placed on the device whose stream the trace shows; "
+                   "see test_record_on_an_empty_stream_whose_id_another_device_holds (the example CI drew once)")
 @SETTINGS
 @given(programs(max_devices=2, shared_stream_ids=True, graph_launches=True, graph_streams=True))
 def test_replay_with_stream_ids_shared_by_devices(tmp_path_factory, prog):
@@ -152,3 +155,24 @@ def test_cross_device_wait_shared_stream_id_takes_the_thread_device(tmp_path):
     dep = g.dependency_edges
     pairs = {(names[a], names[b]) for a, b in zip(g.edge_src[dep], g.edge_dst[dep])}
     assert ("short", "after") in pairs and ("long", "after") not in pairs
+
+
+@pytest.mark.xfail(strict=True, reason="known bug (open in issue 36): the builder finds stream 20 only on device 0 in the "
+                   "trace (device 1's stream 20 ran nothing), so the wait follows device 0's 4,001 ns kernel; the "
+                   "emulator's record is on device 1 (the thread's current device), complete at once: 1 ns late here")
+def test_record_on_an_empty_stream_whose_id_another_device_holds(tmp_path):
+    """The counterexample the shared-id property drew in a CI run (HostWork(0) steps removed): event 0
+    recorded on device 1's stream 20, which ran nothing, and waited for on device 0's stream 7."""
+    k = dict(kernel_name="ampere_sgemm_128x64_tn", call_dur_ns=1000, grid=(132, 1, 1), block=(256, 1, 1))
+    prog = Program(threads=(Thread(ops=(
+        Launch(device=0, stream=7, kernel_dur_ns=1000, **k),
+        EventRecord(device=0, event=0, stream=7, call_dur_ns=1000),
+        Launch(device=0, stream=20, kernel_dur_ns=4001, **k),
+        Launch(device=1, stream=7, kernel_dur_ns=1000, **k),
+        EventRecord(device=1, event=0, stream=20, call_dur_ns=1000),
+        StreamWaitEvent(device=0, stream=7, event=0, call_dur_ns=1000),
+        Launch(device=0, stream=7, kernel_dur_ns=1000, **k)), pid=4242, tid=4242, name="pt_main_thread"),),
+        launch_latency_ns=2000, gpu_gap_ns=0)
+    run = emulate(prog)
+    graph, tl = _replay(tmp_path, run)
+    _assert_exact(run, graph, tl)
