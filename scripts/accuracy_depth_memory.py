@@ -7,38 +7,25 @@
 
 from __future__ import annotations
 
+from accuracy_common import MEMORY_TRACES, mapped_graph, mib, peaks
+
 import tempfile
 from pathlib import Path
 
 from daydream.errors import DaydreamError, NotApplicable
-from daydream.formats import load_trace
-from daydream.graph import build_graph
-from daydream.mapping import map_events
 from daydream.optimizations import parse_spec
 from daydream.simulate import simulate
 from daydream.simulate.memory_replay import replay_memory
 from daydream.testing.emulator import emulate, memory_peaks, to_kineto
 from daydream.testing.emulator.shaped import GPU, ShapedSpec, shaped_program
 
-TRACES = ("tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
-          "tracelens/mi300_gaunernst_bert-small-uncased__1016001.json.gz",
-          "tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz",
-          "hta/df_index_resolver.json.gz",
-          "kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz")
+TRACES = MEMORY_TRACES
 SPECS = ("layers:factor=2", "problem-size:factor=2")
 #: emulated training steps with allocations (a backward the layers do not map), each deepened x2 and x3
 EMULATED = (ShapedSpec(2, 64, 128, 2, ("ln", "linear"), 2, memory=True),
             ShapedSpec(8, 512, 64, 2, ("linear4", "gelu", "linear"), 3, memory=True),
             ShapedSpec(1, 16, 1024, 8, ("ln",), 2, memory=True),
             ShapedSpec(4, 128, 256, 4, ("ln", "bmm_qk", "softmax", "bmm_pv", "linear"), 2, "bf16", memory=True))
-
-
-def _mib(b: int) -> str:
-    return f"{b / 2**20:,.1f}"
-
-
-def _peak(g) -> dict[int, tuple[int, bool]]:
-    return {dm.device: (dm.peak_allocated_bytes, not dm.exact_before) for dm in replay_memory(g, simulate(g))}
 
 
 def _words(note: str) -> str:
@@ -50,8 +37,7 @@ def _graph_of(prog):
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "t.json"
         to_kineto(emulate(prog), str(p))
-        t = load_trace(str(p))
-        return build_graph(t, map_events(t))
+        return mapped_graph(p)
 
 
 def section(traces: Path, kernels: Path) -> list[str]:
@@ -67,15 +53,14 @@ def section(traces: Path, kernels: Path) -> list[str]:
             out.append(f"| {rel} | – | – | trace not present |")
             continue
         try:
-            t = load_trace(str(p))
-            g = build_graph(t, map_events(t))
+            g = mapped_graph(p)
         except DaydreamError as e:
             out.append(f"| {rel} | – | – | refused: {e} |")
             continue
         if g.memory is None or not len(g.memory):
             na.setdefault("no allocator events", []).append(rel)
             continue
-        base = _peak(g)
+        base = peaks(g)
         for spec in SPECS:
             opt, params = parse_spec(spec + f",gpu={GPU}")
             try:
@@ -83,9 +68,9 @@ def section(traces: Path, kernels: Path) -> list[str]:
             except NotApplicable as e:
                 na.setdefault(str(e).split(";")[0], []).append(f"{spec} on {rel}")
                 continue
-            new = _peak(g2)
-            cell = "; ".join(f"GPU {d}: {'≥' if base[d][1] else ''}{_mib(base[d][0])} -> "
-                             f"{'≥' if new.get(d, (0, 0))[1] else ''}{_mib(new.get(d, (0, 0))[0])}" for d in base if d >= 0)
+            new = peaks(g2)
+            cell = "; ".join(f"GPU {d}: {'≥' if base[d][1] else ''}{mib(base[d][0])} -> "
+                             f"{'≥' if new.get(d, (0, 0))[1] else ''}{mib(new.get(d, (0, 0))[0])}" for d in base if d >= 0)
             out.append(f"| {rel} | `{spec}` | {cell} | {_words(note)} |")
     if na:
         out += ["", "Not predicted (the what-if's reason):", ""]
@@ -102,7 +87,7 @@ def section(traces: Path, kernels: Path) -> list[str]:
             total += 1
             same += got == want
             rows.append(f"| {spec.block} x{spec.layers}, B {spec.B}, S {spec.S}, H {spec.H}, {spec.dtype} | x{n} | "
-                        f"{_mib(got.get(0, 0))} | {_mib(want.get(0, 0))} |")
+                        f"{mib(got.get(0, 0))} | {mib(want.get(0, 0))} |")
     out += ["", (f"Emulated training steps (a backward the layers do not map: its block's part inferred), deepened: "
                  f"{same} of {total} predicted peaks equal the emulator's run of the deeper program (the properties over "
                  "random programs, mapped and unmapped backward: `tests/test_shape_depth_memory.py`)."), "",

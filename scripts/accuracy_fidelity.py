@@ -16,7 +16,7 @@ from daydream.errors import DaydreamError  # noqa: E402
 from daydream.formats import load_trace  # noqa: E402
 from daydream.graph import build_graph, profiler_steps  # noqa: E402
 from daydream.graph.contention import MIN_CONTENTION_NAMES, measure_contention, with_contention  # noqa: E402
-from daydream.simulate.contention import contended  # noqa: E402
+from daydream.simulate.stretched_replay import contended  # noqa: E402
 from daydream.simulate.replay import replay  # noqa: E402
 from daydream.report.trust import TRUST_FAIR_PCT, held_before_trace  # noqa: E402
 
@@ -97,7 +97,7 @@ def section(traces: Path, kernels: Path) -> list[str]:
         "ProfilerStep error (|replayed - measured| / measured, %, with the steps compared), and the GPU tasks'",
         "start error (median and p99 |replayed - recorded start|, us). *Kernels*: those the model took back to",
         "their alone duration (recorded / factor: they started while another stream's kernel ran) / those its",
-        "replay stretched; *rounds*: the replays its fixed point took (`simulate/contention.py`). *Most moved*:",
+        "replay stretched; *rounds*: the replays its fixed point took (`simulate/stretched_replay.py`). *Most moved*:",
         "the `--opt all` optimization whose predicted speed-up of the traced window the model changes most, off / on.",
         "",
         "| trace | factor | kernels taken back / stretched | rounds | window error % off / on | max step error % off / on (steps) | GPU start p50 us off / on | p99 us off / on | most moved: speed-up off / on |",

@@ -6,21 +6,14 @@ shared traces with allocator events (``docs/memory.md``). Every number is comput
 
 from __future__ import annotations
 
+from accuracy_common import MEMORY_TRACES, mapped_graph, mib, peaks
+
 from pathlib import Path
 
 from daydream.errors import DaydreamError, NotApplicable
-from daydream.formats import load_trace
-from daydream.graph import build_graph
-from daydream.mapping import map_events
 from daydream.optimizations import parse_spec
-from daydream.simulate import simulate
-from daydream.simulate.memory_replay import replay_memory
 
-TRACES = ("tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
-          "tracelens/mi300_gaunernst_bert-small-uncased__1016001.json.gz",
-          "tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz",
-          "hta/df_index_resolver.json.gz",
-          "kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz")
+TRACES = MEMORY_TRACES
 SPECS = ("cuda-graphs", "dataloader", "ddp:world=8", "zero:stage=1,world=8", "zero:stage=2,world=8", "fsdp:world=8")
 RESNET50 = "kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
 
@@ -36,14 +29,6 @@ def resnet50_parameters() -> int:
             bn += w + w + 4 * w + (4 * w if i == 0 else 0)
             inp = w * 4
     return conv + 2048 * 1000 + 1000 + 2 * bn
-
-
-def _mib(b: int) -> str:
-    return f"{b / 2**20:,.1f}"
-
-
-def _peaks(g) -> dict[int, tuple[int, bool]]:
-    return {dm.device: (dm.peak_allocated_bytes, not dm.exact_before) for dm in replay_memory(g, simulate(g))}
 
 
 def _words(note: str) -> str:
@@ -66,12 +51,11 @@ def section(traces: Path, kernels: Path) -> list[str]:
             out.append(f"| {rel} | – | – | – | trace not present |")
             continue
         try:
-            t = load_trace(str(p))
-            g = build_graph(t, map_events(t))
+            g = mapped_graph(p)
         except DaydreamError as e:
             out.append(f"| {rel} | – | – | – | refused: {e} |")
             continue
-        base = _peaks(g)
+        base = peaks(g)
         for spec in SPECS:
             opt, params = parse_spec(spec)
             try:
@@ -79,13 +63,13 @@ def section(traces: Path, kernels: Path) -> list[str]:
             except NotApplicable as e:
                 na.setdefault(str(e).split(';')[0], []).append(f"{spec} on {rel}")
                 continue
-            pred = _peaks(g2)
+            pred = peaks(g2)
             cells = []
             for side in ("gpu", "host"):
                 devs = sorted(d for d in set(base) | set(pred) if (d >= 0) == (side == "gpu"))
                 cells.append(", ".join(
                     f"{'GPU ' + str(d) + ': ' if side == 'gpu' else ''}{'≥' if base.get(d, (0, False))[1] else ''}"
-                    f"{_mib(base.get(d, (0, False))[0])} -> {'≥' if pred.get(d, (0, False))[1] else ''}{_mib(pred.get(d, (0, False))[0])}"
+                    f"{mib(base.get(d, (0, False))[0])} -> {'≥' if pred.get(d, (0, False))[1] else ''}{mib(pred.get(d, (0, False))[0])}"
                     for d in devs) or "–")
             out.append(f"| {rel} | {spec} | {cells[0]} | {cells[1]} | {_words(note)[:160]} |")
             if rel == RESNET50 and spec.startswith("ddp"):

@@ -12,29 +12,20 @@ model state stays and the rest of the step's peak follows the batch (activations
 
 from __future__ import annotations
 
+from accuracy_common import MEMORY_TRACES, mapped_graph, mib
+
 from pathlib import Path
 
 from daydream.errors import DaydreamError, NotApplicable
-from daydream.formats import load_trace
-from daydream.graph import build_graph
-from daydream.mapping import map_events
 from daydream.optimizations import parse_spec
 from daydream.report.memory_fit import memory_summary
 from daydream.simulate import simulate
 
-TRACES = ("tracelens/h100_gaunernst_bert-small-uncased__1016001.json.gz",
-          "tracelens/mi300_gaunernst_bert-small-uncased__1016001.json.gz",
-          "tracelens/h100_google_owlv2-large-patch14-ensemble__1016001.json.gz",
-          "hta/df_index_resolver.json.gz",
-          "kineto_tbplugin/resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz")
+TRACES = MEMORY_TRACES
 FACTORS = (1, 2, 4, 0.5)
 STATE = "parameters and persistent"
 #: what-ifs whose fit answer is reported: the batch alone, and the batch at seq x2 (the alias keeps its factor)
 FITS = ("batch:fit=true", "seq:fit=true,factor=2")
-
-
-def _mib(b: int) -> str:
-    return f"{b / 2**20:,.1f}"
 
 
 def _gpu_step(g) -> tuple[int, int, int] | None:
@@ -76,8 +67,7 @@ def section(traces: Path, kernels: Path) -> list[str]:
             out.append(f"| {rel} | – | – | – | – | trace not present |")
             continue
         try:
-            t = load_trace(str(p))
-            g = build_graph(t, map_events(t))
+            g = mapped_graph(p)
         except DaydreamError as e:
             out.append(f"| {rel} | – | – | – | – | refused: {e} |")
             continue
@@ -94,12 +84,12 @@ def section(traces: Path, kernels: Path) -> list[str]:
                 continue
             new = _gpu_step(g2)
             if new is None:
-                out.append(f"| {rel} | {f:g} | {_mib(base[0])} -> no verdict | – | – | {_memory_words(note)} |")
+                out.append(f"| {rel} | {f:g} | {mib(base[0])} -> no verdict | – | – | {_memory_words(note)} |")
                 continue
-            state = f"{_mib(base[1])} -> {_mib(new[1])}" if base[1] >= 0 and new[1] >= 0 else "– (no parts: no addresses)"
+            state = f"{mib(base[1])} -> {mib(new[1])}" if base[1] >= 0 and new[1] >= 0 else "– (no parts: no addresses)"
             ratio = (f"{(new[0] - new[1]) / (base[0] - base[1]):.3f}" if base[1] >= 0 and new[1] >= 0 and base[0] > base[1]
                      else "–")
-            out.append(f"| {rel} | {f:g} | {_mib(base[0])} -> {_mib(new[0])} | {state} | {ratio} | {_memory_words(note)} |")
+            out.append(f"| {rel} | {f:g} | {mib(base[0])} -> {mib(new[0])} | {state} | {ratio} | {_memory_words(note)} |")
         for spec in FITS:
             opt, params = parse_spec(spec)
             try:

@@ -160,3 +160,14 @@ def _random_transform(g, what, seed):
         k = int(gpu[rng.integers(len(gpu))])
         g, _ = add_kernel_after(g, k, dur_ns=int(rng.integers(1, 10_000)), name="new", call_dur_ns=1000)
     return g
+
+
+def emulated_curves(run) -> dict[int, tuple[list[int], list[int]]]:
+    """Per device, the emulator's allocator curve: (event times, ``Total Allocated`` after each), in
+    the allocator's order (what the memory replay's curve is judged against)."""
+    out: dict[int, tuple[list[int], list[int]]] = {}
+    for a in run.allocs:
+        ts, lv = out.setdefault(a.device, ([], []))
+        ts.append(a.ts_ns)
+        lv.append(a.total_allocated)
+    return out

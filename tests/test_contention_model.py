@@ -22,7 +22,7 @@ from daydream.formats import load_trace
 from daydream.graph import NODE_CPU, build_graph
 from daydream.graph.contention import started_overlapped, stretched_ns, with_contention
 from daydream.simulate import simulate, simulate_events
-from daydream.simulate import contention as sim_contention
+from daydream.simulate import stretched_replay as sim_contention
 from daydream.simulate.replay import replay
 from daydream.testing.emulator import DeviceSync, GraphLaunch, Launch, Program, RangeBegin, RangeEnd, Thread, emulate, measure_latencies, programs, to_kineto
 from daydream.transform import scale, set_priority

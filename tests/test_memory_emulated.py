@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
+from emulated_checks import emulated_curves
 from daydream.formats import load_trace
 from daydream.graph import build_graph
 from daydream.simulate import simulate
@@ -42,18 +43,9 @@ def _graph(run, totals: bool):
         return build_graph(load_trace(str(p)))
 
 
-def _emulated_curve(run) -> dict[int, tuple[list[int], list[int]]]:
-    out: dict[int, tuple[list[int], list[int]]] = {}
-    for a in run.allocs:  # the allocator's order
-        ts, lv = out.setdefault(a.device, ([], []))
-        ts.append(a.ts_ns)
-        lv.append(a.total_allocated)
-    return out
-
-
 def _check(g, tl, run) -> None:
     got = {dm.device: dm for dm in replay_memory(g, tl)}
-    want = _emulated_curve(run)
+    want = emulated_curves(run)
     assert sorted(got) == sorted(want)
     peaks = memory_peaks(run, (STEP,))
     for d, (ts, lv) in want.items():

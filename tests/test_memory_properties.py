@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, event, given, settings
 from hypothesis import strategies as st
 
+from emulated_checks import emulated_curves
 from daydream.analysis import apply_all, resolve_opt
 from daydream.errors import NotApplicable
 from daydream.formats import load_trace
@@ -66,15 +67,6 @@ def _note_change(g, g2, tl2) -> None:
     base, pred = _curves(g, simulate(g)), _curves(g2, tl2)
     event("predicted peaks differ from the baseline's" if _peaks(g, simulate(g)) != _peaks(g2, tl2) else "peaks unchanged")
     event("allocator events moved or changed" if base != pred else "curve unchanged")
-
-
-def _emulated_curves(run) -> dict[int, tuple[list[int], list[int]]]:
-    out: dict[int, tuple[list[int], list[int]]] = {}
-    for a in run.allocs:  # the allocator's order
-        ts, lv = out.setdefault(a.device, ([], []))
-        ts.append(a.ts_ns)
-        lv.append(a.total_allocated)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,7 +134,7 @@ def test_amp_memory_equals_the_emulator(step, data):
     tl2 = simulate(g2)
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
-    assert _curves(g2, tl2) == _emulated_curves(changed)  # amp's memory rule moves nothing: every event's time too
+    assert _curves(g2, tl2) == emulated_curves(changed)  # amp's memory rule moves nothing: every event's time too
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +211,7 @@ def test_fused_adam_memory_equals_the_emulator(prog):
     tl2 = simulate(g2)
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
-    assert _curves(g2, tl2) == _emulated_curves(changed)
+    assert _curves(g2, tl2) == emulated_curves(changed)
 
 
 def test_fused_adam_drops_the_last_parameters_temporary():
@@ -293,7 +285,7 @@ def test_gpu_upgrade_same_allocations_target_capacity(prog, totals, target):
     tl2 = simulate(g2)
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
-    assert _curves(g2, tl2) == _emulated_curves(changed)
+    assert _curves(g2, tl2) == emulated_curves(changed)
     summ = memory_summary(g2, tl2)
     for d in summ.devices:
         if d.device >= 0:
@@ -348,7 +340,7 @@ def test_remove_syncs_allocations_move_with_their_calls(prog, totals):
     tl2 = simulate(g2)
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
-    assert _curves(g2, tl2) == _emulated_curves(changed)
+    assert _curves(g2, tl2) == emulated_curves(changed)
 
 
 @st.composite
@@ -407,7 +399,7 @@ def test_the_level_before_the_window_does_not_depend_on_the_order_of_its_events(
             g = _graph(traced, totals=totals)
             g2, _ = apply_all(g, [resolve_opt(f"scale-cpu:range=^hot_region$,factor={f}")])
             tl2 = simulate(g2)
-            assert _curves(g2, tl2) == _emulated_curves(judged)
+            assert _curves(g2, tl2) == emulated_curves(judged)
             assert _peaks(g2, tl2) == memory_peaks(judged, (STEP,))
 
 
@@ -443,7 +435,7 @@ def test_scale_cpu_allocations_move_with_the_host_time(prog, f, totals):
     tl2 = simulate(g2)
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
-    assert _curves(g2, tl2) == _emulated_curves(changed)
+    assert _curves(g2, tl2) == emulated_curves(changed)
 
 
 def test_scale_cpu_scales_the_host_work_between_an_allocation_and_its_call():
@@ -456,7 +448,7 @@ def test_scale_cpu_scales_the_host_work_between_an_allocation_and_its_call():
     g2, _ = apply_all(g, [resolve_opt("scale-cpu:range=^hot_region$,factor=2")])
     changed = emulate(_scaled_region(prog, 2))
     got = _curves(g2, simulate(g2))
-    assert got == _emulated_curves(changed)
+    assert got == emulated_curves(changed)
     assert [t - prog.t0_ns for t in got[0][0]] == [1_000 + 2 * 1_000, 1_000 + 2 * (1_000 + 2_000 + 500) + 700]
 
 
@@ -564,7 +556,7 @@ def test_fusion_intermediates_vanish_equal_the_emulator(prog):
     tl2 = simulate(g2)
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
-    assert _curves(g2, tl2) == _emulated_curves(changed)
+    assert _curves(g2, tl2) == emulated_curves(changed)
 
 
 def test_fusion_drops_the_intermediate_and_moves_the_output_to_the_fused_launch():
@@ -582,7 +574,7 @@ def test_fusion_drops_the_intermediate_and_moves_the_output_to_the_fused_launch(
     g2, applied = apply_all(g, [resolve_opt("fusion")])
     assert "1 intermediate tensors between fused kernels" in applied[0].note
     got = _curves(g2, simulate(g2))
-    assert got == _emulated_curves(emulate(_fused_program(prog)))
+    assert got == emulated_curves(emulate(_fused_program(prog)))
     assert [t - prog.t0_ns for t in got[0][0]][0] == 1_000 and got[0][1] == [8192, 0]
 
 
@@ -692,7 +684,7 @@ def test_reconbn_memory_equals_the_emulator(prog):
     tl2 = simulate(g2)
     _note_change(g, g2, tl2)
     assert _peaks(g2, tl2) == memory_peaks(changed, (STEP,))
-    assert _curves(g2, tl2) == _emulated_curves(changed)
+    assert _curves(g2, tl2) == emulated_curves(changed)
 
 
 def test_fused_adam_moves_lazily_made_state_to_the_fused_launch():
@@ -708,7 +700,7 @@ def test_fused_adam_moves_lazily_made_state_to_the_fused_launch():
     g = _graph(emulate(prog))
     g2, _ = apply_all(g, [resolve_opt(f"fused-adam:launch_ns={_LAUNCH_NS}")])
     got = _curves(g2, simulate(g2))
-    assert got == _emulated_curves(emulate(_fused_adam_program(prog)))
+    assert got == emulated_curves(emulate(_fused_adam_program(prog)))
     assert [t - prog.t0_ns for t in got[0][0]] == [1_000] and got[0][1] == [2048]
 
 
@@ -748,4 +740,4 @@ def test_an_event_a_what_if_placed_keeps_its_place_under_scaled_host_time():
     g = _graph(emulate(prog), mapped=True)
     g2, _ = apply_all(g, [resolve_opt("reconbn:fw_factor=0.5,bw_factor=0.5"), resolve_opt("scale-cpu:range=^hot_region$,factor=2")])
     changed = emulate(_scaled_region(_reconbn_program(prog), 2))
-    assert _curves(g2, simulate(g2)) == _emulated_curves(changed)
+    assert _curves(g2, simulate(g2)) == emulated_curves(changed)

@@ -15,7 +15,7 @@ collective (NCCL/RCCL) kernels start after what their launch (+ ``L``) and strea
 
 The numbers are reported (``docs/accuracy.md``); :func:`with_contention` turns the model on for
 a graph (``--contention``), and :mod:`daydream.simulate` then stretches the kernels its replay
-starts while another stream's kernel runs (``simulate/contention.py``).
+starts while another stream's kernel runs (``simulate/stretched_replay.py``).
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def with_contention(graph: TaskGraph, factor: float, source: str) -> TaskGraph:
     """``graph`` with the contention model on (``graph.contention_factor = factor``, ``source``
     saying where the factor came from): every replay of it and of the graphs what-ifs make from
     it stretches the kernels it starts while another stream's kernel of their device runs
-    (:mod:`daydream.simulate.contention`).
+    (:mod:`daydream.simulate.stretched_replay`).
 
     The recording already holds the stretch: a kernel that started while another stream's kernel
     of its device ran (:func:`started_overlapped` over the recorded intervals) gets the duration

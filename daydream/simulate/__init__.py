@@ -1,7 +1,7 @@
 """Replay a task graph: the simulator of the Daydream paper (section 4.4), rules in docs/model.md.
 
 The simulator reads only task durations (stretched by the contention model when a graph has it
-on, :mod:`.contention`), CPU gaps, edges with their rules
+on, :mod:`.stretched_replay`), CPU gaps, edges with their rules
 (:mod:`daydream.graph.edges`), the trace start and the two per-trace constants (launch latency
 ``L`` and GPU gap ``G``). It never reads a GPU task's recorded start. A graph with streams
 scheduled by priority is replayed event by event (:mod:`.priority`) under the same rules.
@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import DaydreamError, InternalError, TraceFormatError
 from ..graph import TaskGraph, check_topological, is_valid_order
 from .binding import bindings
-from .contention import contended
+from .stretched_replay import contended
 from .priority import simulate_priority
 from .replay import replay
 from .result import BOUND_BY_LANE, Timeline, recorded
@@ -36,7 +36,7 @@ def simulate(graph: TaskGraph, order: np.ndarray | None = None) -> Timeline:
             order daydream makes is topological).
         DaydreamError: the graph has a cycle under its scheduling policy; with the contention
             model on (``graph.contention_factor > 0``), no fixed point within
-            :data:`.contention.MAX_ROUNDS` replays.
+            :data:`.stretched_replay.MAX_ROUNDS` replays.
         TraceFormatError: a replayed time does not fit in int64 ns (damaged timestamps).
     """
     order = graph.order if order is None else np.asarray(order, dtype=np.int64)
